@@ -1,0 +1,5 @@
+import sys
+
+from keysvc.cli import main
+
+sys.exit(main())

@@ -1,0 +1,101 @@
+"""Authentication (who is calling) and authorization (may they do this).
+
+Every non-public route is authenticated by ``auth_middleware``. Missing,
+malformed, unknown and wrong credentials all fail alike: one message, and
+the same hashing work, so the caller cannot tell an unknown key ID from a
+wrong secret. Only once the secret is proven does the answer say that the
+key is disabled or expired.
+"""
+
+import base64
+import binascii
+import hmac
+from collections.abc import Awaitable, Callable, Iterable
+
+from aiohttp import hdrs, web
+from aiohttp.typedefs import Handler, Middleware
+
+from keysvc.credentials import checksum_fails
+from keysvc.errors import Forbidden, Unauthorized
+from keysvc.state import CALLER, CLOCK, HASHER, STORE
+from keysvc.store import Key
+from keysvc.timeutil import to_minute
+
+View = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_PUBLIC: set[View] = set()
+# Compared against when the key ID is unknown, so both failures do the same work.
+_ABSENT = bytes(32)
+
+
+def public(view: View) -> View:
+    """Mark a view as needing no credentials."""
+    _PUBLIC.add(view)
+    return view
+
+
+def parse_basic(header: str | None) -> tuple[str, str] | None:
+    """(key ID, secret) from ``Basic base64(id:secret)``, or None if it is not that."""
+    if not header:
+        return None
+    scheme, _, encoded = header.partition(" ")
+    if scheme.lower() != "basic" or not encoded or " " in encoded.strip():
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+    key_id, colon, secret = decoded.partition(":")
+    if not colon or not key_id or not secret:
+        return None
+    return key_id, secret
+
+
+async def authenticate(request: web.Request) -> Key:
+    """The enabled, unexpired key whose credentials the request carries."""
+    credentials = parse_basic(request.headers.get(hdrs.AUTHORIZATION))
+    if credentials is None or checksum_fails(credentials[1]):
+        raise Unauthorized()
+    key_id, secret = credentials
+    hasher = request.app[HASHER]
+    found = await request.app[STORE].find_credential(hasher.of_plain(key_id))
+    offered = hasher.of_plain(secret)
+    expected = found.secret_hash if found is not None else _ABSENT
+    if not hmac.compare_digest(offered, expected) or found is None:
+        raise Unauthorized()
+    key = found.key
+    if key.state != "enabled":
+        raise Unauthorized("key is disabled")
+    now = request.app[CLOCK]()
+    if key.expire_at is not None and key.expire_at <= now:
+        raise Unauthorized("key has expired")
+    minute = to_minute(now)
+    if key.used_at is None or key.used_at < minute:
+        await request.app[STORE].touch_used(key.id, minute)
+    return key
+
+
+def has_permission(granted: Iterable[str], needed: str) -> bool:
+    """``*`` grants everything, ``ns:*`` every action of a namespace."""
+    namespace = needed.partition(":")[0]
+    return any(p == "*" or p == needed or p == f"{namespace}:*" for p in granted)
+
+
+def authorize(request: web.Request, organization_id: str, permission: str) -> Key:
+    """The caller, if its key belongs to ``organization_id`` and holds ``permission``."""
+    caller = request[CALLER]
+    if caller.organization_id != organization_id:
+        raise Forbidden("this key does not belong to the organization in the path")
+    if not has_permission(caller.permissions, permission):
+        raise Forbidden(f"this key lacks the permission {permission}")
+    return caller
+
+
+def auth_middleware() -> Middleware:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        match = request.match_info
+        if match.http_exception is None and match.handler not in _PUBLIC:
+            request[CALLER] = await authenticate(request)
+        return await handler(request)
+
+    return middleware

@@ -1,0 +1,112 @@
+"""The ``keysvc`` command: ``serve`` and ``bootstrap``.
+
+Settings come from flags, then KEYSVC_* environment variables, then defaults.
+A setting keysvc cannot use stops it with a one-line reason and exit code 2.
+"""
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from keysvc import keys
+from keysvc.app import create_app
+from keysvc.config import (
+    DEFAULT_DB,
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    ConfigError,
+    Settings,
+    build_settings,
+)
+from keysvc.credentials import Hasher, load_pepper
+from keysvc.store import Store
+from keysvc.timeutil import utcnow
+
+SHUTDOWN_SECONDS = 5.0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="keysvc", description="Self-hosted API key service.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    db_help = f"SQLite database file (env KEYSVC_DB, default {DEFAULT_DB})"
+
+    serve = commands.add_parser("serve", help="serve the HTTP API")
+    serve.add_argument("--db", help=db_help)
+    serve.add_argument("--host", help=f"address to bind (env KEYSVC_HOST, default {DEFAULT_HOST})")
+    serve.add_argument("--port", help=f"port to bind (env KEYSVC_PORT, default {DEFAULT_PORT})")
+
+    boot = commands.add_parser(
+        "bootstrap", help="create an organization and its first admin key; prints one JSON object"
+    )
+    boot.add_argument("--db", help=db_help)
+    boot.add_argument("--org-name", default="default", help="organization name (default: default)")
+    boot.add_argument(
+        "--if-empty",
+        action="store_true",
+        help="do nothing if the database already has an organization",
+    )
+    return parser
+
+
+async def _bootstrap(settings: Settings, org_name: str, if_empty: bool) -> dict[str, str] | None:
+    store = await Store.open(settings.db_path)
+    try:
+        hasher = Hasher(load_pepper(settings.pepper, settings.pepper_path))
+        await store.check_pepper(hasher.fingerprint())
+        if if_empty and await store.has_organization():
+            return None
+        org, issued = await keys.bootstrap(store, hasher, org_name, utcnow())
+    finally:
+        await store.close()
+    assert issued.key_id is not None and issued.secret is not None
+    return {
+        "organizationId": org.id,
+        "id": issued.key.id,
+        "keyId": issued.key_id,
+        "keySecret": issued.secret,
+    }
+
+
+def _serve(settings: Settings) -> None:
+    log = logging.getLogger("keysvc")
+    web.run_app(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        shutdown_timeout=SHUTDOWN_SECONDS,
+        access_log=None,
+        print=lambda text: log.info("%s", " ".join(text.replace("=", " ").split())),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        settings = build_settings(
+            db=args.db, host=getattr(args, "host", None), port=getattr(args, "port", None)
+        )
+        if args.command == "serve":
+            _serve(settings)
+            return 0
+        created = asyncio.run(_bootstrap(settings, args.org_name, args.if_empty))
+    except (ConfigError, OSError) as exc:
+        print(f"keysvc: {exc}", file=sys.stderr)
+        return 2
+    if created is None:
+        print(
+            "keysvc: the database already has an organization; nothing bootstrapped",
+            file=sys.stderr,
+        )
+    else:
+        print(json.dumps(created))
+    return 0

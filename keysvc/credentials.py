@@ -1,0 +1,125 @@
+"""Key IDs, secrets, and the keyed hashes that are stored in their place.
+
+A generated key ID is 20 random base62 characters. A generated secret is
+``keysvc_`` + 36 random base62 characters (214 bits) + a 6-character base62
+CRC32 of the random part, so a scanner can find a leaked secret with
+``keysvc_[0-9A-Za-z]{42}`` and check it offline, and a mistyped secret is
+refused before any database lookup.
+
+Neither value is stored. Both become ``HMAC-SHA256(pepper, base64(SHA-256(v)))``:
+a client that sends ``hashData`` gives us ``base64(SHA-256(v))`` itself, so both
+kinds of key verify the same way, and without the pepper a stolen database
+cannot confirm a guess.
+"""
+
+import base64
+import binascii
+import hashlib
+import hmac
+import os
+import secrets
+import string
+import zlib
+from pathlib import Path
+
+from keysvc.config import ConfigError
+
+BASE62 = string.digits + string.ascii_uppercase + string.ascii_lowercase
+KEY_ID_LENGTH = 20
+SECRET_PREFIX = "keysvc_"  # noqa: S105 - a public marker for scanners, not a secret
+SECRET_RANDOM_LENGTH = 36
+CHECKSUM_LENGTH = 6
+SECRET_PATTERN = rf"{SECRET_PREFIX}[0-9A-Za-z]{{{SECRET_RANDOM_LENGTH + CHECKSUM_LENGTH}}}"
+SUFFIX_LENGTH = 4
+PEPPER_BYTES = 32
+
+
+def _random_base62(length: int) -> str:
+    return "".join(secrets.choice(BASE62) for _ in range(length))
+
+
+def _base62(number: int, width: int) -> str:
+    digits = []
+    while number:
+        number, rest = divmod(number, 62)
+        digits.append(BASE62[rest])
+    return "".join(reversed(digits)).rjust(width, BASE62[0])
+
+
+def checksum(body: str) -> str:
+    """The 6-character base62 CRC32 that ends a generated secret."""
+    return _base62(zlib.crc32(body.encode()), CHECKSUM_LENGTH)
+
+
+def new_key_id() -> str:
+    return _random_base62(KEY_ID_LENGTH)
+
+
+def new_secret() -> str:
+    body = _random_base62(SECRET_RANDOM_LENGTH)
+    return SECRET_PREFIX + body + checksum(body)
+
+
+def checksum_fails(secret: str) -> bool:
+    """True for a secret that claims our format but cannot be one of ours.
+
+    Secrets chosen by ``hashData`` clients without the prefix are not judged.
+    """
+    if not secret.startswith(SECRET_PREFIX):
+        return False
+    rest = secret[len(SECRET_PREFIX) :]
+    if len(rest) != SECRET_RANDOM_LENGTH + CHECKSUM_LENGTH:
+        return True
+    body, check = rest[:SECRET_RANDOM_LENGTH], rest[SECRET_RANDOM_LENGTH:]
+    return not hmac.compare_digest(checksum(body), check)
+
+
+def sha256_b64(value: str) -> str:
+    """base64(SHA-256(value)): the form ``hashData`` carries (44 characters)."""
+    return base64.b64encode(hashlib.sha256(value.encode()).digest()).decode()
+
+
+def is_sha256_b64(value: str) -> bool:
+    if len(value) != 44:
+        return False
+    try:
+        return len(base64.b64decode(value, validate=True)) == 32
+    except (binascii.Error, ValueError):
+        return False
+
+
+class Hasher:
+    """Keyed hashing with the pepper; the only holder of the pepper at run time."""
+
+    def __init__(self, pepper: bytes):
+        self._pepper = pepper
+
+    def keyed(self, sha256_b64_value: str) -> bytes:
+        """HMAC-SHA256(pepper, base64(SHA-256(v))), given base64(SHA-256(v))."""
+        return hmac.new(self._pepper, sha256_b64_value.encode(), hashlib.sha256).digest()
+
+    def of_plain(self, value: str) -> bytes:
+        return self.keyed(sha256_b64(value))
+
+    def fingerprint(self) -> str:
+        """A value stored in the database to catch a start with the wrong pepper."""
+        return hmac.new(self._pepper, b"keysvc pepper check", hashlib.sha256).hexdigest()
+
+
+def load_pepper(configured: bytes | None, path: Path) -> bytes:
+    """The configured pepper, else the file at ``path``, created 0600 on first use."""
+    if configured is not None:
+        return configured
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raw = path.read_bytes().strip()
+        if len(raw) < PEPPER_BYTES:
+            raise ConfigError(f"pepper file {path} is damaged; restore it from backup") from None
+        return raw
+    value = secrets.token_hex(PEPPER_BYTES).encode()
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(value + b"\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    return value

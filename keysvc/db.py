@@ -1,0 +1,74 @@
+"""SQLite connections, their pragmas, and schema migrations.
+
+``schema.sql`` is the current schema and is applied whole to a new database.
+A database made by an older keysvc is upgraded at start by the numbered steps
+in ``MIGRATIONS``, all in one transaction; ``PRAGMA user_version`` records the
+step a database is at. A database newer than this code is refused.
+"""
+
+import sqlite3
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+import aiosqlite
+
+from keysvc.config import ConfigError
+
+# MIGRATIONS[n] takes a database from version n + 1 to n + 2. Version 1 is the
+# first release of schema.sql; append steps here and change schema.sql to match.
+MIGRATIONS: Sequence[str] = ()
+
+PRAGMAS = (
+    "pragma journal_mode = wal",
+    "pragma synchronous = full",
+    "pragma foreign_keys = on",
+    "pragma busy_timeout = 5000",
+)
+
+
+def schema_sql() -> str:
+    return resources.files("keysvc").joinpath("schema.sql").read_text()
+
+
+def schema_version(migrations: Sequence[str] = MIGRATIONS) -> int:
+    return 1 + len(migrations)
+
+
+async def connect(path: Path) -> aiosqlite.Connection:
+    """An autocommit connection (transactions are explicit) with the pragmas set."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = await aiosqlite.connect(path, isolation_level=None)
+    try:
+        conn.row_factory = sqlite3.Row
+        for pragma in PRAGMAS:
+            await conn.execute(pragma)
+    except BaseException:
+        await conn.close()
+        raise
+    return conn
+
+
+async def migrate(conn: aiosqlite.Connection, migrations: Sequence[str] = MIGRATIONS) -> int:
+    """Bring the database to the current version; returns the version it was at."""
+    target = schema_version(migrations)
+    async with conn.execute("pragma user_version") as cursor:
+        row = await cursor.fetchone()
+    current = int(row[0]) if row else 0
+    if current > target:
+        raise ConfigError(
+            f"database schema version {current} is newer than this keysvc supports ({target})"
+        )
+    if current == target:
+        return current
+    steps = [schema_sql()] if current == 0 else list(migrations[current - 1 :])
+    # executescript runs the whole text; BEGIN inside it keeps every step and
+    # the version bump in one transaction, rolled back together on failure.
+    script = "begin immediate;\n" + "\n".join(steps) + f"\npragma user_version = {target};\ncommit;"
+    try:
+        await conn.executescript(script)
+    except BaseException:
+        if conn.in_transaction:
+            await conn.rollback()
+        raise
+    return current

@@ -1,0 +1,80 @@
+"""The exception tree. Every error the service answers with is one of these.
+
+Each class knows its HTTP status, and its message is written for the caller: it
+is safe to show and says what to change. The error middleware is the only
+place that turns one into a response body. Nothing here imports aiohttp, so
+the store may raise these too.
+"""
+
+from collections.abc import Mapping
+
+
+class ApiError(Exception):
+    """Root of every error with a status; the message is shown to the caller."""
+
+    status = 500
+    default_message = "internal server error"
+
+    def __init__(self, message: str | None = None, *, headers: Mapping[str, str] | None = None):
+        self.message = message or self.default_message
+        self.headers: dict[str, str] = dict(headers or {})
+        super().__init__(self.message)
+
+
+class BadRequest(ApiError):
+    """The request is malformed or a field is invalid."""
+
+    status = 400
+    default_message = "bad request"
+
+
+class Unauthorized(ApiError):
+    """The credentials are missing, wrong, or belong to an unusable key."""
+
+    status = 401
+    default_message = "invalid credentials: send Authorization: Basic base64(keyId:keySecret)"
+
+    def __init__(self, message: str | None = None):
+        super().__init__(message, headers={"WWW-Authenticate": 'Basic realm="keysvc"'})
+
+
+class Forbidden(ApiError):
+    """The key is valid but may not do this."""
+
+    status = 403
+    default_message = "forbidden"
+
+
+class NotFound(ApiError):
+    """The resource or route does not exist (or is not visible to the caller)."""
+
+    status = 404
+    default_message = "not found"
+
+
+class MethodNotAllowed(ApiError):
+    """The route exists but not with this method."""
+
+    status = 405
+    default_message = "method not allowed"
+
+
+class Conflict(ApiError):
+    """The request clashes with existing state."""
+
+    status = 409
+    default_message = "conflict"
+
+
+class PayloadTooLarge(ApiError):
+    """The request body is over the size limit."""
+
+    status = 413
+    default_message = "request body too large"
+
+
+class UnsupportedMediaType(ApiError):
+    """The request body is not JSON."""
+
+    status = 415
+    default_message = "request body must be JSON: send Content-Type: application/json"

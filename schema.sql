@@ -1,0 +1,1 @@
+keysvc/schema.sql

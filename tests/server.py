@@ -1,0 +1,82 @@
+"""A real keysvc server in a subprocess, on a free loopback port."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def keysvc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "keysvc", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def bootstrap(db: Path, *extra: str) -> dict[str, Any]:
+    done = keysvc("bootstrap", "--db", str(db), *extra)
+    assert done.returncode == 0, done.stderr
+    created: dict[str, Any] = json.loads(done.stdout)
+    return created
+
+
+class Server:
+    def __init__(self, db: Path, env: dict[str, str] | None = None):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "keysvc", "serve", "--db", str(db), "--port", str(self.port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **(env or {})},
+        )
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()}")  # type: ignore[union-attr]
+            try:
+                urllib.request.urlopen(self.base + "/", timeout=1)
+            except urllib.error.HTTPError:
+                return  # any HTTP answer means it is serving
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("server did not start")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> float:
+        """Send ``sig``; returns how long the process took to exit."""
+        started = time.monotonic()
+        self.proc.send_signal(sig)
+        self.proc.wait(timeout=timeout)
+        return time.monotonic() - started
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream:
+                stream.close()

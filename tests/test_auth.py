@@ -1,0 +1,142 @@
+"""Authentication: every failure looks alike until the secret is proven."""
+
+import base64
+
+import pytest
+
+from keysvc.auth import has_permission, parse_basic
+from keysvc.credentials import SECRET_PREFIX, new_secret
+from keysvc.state import STORE
+from tests.conftest import Client, create_creds
+from tests.helpers import UNAUTHORIZED, Creds, FakeClock, assert_error, assert_ok, basic
+
+
+def url(creds: Creds) -> str:
+    return f"/v1/organizations/{creds.organization_id}/keys/{creds.id}"
+
+
+def b64(text: bytes) -> str:
+    return base64.b64encode(text).decode()
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        None,
+        "",
+        "Basic",
+        "Basic ",
+        "Bearer abc",
+        "Basic !!!not-base64!!!",
+        f"Basic {b64(b'no-colon')}",
+        f"Basic {b64(b':secret-only')}",
+        f"Basic {b64(b'id-only:')}",
+        f"Basic {b64(bytes([0xFF, 0xFE, 0x3A, 0x41]))}",
+        f"Basic {b64(b'a:b')} Basic {b64(b'a:b')}",
+    ],
+)
+async def test_missing_or_malformed_credentials(
+    client: Client, admin: Creds, header: str | None
+) -> None:
+    headers = {} if header is None else {"Authorization": header}
+    response = await client.get(url(admin), headers=headers)
+    await assert_error(response, 401, UNAUTHORIZED)
+    assert response.headers["WWW-Authenticate"] == 'Basic realm="keysvc"'
+
+
+async def test_unknown_key_and_wrong_secret_look_the_same(client: Client, admin: Creds) -> None:
+    unknown = await client.get(url(admin), headers=basic("A" * 20, admin.secret))
+    wrong = await client.get(url(admin), headers=basic(admin.key_id, new_secret()))
+    first = await assert_error(unknown, 401, UNAUTHORIZED)
+    second = await assert_error(wrong, 401, UNAUTHORIZED)
+    assert first.keys() == second.keys()
+    assert unknown.headers["WWW-Authenticate"] == wrong.headers["WWW-Authenticate"]
+
+
+async def test_bad_checksum_refused_without_database_lookup(
+    client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = client.app[STORE]
+    calls: list[bytes] = []
+    original = store.find_credential
+
+    async def counting(key_id_hash: bytes):  # type: ignore[no-untyped-def]
+        calls.append(key_id_hash)
+        return await original(key_id_hash)
+
+    monkeypatch.setattr(store, "find_credential", counting)
+    tampered = admin.secret[:-1] + ("A" if admin.secret[-1] != "A" else "B")
+    await assert_error(
+        await client.get(url(admin), headers=basic(admin.key_id, tampered)), 401, UNAUTHORIZED
+    )
+    short = SECRET_PREFIX + "abc"
+    await assert_error(
+        await client.get(url(admin), headers=basic(admin.key_id, short)), 401, UNAUTHORIZED
+    )
+    assert calls == []
+    await assert_ok(await client.get(url(admin), headers=admin.headers))
+    assert len(calls) == 1
+
+
+async def test_disabled_key_refused_after_secret(client: Client, admin: Creds) -> None:
+    off = await create_creds(
+        client, admin, {"name": "off", "roles": ["admin"], "state": "disabled"}
+    )
+    await assert_error(await client.get(url(admin), headers=off.headers), 401, "key is disabled")
+    # A wrong secret for the disabled key says nothing about its state.
+    wrong = await client.get(url(admin), headers=basic(off.key_id, new_secret()))
+    await assert_error(wrong, 401, UNAUTHORIZED)
+
+
+async def test_expired_key_refused(client: Client, admin: Creds, clock: FakeClock) -> None:
+    expiry = clock.now.replace(microsecond=0).isoformat()
+    clock.advance(seconds=-60)
+    soon = await create_creds(
+        client, admin, {"name": "soon", "roles": ["admin"], "expireAt": expiry}
+    )
+    await assert_ok(await client.get(url(admin), headers=soon.headers))
+    clock.advance(seconds=120)
+    await assert_error(await client.get(url(admin), headers=soon.headers), 401, "key has expired")
+
+
+async def test_used_at_written_at_most_once_a_minute(
+    client: Client, admin: Creds, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = client.app[STORE]
+    writes: list[str] = []
+    original = store.touch_used
+
+    async def counting(key_id, minute):  # type: ignore[no-untyped-def]
+        writes.append(minute.isoformat())
+        await original(key_id, minute)
+
+    monkeypatch.setattr(store, "touch_used", counting)
+    clock.now = clock.now.replace(second=1)
+    for _ in range(5):
+        await assert_ok(await client.get(url(admin), headers=admin.headers))
+    assert len(writes) == 1
+    clock.advance(minutes=1)
+    result = await assert_ok(await client.get(url(admin), headers=admin.headers))
+    assert len(writes) == 2
+    assert result["usedAt"] == clock.now.strftime("%Y-%m-%dT%H:%M:00Z")
+
+
+def test_parse_basic() -> None:
+    assert parse_basic(f"Basic {b64(b'id:se:cret')}") == ("id", "se:cret")
+    assert parse_basic(f"basic {b64(b'id:s')}") == ("id", "s")
+    assert parse_basic(f"Digest {b64(b'id:s')}") is None
+
+
+@pytest.mark.parametrize(
+    ("granted", "needed", "allowed"),
+    [
+        (["*"], "keys:create", True),
+        (["keys:read"], "keys:read", True),
+        (["keys:read"], "keys:create", False),
+        (["keys:*"], "keys:delete", True),
+        (["roles:*"], "keys:read", False),
+        ([], "keys:read", False),
+    ],
+)
+def test_has_permission(granted: list[str], needed: str, allowed: bool) -> None:
+    assert has_permission(granted, needed) is allowed

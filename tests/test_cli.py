@@ -1,0 +1,88 @@
+"""The keysvc command: settings precedence, bootstrap, serve and SIGTERM."""
+
+import json
+import sqlite3
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from keysvc.config import DEFAULT_DB, ConfigError, build_settings
+from tests.helpers import basic
+from tests.server import Server, bootstrap, keysvc
+
+
+def test_flags_win_over_env_over_defaults() -> None:
+    env = {"KEYSVC_DB": "/env.db", "KEYSVC_HOST": "0.0.0.0", "KEYSVC_PORT": "9000"}
+    defaults = build_settings(env={})
+    assert (str(defaults.db_path), defaults.host, defaults.port) == (DEFAULT_DB, "127.0.0.1", 8080)
+    from_env = build_settings(env=env)
+    assert (str(from_env.db_path), from_env.host, from_env.port) == ("/env.db", "0.0.0.0", 9000)
+    flags = build_settings(db="/flag.db", host="::1", port="9100", env=env)
+    assert (str(flags.db_path), flags.host, flags.port) == ("/flag.db", "::1", 9100)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"KEYSVC_PORT": "eighty"}, "port: 'eighty' is not a number"),
+        ({"KEYSVC_PORT": "70000"}, "port: 70000 is outside 0..65535"),
+        ({"KEYSVC_PEPPER": "short"}, "KEYSVC_PEPPER: must be at least 32 bytes"),
+        ({"KEYSVC_DB": ":memory:"}, "db: must be a file path; keysvc keeps its keys on disk"),
+    ],
+)
+def test_bad_settings_are_refused(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        build_settings(env=env)
+    assert str(caught.value) == message
+
+
+def test_bad_setting_stops_the_command_with_one_line(tmp_path: Path) -> None:
+    done = keysvc("serve", "--db", str(tmp_path / "k.db"), "--port", "eighty")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["keysvc: port: 'eighty' is not a number"]
+
+
+def test_bootstrap_prints_one_json_object(tmp_path: Path) -> None:
+    db = tmp_path / "k.db"
+    done = keysvc("bootstrap", "--db", str(db), "--org-name", "acme")
+    assert done.returncode == 0, done.stderr
+    created = json.loads(done.stdout)  # exactly one JSON document
+    assert set(created) == {"organizationId", "id", "keyId", "keySecret"}
+    assert done.stdout.count("\n") == 1
+    org = sqlite3.connect(db).execute("select name from organizations").fetchall()
+    assert org == [("acme",)]
+
+
+def test_bootstrap_if_empty_does_nothing_the_second_time(tmp_path: Path) -> None:
+    db = tmp_path / "k.db"
+    assert keysvc("bootstrap", "--if-empty", "--db", str(db)).stdout.strip()
+    again = keysvc("bootstrap", "--if-empty", "--db", str(db))
+    assert again.returncode == 0 and again.stdout == ""
+    assert sqlite3.connect(db).execute("select count(*) from organizations").fetchone() == (1,)
+
+
+def test_wrong_pepper_stops_start(tmp_path: Path) -> None:
+    db = tmp_path / "k.db"
+    bootstrap(db)
+    done = keysvc("bootstrap", "--db", str(db), env={"KEYSVC_PEPPER": "p" * 40})
+    assert done.returncode == 2
+    assert "the pepper does not match this database" in done.stderr
+
+
+def test_serve_answers_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    db = tmp_path / "k.db"
+    created = bootstrap(db)
+    with Server(db) as server:
+        request = urllib.request.Request(
+            f"{server.base}/v1/organizations/{created['organizationId']}/keys/{created['id']}",
+            headers=basic(created["keyId"], created["keySecret"]),
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:
+            assert json.load(response)["result"]["id"] == created["id"]
+        took = server.stop()
+        assert server.proc.returncode == 0
+        assert took < 5
+    # The database was closed: the WAL was checkpointed and removed on close.
+    assert not Path(f"{db}-wal").exists()
+    assert sqlite3.connect(db).execute("pragma integrity_check").fetchone() == ("ok",)

@@ -1,0 +1,69 @@
+"""The error envelope on every error path, success's envelope, and the 500."""
+
+import logging
+
+import pytest
+from aiohttp import web
+
+from keysvc.app import create_app
+from keysvc.config import Settings
+from tests.conftest import Client, ClientFactory
+from tests.helpers import Creds, FakeClock, assert_error, assert_ok
+
+
+async def test_success_envelope_has_fresh_request_ids(client: Client, admin: Creds) -> None:
+    url = f"/v1/organizations/{admin.organization_id}/keys/{admin.id}"
+    first = await client.get(url, headers=admin.headers)
+    second = await client.get(url, headers=admin.headers)
+    await assert_ok(first)
+    await assert_ok(second)  # assert_ok refuses a requestId seen before
+
+
+async def test_unknown_route_is_404_envelope(client: Client) -> None:
+    await assert_error(await client.get("/v2/whatever"), 404, "not found: no such endpoint")
+
+
+async def test_wrong_method_is_405_envelope_with_allow(client: Client, admin: Creds) -> None:
+    response = await client.put(f"/v1/organizations/{admin.organization_id}/keys")
+    await assert_error(response, 405, "method PUT is not allowed here; allowed: POST")
+    assert response.headers["Allow"] == "POST"
+
+
+@pytest.mark.parametrize("name", ["organizationId", "keyId"])
+@pytest.mark.parametrize(
+    "bad", ["not-a-uuid", "0B5D3C8E-6C1A-4C59-9D8A-7A1F0E000001", "1' or '1'='1", "%00"]
+)
+async def test_non_uuid_path_parameter_is_400(
+    client: Client, admin: Creds, name: str, bad: str
+) -> None:
+    org = bad if name == "organizationId" else admin.organization_id
+    key = bad if name == "keyId" else admin.id
+    response = await client.get(f"/v1/organizations/{org}/keys/{key}", headers=admin.headers)
+    await assert_error(
+        response,
+        400,
+        f"{name}: must be a lowercase UUID such as 123e4567-e89b-42d3-a456-426614174000",
+    )
+
+
+async def test_internal_error_is_logged_with_request_id_and_hidden(
+    aiohttp_client: ClientFactory,
+    settings: Settings,
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def explode(request: web.Request) -> web.Response:
+        raise RuntimeError("secret internals: /etc/passwd")
+
+    app = create_app(settings, clock=clock)
+    app.router.add_get("/v1/explode", explode)
+    client = await aiohttp_client(app)
+    from tests.conftest import bootstrap
+
+    admin = await bootstrap(client.app)
+    with caplog.at_level(logging.ERROR, logger="keysvc"):
+        response = await client.get("/v1/explode", headers=admin.headers)
+        body = await assert_error(response, 500, "internal server error")
+    assert "internals" not in await response.text()
+    logged = [r for r in caplog.records if body["requestId"] in r.getMessage()]
+    assert logged and logged[0].exc_info is not None

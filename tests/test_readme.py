@@ -1,0 +1,62 @@
+"""Every curl example in the README runs as written against a real server."""
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.server import Server, bootstrap
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+BLOCKS = [b for b in re.findall(r"```sh\n(.*?)```", README.read_text(), re.S) if "curl " in b]
+
+
+def envelopes(output: str) -> list[dict[str, object]]:
+    decoder, found, at = json.JSONDecoder(), [], 0
+    while at < len(output):
+        if output[at].isspace():
+            at += 1
+            continue
+        value, at = decoder.raw_decode(output, at)
+        found.append(value)
+    return found
+
+
+def test_readme_has_curl_examples() -> None:
+    assert len(BLOCKS) >= 3
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    db = tmp_path_factory.mktemp("readme") / "keysvc.db"
+    created = bootstrap(db)
+    with Server(db) as running:
+        env = {
+            "BASE": running.base,
+            "ORG": created["organizationId"],
+            "KEY_ID": created["keyId"],
+            "KEY_SECRET": created["keySecret"],
+            "KEY": created["id"],
+        }
+        yield env
+        running.stop()
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=lambda b: b.split("\n")[0][:40])
+def test_curl_example_works_as_written(server: dict[str, str], block: str) -> None:
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, **server},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    answers = envelopes(done.stdout)
+    assert answers and len(answers) == block.count("curl ")
+    for answer in answers:
+        assert answer["status"] == 200, answer

@@ -1,0 +1,133 @@
+"""Storage: pragmas, migrations, the pepper, and no plain-text credentials on disk."""
+
+import hashlib
+import os
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from keysvc import db
+from keysvc.config import ConfigError, Settings
+from keysvc.credentials import load_pepper, sha256_b64
+from keysvc.store import Store
+from tests.conftest import Client, create
+from tests.helpers import Creds, assert_ok, hash_data
+
+
+async def test_pragmas(tmp_path: Path) -> None:
+    conn = await db.connect(tmp_path / "p.db")
+    try:
+        values = {}
+        for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout"):
+            async with conn.execute(f"pragma {name}") as cursor:
+                row = await cursor.fetchone()
+                assert row is not None
+                values[name] = row[0]
+    finally:
+        await conn.close()
+    assert values == {
+        "journal_mode": "wal",
+        "synchronous": 2,
+        "foreign_keys": 1,
+        "busy_timeout": 5000,
+    }
+
+
+async def test_fresh_database_gets_current_schema(tmp_path: Path) -> None:
+    conn = await db.connect(tmp_path / "m.db")
+    try:
+        assert await db.migrate(conn) == 0
+        assert await db.migrate(conn) == db.schema_version()  # a second start changes nothing
+    finally:
+        await conn.close()
+    raw = sqlite3.connect(tmp_path / "m.db")
+    assert raw.execute("pragma user_version").fetchone()[0] == db.schema_version()
+    tables = {r[0] for r in raw.execute("select name from sqlite_master where type = 'table'")}
+    assert {"organizations", "roles", "api_keys", "key_roles", "meta"} <= tables
+
+
+async def test_older_database_is_upgraded_in_one_step(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    conn = await db.connect(path)
+    await db.migrate(conn)
+    steps = ["alter table organizations add column note text;", "create table extra (x integer);"]
+    assert await db.migrate(conn, steps) == 1
+    await conn.close()
+    raw = sqlite3.connect(path)
+    assert raw.execute("pragma user_version").fetchone()[0] == 3
+    raw.execute("select note from organizations").fetchall()
+    raw.execute("select x from extra").fetchall()
+
+
+async def test_failed_migration_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "bad.db"
+    conn = await db.connect(path)
+    await db.migrate(conn)
+    with pytest.raises(sqlite3.OperationalError):
+        await db.migrate(conn, ["create table half (x integer);", "this is not sql;"])
+    await conn.close()
+    raw = sqlite3.connect(path)
+    assert raw.execute("pragma user_version").fetchone()[0] == 1
+    assert raw.execute("select count(*) from sqlite_master where name = 'half'").fetchone()[0] == 0
+
+
+async def test_newer_database_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    sqlite3.connect(path).execute("pragma user_version = 99")
+    conn = await db.connect(path)
+    try:
+        with pytest.raises(ConfigError, match="newer than this keysvc supports"):
+            await db.migrate(conn)
+    finally:
+        await conn.close()
+
+
+def test_pepper_file_created_private_and_reused(tmp_path: Path) -> None:
+    path = tmp_path / "k.db.pepper"
+    first = load_pepper(None, path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert len(first) >= 32
+    assert load_pepper(None, path) == first
+    assert load_pepper(b"x" * 40, path) == b"x" * 40
+
+
+async def test_wrong_pepper_is_refused(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "k.db")
+    try:
+        await store.check_pepper("one")
+        await store.check_pepper("one")
+        with pytest.raises(ConfigError, match="pepper does not match"):
+            await store.check_pepper("two")
+    finally:
+        await store.close()
+
+
+async def test_database_and_wal_hold_no_credentials(
+    client: Client, admin: Creds, settings: Settings
+) -> None:
+    """Read the raw files while the app is running (so the WAL still has the writes)."""
+    plain: list[str] = [admin.key_id, admin.secret]
+    for n in range(5):
+        result = await create(client, admin, {"name": f"k{n}", "roles": ["developer"]})
+        plain += [result["keyId"], result["keySecret"]]
+    own_id, own_secret = "client-chosen-key-id-77", "client-chosen-secret-77"
+    await create(
+        client,
+        admin,
+        {"name": "own", "roles": ["developer"], "hashData": hash_data(own_id, own_secret)},
+    )
+    plain += [own_id, own_secret]
+    url = f"/v1/organizations/{admin.organization_id}/keys/{admin.id}"
+    await assert_ok(await client.get(url, headers=admin.headers))
+
+    wal = Path(f"{settings.db_path}-wal")
+    assert wal.exists() and wal.stat().st_size > 0
+    blob = settings.db_path.read_bytes() + wal.read_bytes()
+    needles: list[bytes] = []
+    for value in plain:
+        digest = hashlib.sha256(value.encode()).digest()
+        needles += [value.encode(), digest, digest.hex().encode(), sha256_b64(value).encode()]
+    assert not [n for n in needles if n in blob]
+    assert settings.pepper_path.read_bytes().strip() not in blob
