@@ -4,23 +4,32 @@ Every non-public route is authenticated by ``auth_middleware``. Missing,
 malformed, unknown and wrong credentials all fail alike: one message, and
 the same hashing work, so the caller cannot tell an unknown key ID from a
 wrong secret. Only once the secret is proven does the answer say that the
-key is disabled or expired.
+key is disabled, expired, or used from an address outside its IP access list.
+
+The client address is the TCP peer. Only when the peer is a trusted proxy is
+``X-Forwarded-For`` read, right to left, skipping trusted proxies: the first
+address that is not one is the client. A forged header from anyone else
+changes nothing.
 """
 
 import base64
 import binascii
 import hmac
-from collections.abc import Awaitable, Callable, Iterable
+import ipaddress
+from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
 
+from keysvc.config import IPNetwork
 from keysvc.credentials import checksum_fails
 from keysvc.errors import Forbidden, Unauthorized
-from keysvc.state import CALLER, CLOCK, HASHER, STORE
+from keysvc.permissions import has_permission
+from keysvc.state import CALLER, CLOCK, HASHER, SETTINGS, STORE
 from keysvc.store import Key
 from keysvc.timeutil import to_minute
 
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 View = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _PUBLIC: set[View] = set()
 # Compared against when the key ID is unknown, so both failures do the same work.
@@ -68,16 +77,54 @@ async def authenticate(request: web.Request) -> Key:
     now = request.app[CLOCK]()
     if key.expire_at is not None and key.expire_at <= now:
         raise Unauthorized("key has expired")
+    if key.ip_access_list:
+        trusted = request.app[SETTINGS].trusted_proxies
+        address = client_address(request.remote, request.headers.get("X-Forwarded-For"), trusted)
+        if not address_allowed(address, key.ip_access_list):
+            raise Forbidden("client address not allowed for this key")
     minute = to_minute(now)
     if key.used_at is None or key.used_at < minute:
         await request.app[STORE].touch_used(key.id, minute)
     return key
 
 
-def has_permission(granted: Iterable[str], needed: str) -> bool:
-    """``*`` grants everything, ``ns:*`` every action of a namespace."""
-    namespace = needed.partition(":")[0]
-    return any(p == "*" or p == needed or p == f"{namespace}:*" for p in granted)
+def _address(text: str | None) -> IPAddress | None:
+    try:
+        address = ipaddress.ip_address((text or "").strip())
+    except ValueError:
+        return None
+    # An IPv4 client seen through a dual-stack socket is still that IPv4 client.
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _within(address: IPAddress, networks: Sequence[IPNetwork]) -> bool:
+    return any(address.version == net.version and address in net for net in networks)
+
+
+def client_address(
+    peer: str | None, forwarded_for: str | None, trusted: Sequence[IPNetwork]
+) -> IPAddress | None:
+    """The client's address: the peer, or behind trusted proxies the first untrusted hop."""
+    address = _address(peer)
+    if address is None or not forwarded_for or not _within(address, trusted):
+        return address
+    for hop in reversed(forwarded_for.split(",")):
+        parsed = _address(hop)
+        if parsed is None:
+            break  # a malformed hop: trust stops at the last proxy we know
+        address = parsed
+        if not _within(address, trusted):
+            break
+    return address
+
+
+def address_allowed(address: IPAddress | None, access_list: Sequence[dict[str, str]]) -> bool:
+    if address is None:
+        return False
+    networks = [ipaddress.ip_network(entry["source"]) for entry in access_list]
+    return _within(address, networks)
 
 
 def authorize(request: web.Request, organization_id: str, permission: str) -> Key:

@@ -1,7 +1,8 @@
 """The ``keysvc`` command: ``serve`` and ``bootstrap``.
 
-Settings come from flags, then KEYSVC_* environment variables, then defaults.
-A setting keysvc cannot use stops it with a one-line reason and exit code 2.
+Settings come from flags, then KEYSVC_* environment variables, then defaults
+(the table in ``keysvc.config``). A setting keysvc cannot use stops it with a
+one-line reason and exit code 2.
 """
 
 import argparse
@@ -15,35 +16,41 @@ from aiohttp import web
 
 from keysvc import keys
 from keysvc.app import create_app
-from keysvc.config import (
-    DEFAULT_DB,
-    DEFAULT_HOST,
-    DEFAULT_PORT,
-    ConfigError,
-    Settings,
-    build_settings,
-)
+from keysvc.config import OPTIONS, ConfigError, Settings, build_settings
 from keysvc.credentials import Hasher, load_pepper
 from keysvc.store import Store
 from keysvc.timeutil import utcnow
 
 SHUTDOWN_SECONDS = 5.0
+_BOOTSTRAP_FLAGS = ("db_path",)
+
+
+def _add_options(parser: argparse.ArgumentParser, only: Sequence[str] | None = None) -> None:
+    for option in OPTIONS:
+        if option.flag and (only is None or option.field in only):
+            default = option.default or "none"
+            parser.add_argument(
+                option.flag_name,
+                dest=option.field,
+                metavar=option.env.removeprefix("KEYSVC_"),
+                help=f"{option.help} (env {option.env}, default {default})",
+            )
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="keysvc", description="Self-hosted API key service.")
+    env_only = "; ".join(f"{o.env}: {o.help}" for o in OPTIONS if not o.flag)
+    parser = argparse.ArgumentParser(
+        prog="keysvc",
+        description="Self-hosted API key service.",
+        epilog=f"Environment only: {env_only}.",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    db_help = f"SQLite database file (env KEYSVC_DB, default {DEFAULT_DB})"
-
-    serve = commands.add_parser("serve", help="serve the HTTP API")
-    serve.add_argument("--db", help=db_help)
-    serve.add_argument("--host", help=f"address to bind (env KEYSVC_HOST, default {DEFAULT_HOST})")
-    serve.add_argument("--port", help=f"port to bind (env KEYSVC_PORT, default {DEFAULT_PORT})")
-
+    serve = commands.add_parser("serve", help="serve the HTTP API", epilog=parser.epilog)
+    _add_options(serve)
     boot = commands.add_parser(
         "bootstrap", help="create an organization and its first admin key; prints one JSON object"
     )
-    boot.add_argument("--db", help=db_help)
+    _add_options(boot, _BOOTSTRAP_FLAGS)
     boot.add_argument("--org-name", default="default", help="organization name (default: default)")
     boot.add_argument(
         "--if-empty",
@@ -91,10 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    flags = {o.field: getattr(args, o.field, None) for o in OPTIONS}
     try:
-        settings = build_settings(
-            db=args.db, host=getattr(args, "host", None), port=getattr(args, "port", None)
-        )
+        settings = build_settings(flags)
         if args.command == "serve":
             _serve(settings)
             return 0

@@ -1,14 +1,16 @@
 """Settings: one frozen dataclass, built from flags, then KEYSVC_* environment
-variables, then defaults. Bad values stop start-up with a one-line reason."""
+variables, then defaults. ``OPTIONS`` is the single table of settings: the CLI
+builds its flags and help from it. Bad values stop start-up with a one-line
+reason."""
 
+import ipaddress
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-DEFAULT_DB = "var/keysvc.db"
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8080
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 MAX_BODY_BYTES = 64 * 1024
 
 
@@ -18,9 +20,11 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Settings:
-    db_path: Path = Path(DEFAULT_DB)
-    host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT
+    db_path: Path = Path("var/keysvc.db")
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_keys_per_org: int = 1000
+    trusted_proxies: tuple[IPNetwork, ...] = ()
     # From KEYSVC_PEPPER; when None the pepper lives in a 0600 file beside the database.
     pepper: bytes | None = field(default=None, repr=False)
     max_body_bytes: int = MAX_BODY_BYTES
@@ -30,41 +34,99 @@ class Settings:
         return self.db_path.with_name(self.db_path.name + ".pepper")
 
 
+def _db_path(value: str) -> Path:
+    if value == ":memory:":
+        raise ConfigError("must be a file path; keysvc keeps its keys on disk")
+    return Path(value)
+
+
 def _port(value: str) -> int:
-    try:
-        port = int(value)
-    except ValueError:
-        raise ConfigError(f"port: {value!r} is not a number") from None
+    port = _int(value)
     if not 0 <= port <= 65535:
-        raise ConfigError(f"port: {port} is outside 0..65535")
+        raise ConfigError(f"{port} is outside 0..65535")
     return port
 
 
-def _pepper(value: str) -> bytes:
-    raw = value.encode()
-    if len(raw) < 32:
-        raise ConfigError("KEYSVC_PEPPER: must be at least 32 bytes")
-    return raw
+def _int(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"{value!r} is not a number") from None
+
+
+def _positive(value: str) -> int:
+    number = _int(value)
+    if number < 1:
+        raise ConfigError(f"{number} must be at least 1")
+    return number
+
+
+def _networks(value: str) -> tuple[IPNetwork, ...]:
+    networks = []
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=True))
+        except ValueError:
+            raise ConfigError(f"{item!r} is not an IP address or CIDR") from None
+    return tuple(networks)
+
+
+def _pepper(value: str) -> bytes | None:
+    if not value:
+        return None
+    if len(value.encode()) < 32:
+        raise ConfigError("must be at least 32 bytes")
+    return value.encode()
+
+
+@dataclass(frozen=True)
+class Option:
+    field: str
+    env: str
+    default: str
+    parse: Callable[[str], Any]
+    help: str
+    flag: bool = True
+
+    @property
+    def flag_name(self) -> str:
+        return "--" + self.field.removesuffix("_path").replace("_", "-")
+
+
+OPTIONS = (
+    Option("db_path", "KEYSVC_DB", "var/keysvc.db", _db_path, "SQLite database file"),
+    Option("host", "KEYSVC_HOST", "127.0.0.1", str, "address to bind"),
+    Option("port", "KEYSVC_PORT", "8080", _port, "port to bind"),
+    Option(
+        "max_keys_per_org", "KEYSVC_MAX_KEYS_PER_ORG", "1000", _positive,
+        "most keys one organization may hold",
+    ),
+    Option(
+        "trusted_proxies", "KEYSVC_TRUSTED_PROXIES", "", _networks,
+        "comma-separated CIDRs of proxies whose X-Forwarded-For is believed",
+    ),
+    Option(
+        "pepper", "KEYSVC_PEPPER", "", _pepper,
+        "secret key of the stored hashes, at least 32 bytes (default: a 0600 file <db>.pepper)",
+        flag=False,
+    ),
+)  # fmt: skip
 
 
 def build_settings(
-    *,
-    db: str | None = None,
-    host: str | None = None,
-    port: str | int | None = None,
-    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
 ) -> Settings:
-    """Flags (the keyword arguments) win over the environment, which wins over defaults."""
+    """Flags (by field name) win over the environment, which wins over defaults."""
+    flags = flags or {}
     env = os.environ if env is None else env
-    db_value = db or env.get("KEYSVC_DB") or DEFAULT_DB
-    host_value = host or env.get("KEYSVC_HOST") or DEFAULT_HOST
-    port_value = port if port is not None else env.get("KEYSVC_PORT")
-    pepper = env.get("KEYSVC_PEPPER")
-    if db_value == ":memory:":
-        raise ConfigError("db: must be a file path; keysvc keeps its keys on disk")
-    return Settings(
-        db_path=Path(db_value),
-        host=host_value,
-        port=DEFAULT_PORT if port_value in (None, "") else _port(str(port_value)),
-        pepper=_pepper(pepper) if pepper else None,
-    )
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        raw = flags.get(option.field)
+        if raw is None or raw == "":
+            raw = env.get(option.env) or option.default
+        try:
+            values[option.field] = option.parse(str(raw))
+        except ConfigError as exc:
+            name = option.flag_name.lstrip("-") if option.flag else option.env
+            raise ConfigError(f"{name}: {exc}") from None
+    return Settings(**values)

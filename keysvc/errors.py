@@ -78,3 +78,10 @@ class UnsupportedMediaType(ApiError):
 
     status = 415
     default_message = "request body must be JSON: send Content-Type: application/json"
+
+
+class PreconditionFailed(ApiError):
+    """If-Match named a version that is no longer current."""
+
+    status = 412
+    default_message = "the key has changed since you read it (If-Match does not match its ETag)"

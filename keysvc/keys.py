@@ -1,12 +1,20 @@
-"""Issuing keys: credentials chosen (generated, or the client's own through
-``hashData``), hashed, and stored with their roles in one transaction."""
+"""Key operations beyond plain SQL: choosing credentials (generated, or the
+client's own through ``hashData``), refusing to grant roles the caller does
+not hold, and the signed list cursor."""
 
+import hmac
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from keysvc.credentials import SUFFIX_LENGTH, Hasher, new_key_id, new_secret, sha256_b64
-from keysvc.store import Key, NewKey, Organization, Store
+from keysvc.errors import BadRequest, Forbidden, NotFound
+from keysvc.permissions import missing
+from keysvc.store import Key, KeyChange, KeyPage, NewKey, Organization, Role, Store
+
+NO_ROLE = "roles: a key needs at least one role: give roles or assignedRoleIds"
+BAD_CURSOR = "cursor: not a cursor from this list; start again without it"
 
 
 @dataclass(frozen=True)
@@ -18,8 +26,28 @@ class Issued:
     secret: str | None = None
 
 
+async def grantable_roles(
+    store: Store, caller: Key | None, organization_id: str, data: dict[str, Any]
+) -> list[Role]:
+    """The roles that ``data`` names, each of which the caller may grant."""
+    roles = await store.resolve_roles(
+        organization_id,
+        data.get("roles") or (),
+        [str(role_id) for role_id in data.get("assignedRoleIds") or ()],
+    )
+    if not roles:
+        raise BadRequest(NO_ROLE)
+    for role in roles:
+        lacking = None if caller is None else missing(caller.permissions, role.permissions)
+        if lacking is not None:
+            raise Forbidden(
+                f"cannot grant role {role.name}: this key lacks the permission {lacking}"
+            )
+    return roles
+
+
 def _new_key(
-    hasher: Hasher, organization_id: str, data: dict[str, Any], now: datetime
+    hasher: Hasher, organization_id: str, data: dict[str, Any], roles: list[Role], now: datetime
 ) -> tuple[NewKey, str | None, str | None]:
     hash_data = data.get("hashData")
     if hash_data is not None:
@@ -40,18 +68,50 @@ def _new_key(
         created_at=now,
         expire_at=data.get("expireAt"),
         ip_access_list=data.get("ipAccessList") or [],
-        role_names=data.get("roles") or (),
-        role_ids=[str(role_id) for role_id in data.get("assignedRoleIds") or ()],
+        role_ids=[role.id for role in roles],
     )
     return new, key_id, secret
 
 
 async def create_key(
-    store: Store, hasher: Hasher, organization_id: str, data: dict[str, Any], now: datetime
+    store: Store,
+    hasher: Hasher,
+    caller: Key,
+    organization_id: str,
+    data: dict[str, Any],
+    now: datetime,
+    max_keys: int,
 ) -> Issued:
     """Store a key from a validated create body."""
-    new, key_id, secret = _new_key(hasher, organization_id, data, now)
-    return Issued(await store.create_key(new), key_id, secret)
+    roles = await grantable_roles(store, caller, organization_id, data)
+    new, key_id, secret = _new_key(hasher, organization_id, data, roles, now)
+    return Issued(await store.create_key(new, max_keys), key_id, secret)
+
+
+async def update_key(
+    store: Store,
+    caller: Key,
+    organization_id: str,
+    key_id: str,
+    data: dict[str, Any],
+    if_match: Collection[str] | None,
+) -> Key:
+    """Apply a validated PATCH body; roles and ipAccessList replace."""
+    role_ids = None
+    if "roles" in data or "assignedRoleIds" in data:
+        role_ids = [r.id for r in await grantable_roles(store, caller, organization_id, data)]
+    change = KeyChange(
+        name=data.get("name"),
+        state=data.get("state"),
+        expire_at=data.get("expireAt"),
+        clear_expiry="expireAt" in data and data["expireAt"] is None,
+        ip_access_list=data.get("ipAccessList"),
+        role_ids=role_ids,
+    )
+    key = await store.update_key(organization_id, key_id, change, if_match)
+    if key is None:
+        raise NotFound("key not found in this organization")
+    return key
 
 
 async def bootstrap(
@@ -59,6 +119,29 @@ async def bootstrap(
 ) -> tuple[Organization, Issued]:
     """A new organization with a first ``admin`` key: the stand-in for a console."""
     data = {"name": f"{org_name} admin", "roles": ["admin"]}
-    new, key_id, secret = _new_key(hasher, "", data, now)
+    roles = await grantable_roles(store, None, "", data)
+    new, key_id, secret = _new_key(hasher, "", data, roles, now)
     org, key = await store.bootstrap(org_name, new)
     return org, Issued(key, key_id, secret)
+
+
+def encode_cursor(hasher: Hasher, organization_id: str, key: Key) -> str:
+    """An opaque cursor after ``key``, valid only for this organization's list."""
+    return f"{key.seq}.{hasher.sign('cursor', f'{organization_id}:{key.seq}')}"
+
+
+def decode_cursor(hasher: Hasher, organization_id: str, cursor: str | None) -> int:
+    """The position a cursor stands for; 0 for none. A forged or foreign cursor is a 400."""
+    if cursor is None:
+        return 0
+    seq, _, mac = cursor.partition(".")
+    if not seq.isdigit() or len(seq) > 18:
+        raise BadRequest(BAD_CURSOR)
+    expected = hasher.sign("cursor", f"{organization_id}:{int(seq)}")
+    if not hmac.compare_digest(expected.encode(), mac.encode()):
+        raise BadRequest(BAD_CURSOR)
+    return int(seq)
+
+
+def next_cursor(hasher: Hasher, organization_id: str, page: KeyPage) -> str | None:
+    return encode_cursor(hasher, organization_id, page.keys[-1]) if page.more else None

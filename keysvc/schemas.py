@@ -7,7 +7,9 @@ schemas follow the upstream OpenAPI document field for field.
 """
 
 import ipaddress
+import re
 import unicodedata
+import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +18,7 @@ from marshmallow import Schema, ValidationError, fields, post_dump, validate, va
 
 from keysvc.credentials import SUFFIX_LENGTH, is_sha256_b64
 from keysvc.errors import BadRequest
+from keysvc.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.timeutil import to_text
 
 LEGACY_ROLES = ("admin", "developer", "query_endpoints")
@@ -24,6 +27,13 @@ MAX_NAME = 255
 MAX_DESCRIPTION = 255
 MAX_IP_ENTRIES = 100
 MAX_ROLE_IDS = 100
+MAX_PERMISSIONS = 100
+MAX_ACTORS = 1000
+MAX_PAGE = 250
+ACTOR_PREFIX = "apiKey/"
+
+
+_UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def _has_control(value: str) -> bool:
@@ -120,23 +130,22 @@ class HashDataSchema(Schema):
     keySecretHash = fields.String(required=True, validate=_sha256_b64)
 
 
-class CreateKeySchema(Schema):
-    """The create-key body. ``now`` is the clock reading that expireAt must be after."""
+class _KeyFieldsSchema(Schema):
+    """Fields that create and PATCH share. ``now`` is the clock reading that
+    expireAt must be after."""
 
-    name = Name(required=True)
+    name = Name()
     expireAt = ExpireAt()
     state = fields.String(
-        load_default="enabled",
         validate=validate.OneOf(KEY_STATES, error="must be one of: enabled, disabled"),
     )
-    hashData = fields.Nested(HashDataSchema)
     roles = fields.List(
         fields.String(
             validate=validate.OneOf(
                 LEGACY_ROLES, error="must be one of: " + ", ".join(LEGACY_ROLES)
             )
         ),
-        validate=validate.Length(min=1, error="must contain at least 1 element"),
+        metadata={"deprecated": True},
     )
     assignedRoleIds = fields.List(
         fields.UUID(error_messages={"invalid_uuid": "must be a role UUID"}),
@@ -155,6 +164,104 @@ class CreateKeySchema(Schema):
     def _in_future(self, value: datetime | None, data_key: str) -> None:
         if value is not None and value <= self.now:
             raise ValidationError("must be in the future")
+
+
+class CreateKeySchema(_KeyFieldsSchema):
+    """The create-key body."""
+
+    name = Name(required=True)
+    state = fields.String(
+        load_default="enabled",
+        validate=validate.OneOf(KEY_STATES, error="must be one of: enabled, disabled"),
+    )
+    hashData = fields.Nested(HashDataSchema)
+    roles = fields.List(
+        fields.String(
+            validate=validate.OneOf(
+                LEGACY_ROLES, error="must be one of: " + ", ".join(LEGACY_ROLES)
+            )
+        ),
+        validate=validate.Length(min=1, error="must contain at least 1 element"),
+        metadata={"deprecated": True},
+    )
+
+
+class PatchKeySchema(_KeyFieldsSchema):
+    """The PATCH body: every field optional; roles and ipAccessList replace."""
+
+
+class ListKeysQuerySchema(Schema):
+    limit = fields.Integer(
+        load_default=MAX_PAGE,
+        strict=False,
+        validate=validate.Range(1, MAX_PAGE, error="must be an integer from {min} to {max}"),
+        error_messages={"invalid": f"must be an integer from 1 to {MAX_PAGE}"},
+    )
+    cursor = fields.String()
+
+
+def _permission(value: str) -> None:
+    if len(value) > MAX_PERMISSION_LENGTH or not PERMISSION.fullmatch(value):
+        raise ValidationError(
+            "must be *, namespace:* or namespace:action in lowercase, such as reports:read"
+        )
+
+
+def _actor(value: str) -> None:
+    rest = value.removeprefix(ACTOR_PREFIX)
+    if rest == value or not _UUID_TEXT.fullmatch(rest):
+        raise ValidationError("must be apiKey/<key UUID>; keysvc has no users")
+
+
+def _star_only(value: list[str]) -> None:
+    if value != ["*"]:
+        raise ValidationError('keysvc grants permissions on every resource: use ["*"]')
+
+
+def _no_tags(value: dict[str, Any]) -> None:
+    if value:
+        raise ValidationError("are not supported by keysvc")
+
+
+class PolicySchema(Schema):
+    """An upstream policy. keysvc roles only grant, on every resource."""
+
+    allowDeny = fields.String(
+        required=True,
+        validate=validate.OneOf(["ALLOW"], error="only ALLOW is supported: keysvc roles grant"),
+    )
+    permissions = fields.List(
+        fields.String(validate=_permission),
+        required=True,
+        validate=validate.Length(max=MAX_PERMISSIONS, error="must have at most {max} entries"),
+    )
+    resources = fields.List(fields.String(), required=True, validate=_star_only)
+    tags = fields.Dict(validate=_no_tags)
+
+
+class _RoleFieldsSchema(Schema):
+    name = Name()
+    permissions = fields.List(
+        fields.String(validate=_permission),
+        validate=validate.Length(max=MAX_PERMISSIONS, error="must have at most {max} entries"),
+        metadata={"description": "keysvc addition: the permissions the role grants"},
+    )
+    policies = fields.List(
+        fields.Nested(PolicySchema),
+        validate=validate.Length(max=MAX_PERMISSIONS, error="must have at most {max} entries"),
+    )
+    actors = fields.List(
+        fields.String(validate=_actor),
+        validate=validate.Length(max=MAX_ACTORS, error="must have at most {max} entries"),
+    )
+
+
+class CreateRoleSchema(_RoleFieldsSchema):
+    name = Name(required=True)
+
+
+class UpdateRoleSchema(_RoleFieldsSchema):
+    """Every field optional; permissions/policies and actors replace."""
 
 
 class AssignedRoleSchema(Schema):
@@ -184,6 +291,50 @@ class ApiKeySchema(Schema):
         if data.get("usedAt") is None:
             data.pop("usedAt", None)
         return data
+
+
+class PolicyOutSchema(Schema):
+    id = fields.String()
+    roleId = fields.String()
+    tenantId = fields.String()
+    allowDeny = fields.String()
+    permissions = fields.List(fields.String())
+    resources = fields.List(fields.String())
+
+
+class RoleSchema(Schema):
+    """Upstream's RBACRole, plus keysvc's flat ``permissions``."""
+
+    id = fields.String(attribute="role.id")
+    tenantId = fields.Function(lambda d: f"organization/{d.organization_id}")
+    ownerId = fields.Function(lambda d: f"organization/{d.organization_id}")
+    name = fields.String(attribute="role.name")
+    type = fields.String(attribute="role.type")
+    actors = fields.Function(lambda d: [ACTOR_PREFIX + key_id for key_id in d.actors])
+    policies = fields.Function(lambda d: [PolicyOutSchema().dump(_policy(d))])
+    permissions = fields.List(fields.String(), attribute="role.permissions")
+    createdAt = Timestamp(attribute="role.created_at")
+    updatedAt = Timestamp(attribute="role.updated_at")
+
+
+def _policy(detail: Any) -> dict[str, Any]:
+    return {
+        # One ALLOW policy per role, so its ID can be derived rather than stored.
+        "id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"keysvc:policy:{detail.role.id}")),
+        "roleId": detail.role.id,
+        "tenantId": f"organization/{detail.organization_id}",
+        "allowDeny": "ALLOW",
+        "permissions": list(detail.role.permissions),
+        "resources": ["*"],
+    }
+
+
+class WhoAmISchema(Schema):
+    id = fields.String()
+    name = fields.String()
+    organizationId = fields.String(attribute="organization_id")
+    assignedRoles = fields.List(fields.Nested(AssignedRoleSchema), attribute="roles")
+    permissions = fields.Function(lambda key: sorted(key.permissions))
 
 
 class CreateKeyResultSchema(Schema):

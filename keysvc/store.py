@@ -3,14 +3,16 @@
 Two connections: one writer, guarded by a lock so that each write runs in its
 own ``BEGIN IMMEDIATE`` transaction, and one reader, which in WAL mode sees
 only committed data. The store returns dataclasses, never cursors, and knows
-nothing of HTTP beyond raising keysvc's own errors.
+nothing of HTTP beyond raising keysvc's own errors. Lists of IDs are passed
+as one JSON parameter and expanded with ``json_each``, so no SQL is ever built.
 """
 
 import asyncio
+import hashlib
 import json
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -20,7 +22,7 @@ import aiosqlite
 
 from keysvc import db
 from keysvc.config import ConfigError
-from keysvc.errors import BadRequest, Conflict
+from keysvc.errors import BadRequest, Conflict, PreconditionFailed
 from keysvc.timeutil import from_text, to_text
 
 
@@ -30,6 +32,17 @@ class Role:
     name: str
     type: str
     permissions: tuple[str, ...]
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class RoleDetail:
+    """A role as seen from one organization, with the keys that hold it there."""
+
+    role: Role
+    organization_id: str
+    actors: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -42,6 +55,7 @@ class Organization:
 @dataclass(frozen=True)
 class Key:
     id: str
+    seq: int
     organization_id: str
     name: str
     state: str
@@ -55,6 +69,19 @@ class Key:
     @property
     def permissions(self) -> frozenset[str]:
         return frozenset(p for role in self.roles for p in role.permissions)
+
+    @property
+    def etag(self) -> str:
+        """A strong ETag of what a PATCH can change (usedAt moves on its own)."""
+        state = [
+            self.name,
+            self.state,
+            to_text(self.expire_at) if self.expire_at else None,
+            self.ip_access_list,
+            [(role.id, role.name) for role in self.roles],
+        ]
+        digest = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
+        return f'"{digest[:20]}"'
 
 
 @dataclass(frozen=True)
@@ -76,25 +103,72 @@ class NewKey:
     created_at: datetime
     expire_at: datetime | None = None
     ip_access_list: list[dict[str, str]] = field(default_factory=list)
-    role_names: Sequence[str] = ()
     role_ids: Sequence[str] = ()
 
 
+@dataclass(frozen=True)
+class KeyChange:
+    """A PATCH, already validated: None means "leave as it is"."""
+
+    name: str | None = None
+    state: str | None = None
+    expire_at: datetime | None = None
+    clear_expiry: bool = False
+    ip_access_list: list[dict[str, str]] | None = None
+    role_ids: Sequence[str] | None = None
+
+
+@dataclass(frozen=True)
+class KeyPage:
+    keys: list[Key]
+    more: bool
+    total: int
+
+
 _KEY_BY_ID = """
-    select id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
-           ip_access_list
-    from api_keys where id = ?
-"""
-_KEY_IN_ORG = """
-    select id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
+    select seq, id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
            ip_access_list
     from api_keys where id = ? and organization_id = ?
 """
+_KEY_PAGE = """
+    select seq, id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
+           ip_access_list
+    from api_keys where organization_id = ? and seq > ? order by seq limit ?
+"""
 _CREDENTIAL = """
-    select id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
+    select seq, id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
            ip_access_list, secret_hash
     from api_keys where key_id_hash = ?
 """
+_ROLES_OF_KEYS = """
+    select kr.key_id, r.id, r.name, r.type, r.permissions, r.created_at, r.updated_at
+    from key_roles kr join roles r on r.id = kr.role_id
+    where kr.key_id in (select value from json_each(?))
+    order by r.type = 'custom', r.name
+"""
+# A role is visible in an organization if it is a system role or that organization's own.
+_ROLES_IN_ORG = """
+    select id, name, type, permissions, created_at, updated_at from roles
+    where (organization_id is null or organization_id = ?)
+    order by type = 'custom', name
+"""
+_ROLE_IN_ORG = """
+    select id, name, type, permissions, created_at, updated_at from roles
+    where (organization_id is null or organization_id = ?) and id = ?
+"""
+_ROLE_NAMED_IN_ORG = """
+    select id from roles where (organization_id is null or organization_id = ?) and name = ?
+"""
+_ROLES_WITH_IDS_IN_ORG = """
+    select id, name, type, permissions, created_at, updated_at from roles
+    where (organization_id is null or organization_id = ?)
+      and id in (select value from json_each(?))
+"""
+_SYSTEM_ROLES_NAMED = """
+    select id, name, type, permissions, created_at, updated_at from roles
+    where organization_id is null and name in (select value from json_each(?))
+"""
+_COUNT_KEYS = "select count(*) from api_keys where organization_id = ?"
 
 
 class Store:
@@ -157,21 +231,74 @@ class Store:
             key = await _insert_key(conn, replace(new, organization_id=org.id))
         return org, key
 
-    async def create_key(self, new: NewKey) -> Key:
+    # Keys
+
+    async def create_key(self, new: NewKey, max_keys: int) -> Key:
         async with self._transaction() as conn:
+            count = await _one(conn, _COUNT_KEYS, (new.organization_id,))
+            if count is not None and count[0] >= max_keys:
+                raise Conflict(f"this organization has reached its limit of {max_keys} keys")
             return await _insert_key(conn, new)
 
     async def get_key(self, organization_id: str, key_id: str) -> Key | None:
-        row = await _one(self._reader, _KEY_IN_ORG, (key_id, organization_id))
-        return None if row is None else await _key_from_row(self._reader, row)
+        return await _get_key(self._reader, organization_id, key_id)
+
+    async def list_keys(self, organization_id: str, after_seq: int, limit: int) -> KeyPage:
+        """Keys oldest first, after ``after_seq``: a keyset page, as cheap at page N as page 1."""
+        rows = await _all(self._reader, _KEY_PAGE, (organization_id, after_seq, limit + 1))
+        keys = await _keys_from_rows(self._reader, rows[:limit])
+        total = await _one(self._reader, _COUNT_KEYS, (organization_id,))
+        return KeyPage(keys=keys, more=len(rows) > limit, total=total[0] if total else 0)
+
+    async def update_key(
+        self,
+        organization_id: str,
+        key_id: str,
+        change: KeyChange,
+        if_match: Collection[str] | None = None,
+    ) -> Key | None:
+        """Apply ``change``; with ``if_match``, only if the key's ETag is among them."""
+        async with self._transaction() as conn:
+            current = await _get_key(conn, organization_id, key_id)
+            if current is None:
+                return None
+            if if_match is not None and "*" not in if_match and current.etag not in if_match:
+                raise PreconditionFailed()
+            expire_at = None if change.clear_expiry else change.expire_at or current.expire_at
+            await conn.execute(
+                "update api_keys set name = ?, state = ?, expire_at = ?, ip_access_list = ?"
+                " where id = ?",
+                (
+                    change.name or current.name,
+                    change.state or current.state,
+                    to_text(expire_at) if expire_at else None,
+                    json.dumps(
+                        current.ip_access_list
+                        if change.ip_access_list is None
+                        else change.ip_access_list
+                    ),
+                    key_id,
+                ),
+            )
+            if change.role_ids is not None:
+                await conn.execute("delete from key_roles where key_id = ?", (key_id,))
+                await _insert_key_roles(conn, key_id, change.role_ids)
+            return await _get_key(conn, organization_id, key_id)
+
+    async def delete_key(self, organization_id: str, key_id: str) -> bool:
+        async with self._transaction() as conn:
+            cursor = await conn.execute(
+                "delete from api_keys where id = ? and organization_id = ?",
+                (key_id, organization_id),
+            )
+            return cursor.rowcount > 0
 
     async def find_credential(self, key_id_hash: bytes) -> Credential | None:
         row = await _one(self._reader, _CREDENTIAL, (key_id_hash,))
         if row is None:
             return None
-        return Credential(
-            key=await _key_from_row(self._reader, row), secret_hash=row["secret_hash"]
-        )
+        (key,) = await _keys_from_rows(self._reader, [row])
+        return Credential(key=key, secret_hash=row["secret_hash"])
 
     async def touch_used(self, key_id: str, minute: datetime) -> None:
         """Set usedAt to ``minute`` unless it is already there (at most one write a minute)."""
@@ -181,6 +308,108 @@ class Store:
                 "update api_keys set used_at = ? where id = ? and (used_at is null or used_at < ?)",
                 (text, key_id, text),
             )
+
+    # Roles
+
+    async def resolve_roles(
+        self, organization_id: str, names: Sequence[str], ids: Sequence[str]
+    ) -> list[Role]:
+        """The roles for legacy system-role names and role UUIDs of this organization."""
+        by_name = await _all(self._reader, _SYSTEM_ROLES_NAMED, (json.dumps(list(names)),))
+        by_id = await _all(
+            self._reader, _ROLES_WITH_IDS_IN_ORG, (organization_id, json.dumps(list(ids)))
+        )
+        found = {row["id"] for row in by_id}
+        missing = [role_id for role_id in ids if role_id not in found]
+        if missing:
+            raise BadRequest(f"assignedRoleIds: no role {missing[0]} in this organization")
+        roles = {row["id"]: _role(row) for row in [*by_name, *by_id]}
+        return list(roles.values())
+
+    async def list_roles(self, organization_id: str) -> list[RoleDetail]:
+        rows = await _all(self._reader, _ROLES_IN_ORG, (organization_id,))
+        return [await _role_detail(self._reader, organization_id, row) for row in rows]
+
+    async def get_role(self, organization_id: str, role_id: str) -> RoleDetail | None:
+        return await _get_role(self._reader, organization_id, role_id)
+
+    async def create_role(
+        self,
+        organization_id: str,
+        name: str,
+        permissions: Sequence[str],
+        actors: Sequence[str],
+        now: datetime,
+    ) -> RoleDetail:
+        role_id = str(uuid.uuid4())
+        async with self._transaction() as conn:
+            await _check_role_name(conn, organization_id, name)
+            await conn.execute(
+                "insert into roles (id, organization_id, name, type, permissions, created_at,"
+                " updated_at) values (?, ?, ?, 'custom', ?, ?, ?)",
+                (
+                    role_id,
+                    organization_id,
+                    name,
+                    json.dumps(list(permissions)),
+                    to_text(now),
+                    to_text(now),
+                ),
+            )
+            await _set_actors(conn, organization_id, role_id, actors)
+            detail = await _get_role(conn, organization_id, role_id)
+        assert detail is not None
+        return detail
+
+    async def update_role(
+        self,
+        organization_id: str,
+        role_id: str,
+        now: datetime,
+        name: str | None = None,
+        permissions: Sequence[str] | None = None,
+        actors: Sequence[str] | None = None,
+    ) -> RoleDetail | None:
+        """Change a custom role of this organization; None if there is no such role."""
+        async with self._transaction() as conn:
+            current = await _get_role(conn, organization_id, role_id)
+            if current is None or current.role.type != "custom":
+                return None
+            if name is not None and name != current.role.name:
+                await _check_role_name(conn, organization_id, name)
+            await conn.execute(
+                "update roles set name = ?, permissions = ?, updated_at = ? where id = ?",
+                (
+                    name or current.role.name,
+                    json.dumps(
+                        list(current.role.permissions if permissions is None else permissions)
+                    ),
+                    to_text(now),
+                    role_id,
+                ),
+            )
+            if actors is not None:
+                await _set_actors(conn, organization_id, role_id, actors)
+            return await _get_role(conn, organization_id, role_id)
+
+    async def delete_role(self, organization_id: str, role_id: str) -> bool:
+        """Delete a custom role that no key holds; False if there is no such role."""
+        async with self._transaction() as conn:
+            holders = await _one(
+                conn, "select count(*) from key_roles where role_id = ?", (role_id,)
+            )
+            cursor = await conn.execute(
+                "select 1 from roles where id = ? and organization_id = ?",
+                (role_id, organization_id),
+            )
+            exists = await cursor.fetchone() is not None
+            await cursor.close()
+            if not exists:
+                return False
+            if holders and holders[0]:
+                raise Conflict(f"role is assigned to {holders[0]} key(s); unassign it first")
+            await conn.execute("delete from roles where id = ?", (role_id,))
+            return True
 
 
 async def _one(
@@ -202,67 +431,53 @@ def _role(row: sqlite3.Row) -> Role:
         name=row["name"],
         type=row["type"],
         permissions=tuple(json.loads(row["permissions"])),
-    )
-
-
-async def _roles_of(conn: aiosqlite.Connection, key_id: str) -> tuple[Role, ...]:
-    rows = await _all(
-        conn,
-        "select r.id, r.name, r.type, r.permissions from key_roles kr"
-        " join roles r on r.id = kr.role_id"
-        " where kr.key_id = ? order by r.type = 'custom', r.name",
-        (key_id,),
-    )
-    return tuple(_role(row) for row in rows)
-
-
-async def _key_from_row(conn: aiosqlite.Connection, row: sqlite3.Row) -> Key:
-    return Key(
-        id=row["id"],
-        organization_id=row["organization_id"],
-        name=row["name"],
-        state=row["state"],
-        key_suffix=row["key_suffix"],
         created_at=from_text(row["created_at"]),
-        expire_at=from_text(row["expire_at"]) if row["expire_at"] else None,
-        used_at=from_text(row["used_at"]) if row["used_at"] else None,
-        ip_access_list=json.loads(row["ip_access_list"]),
-        roles=await _roles_of(conn, row["id"]),
+        updated_at=from_text(row["updated_at"]),
     )
 
 
-async def _resolve_roles(
-    conn: aiosqlite.Connection, organization_id: str, names: Sequence[str], ids: Sequence[str]
-) -> list[str]:
-    """The role IDs for legacy names and role UUIDs, checked against the organization."""
-    resolved: list[str] = []
-    if names:
-        rows = await _all(
-            conn,
-            "select id from roles where organization_id is null"
-            " and name in (select value from json_each(?))",
-            (json.dumps(list(names)),),
+async def _keys_from_rows(conn: aiosqlite.Connection, rows: Sequence[sqlite3.Row]) -> list[Key]:
+    """Keys with their roles, read with one query for the whole batch."""
+    roles: dict[str, list[Role]] = {row["id"]: [] for row in rows}
+    if rows:
+        for role_row in await _all(conn, _ROLES_OF_KEYS, (json.dumps(list(roles)),)):
+            roles[role_row["key_id"]].append(_role(role_row))
+    return [
+        Key(
+            id=row["id"],
+            seq=row["seq"],
+            organization_id=row["organization_id"],
+            name=row["name"],
+            state=row["state"],
+            key_suffix=row["key_suffix"],
+            created_at=from_text(row["created_at"]),
+            expire_at=from_text(row["expire_at"]) if row["expire_at"] else None,
+            used_at=from_text(row["used_at"]) if row["used_at"] else None,
+            ip_access_list=json.loads(row["ip_access_list"]),
+            roles=tuple(roles[row["id"]]),
         )
-        resolved.extend(row["id"] for row in rows)
-    if ids:
-        rows = await _all(
-            conn,
-            "select id from roles where id in (select value from json_each(?))"
-            " and (organization_id is null or organization_id = ?)",
-            (json.dumps(list(ids)), organization_id),
+        for row in rows
+    ]
+
+
+async def _get_key(conn: aiosqlite.Connection, organization_id: str, key_id: str) -> Key | None:
+    row = await _one(conn, _KEY_BY_ID, (key_id, organization_id))
+    return None if row is None else (await _keys_from_rows(conn, [row]))[0]
+
+
+async def _insert_key_roles(
+    conn: aiosqlite.Connection, key_id: str, role_ids: Sequence[str]
+) -> None:
+    try:
+        await conn.executemany(
+            "insert into key_roles (key_id, role_id) values (?, ?)",
+            [(key_id, role_id) for role_id in dict.fromkeys(role_ids)],
         )
-        found = {row["id"] for row in rows}
-        missing = [role_id for role_id in ids if role_id not in found]
-        if missing:
-            raise BadRequest(f"assignedRoleIds: no role {missing[0]} in this organization")
-        resolved.extend(ids)
-    return list(dict.fromkeys(resolved))
+    except sqlite3.IntegrityError:
+        raise Conflict("a role was deleted while this request ran; try again") from None
 
 
 async def _insert_key(conn: aiosqlite.Connection, new: NewKey) -> Key:
-    role_ids = await _resolve_roles(conn, new.organization_id, new.role_names, new.role_ids)
-    if not role_ids:
-        raise BadRequest("roles: a key needs at least one role: give roles or assignedRoleIds")
     key_id = str(uuid.uuid4())
     try:
         await conn.execute(
@@ -286,10 +501,67 @@ async def _insert_key(conn: aiosqlite.Connection, new: NewKey) -> Key:
         if "key_id_hash" in str(exc):
             raise Conflict("hashData.keyIdHash: a key with this key ID already exists") from None
         raise
-    await conn.executemany(
-        "insert into key_roles (key_id, role_id) values (?, ?)",
-        [(key_id, role_id) for role_id in role_ids],
+    await _insert_key_roles(conn, key_id, new.role_ids)
+    key = await _get_key(conn, new.organization_id, key_id)
+    assert key is not None
+    return key
+
+
+async def _role_detail(
+    conn: aiosqlite.Connection, organization_id: str, row: sqlite3.Row
+) -> RoleDetail:
+    actors = await _all(
+        conn,
+        "select k.id from key_roles kr join api_keys k on k.id = kr.key_id"
+        " where kr.role_id = ? and k.organization_id = ? order by k.seq",
+        (row["id"], organization_id),
     )
-    row = await _one(conn, _KEY_BY_ID, (key_id,))
-    assert row is not None
-    return await _key_from_row(conn, row)
+    return RoleDetail(_role(row), organization_id, tuple(a["id"] for a in actors))
+
+
+async def _get_role(
+    conn: aiosqlite.Connection, organization_id: str, role_id: str
+) -> RoleDetail | None:
+    row = await _one(conn, _ROLE_IN_ORG, (organization_id, role_id))
+    return None if row is None else await _role_detail(conn, organization_id, row)
+
+
+async def _check_role_name(conn: aiosqlite.Connection, organization_id: str, name: str) -> None:
+    taken = await _one(conn, _ROLE_NAMED_IN_ORG, (organization_id, name))
+    if taken is not None:
+        raise Conflict(f"name: a role named {name!r} already exists in this organization")
+
+
+async def _set_actors(
+    conn: aiosqlite.Connection, organization_id: str, role_id: str, key_ids: Sequence[str]
+) -> None:
+    """Make exactly ``key_ids`` hold the role; no key may be left without a role."""
+    wanted = list(dict.fromkeys(key_ids))
+    found = await _all(
+        conn,
+        "select id from api_keys where organization_id = ?"
+        " and id in (select value from json_each(?))",
+        (organization_id, json.dumps(wanted)),
+    )
+    missing = set(wanted) - {row["id"] for row in found}
+    if missing:
+        raise BadRequest(f"actors: no key {sorted(missing)[0]} in this organization")
+    stranded = await _one(
+        conn,
+        "select kr.key_id from key_roles kr where kr.role_id = ?"
+        " and kr.key_id not in (select value from json_each(?))"
+        " and not exists (select 1 from key_roles other"
+        "                 where other.key_id = kr.key_id and other.role_id != kr.role_id)",
+        (role_id, json.dumps(wanted)),
+    )
+    if stranded is not None:
+        raise Conflict(f"actors: key {stranded['key_id']} would be left with no role")
+    await conn.execute(
+        "delete from key_roles where role_id = ?"
+        " and key_id not in (select value from json_each(?))",
+        (role_id, json.dumps(wanted)),
+    )
+    await conn.executemany(
+        "insert or ignore into key_roles (key_id, role_id) values (?, ?)",
+        [(key_id, role_id) for key_id in wanted],
+    )

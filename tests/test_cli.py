@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from keysvc.config import DEFAULT_DB, ConfigError, build_settings
+from keysvc.config import ConfigError, build_settings
 from tests.helpers import basic
 from tests.server import Server, bootstrap, keysvc
 
@@ -15,10 +15,19 @@ from tests.server import Server, bootstrap, keysvc
 def test_flags_win_over_env_over_defaults() -> None:
     env = {"KEYSVC_DB": "/env.db", "KEYSVC_HOST": "0.0.0.0", "KEYSVC_PORT": "9000"}
     defaults = build_settings(env={})
-    assert (str(defaults.db_path), defaults.host, defaults.port) == (DEFAULT_DB, "127.0.0.1", 8080)
+    assert (str(defaults.db_path), defaults.host, defaults.port) == (
+        "var/keysvc.db",
+        "127.0.0.1",
+        8080,
+    )
+    assert (defaults.max_keys_per_org, defaults.trusted_proxies, defaults.pepper) == (
+        1000,
+        (),
+        None,
+    )
     from_env = build_settings(env=env)
     assert (str(from_env.db_path), from_env.host, from_env.port) == ("/env.db", "0.0.0.0", 9000)
-    flags = build_settings(db="/flag.db", host="::1", port="9100", env=env)
+    flags = build_settings({"db_path": "/flag.db", "host": "::1", "port": "9100"}, env=env)
     assert (str(flags.db_path), flags.host, flags.port) == ("/flag.db", "::1", 9100)
 
 
@@ -28,6 +37,11 @@ def test_flags_win_over_env_over_defaults() -> None:
         ({"KEYSVC_PORT": "eighty"}, "port: 'eighty' is not a number"),
         ({"KEYSVC_PORT": "70000"}, "port: 70000 is outside 0..65535"),
         ({"KEYSVC_PEPPER": "short"}, "KEYSVC_PEPPER: must be at least 32 bytes"),
+        ({"KEYSVC_MAX_KEYS_PER_ORG": "0"}, "max-keys-per-org: 0 must be at least 1"),
+        (
+            {"KEYSVC_TRUSTED_PROXIES": "10.0.0.1/8"},
+            "trusted-proxies: '10.0.0.1/8' is not an IP address or CIDR",
+        ),
         ({"KEYSVC_DB": ":memory:"}, "db: must be a file path; keysvc keeps its keys on disk"),
     ],
 )

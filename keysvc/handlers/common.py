@@ -31,6 +31,16 @@ def path_uuid(request: web.Request, name: str) -> str:
     return value
 
 
+def query(request: web.Request) -> dict[str, str]:
+    """The query string as a plain dict; a parameter given twice is a 400."""
+    result: dict[str, str] = {}
+    for name, value in request.query.items():
+        if name in result:
+            raise BadRequest(f"{name[:64]}: given more than once")
+        result[name] = value
+    return result
+
+
 class _DuplicateKey(ValueError):
     pass
 

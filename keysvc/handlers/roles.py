@@ -1,0 +1,67 @@
+"""Role views: the organization's system and custom roles."""
+
+from aiohttp import web
+
+from keysvc import roles
+from keysvc.auth import authorize
+from keysvc.errors import NotFound
+from keysvc.handlers.common import ok, path_uuid, read_json_object
+from keysvc.schemas import CreateRoleSchema, RoleSchema, UpdateRoleSchema, load
+from keysvc.state import CLOCK, STORE
+
+routes = web.RouteTableDef()
+ROLES = "/v1/organizations/{organizationId}/roles"
+ROLE = ROLES + "/{roleId}"
+
+_role = RoleSchema()
+_roles = RoleSchema(many=True)
+_create = CreateRoleSchema()
+_update = UpdateRoleSchema()
+
+
+@routes.get(ROLES)
+async def list_roles(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    authorize(request, organization_id, "roles:read")
+    return ok(request, _roles.dump(await request.app[STORE].list_roles(organization_id)))
+
+
+@routes.post(ROLES)
+async def create_role(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    caller = authorize(request, organization_id, "roles:write")
+    data = load(_create, await read_json_object(request))
+    detail = await roles.create_role(
+        request.app[STORE], caller, organization_id, data, request.app[CLOCK]()
+    )
+    return ok(request, _role.dump(detail))
+
+
+@routes.get(ROLE)
+async def get_role(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    authorize(request, organization_id, "roles:read")
+    detail = await request.app[STORE].get_role(organization_id, path_uuid(request, "roleId"))
+    if detail is None:
+        raise NotFound(roles.NOT_FOUND)
+    return ok(request, _role.dump(detail))
+
+
+@routes.patch(ROLE)
+async def update_role(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    caller = authorize(request, organization_id, "roles:write")
+    role_id = path_uuid(request, "roleId")
+    data = load(_update, await read_json_object(request))
+    detail = await roles.update_role(
+        request.app[STORE], caller, organization_id, role_id, data, request.app[CLOCK]()
+    )
+    return ok(request, _role.dump(detail))
+
+
+@routes.delete(ROLE)
+async def delete_role(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    authorize(request, organization_id, "roles:write")
+    await roles.delete_role(request.app[STORE], organization_id, path_uuid(request, "roleId"))
+    return ok(request)

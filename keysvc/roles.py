@@ -1,0 +1,87 @@
+"""Custom roles: what a role body grants, and who may grant it.
+
+A role's permissions come from keysvc's flat ``permissions`` and from the
+upstream ``policies`` (ALLOW only), merged. Nobody can create or widen a
+role beyond the permissions their own key holds, and assigning a role to
+keys through ``actors`` also needs ``keys:update``. System roles never change.
+"""
+
+from datetime import datetime
+from typing import Any
+
+from keysvc.errors import Forbidden, NotFound
+from keysvc.permissions import has_permission, missing
+from keysvc.schemas import ACTOR_PREFIX
+from keysvc.store import Key, RoleDetail, Store
+
+NOT_FOUND = "role not found in this organization"
+SYSTEM = "system roles cannot be changed or deleted"
+
+
+def _permissions(data: dict[str, Any]) -> list[str] | None:
+    if "permissions" not in data and "policies" not in data:
+        return None
+    merged = list(data.get("permissions") or [])
+    for policy in data.get("policies") or []:
+        merged.extend(policy["permissions"])
+    return list(dict.fromkeys(merged))
+
+
+def _actors(caller: Key, data: dict[str, Any]) -> list[str] | None:
+    if "actors" not in data:
+        return None
+    if not has_permission(caller.permissions, "keys:update"):
+        raise Forbidden("assigning a role to keys needs the permission keys:update")
+    return [actor.removeprefix(ACTOR_PREFIX) for actor in data["actors"]]
+
+
+def _check_grantable(caller: Key, permissions: list[str] | None) -> None:
+    lacking = None if permissions is None else missing(caller.permissions, permissions)
+    if lacking is not None:
+        raise Forbidden(f"cannot grant the permission {lacking}: this key lacks it")
+
+
+async def create_role(
+    store: Store, caller: Key, organization_id: str, data: dict[str, Any], now: datetime
+) -> RoleDetail:
+    permissions = _permissions(data) or []
+    _check_grantable(caller, permissions)
+    actors = _actors(caller, data) or []
+    return await store.create_role(organization_id, data["name"], permissions, actors, now)
+
+
+async def update_role(
+    store: Store,
+    caller: Key,
+    organization_id: str,
+    role_id: str,
+    data: dict[str, Any],
+    now: datetime,
+) -> RoleDetail:
+    current = await _custom_role(store, organization_id, role_id)
+    permissions = _permissions(data)
+    actors = _actors(caller, data)
+    # Handing the role to keys grants what it holds, so that needs holding too.
+    effective = list(current.role.permissions) if permissions is None else permissions
+    _check_grantable(caller, effective if actors is not None else permissions)
+    updated = await store.update_role(
+        organization_id, role_id, now, data.get("name"), permissions, actors
+    )
+    if updated is None:
+        raise NotFound(NOT_FOUND)
+    return updated
+
+
+async def delete_role(store: Store, organization_id: str, role_id: str) -> None:
+    await _custom_role(store, organization_id, role_id)
+    if not await store.delete_role(organization_id, role_id):
+        raise NotFound(NOT_FOUND)
+
+
+async def _custom_role(store: Store, organization_id: str, role_id: str) -> RoleDetail:
+    detail = await store.get_role(organization_id, role_id)
+    if detail is None:
+        raise NotFound(NOT_FOUND)
+    if detail.role.type == "system":
+        raise Forbidden(SYSTEM)
+    return detail
