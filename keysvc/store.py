@@ -395,18 +395,17 @@ class Store:
     async def delete_role(self, organization_id: str, role_id: str) -> bool:
         """Delete a custom role that no key holds; False if there is no such role."""
         async with self._transaction() as conn:
-            holders = await _one(
-                conn, "select count(*) from key_roles where role_id = ?", (role_id,)
-            )
-            cursor = await conn.execute(
+            exists = await _one(
+                conn,
                 "select 1 from roles where id = ? and organization_id = ?",
                 (role_id, organization_id),
             )
-            exists = await cursor.fetchone() is not None
-            await cursor.close()
-            if not exists:
+            if exists is None:
                 return False
-            if holders and holders[0]:
+            holders = await _one(
+                conn, "select count(*) from key_roles where role_id = ?", (role_id,)
+            )
+            if holders is not None and holders[0]:
                 raise Conflict(f"role is assigned to {holders[0]} key(s); unassign it first")
             await conn.execute("delete from roles where id = ?", (role_id,))
             return True

@@ -4,8 +4,9 @@ import base64
 
 import pytest
 
-from keysvc.auth import has_permission, parse_basic
+from keysvc.auth import parse_basic
 from keysvc.credentials import SECRET_PREFIX, new_secret
+from keysvc.permissions import has_permission
 from keysvc.state import STORE
 from tests.conftest import Client, create_creds
 from tests.helpers import UNAUTHORIZED, Creds, FakeClock, assert_error, assert_ok, basic

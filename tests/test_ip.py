@@ -1,0 +1,113 @@
+"""IP access lists: the client address, trusted proxies, and forged headers."""
+
+import dataclasses
+import ipaddress
+
+import pytest
+
+from keysvc.app import create_app
+from keysvc.auth import address_allowed, client_address
+from keysvc.config import Settings
+from tests.conftest import Client, ClientFactory, bootstrap, create_creds
+from tests.helpers import Creds, FakeClock, assert_error, assert_ok
+
+DENIED = "client address not allowed for this key"
+NETS = ipaddress.ip_network
+TRUSTED = (NETS("127.0.0.0/8"), NETS("10.0.0.0/8"))
+
+
+@pytest.mark.parametrize(
+    ("peer", "forwarded", "trusted", "expected"),
+    [
+        ("127.0.0.1", None, (), "127.0.0.1"),
+        ("127.0.0.1", "198.51.100.7", (), "127.0.0.1"),  # untrusted peer: header ignored
+        ("192.0.2.1", "198.51.100.7", TRUSTED, "192.0.2.1"),  # peer is no trusted proxy
+        ("127.0.0.1", "198.51.100.7", TRUSTED, "198.51.100.7"),
+        ("127.0.0.1", "1.1.1.1, 198.51.100.7, 10.0.0.9", TRUSTED, "198.51.100.7"),
+        ("127.0.0.1", "10.0.0.8, 10.0.0.9", TRUSTED, "10.0.0.8"),  # all trusted: left-most
+        ("127.0.0.1", "junk, 10.0.0.9", TRUSTED, "10.0.0.9"),  # trust stops at junk
+        ("127.0.0.1", "2001:db8::5", TRUSTED, "2001:db8::5"),
+        ("::ffff:127.0.0.1", "198.51.100.7", TRUSTED, "198.51.100.7"),  # v4-mapped peer
+        (None, "198.51.100.7", TRUSTED, None),
+    ],
+)
+def test_client_address(
+    peer: str | None, forwarded: str | None, trusted: tuple[object, ...], expected: str | None
+) -> None:
+    found = client_address(peer, forwarded, trusted)  # type: ignore[arg-type]
+    assert (None if found is None else str(found)) == expected
+
+
+@pytest.mark.parametrize(
+    ("address", "sources", "allowed"),
+    [
+        ("10.1.2.3", ["10.0.0.0/8"], True),
+        ("11.1.2.3", ["10.0.0.0/8"], False),
+        ("192.0.2.7", ["192.0.2.7"], True),
+        ("2001:db8::1", ["2001:db8::/32"], True),
+        ("2001:db9::1", ["2001:db8::/32"], False),
+        ("10.1.2.3", ["2001:db8::/32"], False),  # no cross-family match
+        ("2001:db8::1", ["10.0.0.0/8", "2001:db8::/32"], True),
+        (None, ["0.0.0.0/0"], False),
+    ],
+)
+def test_address_allowed(address: str | None, sources: list[str], allowed: bool) -> None:
+    parsed = None if address is None else ipaddress.ip_address(address)
+    assert address_allowed(parsed, [{"source": s} for s in sources]) is allowed
+
+
+async def restricted(client: Client, admin: Creds, *sources: str) -> Creds:
+    body = {"name": "r", "roles": ["developer"], "ipAccessList": [{"source": s} for s in sources]}
+    return await create_creds(client, admin, body)
+
+
+def own(admin: Creds) -> str:
+    return f"/v1/organizations/{admin.organization_id}/keys/{admin.id}"
+
+
+async def test_allowed_and_denied_over_ipv4(client: Client, admin: Creds) -> None:
+    allowed = await restricted(client, admin, "127.0.0.1")
+    await assert_ok(await client.get(own(admin), headers=allowed.headers))
+    denied = await restricted(client, admin, "10.0.0.0/8", "2001:db8::/32")
+    await assert_error(await client.get(own(admin), headers=denied.headers), 403, DENIED)
+    # An empty list is no restriction at all (not deny-all).
+    open_key = await restricted(client, admin)
+    await assert_ok(await client.get(own(admin), headers=open_key.headers))
+
+
+async def test_forged_forwarded_for_from_untrusted_peer_changes_nothing(
+    client: Client, admin: Creds
+) -> None:
+    key = await restricted(client, admin, "198.51.100.0/24")
+    forged = {**key.headers, "X-Forwarded-For": "198.51.100.7"}
+    await assert_error(await client.get(own(admin), headers=forged), 403, DENIED)
+
+
+@pytest.fixture
+async def proxied(
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
+) -> tuple[Client, Creds]:
+    trusted = dataclasses.replace(settings, trusted_proxies=(NETS("127.0.0.0/8"),))
+    client = await aiohttp_client(create_app(trusted, clock=clock))
+    return client, await bootstrap(client.app)
+
+
+async def test_trusted_proxy_forwarded_for_ipv4_and_ipv6(proxied: tuple[Client, Creds]) -> None:
+    client, admin = proxied
+    v4 = await restricted(client, admin, "198.51.100.0/24")
+    v6 = await restricted(client, admin, "2001:db8::/32")
+    through = {"X-Forwarded-For": "203.0.113.1, 198.51.100.7"}
+    await assert_ok(await client.get(own(admin), headers={**v4.headers, **through}))
+    await assert_error(await client.get(own(admin), headers={**v6.headers, **through}), 403, DENIED)
+    v6_through = {"X-Forwarded-For": "2001:db8::5"}
+    await assert_ok(await client.get(own(admin), headers={**v6.headers, **v6_through}))
+    # No header: the client is the proxy itself, which this key does not allow.
+    await assert_error(await client.get(own(admin), headers=v4.headers), 403, DENIED)
+
+
+async def test_ip_checked_only_after_the_secret(client: Client, admin: Creds) -> None:
+    key = await restricted(client, admin, "10.0.0.0/8")
+    wrong = {**key.headers}
+    wrong["Authorization"] = wrong["Authorization"][:-2] + "xx"
+    response = await client.get(own(admin), headers=wrong)
+    assert response.status == 401
