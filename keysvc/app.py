@@ -9,7 +9,7 @@ from aiohttp import web
 from keysvc.auth import auth_middleware
 from keysvc.config import Settings
 from keysvc.credentials import Hasher, load_pepper
-from keysvc.handlers import keys, roles, whoami
+from keysvc.handlers import health, keys, roles, whoami
 from keysvc.middleware import error_middleware
 from keysvc.state import CLOCK, HASHER, SETTINGS, STORE
 from keysvc.store import Store
@@ -39,6 +39,6 @@ def create_app(settings: Settings, *, clock: Clock = utcnow) -> web.Application:
     app[SETTINGS] = settings
     app[CLOCK] = clock
     app.cleanup_ctx.append(_database)
-    for module in (keys, roles, whoami):
+    for module in (health, keys, roles, whoami):
         app.router.add_routes(module.routes)
     return app

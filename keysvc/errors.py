@@ -85,3 +85,10 @@ class PreconditionFailed(ApiError):
 
     status = 412
     default_message = "the key has changed since you read it (If-Match does not match its ETag)"
+
+
+class ServiceUnavailable(ApiError):
+    """The service cannot answer requests yet (or any more)."""
+
+    status = 503
+    default_message = "service unavailable"

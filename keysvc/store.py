@@ -217,6 +217,11 @@ class Store:
                     "or KEYSVC_PEPPER that was used with it"
                 )
 
+    async def schema_is_current(self) -> bool:
+        """True when the database answers and its schema is the one this code expects."""
+        row = await _one(self._reader, "pragma user_version", ())
+        return row is not None and row[0] == db.schema_version()
+
     async def has_organization(self) -> bool:
         return await _one(self._reader, "select 1 from organizations limit 1", ()) is not None
 

@@ -1,0 +1,35 @@
+"""Health checks for orchestrators: liveness and readiness, without credentials."""
+
+import logging
+import sqlite3
+
+from aiohttp import web
+
+from keysvc.auth import public
+from keysvc.errors import ServiceUnavailable
+from keysvc.handlers.common import ok
+from keysvc.state import STORE
+
+routes = web.RouteTableDef()
+logger = logging.getLogger("keysvc")
+
+
+@routes.get("/healthz")
+@public
+async def healthz(request: web.Request) -> web.Response:
+    """The process is alive and serving."""
+    return ok(request, {"status": "ok"})
+
+
+@routes.get("/readyz")
+@public
+async def readyz(request: web.Request) -> web.Response:
+    """The database answers and its schema is current; 503 with the reason otherwise."""
+    try:
+        current = await request.app[STORE].schema_is_current()
+    except (sqlite3.Error, ValueError) as exc:
+        logger.warning("readiness check failed: %s", exc)
+        raise ServiceUnavailable("not ready: the database does not answer") from None
+    if not current:
+        raise ServiceUnavailable("not ready: the database schema is not current")
+    return ok(request, {"status": "ready"})
