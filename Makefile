@@ -6,8 +6,12 @@ STAMP  := $(VENV)/.installed-stamp
 DB     ?= var/keysvc.db
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
+PYZ    ?= dist/keysvc.pyz
 
-.PHONY: install run test lint fmt clean
+# Real components that tests drive, from Debian's packages, installed when missing.
+SYSTEM_PACKAGES ?= chromium
+
+.PHONY: install system-deps run test lint fmt dist clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,6 +19,14 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+system-deps:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do \
+		command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing from Debian's packages:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
 
 # Bootstraps an organization on first use (credentials are printed once), then serves.
 run: install
@@ -31,8 +43,19 @@ fmt: install
 	$(BIN)/ruff format keysvc tests
 	$(BIN)/ruff check --fix keysvc tests
 
-test: install lint
+test: install system-deps lint
 	$(BIN)/pytest
+
+# One file holding keysvc and its dependencies for this platform (shiv, from PyPI); it
+# runs with a plain python3 of the same minor version: python3 dist/keysvc.pyz serve.
+# pip builds a local project inside its folder, and a stale build/lib would end up
+# in the zip, so the build works on a throwaway copy of the sources.
+dist: install
+	mkdir -p $(dir $(PYZ))
+	src=$$(mktemp -d) && trap 'rm -rf "$$src"' EXIT && \
+	cp -R pyproject.toml README.md keysvc "$$src" && \
+	$(BIN)/shiv --reproducible --console-script keysvc --output-file $(PYZ) \
+		"$$src" --quiet --disable-pip-version-check
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -9,18 +9,24 @@ from aiohttp import web
 from keysvc.auth import auth_middleware
 from keysvc.config import Settings
 from keysvc.credentials import Hasher, load_pepper
-from keysvc.handlers import health, keys, roles, whoami
+from keysvc.handlers import docs, health, keys, roles, whoami
+from keysvc.handlers.metrics import routes as metrics_routes
+from keysvc.metrics import Metrics
 from keysvc.middleware import error_middleware
-from keysvc.state import CLOCK, HASHER, SETTINGS, STORE
+from keysvc.observability import access_middleware
+from keysvc.openapi import build_spec
+from keysvc.state import CLOCK, HASHER, METRICS, OPENAPI, SETTINGS, STORE
 from keysvc.store import Store
 from keysvc.timeutil import Clock, utcnow
 
 logger = logging.getLogger("keysvc")
+access_logger = logging.getLogger("keysvc.access")
 
 
 async def _database(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    store = await Store.open(settings.db_path)
+    metrics = app.get(METRICS)
+    store = await Store.open(settings.db_path, observer=metrics.observe_db if metrics else None)
     try:
         hasher = Hasher(load_pepper(settings.pepper, settings.pepper_path))
         await store.check_pepper(hasher.fingerprint())
@@ -32,13 +38,24 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
 
 
 def create_app(settings: Settings, *, clock: Clock = utcnow) -> web.Application:
+    # Per app, never the process-wide registry: tests build many apps in one process.
+    metrics = Metrics() if settings.metrics else None
     app = web.Application(
         client_max_size=settings.max_body_bytes,
-        middlewares=[error_middleware(logger=logger), auth_middleware()],
+        # The access middleware comes first so that it sees the final status, errors included.
+        middlewares=[
+            access_middleware(logger=access_logger, metrics=metrics),
+            error_middleware(logger=logger),
+            auth_middleware(),
+        ],
     )
     app[SETTINGS] = settings
     app[CLOCK] = clock
+    app[OPENAPI] = build_spec()
     app.cleanup_ctx.append(_database)
-    for module in (health, keys, roles, whoami):
+    for module in (docs, health, keys, roles, whoami):
         app.router.add_routes(module.routes)
+    if metrics is not None:
+        app[METRICS] = metrics
+        app.router.add_routes(metrics_routes)
     return app

@@ -6,6 +6,10 @@ the same hashing work, so the caller cannot tell an unknown key ID from a
 wrong secret. Only once the secret is proven does the answer say that the
 key is disabled, expired, or used from an address outside its IP access list.
 
+Where each outcome is decided, it is recorded on the request (``AUTH_OUTCOME``)
+for the access log and the metrics: the caller still sees one answer for
+malformed, unknown and wrong credentials; only the server tells them apart.
+
 The client address is the TCP peer. Only when the peer is a trusted proxy is
 ``X-Forwarded-For`` read, right to left, skipping trusted proxies: the first
 address that is not one is the client. A forged header from anyone else
@@ -24,8 +28,9 @@ from aiohttp.typedefs import Handler, Middleware
 from keysvc.config import IPNetwork
 from keysvc.credentials import checksum_fails
 from keysvc.errors import Forbidden, Unauthorized
+from keysvc.metrics import AuthReason
 from keysvc.permissions import has_permission
-from keysvc.state import CALLER, CLOCK, HASHER, SETTINGS, STORE
+from keysvc.state import AUTH_OUTCOME, CALLER, CLOCK, HASHER, SETTINGS, STORE
 from keysvc.store import Key
 from keysvc.timeutil import to_minute
 
@@ -59,10 +64,15 @@ def parse_basic(header: str | None) -> tuple[str, str] | None:
     return key_id, secret
 
 
+def _outcome(request: web.Request, reason: AuthReason) -> None:
+    request[AUTH_OUTCOME] = reason
+
+
 async def authenticate(request: web.Request) -> Key:
     """The enabled, unexpired key whose credentials the request carries."""
     credentials = parse_basic(request.headers.get(hdrs.AUTHORIZATION))
     if credentials is None or checksum_fails(credentials[1]):
+        _outcome(request, "malformed")
         raise Unauthorized()
     key_id, secret = credentials
     hasher = request.app[HASHER]
@@ -70,18 +80,24 @@ async def authenticate(request: web.Request) -> Key:
     offered = hasher.of_plain(secret)
     expected = found.secret_hash if found is not None else _ABSENT
     if not hmac.compare_digest(offered, expected) or found is None:
+        # Only the recorded reason differs; the answer and the work done are the same.
+        _outcome(request, "unknown" if found is None else "bad_secret")
         raise Unauthorized()
     key = found.key
     if key.state != "enabled":
+        _outcome(request, "disabled")
         raise Unauthorized("key is disabled")
     now = request.app[CLOCK]()
     if key.expire_at is not None and key.expire_at <= now:
+        _outcome(request, "expired")
         raise Unauthorized("key has expired")
     if key.ip_access_list:
         trusted = request.app[SETTINGS].trusted_proxies
         address = client_address(request.remote, request.headers.get("X-Forwarded-For"), trusted)
         if not address_allowed(address, key.ip_access_list):
+            _outcome(request, "ip")
             raise Forbidden("client address not allowed for this key")
+    _outcome(request, "ok")
     minute = to_minute(now)
     if key.used_at is None or key.used_at < minute:
         await request.app[STORE].touch_used(key.id, minute)
@@ -131,8 +147,10 @@ def authorize(request: web.Request, organization_id: str, permission: str) -> Ke
     """The caller, if its key belongs to ``organization_id`` and holds ``permission``."""
     caller = request[CALLER]
     if caller.organization_id != organization_id:
+        _outcome(request, "permission")
         raise Forbidden("this key does not belong to the organization in the path")
     if not has_permission(caller.permissions, permission):
+        _outcome(request, "permission")
         raise Forbidden(f"this key lacks the permission {permission}")
     return caller
 

@@ -1,8 +1,9 @@
-"""The ``keysvc`` command: ``serve`` and ``bootstrap``.
+"""The ``keysvc`` command: ``serve``, ``bootstrap`` and ``backup``.
 
 Settings come from flags, then KEYSVC_* environment variables, then defaults
 (the table in ``keysvc.config``). A setting keysvc cannot use stops it with a
-one-line reason and exit code 2.
+one-line reason and exit code 2; so does a backup that is refused (its target
+exists, say). A backup whose copy fails its integrity check exits 1.
 """
 
 import argparse
@@ -11,13 +12,15 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from aiohttp import web
 
-from keysvc import keys
+from keysvc import backup, keys
 from keysvc.app import create_app
 from keysvc.config import OPTIONS, ConfigError, Settings, build_settings
 from keysvc.credentials import Hasher, load_pepper
+from keysvc.logs import configure_logging
 from keysvc.store import Store
 from keysvc.timeutil import utcnow
 
@@ -57,6 +60,14 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do nothing if the database already has an organization",
     )
+    back = commands.add_parser(
+        "backup",
+        help="copy the database while it serves, with its pepper file; prints one JSON object",
+    )
+    _add_options(back, _BOOTSTRAP_FLAGS)
+    back.add_argument(
+        "out", metavar="OUT", type=Path, help="backup file to create (never overwritten)"
+    )
     return parser
 
 
@@ -79,6 +90,22 @@ async def _bootstrap(settings: Settings, org_name: str, if_empty: bool) -> dict[
     }
 
 
+def _backup(settings: Settings, out: Path) -> int:
+    try:
+        made = backup.make_backup(settings.db_path, out, settings.pepper, settings.pepper_path)
+    except backup.BackupError as exc:
+        print(f"keysvc: backup: {exc}", file=sys.stderr)
+        return exc.exit_code
+    if made.pepper_path is None:
+        print(
+            "keysvc: note: the pepper comes from KEYSVC_PEPPER and is not in the backup;"
+            " keep it separately, no key in the backup verifies without it",
+            file=sys.stderr,
+        )
+    print(json.dumps(made.as_json()))
+    return 0
+
+
 def _serve(settings: Settings) -> None:
     log = logging.getLogger("keysvc")
     web.run_app(
@@ -93,17 +120,16 @@ def _serve(settings: Settings) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     flags = {o.field: getattr(args, o.field, None) for o in OPTIONS}
     try:
         settings = build_settings(flags)
+        # JSON lines from here on; a setting refused above is one plain line.
+        configure_logging(settings.log_level)
         if args.command == "serve":
             _serve(settings)
             return 0
+        if args.command == "backup":
+            return _backup(settings, args.out)
         created = asyncio.run(_bootstrap(settings, args.org_name, args.if_empty))
     except (ConfigError, OSError) as exc:
         print(f"keysvc: {exc}", file=sys.stderr)

@@ -12,6 +12,7 @@ from typing import Any
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 MAX_BODY_BYTES = 64 * 1024
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 class ConfigError(ValueError):
@@ -28,6 +29,8 @@ class Settings:
     # From KEYSVC_PEPPER; when None the pepper lives in a 0600 file beside the database.
     pepper: bytes | None = field(default=None, repr=False)
     max_body_bytes: int = MAX_BODY_BYTES
+    log_level: str = "info"
+    metrics: bool = True
 
     @property
     def pepper_path(self) -> Path:
@@ -71,6 +74,20 @@ def _networks(value: str) -> tuple[IPNetwork, ...]:
     return tuple(networks)
 
 
+def _log_level(value: str) -> str:
+    level = value.strip().lower()
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"{value!r} is not a log level; use one of {', '.join(LOG_LEVELS)}")
+    return level
+
+
+def _on_off(value: str) -> bool:
+    switch = value.strip().lower()
+    if switch not in ("on", "off"):
+        raise ConfigError(f"{value!r} must be on or off")
+    return switch == "on"
+
+
 def _pepper(value: str) -> bytes | None:
     if not value:
         return None
@@ -104,6 +121,14 @@ OPTIONS = (
     Option(
         "trusted_proxies", "KEYSVC_TRUSTED_PROXIES", "", _networks,
         "comma-separated CIDRs of proxies whose X-Forwarded-For is believed",
+    ),
+    Option(
+        "log_level", "KEYSVC_LOG_LEVEL", "info", _log_level,
+        f"least severe log records written, one of {', '.join(LOG_LEVELS)}",
+    ),
+    Option(
+        "metrics", "KEYSVC_METRICS", "on", _on_off,
+        "serve Prometheus metrics at /metrics: on or off",
     ),
     Option(
         "pepper", "KEYSVC_PEPPER", "", _pepper,

@@ -14,7 +14,15 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from marshmallow import Schema, ValidationError, fields, post_dump, validate, validates
+from marshmallow import (
+    Schema,
+    ValidationError,
+    fields,
+    post_dump,
+    validate,
+    validates,
+    validates_schema,
+)
 
 from keysvc.credentials import SUFFIX_LENGTH, is_sha256_b64
 from keysvc.errors import BadRequest
@@ -31,6 +39,11 @@ MAX_PERMISSIONS = 100
 MAX_ACTORS = 1000
 MAX_PAGE = 250
 ACTOR_PREFIX = "apiKey/"
+ROLE_TYPES = ("system", "custom")
+# Metadata for the OpenAPI document (keysvc.openapi): formats as the upstream
+# contract spells them, and ``x-keysvc-addition`` on fields upstream lacks.
+UUID_TEXT = {"format": "uuid"}
+ADDITION = {"x-keysvc-addition": True}
 
 
 _UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -218,9 +231,21 @@ def _star_only(value: list[str]) -> None:
         raise ValidationError('keysvc grants permissions on every resource: use ["*"]')
 
 
-def _no_tags(value: dict[str, Any]) -> None:
-    if value:
-        raise ValidationError("are not supported by keysvc")
+def _allow_only(value: str) -> None:
+    if value != "ALLOW":
+        raise ValidationError("only ALLOW is supported: keysvc roles grant")
+
+
+class PolicyTagsSchema(Schema):
+    """Upstream's database grants for a policy: keysvc has none, so only {} is accepted."""
+
+    grants = fields.List(fields.String())
+    roleV2 = fields.String(metadata={"enum": ["sql-console-readonly", "sql-console-admin"]})
+
+    @validates_schema
+    def _empty(self, data: dict[str, Any], **kwargs: Any) -> None:
+        if data:
+            raise ValidationError("are not supported by keysvc: send {} or leave tags out")
 
 
 class PolicySchema(Schema):
@@ -228,7 +253,11 @@ class PolicySchema(Schema):
 
     allowDeny = fields.String(
         required=True,
-        validate=validate.OneOf(["ALLOW"], error="only ALLOW is supported: keysvc roles grant"),
+        validate=_allow_only,
+        metadata={
+            "enum": ["ALLOW", "DENY"],
+            "description": "keysvc roles only grant: DENY is refused with a 400.",
+        },
     )
     permissions = fields.List(
         fields.String(validate=_permission),
@@ -236,7 +265,7 @@ class PolicySchema(Schema):
         validate=validate.Length(max=MAX_PERMISSIONS, error="must have at most {max} entries"),
     )
     resources = fields.List(fields.String(), required=True, validate=_star_only)
-    tags = fields.Dict(validate=_no_tags)
+    tags = fields.Nested(PolicyTagsSchema)
 
 
 class _RoleFieldsSchema(Schema):
@@ -244,7 +273,7 @@ class _RoleFieldsSchema(Schema):
     permissions = fields.List(
         fields.String(validate=_permission),
         validate=validate.Length(max=MAX_PERMISSIONS, error="must have at most {max} entries"),
-        metadata={"description": "keysvc addition: the permissions the role grants"},
+        metadata={**ADDITION, "description": "keysvc addition: the permissions the role grants"},
     )
     policies = fields.List(
         fields.Nested(PolicySchema),
@@ -264,23 +293,38 @@ class UpdateRoleSchema(_RoleFieldsSchema):
     """Every field optional; permissions/policies and actors replace."""
 
 
+# Response schemas.
+
+
+def _array_of(ref: str) -> dict[str, Any]:
+    return {"type": "array", "items": {"$ref": f"#/components/schemas/{ref}"}}
+
+
 class AssignedRoleSchema(Schema):
-    roleId = fields.String(attribute="id")
+    roleId = fields.String(attribute="id", metadata=UUID_TEXT)
     roleName = fields.String(attribute="name")
-    roleType = fields.String(attribute="type")
+    roleType = fields.String(attribute="type", metadata={"enum": list(ROLE_TYPES)})
 
 
 class ApiKeySchema(Schema):
-    id = fields.String()
+    id = fields.String(metadata=UUID_TEXT)
     name = fields.String()
-    state = fields.String()
-    roles = fields.Method("_legacy_roles", metadata={"deprecated": True})
+    state = fields.String(metadata={"enum": list(KEY_STATES)})
+    roles = fields.Method(
+        "_legacy_roles",
+        metadata={
+            "type": "array",
+            "items": {"type": "string", "enum": list(LEGACY_ROLES)},
+            "deprecated": True,
+            "description": "DEPRECATED, use assignedRoles: the key's system roles by name.",
+        },
+    )
     assignedRoles = fields.List(fields.Nested(AssignedRoleSchema), attribute="roles")
     keySuffix = fields.String(attribute="key_suffix")
     createdAt = Timestamp(attribute="created_at")
-    expireAt = Timestamp(attribute="expire_at")
+    expireAt = Timestamp(attribute="expire_at", allow_none=True)
     usedAt = Timestamp(attribute="used_at")
-    ipAccessList = fields.List(fields.Dict(), attribute="ip_access_list")
+    ipAccessList = fields.List(fields.Nested(IpAccessListEntrySchema), attribute="ip_access_list")
 
     def _legacy_roles(self, key: Any) -> list[str]:
         return [role.name for role in key.roles if role.type == "system"]
@@ -297,22 +341,36 @@ class PolicyOutSchema(Schema):
     id = fields.String()
     roleId = fields.String()
     tenantId = fields.String()
-    allowDeny = fields.String()
+    allowDeny = fields.String(metadata={"enum": ["ALLOW", "DENY"]})
     permissions = fields.List(fields.String())
     resources = fields.List(fields.String())
+    tags = fields.Nested(PolicyTagsSchema)
 
 
 class RoleSchema(Schema):
     """Upstream's RBACRole, plus keysvc's flat ``permissions``."""
 
     id = fields.String(attribute="role.id")
-    tenantId = fields.Function(lambda d: f"organization/{d.organization_id}")
-    ownerId = fields.Function(lambda d: f"organization/{d.organization_id}")
+    tenantId = fields.Function(
+        lambda d: f"organization/{d.organization_id}", metadata={"type": "string"}
+    )
+    ownerId = fields.Function(
+        lambda d: f"organization/{d.organization_id}", metadata={"type": "string"}
+    )
     name = fields.String(attribute="role.name")
-    type = fields.String(attribute="role.type")
-    actors = fields.Function(lambda d: [ACTOR_PREFIX + key_id for key_id in d.actors])
-    policies = fields.Function(lambda d: [PolicyOutSchema().dump(_policy(d))])
-    permissions = fields.List(fields.String(), attribute="role.permissions")
+    type = fields.String(attribute="role.type", metadata={"enum": list(ROLE_TYPES)})
+    actors = fields.Function(
+        lambda d: [ACTOR_PREFIX + key_id for key_id in d.actors],
+        metadata={"type": "array", "items": {"type": "string"}},
+    )
+    policies = fields.Function(
+        lambda d: [PolicyOutSchema().dump(_policy(d))], metadata=_array_of("RBACPolicy")
+    )
+    permissions = fields.List(
+        fields.String(),
+        attribute="role.permissions",
+        metadata={**ADDITION, "description": "keysvc addition: what the role grants."},
+    )
     createdAt = Timestamp(attribute="role.created_at")
     updatedAt = Timestamp(attribute="role.updated_at")
 
@@ -326,15 +384,19 @@ def _policy(detail: Any) -> dict[str, Any]:
         "allowDeny": "ALLOW",
         "permissions": list(detail.role.permissions),
         "resources": ["*"],
+        "tags": {},
     }
 
 
 class WhoAmISchema(Schema):
-    id = fields.String()
+    id = fields.String(metadata=UUID_TEXT)
     name = fields.String()
-    organizationId = fields.String(attribute="organization_id")
+    organizationId = fields.String(attribute="organization_id", metadata=UUID_TEXT)
     assignedRoles = fields.List(fields.Nested(AssignedRoleSchema), attribute="roles")
-    permissions = fields.Function(lambda key: sorted(key.permissions))
+    permissions = fields.Function(
+        lambda key: sorted(key.permissions),
+        metadata={"type": "array", "items": {"type": "string"}},
+    )
 
 
 class CreateKeyResultSchema(Schema):

@@ -1,9 +1,12 @@
 """Typed keys for what the application and each request carry."""
 
+from typing import Any
+
 from aiohttp import web
 
 from keysvc.config import Settings
 from keysvc.credentials import Hasher
+from keysvc.metrics import AuthReason, Metrics
 from keysvc.store import Key, Store
 from keysvc.timeutil import Clock
 
@@ -11,6 +14,11 @@ SETTINGS = web.AppKey("settings", Settings)
 STORE = web.AppKey("store", Store)
 HASHER = web.AppKey("hasher", Hasher)
 CLOCK: web.AppKey[Clock] = web.AppKey("clock")
+# Present only when metrics are on (KEYSVC_METRICS).
+METRICS = web.AppKey("metrics", Metrics)
+OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("openapi")
 
 REQUEST_ID = web.RequestKey("request_id", str)
 CALLER = web.RequestKey("caller", Key)
+# Set by keysvc.auth where each outcome is decided; read by the access log and metrics.
+AUTH_OUTCOME: web.RequestKey[AuthReason] = web.RequestKey("auth_outcome")

@@ -8,15 +8,18 @@ as one JSON parameter and expanded with ``json_each``, so no SQL is ever built.
 """
 
 import asyncio
+import functools
 import hashlib
 import json
 import sqlite3
+import time
 import uuid
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 import aiosqlite
 
@@ -169,16 +172,58 @@ _SYSTEM_ROLES_NAMED = """
     where organization_id is null and name in (select value from json_each(?))
 """
 _COUNT_KEYS = "select count(*) from api_keys where organization_id = ?"
+# The effective state, as authentication sees it: expired means enabled but past expireAt.
+# julianday compares the instants, whatever fraction of a second the text carries.
+_COUNT_KEYS_BY_STATE = """
+    select case
+               when state = 'disabled' then 'disabled'
+               when expire_at is not null and julianday(expire_at) <= julianday(?) then 'expired'
+               else 'enabled'
+           end as effective,
+           count(*) as n
+    from api_keys group by effective
+"""
+
+# Told the name and duration in seconds of every store call, for metrics.
+Observer = Callable[[str, float], None]
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _timed(
+    method: Callable[Concatenate["Store", _P], Awaitable[_T]],
+) -> Callable[Concatenate["Store", _P], Awaitable[_T]]:
+    """Report the call's duration, waiting for the write lock included, to the observer."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    async def timed(self: "Store", /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        observer = self._observer
+        if observer is None:
+            return await method(self, *args, **kwargs)
+        started = time.perf_counter()
+        try:
+            return await method(self, *args, **kwargs)
+        finally:
+            observer(name, time.perf_counter() - started)
+
+    return timed
 
 
 class Store:
-    def __init__(self, writer: aiosqlite.Connection, reader: aiosqlite.Connection):
+    def __init__(
+        self,
+        writer: aiosqlite.Connection,
+        reader: aiosqlite.Connection,
+        observer: Observer | None = None,
+    ):
         self._writer = writer
         self._reader = reader
         self._write_lock = asyncio.Lock()
+        self._observer = observer
 
     @classmethod
-    async def open(cls, path: Path) -> "Store":
+    async def open(cls, path: Path, *, observer: Observer | None = None) -> "Store":
         writer = await db.connect(path)
         try:
             await db.migrate(writer)
@@ -186,7 +231,7 @@ class Store:
         except BaseException:
             await writer.close()
             raise
-        return cls(writer, reader)
+        return cls(writer, reader, observer)
 
     async def close(self) -> None:
         await self._reader.close()
@@ -203,6 +248,7 @@ class Store:
                 raise
             await self._writer.execute("commit")
 
+    @_timed
     async def check_pepper(self, fingerprint: str) -> None:
         """Record the pepper's fingerprint on first start; refuse a different pepper later."""
         async with self._transaction() as conn:
@@ -217,14 +263,17 @@ class Store:
                     "or KEYSVC_PEPPER that was used with it"
                 )
 
+    @_timed
     async def schema_is_current(self) -> bool:
         """True when the database answers and its schema is the one this code expects."""
         row = await _one(self._reader, "pragma user_version", ())
         return row is not None and row[0] == db.schema_version()
 
+    @_timed
     async def has_organization(self) -> bool:
         return await _one(self._reader, "select 1 from organizations limit 1", ()) is not None
 
+    @_timed
     async def bootstrap(self, org_name: str, new: NewKey) -> tuple[Organization, Key]:
         """Create an organization and its first key in one transaction."""
         org = Organization(id=str(uuid.uuid4()), name=org_name, created_at=new.created_at)
@@ -238,6 +287,7 @@ class Store:
 
     # Keys
 
+    @_timed
     async def create_key(self, new: NewKey, max_keys: int) -> Key:
         async with self._transaction() as conn:
             count = await _one(conn, _COUNT_KEYS, (new.organization_id,))
@@ -245,9 +295,11 @@ class Store:
                 raise Conflict(f"this organization has reached its limit of {max_keys} keys")
             return await _insert_key(conn, new)
 
+    @_timed
     async def get_key(self, organization_id: str, key_id: str) -> Key | None:
         return await _get_key(self._reader, organization_id, key_id)
 
+    @_timed
     async def list_keys(self, organization_id: str, after_seq: int, limit: int) -> KeyPage:
         """Keys oldest first, after ``after_seq``: a keyset page, as cheap at page N as page 1."""
         rows = await _all(self._reader, _KEY_PAGE, (organization_id, after_seq, limit + 1))
@@ -255,6 +307,7 @@ class Store:
         total = await _one(self._reader, _COUNT_KEYS, (organization_id,))
         return KeyPage(keys=keys, more=len(rows) > limit, total=total[0] if total else 0)
 
+    @_timed
     async def update_key(
         self,
         organization_id: str,
@@ -290,6 +343,7 @@ class Store:
                 await _insert_key_roles(conn, key_id, change.role_ids)
             return await _get_key(conn, organization_id, key_id)
 
+    @_timed
     async def delete_key(self, organization_id: str, key_id: str) -> bool:
         async with self._transaction() as conn:
             cursor = await conn.execute(
@@ -298,6 +352,7 @@ class Store:
             )
             return cursor.rowcount > 0
 
+    @_timed
     async def find_credential(self, key_id_hash: bytes) -> Credential | None:
         row = await _one(self._reader, _CREDENTIAL, (key_id_hash,))
         if row is None:
@@ -305,6 +360,7 @@ class Store:
         (key,) = await _keys_from_rows(self._reader, [row])
         return Credential(key=key, secret_hash=row["secret_hash"])
 
+    @_timed
     async def touch_used(self, key_id: str, minute: datetime) -> None:
         """Set usedAt to ``minute`` unless it is already there (at most one write a minute)."""
         text = to_text(minute)
@@ -314,8 +370,17 @@ class Store:
                 (text, key_id, text),
             )
 
+    @_timed
+    async def count_keys_by_state(self, now: datetime) -> dict[str, int]:
+        """Keys of all organizations by effective state: enabled, disabled, expired."""
+        counts = {"enabled": 0, "disabled": 0, "expired": 0}
+        for row in await _all(self._reader, _COUNT_KEYS_BY_STATE, (to_text(now),)):
+            counts[row["effective"]] = row["n"]
+        return counts
+
     # Roles
 
+    @_timed
     async def resolve_roles(
         self, organization_id: str, names: Sequence[str], ids: Sequence[str]
     ) -> list[Role]:
@@ -331,13 +396,16 @@ class Store:
         roles = {row["id"]: _role(row) for row in [*by_name, *by_id]}
         return list(roles.values())
 
+    @_timed
     async def list_roles(self, organization_id: str) -> list[RoleDetail]:
         rows = await _all(self._reader, _ROLES_IN_ORG, (organization_id,))
         return [await _role_detail(self._reader, organization_id, row) for row in rows]
 
+    @_timed
     async def get_role(self, organization_id: str, role_id: str) -> RoleDetail | None:
         return await _get_role(self._reader, organization_id, role_id)
 
+    @_timed
     async def create_role(
         self,
         organization_id: str,
@@ -366,6 +434,7 @@ class Store:
         assert detail is not None
         return detail
 
+    @_timed
     async def update_role(
         self,
         organization_id: str,
@@ -397,6 +466,7 @@ class Store:
                 await _set_actors(conn, organization_id, role_id, actors)
             return await _get_role(conn, organization_id, role_id)
 
+    @_timed
     async def delete_role(self, organization_id: str, role_id: str) -> bool:
         """Delete a custom role that no key holds; False if there is no such role."""
         async with self._transaction() as conn:

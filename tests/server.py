@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -42,10 +43,13 @@ class Server:
     def __init__(self, db: Path, env: dict[str, str] | None = None):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
+        # A file, not a pipe: the server logs a line per request, and a pipe nobody
+        # reads fills up and blocks it.
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in __exit__
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "keysvc", "serve", "--db", str(db), "--port", str(self.port)],
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=self._stderr,
             env={**os.environ, **(env or {})},
         )
         self._wait_ready()
@@ -54,7 +58,7 @@ class Server:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()}")  # type: ignore[union-attr]
+                raise RuntimeError(f"server exited: {self.stderr_text()}")
             try:
                 urllib.request.urlopen(self.base + "/", timeout=1)
             except urllib.error.HTTPError:
@@ -62,6 +66,11 @@ class Server:
             except OSError:
                 time.sleep(0.05)
         raise RuntimeError("server did not start")
+
+    def stderr_text(self) -> str:
+        """Everything the server has written to stderr so far (JSON log lines)."""
+        self._stderr.seek(0)
+        return self._stderr.read().decode()
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> float:
         """Send ``sig``; returns how long the process took to exit."""
@@ -77,6 +86,6 @@ class Server:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        for stream in (self.proc.stdout, self.proc.stderr):
+        for stream in (self.proc.stdout, self._stderr):
             if stream:
                 stream.close()

@@ -1,0 +1,303 @@
+"""The OpenAPI 3.1 document, generated from the marshmallow schemas by apispec.
+
+Components carry the upstream names (ApiKey, ApiKeyPostRequest, RBACRole, …)
+and operations the upstream operationIds, so a client generated from either
+document works against keysvc. What keysvc adds to an upstream shape is
+marked ``x-keysvc-addition`` and says so in its description. Every operation
+lists every status it can answer, each with the error envelope.
+"""
+
+from typing import Any
+
+from apispec import APISpec
+from apispec.ext.marshmallow import MarshmallowPlugin
+
+from keysvc import __version__
+from keysvc import schemas as s
+from keysvc.timeutil import utcnow
+
+ORG = "/v1/organizations/{organizationId}"
+KEYS, KEY = ORG + "/keys", ORG + "/keys/{keyId}"
+ROLES, ROLE = ORG + "/roles", ORG + "/roles/{roleId}"
+
+_ERRORS = {
+    400: "The request cannot be processed due to a client error: `error` names the field and why.",
+    401: "Missing, malformed, unknown or wrong credentials (one message for all), or a key "
+    "that is disabled or expired.",
+    403: "The key may not do this: another organization, a missing permission, a grant beyond "
+    "its own, or a client address outside its IP access list.",
+    404: "No such object in this organization.",
+    409: "The request clashes with existing state.",
+    412: "If-Match does not match the key's current ETag.",
+    413: "The body is larger than 64 KiB.",
+    415: "The body is not `application/json`.",
+    500: "An internal server error has occurred; the server log has it under the requestId.",
+    503: "Not ready: the database does not answer or its schema is not current.",
+}
+_AUTHENTICATED = (400, 401, 403, 500)
+_WITH_BODY = (413, 415)
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _envelope(result: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
+    properties: dict[str, Any] = {
+        "status": {"type": "number", "description": "HTTP status code.", "example": 200},
+        "requestId": {
+            "type": "string",
+            "format": "uuid",
+            "description": "Unique id assigned to every request. UUIDv4",
+        },
+    }
+    if result is not None:
+        properties["result"] = result
+    properties.update(extra)
+    return {"type": "object", "properties": properties, "required": ["status", "requestId"]}
+
+
+_HEADERS = {"X-Request-Id": {"description": "The requestId", "schema": {"type": "string"}}}
+
+
+def _json(schema: dict[str, Any], description: str, **more: Any) -> dict[str, Any]:
+    return {
+        "description": description,
+        "headers": {**_HEADERS, **more.pop("headers", {})},
+        "content": {"application/json": {"schema": schema}},
+        **more,
+    }
+
+
+def _responses(ok: dict[str, Any], statuses: tuple[int, ...]) -> dict[str, Any]:
+    responses: dict[str, Any] = {"200": ok}
+    for status in sorted(set(statuses)):
+        name = "InternalError" if status == 500 else "Error"
+        headers = {}
+        if status == 401:
+            headers["WWW-Authenticate"] = {"schema": {"type": "string"}}
+        responses[str(status)] = _json(_ref(name), _ERRORS[status], headers=headers)
+    return responses
+
+
+def _path_param(name: str, description: str) -> dict[str, Any]:
+    return {
+        "in": "path",
+        "name": name,
+        "description": description,
+        "required": True,
+        "schema": {"type": "string", "format": "uuid"},
+    }
+
+
+_ORG_PARAM = _path_param("organizationId", "ID of the requested organization.")
+_KEY_PARAM = _path_param("keyId", "ID of the requested key (its UUID, not the Basic-auth key ID).")
+_ROLE_PARAM = _path_param("roleId", "ID of the requested role.")
+_LIST_PARAMS = [
+    {
+        "in": "query",
+        "name": "limit",
+        "description": "keysvc addition: page size, 1 to 250 (default 250).",
+        "required": False,
+        "schema": {"type": "integer", "minimum": 1, "maximum": s.MAX_PAGE, "default": s.MAX_PAGE},
+        "x-keysvc-addition": True,
+    },
+    {
+        "in": "query",
+        "name": "cursor",
+        "description": "keysvc addition: the nextCursor of the previous page.",
+        "required": False,
+        "schema": {"type": "string"},
+        "x-keysvc-addition": True,
+    },
+]
+_PAGING = {
+    "nextCursor": {
+        "type": ["string", "null"],
+        "description": "keysvc addition: cursor of the next page; null on the last page.",
+        "x-keysvc-addition": True,
+    },
+    "totalCount": {
+        "type": "integer",
+        "description": "keysvc addition: keys in the organization.",
+        "x-keysvc-addition": True,
+    },
+}
+_ETAG = {"ETag": {"description": "Version of the key, for If-Match", "schema": {"type": "string"}}}
+_IF_MATCH = {
+    "in": "header",
+    "name": "If-Match",
+    "required": False,
+    "description": "keysvc addition: apply only if the key's ETag is one of these (else 412).",
+    "schema": {"type": "string"},
+    "x-keysvc-addition": True,
+}
+
+
+def _op(
+    operation_id: str,
+    summary: str,
+    permission: str | None,
+    params: list[dict[str, Any]],
+    ok: dict[str, Any],
+    statuses: tuple[int, ...],
+    body: str | None = None,
+    tag: str = "keys",
+) -> dict[str, Any]:
+    operation: dict[str, Any] = {
+        "operationId": operation_id,
+        "summary": summary,
+        "tags": [tag],
+        "parameters": params,
+        "responses": _responses(ok, statuses + (_WITH_BODY if body else ())),
+    }
+    if permission:
+        operation["description"] = f"Needs the permission `{permission}`."
+    if body:
+        operation["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": _ref(body)}},
+        }
+    return operation
+
+
+def _operations() -> dict[str, dict[str, Any]]:
+    ok_key = _json(_envelope(_ref("ApiKey")), "The key.", headers=_ETAG)
+    ok_role = _json(_envelope(_ref("RBACRole")), "The role.")
+    ok_empty = _json(_envelope(None), "Done: the envelope has no result.")
+    key_params, role_params = [_ORG_PARAM, _KEY_PARAM], [_ORG_PARAM, _ROLE_PARAM]
+    a = _AUTHENTICATED
+    return {
+        KEYS: {
+            "get": _op(
+                "openapiKeyGetList", "Get list of all keys, oldest first", "keys:read",
+                [_ORG_PARAM, *_LIST_PARAMS],
+                _json(_envelope({"type": "array", "items": _ref("ApiKey")}, **_PAGING), "Keys."),
+                a,
+            ),
+            "post": _op(
+                "openapiKeyCreate", "Create key", "keys:create", [_ORG_PARAM],
+                _json(_envelope(_ref("ApiKeyPostResponse")), "The key, and its credentials once."),
+                (*a, 409), body="ApiKeyPostRequest",
+            ),
+        },
+        KEY: {
+            "get": _op(
+                "openapiKeyGet", "Get key details", "keys:read", key_params, ok_key, (*a, 404)
+            ),
+            "patch": _op(
+                "openapiKeyUpdate", "Update key", "keys:update", [*key_params, _IF_MATCH],
+                ok_key, (*a, 404, 412), body="ApiKeyPatchRequest",
+            ),
+            "delete": _op(
+                "openapiKeyDelete", "Delete key (not the one making the request)", "keys:delete",
+                key_params, ok_empty, (*a, 404),
+            ),
+        },
+        ROLES: {
+            "get": _op(
+                "organizationRolesGetList", "Get list of system and custom roles", "roles:read",
+                [_ORG_PARAM],
+                _json(_envelope({"type": "array", "items": _ref("RBACRole")}), "Roles."),
+                a, tag="roles",
+            ),
+            "post": _op(
+                "organizationRolePost", "Create a custom role", "roles:write", [_ORG_PARAM],
+                ok_role, (*a, 409), body="RoleCreateRequest", tag="roles",
+            ),
+        },
+        ROLE: {
+            "get": _op(
+                "organizationRoleGet", "Get role details", "roles:read", role_params, ok_role,
+                (*a, 404), tag="roles",
+            ),
+            "patch": _op(
+                "organizationRolePatch", "Update a custom role", "roles:write", role_params,
+                ok_role, (*a, 404, 409), body="RoleUpdateRequest", tag="roles",
+            ),
+            "delete": _op(
+                "organizationRoleDelete", "Delete a custom role no key holds", "roles:write",
+                role_params, ok_empty, (*a, 404, 409), tag="roles",
+            ),
+        },
+        "/v1/whoami": {
+            "get": _op(
+                "keysvcWhoAmI", "The calling key (keysvc addition)", None, [],
+                _json(_envelope(_ref("WhoAmI")), "The calling key."), (401, 403, 500),
+                tag="keysvc",
+            ),
+        },
+        "/healthz": {"get": _public("keysvcHealthz", "The process is alive", (500,))},
+        "/readyz": {"get": _public("keysvcReadyz", "The database answers", (500, 503))},
+    }  # fmt: skip
+
+
+def _public(operation_id: str, summary: str, statuses: tuple[int, ...]) -> dict[str, Any]:
+    status = {"type": "object", "properties": {"status": {"type": "string"}}}
+    operation = _op(
+        operation_id, summary, None, [], _json(_envelope(status), summary), statuses, tag="ops"
+    )
+    operation["security"] = []
+    return operation
+
+
+def build_spec() -> dict[str, Any]:
+    """The whole document as a dict. Pure: safe to build once at app creation."""
+    plugin = MarshmallowPlugin()
+    spec = APISpec(
+        title="keysvc",
+        version=__version__,
+        openapi_version="3.1.0",
+        plugins=[plugin],
+        info={
+            "description": "Self-hosted API key management, wire-compatible with the keys "
+            "and roles operations of the hosted API it was cut from."
+        },
+        security=[{"basicAuth": []}],
+    )
+    # apispec does not annotate this method; it maps our two datetime fields.
+    plugin.map_to_openapi_type(s.Timestamp, "string", "date-time")  # type: ignore[no-untyped-call]
+    plugin.map_to_openapi_type(s.ExpireAt, "string", "date-time")  # type: ignore[no-untyped-call]
+    spec.components.security_scheme(
+        "basicAuth",
+        {"type": "http", "scheme": "basic", "description": "Key ID and key secret."},
+    )
+    now = utcnow()
+    for name, schema in (
+        ("AssignedRole", s.AssignedRoleSchema),
+        ("IpAccessListEntry", s.IpAccessListEntrySchema),
+        ("ApiKeyHashData", s.HashDataSchema),
+        ("ApiKey", s.ApiKeySchema),
+        ("ApiKeyPostRequest", s.CreateKeySchema(now=now)),
+        ("ApiKeyPatchRequest", s.PatchKeySchema(now=now)),
+        ("ApiKeyPostResponse", s.CreateKeyResultSchema),
+        ("RBACPolicyTags", s.PolicyTagsSchema),
+        ("RBACPolicy", s.PolicyOutSchema),
+        ("RBACPolicyCreateRequest", s.PolicySchema),
+        ("RBACRole", s.RoleSchema),
+        ("RoleCreateRequest", s.CreateRoleSchema),
+        ("RoleUpdateRequest", s.UpdateRoleSchema),
+        ("WhoAmI", s.WhoAmISchema),
+    ):
+        spec.components.schema(name, schema=schema)
+    for status_type, name in (("number", "Error"), ("integer", "InternalError")):
+        spec.components.schema(name, _error_schema(status_type))
+    for path, operations in _operations().items():
+        spec.path(path=path, operations=operations)
+    return spec.to_dict()
+
+
+def _error_schema(status_type: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["status", "error", "requestId"],
+        "properties": {
+            "status": {"type": status_type, "description": "HTTP status code."},
+            "error": {"type": "string", "description": "Detailed error description."},
+            "requestId": {
+                "type": "string",
+                "format": "uuid",
+                "description": "Unique id assigned to every request. UUIDv4",
+            },
+        },
+    }

@@ -1,0 +1,160 @@
+"""make dist: one file that runs keysvc with a plain python3, no virtualenv.
+
+The build is ``make dist`` itself, writing into a temporary folder. It installs
+keysvc's dependencies from PyPI into the zip (pip's cache makes a rebuild take
+seconds). The zip then runs with the interpreter this virtualenv was made
+from, in isolated mode (``-I``: no PYTHONPATH, no user site, not the current
+folder), and unpacks into a temporary SHIV_ROOT, so everything it imports
+comes from the zip or the standard library.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from tests.helpers import basic
+from tests.server import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def base_python() -> str:
+    """The interpreter this virtualenv was made from: the PYTHON the Makefile was given.
+
+    Not ``shutil.which("python3")``: on PATH that can be this virtualenv's own
+    python (when it is activated), or a Python of another minor version, which
+    cannot load the compiled wheels (aiohttp's) the zip carries for this one.
+    """
+    return getattr(sys, "_base_executable", sys.executable)
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def call(base: str, path: str, **request: Any) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(
+            urllib.request.Request(base + path, **request), timeout=10
+        ) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, json.load(error)
+
+
+def wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path) -> tuple[int, dict[str, Any]]:
+    deadline = time.monotonic() + 60  # the first start unpacks the zip
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"serve exited {proc.returncode}: {log.read_text()}"
+        try:
+            return call(base, "/readyz")
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"serve did not answer: {log.read_text()}")
+
+
+def test_dist_builds_one_file_that_serves_with_plain_python(tmp_path: Path) -> None:
+    python = base_python()
+    plain = subprocess.run(
+        [python, "-I", "-c", "import sys; print(sys.prefix == sys.base_prefix)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert plain.stdout.strip() == "True", f"{python} is inside a virtualenv"
+
+    make = shutil.which("make")
+    assert make, "make is a prerequisite (README)"
+    pyz = tmp_path / "dist" / "keysvc.pyz"
+    # BIN: the shiv of the environment running this test. -o: never reinstall
+    # that environment from under the running tests.
+    command = [make, "--no-print-directory", "-C", str(ROOT), "-o", ".venv/.installed-stamp"]
+    command += ["dist", f"PYZ={pyz}", f"BIN={Path(sys.executable).parent}"]
+    built = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert pyz.read_bytes().startswith(b"#!/usr/bin/env python3\n")
+
+    names = zipfile.ZipFile(pyz).namelist()
+    assert "site-packages/keysvc/schema.sql" in names
+    packed = {
+        canonical(name.split("/")[1].split("-")[0])
+        for name in names
+        if re.fullmatch(r"site-packages/[^/]+\.dist-info/METADATA", name)
+    }
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for requirement in project["dependencies"]:
+        wanted = canonical(re.split(r"[\s<>=!~;\[(]", requirement, maxsplit=1)[0])
+        assert wanted in packed, f"{requirement} is not in the zip"
+
+    env = {**os.environ, "SHIV_ROOT": str(tmp_path / "shiv")}
+    run = [python, "-I", str(pyz)]
+    db = tmp_path / "x.db"
+    booted = subprocess.run(
+        [*run, "bootstrap", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert booted.returncode == 0, booted.stderr
+    admin = json.loads(booted.stdout)
+    # It ran keysvc from the unpacked zip, schema.sql included.
+    assert list((tmp_path / "shiv").glob("*/site-packages/keysvc/schema.sql"))
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as output:
+        proc = subprocess.Popen(
+            [*run, "serve", "--db", str(db), "--port", str(port)],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=tmp_path,
+        )
+    try:
+        status, body = wait_ready(base, proc, log)
+        assert status == 200, body
+        assert (body["status"], body["result"]) == (200, {"status": "ready"})
+
+        keys = f"/v1/organizations/{admin['organizationId']}/keys"
+        status, body = call(
+            base,
+            keys,
+            method="POST",
+            data=json.dumps({"name": "from the zip", "roles": ["developer"]}).encode(),
+            headers={
+                **basic(admin["keyId"], admin["keySecret"]),
+                "Content-Type": "application/json",
+            },
+        )
+        assert status == 200, body
+        new = body["result"]
+        status, body = call(
+            base,
+            f"{keys}/{new['key']['id']}",
+            headers=basic(new["keyId"], new["keySecret"]),
+        )
+        assert status == 200, body
+        assert (body["result"]["id"], body["result"]["name"]) == (new["key"]["id"], "from the zip")
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,260 @@
+"""Structured logs: one JSON line per request with its route template, status,
+latency, client and caller; never a secret, a key ID or an Authorization header,
+at any level. Also the log-level setting and the JSON lines of a real server."""
+
+import asyncio
+import base64
+import io
+import json
+import logging
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keysvc.config import ConfigError, build_settings
+from keysvc.credentials import new_key_id, new_secret
+from keysvc.logs import JsonFormatter, configure_logging, scrub
+from keysvc.state import STORE
+from tests.conftest import Client, create_creds
+from tests.helpers import Creds, basic
+from tests.server import Server, bootstrap, keysvc
+
+KEYS = "/v1/organizations/{organizationId}/keys"
+KEY = KEYS + "/{keyId}"
+
+
+@pytest.fixture
+def log_stream(caplog: pytest.LogCaptureFixture) -> Iterator[io.StringIO]:
+    """Every record of every logger, at DEBUG, as keysvc's JSON lines."""
+    caplog.set_level(logging.DEBUG)  # restored by caplog afterwards
+    stream = io.StringIO()
+    handler = configure_logging("debug", stream)
+    yield stream
+    logging.getLogger().removeHandler(handler)
+
+
+def json_lines(stream: io.StringIO) -> list[dict[str, Any]]:
+    text = stream.getvalue()
+    assert text.endswith("\n")
+    # Every line is exactly one JSON object: nothing spills onto a second line.
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def access_lines(stream: io.StringIO) -> list[dict[str, Any]]:
+    return [line for line in json_lines(stream) if line["logger"] == "keysvc.access"]
+
+
+async def test_one_json_line_per_request_with_its_fields(
+    client: Client,
+    admin: Creds,
+    log_stream: io.StringIO,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    org = admin.organization_id
+    admin_caller = {"id": admin.id, "organizationId": org}
+    keys_path = f"/v1/organizations/{org}/keys"
+    dev = await create_creds(client, admin, {"name": "dev", "roles": ["developer"]})
+    dev_caller = {"id": dev.id, "organizationId": org}
+    unknown = basic(new_key_id(), new_secret())
+    wrong = basic(admin.key_id, new_secret())
+    malformed = {"Authorization": "Basic %%not-base64-marker%%"}
+    # (response, method, route, status, caller, auth outcome)
+    expected: list[tuple[Any, str, str, int, dict[str, str] | None, str | None]] = [
+        (None, "POST", KEYS, 200, admin_caller, "ok"),  # the create above
+    ]
+
+    async def get(path: str, headers: dict[str, str] | None = None) -> Any:
+        response = await client.get(path, headers=headers or {})
+        await response.read()
+        return response
+
+    expected += [
+        (await get(f"{keys_path}/{dev.id}", admin.headers), "GET", KEY, 200, admin_caller, "ok"),
+        (await get(f"{keys_path}/{dev.id}", dev.headers), "GET", KEY, 200, dev_caller, "ok"),
+        (await get(keys_path, dev.headers), "GET", KEYS, 200, dev_caller, "ok"),
+        (await get(f"{keys_path}/{dev.id}", unknown), "GET", KEY, 401, None, "unknown"),
+        (await get(f"{keys_path}/{dev.id}", wrong), "GET", KEY, 401, None, "bad_secret"),
+        (await get(f"{keys_path}/{dev.id}", malformed), "GET", KEY, 401, None, "malformed"),
+        (await get(f"{keys_path}/{dev.id}"), "GET", KEY, 401, None, "malformed"),
+        (await get(f"/nowhere/{dev.id}", admin.headers), "GET", "unmatched", 404, None, None),
+        (await get("/healthz"), "GET", "/healthz", 200, None, None),
+    ]
+    put = await client.put(f"{keys_path}/{dev.id}", headers=admin.headers)
+    expected.append((put, "PUT", "unmatched", 405, None, None))
+
+    async def broken(*args: object) -> None:
+        raise RuntimeError("store is broken")
+
+    monkeypatch.setattr(client.app[STORE], "get_key", broken)
+    failed = await get(f"{keys_path}/{dev.id}", admin.headers)
+    expected.append((failed, "GET", KEY, 500, admin_caller, "ok"))
+
+    lines = access_lines(log_stream)
+    assert len(lines) == len(expected)
+    for line, (response, method, route, status, caller, auth) in zip(lines, expected, strict=True):
+        assert line["level"] == "info" and line["message"] == "request"
+        if response is not None:
+            assert response.status == status
+            assert line["requestId"] == response.headers["X-Request-Id"]
+        assert (line["method"], line["route"], line["status"]) == (method, route, status)
+        assert line.get("caller") == caller
+        assert line.get("auth") == auth
+        assert line["remote"] == "127.0.0.1"
+        assert isinstance(line["latencyMs"], float) and 0 <= line["latencyMs"] < 10_000
+    assert len({line["requestId"] for line in lines}) == len(lines)
+
+    # The 500's cause is logged once, as one line, under the request ID the client saw.
+    errors = [line for line in json_lines(log_stream) if line["level"] == "error"]
+    (error,) = errors
+    assert error["logger"] == "keysvc"
+    assert failed.headers["X-Request-Id"] in error["message"]
+    assert "RuntimeError: store is broken" in error["exception"]
+
+    # Nothing any logger wrote, at any level, carries a credential.
+    forbidden = {admin.key_id, admin.secret, dev.key_id, dev.secret}
+    for headers in (admin.headers, dev.headers, unknown, wrong, malformed):
+        value = headers["Authorization"]
+        forbidden |= {value, value.removeprefix("Basic ")}
+    forbidden |= {part for header in (unknown, wrong) for part in decoded(header)}
+    records = "\n".join(repr(vars(record)) for record in caplog.records)
+    assert caplog.records and log_stream.getvalue()
+    for text in (log_stream.getvalue(), caplog.text, records):
+        for secret in forbidden:
+            assert secret not in text
+
+
+def decoded(headers: dict[str, str]) -> tuple[str, str]:
+    """The key ID and secret inside a Basic header."""
+    token = headers["Authorization"].removeprefix("Basic ")
+    key_id, _, secret = base64.b64decode(token).decode().partition(":")
+    return key_id, secret
+
+
+async def test_a_failed_login_has_no_caller(
+    client: Client, admin: Creds, log_stream: io.StringIO
+) -> None:
+    await client.get(f"/v1/organizations/{admin.organization_id}/keys", headers=basic("a", "b"))
+    (line,) = access_lines(log_stream)
+    assert line["status"] == 401 and "caller" not in line and line["auth"] == "unknown"
+
+
+async def test_a_header_aiohttp_cannot_parse_is_logged_redacted(
+    client: Client, admin: Creds, log_stream: io.StringIO
+) -> None:
+    """aiohttp logs an unparsable request with its offending line: never the credentials."""
+    token = admin.headers["Authorization"].removeprefix("Basic ")
+    bad_lines = [f"Authorization: Basic {token}\x01", f"Authorization : Basic {token}"]
+    for bad in bad_lines:
+        reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+        writer.write(f"GET /healthz HTTP/1.1\r\nHost: x\r\n{bad}\r\n\r\n".encode())
+        answer = await reader.read()  # until the server closes the connection
+        writer.close()
+        await writer.wait_closed()
+        assert answer.startswith(b"HTTP/1.0 400")
+    errors = [line for line in json_lines(log_stream) if line["logger"] == "aiohttp.server"]
+    assert len(errors) == len(bad_lines)
+    for error in errors:
+        assert "BadHttpMessage" in error["exception"]
+        assert "Authorization: [redacted]" in error["exception"].replace(" :", ":")
+    text = log_stream.getvalue()
+    for secret in (token, admin.key_id, admin.secret):
+        assert secret not in text
+
+
+@pytest.mark.parametrize(
+    ("text", "scrubbed"),
+    [
+        ("b'Authorization: Basic abc=\\x01'", "b'Authorization: [redacted]"),
+        ("authorization:Bearer x y\nnext", "authorization: [redacted]\nnext"),
+        ("sent basic QWxhZGRpbjpvcGVu then", "sent basic [redacted] then"),
+        ("leaked keysvc_" + "a" * 42 + ".", "leaked [redacted]."),
+        ("nothing to hide", "nothing to hide"),
+    ],
+)
+def test_scrub(text: str, scrubbed: str) -> None:
+    assert scrub(text) == scrubbed
+
+
+def test_formatter_keeps_a_multiline_record_on_one_line() -> None:
+    try:
+        raise ValueError("first\nsecond")
+    except ValueError:
+        record = logging.LogRecord("keysvc", logging.ERROR, __file__, 1, "a\nb %s", ("c",), None)
+        record.exc_info = sys.exc_info()
+    record.__dict__["route"] = KEY
+    text = JsonFormatter().format(record)
+    assert "\n" not in text
+    entry = json.loads(text)
+    assert entry["message"] == "a\nb c"
+    assert entry["level"] == "error" and entry["logger"] == "keysvc"
+    assert entry["route"] == KEY
+    assert "ValueError: first\nsecond" in entry["exception"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "level"), [("debug", "debug"), ("INFO", "info"), (" Warning ", "warning")]
+)
+def test_log_level_setting(raw: str, level: str) -> None:
+    assert build_settings(env={}).log_level == "info"
+    assert build_settings(env={"KEYSVC_LOG_LEVEL": raw}).log_level == level
+    assert build_settings({"log_level": raw}, env={"KEYSVC_LOG_LEVEL": "error"}).log_level == level
+
+
+def test_unknown_log_level_is_refused() -> None:
+    with pytest.raises(ConfigError) as caught:
+        build_settings(env={"KEYSVC_LOG_LEVEL": "verbose"})
+    assert str(caught.value) == (
+        "log-level: 'verbose' is not a log level; use one of debug, info, warning, error, critical"
+    )
+
+
+def test_unknown_log_level_stops_the_command_with_one_line(tmp_path: Path) -> None:
+    done = keysvc("serve", "--db", str(tmp_path / "k.db"), "--log-level", "nonsense")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "keysvc: log-level: 'nonsense' is not a log level;"
+        " use one of debug, info, warning, error, critical"
+    ]
+    assert not (tmp_path / "k.db").exists()
+
+
+def test_serve_writes_json_lines_without_credentials(tmp_path: Path) -> None:
+    db = tmp_path / "k.db"
+    created = bootstrap(db)
+    path = f"/v1/organizations/{created['organizationId']}/keys/{created['id']}"
+    good = basic(created["keyId"], created["keySecret"])
+    bad = basic(created["keyId"], "not-the-secret")
+    with Server(db, env={"KEYSVC_LOG_LEVEL": "debug"}) as server:
+        for headers in (good, bad):
+            request = urllib.request.Request(server.base + path, headers=headers)
+            try:
+                urllib.request.urlopen(request, timeout=5).close()
+            except urllib.error.HTTPError as exc:
+                exc.close()
+        server.stop()
+        text = server.stderr_text()
+    lines = [json.loads(line) for line in text.splitlines()]
+    assert any(line["level"] == "debug" for line in lines)  # the level was applied
+    access = [line for line in lines if line["logger"] == "keysvc.access"]
+    # Server() polls "/" until it answers; those are unmatched 404s.
+    assert {line["route"] for line in access} == {"unmatched", KEY}
+    mine = [line for line in access if line["route"] == KEY]
+    assert [(line["status"], line.get("auth")) for line in mine] == [
+        (200, "ok"),
+        (401, "bad_secret"),
+    ]
+    assert mine[0]["caller"] == {"id": created["id"], "organizationId": created["organizationId"]}
+    for secret in (
+        created["keyId"],
+        created["keySecret"],
+        good["Authorization"],
+        bad["Authorization"],
+    ):
+        assert secret not in text
+        assert secret.removeprefix("Basic ") not in text

@@ -1,0 +1,216 @@
+"""Prometheus metrics at /metrics: request counts and latency by route template,
+authentication outcomes by reason, keys by state, database time; no secret or
+key ID in the output; a registry per app; and KEYSVC_METRICS=off."""
+
+from datetime import timedelta
+from pathlib import Path
+
+import prometheus_client
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from keysvc.app import create_app
+from keysvc.config import ConfigError, Settings, build_settings
+from keysvc.credentials import new_key_id, new_secret
+from keysvc.metrics import AUTH_REASONS
+from keysvc.state import METRICS, STORE
+from tests.conftest import Client, ClientFactory, create_creds
+from tests.helpers import Creds, FakeClock, assert_error, basic
+
+KEYS = "/v1/organizations/{organizationId}/keys"
+KEY = KEYS + "/{keyId}"
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+async def scrape(client: Client) -> tuple[str, Samples]:
+    response = await client.get("/metrics")
+    text = await response.text()
+    assert response.status == 200, text
+    assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return text, samples
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+async def status_of(client: Client, method: str, path: str, headers: dict[str, str]) -> int:
+    response = await client.request(method, path, headers=headers)
+    await response.read()
+    return response.status
+
+
+async def test_metrics_after_traffic(
+    client: Client, admin: Creds, other_admin: Creds, clock: FakeClock
+) -> None:
+    org = admin.organization_id
+    keys_path = f"/v1/organizations/{org}/keys"
+    soon = (clock.now + timedelta(hours=1)).isoformat()
+    dev = await create_creds(client, admin, {"name": "dev", "roles": ["developer"]})
+    off = await create_creds(
+        client, admin, {"name": "off", "roles": ["developer"], "state": "disabled"}
+    )
+    old = await create_creds(
+        client, admin, {"name": "old", "roles": ["developer"], "expireAt": soon}
+    )
+    clock.advance(hours=2)
+    far = await create_creds(
+        client,
+        admin,
+        {"name": "far", "roles": ["developer"], "ipAccessList": [{"source": "10.0.0.0/8"}]},
+    )
+    unknown = [basic(new_key_id(), new_secret()), basic("no-such-key", "whatever")]
+    wrong = [basic(admin.key_id, s) for s in (new_secret(), "wrong", "also-wrong")]
+    malformed = [
+        {},
+        {"Authorization": "Bearer abc"},
+        {"Authorization": "Basic !!!"},
+        basic(admin.key_id, "keysvc_" + "A" * 42),  # a keysvc_ secret with a bad checksum
+    ]
+    one = f"{keys_path}/{dev.id}"
+    calls = [
+        ("GET", one, dev.headers, 200),  # ok
+        ("POST", keys_path, dev.headers, 403),  # permission: developer cannot create
+        ("GET", keys_path, other_admin.headers, 403),  # permission: another organization
+        ("GET", one, off.headers, 401),  # disabled
+        ("GET", one, old.headers, 401),  # expired
+        ("GET", one, far.headers, 403),  # ip
+        *[("GET", one, headers, 401) for headers in unknown + wrong + malformed],
+        ("GET", "/healthz", {}, 200),
+        ("GET", f"/no/such/{dev.id}", admin.headers, 404),
+    ]
+    for method, path, headers, status in calls:
+        assert await status_of(client, method, path, headers) == status, (method, path)
+
+    text, samples = await scrape(client)
+
+    requests = "keysvc_http_requests_total"
+    assert value(samples, requests, route=KEYS, method="POST", status="200") == 4
+    assert value(samples, requests, route=KEYS, method="POST", status="403") == 1
+    assert value(samples, requests, route=KEYS, method="GET", status="403") == 1
+    assert value(samples, requests, route=KEY, method="GET", status="200") == 1
+    assert value(samples, requests, route=KEY, method="GET", status="403") == 1
+    assert value(samples, requests, route=KEY, method="GET", status="401") == 2 + 9
+    assert value(samples, requests, route="/healthz", method="GET", status="200") == 1
+    assert value(samples, requests, route="unmatched", method="GET", status="404") == 1
+    # The scrape counts itself only once it has answered.
+    assert value(samples, requests, route="/metrics", method="GET", status="200") == 0
+
+    latency = "keysvc_http_request_duration_seconds"
+    # The four creates and the developer's refused one.
+    assert value(samples, latency + "_count", route=KEYS, method="POST") == 5
+    assert value(samples, latency + "_bucket", route=KEYS, method="POST", le="+Inf") == 5
+    assert value(samples, latency + "_sum", route=KEYS, method="POST") > 0
+    assert value(samples, latency + "_count", route="unmatched", method="GET") == 1
+
+    outcomes = {
+        reason: value(samples, "keysvc_auth_outcomes_total", reason=reason)
+        for reason in AUTH_REASONS
+    }
+    assert outcomes == {
+        "ok": 4 + 1,  # the four creates and the developer's read
+        "malformed": 4,
+        "unknown": 2,
+        "bad_secret": 3,
+        "disabled": 1,
+        "expired": 1,
+        "ip": 1,
+        "permission": 2,
+        "rate_limited": 0,
+    }
+    # Exported at zero from the start, so the series exists before anything happens.
+    assert ("keysvc_auth_outcomes_total", frozenset({("reason", "rate_limited")})) in samples
+
+    # Two bootstrap admins, dev and far are usable; off is disabled; old has expired.
+    assert {
+        s: value(samples, "keysvc_keys", state=s) for s in ("enabled", "disabled", "expired")
+    } == {
+        "enabled": 4,
+        "disabled": 1,
+        "expired": 1,
+    }
+
+    db = "keysvc_db_call_duration_seconds"
+    assert value(samples, db + "_count", operation="create_key") == 4
+    assert value(samples, db + "_count", operation="bootstrap") == 2
+    assert value(samples, db + "_count", operation="count_keys_by_state") == 1
+    # Every call that got past header parsing looked its key up: 4 creates, the 6 calls
+    # with real keys, the unknown and the wrong secrets.
+    assert value(samples, db + "_count", operation="find_credential") == 4 + 6 + 2 + 3
+    assert value(samples, db + "_sum", operation="create_key") > 0
+
+    # Neither credentials nor identifiers from paths make it into the output.
+    secrets: set[str] = set()
+    for creds in (admin, other_admin, dev, off, old, far):
+        secrets |= {creds.key_id, creds.secret, creds.headers["Authorization"]}
+    secrets |= {h["Authorization"] for h in unknown + wrong + malformed if h}
+    secrets |= {org, dev.id, "/no/such"}
+    for secret in secrets:
+        assert secret not in text
+
+
+async def test_gauge_follows_the_database(client: Client, admin: Creds) -> None:
+    _, before = await scrape(client)
+    assert value(before, "keysvc_keys", state="enabled") == 1
+    await create_creds(client, admin, {"name": "n", "roles": ["developer"], "state": "disabled"})
+    _, after = await scrape(client)
+    assert value(after, "keysvc_keys", state="enabled") == 1
+    assert value(after, "keysvc_keys", state="disabled") == 1
+    requests = "keysvc_http_requests_total"
+    assert value(after, requests, route="/metrics", method="GET", status="200") == 1
+
+
+async def test_each_app_has_its_own_registry(
+    aiohttp_client: ClientFactory, client: Client, tmp_path: Path
+) -> None:
+    other = await aiohttp_client(create_app(Settings(db_path=tmp_path / "other.db")))
+    for _ in range(3):
+        await status_of(client, "GET", "/healthz", {})
+    _, mine = await scrape(client)
+    _, theirs = await scrape(other)
+    healthz = {"route": "/healthz", "method": "GET", "status": "200"}
+    assert value(mine, "keysvc_http_requests_total", **healthz) == 3
+    assert value(theirs, "keysvc_http_requests_total", **healthz) == 0
+    assert client.app[METRICS].registry is not other.app[METRICS].registry
+    assert b"keysvc_" not in prometheus_client.generate_latest(prometheus_client.REGISTRY)
+
+
+async def test_odd_methods_do_not_mint_label_values(client: Client) -> None:
+    assert await status_of(client, "PROPFIND", "/coffee", {}) == 404
+    text, samples = await scrape(client)
+    assert "PROPFIND" not in text
+    assert (
+        value(
+            samples, "keysvc_http_requests_total", route="unmatched", method="other", status="404"
+        )
+        == 1
+    )
+
+
+async def test_metrics_off_is_a_404_and_collects_nothing(
+    aiohttp_client: ClientFactory, tmp_path: Path
+) -> None:
+    app = create_app(Settings(db_path=tmp_path / "off.db", metrics=False))
+    client: Client = await aiohttp_client(app)
+    response = await client.get("/metrics")
+    await assert_error(response, 404, "not found: no such endpoint")
+    assert METRICS not in client.app
+    assert client.app[STORE]._observer is None
+    assert await status_of(client, "GET", "/healthz", {}) == 200
+
+
+@pytest.mark.parametrize(("raw", "on"), [("on", True), ("off", False), ("OFF", False)])
+def test_metrics_setting(raw: str, on: bool) -> None:
+    assert build_settings(env={}).metrics is True
+    assert build_settings(env={"KEYSVC_METRICS": raw}).metrics is on
+    assert build_settings({"metrics": raw}, env={"KEYSVC_METRICS": "bogus"}).metrics is on
+
+
+def test_bad_metrics_setting_is_refused() -> None:
+    with pytest.raises(ConfigError) as caught:
+        build_settings(env={"KEYSVC_METRICS": "maybe"})
+    assert str(caught.value) == "metrics: 'maybe' must be on or off"
