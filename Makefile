@@ -11,7 +11,7 @@ PYZ    ?= dist/keysvc.pyz
 # Real components that tests drive, from Debian's packages, installed when missing.
 SYSTEM_PACKAGES ?= chromium
 
-.PHONY: install system-deps run test lint fmt dist clean
+.PHONY: install system-deps run test lint fmt bench dist clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,13 @@ fmt: install
 
 test: install system-deps lint
 	$(BIN)/pytest
+
+# wrk (from Debian's packages, installed when missing) against a bare aiohttp app and
+# keysvc on 1,000 seeded keys, in alternating rounds; prints the table and writes it to
+# docs/PERFORMANCE.md. SCALE=1: keysvc on 1,000 vs 1,000,000 keys. Exits 1 if a scenario
+# answers more than 1% non-2xx. Options: .venv/bin/python -m bench.run --help.
+bench: install
+	$(BIN)/python -m bench.run $(if $(SCALE),--keys 1000000)
 
 # One file holding keysvc and its dependencies for this platform (shiv, from PyPI); it
 # runs with a plain python3 of the same minor version: python3 dist/keysvc.pyz serve.

@@ -29,9 +29,9 @@ from keysvc.config import IPNetwork
 from keysvc.credentials import checksum_fails
 from keysvc.errors import Forbidden, Unauthorized
 from keysvc.metrics import AuthReason
+from keysvc.models import Key
 from keysvc.permissions import has_permission
 from keysvc.state import AUTH_OUTCOME, CALLER, CLOCK, HASHER, SETTINGS, STORE
-from keysvc.store import Key
 from keysvc.timeutil import to_minute
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address

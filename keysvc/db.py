@@ -17,7 +17,14 @@ from keysvc.config import ConfigError
 
 # MIGRATIONS[n] takes a database from version n + 1 to n + 2. Version 1 is the
 # first release of schema.sql; append steps here and change schema.sql to match.
-MIGRATIONS: Sequence[str] = ()
+MIGRATIONS: Sequence[str] = (
+    # 2: per-key request limits, and the generation that invalidates credential caches.
+    """
+    alter table api_keys add column rate_limit integer;
+    alter table api_keys add column rate_window integer;
+    insert or ignore into meta (name, value) values ('auth_generation', '0');
+    """,
+)
 
 PRAGMAS = (
     "pragma journal_mode = wal",

@@ -10,8 +10,9 @@ from typing import Any
 
 from keysvc.credentials import SUFFIX_LENGTH, Hasher, new_key_id, new_secret, sha256_b64
 from keysvc.errors import BadRequest, Forbidden, NotFound
+from keysvc.models import Key, KeyChange, KeyPage, NewKey, Organization, Role
 from keysvc.permissions import missing
-from keysvc.store import Key, KeyChange, KeyPage, NewKey, Organization, Role, Store
+from keysvc.store import Store
 
 NO_ROLE = "roles: a key needs at least one role: give roles or assignedRoleIds"
 BAD_CURSOR = "cursor: not a cursor from this list; start again without it"
@@ -30,7 +31,7 @@ async def grantable_roles(
     store: Store, caller: Key | None, organization_id: str, data: dict[str, Any]
 ) -> list[Role]:
     """The roles that ``data`` names, each of which the caller may grant."""
-    roles = await store.resolve_roles(
+    roles = await store.roles.resolve_roles(
         organization_id,
         data.get("roles") or (),
         [str(role_id) for role_id in data.get("assignedRoleIds") or ()],

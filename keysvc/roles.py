@@ -10,9 +10,10 @@ from datetime import datetime
 from typing import Any
 
 from keysvc.errors import Forbidden, NotFound
+from keysvc.models import Key, RoleDetail
 from keysvc.permissions import has_permission, missing
 from keysvc.schemas import ACTOR_PREFIX
-from keysvc.store import Key, RoleDetail, Store
+from keysvc.store import Store
 
 NOT_FOUND = "role not found in this organization"
 SYSTEM = "system roles cannot be changed or deleted"
@@ -47,7 +48,7 @@ async def create_role(
     permissions = _permissions(data) or []
     _check_grantable(caller, permissions)
     actors = _actors(caller, data) or []
-    return await store.create_role(organization_id, data["name"], permissions, actors, now)
+    return await store.roles.create_role(organization_id, data["name"], permissions, actors, now)
 
 
 async def update_role(
@@ -64,7 +65,7 @@ async def update_role(
     # Handing the role to keys grants what it holds, so that needs holding too.
     effective = list(current.role.permissions) if permissions is None else permissions
     _check_grantable(caller, effective if actors is not None else permissions)
-    updated = await store.update_role(
+    updated = await store.roles.update_role(
         organization_id, role_id, now, data.get("name"), permissions, actors
     )
     if updated is None:
@@ -74,12 +75,12 @@ async def update_role(
 
 async def delete_role(store: Store, organization_id: str, role_id: str) -> None:
     await _custom_role(store, organization_id, role_id)
-    if not await store.delete_role(organization_id, role_id):
+    if not await store.roles.delete_role(organization_id, role_id):
         raise NotFound(NOT_FOUND)
 
 
 async def _custom_role(store: Store, organization_id: str, role_id: str) -> RoleDetail:
-    detail = await store.get_role(organization_id, role_id)
+    detail = await store.roles.get_role(organization_id, role_id)
     if detail is None:
         raise NotFound(NOT_FOUND)
     if detail.role.type == "system":

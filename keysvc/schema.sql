@@ -7,6 +7,10 @@ create table if not exists meta (
     value text not null
 ) strict;
 
+-- Bumped by every write that can change an authorization answer; each
+-- process drops its credential cache when it sees the value move.
+insert or ignore into meta (name, value) values ('auth_generation', '0');
+
 create table if not exists organizations (
     id         text primary key,           -- uuid
     name       text not null,
@@ -49,7 +53,9 @@ create table if not exists api_keys (
     ip_access_list  text not null default '[]',  -- JSON array of {source, description}
     created_at      text not null,
     expire_at       text,
-    used_at         text
+    used_at         text,
+    rate_limit      integer,               -- this key's own request limit, per rate_window
+    rate_window     integer                -- seconds
 ) strict;
 
 create index if not exists api_keys_org_seq on api_keys (organization_id, seq);

@@ -7,7 +7,8 @@ from aiohttp import web
 from keysvc.config import Settings
 from keysvc.credentials import Hasher
 from keysvc.metrics import AuthReason, Metrics
-from keysvc.store import Key, Store
+from keysvc.models import Key
+from keysvc.store import Store
 from keysvc.timeutil import Clock
 
 SETTINGS = web.AppKey("settings", Settings)

@@ -1,15 +1,29 @@
-"""All SQL, as plain text with ``?`` parameters, behind a thin async store.
+"""All SQL about keys, as plain text with ``?`` parameters, behind a thin async store.
 
-Two connections: one writer, guarded by a lock so that each write runs in its
-own ``BEGIN IMMEDIATE`` transaction, and one reader, which in WAL mode sees
-only committed data. The store returns dataclasses, never cursors, and knows
-nothing of HTTP beyond raising keysvc's own errors. Lists of IDs are passed
-as one JSON parameter and expanded with ``json_each``, so no SQL is ever built.
+Connections: one writer, guarded by a lock so that each write runs in its own
+``BEGIN IMMEDIATE`` transaction; one reader, which in WAL mode sees only
+committed data; and one synchronous "watcher" used on the event loop for a
+single cheap question: has anything been committed since I last looked
+(``PRAGMA data_version``, which moves on any other connection's commit, in
+this process or another).
+
+Credentials are cached (``keysvc.cache``). Every write that can change an
+authentication or authorization answer bumps ``auth_generation`` in the same
+transaction; the watcher sees the commit, reads the generation, and drops the
+cache before the next request is answered, in every process. ``usedAt``
+writes move ``data_version`` but not the generation, so they do not flush it.
+
+Concurrent creates are grouped: one transaction, one fsync, for all the
+creates waiting, each in its own savepoint so one failure fails only its own
+request; each request is answered only after that commit.
+
+The store returns dataclasses, never cursors, and knows nothing of HTTP
+beyond raising keysvc's own errors. Lists of IDs are passed as one JSON
+parameter and expanded with ``json_each``, so no SQL is ever built.
 """
 
 import asyncio
 import functools
-import hashlib
 import json
 import sqlite3
 import time
@@ -19,129 +33,36 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
 import aiosqlite
 
 from keysvc import db
+from keysvc.cache import CredentialCache
 from keysvc.config import ConfigError
-from keysvc.errors import BadRequest, Conflict, PreconditionFailed
+from keysvc.errors import Conflict, PreconditionFailed
+from keysvc.models import Credential, Key, KeyChange, KeyPage, NewKey, Organization, Role
 from keysvc.timeutil import from_text, to_text
-
-
-@dataclass(frozen=True)
-class Role:
-    id: str
-    name: str
-    type: str
-    permissions: tuple[str, ...]
-    created_at: datetime
-    updated_at: datetime
-
-
-@dataclass(frozen=True)
-class RoleDetail:
-    """A role as seen from one organization, with the keys that hold it there."""
-
-    role: Role
-    organization_id: str
-    actors: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Organization:
-    id: str
-    name: str
-    created_at: datetime
-
-
-@dataclass(frozen=True)
-class Key:
-    id: str
-    seq: int
-    organization_id: str
-    name: str
-    state: str
-    key_suffix: str
-    created_at: datetime
-    expire_at: datetime | None
-    used_at: datetime | None
-    ip_access_list: list[dict[str, str]]
-    roles: tuple[Role, ...]
-
-    @property
-    def permissions(self) -> frozenset[str]:
-        return frozenset(p for role in self.roles for p in role.permissions)
-
-    @property
-    def etag(self) -> str:
-        """A strong ETag of what a PATCH can change (usedAt moves on its own)."""
-        state = [
-            self.name,
-            self.state,
-            to_text(self.expire_at) if self.expire_at else None,
-            self.ip_access_list,
-            [(role.id, role.name) for role in self.roles],
-        ]
-        digest = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
-        return f'"{digest[:20]}"'
-
-
-@dataclass(frozen=True)
-class Credential:
-    """What authentication needs: the key, and the keyed hash of its secret."""
-
-    key: Key
-    secret_hash: bytes = field(repr=False)
-
-
-@dataclass(frozen=True)
-class NewKey:
-    organization_id: str
-    name: str
-    state: str
-    key_id_hash: bytes = field(repr=False)
-    secret_hash: bytes = field(repr=False)
-    key_suffix: str
-    created_at: datetime
-    expire_at: datetime | None = None
-    ip_access_list: list[dict[str, str]] = field(default_factory=list)
-    role_ids: Sequence[str] = ()
-
-
-@dataclass(frozen=True)
-class KeyChange:
-    """A PATCH, already validated: None means "leave as it is"."""
-
-    name: str | None = None
-    state: str | None = None
-    expire_at: datetime | None = None
-    clear_expiry: bool = False
-    ip_access_list: list[dict[str, str]] | None = None
-    role_ids: Sequence[str] | None = None
-
-
-@dataclass(frozen=True)
-class KeyPage:
-    keys: list[Key]
-    more: bool
-    total: int
-
 
 _KEY_BY_ID = """
     select seq, id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
-           ip_access_list
+           ip_access_list, rate_limit, rate_window
     from api_keys where id = ? and organization_id = ?
 """
 _KEY_PAGE = """
     select seq, id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
-           ip_access_list
+           ip_access_list, rate_limit, rate_window
     from api_keys where organization_id = ? and seq > ? order by seq limit ?
 """
 _CREDENTIAL = """
     select seq, id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
-           ip_access_list, secret_hash
+           ip_access_list, rate_limit, rate_window, secret_hash
     from api_keys where key_id_hash = ?
+"""
+_CREDENTIAL_BY_ID = """
+    select seq, id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
+           ip_access_list, rate_limit, rate_window, secret_hash
+    from api_keys where id = ? and organization_id = ?
 """
 _ROLES_OF_KEYS = """
     select kr.key_id, r.id, r.name, r.type, r.permissions, r.created_at, r.updated_at
@@ -149,28 +70,7 @@ _ROLES_OF_KEYS = """
     where kr.key_id in (select value from json_each(?))
     order by r.type = 'custom', r.name
 """
-# A role is visible in an organization if it is a system role or that organization's own.
-_ROLES_IN_ORG = """
-    select id, name, type, permissions, created_at, updated_at from roles
-    where (organization_id is null or organization_id = ?)
-    order by type = 'custom', name
-"""
-_ROLE_IN_ORG = """
-    select id, name, type, permissions, created_at, updated_at from roles
-    where (organization_id is null or organization_id = ?) and id = ?
-"""
-_ROLE_NAMED_IN_ORG = """
-    select id from roles where (organization_id is null or organization_id = ?) and name = ?
-"""
-_ROLES_WITH_IDS_IN_ORG = """
-    select id, name, type, permissions, created_at, updated_at from roles
-    where (organization_id is null or organization_id = ?)
-      and id in (select value from json_each(?))
-"""
-_SYSTEM_ROLES_NAMED = """
-    select id, name, type, permissions, created_at, updated_at from roles
-    where organization_id is null and name in (select value from json_each(?))
-"""
+_GENERATION = "select value from meta where name = 'auth_generation'"
 _COUNT_KEYS = "select count(*) from api_keys where organization_id = ?"
 # The effective state, as authentication sees it: expired means enabled but past expireAt.
 # julianday compares the instants, whatever fraction of a second the text carries.
@@ -190,15 +90,22 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 
-def _timed(
-    method: Callable[Concatenate["Store", _P], Awaitable[_T]],
-) -> Callable[Concatenate["Store", _P], Awaitable[_T]]:
+class _Observed(Protocol):
+    observer: Observer | None
+
+
+_O = TypeVar("_O", bound=_Observed)
+
+
+def timed(
+    method: Callable[Concatenate[_O, _P], Awaitable[_T]],
+) -> Callable[Concatenate[_O, _P], Awaitable[_T]]:
     """Report the call's duration, waiting for the write lock included, to the observer."""
     name = method.__name__
 
     @functools.wraps(method)
-    async def timed(self: "Store", /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        observer = self._observer
+    async def wrapper(self: _O, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        observer = self.observer
         if observer is None:
             return await method(self, *args, **kwargs)
         started = time.perf_counter()
@@ -207,7 +114,21 @@ def _timed(
         finally:
             observer(name, time.perf_counter() - started)
 
-    return timed
+    return wrapper
+
+
+async def bump_generation(conn: aiosqlite.Connection) -> None:
+    """Mark, inside the current write, that authorization answers may have changed."""
+    await conn.execute(
+        "update meta set value = cast(value as integer) + 1 where name = 'auth_generation'"
+    )
+
+
+@dataclass
+class _PendingCreate:
+    new: NewKey
+    max_keys: int
+    done: "asyncio.Future[Key]" = field(repr=False)
 
 
 class Store:
@@ -215,15 +136,30 @@ class Store:
         self,
         writer: aiosqlite.Connection,
         reader: aiosqlite.Connection,
+        watcher: sqlite3.Connection,
+        *,
         observer: Observer | None = None,
+        cache_size: int = 10_000,
     ):
         self._writer = writer
-        self._reader = reader
+        self.reader = reader
+        self._watcher = watcher
         self._write_lock = asyncio.Lock()
-        self._observer = observer
+        self.observer = observer
+        self._cache = CredentialCache(cache_size)
+        self._seen_version = -1
+        self._seen_generation: object = None
+        self._pending: list[_PendingCreate] = []
+        self._flusher: asyncio.Task[None] | None = None
+        # Imported here: rolestore builds on this module's helpers.
+        from keysvc.rolestore import RoleStore
+
+        self.roles = RoleStore(self)
 
     @classmethod
-    async def open(cls, path: Path, *, observer: Observer | None = None) -> "Store":
+    async def open(
+        cls, path: Path, *, observer: Observer | None = None, cache_size: int = 10_000
+    ) -> "Store":
         writer = await db.connect(path)
         try:
             await db.migrate(writer)
@@ -231,14 +167,19 @@ class Store:
         except BaseException:
             await writer.close()
             raise
-        return cls(writer, reader, observer)
+        watcher = sqlite3.connect(path, isolation_level=None)
+        return cls(writer, reader, watcher, observer=observer, cache_size=cache_size)
 
     async def close(self) -> None:
-        await self._reader.close()
+        if self._flusher is not None:
+            await asyncio.gather(self._flusher, return_exceptions=True)
+        self._watcher.close()
+        await self.reader.close()
         await self._writer.close()
 
     @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        """One write transaction; holds the process's write lock throughout."""
         async with self._write_lock:
             await self._writer.execute("begin immediate")
             try:
@@ -248,10 +189,27 @@ class Store:
                 raise
             await self._writer.execute("commit")
 
-    @_timed
+    def _fresh(self) -> int:
+        """Drop the cache if authorization may have changed since; return data_version.
+
+        Runs on the event loop without a thread hop: ``PRAGMA data_version`` is
+        answered from shared memory, and the generation is read only when some
+        connection has committed since the last look.
+        """
+        version: int = self._watcher.execute("pragma data_version").fetchone()[0]
+        if version != self._seen_version:
+            row = self._watcher.execute(_GENERATION).fetchone()
+            generation = row[0] if row else None
+            if generation != self._seen_generation:
+                self._cache.clear()
+                self._seen_generation = generation
+            self._seen_version = version
+        return version
+
+    @timed
     async def check_pepper(self, fingerprint: str) -> None:
         """Record the pepper's fingerprint on first start; refuse a different pepper later."""
-        async with self._transaction() as conn:
+        async with self.transaction() as conn:
             row = await _one(conn, "select value from meta where name = 'pepper'", ())
             if row is None:
                 await conn.execute(
@@ -263,21 +221,21 @@ class Store:
                     "or KEYSVC_PEPPER that was used with it"
                 )
 
-    @_timed
+    @timed
     async def schema_is_current(self) -> bool:
         """True when the database answers and its schema is the one this code expects."""
-        row = await _one(self._reader, "pragma user_version", ())
+        row = await _one(self.reader, "pragma user_version", ())
         return row is not None and row[0] == db.schema_version()
 
-    @_timed
+    @timed
     async def has_organization(self) -> bool:
-        return await _one(self._reader, "select 1 from organizations limit 1", ()) is not None
+        return await _one(self.reader, "select 1 from organizations limit 1", ()) is not None
 
-    @_timed
+    @timed
     async def bootstrap(self, org_name: str, new: NewKey) -> tuple[Organization, Key]:
         """Create an organization and its first key in one transaction."""
         org = Organization(id=str(uuid.uuid4()), name=org_name, created_at=new.created_at)
-        async with self._transaction() as conn:
+        async with self.transaction() as conn:
             await conn.execute(
                 "insert into organizations (id, name, created_at) values (?, ?, ?)",
                 (org.id, org.name, to_text(org.created_at)),
@@ -287,27 +245,87 @@ class Store:
 
     # Keys
 
-    @_timed
+    @timed
     async def create_key(self, new: NewKey, max_keys: int) -> Key:
-        async with self._transaction() as conn:
-            count = await _one(conn, _COUNT_KEYS, (new.organization_id,))
-            if count is not None and count[0] >= max_keys:
-                raise Conflict(f"this organization has reached its limit of {max_keys} keys")
-            return await _insert_key(conn, new)
+        """Store a key; answered only once the transaction holding it has committed."""
+        pending = _PendingCreate(new, max_keys, asyncio.get_running_loop().create_future())
+        self._pending.append(pending)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_creates())
+        return await asyncio.shield(pending.done)
 
-    @_timed
+    async def _flush_creates(self) -> None:
+        while self._pending:
+            # Creates that arrive while a write holds the lock pile up for the next batch.
+            async with self._write_lock:
+                batch, self._pending = self._pending, []
+                await self._create_batch(batch)
+
+    async def _create_batch(self, batch: list[_PendingCreate]) -> None:
+        conn = self._writer
+        outcomes: list[tuple[_PendingCreate, Key | None, BaseException | None]] = []
+        try:
+            await conn.execute("begin immediate")
+            for item in batch:
+                await conn.execute("savepoint one_create")
+                try:
+                    count = await _one(conn, _COUNT_KEYS, (item.new.organization_id,))
+                    if count is not None and count[0] >= item.max_keys:
+                        raise Conflict(
+                            f"this organization has reached its limit of {item.max_keys} keys"
+                        )
+                    outcomes.append((item, await _insert_key(conn, item.new), None))
+                    await conn.execute("release one_create")
+                except Exception as exc:  # this request fails alone
+                    await conn.execute("rollback to one_create")
+                    await conn.execute("release one_create")
+                    outcomes.append((item, None, exc))
+            await conn.execute("commit")
+        except BaseException as exc:
+            if conn.in_transaction:
+                await conn.execute("rollback")
+            for item in batch:
+                if not item.done.done():
+                    item.done.set_exception(exc if isinstance(exc, Exception) else RuntimeError())
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for item, key, error in outcomes:
+            if item.done.done():
+                continue
+            if error is not None:
+                item.done.set_exception(error)
+            else:
+                assert key is not None
+                item.done.set_result(key)
+
+    @timed
     async def get_key(self, organization_id: str, key_id: str) -> Key | None:
-        return await _get_key(self._reader, organization_id, key_id)
+        """The key as committed now: from the cache only if nothing was committed since."""
+        version = self._fresh()
+        entry = self._cache.by_key(key_id)
+        if (
+            entry is not None
+            and entry.data_version == version
+            and entry.credential.key.organization_id == organization_id
+        ):
+            return entry.credential.key
+        row = await _one(self.reader, _CREDENTIAL_BY_ID, (key_id, organization_id))
+        if row is None:
+            return None
+        (key,) = await _keys_from_rows(self.reader, [row])
+        self._cache.refresh(Credential(key, row["secret_hash"]), version)
+        return key
 
-    @_timed
+    @timed
     async def list_keys(self, organization_id: str, after_seq: int, limit: int) -> KeyPage:
         """Keys oldest first, after ``after_seq``: a keyset page, as cheap at page N as page 1."""
-        rows = await _all(self._reader, _KEY_PAGE, (organization_id, after_seq, limit + 1))
-        keys = await _keys_from_rows(self._reader, rows[:limit])
-        total = await _one(self._reader, _COUNT_KEYS, (organization_id,))
+        rows = await _all(self.reader, _KEY_PAGE, (organization_id, after_seq, limit + 1))
+        keys = await _keys_from_rows(self.reader, rows[:limit])
+        total = await _one(self.reader, _COUNT_KEYS, (organization_id,))
         return KeyPage(keys=keys, more=len(rows) > limit, total=total[0] if total else 0)
 
-    @_timed
+    @timed
     async def update_key(
         self,
         organization_id: str,
@@ -316,174 +334,87 @@ class Store:
         if_match: Collection[str] | None = None,
     ) -> Key | None:
         """Apply ``change``; with ``if_match``, only if the key's ETag is among them."""
-        async with self._transaction() as conn:
+        async with self.transaction() as conn:
             current = await _get_key(conn, organization_id, key_id)
             if current is None:
                 return None
             if if_match is not None and "*" not in if_match and current.etag not in if_match:
                 raise PreconditionFailed()
             expire_at = None if change.clear_expiry else change.expire_at or current.expire_at
+            rate = None if change.clear_rate_limit else change.rate_limit or current.rate_limit
+            ip_list = (
+                current.ip_access_list if change.ip_access_list is None else change.ip_access_list
+            )
             await conn.execute(
-                "update api_keys set name = ?, state = ?, expire_at = ?, ip_access_list = ?"
-                " where id = ?",
+                "update api_keys set name = ?, state = ?, expire_at = ?, ip_access_list = ?,"
+                " rate_limit = ?, rate_window = ? where id = ?",
                 (
                     change.name or current.name,
                     change.state or current.state,
                     to_text(expire_at) if expire_at else None,
-                    json.dumps(
-                        current.ip_access_list
-                        if change.ip_access_list is None
-                        else change.ip_access_list
-                    ),
+                    json.dumps(ip_list),
+                    rate[0] if rate else None,
+                    rate[1] if rate else None,
                     key_id,
                 ),
             )
             if change.role_ids is not None:
                 await conn.execute("delete from key_roles where key_id = ?", (key_id,))
                 await _insert_key_roles(conn, key_id, change.role_ids)
-            return await _get_key(conn, organization_id, key_id)
+            await bump_generation(conn)
+            key = await _get_key(conn, organization_id, key_id)
+        self._cache.clear()  # this process at once; others through the generation
+        return key
 
-    @_timed
+    @timed
     async def delete_key(self, organization_id: str, key_id: str) -> bool:
-        async with self._transaction() as conn:
+        async with self.transaction() as conn:
             cursor = await conn.execute(
                 "delete from api_keys where id = ? and organization_id = ?",
                 (key_id, organization_id),
             )
-            return cursor.rowcount > 0
+            deleted = cursor.rowcount > 0
+            if deleted:
+                await bump_generation(conn)
+        self._cache.clear()
+        return deleted
 
-    @_timed
+    @timed
     async def find_credential(self, key_id_hash: bytes) -> Credential | None:
-        row = await _one(self._reader, _CREDENTIAL, (key_id_hash,))
+        """The credential for a keyed key-ID hash: cached, unless authorization moved since."""
+        version = self._fresh()
+        entry = self._cache.get(key_id_hash)
+        if entry is not None:
+            return entry.credential
+        row = await _one(self.reader, _CREDENTIAL, (key_id_hash,))
         if row is None:
             return None
-        (key,) = await _keys_from_rows(self._reader, [row])
-        return Credential(key=key, secret_hash=row["secret_hash"])
+        (key,) = await _keys_from_rows(self.reader, [row])
+        credential = Credential(key=key, secret_hash=row["secret_hash"])
+        self._cache.put(key_id_hash, credential, version)
+        return credential
 
-    @_timed
+    @timed
     async def touch_used(self, key_id: str, minute: datetime) -> None:
         """Set usedAt to ``minute`` unless it is already there (at most one write a minute)."""
         text = to_text(minute)
-        async with self._transaction() as conn:
+        async with self.transaction() as conn:
             await conn.execute(
                 "update api_keys set used_at = ? where id = ? and (used_at is null or used_at < ?)",
                 (text, key_id, text),
             )
 
-    @_timed
+    def forget(self) -> None:
+        """Drop every cached credential (after a write outside the store's own methods)."""
+        self._cache.clear()
+
+    @timed
     async def count_keys_by_state(self, now: datetime) -> dict[str, int]:
         """Keys of all organizations by effective state: enabled, disabled, expired."""
         counts = {"enabled": 0, "disabled": 0, "expired": 0}
-        for row in await _all(self._reader, _COUNT_KEYS_BY_STATE, (to_text(now),)):
+        for row in await _all(self.reader, _COUNT_KEYS_BY_STATE, (to_text(now),)):
             counts[row["effective"]] = row["n"]
         return counts
-
-    # Roles
-
-    @_timed
-    async def resolve_roles(
-        self, organization_id: str, names: Sequence[str], ids: Sequence[str]
-    ) -> list[Role]:
-        """The roles for legacy system-role names and role UUIDs of this organization."""
-        by_name = await _all(self._reader, _SYSTEM_ROLES_NAMED, (json.dumps(list(names)),))
-        by_id = await _all(
-            self._reader, _ROLES_WITH_IDS_IN_ORG, (organization_id, json.dumps(list(ids)))
-        )
-        found = {row["id"] for row in by_id}
-        missing = [role_id for role_id in ids if role_id not in found]
-        if missing:
-            raise BadRequest(f"assignedRoleIds: no role {missing[0]} in this organization")
-        roles = {row["id"]: _role(row) for row in [*by_name, *by_id]}
-        return list(roles.values())
-
-    @_timed
-    async def list_roles(self, organization_id: str) -> list[RoleDetail]:
-        rows = await _all(self._reader, _ROLES_IN_ORG, (organization_id,))
-        return [await _role_detail(self._reader, organization_id, row) for row in rows]
-
-    @_timed
-    async def get_role(self, organization_id: str, role_id: str) -> RoleDetail | None:
-        return await _get_role(self._reader, organization_id, role_id)
-
-    @_timed
-    async def create_role(
-        self,
-        organization_id: str,
-        name: str,
-        permissions: Sequence[str],
-        actors: Sequence[str],
-        now: datetime,
-    ) -> RoleDetail:
-        role_id = str(uuid.uuid4())
-        async with self._transaction() as conn:
-            await _check_role_name(conn, organization_id, name)
-            await conn.execute(
-                "insert into roles (id, organization_id, name, type, permissions, created_at,"
-                " updated_at) values (?, ?, ?, 'custom', ?, ?, ?)",
-                (
-                    role_id,
-                    organization_id,
-                    name,
-                    json.dumps(list(permissions)),
-                    to_text(now),
-                    to_text(now),
-                ),
-            )
-            await _set_actors(conn, organization_id, role_id, actors)
-            detail = await _get_role(conn, organization_id, role_id)
-        assert detail is not None
-        return detail
-
-    @_timed
-    async def update_role(
-        self,
-        organization_id: str,
-        role_id: str,
-        now: datetime,
-        name: str | None = None,
-        permissions: Sequence[str] | None = None,
-        actors: Sequence[str] | None = None,
-    ) -> RoleDetail | None:
-        """Change a custom role of this organization; None if there is no such role."""
-        async with self._transaction() as conn:
-            current = await _get_role(conn, organization_id, role_id)
-            if current is None or current.role.type != "custom":
-                return None
-            if name is not None and name != current.role.name:
-                await _check_role_name(conn, organization_id, name)
-            await conn.execute(
-                "update roles set name = ?, permissions = ?, updated_at = ? where id = ?",
-                (
-                    name or current.role.name,
-                    json.dumps(
-                        list(current.role.permissions if permissions is None else permissions)
-                    ),
-                    to_text(now),
-                    role_id,
-                ),
-            )
-            if actors is not None:
-                await _set_actors(conn, organization_id, role_id, actors)
-            return await _get_role(conn, organization_id, role_id)
-
-    @_timed
-    async def delete_role(self, organization_id: str, role_id: str) -> bool:
-        """Delete a custom role that no key holds; False if there is no such role."""
-        async with self._transaction() as conn:
-            exists = await _one(
-                conn,
-                "select 1 from roles where id = ? and organization_id = ?",
-                (role_id, organization_id),
-            )
-            if exists is None:
-                return False
-            holders = await _one(
-                conn, "select count(*) from key_roles where role_id = ?", (role_id,)
-            )
-            if holders is not None and holders[0]:
-                raise Conflict(f"role is assigned to {holders[0]} key(s); unassign it first")
-            await conn.execute("delete from roles where id = ?", (role_id,))
-            return True
 
 
 async def _one(
@@ -529,6 +460,7 @@ async def _keys_from_rows(conn: aiosqlite.Connection, rows: Sequence[sqlite3.Row
             used_at=from_text(row["used_at"]) if row["used_at"] else None,
             ip_access_list=json.loads(row["ip_access_list"]),
             roles=tuple(roles[row["id"]]),
+            rate_limit=(row["rate_limit"], row["rate_window"]) if row["rate_limit"] else None,
         )
         for row in rows
     ]
@@ -556,8 +488,8 @@ async def _insert_key(conn: aiosqlite.Connection, new: NewKey) -> Key:
     try:
         await conn.execute(
             "insert into api_keys (id, organization_id, name, state, key_id_hash, secret_hash,"
-            " key_suffix, ip_access_list, created_at, expire_at)"
-            " values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " key_suffix, ip_access_list, created_at, expire_at, rate_limit, rate_window)"
+            " values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 key_id,
                 new.organization_id,
@@ -569,6 +501,8 @@ async def _insert_key(conn: aiosqlite.Connection, new: NewKey) -> Key:
                 json.dumps(new.ip_access_list),
                 to_text(new.created_at),
                 to_text(new.expire_at) if new.expire_at else None,
+                new.rate_limit[0] if new.rate_limit else None,
+                new.rate_limit[1] if new.rate_limit else None,
             ),
         )
     except sqlite3.IntegrityError as exc:
@@ -579,63 +513,3 @@ async def _insert_key(conn: aiosqlite.Connection, new: NewKey) -> Key:
     key = await _get_key(conn, new.organization_id, key_id)
     assert key is not None
     return key
-
-
-async def _role_detail(
-    conn: aiosqlite.Connection, organization_id: str, row: sqlite3.Row
-) -> RoleDetail:
-    actors = await _all(
-        conn,
-        "select k.id from key_roles kr join api_keys k on k.id = kr.key_id"
-        " where kr.role_id = ? and k.organization_id = ? order by k.seq",
-        (row["id"], organization_id),
-    )
-    return RoleDetail(_role(row), organization_id, tuple(a["id"] for a in actors))
-
-
-async def _get_role(
-    conn: aiosqlite.Connection, organization_id: str, role_id: str
-) -> RoleDetail | None:
-    row = await _one(conn, _ROLE_IN_ORG, (organization_id, role_id))
-    return None if row is None else await _role_detail(conn, organization_id, row)
-
-
-async def _check_role_name(conn: aiosqlite.Connection, organization_id: str, name: str) -> None:
-    taken = await _one(conn, _ROLE_NAMED_IN_ORG, (organization_id, name))
-    if taken is not None:
-        raise Conflict(f"name: a role named {name!r} already exists in this organization")
-
-
-async def _set_actors(
-    conn: aiosqlite.Connection, organization_id: str, role_id: str, key_ids: Sequence[str]
-) -> None:
-    """Make exactly ``key_ids`` hold the role; no key may be left without a role."""
-    wanted = list(dict.fromkeys(key_ids))
-    found = await _all(
-        conn,
-        "select id from api_keys where organization_id = ?"
-        " and id in (select value from json_each(?))",
-        (organization_id, json.dumps(wanted)),
-    )
-    missing = set(wanted) - {row["id"] for row in found}
-    if missing:
-        raise BadRequest(f"actors: no key {sorted(missing)[0]} in this organization")
-    stranded = await _one(
-        conn,
-        "select kr.key_id from key_roles kr where kr.role_id = ?"
-        " and kr.key_id not in (select value from json_each(?))"
-        " and not exists (select 1 from key_roles other"
-        "                 where other.key_id = kr.key_id and other.role_id != kr.role_id)",
-        (role_id, json.dumps(wanted)),
-    )
-    if stranded is not None:
-        raise Conflict(f"actors: key {stranded['key_id']} would be left with no role")
-    await conn.execute(
-        "delete from key_roles where role_id = ?"
-        " and key_id not in (select value from json_each(?))",
-        (role_id, json.dumps(wanted)),
-    )
-    await conn.executemany(
-        "insert or ignore into key_roles (key_id, role_id) values (?, ?)",
-        [(key_id, role_id) for key_id in wanted],
-    )

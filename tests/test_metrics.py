@@ -199,7 +199,7 @@ async def test_metrics_off_is_a_404_and_collects_nothing(
     response = await client.get("/metrics")
     await assert_error(response, 404, "not found: no such endpoint")
     assert METRICS not in client.app
-    assert client.app[STORE]._observer is None
+    assert client.app[STORE].observer is None
     assert await status_of(client, "GET", "/healthz", {}) == 200
 
 

@@ -52,13 +52,46 @@ async def test_older_database_is_upgraded_in_one_step(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     conn = await db.connect(path)
     await db.migrate(conn)
-    steps = ["alter table organizations add column note text;", "create table extra (x integer);"]
-    assert await db.migrate(conn, steps) == 1
+    current = db.schema_version()
+    steps = [
+        *db.MIGRATIONS,
+        "alter table organizations add column note text;",
+        "create table extra (x integer);",
+    ]
+    assert await db.migrate(conn, steps) == current
     await conn.close()
     raw = sqlite3.connect(path)
-    assert raw.execute("pragma user_version").fetchone()[0] == 3
+    assert raw.execute("pragma user_version").fetchone()[0] == current + 2
     raw.execute("select note from organizations").fetchall()
     raw.execute("select x from extra").fetchall()
+
+
+async def test_version_1_database_upgrades_with_its_data(tmp_path: Path) -> None:
+    """A database made by the first release (schema v1) opens, upgrades, keeps its keys."""
+    path = tmp_path / "v1.db"
+    raw = sqlite3.connect(path)
+    raw.executescript((Path(__file__).parent / "data" / "schema_v1.sql").read_text())
+    raw.execute("pragma user_version = 1")
+    org = "11111111-1111-4111-8111-111111111111"
+    raw.execute("insert into organizations values (?, 'old', '2026-01-01T00:00:00Z')", (org,))
+    raw.execute(
+        "insert into api_keys (id, organization_id, name, state, key_id_hash, secret_hash,"
+        " key_suffix, created_at) values (?, ?, 'legacy', 'enabled', x'01', x'02', 'abcd',"
+        " '2026-01-01T00:00:00Z')",
+        ("22222222-2222-4222-8222-222222222222", org),
+    )
+    raw.commit()
+    raw.close()
+    store = await Store.open(path)
+    try:
+        key = await store.get_key(org, "22222222-2222-4222-8222-222222222222")
+        assert key is not None and key.name == "legacy" and key.rate_limit is None
+        assert await store.schema_is_current()
+    finally:
+        await store.close()
+    upgraded = sqlite3.connect(path)
+    assert upgraded.execute("pragma user_version").fetchone()[0] == db.schema_version() == 2
+    assert upgraded.execute("select value from meta where name = 'auth_generation'").fetchone()
 
 
 async def test_failed_migration_changes_nothing(tmp_path: Path) -> None:
@@ -66,10 +99,12 @@ async def test_failed_migration_changes_nothing(tmp_path: Path) -> None:
     conn = await db.connect(path)
     await db.migrate(conn)
     with pytest.raises(sqlite3.OperationalError):
-        await db.migrate(conn, ["create table half (x integer);", "this is not sql;"])
+        await db.migrate(
+            conn, [*db.MIGRATIONS, "create table half (x integer);", "this is not sql;"]
+        )
     await conn.close()
     raw = sqlite3.connect(path)
-    assert raw.execute("pragma user_version").fetchone()[0] == 1
+    assert raw.execute("pragma user_version").fetchone()[0] == db.schema_version()
     assert raw.execute("select count(*) from sqlite_master where name = 'half'").fetchone()[0] == 0
 
 

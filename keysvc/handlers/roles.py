@@ -23,7 +23,7 @@ _update = UpdateRoleSchema()
 async def list_roles(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
     authorize(request, organization_id, "roles:read")
-    return ok(request, _roles.dump(await request.app[STORE].list_roles(organization_id)))
+    return ok(request, _roles.dump(await request.app[STORE].roles.list_roles(organization_id)))
 
 
 @routes.post(ROLES)
@@ -41,7 +41,7 @@ async def create_role(request: web.Request) -> web.Response:
 async def get_role(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
     authorize(request, organization_id, "roles:read")
-    detail = await request.app[STORE].get_role(organization_id, path_uuid(request, "roleId"))
+    detail = await request.app[STORE].roles.get_role(organization_id, path_uuid(request, "roleId"))
     if detail is None:
         raise NotFound(roles.NOT_FOUND)
     return ok(request, _role.dump(detail))

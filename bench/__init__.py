@@ -1,0 +1,4 @@
+"""keysvc's benchmark: wrk against a bare aiohttp baseline and a real keysvc, alternating.
+
+``python -m bench.run`` (``make bench``) does everything; see docs/PERFORMANCE.md.
+"""

@@ -1,0 +1,272 @@
+"""Run the benchmark and report it: ``python -m bench.run`` (``make bench``).
+
+Default run: A, the bare aiohttp app of bench/baseline.py, against B, a real
+``keysvc serve`` on a file database seeded with 1,000 keys, over every
+scenario of bench/scenarios.py. ``--keys N`` for N other than 1,000 (``make
+bench SCALE=1``: 1,000,000) is the scale check instead: keysvc on 1,000 keys
+against keysvc on N keys, for GET and verify.
+
+Within a scenario every app gets a short unrecorded warm-up, then the apps take
+turns, round by round (A, B, A, B, ...), with the same wrk settings; the table
+shows medians over the rounds. The table is printed and written to
+docs/PERFORMANCE.md. The exit code is 1 when more than 1% of an app's
+responses in a scenario were not 2xx (or were socket errors), so a broken
+scenario cannot pass for a slow one.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+
+from bench import report, scenarios, seed, wrk
+from bench.report import Cell, CellGrid, Column
+from bench.scenarios import Scenario
+from bench.servers import ROOT, Server, start_baseline, start_keysvc
+
+DEFAULT_KEYS = 1000
+SCALE_SCENARIOS = ("get", "verify")
+DOC = ROOT / "docs" / "PERFORMANCE.md"
+
+
+@dataclass(frozen=True)
+class App:
+    column: Column
+    server: Server
+    seeded: seed.Seeded
+    files: dict[str, Path]  # scenario name -> request file for rotate.lua
+
+
+def _args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.run", description=__doc__.split("\n\n")[0] if __doc__ else None
+    )
+    parser.add_argument(
+        "--keys",
+        type=int,
+        default=DEFAULT_KEYS,
+        help="keys to seed; other than 1000 runs the scale check (default 1000)",
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="rounds per app (default 5)")
+    parser.add_argument("--seconds", type=int, default=5, help="seconds per round (default 5)")
+    parser.add_argument("--warmup", type=int, default=2, help="warm-up seconds (default 2)")
+    parser.add_argument("--threads", type=int, default=1, help="wrk threads (default 1)")
+    parser.add_argument("--connections", type=int, default=32, help="wrk connections (32)")
+    parser.add_argument("--rotate", type=int, default=1000, help="keys to rotate through (1000)")
+    parser.add_argument(
+        "--only",
+        help="comma-separated scenarios to run (get, verify, list, create); all by default",
+    )
+    parser.add_argument("--workdir", type=Path, help="keep databases and logs here")
+    parser.add_argument("--doc", type=Path, default=DOC, help="Markdown file to update")
+    return parser.parse_args(argv)
+
+
+def _command(argv: Sequence[str]) -> str:
+    python = Path(sys.executable)
+    if python.is_relative_to(ROOT):
+        python = python.relative_to(ROOT)
+    text = f"`{shlex.join([str(python), '-m', 'bench.run', *argv])}`"
+    if os.environ.get("MAKELEVEL"):
+        text = f"`make bench{' SCALE=1' if '--keys' in argv else ''}`, which runs {text}"
+    return text
+
+
+def _wrk_version(path: str) -> str:
+    done = subprocess.run(  # noqa: S603 - wrk's own path, no shell
+        [path, "-v"], capture_output=True, text=True, check=False
+    )
+    first = (done.stdout or done.stderr).splitlines()
+    return first[0].split(" [")[0] if first else "wrk"
+
+
+def _seed(work: Path, keys: int, rotate: int) -> tuple[seed.Seeded, float]:
+    folder = work / f"keys-{keys}"
+    folder.mkdir(parents=True)
+    started = time.monotonic()
+    seeded = seed.seed(folder / "keysvc.db", keys, rotate)
+    seed.write(seeded, folder)
+    elapsed = time.monotonic() - started
+    print(f"bench: seeded {keys:,} keys in {elapsed:.1f}s", flush=True)
+    return seeded, elapsed
+
+
+def _files(seeded: seed.Seeded, chosen: Sequence[Scenario]) -> dict[str, Path]:
+    folder = seeded.db.parent
+    return {s.name: scenarios.write_requests(s, seeded, folder / f"{s.name}.tsv") for s in chosen}
+
+
+def measure(
+    wrk_path: str,
+    apps: Sequence[App],
+    chosen: Sequence[Scenario],
+    settings: wrk.WrkSettings,
+    rounds: int,
+    warmup: int,
+) -> CellGrid:
+    grid: CellGrid = {s.name: {a.column.label: Cell() for a in apps} for s in chosen}
+    for scenario in chosen:
+        print(f"bench: {scenario.name}: {scenario.title}", flush=True)
+        for app in apps:
+            if app.column.keysvc:
+                line = scenario.lines(app.seeded)[0]
+                status = scenarios.probe(app.server.base, line).status
+                grid[scenario.name][app.column.label].probe_status = status
+                if not 200 <= status < 300:
+                    print(f"bench:   {app.column.label} answers {status} here", flush=True)
+            if warmup:
+                quick = replace(settings, seconds=warmup)
+                wrk.run(wrk_path, app.server.base, app.files[scenario.name], quick)
+                app.server.check_alive()
+        for number in range(1, rounds + 1):
+            seen = []
+            for app in apps:
+                result = wrk.run(wrk_path, app.server.base, app.files[scenario.name], settings)
+                app.server.check_alive()
+                grid[scenario.name][app.column.label].rounds.append(result)
+                seen.append(f"{app.column.label} {result.rps:,.0f} req/s")
+            print(f"bench:   round {number}/{rounds}: {', '.join(seen)}", flush=True)
+        for app in apps:
+            if app.column.keysvc:
+                grid[scenario.name][app.column.label].rss_kib = app.server.rss_kib()
+    return grid
+
+
+def _main_apps(stack: ExitStack, work: Path, args: argparse.Namespace) -> tuple[list[App], str]:
+    seeded, seconds = _seed(work, DEFAULT_KEYS, args.rotate)
+    keysvc = stack.enter_context(start_keysvc(seeded.db, work / "keysvc.log"))
+    scenarios.touch(keysvc.base, seeded)
+    shapes = {
+        s.name: scenarios.baseline_shape(s, seeded, scenarios.capture(keysvc.base, s, seeded))
+        for s in scenarios.SCENARIOS
+    }
+    shapes_file = work / "shapes.json"
+    shapes_file.write_text(json.dumps({name: shape.as_json() for name, shape in shapes.items()}))
+    baseline = stack.enter_context(start_baseline(shapes_file, work / "baseline.log"))
+    files = _files(seeded, scenarios.SCENARIOS)
+    a = Column("A", "bare aiohttp baseline, bench/baseline.py", False)
+    b = Column("B", "`keysvc serve` on 1,000 seeded keys", True)
+    apps = [App(a, baseline, seeded, files), App(b, keysvc, seeded, files)]
+    return apps, f"{DEFAULT_KEYS:,} keys seeded in {seconds:.1f}s"
+
+
+def _scale_apps(stack: ExitStack, work: Path, args: argparse.Namespace) -> tuple[list[App], str]:
+    chosen = [scenarios.BY_NAME[name] for name in SCALE_SCENARIOS]
+    small, _ = _seed(work, DEFAULT_KEYS, args.rotate)
+    large, seconds = _seed(work, args.keys, args.rotate)
+    apps = []
+    for seeded, label in ((small, "1k"), (large, _short(args.keys))):
+        server = stack.enter_context(start_keysvc(seeded.db, work / f"keysvc-{seeded.keys}.log"))
+        scenarios.touch(server.base, seeded)
+        title = f"`keysvc serve` on {seeded.keys:,} seeded keys"
+        apps.append(App(Column(label, title, True), server, seeded, _files(seeded, chosen)))
+    return apps, f"{args.keys:,} keys seeded in {seconds:.1f}s"
+
+
+def _short(keys: int) -> str:
+    for size, suffix in ((1_000_000, "M"), (1_000, "k")):
+        if keys >= size and keys % size == 0:
+            return f"{keys // size}{suffix}"
+    return str(keys)
+
+
+def _section(
+    heading: str,
+    apps: Sequence[App],
+    chosen: Sequence[Scenario],
+    grid: CellGrid,
+    facts: list[tuple[str, str]],
+) -> str:
+    names = [(s.name, s.title) for s in chosen]
+    columns = [app.column for app in apps]
+    lines = [f"## {heading}", ""]
+    lines += [f"- {name}: {value}" for name, value in facts]
+    lines += [f"- {c.label}: {c.title}" for c in columns]
+    lines += ["", report.table(names, columns, grid), "", "Every round:", ""]
+    lines += [report.rounds_table(names, columns, grid)]
+    return "\n".join(lines) + "\n"
+
+
+def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # unwinds the ExitStack: every server is stopped
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _args(argv)
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    started = time.monotonic()
+    date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    wrk_path = wrk.ensure_wrk()
+    settings = wrk.WrkSettings(args.threads, args.connections, args.seconds)
+    scale = args.keys != DEFAULT_KEYS
+    chosen = [s for s in scenarios.SCENARIOS if not scale or s.name in SCALE_SCENARIOS]
+    if args.only:
+        wanted = set(args.only.split(","))
+        if wanted - {s.name for s in chosen}:
+            raise SystemExit(f"bench: --only: choose from {', '.join(s.name for s in chosen)}")
+        chosen = [s for s in chosen if s.name in wanted]
+    with ExitStack() as stack:
+        work = args.workdir or Path(tempfile.mkdtemp(prefix="keysvc-bench-"))
+        if args.workdir is None:
+            stack.callback(shutil.rmtree, work, ignore_errors=True)
+        work.mkdir(parents=True, exist_ok=True)
+        if scale:
+            apps, seeding = _scale_apps(stack, work, args)
+        else:
+            apps, seeding = _main_apps(stack, work, args)
+        grid = measure(wrk_path, apps, chosen, settings, args.rounds, args.warmup)
+    order = ", ".join([c.column.label for c in apps] * 2) + ", ..."
+    facts = [
+        ("date", date),
+        ("machine", report.machine()),
+        ("keysvc", f"commit {report.git_revision(ROOT)}; one process, default settings"),
+        ("command", _command(argv)),
+        (
+            "wrk",
+            f"{_wrk_version(wrk_path)}: `{settings.describe()}` against 127.0.0.1;"
+            f" {args.warmup}s warm-up per app and scenario, then {args.rounds} rounds per app"
+            f" in turn ({order}); medians shown",
+        ),
+        ("seeding", seeding),
+        ("run time", f"{time.monotonic() - started:.0f}s"),
+    ]
+    if scale:
+        heading = f"Scale: keysvc on 1,000 vs {args.keys:,} keys"
+        key = "scale"
+    else:
+        heading = "Baseline (A) vs keysvc (B), 1,000 keys"
+        key = "main"
+    text = _section(heading, apps, chosen, grid, facts)
+    print("\n" + text, flush=True)
+    report.write_section(args.doc, key, text)
+    print(f"bench: wrote {args.doc}", flush=True)
+    broken = [
+        (scenario.name, app.column.label, grid[scenario.name][app.column.label])
+        for scenario in chosen
+        for app in apps
+        if grid[scenario.name][app.column.label].broken
+    ]
+    for name, label, cell in broken:
+        print(
+            f"bench: BROKEN: {label} {name}: {cell.failures:,} of {cell.requests:,} responses"
+            f" failed (non-2xx or socket errors; probe answered {cell.probe_status})",
+            file=sys.stderr,
+        )
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

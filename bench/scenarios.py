@@ -1,0 +1,125 @@
+"""The benchmark's scenarios: the requests each sends, and probing keysvc with them.
+
+Each scenario becomes a file of requests for bench/rotate.lua, one per line
+(``METHOD<TAB>PATH<TAB>AUTHORIZATION<TAB>BODY``). Scenarios that authenticate
+as "each key" rotate through the seeded sample, so consecutive requests carry
+different credentials; create uses the organization's admin key.
+"""
+
+import base64
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.baseline import Shape
+from bench.seed import Credential, Seeded
+
+CREATE_BODY = json.dumps({"name": "bench", "roles": ["developer"]})
+# Headers the baseline must not replay: aiohttp sets them itself, or makes them fresh.
+_OWN_HEADERS = frozenset(
+    {"date", "server", "content-length", "x-request-id", "transfer-encoding", "connection"}
+)
+
+
+@dataclass(frozen=True)
+class Line:
+    method: str
+    path: str
+    authorization: str
+    body: str = ""
+
+    def tsv(self) -> str:
+        return f"{self.method}\t{self.path}\t{self.authorization}\t{self.body}\n"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    title: str
+    lines: Callable[[Seeded], list[Line]]
+
+
+def basic(cred: Credential) -> str:
+    return "Basic " + base64.b64encode(f"{cred.key_id}:{cred.secret}".encode()).decode()
+
+
+def _keys(seeded: Seeded) -> str:
+    return f"/v1/organizations/{seeded.organization_id}/keys"
+
+
+SCENARIOS = (
+    Scenario(
+        "get",
+        "GET a key, each key reading itself",
+        lambda s: [Line("GET", f"{_keys(s)}/{c.id}", basic(c)) for c in s.sample],
+    ),
+    Scenario(
+        "verify",
+        "GET /v1/verify, rotating keys",
+        lambda s: [Line("GET", "/v1/verify", basic(c)) for c in s.sample],
+    ),
+    Scenario(
+        "list",
+        "GET the first page of 100 keys, rotating keys",
+        lambda s: [Line("GET", f"{_keys(s)}?limit=100", basic(c)) for c in s.sample],
+    ),
+    Scenario(
+        "create",
+        "POST a key as the admin key",
+        lambda s: [Line("POST", _keys(s), basic(s.admin), CREATE_BODY)],
+    ),
+)
+BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}
+
+
+def write_requests(scenario: Scenario, seeded: Seeded, path: Path) -> Path:
+    path.write_text("".join(line.tsv() for line in scenario.lines(seeded)))
+    return path
+
+
+def probe(base: str, line: Line) -> Shape:
+    """Send one request with urllib; the answer, whatever its status."""
+    request = urllib.request.Request(  # noqa: S310 - a loopback URL of our own
+        base + line.path,
+        method=line.method,
+        data=line.body.encode() if line.body else None,
+        headers={"Authorization": line.authorization, "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
+            status, headers, body = answer.status, answer.headers, answer.read()
+    except urllib.error.HTTPError as error:
+        status, headers, body = error.code, error.headers, error.read()
+    kept = {name: value for name, value in headers.items() if name.lower() not in _OWN_HEADERS}
+    return Shape(status, kept, body)
+
+
+def baseline_shape(scenario: Scenario, seeded: Seeded, answer: Shape) -> Shape:
+    """What the baseline answers for ``scenario``: keysvc's answer, always as a 200.
+
+    If keysvc cannot answer verify yet, the baseline still answers verify's contract:
+    an empty 200 carrying the key's identity and permissions.
+    """
+    if scenario.name == "verify" and not 200 <= answer.status < 300:
+        cred = seeded.sample[0]
+        headers = {
+            "X-Key-Id": cred.id,
+            "X-Organization-Id": seeded.organization_id,
+            "X-Key-Permissions": "keys:read,roles:read",
+        }
+        return Shape(200, headers, b"")
+    return Shape(200, answer.headers, answer.body)
+
+
+def touch(base: str, seeded: Seeded) -> None:
+    """Use every key once, so that each has the ``usedAt`` it will show from now on."""
+    for cred in [seeded.admin, *seeded.sample]:
+        probe(base, Line("GET", f"{_keys(seeded)}/{cred.id}", basic(cred)))
+
+
+def capture(base: str, scenario: Scenario, seeded: Seeded) -> Shape:
+    """keysvc's answer to the scenario's first request, once every key has been used."""
+    return probe(base, scenario.lines(seeded)[0])

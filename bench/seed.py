@@ -1,0 +1,172 @@
+"""Seed a keysvc database for the benchmark, fast, without HTTP.
+
+``keysvc bootstrap`` creates the database, its schema, pepper, organization and
+admin key through keysvc's own code; the benchmark keys are then inserted with
+sqlite3 in one transaction, hashed with keysvc's own ``Hasher``, each holding
+the developer system role. The credentials of a random sample of them (all of
+them up to ``--rotate``) are written to ``keys.tsv`` (``uuid<TAB>keyId<TAB>secret``)
+and the organization and admin key to ``seed.json``, for the wrk scripts.
+
+Credentials come from a seeded ``random.Random``, not ``secrets``: they are
+throwaway benchmark data, and a million of them must take seconds, not minutes.
+"""
+
+import argparse
+import json
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from keysvc.credentials import (
+    BASE62,
+    KEY_ID_LENGTH,
+    SECRET_PREFIX,
+    SECRET_RANDOM_LENGTH,
+    SUFFIX_LENGTH,
+    Hasher,
+    checksum,
+    load_pepper,
+    sha256_b64,
+)
+from keysvc.timeutil import to_text, utcnow
+
+DEVELOPER_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002"
+BATCH = 20_000
+_INSERT_KEY = """
+    insert into api_keys (id, organization_id, name, state, key_id_hash, secret_hash,
+                          key_suffix, created_at)
+    values (?, ?, ?, 'enabled', ?, ?, ?, ?)
+"""
+_INSERT_ROLE = "insert into key_roles (key_id, role_id) values (?, ?)"
+
+
+@dataclass(frozen=True)
+class Credential:
+    id: str  # the key's UUID, used in paths
+    key_id: str  # the Basic-auth user name
+    secret: str
+
+
+@dataclass(frozen=True)
+class Seeded:
+    db: Path
+    organization_id: str
+    admin: Credential
+    keys: int  # seeded keys, the admin key not counted
+    sample: list[Credential]  # the keys the benchmark rotates through
+
+
+def keysvc_env() -> dict[str, str]:
+    """The environment without KEYSVC_* settings, so only what the bench sets applies."""
+    return {name: value for name, value in os.environ.items() if not name.startswith("KEYSVC_")}
+
+
+def bootstrap(db: Path) -> tuple[str, Credential]:
+    done = subprocess.run(  # noqa: S603 - keysvc from this interpreter, no shell
+        [sys.executable, "-m", "keysvc", "bootstrap", "--db", str(db), "--org-name", "bench"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=keysvc_env(),
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"keysvc bootstrap failed: {done.stderr.strip()}")
+    made = json.loads(done.stdout)
+    return made["organizationId"], Credential(made["id"], made["keyId"], made["keySecret"])
+
+
+def _credentials(rng: random.Random, count: int) -> Iterator[Credential]:
+    for _ in range(count):
+        chars = "".join(rng.choices(BASE62, k=KEY_ID_LENGTH + SECRET_RANDOM_LENGTH))
+        body = chars[KEY_ID_LENGTH:]
+        yield Credential(
+            str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+            chars[:KEY_ID_LENGTH],
+            SECRET_PREFIX + body + checksum(body),
+        )
+
+
+def seed(db: Path, keys: int, rotate: int = 1000, seed_value: int = 1) -> Seeded:
+    """Create ``db`` (which must not exist) with an admin key and ``keys`` developer keys."""
+    if db.exists():
+        raise FileExistsError(f"{db} exists; seed a fresh path")
+    organization_id, admin = bootstrap(db)
+    # The pepper file that keysvc serve will read: <db>.pepper (no KEYSVC_PEPPER is passed).
+    hasher = Hasher(load_pepper(None, db.with_name(db.name + ".pepper")))
+    rng = random.Random(seed_value)  # noqa: S311 - benchmark data, see the module docstring
+    chosen = set(rng.sample(range(keys), min(rotate, keys)))
+    created_at = to_text(utcnow())
+    sample: list[Credential] = []
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        # A throwaway benchmark database: durability while seeding buys nothing.
+        conn.execute("pragma synchronous = off")
+        conn.execute("pragma cache_size = -262144")
+        conn.execute("begin immediate")
+        key_rows: list[tuple[str, str, str, bytes, bytes, str, str]] = []
+        role_rows: list[tuple[str, str]] = []
+        for index, cred in enumerate(_credentials(rng, keys)):
+            if index in chosen:
+                sample.append(cred)
+            key_rows.append(
+                (
+                    cred.id,
+                    organization_id,
+                    f"bench-{index:07d}",  # one width: every answer the same size
+                    hasher.keyed(sha256_b64(cred.key_id)),
+                    hasher.keyed(sha256_b64(cred.secret)),
+                    cred.key_id[-SUFFIX_LENGTH:],
+                    created_at,
+                )
+            )
+            role_rows.append((cred.id, DEVELOPER_ROLE))
+            if len(key_rows) >= BATCH:
+                conn.executemany(_INSERT_KEY, key_rows)
+                conn.executemany(_INSERT_ROLE, role_rows)
+                key_rows, role_rows = [], []
+        conn.executemany(_INSERT_KEY, key_rows)
+        conn.executemany(_INSERT_ROLE, role_rows)
+        conn.execute("commit")
+        conn.execute("pragma wal_checkpoint(truncate)")
+    finally:
+        conn.close()
+    return Seeded(db, organization_id, admin, keys, sample)
+
+
+def write(seeded: Seeded, out: Path) -> None:
+    """``keys.tsv`` (the sample) and ``seed.json`` (organization and admin) in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    lines = (f"{c.id}\t{c.key_id}\t{c.secret}\n" for c in seeded.sample)
+    (out / "keys.tsv").write_text("".join(lines))
+    about = {
+        "db": str(seeded.db),
+        "organizationId": seeded.organization_id,
+        "admin": asdict(seeded.admin),
+        "keys": seeded.keys,
+    }
+    (out / "seed.json").write_text(json.dumps(about, indent=2) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Seed a keysvc database for the benchmark.")
+    parser.add_argument("--db", type=Path, required=True, help="database file to create")
+    parser.add_argument("--keys", type=int, default=1000, help="developer keys to seed")
+    parser.add_argument("--rotate", type=int, default=1000, help="credentials to write out")
+    parser.add_argument("--out", type=Path, help="folder for keys.tsv and seed.json")
+    args = parser.parse_args()
+    started = time.monotonic()
+    seeded = seed(args.db, args.keys, args.rotate)
+    write(seeded, args.out or args.db.parent)
+    print(f"seeded {seeded.keys} keys into {args.db} in {time.monotonic() - started:.1f}s")
+
+
+if __name__ == "__main__":
+    main()

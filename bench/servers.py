@@ -1,0 +1,119 @@
+"""The servers under test, as subprocesses on free loopback ports.
+
+Each runs in its own session, so a Ctrl-C at the terminal reaches only the
+runner, which stops them in order: SIGTERM, then SIGKILL if one has not
+exited within ``STOP_SECONDS``. Their stderr goes to a file in the work
+folder (keysvc logs a JSON line per request; a pipe nobody reads would block).
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+from bench.seed import keysvc_env
+
+HOST = "127.0.0.1"
+START_SECONDS = 60.0
+STOP_SECONDS = 10.0
+ROOT = Path(__file__).resolve().parent.parent  # the checkout, so that -m bench.* imports
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Server:
+    """A started server; a context manager that always stops it."""
+
+    def __init__(
+        self, name: str, command: list[str], log: Path, env: dict[str, str], cwd: Path = ROOT
+    ):
+        self.name = name
+        self.port = free_port()
+        self.base = f"http://{HOST}:{self.port}"
+        self.log = log
+        with log.open("ab") as err:
+            self.proc = subprocess.Popen(  # noqa: S603 - commands built here, no shell
+                [*command, "--host", HOST, "--port", str(self.port)],
+                stdin=subprocess.DEVNULL,
+                stdout=err,
+                stderr=err,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+            )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_SECONDS
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                urllib.request.urlopen(self.base + "/", timeout=1)  # noqa: S310 - our loopback URL
+            except urllib.error.HTTPError:
+                return  # any HTTP answer means it is serving
+            except OSError:
+                time.sleep(0.05)
+            else:
+                return
+        raise RuntimeError(f"{self.name} did not start within {START_SECONDS:.0f}s; see {self.log}")
+
+    def check_alive(self) -> None:
+        code = self.proc.poll()
+        if code is not None:
+            tail = self.log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"{self.name} exited with code {code}; its log ends:\n{tail}")
+
+    def rss_kib(self) -> int:
+        """Resident memory now, from /proc/PID/status (VmRSS), in KiB."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return 0
+
+    def stop(self) -> None:
+        if self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def start_keysvc(db: Path, log: Path) -> Server:
+    """``keysvc serve``: one process, default settings, no per-organization key cap to hit."""
+    env = {**keysvc_env(), "KEYSVC_MAX_KEYS_PER_ORG": "10000000"}
+    command = [sys.executable, "-m", "keysvc", "serve", "--db", str(db)]
+    return Server(f"keysvc ({db.name})", command, log, env)
+
+
+def start_baseline(shapes: Path, log: Path) -> Server:
+    command = [sys.executable, "-m", "bench.baseline", "--shapes", str(shapes)]
+    return Server("baseline", command, log, dict(os.environ))

@@ -1,0 +1,114 @@
+"""The records the store returns and takes: plain frozen dataclasses, no I/O."""
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from keysvc.timeutil import to_text
+
+
+@dataclass(frozen=True)
+class Role:
+    id: str
+    name: str
+    type: str
+    permissions: tuple[str, ...]
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class RoleDetail:
+    """A role as seen from one organization, with the keys that hold it there."""
+
+    role: Role
+    organization_id: str
+    actors: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Organization:
+    id: str
+    name: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Key:
+    id: str
+    seq: int
+    organization_id: str
+    name: str
+    state: str
+    key_suffix: str
+    created_at: datetime
+    expire_at: datetime | None
+    used_at: datetime | None
+    ip_access_list: list[dict[str, str]]
+    roles: tuple[Role, ...]
+    # (limit, window in seconds) of this key's own request limit; None: the server's.
+    rate_limit: tuple[int, int] | None = None
+
+    @property
+    def permissions(self) -> frozenset[str]:
+        return frozenset(p for role in self.roles for p in role.permissions)
+
+    @property
+    def etag(self) -> str:
+        """A strong ETag of what a PATCH can change (usedAt moves on its own)."""
+        state = [
+            self.name,
+            self.state,
+            to_text(self.expire_at) if self.expire_at else None,
+            self.ip_access_list,
+            [(role.id, role.name) for role in self.roles],
+            self.rate_limit,
+        ]
+        digest = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
+        return f'"{digest[:20]}"'
+
+
+@dataclass(frozen=True)
+class Credential:
+    """What authentication needs: the key, and the keyed hash of its secret."""
+
+    key: Key
+    secret_hash: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
+class NewKey:
+    organization_id: str
+    name: str
+    state: str
+    key_id_hash: bytes = field(repr=False)
+    secret_hash: bytes = field(repr=False)
+    key_suffix: str
+    created_at: datetime
+    expire_at: datetime | None = None
+    ip_access_list: list[dict[str, str]] = field(default_factory=list)
+    role_ids: Sequence[str] = ()
+    rate_limit: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class KeyChange:
+    """A PATCH, already validated: None means "leave as it is"."""
+
+    name: str | None = None
+    state: str | None = None
+    expire_at: datetime | None = None
+    clear_expiry: bool = False
+    ip_access_list: list[dict[str, str]] | None = None
+    role_ids: Sequence[str] | None = None
+    rate_limit: tuple[int, int] | None = None
+    clear_rate_limit: bool = False
+
+
+@dataclass(frozen=True)
+class KeyPage:
+    keys: list[Key]
+    more: bool
+    total: int

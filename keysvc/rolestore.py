@@ -1,0 +1,221 @@
+"""Role persistence: system and custom roles, and which keys hold them.
+
+It works through the Store's connections and write transactions; every write
+that can change what a key may do bumps the authorization generation, so
+cached credentials everywhere are dropped before the next request.
+"""
+
+import json
+import sqlite3
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+import aiosqlite
+
+from keysvc.errors import BadRequest, Conflict
+from keysvc.models import Role, RoleDetail
+from keysvc.store import Store, _all, _one, _role, bump_generation, timed
+from keysvc.timeutil import to_text
+
+# A role is visible in an organization if it is a system role or that organization's own.
+_ROLES_IN_ORG = """
+    select id, name, type, permissions, created_at, updated_at from roles
+    where (organization_id is null or organization_id = ?)
+    order by type = 'custom', name
+"""
+_ROLE_IN_ORG = """
+    select id, name, type, permissions, created_at, updated_at from roles
+    where (organization_id is null or organization_id = ?) and id = ?
+"""
+_ROLE_NAMED_IN_ORG = """
+    select id from roles where (organization_id is null or organization_id = ?) and name = ?
+"""
+_ROLES_WITH_IDS_IN_ORG = """
+    select id, name, type, permissions, created_at, updated_at from roles
+    where (organization_id is null or organization_id = ?)
+      and id in (select value from json_each(?))
+"""
+_SYSTEM_ROLES_NAMED = """
+    select id, name, type, permissions, created_at, updated_at from roles
+    where organization_id is null and name in (select value from json_each(?))
+"""
+
+
+class RoleStore:
+    def __init__(self, store: Store):
+        self._store = store
+        self.observer = store.observer
+
+    @timed
+    async def resolve_roles(
+        self, organization_id: str, names: Sequence[str], ids: Sequence[str]
+    ) -> list[Role]:
+        """The roles for legacy system-role names and role UUIDs of this organization."""
+        by_name = await _all(self._store.reader, _SYSTEM_ROLES_NAMED, (json.dumps(list(names)),))
+        by_id = await _all(
+            self._store.reader, _ROLES_WITH_IDS_IN_ORG, (organization_id, json.dumps(list(ids)))
+        )
+        found = {row["id"] for row in by_id}
+        missing = [role_id for role_id in ids if role_id not in found]
+        if missing:
+            raise BadRequest(f"assignedRoleIds: no role {missing[0]} in this organization")
+        roles = {row["id"]: _role(row) for row in [*by_name, *by_id]}
+        return list(roles.values())
+
+    @timed
+    async def list_roles(self, organization_id: str) -> list[RoleDetail]:
+        rows = await _all(self._store.reader, _ROLES_IN_ORG, (organization_id,))
+        return [await _role_detail(self._store.reader, organization_id, row) for row in rows]
+
+    @timed
+    async def get_role(self, organization_id: str, role_id: str) -> RoleDetail | None:
+        return await _get_role(self._store.reader, organization_id, role_id)
+
+    @timed
+    async def create_role(
+        self,
+        organization_id: str,
+        name: str,
+        permissions: Sequence[str],
+        actors: Sequence[str],
+        now: datetime,
+    ) -> RoleDetail:
+        role_id = str(uuid.uuid4())
+        async with self._store.transaction() as conn:
+            await _check_role_name(conn, organization_id, name)
+            await conn.execute(
+                "insert into roles (id, organization_id, name, type, permissions, created_at,"
+                " updated_at) values (?, ?, ?, 'custom', ?, ?, ?)",
+                (
+                    role_id,
+                    organization_id,
+                    name,
+                    json.dumps(list(permissions)),
+                    to_text(now),
+                    to_text(now),
+                ),
+            )
+            await _set_actors(conn, organization_id, role_id, actors)
+            if actors:
+                await bump_generation(conn)
+            detail = await _get_role(conn, organization_id, role_id)
+        self._store.forget()
+        assert detail is not None
+        return detail
+
+    @timed
+    async def update_role(
+        self,
+        organization_id: str,
+        role_id: str,
+        now: datetime,
+        name: str | None = None,
+        permissions: Sequence[str] | None = None,
+        actors: Sequence[str] | None = None,
+    ) -> RoleDetail | None:
+        """Change a custom role of this organization; None if there is no such role."""
+        async with self._store.transaction() as conn:
+            current = await _get_role(conn, organization_id, role_id)
+            if current is None or current.role.type != "custom":
+                return None
+            if name is not None and name != current.role.name:
+                await _check_role_name(conn, organization_id, name)
+            await conn.execute(
+                "update roles set name = ?, permissions = ?, updated_at = ? where id = ?",
+                (
+                    name or current.role.name,
+                    json.dumps(
+                        list(current.role.permissions if permissions is None else permissions)
+                    ),
+                    to_text(now),
+                    role_id,
+                ),
+            )
+            if actors is not None:
+                await _set_actors(conn, organization_id, role_id, actors)
+            await bump_generation(conn)
+            detail = await _get_role(conn, organization_id, role_id)
+        self._store.forget()  # this process at once; others through the generation
+        return detail
+
+    @timed
+    async def delete_role(self, organization_id: str, role_id: str) -> bool:
+        """Delete a custom role that no key holds; False if there is no such role."""
+        async with self._store.transaction() as conn:
+            exists = await _one(
+                conn,
+                "select 1 from roles where id = ? and organization_id = ?",
+                (role_id, organization_id),
+            )
+            if exists is None:
+                return False
+            holders = await _one(
+                conn, "select count(*) from key_roles where role_id = ?", (role_id,)
+            )
+            if holders is not None and holders[0]:
+                raise Conflict(f"role is assigned to {holders[0]} key(s); unassign it first")
+            await conn.execute("delete from roles where id = ?", (role_id,))
+            await bump_generation(conn)
+        self._store.forget()
+        return True
+
+
+async def _role_detail(
+    conn: aiosqlite.Connection, organization_id: str, row: sqlite3.Row
+) -> RoleDetail:
+    actors = await _all(
+        conn,
+        "select k.id from key_roles kr join api_keys k on k.id = kr.key_id"
+        " where kr.role_id = ? and k.organization_id = ? order by k.seq",
+        (row["id"], organization_id),
+    )
+    return RoleDetail(_role(row), organization_id, tuple(a["id"] for a in actors))
+
+
+async def _get_role(
+    conn: aiosqlite.Connection, organization_id: str, role_id: str
+) -> RoleDetail | None:
+    row = await _one(conn, _ROLE_IN_ORG, (organization_id, role_id))
+    return None if row is None else await _role_detail(conn, organization_id, row)
+
+
+async def _check_role_name(conn: aiosqlite.Connection, organization_id: str, name: str) -> None:
+    taken = await _one(conn, _ROLE_NAMED_IN_ORG, (organization_id, name))
+    if taken is not None:
+        raise Conflict(f"name: a role named {name!r} already exists in this organization")
+
+
+async def _set_actors(
+    conn: aiosqlite.Connection, organization_id: str, role_id: str, key_ids: Sequence[str]
+) -> None:
+    """Make exactly ``key_ids`` hold the role; no key may be left without a role."""
+    wanted = list(dict.fromkeys(key_ids))
+    found = await _all(
+        conn,
+        "select id from api_keys where organization_id = ?"
+        " and id in (select value from json_each(?))",
+        (organization_id, json.dumps(wanted)),
+    )
+    missing = set(wanted) - {row["id"] for row in found}
+    if missing:
+        raise BadRequest(f"actors: no key {sorted(missing)[0]} in this organization")
+    stranded = await _one(
+        conn,
+        "select kr.key_id from key_roles kr where kr.role_id = ?"
+        " and kr.key_id not in (select value from json_each(?))"
+        " and not exists (select 1 from key_roles other"
+        "                 where other.key_id = kr.key_id and other.role_id != kr.role_id)",
+        (role_id, json.dumps(wanted)),
+    )
+    if stranded is not None:
+        raise Conflict(f"actors: key {stranded['key_id']} would be left with no role")
+    await conn.execute(
+        "delete from key_roles where role_id = ?"
+        " and key_id not in (select value from json_each(?))",
+        (role_id, json.dumps(wanted)),
+    )
+    await conn.executemany(
+        "insert or ignore into key_roles (key_id, role_id) values (?, ?)",
+        [(key_id, role_id) for key_id in wanted],
+    )
