@@ -9,13 +9,14 @@ from aiohttp import web
 from keysvc.auth import auth_middleware
 from keysvc.config import Settings
 from keysvc.credentials import Hasher, load_pepper
-from keysvc.handlers import docs, health, keys, roles, whoami
+from keysvc.handlers import docs, health, keys, roles, verify, whoami
 from keysvc.handlers.metrics import routes as metrics_routes
 from keysvc.metrics import Metrics
 from keysvc.middleware import error_middleware
 from keysvc.observability import access_middleware
 from keysvc.openapi import build_spec
-from keysvc.state import CLOCK, HASHER, METRICS, OPENAPI, SETTINGS, STORE
+from keysvc.ratelimit import Limits
+from keysvc.state import CLOCK, HASHER, LIMITS, METRICS, OPENAPI, SETTINGS, STORE
 from keysvc.store import Store
 from keysvc.timeutil import Clock, utcnow
 
@@ -26,7 +27,11 @@ access_logger = logging.getLogger("keysvc.access")
 async def _database(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     metrics = app.get(METRICS)
-    store = await Store.open(settings.db_path, observer=metrics.observe_db if metrics else None)
+    store = await Store.open(
+        settings.db_path,
+        observer=metrics.observe_db if metrics else None,
+        cache_size=settings.cache_size,
+    )
     try:
         hasher = Hasher(load_pepper(settings.pepper, settings.pepper_path))
         await store.check_pepper(hasher.fingerprint())
@@ -51,9 +56,10 @@ def create_app(settings: Settings, *, clock: Clock = utcnow) -> web.Application:
     )
     app[SETTINGS] = settings
     app[CLOCK] = clock
+    app[LIMITS] = Limits()
     app[OPENAPI] = build_spec()
     app.cleanup_ctx.append(_database)
-    for module in (docs, health, keys, roles, whoami):
+    for module in (docs, health, keys, roles, verify, whoami):
         app.router.add_routes(module.routes)
     if metrics is not None:
         app[METRICS] = metrics

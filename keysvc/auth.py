@@ -27,11 +27,12 @@ from aiohttp.typedefs import Handler, Middleware
 
 from keysvc.config import IPNetwork
 from keysvc.credentials import checksum_fails
-from keysvc.errors import Forbidden, Unauthorized
+from keysvc.errors import Forbidden, TooManyRequests, Unauthorized
 from keysvc.metrics import AuthReason
 from keysvc.models import Key
 from keysvc.permissions import has_permission
-from keysvc.state import AUTH_OUTCOME, CALLER, CLOCK, HASHER, SETTINGS, STORE
+from keysvc.ratelimit import FAILURE_WINDOW
+from keysvc.state import AUTH_OUTCOME, CALLER, CLOCK, HASHER, LIMITS, RATE, SETTINGS, STORE
 from keysvc.timeutil import to_minute
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -68,8 +69,9 @@ def _outcome(request: web.Request, reason: AuthReason) -> None:
     request[AUTH_OUTCOME] = reason
 
 
-async def authenticate(request: web.Request) -> Key:
-    """The enabled, unexpired key whose credentials the request carries."""
+async def authenticate(request: web.Request, address: "IPAddress | None") -> Key:
+    """The enabled, unexpired key whose credentials the request carries, allowed
+    from ``address`` (the client address, see ``client_address``)."""
     credentials = parse_basic(request.headers.get(hdrs.AUTHORIZATION))
     if credentials is None or checksum_fails(credentials[1]):
         _outcome(request, "malformed")
@@ -91,12 +93,9 @@ async def authenticate(request: web.Request) -> Key:
     if key.expire_at is not None and key.expire_at <= now:
         _outcome(request, "expired")
         raise Unauthorized("key has expired")
-    if key.ip_access_list:
-        trusted = request.app[SETTINGS].trusted_proxies
-        address = client_address(request.remote, request.headers.get("X-Forwarded-For"), trusted)
-        if not address_allowed(address, key.ip_access_list):
-            _outcome(request, "ip")
-            raise Forbidden("client address not allowed for this key")
+    if key.ip_access_list and not address_allowed(address, key.ip_access_list):
+        _outcome(request, "ip")
+        raise Forbidden("client address not allowed for this key")
     _outcome(request, "ok")
     minute = to_minute(now)
     if key.used_at is None or key.used_at < minute:
@@ -149,10 +148,56 @@ def authorize(request: web.Request, organization_id: str, permission: str) -> Ke
     if caller.organization_id != organization_id:
         _outcome(request, "permission")
         raise Forbidden("this key does not belong to the organization in the path")
+    return authorize_permission(request, permission)
+
+
+def authorize_permission(request: web.Request, permission: str) -> Key:
+    """The caller, if it holds ``permission`` (wildcards apply)."""
+    caller = request[CALLER]
     if not has_permission(caller.permissions, permission):
         _outcome(request, "permission")
         raise Forbidden(f"this key lacks the permission {permission}")
     return caller
+
+
+_CREDENTIAL_FAILURES = ("malformed", "unknown", "bad_secret")
+
+
+async def _admit(request: web.Request) -> Key:
+    """Authenticate within the limits: failed logins per address, then requests per key."""
+    app = request.app
+    settings, limits = app[SETTINGS], app[LIMITS]
+    now = app[CLOCK]().timestamp()
+    forwarded = request.headers.get("X-Forwarded-For")
+    address = client_address(request.remote, forwarded, settings.trusted_proxies)
+    origin = f"address:{address}"
+    # Checked before the credentials, so a blocked address is refused even with valid ones.
+    standing = limits.failures.peek(origin, settings.auth_failures, FAILURE_WINDOW, now)
+    if not standing.allowed:
+        _outcome(request, "rate_limited")
+        raise TooManyRequests(
+            f"too many failed authentications from this address: retry in {standing.reset} s",
+            retry_after=standing.reset,
+        )
+    try:
+        key = await authenticate(request, address)
+    except Unauthorized:
+        if request.get(AUTH_OUTCOME) in _CREDENTIAL_FAILURES:
+            limits.failures.hit(origin, settings.auth_failures, FAILURE_WINDOW, now)
+        raise
+    limit = key.rate_limit or settings.rate_limit
+    if limit is not None:
+        decision = limits.requests.hit(f"key:{key.id}", limit[0], limit[1], now)
+        if not decision.allowed:
+            _outcome(request, "rate_limited")
+            raise TooManyRequests(
+                f"rate limit exceeded for this key: {limit[0]} requests per {limit[1]} s;"
+                f" retry in {decision.reset} s",
+                retry_after=decision.reset,
+                headers=decision.headers,
+            )
+        request[RATE] = decision
+    return key
 
 
 def auth_middleware() -> Middleware:
@@ -160,7 +205,11 @@ def auth_middleware() -> Middleware:
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         match = request.match_info
         if match.http_exception is None and match.handler not in _PUBLIC:
-            request[CALLER] = await authenticate(request)
-        return await handler(request)
+            request[CALLER] = await _admit(request)
+        response = await handler(request)
+        decision = request.get(RATE)
+        if decision is not None:
+            response.headers.update(decision.headers)
+        return response
 
     return middleware

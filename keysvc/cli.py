@@ -16,7 +16,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from keysvc import backup, keys
+from keysvc import backup, keys, workers
 from keysvc.app import create_app
 from keysvc.config import OPTIONS, ConfigError, Settings, build_settings
 from keysvc.credentials import Hasher, load_pepper
@@ -106,12 +106,13 @@ def _backup(settings: Settings, out: Path) -> int:
     return 0
 
 
-def _serve(settings: Settings) -> None:
+def _serve(settings: Settings, reuse_port: bool = False) -> None:
     log = logging.getLogger("keysvc")
     web.run_app(
         create_app(settings),
         host=settings.host,
         port=settings.port,
+        reuse_port=reuse_port or None,
         shutdown_timeout=SHUTDOWN_SECONDS,
         access_log=None,
         print=lambda text: log.info("%s", " ".join(text.replace("=", " ").split())),
@@ -126,6 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # JSON lines from here on; a setting refused above is one plain line.
         configure_logging(settings.log_level)
         if args.command == "serve":
+            if settings.workers > 1:
+                return workers.run(settings, _serve)
             _serve(settings)
             return 0
         if args.command == "backup":

@@ -5,6 +5,7 @@ reason."""
 
 import ipaddress
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,11 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8080
     max_keys_per_org: int = 1000
+    # (limit, window seconds) applied to keys without their own rateLimit; None: off.
+    rate_limit: tuple[int, int] | None = None
+    auth_failures: int = 20
+    cache_size: int = 10_000
+    workers: int = 1
     trusted_proxies: tuple[IPNetwork, ...] = ()
     # From KEYSVC_PEPPER; when None the pepper lives in a 0600 file beside the database.
     pepper: bytes | None = field(default=None, repr=False)
@@ -61,6 +67,25 @@ def _positive(value: str) -> int:
     number = _int(value)
     if number < 1:
         raise ConfigError(f"{number} must be at least 1")
+    return number
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def _rate(value: str) -> tuple[int, int] | None:
+    if value.lower() in ("", "off"):
+        return None
+    match = re.fullmatch(r"(\d+)/(\d*)([smh])", value.strip())
+    if not match or int(match[1]) < 1 or match[2] == "0":
+        raise ConfigError(f"{value!r} is not a limit such as 100/10s, 1000/m or off")
+    return int(match[1]), int(match[2] or 1) * _UNITS[match[3]]
+
+
+def _count(value: str) -> int:
+    number = _int(value)
+    if number < 0:
+        raise ConfigError(f"{number} must not be negative")
     return number
 
 
@@ -122,6 +147,19 @@ OPTIONS = (
         "trusted_proxies", "KEYSVC_TRUSTED_PROXIES", "", _networks,
         "comma-separated CIDRs of proxies whose X-Forwarded-For is believed",
     ),
+    Option(
+        "rate_limit", "KEYSVC_RATE_LIMIT", "off", _rate,
+        "requests per key per window for keys without their own rateLimit, e.g. 100/10s",
+    ),
+    Option(
+        "auth_failures", "KEYSVC_AUTH_FAILURES", "20", _positive,
+        "failed authentications per client address per minute before it gets 429",
+    ),
+    Option(
+        "cache_size", "KEYSVC_CACHE_SIZE", "10000", _count,
+        "credentials kept in memory per process (0: no cache)",
+    ),
+    Option("workers", "KEYSVC_WORKERS", "1", _positive, "server processes sharing the port"),
     Option(
         "log_level", "KEYSVC_LOG_LEVEL", "info", _log_level,
         f"least severe log records written, one of {', '.join(LOG_LEVELS)}",

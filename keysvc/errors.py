@@ -92,3 +92,13 @@ class ServiceUnavailable(ApiError):
 
     status = 503
     default_message = "service unavailable"
+
+
+class TooManyRequests(ApiError):
+    """Over a rate limit; Retry-After says when to come back."""
+
+    status = 429
+    default_message = "too many requests"
+
+    def __init__(self, message: str, *, retry_after: int, headers: dict[str, str] | None = None):
+        super().__init__(message, headers={"Retry-After": str(retry_after), **(headers or {})})

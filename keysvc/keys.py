@@ -70,8 +70,13 @@ def _new_key(
         expire_at=data.get("expireAt"),
         ip_access_list=data.get("ipAccessList") or [],
         role_ids=[role.id for role in roles],
+        rate_limit=_rate_limit(data.get("rateLimit")),
     )
     return new, key_id, secret
+
+
+def _rate_limit(value: dict[str, int] | None) -> tuple[int, int] | None:
+    return None if value is None else (value["limit"], value["windowSeconds"])
 
 
 async def create_key(
@@ -108,6 +113,8 @@ async def update_key(
         clear_expiry="expireAt" in data and data["expireAt"] is None,
         ip_access_list=data.get("ipAccessList"),
         role_ids=role_ids,
+        rate_limit=_rate_limit(data.get("rateLimit")),
+        clear_rate_limit="rateLimit" in data and data["rateLimit"] is None,
     )
     key = await store.update_key(organization_id, key_id, change, if_match)
     if key is None:

@@ -29,12 +29,14 @@ _ERRORS = {
     404: "No such object in this organization.",
     409: "The request clashes with existing state.",
     412: "If-Match does not match the key's current ETag.",
+    429: "Over a rate limit: the key's requests per window, or failed authentications from "
+    "this client address. Retry-After and X-RateLimit-Reset say when to come back.",
     413: "The body is larger than 64 KiB.",
     415: "The body is not `application/json`.",
     500: "An internal server error has occurred; the server log has it under the requestId.",
     503: "Not ready: the database does not answer or its schema is not current.",
 }
-_AUTHENTICATED = (400, 401, 403, 500)
+_AUTHENTICATED = (400, 401, 403, 429, 500)
 _WITH_BODY = (413, 415)
 
 
@@ -58,6 +60,17 @@ def _envelope(result: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
 
 
 _HEADERS = {"X-Request-Id": {"description": "The requestId", "schema": {"type": "string"}}}
+_RATE_HEADERS = {
+    "X-RateLimit-Limit": {
+        "description": "Requests allowed per window",
+        "schema": {"type": "integer"},
+    },
+    "X-RateLimit-Remaining": {"description": "Left in this window", "schema": {"type": "integer"}},
+    "X-RateLimit-Reset": {
+        "description": "Seconds until the window ends",
+        "schema": {"type": "integer"},
+    },
+}
 
 
 def _json(schema: dict[str, Any], description: str, **more: Any) -> dict[str, Any]:
@@ -73,9 +86,11 @@ def _responses(ok: dict[str, Any], statuses: tuple[int, ...]) -> dict[str, Any]:
     responses: dict[str, Any] = {"200": ok}
     for status in sorted(set(statuses)):
         name = "InternalError" if status == 500 else "Error"
-        headers = {}
+        headers: dict[str, Any] = {}
         if status == 401:
             headers["WWW-Authenticate"] = {"schema": {"type": "string"}}
+        if status == 429:
+            headers.update({**_RATE_HEADERS, "Retry-After": {"schema": {"type": "integer"}}})
         responses[str(status)] = _json(_ref(name), _ERRORS[status], headers=headers)
     return responses
 
@@ -227,9 +242,52 @@ def _operations() -> dict[str, dict[str, Any]]:
                 tag="keysvc",
             ),
         },
+        "/v1/verify": {method: _verify(method) for method in ("get", "head", "post")},
         "/healthz": {"get": _public("keysvcHealthz", "The process is alive", (500,))},
         "/readyz": {"get": _public("keysvcReadyz", "The database answers", (500, 503))},
     }  # fmt: skip
+
+
+def _verify(method: str) -> dict[str, Any]:
+    """Forward auth (keysvc addition): any method; these three are the ones proxies use."""
+    ok = {
+        "description": "Allowed: no body; the headers say who the caller is.",
+        "headers": {
+            **_HEADERS,
+            **_RATE_HEADERS,
+            "X-Key-Id": {"description": "The key's UUID", "schema": {"type": "string"}},
+            "X-Organization-Id": {"description": "Its organization", "schema": {"type": "string"}},
+            "X-Key-Permissions": {
+                "description": "Its effective permissions, comma-separated",
+                "schema": {"type": "string"},
+            },
+        },
+    }
+    operation = _op(
+        f"keysvcVerify{method.capitalize()}",
+        "Is this caller allowed? (forward auth; keysvc addition)",
+        None,
+        [
+            {
+                "in": "header",
+                "name": "X-Required-Permission",
+                "required": False,
+                "description": "A permission the key must hold; wildcards apply.",
+                "schema": {"type": "string"},
+            },
+            {
+                "in": "query",
+                "name": "permission",
+                "required": False,
+                "description": "The same, for proxies that cannot set a header.",
+                "schema": {"type": "string"},
+            },
+        ],
+        ok,
+        (400, 401, 403, 429, 500),
+        tag="keysvc",
+    )
+    return operation
 
 
 def _public(operation_id: str, summary: str, statuses: tuple[int, ...]) -> dict[str, Any]:
@@ -267,6 +325,7 @@ def build_spec() -> dict[str, Any]:
         ("AssignedRole", s.AssignedRoleSchema),
         ("IpAccessListEntry", s.IpAccessListEntrySchema),
         ("ApiKeyHashData", s.HashDataSchema),
+        ("RateLimit", s.RateLimitSchema),
         ("ApiKey", s.ApiKeySchema),
         ("ApiKeyPostRequest", s.CreateKeySchema(now=now)),
         ("ApiKeyPatchRequest", s.PatchKeySchema(now=now)),

@@ -143,6 +143,27 @@ class HashDataSchema(Schema):
     keySecretHash = fields.String(required=True, validate=_sha256_b64)
 
 
+class RateLimitSchema(Schema):
+    """keysvc addition: this key's own request limit, instead of the server's."""
+
+    limit = fields.Integer(
+        required=True,
+        strict=True,
+        validate=validate.Range(1, 1_000_000, error="must be an integer from {min} to {max}"),
+    )
+    windowSeconds = fields.Integer(
+        required=True,
+        strict=True,
+        validate=validate.Range(1, 86_400, error="must be an integer from {min} to {max}"),
+    )
+
+
+_RATE_LIMIT_DOC = {
+    **ADDITION,
+    "description": "keysvc addition: this key's own request limit; null on PATCH clears it.",
+}
+
+
 class _KeyFieldsSchema(Schema):
     """Fields that create and PATCH share. ``now`` is the clock reading that
     expireAt must be after."""
@@ -168,6 +189,7 @@ class _KeyFieldsSchema(Schema):
         fields.Nested(IpAccessListEntrySchema),
         validate=validate.Length(max=MAX_IP_ENTRIES, error="must have at most {max} entries"),
     )
+    rateLimit = fields.Nested(RateLimitSchema, allow_none=True, metadata=_RATE_LIMIT_DOC)
 
     def __init__(self, *, now: datetime, **kwargs: Any):
         super().__init__(**kwargs)
@@ -300,6 +322,9 @@ def _array_of(ref: str) -> dict[str, Any]:
     return {"type": "array", "items": {"$ref": f"#/components/schemas/{ref}"}}
 
 
+_RATE_REF = {"$ref": "#/components/schemas/RateLimit"}
+
+
 class AssignedRoleSchema(Schema):
     roleId = fields.String(attribute="id", metadata=UUID_TEXT)
     roleName = fields.String(attribute="name")
@@ -325,15 +350,22 @@ class ApiKeySchema(Schema):
     expireAt = Timestamp(attribute="expire_at", allow_none=True)
     usedAt = Timestamp(attribute="used_at")
     ipAccessList = fields.List(fields.Nested(IpAccessListEntrySchema), attribute="ip_access_list")
+    rateLimit = fields.Method("_rate_limit", metadata={**_RATE_LIMIT_DOC, **_RATE_REF})
+
+    def _rate_limit(self, key: Any) -> dict[str, int] | None:
+        if key.rate_limit is None:
+            return None
+        return {"limit": key.rate_limit[0], "windowSeconds": key.rate_limit[1]}
 
     def _legacy_roles(self, key: Any) -> list[str]:
         return [role.name for role in key.roles if role.type == "system"]
 
     @post_dump
     def _omit_unused(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        # usedAt is absent, not null, until the key is first used.
-        if data.get("usedAt") is None:
-            data.pop("usedAt", None)
+        # usedAt is absent, not null, until the key is first used; rateLimit when unset.
+        for name in ("usedAt", "rateLimit"):
+            if data.get(name) is None:
+                data.pop(name, None)
         return data
 
 

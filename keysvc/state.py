@@ -8,6 +8,7 @@ from keysvc.config import Settings
 from keysvc.credentials import Hasher
 from keysvc.metrics import AuthReason, Metrics
 from keysvc.models import Key
+from keysvc.ratelimit import Decision, Limits
 from keysvc.store import Store
 from keysvc.timeutil import Clock
 
@@ -18,8 +19,11 @@ CLOCK: web.AppKey[Clock] = web.AppKey("clock")
 # Present only when metrics are on (KEYSVC_METRICS).
 METRICS = web.AppKey("metrics", Metrics)
 OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("openapi")
+LIMITS = web.AppKey("limits", Limits)
 
 REQUEST_ID = web.RequestKey("request_id", str)
 CALLER = web.RequestKey("caller", Key)
 # Set by keysvc.auth where each outcome is decided; read by the access log and metrics.
 AUTH_OUTCOME: web.RequestKey[AuthReason] = web.RequestKey("auth_outcome")
+# The caller's request-limit standing, sent back as X-RateLimit-* headers.
+RATE = web.RequestKey("rate", Decision)

@@ -1,0 +1,78 @@
+"""Several server processes on one port (``keysvc serve --workers N``).
+
+The parent prepares the database once (migrations, pepper check) so that the
+workers never race to upgrade it, then forks. Each worker opens its own
+database connections after the fork and binds the same port with
+SO_REUSEPORT, and the kernel spreads connections among them. The parent only
+supervises: SIGTERM or Ctrl-C is passed on to every worker, and if one dies
+unexpectedly the others are stopped too and the parent exits non-zero, so a
+supervisor such as systemd sees the failure.
+"""
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Callable
+from types import FrameType
+
+from keysvc.config import Settings
+from keysvc.credentials import Hasher, load_pepper
+from keysvc.store import Store
+
+logger = logging.getLogger("keysvc")
+Serve = Callable[[Settings, bool], None]
+
+
+async def _prepare(settings: Settings) -> None:
+    store = await Store.open(settings.db_path)
+    try:
+        hasher = Hasher(load_pepper(settings.pepper, settings.pepper_path))
+        await store.check_pepper(hasher.fingerprint())
+    finally:
+        await store.close()
+
+
+def _signal_all(children: list[int], signum: int) -> None:
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def run(settings: Settings, serve: Serve) -> int:
+    """Fork ``settings.workers`` processes running ``serve``; returns the exit code."""
+    asyncio.run(_prepare(settings))
+    children: list[int] = []
+    for _ in range(settings.workers):
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                serve(settings, True)
+            except BaseException:
+                logger.exception("worker %d failed", os.getpid())
+                code = 1
+            finally:
+                os._exit(code)
+        children.append(pid)
+    logger.info("started %d workers: %s", len(children), " ".join(map(str, children)))
+    stopping = False
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+        _signal_all(children, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    exit_code = 0
+    while children:
+        pid, status = os.wait()
+        children.remove(pid)
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0 and not stopping:
+            logger.error("worker %d exited with %d; stopping the others", pid, code)
+            stopping, exit_code = True, 1
+            _signal_all(children, signal.SIGTERM)
+    return exit_code
