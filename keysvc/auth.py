@@ -98,8 +98,9 @@ async def authenticate(request: web.Request, address: "IPAddress | None") -> Key
         raise Forbidden("client address not allowed for this key")
     _outcome(request, "ok")
     minute = to_minute(now)
-    if key.used_at is None or key.used_at < minute:
-        await request.app[STORE].touch_used(key.id, minute)
+    store = request.app[STORE]
+    if store.needs_touch(key, minute):
+        await store.touch_used(key.id, minute)
     return key
 
 

@@ -150,6 +150,9 @@ class Store:
         self._seen_version = -1
         self._seen_generation: object = None
         self._pending: list[_PendingCreate] = []
+        # Keys whose usedAt this process has written for the minute in _touched_minute.
+        self._touched: set[str] = set()
+        self._touched_minute: datetime | None = None
         self._flusher: asyncio.Task[None] | None = None
         # Imported here: rolestore builds on this module's helpers.
         from keysvc.rolestore import RoleStore
@@ -394,9 +397,22 @@ class Store:
         self._cache.put(key_id_hash, credential, version)
         return credential
 
+    def needs_touch(self, key: Key, minute: datetime) -> bool:
+        """Whether ``key``'s usedAt is behind ``minute``, as far as this process knows.
+
+        A cached record keeps the usedAt it was read with, so the keys written
+        this minute are remembered here; the set starts again each minute.
+        """
+        if key.used_at is not None and key.used_at >= minute:
+            return False
+        return minute != self._touched_minute or key.id not in self._touched
+
     @timed
     async def touch_used(self, key_id: str, minute: datetime) -> None:
         """Set usedAt to ``minute`` unless it is already there (at most one write a minute)."""
+        if minute != self._touched_minute:
+            self._touched, self._touched_minute = set(), minute
+        self._touched.add(key_id)
         text = to_text(minute)
         async with self.transaction() as conn:
             await conn.execute(

@@ -100,3 +100,30 @@ def test_serve_answers_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     # The database was closed: the WAL was checkpointed and removed on close.
     assert not Path(f"{db}-wal").exists()
     assert sqlite3.connect(db).execute("pragma integrity_check").fetchone() == ("ok",)
+
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found |= {int(child) for child in (task / "children").read_text().split()}
+    return found
+
+
+def test_workers_share_one_port_and_stop_together(tmp_path: Path) -> None:
+    db = tmp_path / "k.db"
+    created = bootstrap(db)
+    with Server(db, env={"KEYSVC_WORKERS": "2"}) as server:
+        workers = _children(server.proc.pid)
+        assert len(workers) == 2
+        for _ in range(20):
+            request = urllib.request.Request(
+                f"{server.base}/v1/verify", headers=basic(created["keyId"], created["keySecret"])
+            )
+            with urllib.request.urlopen(request, timeout=5) as response:
+                assert response.status == 200
+                assert response.headers["X-Key-Id"] == created["id"]
+        took = server.stop()
+        assert server.proc.returncode == 0
+        assert took < 8
+    for pid in workers:
+        assert not Path(f"/proc/{pid}").exists()  # the parent waited for each worker

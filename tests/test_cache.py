@@ -1,0 +1,258 @@
+"""The credential cache: no database round trip on a hit, never a stale answer."""
+
+import asyncio
+import dataclasses
+import json
+import sqlite3
+import urllib.error
+import urllib.request
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keysvc.app import create_app
+from keysvc.config import Settings
+from keysvc.state import STORE
+from keysvc.store import Store
+from tests.conftest import Client, ClientFactory, bootstrap, create_creds
+from tests.helpers import Creds, FakeClock, assert_error, assert_ok, basic, hash_data
+from tests.server import Server
+from tests.server import bootstrap as cli_bootstrap
+
+VERIFY = "/v1/verify"
+
+
+def count_reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every statement the store's reader connection runs, from now on."""
+    seen: list[str] = []
+    original = store.reader.execute
+
+    def execute(sql: str, *args: Any, **kwargs: Any) -> Any:
+        seen.append(sql)
+        return original(sql, *args, **kwargs)
+
+    monkeypatch.setattr(store.reader, "execute", execute)
+    return seen
+
+
+async def test_a_cache_hit_skips_the_database(
+    client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    svc = await create_creds(client, admin, {"name": "svc", "roles": ["developer"]})
+    assert (await client.get(VERIFY, headers=svc.headers)).status == 200  # fills the cache
+    reads = count_reads(client.app[STORE], monkeypatch)
+    for _ in range(5):
+        assert (await client.get(VERIFY, headers=svc.headers)).status == 200
+    assert reads == []
+    # And the secret is still checked on every request.
+    wrong = await client.get(VERIFY, headers=basic(svc.key_id, "keysvc_wrong"))
+    assert wrong.status == 401
+
+
+async def test_own_details_served_from_cache_when_nothing_changed(
+    client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    svc = await create_creds(client, admin, {"name": "svc", "roles": ["developer"]})
+    url = f"/v1/organizations/{admin.organization_id}/keys/{svc.id}"
+    await assert_ok(await client.get(url, headers=svc.headers))  # touches usedAt, reads
+    await assert_ok(await client.get(url, headers=svc.headers))  # re-reads after the touch
+    reads = count_reads(client.app[STORE], monkeypatch)
+    first = await assert_ok(await client.get(url, headers=svc.headers))
+    assert reads == [] and first["usedAt"]
+
+
+async def warm(client: Client, creds: Creds) -> None:
+    for _ in range(2):
+        assert (await client.get(VERIFY, headers=creds.headers)).status == 200
+
+
+async def test_every_kind_of_write_takes_effect_on_the_next_request(
+    client: Client, admin: Creds, clock: FakeClock
+) -> None:
+    org = admin.organization_id
+    body = {"name": "svc", "permissions": ["reports:read"]}
+    role = await assert_ok(
+        await client.post(f"/v1/organizations/{org}/roles", json=body, headers=admin.headers)
+    )
+    svc = await create_creds(client, admin, {"name": "svc", "assignedRoleIds": [role["id"]]})
+    key_url, role_url = (
+        f"/v1/organizations/{org}/keys/{svc.id}",
+        f"/v1/organizations/{org}/roles/{role['id']}",
+    )
+    needs = {**svc.headers, "X-Required-Permission": "reports:read"}
+
+    await warm(client, svc)  # PATCH of the key
+    await assert_ok(await client.patch(key_url, json={"state": "disabled"}, headers=admin.headers))
+    await assert_error(await client.get(VERIFY, headers=svc.headers), 401, "key is disabled")
+    await assert_ok(await client.patch(key_url, json={"state": "enabled"}, headers=admin.headers))
+
+    await warm(client, svc)  # a change to a role the key holds
+    await assert_ok(
+        await client.patch(role_url, json={"permissions": ["other:read"]}, headers=admin.headers)
+    )
+    lacks = "this key lacks the permission reports:read"
+    await assert_error(await client.get(VERIFY, headers=needs), 403, lacks)
+    await assert_ok(
+        await client.patch(role_url, json={"permissions": ["reports:read"]}, headers=admin.headers)
+    )
+    assert (await client.get(VERIFY, headers=needs)).status == 200
+
+    await warm(client, svc)  # the IP access list
+    fence = {"ipAccessList": [{"source": "10.0.0.0/8"}]}
+    await assert_ok(await client.patch(key_url, json=fence, headers=admin.headers))
+    fenced = "client address not allowed for this key"
+    await assert_error(await client.get(VERIFY, headers=svc.headers), 403, fenced)
+    await assert_ok(await client.patch(key_url, json={"ipAccessList": []}, headers=admin.headers))
+
+    await warm(client, svc)  # expiry passing, with no write at all
+    soon = clock.now.replace(microsecond=0) + timedelta(seconds=30)
+    await assert_ok(
+        await client.patch(key_url, json={"expireAt": soon.isoformat()}, headers=admin.headers)
+    )
+    await warm(client, svc)
+    clock.advance(seconds=31)
+    await assert_error(await client.get(VERIFY, headers=svc.headers), 401, "key has expired")
+    await assert_ok(await client.patch(key_url, json={"expireAt": None}, headers=admin.headers))
+
+    await warm(client, svc)  # DELETE
+    await assert_ok(await client.delete(key_url, headers=admin.headers))
+    assert (await client.get(VERIFY, headers=svc.headers)).status == 401
+
+
+async def test_a_write_by_another_connection_is_seen(
+    client: Client, admin: Creds, settings: Settings
+) -> None:
+    """As another process would: a plain sqlite3 connection disables the key and bumps
+    the generation; the very next request here is refused."""
+    svc = await create_creds(client, admin, {"name": "svc", "roles": ["developer"]})
+    await warm(client, svc)
+    other = sqlite3.connect(settings.db_path, isolation_level=None)
+    other.execute("begin immediate")
+    other.execute("update api_keys set state = 'disabled' where id = ?", (svc.id,))
+    other.execute(
+        "update meta set value = cast(value as integer) + 1 where name = 'auth_generation'"
+    )
+    other.execute("commit")
+    other.close()
+    await assert_error(await client.get(VERIFY, headers=svc.headers), 401, "key is disabled")
+
+
+async def test_cache_hits_write_used_at_once_a_minute(
+    client: Client, admin: Creds, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    svc = await create_creds(client, admin, {"name": "svc", "roles": ["developer"]})
+    store = client.app[STORE]
+    writes: list[str] = []
+    original = store.touch_used
+
+    async def counting(key_id: str, minute: Any) -> None:
+        writes.append(key_id)
+        await original(key_id, minute)
+
+    monkeypatch.setattr(store, "touch_used", counting)
+    clock.now = clock.now.replace(second=1)
+    for _ in range(10):
+        assert (await client.get(VERIFY, headers=svc.headers)).status == 200
+    assert writes == [svc.id]
+    clock.advance(minutes=1)
+    for _ in range(3):
+        assert (await client.get(VERIFY, headers=svc.headers)).status == 200
+    assert writes == [svc.id, svc.id]
+
+
+async def test_used_at_writes_do_not_flush_the_cache(client: Client, admin: Creds) -> None:
+    keys = [
+        await create_creds(client, admin, {"name": f"k{n}", "roles": ["developer"]})
+        for n in range(5)
+    ]
+    for key in keys:
+        assert (await client.get(VERIFY, headers=key.headers)).status == 200  # each touches usedAt
+    store = client.app[STORE]
+    cached = len(store._cache)
+    assert cached == 6  # the five, and the admin key that created them
+    for key in keys:
+        assert (await client.get(VERIFY, headers=key.headers)).status == 200
+    assert len(store._cache) == cached
+
+
+async def test_cache_is_bounded(
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
+) -> None:
+    client = await aiohttp_client(
+        create_app(dataclasses.replace(settings, cache_size=3), clock=clock)
+    )
+    admin = await bootstrap(client.app)
+    keys = [
+        await create_creds(client, admin, {"name": f"k{n}", "roles": ["developer"]})
+        for n in range(8)
+    ]
+    for key in keys * 2:
+        assert (await client.get(VERIFY, headers=key.headers)).status == 200
+    assert len(client.app[STORE]._cache) == 3
+
+
+async def test_concurrent_creates_share_transactions(
+    client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = client.app[STORE]
+    begins: list[str] = []
+    original = store._writer.execute
+
+    def execute(sql: str, *args: Any, **kwargs: Any) -> Any:
+        if sql == "begin immediate":
+            begins.append(sql)
+        return original(sql, *args, **kwargs)
+
+    monkeypatch.setattr(store._writer, "execute", execute)
+    dup = hash_data("same-key-id-for-two", "s")
+    bodies: list[dict[str, Any]] = [{"name": f"k{n}", "roles": ["developer"]} for n in range(40)]
+    bodies += [{"name": "dup1", "roles": ["developer"], "hashData": dup},
+               {"name": "dup2", "roles": ["developer"], "hashData": dup}]  # fmt: skip
+    url = f"/v1/organizations/{admin.organization_id}/keys"
+    responses = await asyncio.gather(
+        *(client.post(url, json=b, headers=admin.headers) for b in bodies)
+    )
+    statuses = sorted(r.status for r in responses)
+    assert statuses == [200] * 41 + [409]  # one duplicate fails, alone
+    assert len(begins) < 20  # 42 creates in far fewer transactions
+    listed = await assert_ok(await client.get(url, headers=admin.headers))
+    assert len(listed) == 42  # the admin and 41 created: every acknowledged create is there
+
+
+def _call(base: str, path: str, creds: dict[str, str], method: str = "GET",
+          body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:  # fmt: skip
+    data = None if body is None else json.dumps(body).encode()
+    headers = {**basic(creds["keyId"], creds["keySecret"]), "Content-Type": "application/json"}
+    request = urllib.request.Request(base + path, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            raw = response.read()
+            return response.status, json.loads(raw) if raw else {}
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_two_processes_never_serve_a_stale_answer(tmp_path: Path) -> None:
+    """Write through one server process and check through another at once, repeatedly."""
+    db = tmp_path / "shared.db"
+    admin = cli_bootstrap(db)
+    org = admin["organizationId"]
+    with Server(db) as writer, Server(db) as reader:
+        status, made = _call(writer.base, f"/v1/organizations/{org}/keys", admin, "POST",
+                             {"name": "svc", "roles": ["developer"]})  # fmt: skip
+        assert status == 200
+        svc = made["result"]
+        url = f"/v1/organizations/{org}/keys/{svc['key']['id']}"
+        for round_ in range(10):
+            state = "disabled" if round_ % 2 == 0 else "enabled"
+            assert _call(reader.base, "/v1/verify", svc)[0] == (200 if state == "disabled" else 401)
+            assert _call(writer.base, url, admin, "PATCH", {"state": state})[0] == 200
+            status, body = _call(reader.base, "/v1/verify", svc)
+            if state == "disabled":
+                assert (status, body["error"]) == (401, "key is disabled")
+            else:
+                assert status == 200
+        writer.stop()
+        reader.stop()

@@ -1,0 +1,389 @@
+"""keysvc as the authority behind a real nginx's auth_request, all real processes.
+
+docs/nginx-auth-request.conf, the configuration the README shows, is filled in and run
+by a real nginx (Debian's package; `make test` installs it when missing) in front of a
+tiny aiohttp upstream that echoes the headers it receives, with a real `keysvc serve`
+deciding. Everything listens on loopback. The client connects from 127.0.0.2, so
+keysvc can only learn that address from nginx's X-Forwarded-For. Every refusal is
+also checked to never reach the upstream.
+"""
+
+import asyncio
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, suppress
+from dataclasses import dataclass
+from email.message import Message
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from tests.helpers import Creds
+from tests.server import Server, bootstrap, free_port
+
+TEMPLATE = Path(__file__).resolve().parent.parent / "docs" / "nginx-auth-request.conf"
+PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+# The client's address: loopback, but not the one nginx uses to reach keysvc.
+CLIENT = "127.0.0.2"
+MISSING = "nginx is missing: `make test` installs it from Debian's nginx package"
+
+
+def nginx_binary() -> str:
+    # Debian puts nginx in /usr/sbin, which is not on every user's PATH.
+    found = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+    assert found, MISSING
+    return found
+
+
+def render(listen_port: int, keysvc: str, upstream: str) -> str:
+    """The template with its placeholders filled in; none may be left over."""
+    values = {"listen_port": str(listen_port), "keysvc": keysvc, "upstream": upstream}
+    text = TEMPLATE.read_text()
+    unknown = set(PLACEHOLDER.findall(text)) - set(values)
+    assert not unknown, f"placeholders the test does not fill: {sorted(unknown)}"
+    return PLACEHOLDER.sub(lambda match: values[match[1]], text)
+
+
+def wrap(directory: Path, server_block: str) -> str:
+    """A whole nginx.conf around the template: everything nginx writes stays in
+    ``directory``, and as root the workers run as root (the test's files are 0700)."""
+    user = "user root;\n" if os.geteuid() == 0 else ""
+    temp = "\n".join(
+        f"    {kind}_temp_path {directory / kind};"
+        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    return (
+        f"{user}worker_processes 1;\n"
+        "events {\n    worker_connections 64;\n}\n"
+        "http {\n"
+        f"    access_log {directory / 'access.log'};\n"
+        f"{temp}\n"
+        f"{server_block}\n"
+        "}\n"
+    )
+
+
+class Nginx:
+    """A real nginx in the foreground, in its own process group, on a free port."""
+
+    def __init__(self, binary: str, directory: Path, keysvc: str, upstream: str):
+        self.binary, self.directory = binary, directory
+        self.port = free_port()
+        self.conf = directory / "nginx.conf"
+        self.conf.write_text(wrap(directory, render(self.port, keysvc, upstream)))
+        self.error_log = directory / "error.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def command(self, *extra: str) -> list[str]:
+        return [
+            self.binary,
+            *("-p", f"{self.directory}/", "-c", str(self.conf), "-e", str(self.error_log)),
+            *("-g", f"daemon off; pid {self.directory / 'nginx.pid'};"),
+            *extra,
+        ]
+
+    def test_config(self) -> str:
+        """``nginx -t``: fails unless the configuration is accepted; returns its output."""
+        done = subprocess.run(
+            self.command("-t"), capture_output=True, text=True, timeout=30, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    def start(self) -> None:
+        with (self.directory / "nginx.out").open("wb") as out:
+            self.proc = subprocess.Popen(
+                self.command(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nginx exited: {self.log()}")
+            with socket.socket() as sock, suppress(OSError):
+                sock.connect(("127.0.0.1", self.port))
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"nginx did not start: {self.log()}")
+
+    def log(self) -> str:
+        return "\n".join(
+            path.read_text(errors="replace")
+            for path in (self.directory / "nginx.out", self.error_log)
+            if path.exists()
+        )
+
+    def stop(self) -> None:
+        """Fast shutdown; whatever is left of its process group is killed."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            with suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+        with suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # its own group: only its workers
+        self.proc.wait()
+
+
+class Upstream:
+    """The protected service: an aiohttp app, on a free loopback port in a thread of
+    its own, that answers every request with what it received, and records it."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._failed: BaseException | None = None
+        self._thread = threading.Thread(target=self._serve, name="upstream", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(20) or self._failed is not None:
+            self.stop()
+            raise RuntimeError(f"upstream did not start: {self._failed!r}")
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def _echo(self, request: web.Request) -> web.Response:
+        record = {
+            "method": request.method,
+            "path": request.path_qs,
+            "headers": dict(request.headers),
+            "body": (await request.read()).decode(),
+        }
+        self.seen.append(record)
+        return web.json_response(record)
+
+    def _serve(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._echo)
+        runner = web.AppRunner(app, access_log=None)
+        loop = self._loop
+        try:
+            loop.run_until_complete(runner.setup())
+            loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
+            self.port = runner.addresses[0][1]
+        except BaseException as exc:
+            self._failed = exc
+        self._ready.set()
+        try:
+            if self._failed is None:
+                loop.run_forever()
+        finally:
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+    def stop(self) -> None:
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: Message
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def call(
+    port: int,
+    path: str,
+    *,
+    method: str = "GET",
+    headers: dict[str, str] | None = None,
+    body: Any = None,
+    source: str | None = None,
+) -> Answer:
+    """One real HTTP request to 127.0.0.1:port, from ``source`` when given."""
+    connection = http.client.HTTPConnection(
+        "127.0.0.1", port, timeout=10, source_address=(source, 0) if source else None
+    )
+    sent = dict(headers or {})
+    if body is not None:
+        sent["Content-Type"] = "application/json"
+    try:
+        connection.request(method, path, None if body is None else json.dumps(body), sent)
+        response = connection.getresponse()
+        return Answer(response.status, response.headers, response.read())
+    finally:
+        connection.close()
+
+
+@dataclass(frozen=True)
+class Stack:
+    nginx: Nginx
+    keysvc: Server
+    upstream: Upstream
+    admin: Creds
+
+    def get(self, path: str, creds: Creds | None = None, **headers: str) -> Answer:
+        """A request through nginx, from the client's address."""
+        sent = {**(creds.headers if creds else {}), **headers}
+        return call(self.nginx.port, path, headers=sent, source=CLIENT)
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        """keysvc's API directly, as the admin; the answer's result."""
+        url = f"/v1/organizations/{self.admin.organization_id}{path}"
+        answer = call(self.keysvc.port, url, method=method, headers=self.admin.headers, body=body)
+        assert answer.status == 200, answer.body
+        return answer.json().get("result")
+
+    def create_key(self, **fields: Any) -> Creds:
+        result = self.api("POST", "/keys", {"name": "behind nginx", **fields})
+        return Creds(
+            self.admin.organization_id, result["key"]["id"], result["keyId"], result["keySecret"]
+        )
+
+    def refused(self, path: str, creds: Creds | None, status: int) -> Answer:
+        """Refused with ``status`` by nginx, and the upstream never saw the request."""
+        hits = len(self.upstream.seen)
+        answer = self.get(path, creds)
+        assert answer.status == status, (answer.status, answer.body, self.nginx.log()[-2000:])
+        assert len(self.upstream.seen) == hits, self.upstream.seen[hits:]
+        return answer
+
+    def passed(self, path: str, creds: Creds) -> dict[str, Any]:
+        """Let through to the upstream; what the upstream received."""
+        hits = len(self.upstream.seen)
+        answer = self.get(path, creds)
+        assert answer.status == 200, (answer.status, answer.body, self.nginx.log()[-2000:])
+        assert len(self.upstream.seen) == hits + 1
+        received: dict[str, Any] = answer.json()
+        assert received == self.upstream.seen[-1]
+        return received
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    binary = nginx_binary()
+    directory = tmp_path_factory.mktemp("nginx")
+    db = directory / "keysvc.db"
+    created = bootstrap(db)
+    admin = Creds(created["organizationId"], created["id"], created["keyId"], created["keySecret"])
+    # keysvc believes nginx's X-Forwarded-For; no default rate limit, only a key's own.
+    env = {"KEYSVC_TRUSTED_PROXIES": "127.0.0.1/32", "KEYSVC_RATE_LIMIT": "off"}
+    with ExitStack() as resources:
+        upstream = Upstream()
+        resources.callback(upstream.stop)
+        keysvc = resources.enter_context(Server(db, env=env))
+        nginx = Nginx(binary, directory, keysvc.base, upstream.base)
+        nginx.test_config()
+        resources.callback(nginx.stop)
+        nginx.start()
+        yield Stack(nginx, keysvc, upstream, admin)
+
+
+def test_nginx_accepts_the_documented_config(tmp_path: Path) -> None:
+    nginx = Nginx(nginx_binary(), tmp_path, "http://127.0.0.1:9", "http://127.0.0.1:9")
+    output = nginx.test_config()
+    assert "syntax is ok" in output
+    assert "[warn]" not in output and "[emerg]" not in output, output
+
+
+def test_a_valid_key_reaches_the_upstream_with_its_identity(stack: Stack) -> None:
+    developer = stack.create_key(roles=["developer"])
+    # Identity headers the client sends are replaced by keysvc's answer.
+    forged = {"X-Key-Id": "forged", "X-Organization-Id": "forged", "X-Key-Permissions": "*"}
+    answer = stack.get("/orders/42?page=2", developer, **forged)
+    assert answer.status == 200, answer.body
+    received = answer.json()
+    assert received["path"] == "/orders/42?page=2"
+    headers = received["headers"]
+    assert headers["X-Key-Id"] == developer.id
+    assert headers["X-Organization-Id"] == stack.admin.organization_id
+    assert headers["X-Key-Permissions"] == "keys:read,roles:read"
+    assert "Authorization" not in headers  # the key's secret stays with nginx and keysvc
+    # Without a rate limit keysvc sends no X-RateLimit headers, nor does nginx.
+    assert answer.headers["X-RateLimit-Limit"] is None
+
+    # The request body still reaches the upstream (only the auth subrequest drops it).
+    hits = len(stack.upstream.seen)
+    posted = call(
+        stack.nginx.port,
+        "/orders",
+        method="POST",
+        headers=developer.headers,
+        body={"item": "tea"},
+        source=CLIENT,
+    )
+    assert posted.status == 200, posted.body
+    assert len(stack.upstream.seen) == hits + 1
+    assert posted.json()["method"] == "POST"
+    assert json.loads(posted.json()["body"]) == {"item": "tea"}
+
+
+def test_the_permission_location_lets_only_keys_holding_it_through(stack: Stack) -> None:
+    developer = stack.create_key(roles=["developer"])
+    stack.refused("/reports/monthly", developer, 403)
+    assert stack.passed("/orders", developer)["headers"]["X-Key-Id"] == developer.id
+    received = stack.passed("/reports/monthly", stack.admin)
+    assert received["path"] == "/reports/monthly"
+    assert received["headers"]["X-Key-Id"] == stack.admin.id
+    assert received["headers"]["X-Key-Permissions"] == "*"
+
+
+def test_missing_unknown_and_wrong_credentials_are_401(stack: Stack) -> None:
+    developer = stack.create_key(roles=["developer"])
+    answer = stack.refused("/orders", None, 401)
+    assert answer.headers["WWW-Authenticate"] == 'Basic realm="keysvc"'
+    unknown = Creds(stack.admin.organization_id, "", "no-such-key", "keysvc_nope")
+    stack.refused("/orders", unknown, 401)
+    wrong = Creds(developer.organization_id, developer.id, developer.key_id, "wrong-secret")
+    stack.refused("/reports/monthly", wrong, 401)
+
+
+def test_a_key_created_disabled_is_401(stack: Stack) -> None:
+    disabled = stack.create_key(roles=["admin"], state="disabled")
+    stack.refused("/orders", disabled, 401)
+    stack.refused("/reports/monthly", disabled, 401)
+
+
+def test_keysvc_sees_the_client_address_nginx_forwards(stack: Stack) -> None:
+    # nginx itself reaches keysvc from 127.0.0.1; the client is 127.0.0.2.
+    nginx_only = stack.create_key(roles=["developer"], ipAccessList=[{"source": "127.0.0.1/32"}])
+    stack.refused("/orders", nginx_only, 403)
+    client_only = stack.create_key(roles=["developer"], ipAccessList=[{"source": CLIENT}])
+    assert stack.passed("/orders", client_only)["headers"]["X-Key-Id"] == client_only.id
+
+
+def test_a_rate_limited_key_gets_429_with_retry_after(stack: Stack) -> None:
+    limited = stack.create_key(roles=["developer"], rateLimit={"limit": 2, "windowSeconds": 60})
+    for remaining in ("1", "0"):
+        answer = stack.get("/orders", limited)
+        assert answer.status == 200, answer.body
+        assert answer.headers["X-RateLimit-Limit"] == "2"
+        assert answer.headers["X-RateLimit-Remaining"] == remaining
+    hits = len(stack.upstream.seen)
+    answer = stack.refused("/orders", limited, 429)
+    assert answer.headers["Content-Type"] == "application/json"
+    assert answer.json()["status"] == 429
+    retry_after = answer.headers["Retry-After"]
+    assert retry_after is not None and 0 < int(retry_after) <= 60
+    assert len(stack.upstream.seen) == hits
+    # Other keys are not affected.
+    stack.passed("/orders", stack.admin)
+
+
+def test_a_key_disabled_through_the_api_is_refused_on_the_next_request(stack: Stack) -> None:
+    key = stack.create_key(roles=["developer"])
+    stack.passed("/orders", key)
+    assert stack.api("PATCH", f"/keys/{key.id}", {"state": "disabled"})["state"] == "disabled"
+    stack.refused("/orders", key, 401)
+    stack.api("PATCH", f"/keys/{key.id}", {"state": "enabled"})
+    stack.passed("/orders", key)

@@ -1,0 +1,182 @@
+"""Request limits per key and failed-authentication limits per client address."""
+
+import dataclasses
+import ipaddress
+
+import pytest
+
+from keysvc.app import create_app
+from keysvc.config import ConfigError, Settings, build_settings
+from keysvc.ratelimit import WindowCounter
+from tests.conftest import Client, ClientFactory, bootstrap, create_creds
+from tests.helpers import UNAUTHORIZED, Creds, FakeClock, assert_error, assert_ok, basic
+
+VERIFY = "/v1/verify"
+
+
+def test_window_counter_counts_resets_and_stays_bounded() -> None:
+    counter = WindowCounter(max_entries=10)
+    decisions = [counter.hit("k", 3, 10, 100.5 + i) for i in range(4)]
+    assert [d.allowed for d in decisions] == [True, True, True, False]
+    assert [d.remaining for d in decisions] == [2, 1, 0, 0]
+    assert [d.reset for d in decisions] == [10, 9, 8, 7]  # the window is [100, 110)
+    assert counter.hit("k", 3, 10, 110.0).allowed  # a new window
+    assert counter.peek("k", 3, 10, 110.0).remaining == 2
+    for n in range(50):
+        counter.hit(f"other{n}", 3, 10, 200.0 + n)
+    assert len(counter) <= 10
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        ("off", None),
+        ("", None),
+        ("100/10s", (100, 10)),
+        ("1000/m", (1000, 60)),
+        ("5/2h", (5, 7200)),
+    ],
+)
+def test_rate_setting(text: str, parsed: tuple[int, int] | None) -> None:
+    assert build_settings(env={"KEYSVC_RATE_LIMIT": text}).rate_limit == parsed
+
+
+@pytest.mark.parametrize("text", ["100", "0/s", "10/0s", "ten/s", "10/10d"])
+def test_bad_rate_setting(text: str) -> None:
+    with pytest.raises(ConfigError, match="is not a limit such as 100/10s"):
+        build_settings(env={"KEYSVC_RATE_LIMIT": text})
+
+
+async def test_per_key_limit_on_verify_and_management_alike(
+    client: Client, admin: Creds, clock: FakeClock
+) -> None:
+    body = {
+        "name": "limited",
+        "roles": ["developer"],
+        "rateLimit": {"limit": 3, "windowSeconds": 10},
+    }
+    created = await assert_ok(
+        await client.post(
+            f"/v1/organizations/{admin.organization_id}/keys", json=body, headers=admin.headers
+        )
+    )
+    assert created["key"]["rateLimit"] == {"limit": 3, "windowSeconds": 10}
+    key = Creds(admin.organization_id, created["key"]["id"], created["keyId"], created["keySecret"])
+    clock.now = clock.now.replace(second=0, microsecond=0)  # a window start, for exact resets
+    own = f"/v1/organizations/{admin.organization_id}/keys/{key.id}"
+    first = await client.get(VERIFY, headers=key.headers)
+    assert (first.status, first.headers["X-RateLimit-Remaining"]) == (200, "2")
+    assert first.headers["X-RateLimit-Limit"] == "3"
+    second = await client.get(own, headers=key.headers)  # the management API counts too
+    await assert_ok(second)
+    assert second.headers["X-RateLimit-Remaining"] == "1"
+    assert (await client.get(VERIFY, headers=key.headers)).status == 200
+    clock.advance(seconds=4)
+    refused = await client.get(VERIFY, headers=key.headers)
+    await assert_error(
+        refused, 429, "rate limit exceeded for this key: 3 requests per 10 s; retry in 6 s"
+    )
+    assert refused.headers["Retry-After"] == "6"
+    assert refused.headers["X-RateLimit-Reset"] == "6"
+    assert refused.headers["X-RateLimit-Remaining"] == "0"
+    message = "rate limit exceeded for this key: 3 requests per 10 s; retry in 6 s"
+    await assert_error(await client.get(own, headers=key.headers), 429, message)
+    clock.advance(seconds=6)
+    assert (await client.get(VERIFY, headers=key.headers)).status == 200
+
+
+async def test_rate_limit_patch_and_clear(client: Client, admin: Creds) -> None:
+    key = await create_creds(client, admin, {"name": "k", "roles": ["developer"]})
+    url = f"/v1/organizations/{admin.organization_id}/keys/{key.id}"
+    patched = await assert_ok(
+        await client.patch(
+            url, json={"rateLimit": {"limit": 1, "windowSeconds": 60}}, headers=admin.headers
+        )
+    )
+    assert patched["rateLimit"] == {"limit": 1, "windowSeconds": 60}
+    assert (await client.get(VERIFY, headers=key.headers)).status == 200
+    assert (await client.get(VERIFY, headers=key.headers)).status == 429
+    cleared = await assert_ok(
+        await client.patch(url, json={"rateLimit": None}, headers=admin.headers)
+    )
+    assert "rateLimit" not in cleared
+    assert (await client.get(VERIFY, headers=key.headers)).status == 200
+
+
+@pytest.mark.parametrize(
+    ("limit", "message"),
+    [
+        ({"limit": 0, "windowSeconds": 10},
+         "rateLimit.limit: must be an integer from 1 to 1000000"),
+        ({"limit": 5, "windowSeconds": 0},
+         "rateLimit.windowSeconds: must be an integer from 1 to 86400"),
+        ({"limit": "5", "windowSeconds": 10}, "rateLimit.limit: Not a valid integer."),
+        ({"limit": 5}, "rateLimit.windowSeconds: is required"),
+    ],
+)  # fmt: skip
+async def test_bad_rate_limit(client: Client, admin: Creds, limit: object, message: str) -> None:
+    response = await client.post(
+        f"/v1/organizations/{admin.organization_id}/keys",
+        json={"name": "k", "roles": ["developer"], "rateLimit": limit},
+        headers=admin.headers,
+    )
+    await assert_error(response, 400, message)
+
+
+async def test_server_default_limit_and_key_override(
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
+) -> None:
+    client = await aiohttp_client(
+        create_app(dataclasses.replace(settings, rate_limit=(2, 60)), clock=clock)
+    )
+    admin = await bootstrap(client.app)
+    plain = await create_creds(client, admin, {"name": "plain", "roles": ["developer"]})
+    roomy = await create_creds(
+        client, admin,
+        {"name": "roomy", "roles": ["developer"], "rateLimit": {"limit": 100, "windowSeconds": 60}},
+    )  # fmt: skip
+    statuses = [(await client.get(VERIFY, headers=plain.headers)).status for _ in range(3)]
+    assert statuses == [200, 200, 429]
+    statuses = [(await client.get(VERIFY, headers=roomy.headers)).status for _ in range(5)]
+    assert statuses == [200] * 5
+
+
+async def test_failed_logins_block_the_address_even_for_valid_keys(
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
+) -> None:
+    trusting = dataclasses.replace(
+        settings, auth_failures=3, trusted_proxies=(ipaddress.ip_network("127.0.0.1/32"),)
+    )
+    client = await aiohttp_client(create_app(trusting, clock=clock))
+    admin = await bootstrap(client.app)
+    clock.now = clock.now.replace(second=0, microsecond=0)
+    attacker = {"X-Forwarded-For": "198.51.100.66"}
+    bystander = {"X-Forwarded-For": "198.51.100.67"}
+    for _ in range(3):
+        wrong = {**basic(admin.key_id, "keysvc_guess"), **attacker}
+        await assert_error(await client.get(VERIFY, headers=wrong), 401, UNAUTHORIZED)
+    clock.advance(seconds=20)
+    blocked = await client.get(VERIFY, headers={**admin.headers, **attacker})
+    await assert_error(
+        blocked, 429, "too many failed authentications from this address: retry in 40 s"
+    )
+    assert blocked.headers["Retry-After"] == "40"
+    # Another address is not affected, and the block ends with the window.
+    assert (await client.get(VERIFY, headers={**admin.headers, **bystander})).status == 200
+    clock.advance(seconds=40)
+    assert (await client.get(VERIFY, headers={**admin.headers, **attacker})).status == 200
+
+
+async def test_disabled_key_is_not_a_credential_failure(
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
+) -> None:
+    client = await aiohttp_client(
+        create_app(dataclasses.replace(settings, auth_failures=2), clock=clock)
+    )
+    admin = await bootstrap(client.app)
+    off = await create_creds(
+        client, admin, {"name": "off", "roles": ["admin"], "state": "disabled"}
+    )
+    for _ in range(4):
+        await assert_error(await client.get(VERIFY, headers=off.headers), 401, "key is disabled")
+    assert (await client.get(VERIFY, headers=admin.headers)).status == 200

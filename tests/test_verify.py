@@ -1,0 +1,127 @@
+"""Forward-auth verification: /v1/verify answers proxies with headers or an envelope."""
+
+import dataclasses
+import ipaddress
+
+import pytest
+
+from keysvc.app import create_app
+from keysvc.config import Settings
+from tests.conftest import Client, ClientFactory, bootstrap, create_creds
+from tests.helpers import UNAUTHORIZED, Creds, FakeClock, assert_error, assert_ok, basic
+
+VERIFY = "/v1/verify"
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"])
+async def test_valid_key_passes_with_headers(client: Client, admin: Creds, method: str) -> None:
+    dev = await create_creds(client, admin, {"name": "svc", "roles": ["developer"]})
+    response = await client.request(method, VERIFY, headers=dev.headers)
+    assert response.status == 200
+    assert await response.read() == b""
+    assert response.headers["X-Key-Id"] == dev.id
+    assert response.headers["X-Organization-Id"] == admin.organization_id
+    assert response.headers["X-Key-Permissions"] == "keys:read,roles:read"
+    assert "X-RateLimit-Limit" not in response.headers  # no limit configured
+
+
+@pytest.mark.parametrize(
+    ("granted", "needed", "allowed"),
+    [
+        (["reports:read"], "reports:read", True),
+        (["reports:*"], "reports:write", True),
+        (["reports:read"], "reports:write", False),
+        (["keys:read"], "endpoints:query", False),
+    ],
+)
+async def test_required_permission(
+    client: Client, admin: Creds, granted: list[str], needed: str, allowed: bool
+) -> None:
+    role = await assert_ok(
+        await client.post(
+            f"/v1/organizations/{admin.organization_id}/roles",
+            json={"name": "svc", "permissions": granted},
+            headers=admin.headers,
+        )
+    )
+    key = await create_creds(client, admin, {"name": "k", "assignedRoleIds": [role["id"]]})
+    for how in ({"headers": {**key.headers, "X-Required-Permission": needed}},
+                {"headers": key.headers, "params": {"permission": needed}}):  # fmt: skip
+        response = await client.get(VERIFY, **how)  # type: ignore[arg-type]
+        if allowed:
+            assert response.status == 200
+        else:
+            await assert_error(response, 403, f"this key lacks the permission {needed}")
+
+
+async def test_admin_holds_every_downstream_permission(client: Client, admin: Creds) -> None:
+    response = await client.get(VERIFY, headers={**admin.headers, "X-Required-Permission": "x:y"})
+    assert response.status == 200 and response.headers["X-Key-Permissions"] == "*"
+
+
+async def test_malformed_permission_is_400(client: Client, admin: Creds) -> None:
+    response = await client.get(VERIFY, headers={**admin.headers, "X-Required-Permission": "NOPE"})
+    await assert_error(response, 400, "permission: must be namespace:action, such as reports:read")
+
+
+async def test_refusals_are_envelopes(client: Client, admin: Creds, clock: FakeClock) -> None:
+    response = await client.get(VERIFY)
+    await assert_error(response, 401, UNAUTHORIZED)
+    assert response.headers["WWW-Authenticate"] == 'Basic realm="keysvc"'
+    await assert_error(await client.get(VERIFY, headers=basic("x" * 20, "y")), 401, UNAUTHORIZED)
+    off = await create_creds(
+        client, admin, {"name": "off", "roles": ["admin"], "state": "disabled"}
+    )
+    await assert_error(await client.get(VERIFY, headers=off.headers), 401, "key is disabled")
+    expiry = (clock.now.replace(microsecond=0)).isoformat()
+    clock.advance(seconds=-30)
+    soon = await create_creds(client, admin, {"name": "s", "roles": ["admin"], "expireAt": expiry})
+    clock.advance(seconds=60)
+    await assert_error(await client.get(VERIFY, headers=soon.headers), 401, "key has expired")
+    fenced = await create_creds(
+        client, admin, {"name": "f", "roles": ["admin"], "ipAccessList": [{"source": "10.0.0.0/8"}]}
+    )
+    await assert_error(
+        await client.get(VERIFY, headers=fenced.headers),
+        403,
+        "client address not allowed for this key",
+    )
+
+
+async def test_verify_updates_used_at(client: Client, admin: Creds) -> None:
+    svc = await create_creds(client, admin, {"name": "svc", "roles": ["query_endpoints"]})
+    url = f"/v1/organizations/{admin.organization_id}/keys/{svc.id}"
+    assert "usedAt" not in await assert_ok(await client.get(url, headers=admin.headers))
+    assert (await client.get(VERIFY, headers=svc.headers)).status == 200
+    assert "usedAt" in await assert_ok(await client.get(url, headers=admin.headers))
+
+
+async def test_key_disabled_through_the_api_is_refused_at_once(
+    client: Client, admin: Creds
+) -> None:
+    svc = await create_creds(client, admin, {"name": "svc", "roles": ["query_endpoints"]})
+    url = f"/v1/organizations/{admin.organization_id}/keys/{svc.id}"
+    for _ in range(3):  # warm the cache
+        assert (await client.get(VERIFY, headers=svc.headers)).status == 200
+    await assert_ok(await client.patch(url, json={"state": "disabled"}, headers=admin.headers))
+    await assert_error(await client.get(VERIFY, headers=svc.headers), 401, "key is disabled")
+
+
+async def test_trusted_proxy_address_is_checked(
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
+) -> None:
+    trusting = dataclasses.replace(
+        settings, trusted_proxies=(ipaddress.ip_network("127.0.0.1/32"),)
+    )
+    client = await aiohttp_client(create_app(trusting, clock=clock))
+    admin = await bootstrap(client.app)
+    key = await create_creds(
+        client, admin, {"name": "k", "roles": ["developer"],
+                        "ipAccessList": [{"source": "198.51.100.0/24"}]}
+    )  # fmt: skip
+    inside = {**key.headers, "X-Forwarded-For": "198.51.100.9"}
+    outside = {**key.headers, "X-Forwarded-For": "203.0.113.9"}
+    assert (await client.get(VERIFY, headers=inside)).status == 200
+    await assert_error(
+        await client.get(VERIFY, headers=outside), 403, "client address not allowed for this key"
+    )
