@@ -9,7 +9,7 @@ PORT   ?= 8080
 PYZ    ?= dist/keysvc.pyz
 
 # Real components that tests drive, from Debian's packages, installed when missing.
-SYSTEM_PACKAGES ?= chromium
+SYSTEM_PACKAGES ?= chromium nginx
 
 .PHONY: install system-deps run test lint fmt bench dist clean
 
@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 system-deps:
-	@missing=""; for p in $(SYSTEM_PACKAGES); do \
+	@PATH="$$PATH:/usr/sbin:/sbin"; missing=""; for p in $(SYSTEM_PACKAGES); do \
 		command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing from Debian's packages:$$missing"; \

@@ -186,7 +186,7 @@ class Upstream:
             loop.close()
 
     def stop(self) -> None:
-        if not self._loop.is_closed():
+        with suppress(RuntimeError):  # already closed: it never started
             self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
 
@@ -387,3 +387,18 @@ def test_a_key_disabled_through_the_api_is_refused_on_the_next_request(stack: St
     stack.refused("/orders", key, 401)
     stack.api("PATCH", f"/keys/{key.id}", {"state": "enabled"})
     stack.passed("/orders", key)
+
+
+def test_nginx_fails_closed_when_keysvc_is_unreachable(stack: Stack, tmp_path: Path) -> None:
+    # Nothing listens on this port: the auth subrequest fails, and so does the request.
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    nginx = Nginx(nginx_binary(), tmp_path, nowhere, stack.upstream.base)
+    try:
+        nginx.start()
+        hits = len(stack.upstream.seen)
+        answer = call(nginx.port, "/orders", headers=stack.admin.headers, source=CLIENT)
+        assert answer.status == 500, answer.body
+        assert answer.json() == {"status": 500, "error": "authorization unavailable"}
+        assert len(stack.upstream.seen) == hits
+    finally:
+        nginx.stop()
