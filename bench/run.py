@@ -209,6 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     started = time.monotonic()
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    revision = report.git_revision(ROOT)  # now: the code the servers are about to load
     wrk_path = wrk.ensure_wrk()
     settings = wrk.WrkSettings(args.threads, args.connections, args.seconds)
     scale = args.keys != DEFAULT_KEYS
@@ -232,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     facts = [
         ("date", date),
         ("machine", report.machine()),
-        ("keysvc", f"commit {report.git_revision(ROOT)}; one process, default settings"),
+        ("keysvc", f"commit {revision}; one process, default settings"),
         ("command", _command(argv)),
         (
             "wrk",
