@@ -4,14 +4,20 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from keysvc.config import OPTIONS, build_settings
 from tests.server import Server, bootstrap
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-BLOCKS = [b for b in re.findall(r"```sh\n(.*?)```", README.read_text(), re.S) if "curl " in b]
+BLOCKS = [
+    b
+    for b in re.findall(r"```sh\n(.*?)```", README.read_text(), re.S)
+    if re.search(r"^(curl|http) ", b, re.M)
+]
 
 
 def envelopes(output: str) -> list[object]:
@@ -39,6 +45,10 @@ def test_readme_has_curl_examples() -> None:
 def server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     db = tmp_path_factory.mktemp("readme") / "keysvc.db"
     created = bootstrap(db)
+    # httpie reads a stdin that is not a terminal as the request body; in a terminal,
+    # as the README is meant to be used, it does not. This config stands in for that.
+    httpie = tmp_path_factory.mktemp("httpie")
+    (httpie / "config.json").write_text(json.dumps({"default_options": ["--ignore-stdin"]}))
     with Server(db) as running:
         env = {
             "BASE": running.base,
@@ -46,6 +56,9 @@ def server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
             "KEY_ID": created["keyId"],
             "KEY_SECRET": created["keySecret"],
             "KEY": created["id"],
+            "HTTPIE_CONFIG_DIR": str(httpie),
+            # The project's own tools (http) first, as in an activated .venv.
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         }
         yield env
         running.stop()
@@ -65,7 +78,9 @@ def test_curl_example_works_as_written(server: dict[str, str], block: str) -> No
     answers = [value for value in envelopes(done.stdout) if isinstance(value, dict)]
     # Each curl line whose output is not piped prints one envelope; piped lines are
     # checked by their own `jq -e` and pipefail.
-    printed = sum(1 for line in block.splitlines() if line.startswith("curl ") and "|" not in line)
+    printed = sum(
+        1 for line in block.splitlines() if line.startswith(("curl ", "http ")) and "|" not in line
+    )
     assert len(answers) == printed
     for answer in answers:
         assert answer["status"] == 200, answer
@@ -75,3 +90,15 @@ def test_readme_shows_the_nginx_configuration_that_is_tested() -> None:
     shown = re.findall(r"```nginx\n(.*?)```", README.read_text(), re.S)
     tested = (README.parent / "docs" / "nginx-auth-request.conf").read_text()
     assert shown == [tested.rstrip() + "\n"]
+
+
+def test_systemd_unit_uses_only_settings_keysvc_knows() -> None:
+    unit = (README.parent / "docs" / "keysvc.service").read_text()
+    env = dict(re.findall(r"^Environment=(KEYSVC_\w+)=(.*)$", unit, re.M))
+    assert env and set(env) <= {option.env for option in OPTIONS}
+    settings = build_settings(env=env)
+    assert str(settings.db_path).startswith("/var/lib/keysvc/")  # the StateDirectory
+    assert "StateDirectory=keysvc" in unit
+    (exec_start,) = re.findall(r"^ExecStart=(.*)$", unit, re.M)
+    assert exec_start.split()[-2:] == ["/opt/keysvc/keysvc.pyz", "serve"]
+    assert "KillSignal=SIGTERM" in unit
