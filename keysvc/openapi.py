@@ -245,6 +245,27 @@ def _operations() -> dict[str, dict[str, Any]]:
         "/v1/verify": {method: _verify(method) for method in ("get", "head", "post")},
         "/healthz": {"get": _public("keysvcHealthz", "The process is alive", (500,))},
         "/readyz": {"get": _public("keysvcReadyz", "The database answers", (500, 503))},
+        "/metrics": {
+            "get": _plain(
+                "keysvcMetrics",
+                "Prometheus metrics (404 when KEYSVC_METRICS=off)",
+                "text/plain",
+                (404, 500),
+            )
+        },
+        "/v1/openapi.json": {
+            "get": _plain("keysvcOpenApi", "This document", "application/json", (500,))
+        },
+        "/docs": {"get": _plain("keysvcDocs", "This document, rendered", "text/html", (500,))},
+        "/docs/assets/{name}": {
+            "get": _plain(
+                "keysvcDocsAsset",
+                "An asset of the docs page",
+                "application/octet-stream",
+                (404, 500),
+                [{"in": "path", "name": "name", "required": True, "schema": {"type": "string"}}],
+            )
+        },
     }  # fmt: skip
 
 
@@ -287,6 +308,25 @@ def _verify(method: str) -> dict[str, Any]:
         (400, 401, 403, 429, 500),
         tag="keysvc",
     )
+    return operation
+
+
+def _plain(
+    operation_id: str,
+    summary: str,
+    media_type: str,
+    statuses: tuple[int, ...],
+    params: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A public operation whose success is not an envelope."""
+    operation = _op(operation_id, summary, None, params or [], {}, statuses, tag="ops")
+    operation["responses"]["200"] = {
+        "description": summary,
+        "headers": _HEADERS,
+        "content": {media_type: {"schema": {"type": "string"} if "json" not in media_type
+                                 else {"type": "object"}}},
+    }  # fmt: skip
+    operation["security"] = []
     return operation
 
 
