@@ -6,6 +6,7 @@ from keysvc import keys
 from keysvc.auth import authorize
 from keysvc.errors import BadRequest, NotFound
 from keysvc.handlers.common import ok, path_uuid, query, read_json_object
+from keysvc.models import Key
 from keysvc.schemas import (
     ApiKeySchema,
     CreateKeyResultSchema,
@@ -71,9 +72,7 @@ async def get_key(request: web.Request) -> web.Response:
     key = await request.app[STORE].get_key(organization_id, path_uuid(request, "keyId"))
     if key is None:
         raise NotFound("key not found in this organization")
-    response = ok(request, _api_key.dump(key))
-    response.etag = key.etag.strip('"')
-    return response
+    return _key_response(request, key)
 
 
 @routes.patch(KEY)
@@ -85,8 +84,13 @@ async def update_key(request: web.Request) -> web.Response:
     if_match = request.headers.get("If-Match")
     tags = None if if_match is None else [tag.strip() for tag in if_match.split(",")]
     key = await keys.update_key(request.app[STORE], caller, organization_id, key_id, data, tags)
+    return _key_response(request, key)
+
+
+def _key_response(request: web.Request, key: Key) -> web.Response:
+    """The key in the envelope, with its ETag for a later If-Match."""
     response = ok(request, _api_key.dump(key))
-    response.etag = key.etag.strip('"')
+    response.etag = key.etag.strip('"')  # aiohttp adds the quotes back
     return response
 
 
