@@ -8,7 +8,6 @@ from aiohttp import web
 
 from keysvc.auth import auth_middleware
 from keysvc.config import Settings
-from keysvc.credentials import Hasher, load_pepper
 from keysvc.handlers import docs, health, keys, roles, verify, whoami
 from keysvc.handlers.metrics import routes as metrics_routes
 from keysvc.metrics import Metrics
@@ -17,7 +16,7 @@ from keysvc.observability import access_middleware
 from keysvc.openapi import build_spec
 from keysvc.ratelimit import Limits
 from keysvc.state import CLOCK, HASHER, LIMITS, METRICS, OPENAPI, SETTINGS, STORE
-from keysvc.store import Store
+from keysvc.store import open_checked
 from keysvc.timeutil import Clock, utcnow
 
 logger = logging.getLogger("keysvc")
@@ -27,19 +26,11 @@ access_logger = logging.getLogger("keysvc.access")
 async def _database(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     metrics = app.get(METRICS)
-    store = await Store.open(
-        settings.db_path,
-        observer=metrics.observe_db if metrics else None,
-        cache_size=settings.cache_size,
-    )
-    try:
-        hasher = Hasher(load_pepper(settings.pepper, settings.pepper_path))
-        await store.check_pepper(hasher.fingerprint())
+    observer = metrics.observe_db if metrics else None
+    async with open_checked(settings, observer=observer) as (store, hasher):
         app[STORE] = store
         app[HASHER] = hasher
         yield
-    finally:
-        await store.close()
 
 
 def create_app(settings: Settings, *, clock: Clock = utcnow) -> web.Application:

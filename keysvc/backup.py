@@ -21,6 +21,7 @@ from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from keysvc.config import pepper_path_of
 from keysvc.credentials import PEPPER_BYTES, Hasher
 
 # How long the copy waits for a lock, as the server's own busy_timeout does.
@@ -60,11 +61,6 @@ class Backup:
             "keys": self.keys,
             "pepperPath": None if self.pepper_path is None else str(self.pepper_path),
         }
-
-
-def pepper_path_of(db_path: Path) -> Path:
-    """Where keysvc looks for the pepper of the database at ``db_path``."""
-    return db_path.with_name(db_path.name + ".pepper")
 
 
 def make_backup(db_path: Path, out: Path, pepper: bytes | None, pepper_path: Path) -> Backup:

@@ -19,9 +19,8 @@ from aiohttp import web
 from keysvc import backup, keys, workers
 from keysvc.app import create_app
 from keysvc.config import OPTIONS, ConfigError, Settings, build_settings
-from keysvc.credentials import Hasher, load_pepper
 from keysvc.logs import configure_logging
-from keysvc.store import Store
+from keysvc.store import open_checked
 from keysvc.timeutil import utcnow
 
 SHUTDOWN_SECONDS = 5.0
@@ -72,15 +71,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _bootstrap(settings: Settings, org_name: str, if_empty: bool) -> dict[str, str] | None:
-    store = await Store.open(settings.db_path)
-    try:
-        hasher = Hasher(load_pepper(settings.pepper, settings.pepper_path))
-        await store.check_pepper(hasher.fingerprint())
+    async with open_checked(settings) as (store, hasher):
         if if_empty and await store.has_organization():
             return None
         org, issued = await keys.bootstrap(store, hasher, org_name, utcnow())
-    finally:
-        await store.close()
     assert issued.key_id is not None and issued.secret is not None
     return {
         "organizationId": org.id,

@@ -40,7 +40,12 @@ class Settings:
 
     @property
     def pepper_path(self) -> Path:
-        return self.db_path.with_name(self.db_path.name + ".pepper")
+        return pepper_path_of(self.db_path)
+
+
+def pepper_path_of(db_path: Path) -> Path:
+    """Where the pepper file of the database (or backup) at ``db_path`` lives."""
+    return db_path.with_name(db_path.name + ".pepper")
 
 
 def _db_path(value: str) -> Path:

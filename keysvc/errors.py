@@ -52,25 +52,11 @@ class NotFound(ApiError):
     default_message = "not found"
 
 
-class MethodNotAllowed(ApiError):
-    """The route exists but not with this method."""
-
-    status = 405
-    default_message = "method not allowed"
-
-
 class Conflict(ApiError):
     """The request clashes with existing state."""
 
     status = 409
     default_message = "conflict"
-
-
-class PayloadTooLarge(ApiError):
-    """The request body is over the size limit."""
-
-    status = 413
-    default_message = "request body too large"
 
 
 class UnsupportedMediaType(ApiError):

@@ -15,7 +15,7 @@ import aiosqlite
 
 from keysvc.errors import BadRequest, Conflict
 from keysvc.models import Role, RoleDetail
-from keysvc.store import Store, _all, _one, _role, bump_generation, timed
+from keysvc.store import Store, _all, _one, _role, timed
 from keysvc.timeutil import to_text
 
 # A role is visible in an organization if it is a system role or that organization's own.
@@ -98,9 +98,8 @@ class RoleStore:
             )
             await _set_actors(conn, organization_id, role_id, actors)
             if actors:
-                await bump_generation(conn)
+                await self._store.authorization_changed(conn)
             detail = await _get_role(conn, organization_id, role_id)
-        self._store.forget()
         assert detail is not None
         return detail
 
@@ -134,10 +133,8 @@ class RoleStore:
             )
             if actors is not None:
                 await _set_actors(conn, organization_id, role_id, actors)
-            await bump_generation(conn)
-            detail = await _get_role(conn, organization_id, role_id)
-        self._store.forget()  # this process at once; others through the generation
-        return detail
+            await self._store.authorization_changed(conn)
+            return await _get_role(conn, organization_id, role_id)
 
     @timed
     async def delete_role(self, organization_id: str, role_id: str) -> bool:
@@ -156,8 +153,7 @@ class RoleStore:
             if holders is not None and holders[0]:
                 raise Conflict(f"role is assigned to {holders[0]} key(s); unassign it first")
             await conn.execute("delete from roles where id = ?", (role_id,))
-            await bump_generation(conn)
-        self._store.forget()
+            await self._store.authorization_changed(conn)
         return True
 
 

@@ -46,7 +46,8 @@ UUID_TEXT = {"format": "uuid"}
 ADDITION = {"x-keysvc-addition": True}
 
 
-_UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+# A UUID in canonical lowercase form: the only form keysvc accepts in paths and actors.
+UUID_PATTERN = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def _has_control(value: str) -> bool:
@@ -244,7 +245,7 @@ def _permission(value: str) -> None:
 
 def _actor(value: str) -> None:
     rest = value.removeprefix(ACTOR_PREFIX)
-    if rest == value or not _UUID_TEXT.fullmatch(rest):
+    if rest == value or not UUID_PATTERN.fullmatch(rest):
         raise ValidationError("must be apiKey/<key UUID>; keysvc has no users")
 
 

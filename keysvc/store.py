@@ -39,7 +39,8 @@ import aiosqlite
 
 from keysvc import db
 from keysvc.cache import CredentialCache
-from keysvc.config import ConfigError
+from keysvc.config import ConfigError, Settings
+from keysvc.credentials import Hasher, load_pepper
 from keysvc.errors import Conflict, PreconditionFailed
 from keysvc.models import Credential, Key, KeyChange, KeyPage, NewKey, Organization, Role
 from keysvc.timeutil import from_text, to_text
@@ -117,13 +118,6 @@ def timed(
     return wrapper
 
 
-async def bump_generation(conn: aiosqlite.Connection) -> None:
-    """Mark, inside the current write, that authorization answers may have changed."""
-    await conn.execute(
-        "update meta set value = cast(value as integer) + 1 where name = 'auth_generation'"
-    )
-
-
 @dataclass
 class _PendingCreate:
     new: NewKey
@@ -147,6 +141,8 @@ class Store:
         self._write_lock = asyncio.Lock()
         self.observer = observer
         self._cache = CredentialCache(cache_size)
+        # Set by authorization_changed inside the running transaction (writes are serial).
+        self._authorization_changed = False
         self._seen_version = -1
         self._seen_generation: object = None
         self._pending: list[_PendingCreate] = []
@@ -182,8 +178,13 @@ class Store:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """One write transaction; holds the process's write lock throughout."""
+        """One write transaction; holds the process's write lock throughout.
+
+        If the transaction said ``authorization_changed``, this process's cache
+        is dropped once it has committed; other processes see the generation move.
+        """
         async with self._write_lock:
+            self._authorization_changed = False
             await self._writer.execute("begin immediate")
             try:
                 yield self._writer
@@ -191,6 +192,15 @@ class Store:
                 await self._writer.execute("rollback")
                 raise
             await self._writer.execute("commit")
+            if self._authorization_changed:
+                self._cache.clear()
+
+    async def authorization_changed(self, conn: aiosqlite.Connection) -> None:
+        """Inside a transaction: what some key may do has changed. Bumps the generation."""
+        await conn.execute(
+            "update meta set value = cast(value as integer) + 1 where name = 'auth_generation'"
+        )
+        self._authorization_changed = True
 
     def _fresh(self) -> int:
         """Drop the cache if authorization may have changed since; return data_version.
@@ -364,10 +374,8 @@ class Store:
             if change.role_ids is not None:
                 await conn.execute("delete from key_roles where key_id = ?", (key_id,))
                 await _insert_key_roles(conn, key_id, change.role_ids)
-            await bump_generation(conn)
-            key = await _get_key(conn, organization_id, key_id)
-        self._cache.clear()  # this process at once; others through the generation
-        return key
+            await self.authorization_changed(conn)
+            return await _get_key(conn, organization_id, key_id)
 
     @timed
     async def delete_key(self, organization_id: str, key_id: str) -> bool:
@@ -378,8 +386,7 @@ class Store:
             )
             deleted = cursor.rowcount > 0
             if deleted:
-                await bump_generation(conn)
-        self._cache.clear()
+                await self.authorization_changed(conn)
         return deleted
 
     @timed
@@ -419,10 +426,6 @@ class Store:
                 "update api_keys set used_at = ? where id = ? and (used_at is null or used_at < ?)",
                 (text, key_id, text),
             )
-
-    def forget(self) -> None:
-        """Drop every cached credential (after a write outside the store's own methods)."""
-        self._cache.clear()
 
     @timed
     async def count_keys_by_state(self, now: datetime) -> dict[str, int]:
@@ -529,3 +532,17 @@ async def _insert_key(conn: aiosqlite.Connection, new: NewKey) -> Key:
     key = await _get_key(conn, new.organization_id, key_id)
     assert key is not None
     return key
+
+
+@asynccontextmanager
+async def open_checked(
+    settings: Settings, *, observer: Observer | None = None
+) -> AsyncIterator[tuple[Store, Hasher]]:
+    """The store for ``settings``, migrated and checked against its pepper; closed on exit."""
+    store = await Store.open(settings.db_path, observer=observer, cache_size=settings.cache_size)
+    try:
+        hasher = Hasher(load_pepper(settings.pepper, settings.pepper_path))
+        await store.check_pepper(hasher.fingerprint())
+        yield store, hasher
+    finally:
+        await store.close()

@@ -18,20 +18,15 @@ from collections.abc import Callable
 from types import FrameType
 
 from keysvc.config import Settings
-from keysvc.credentials import Hasher, load_pepper
-from keysvc.store import Store
+from keysvc.store import open_checked
 
 logger = logging.getLogger("keysvc")
 Serve = Callable[[Settings, bool], None]
 
 
 async def _prepare(settings: Settings) -> None:
-    store = await Store.open(settings.db_path)
-    try:
-        hasher = Hasher(load_pepper(settings.pepper, settings.pepper_path))
-        await store.check_pepper(hasher.fingerprint())
-    finally:
-        await store.close()
+    async with open_checked(settings):
+        pass  # opening migrates the database and checks the pepper
 
 
 def _signal_all(children: list[int], signum: int) -> None:

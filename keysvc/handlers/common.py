@@ -1,15 +1,13 @@
 """What every view needs: the success envelope, the JSON body, path UUIDs."""
 
 import json
-import re
 from typing import Any
 
 from aiohttp import web
 
 from keysvc.errors import BadRequest, UnsupportedMediaType
+from keysvc.schemas import UUID_PATTERN
 from keysvc.state import REQUEST_ID
-
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def ok(request: web.Request, result: Any = None, **extra: Any) -> web.Response:
@@ -24,7 +22,7 @@ def ok(request: web.Request, result: Any = None, **extra: Any) -> web.Response:
 def path_uuid(request: web.Request, name: str) -> str:
     """A path parameter that must be a UUID in canonical lowercase form."""
     value = request.match_info[name]
-    if not _UUID.fullmatch(value):
+    if not UUID_PATTERN.fullmatch(value):
         raise BadRequest(
             f"{name}: must be a lowercase UUID such as 123e4567-e89b-42d3-a456-426614174000"
         )
