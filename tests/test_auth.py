@@ -1,11 +1,12 @@
 """Authentication: every failure looks alike until the secret is proven."""
 
 import base64
+import hmac
 
 import pytest
 
 from keysvc.auth import parse_basic
-from keysvc.credentials import SECRET_PREFIX, new_secret
+from keysvc.credentials import SECRET_PREFIX, Hasher, new_secret
 from keysvc.permissions import has_permission
 from keysvc.state import STORE
 from tests.conftest import Client, create_creds
@@ -141,3 +142,60 @@ def test_parse_basic() -> None:
 )
 def test_has_permission(granted: list[str], needed: str, allowed: bool) -> None:
     assert has_permission(granted, needed) is allowed
+
+
+class Work:
+    """Counts the hashing and comparing authentication does, through the real code."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, client: Client) -> None:
+        self.hashes = 0
+        self.compares = 0
+        self.lookups = 0
+        keyed, compare = Hasher.keyed, hmac.compare_digest
+        store = client.app[STORE]
+        find = store.find_credential
+
+        def counting_keyed(hasher: Hasher, value: str) -> bytes:
+            self.hashes += 1
+            return keyed(hasher, value)
+
+        def counting_compare(a: bytes, b: bytes) -> bool:
+            self.compares += 1
+            return compare(a, b)
+
+        async def counting_find(key_id_hash: bytes):  # type: ignore[no-untyped-def]
+            self.lookups += 1
+            return await find(key_id_hash)
+
+        monkeypatch.setattr(Hasher, "keyed", counting_keyed)
+        monkeypatch.setattr(hmac, "compare_digest", counting_compare)
+        monkeypatch.setattr(store, "find_credential", counting_find)
+
+    def take(self) -> tuple[int, int, int]:
+        taken = (self.hashes, self.compares, self.lookups)
+        self.hashes = self.compares = self.lookups = 0
+        return taken
+
+
+@pytest.mark.parametrize("path", ["/v1/whoami", "/v1/verify"])
+async def test_unknown_key_and_wrong_secret_do_the_same_work(
+    client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """Structural, not timed: the same number of keyed hashes, constant-time compares
+    and lookups, whether the key ID is unknown or the secret is wrong, with the
+    key's record cached or not."""
+    other = await create_creds(client, admin, {"name": "other", "roles": ["developer"]})
+    work = Work(monkeypatch, client)
+
+    async def refused(headers: dict[str, str]) -> tuple[int, int, int]:
+        await assert_error(await client.get(path, headers=headers), 401, UNAUTHORIZED)
+        return work.take()
+
+    unknown = await refused(basic("A" * 20, new_secret()))
+    uncached = await refused(basic(other.key_id, new_secret()))
+    await assert_ok(await client.get("/v1/whoami", headers=other.headers))
+    work.take()
+    cached = await refused(basic(other.key_id, new_secret()))
+    unknown_again = await refused(basic("B" * 20, other.secret))
+    # Two keyed hashes (key ID, secret); two compares (the checksum, the secret).
+    assert unknown == uncached == cached == unknown_again == (2, 2, 1)
