@@ -8,8 +8,9 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8080
 PYZ    ?= dist/keysvc.pyz
 
-# Real components that tests drive, from Debian's packages, installed when missing.
-SYSTEM_PACKAGES ?= chromium nginx
+# Real components that tests drive, from Debian's packages, installed when missing
+# (each named by its command): systemd only for systemd-analyze on the unit file.
+SYSTEM_PACKAGES ?= chromium nginx systemd
 
 .PHONY: install system-deps run test lint fmt bench soak dist clean
 

@@ -27,6 +27,7 @@ from tests.helpers import basic
 from tests.server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
 
 
 def base_python() -> str:
@@ -158,3 +159,69 @@ def test_dist_builds_one_file_that_serves_with_plain_python(tmp_path: Path) -> N
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+    run_as_the_systemd_unit(pyz, tmp_path, env)
+
+
+def run_as_the_systemd_unit(pyz: Path, tmp_path: Path, env: dict[str, str]) -> None:
+    """docs/keysvc.service's command line and environment, then the README's bootstrap.
+
+    What needs a running systemd (useradd, systemctl) cannot run here; the unit
+    itself is checked by systemd-analyze in tests/test_readme.py. This runs what
+    systemd would run: ExecStart with the unit's Environment, on an empty state
+    directory, with /opt/keysvc and /var/lib/keysvc moved under tmp_path and the
+    port made free. Then the README's bootstrap runs while it serves, the new
+    admin key works at once, and the unit's KillSignal stops it within
+    TimeoutStopSec.
+    """
+    unit = (ROOT / "docs" / "keysvc.service").read_text()
+    setting = dict(re.findall(r"^(\w+)=(.*)$", unit, re.M))
+    state = tmp_path / "var-lib" / setting["StateDirectory"]
+    state.mkdir(parents=True)
+
+    def moved(text: str) -> str:
+        text = text.replace("/opt/keysvc/keysvc.pyz", str(pyz))
+        return text.replace(f"/var/lib/{setting['StateDirectory']}", str(state))
+
+    port = free_port()
+    unit_env = {
+        name: moved(value) for name, value in re.findall(r"^Environment=(\w+)=(.*)$", unit, re.M)
+    }
+    unit_env["KEYSVC_PORT"] = str(port)
+    python, *args = moved(setting["ExecStart"]).split()
+    assert python == "/usr/bin/python3"
+    log = tmp_path / "unit.log"
+    with open(log, "wb") as output:
+        proc = subprocess.Popen(
+            [base_python(), "-I", *args],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env={**env, **unit_env},
+            cwd="/",
+        )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        status, body = wait_ready(base, proc, log)
+        assert status == 200, body
+        (shown,) = re.findall(r"^sudo -u keysvc python3 (.*bootstrap.*)$", README, re.M)
+        python_args = moved(shown).split()
+        booted = subprocess.run(
+            [base_python(), "-I", *python_args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            check=False,
+        )
+        assert booted.returncode == 0, booted.stderr
+        admin = json.loads(booted.stdout)
+        status, body = call(base, "/v1/whoami", headers=basic(admin["keyId"], admin["keySecret"]))
+        assert (status, body["result"]["id"]) == (200, admin["id"]), body
+        assert setting["KillSignal"] == "SIGTERM"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=float(setting["TimeoutStopSec"])) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (state / "keysvc.db").exists()
