@@ -1,7 +1,12 @@
 """The keysvc command: settings precedence, bootstrap, serve and SIGTERM."""
 
 import json
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -9,7 +14,9 @@ import pytest
 
 from keysvc.config import ConfigError, build_settings
 from tests.helpers import basic
-from tests.server import Server, bootstrap, keysvc
+from tests.server import Server, bootstrap, free_port, keysvc
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_flags_win_over_env_over_defaults() -> None:
@@ -127,3 +134,63 @@ def test_workers_share_one_port_and_stop_together(tmp_path: Path) -> None:
         assert took < 8
     for pid in workers:
         assert not Path(f"/proc/{pid}").exists()  # the parent waited for each worker
+
+
+def make_run(db: Path, port: int) -> subprocess.Popen[str]:
+    """``make run`` as the README gives it, on a temporary database and a free port.
+
+    BIN and ``-o`` keep make from reinstalling the environment running the tests.
+    """
+    command = ["make", "--no-print-directory", "-C", str(ROOT), "-o", ".venv/.installed-stamp"]
+    command += ["run", f"DB={db}", f"PORT={port}", f"BIN={Path(sys.executable).parent}"]
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,  # SIGTERM goes to make and the server it runs
+    )
+
+
+def stop(proc: subprocess.Popen[str]) -> str:
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=20)
+    return out
+
+
+def wait_serving(base: str, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "make run exited"
+        try:
+            with urllib.request.urlopen(base + "/readyz", timeout=1) as response:
+                assert response.status == 200
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError("make run did not serve")
+
+
+def test_make_run_bootstraps_once_then_serves(tmp_path: Path) -> None:
+    db = tmp_path / "var" / "keysvc.db"  # make run creates the folder
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    first = make_run(db, port)
+    try:
+        wait_serving(base, first)
+    finally:
+        out = stop(first)
+    (line,) = [line for line in out.splitlines() if line.startswith("{")]
+    created = json.loads(line)
+
+    second = make_run(db, port)  # the same database: nothing new is printed
+    try:
+        wait_serving(base, second)
+        request = urllib.request.Request(
+            base + "/v1/whoami", headers=basic(created["keyId"], created["keySecret"])
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:
+            assert json.load(response)["result"]["id"] == created["id"]
+    finally:
+        out = stop(second)
+    assert not [line for line in out.splitlines() if line.startswith("{")]
