@@ -5,6 +5,8 @@ malformed, unknown and wrong credentials all fail alike: one message, and
 the same hashing work, so the caller cannot tell an unknown key ID from a
 wrong secret. Only once the secret is proven does the answer say that the
 key is disabled, expired, or used from an address outside its IP access list.
+Two exceptions name their problem, as neither says anything about a key: an
+Authorization header sent twice, and one over ``MAX_AUTHORIZATION`` characters.
 
 Where each outcome is decided, it is recorded on the request (``AUTH_OUTCOME``)
 for the access log and the metrics: the caller still sees one answer for
@@ -40,6 +42,9 @@ View = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _PUBLIC: set[View] = set()
 # Compared against when the key ID is unknown, so both failures do the same work.
 _ABSENT = bytes(32)
+# Longest Authorization header read: room for a key ID and secret of your own
+# (hashData) of a thousand characters or more each.
+MAX_AUTHORIZATION = 4096
 
 
 def public(view: View) -> View:
@@ -65,6 +70,22 @@ def parse_basic(header: str | None) -> tuple[str, str] | None:
     return key_id, secret
 
 
+def _authorization(request: web.Request) -> str | None:
+    """The one Authorization header. Two are ambiguous (a proxy may forward either),
+    and a header longer than any Basic credentials keysvc accepts is refused
+    before it is decoded; each is a 401 that says so."""
+    values = request.headers.getall(hdrs.AUTHORIZATION, [])
+    if len(values) > 1:
+        _outcome(request, "malformed")
+        raise Unauthorized(f"invalid credentials: send one Authorization header, not {len(values)}")
+    if values and len(values[0]) > MAX_AUTHORIZATION:
+        _outcome(request, "malformed")
+        raise Unauthorized(
+            f"invalid credentials: the Authorization header is over {MAX_AUTHORIZATION} characters"
+        )
+    return values[0] if values else None
+
+
 def _outcome(request: web.Request, reason: AuthReason) -> None:
     request[AUTH_OUTCOME] = reason
 
@@ -72,7 +93,7 @@ def _outcome(request: web.Request, reason: AuthReason) -> None:
 async def authenticate(request: web.Request, address: "IPAddress | None") -> Key:
     """The enabled, unexpired key whose credentials the request carries, allowed
     from ``address`` (the client address, see ``client_address``)."""
-    credentials = parse_basic(request.headers.get(hdrs.AUTHORIZATION))
+    credentials = parse_basic(_authorization(request))
     if credentials is None or checksum_fails(credentials[1]):
         _outcome(request, "malformed")
         raise Unauthorized()

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import json
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from keysvc import backup, keys, workers
 from keysvc.app import create_app
 from keysvc.config import OPTIONS, ConfigError, Settings, build_settings
 from keysvc.logs import configure_logging
+from keysvc.state import IN_FLIGHT
 from keysvc.store import open_checked
 from keysvc.timeutil import utcnow
 
@@ -101,16 +103,40 @@ def _backup(settings: Settings, out: Path) -> int:
 
 
 def _serve(settings: Settings, reuse_port: bool = False) -> None:
+    asyncio.run(_serve_until_stopped(settings, reuse_port))
+
+
+async def _serve_until_stopped(settings: Settings, reuse_port: bool) -> None:
+    """Serve until SIGTERM or SIGINT; then stop accepting, let the requests already
+    begun finish (their bodies still read), and close the database.
+
+    Not ``web.run_app``: its shutdown marks every connection closing at once, and
+    aiohttp then drops the rest of a request body still arriving (aiohttp#2298),
+    so such a request would wait out the timeout unanswered.
+    """
     log = logging.getLogger("keysvc")
-    web.run_app(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        reuse_port=reuse_port or None,
-        shutdown_timeout=SHUTDOWN_SECONDS,
-        access_log=None,
-        print=lambda text: log.info("%s", " ".join(text.replace("=", " ").split())),
+    app = create_app(settings)
+    runner = web.AppRunner(
+        app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_SECONDS
     )
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, settings.host, settings.port, reuse_port=reuse_port or None)
+        await site.start()
+        log.info("Running on %s (Press CTRL+C to quit)", site.name)
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        log.info("stopping: no new connections; finishing %d requests", app[IN_FLIGHT].count)
+        await site.stop()
+        deadline = loop.time() + SHUTDOWN_SECONDS
+        while app[IN_FLIGHT].count and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+    finally:
+        await runner.cleanup()  # closes idle connections, then the database
+    log.info("stopped")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -143,7 +143,7 @@ def decode_cursor(hasher: Hasher, organization_id: str, cursor: str | None) -> i
     if cursor is None:
         return 0
     seq, _, mac = cursor.partition(".")
-    if not seq.isdigit() or len(seq) > 18:
+    if not (seq.isascii() and seq.isdigit()) or len(seq) > 18:
         raise BadRequest(BAD_CURSOR)
     expected = hasher.sign("cursor", f"{organization_id}:{int(seq)}")
     if not hmac.compare_digest(expected.encode(), mac.encode()):

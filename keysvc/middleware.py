@@ -1,13 +1,24 @@
 """The error-envelope middleware: a fresh request ID on every request, and
 every failure, aiohttp's own 404/405/413 included, answered in the JSON
 envelope. A 500 shows nothing of the cause; it is logged with its request ID.
-This is the only place that writes an error body."""
+This is the only place that writes an error body.
+
+Requests aiohttp's HTTP parser refuses (a request line or header over
+``MAX_LINE_BYTES``, a bad Content-Length, broken chunked framing, too many
+headers) never reach the middlewares: aiohttp answers them itself from
+``RequestHandler.handle_error``, in plain text. ``answer_parser_errors_in_envelope``
+wraps that one method so that, for a keysvc app only, the answer is the
+envelope too. aiohttp offers no hook for it (the handler class is fixed by
+``web.Server``), hence the wrap; aiohttp's own checks run first, unchanged.
+"""
 
 import logging
 import uuid
 from collections.abc import Mapping
+from http import HTTPStatus
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 from aiohttp.typedefs import Handler, Middleware
 
 from keysvc.errors import ApiError
@@ -41,7 +52,11 @@ def _from_http_exception(
         )
     else:
         message = exc.reason
-    return _error_response(request_id, exc.status, message, headers)
+    response = _error_response(request_id, exc.status, message, headers)
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):
+        # The rest of the body is never read, so the connection cannot carry another request.
+        response.force_close()
+    return response
 
 
 def error_middleware(*, logger: logging.Logger) -> Middleware:
@@ -62,3 +77,45 @@ def error_middleware(*, logger: logging.Logger) -> Middleware:
         return response
 
     return middleware
+
+
+# aiohttp's parser limits (8190 by default), raised so that an 8 KiB header
+# reaches keysvc, which then says what is wrong with it.
+MAX_LINE_BYTES = 16 * 1024
+PARSER_LIMITS = {"max_line_size": MAX_LINE_BYTES, "max_field_size": MAX_LINE_BYTES}
+_aiohttp_handle_error = web.RequestHandler.handle_error
+
+
+def _parser_error_message(status: int, exc: BaseException | None) -> str:
+    if status >= 500:  # a failure outside the middlewares: nothing of it is shown
+        return HTTPStatus(status).phrase.lower()
+    if isinstance(exc, LineTooLong):
+        return f"request line or header too long: each may be at most {MAX_LINE_BYTES} bytes"
+    # The first line only: the rest quotes the request's bytes back.
+    lines = exc.message.splitlines() if isinstance(exc, HttpProcessingError) else []
+    reason = lines[0].rstrip(":") if lines else ""
+    return f"malformed HTTP request: {reason[:100] or 'it could not be parsed'}"
+
+
+def _handle_error(
+    self: web.RequestHandler,
+    request: web.BaseRequest,
+    status: int = 500,
+    exc: BaseException | None = None,
+    message: str | None = None,
+) -> web.StreamResponse:
+    # aiohttp logs, and refuses if part of a response was already sent.
+    response = _aiohttp_handle_error(self, request, status, exc, message)
+    app = getattr(self._request_handler, "__self__", None)
+    if not isinstance(app, web.Application) or SETTINGS not in app:
+        return response  # another aiohttp server in this process: left alone
+    request_id = str(uuid.uuid4())
+    envelope = _error_response(request_id, status, _parser_error_message(status, exc))
+    envelope.headers["X-Request-Id"] = request_id
+    envelope.force_close()
+    return envelope
+
+
+def answer_parser_errors_in_envelope() -> None:
+    """Make aiohttp's own answers to unparseable requests envelopes (idempotent)."""
+    web.RequestHandler.handle_error = _handle_error  # type: ignore[method-assign]

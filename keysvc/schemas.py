@@ -38,6 +38,7 @@ MAX_ROLE_IDS = 100
 MAX_PERMISSIONS = 100
 MAX_ACTORS = 1000
 MAX_PAGE = 250
+MAX_MESSAGES = 10  # field errors listed in one answer
 ACTOR_PREFIX = "apiKey/"
 ROLE_TYPES = ("system", "custom")
 # Metadata for the OpenAPI document (keysvc.openapi): formats as the upstream
@@ -128,6 +129,20 @@ def _suffix(value: str) -> None:
         raise ValidationError(f"must be the last {SUFFIX_LENGTH} characters of the key ID")
 
 
+class BoundedList(fields.List[Any]):
+    """A list whose length is checked before its entries: ten thousand bad
+    entries get one error that names the limit, not ten thousand errors."""
+
+    def _deserialize(
+        self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any
+    ) -> list[Any]:
+        if isinstance(value, list):
+            for validator in self.validators:
+                if isinstance(validator, validate.Length):
+                    validator(value)
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
 class IpAccessListEntrySchema(Schema):
     source = fields.String(required=True, validate=_ip_source)
     description = fields.String(
@@ -144,17 +159,27 @@ class HashDataSchema(Schema):
     keySecretHash = fields.String(required=True, validate=_sha256_b64)
 
 
+class WholeNumber(fields.Integer):
+    """An integer as JSON Schema has it: 5 and 5.0 alike, never "5" or true."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(strict=True, **kwargs)
+
+    def _validated(self, value: Any) -> int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return super()._validated(value)
+
+
 class RateLimitSchema(Schema):
     """keysvc addition: this key's own request limit, instead of the server's."""
 
-    limit = fields.Integer(
+    limit = WholeNumber(
         required=True,
-        strict=True,
         validate=validate.Range(1, 1_000_000, error="must be an integer from {min} to {max}"),
     )
-    windowSeconds = fields.Integer(
+    windowSeconds = WholeNumber(
         required=True,
-        strict=True,
         validate=validate.Range(1, 86_400, error="must be an integer from {min} to {max}"),
     )
 
@@ -182,11 +207,11 @@ class _KeyFieldsSchema(Schema):
         ),
         metadata={"deprecated": True},
     )
-    assignedRoleIds = fields.List(
+    assignedRoleIds = BoundedList(
         fields.UUID(error_messages={"invalid_uuid": "must be a role UUID"}),
         validate=validate.Length(max=MAX_ROLE_IDS, error="must have at most {max} entries"),
     )
-    ipAccessList = fields.List(
+    ipAccessList = BoundedList(
         fields.Nested(IpAccessListEntrySchema),
         validate=validate.Length(max=MAX_IP_ENTRIES, error="must have at most {max} entries"),
     )
@@ -211,7 +236,7 @@ class CreateKeySchema(_KeyFieldsSchema):
         validate=validate.OneOf(KEY_STATES, error="must be one of: enabled, disabled"),
     )
     hashData = fields.Nested(HashDataSchema)
-    roles = fields.List(
+    roles = BoundedList(
         fields.String(
             validate=validate.OneOf(
                 LEGACY_ROLES, error="must be one of: " + ", ".join(LEGACY_ROLES)
@@ -226,14 +251,32 @@ class PatchKeySchema(_KeyFieldsSchema):
     """The PATCH body: every field optional; roles and ipAccessList replace."""
 
 
+class QueryInteger(fields.Integer):
+    """An integer in the query string: ASCII digits only (int() alone takes "5_0", "①")."""
+
+    def _deserialize(
+        self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any
+    ) -> int:
+        if not (isinstance(value, str) and value.isascii() and value.isdigit()):
+            raise self.make_error("invalid")
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
 class ListKeysQuerySchema(Schema):
-    limit = fields.Integer(
+    limit = QueryInteger(
         load_default=MAX_PAGE,
         strict=False,
         validate=validate.Range(1, MAX_PAGE, error="must be an integer from {min} to {max}"),
         error_messages={"invalid": f"must be an integer from 1 to {MAX_PAGE}"},
     )
-    cursor = fields.String()
+    # Only the shape here (keysvc.keys.decode_cursor checks the signature): text
+    # such as "²" passes str.isdigit() but not int().
+    cursor = fields.String(
+        validate=validate.Regexp(
+            r"[0-9]{1,18}\.[0-9A-Za-z_-]+\Z",
+            error="not a cursor from this list; start again without it",
+        )
+    )
 
 
 def _permission(value: str) -> None:
@@ -282,7 +325,7 @@ class PolicySchema(Schema):
             "description": "keysvc roles only grant: DENY is refused with a 400.",
         },
     )
-    permissions = fields.List(
+    permissions = BoundedList(
         fields.String(validate=_permission),
         required=True,
         validate=validate.Length(max=MAX_PERMISSIONS, error="must have at most {max} entries"),
@@ -293,16 +336,16 @@ class PolicySchema(Schema):
 
 class _RoleFieldsSchema(Schema):
     name = Name()
-    permissions = fields.List(
+    permissions = BoundedList(
         fields.String(validate=_permission),
         validate=validate.Length(max=MAX_PERMISSIONS, error="must have at most {max} entries"),
         metadata={**ADDITION, "description": "keysvc addition: the permissions the role grants"},
     )
-    policies = fields.List(
+    policies = BoundedList(
         fields.Nested(PolicySchema),
         validate=validate.Length(max=MAX_PERMISSIONS, error="must have at most {max} entries"),
     )
-    actors = fields.List(
+    actors = BoundedList(
         fields.String(validate=_actor),
         validate=validate.Length(max=MAX_ACTORS, error="must have at most {max} entries"),
     )
@@ -470,10 +513,21 @@ def _flatten(messages: Any, prefix: str = "") -> list[str]:
     return [f"{prefix}: {messages}" if prefix else str(messages)]
 
 
+def _entries_in_order(message: str) -> list[str | int]:
+    """Sort key: "roles.2" before "roles.10"."""
+    parts = re.split(r"([0-9]+)", message)  # odd places hold the digit runs
+    return [int(part) if index % 2 else part for index, part in enumerate(parts)]
+
+
 def load(schema: Schema, data: Mapping[str, Any]) -> dict[str, Any]:
     """Validate ``data``; every problem, field by field, becomes one BadRequest."""
     try:
         result: dict[str, Any] = schema.load(data)
     except ValidationError as exc:
-        raise BadRequest("; ".join(sorted(_flatten(exc.messages)))) from None
+        messages = sorted(_flatten(exc.messages), key=_entries_in_order)
+        # A body of many bad entries must not get an answer many times its size.
+        shown = messages[:MAX_MESSAGES]
+        if len(messages) > MAX_MESSAGES:
+            shown.append(f"and {len(messages) - MAX_MESSAGES} more")
+        raise BadRequest("; ".join(shown)) from None
     return result

@@ -21,6 +21,16 @@ METRICS = web.AppKey("metrics", Metrics)
 OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("openapi")
 LIMITS = web.AppKey("limits", Limits)
 
+
+class InFlight:
+    """How many requests are being handled now, so a shutdown can wait for them."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+IN_FLIGHT = web.AppKey("in_flight", InFlight)
+
 REQUEST_ID = web.RequestKey("request_id", str)
 CALLER = web.RequestKey("caller", Key)
 # Set by keysvc.auth where each outcome is decided; read by the access log and metrics.

@@ -1,13 +1,15 @@
 """What every view needs: the success envelope, the JSON body, path UUIDs."""
 
 import json
+import math
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from keysvc.errors import BadRequest, UnsupportedMediaType
 from keysvc.schemas import UUID_PATTERN
-from keysvc.state import REQUEST_ID
+from keysvc.state import REQUEST_ID, SETTINGS
 
 
 def ok(request: web.Request, result: Any = None, **extra: Any) -> web.Response:
@@ -43,6 +45,14 @@ class _DuplicateKey(ValueError):
     pass
 
 
+class _Refused(ValueError):
+    """JSON that Python would parse but keysvc does not take; the text says why."""
+
+
+# Far more digits than any field takes, far fewer than Python's own limit (4300).
+MAX_DIGITS = 100
+
+
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for name, value in pairs:
@@ -53,18 +63,80 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+    raise _Refused(f"{name} is not valid JSON")
+
+
+def _integer(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_DIGITS:
+        raise _Refused(f"a number has more than {MAX_DIGITS} digits")
+    return int(text)
+
+
+def _real(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Refused(f"the number {text[:20]} is out of range")
+    return value
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+_SURROGATE = "holds a lone surrogate escape (\\ud800 to \\udfff), which is not a character"
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """The error for the first string holding a lone surrogate such as "\\ud800".
+
+    json.loads lets such escapes through, but they are not characters: they
+    cannot be stored as UTF-8 (SQLite refuses them), compared or shown.
+    """
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str) and not _utf8(item):
+            return f"{path}: {_SURROGATE}"
+        # Paths are cut short as they are built: long names nested deep stay cheap.
+        if isinstance(item, dict):
+            for name, inner in item.items():
+                if not _utf8(name):
+                    return f"{path or 'body'}: a field name {_SURROGATE}"
+                stack.append(((f"{path}.{name}" if path else name)[:100], inner))
+        elif isinstance(item, list):
+            stack.extend((f"{path}.{index}"[:100], inner) for index, inner in enumerate(item))
+    return None
+
+
+async def _read_body(request: web.Request) -> bytes:
+    max_size = request.app[SETTINGS].max_body_bytes
+    # Refused before reading: a client that announces a huge body and never
+    # sends it gets its answer now rather than waiting on the socket.
+    if request.content_length is not None and request.content_length > max_size:
+        raise web.HTTPRequestEntityTooLarge(max_size, request.content_length)
+    try:
+        return await request.read()
+    except web.RequestPayloadError as exc:
+        # Broken chunked framing or Content-Encoding: the body cannot be read.
+        cause = exc.__cause__
+        reason = cause.message if isinstance(cause, HttpProcessingError) else ""
+        raise BadRequest(f"body: could not be read: {reason[:100] or 'bad encoding'}") from None
 
 
 async def read_json_object(request: web.Request) -> dict[str, Any]:
     """The body as a JSON object, or a 4xx that says what is wrong with it.
 
-    Oversized bodies raise aiohttp's 413 from ``read``; the error middleware
-    answers it in the envelope.
+    A body over the limit is a 413 (from Content-Length before reading, or from
+    aiohttp's ``read`` while reading); the error middleware answers it in the
+    envelope.
     """
     if request.content_type != "application/json":
         raise UnsupportedMediaType()
-    raw = await request.read()
+    raw = await _read_body(request)
     if not raw.strip():
         raise BadRequest("body: is required; send a JSON object")
     try:
@@ -72,7 +144,13 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise BadRequest("body: is not valid UTF-8") from None
     try:
-        value = json.loads(text, object_pairs_hook=_object, parse_constant=_no_constant)
+        value = json.loads(
+            text,
+            object_pairs_hook=_object,
+            parse_constant=_no_constant,
+            parse_int=_integer,
+            parse_float=_real,
+        )
     except _DuplicateKey as exc:
         raise BadRequest(f"body: field {str(exc)[:64]!r} appears more than once") from None
     except json.JSONDecodeError as exc:
@@ -85,4 +163,7 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
         raise BadRequest(f"body: invalid JSON: {str(exc)[:100]}") from None
     if not isinstance(value, dict):
         raise BadRequest("body: must be a JSON object")
+    surrogate = _lone_surrogate(value)
+    if surrogate is not None:
+        raise BadRequest(surrogate)
     return value
