@@ -5,6 +5,13 @@ and operations the upstream operationIds, so a client generated from either
 document works against keysvc. What keysvc adds to an upstream shape is
 marked ``x-keysvc-addition`` and says so in its description. Every operation
 lists every status it can answer, each with the error envelope.
+
+Request schemas say in JSON Schema what the marshmallow validators check in
+Python (name trimming, permission syntax, hash encoding, …), so that a body
+the document allows is one keysvc accepts and the other way round; what no
+JSON Schema can say (expireAt in the future, IDs that must exist, a cursor
+keysvc issued) is in the descriptions. Responses carry OpenAPI links from
+each create to the operations on what it created.
 """
 
 from typing import Any
@@ -14,6 +21,8 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 
 from keysvc import __version__
 from keysvc import schemas as s
+from keysvc.credentials import SUFFIX_LENGTH
+from keysvc.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.timeutil import utcnow
 
 ORG = "/v1/organizations/{organizationId}"
@@ -95,13 +104,37 @@ def _responses(ok: dict[str, Any], statuses: tuple[int, ...]) -> dict[str, Any]:
     return responses
 
 
+# Control characters (category Cc), which names and descriptions must not hold, and the
+# whitespace str.strip() removes from both ends of a name before it is checked.
+_CC = r"\x00-\x1f\x7f-\x9f"
+_WS = r"\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+_NAME = {
+    "type": "string",
+    "pattern": f"^[{_WS}]*[^{_WS}{_CC}](?:[^{_CC}]{{0,{s.MAX_NAME - 2}}}[^{_WS}{_CC}])?[{_WS}]*$",
+    "description": f"1 to {s.MAX_NAME} characters once leading and trailing whitespace "
+    "is trimmed, no control characters.",
+}
+_PERMISSION = {
+    "type": "string",
+    "maxLength": MAX_PERMISSION_LENGTH,
+    "pattern": f"^(?:{PERMISSION.pattern})$",
+}
+# Canonical lowercase, the only form keysvc accepts in a path or an actor.
+_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_SHA256_B64 = {
+    "type": "string",
+    "pattern": "^[A-Za-z0-9+/]{43}=$",
+    "description": "Base64 of a SHA-256 digest (44 characters).",
+}
+
+
 def _path_param(name: str, description: str) -> dict[str, Any]:
     return {
         "in": "path",
         "name": name,
         "description": description,
         "required": True,
-        "schema": {"type": "string", "format": "uuid"},
+        "schema": {"type": "string", "format": "uuid", "pattern": f"^{_UUID}$"},
     }
 
 
@@ -269,6 +302,39 @@ def _operations() -> dict[str, dict[str, Any]]:
     }  # fmt: skip
 
 
+def _link(operations: dict[str, dict[str, Any]]) -> None:
+    """OpenAPI links from a create, and from each call on one object, to the calls on it.
+
+    A client (and a stateful test) can follow them: create a key, read it, delete it,
+    then read it again and get the 404.
+    """
+    for collection, item, param, created in (
+        (KEYS, KEY, "keyId", "$response.body#/result/key/id"),
+        (ROLES, ROLE, "roleId", "$response.body#/result/id"),
+    ):
+        on_item = operations[item]
+        post = operations[collection]["post"]["responses"]
+        post["200"] = {**post["200"], "links": _links(on_item, param, created)}
+        for operation in on_item.values():
+            # Response objects are shared between operations; links belong to one.
+            ok = operation["responses"]["200"]
+            operation["responses"]["200"] = {
+                **ok,
+                "links": _links(on_item, param, f"$request.path.{param}"),
+            }
+
+
+def _links(on_item: dict[str, Any], param: str, value: str) -> dict[str, Any]:
+    noun = param.removesuffix("Id").capitalize()
+    return {
+        f"{method.capitalize()}{noun}": {
+            "operationId": operation["operationId"],
+            "parameters": {"organizationId": "$request.path.organizationId", param: value},
+        }
+        for method, operation in on_item.items()
+    }
+
+
 def _verify(method: str) -> dict[str, Any]:
     """Forward auth (keysvc addition): any method; these three are the ones proxies use."""
     ok = {
@@ -293,15 +359,18 @@ def _verify(method: str) -> dict[str, Any]:
                 "in": "header",
                 "name": "X-Required-Permission",
                 "required": False,
-                "description": "A permission the key must hold; wildcards apply.",
-                "schema": {"type": "string"},
+                "description": "A permission the key must hold; wildcards apply. Empty is "
+                "the same as absent.",
+                # Empty is allowed: the view falls back to the query parameter.
+                "schema": {**_PERMISSION, "pattern": f"^(?:|{PERMISSION.pattern})$"},
             },
             {
                 "in": "query",
                 "name": "permission",
                 "required": False,
-                "description": "The same, for proxies that cannot set a header.",
-                "schema": {"type": "string"},
+                "description": "The same, for proxies that cannot set a header; the header "
+                "wins when both are given.",
+                "schema": _PERMISSION,
             },
         ],
         ok,
@@ -381,9 +450,69 @@ def build_spec() -> dict[str, Any]:
         spec.components.schema(name, schema=schema)
     for status_type, name in (("number", "Error"), ("integer", "InternalError")):
         spec.components.schema(name, _error_schema(status_type))
-    for path, operations in _operations().items():
-        spec.path(path=path, operations=operations)
-    return spec.to_dict()
+    operations = _operations()
+    _link(operations)
+    for path, path_operations in operations.items():
+        spec.path(path=path, operations=path_operations)
+    document = spec.to_dict()
+    _tighten(document["components"]["schemas"])
+    return document
+
+
+_ONE_ROLE = "A key needs at least one role: a non-empty roles or assignedRoleIds."
+_EXPIRE_AT = 'When the key stops working: a date-time in the future; null or "" mean never.'
+_ROLE_IDS = "Custom or system roles of this organization, by ID."
+_DEVELOPER = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002"  # the system role's fixed ID (schema.sql)
+_ACTOR = {"type": "string", "pattern": f"^apiKey/{_UUID}$"}
+_ACTORS = "The keys that hold the role, as apiKey/<key UUID> of keys in this organization."
+
+
+def _tighten(schemas: dict[str, Any]) -> None:
+    """Add the rules the request schemas check in Python functions, which apispec cannot see."""
+    for name in ("ApiKeyPostRequest", "ApiKeyPatchRequest", "RoleCreateRequest",
+                 "RoleUpdateRequest"):  # fmt: skip
+        schemas[name]["properties"]["name"].update(_NAME)
+    for name in ("ApiKeyPostRequest", "ApiKeyPatchRequest"):
+        properties = schemas[name]["properties"]
+        properties["expireAt"].update(description=_EXPIRE_AT, examples=["2099-12-31T23:59:59Z"])
+        properties["assignedRoleIds"].update(description=_ROLE_IDS, examples=[[_DEVELOPER]])
+    with_roles = {"required": ["roles"], "properties": {"roles": {"minItems": 1}}}
+    with_ids = {"required": ["assignedRoleIds"], "properties": {"assignedRoleIds": {"minItems": 1}}}
+    schemas["ApiKeyPostRequest"]["anyOf"] = [with_roles, with_ids]
+    schemas["ApiKeyPostRequest"]["description"] = _ONE_ROLE
+    # A PATCH need not touch the roles; when it does, they replace, and must not be empty.
+    untouched = {"not": {"anyOf": [{"required": ["roles"]}, {"required": ["assignedRoleIds"]}]}}
+    schemas["ApiKeyPatchRequest"]["anyOf"] = [untouched, with_roles, with_ids]
+    schemas["ApiKeyPatchRequest"]["description"] = "Only the fields given change. " + _ONE_ROLE
+    hash_data = schemas["ApiKeyHashData"]["properties"]
+    hash_data["keyIdHash"].update(_SHA256_B64)
+    hash_data["keySecretHash"].update(_SHA256_B64)
+    hash_data["keyIdSuffix"]["pattern"] = f"^[^{_CC}]{{{SUFFIX_LENGTH}}}$"
+    entry = schemas["IpAccessListEntry"]["properties"]
+    entry["source"].update(
+        description="An IPv4 or IPv6 address or CIDR, host bits clear.",
+        examples=["192.0.2.0/24", "2001:db8::1"],
+    )
+    entry["description"]["pattern"] = f"^[^{_CC}]*$"
+    for name in ("RoleCreateRequest", "RoleUpdateRequest"):
+        properties = schemas[name]["properties"]
+        properties["permissions"]["items"] = dict(_PERMISSION)
+        properties["actors"]["items"] = dict(_ACTOR)
+        properties["actors"]["description"] = _ACTORS
+    policy = schemas["RBACPolicyCreateRequest"]["properties"]
+    policy["allowDeny"]["not"] = {"const": "DENY"}
+    policy["permissions"]["items"] = dict(_PERMISSION)
+    policy["resources"].update(
+        minItems=1, maxItems=1, description='keysvc grants on every resource: ["*"].'
+    )
+    policy["resources"]["items"]["enum"] = ["*"]
+    # Inline rather than a $ref with siblings, which generators skip: the same properties,
+    # none of which keysvc accepts.
+    policy["tags"] = {
+        **schemas["RBACPolicyTags"],
+        "maxProperties": 0,
+        "description": "keysvc has no database grants: only {} is accepted.",
+    }
 
 
 def _error_schema(status_type: str) -> dict[str, Any]:
