@@ -8,12 +8,27 @@ No code in keysvc logs headers, key IDs or secrets. aiohttp, though, logs a
 request it cannot parse with the offending header line, which may be an
 Authorization header; so every text that goes out is scrubbed of
 Authorization values, Basic tokens and keysvc secrets first.
+
+Formatting and writing happen off the event loop: the root logger's handler
+(a ``QueueHandler``) only puts each record on a queue, and one writer thread
+formats what has queued up and writes it in one go. The writer is drained
+before the process exits (``logging.shutdown`` at exit, which a SIGTERM to
+``keysvc serve`` reaches through aiohttp's graceful shutdown). A process
+forked after set-up (``serve --workers``) has no writer thread, and workers
+leave through ``os._exit``, so there records are written synchronously.
 """
 
+import copy
 import json
 import logging
+import logging.handlers
+import os
+import queue
 import re
 import sys
+import threading
+import time
+import weakref
 from datetime import UTC, datetime
 from typing import IO
 
@@ -26,6 +41,10 @@ _SCRUBS = (
     (re.compile(r"\b(basic\s+)[A-Za-z0-9+/=_-]+", re.IGNORECASE), rf"\1{REDACTED}"),
     (re.compile(SECRET_PATTERN), REDACTED),
 )
+# Text every match of the scrubs above contains. Only for ASCII text may a lowercase
+# substring test stand in for the patterns: case-insensitive matching also pairs
+# non-ASCII letters with these (the long s with "s", a dotted capital I with "i").
+_SECRET_MARKER = SECRET_PATTERN[: SECRET_PATTERN.index("[")]
 
 # The attributes every LogRecord has; anything else came in through ``extra=``.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
@@ -33,10 +52,20 @@ _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
     "asctime",
     "taskName",
 }
+# How long the writer lets records gather before it writes them: fewer writes and
+# fewer thread switches under load, and at most this much delay when idle.
+GATHER_SECONDS = 0.02
+# Records waiting beyond this make the logging thread wait for the writer, as a
+# blocking write to a full pipe did, rather than let the backlog grow without bound.
+MAX_BACKLOG = 50_000
 
 
 def scrub(text: str) -> str:
     """``text`` without Authorization header values, Basic tokens or keysvc secrets."""
+    if text.isascii() and _SECRET_MARKER not in text:
+        lowered = text.lower()
+        if "uthorization" not in lowered and "asic" not in lowered:
+            return text
     for pattern, replacement in _SCRUBS:
         text = pattern.sub(replacement, text)
     return text
@@ -46,12 +75,36 @@ def _scrubbed(value: object) -> object:
     return scrub(value) if isinstance(value, str) else value
 
 
+def _as_text(value: object) -> str:
+    return scrub(str(value))
+
+
+_ENCODER = json.JSONEncoder(default=_as_text)
+
+
 class JsonFormatter(logging.Formatter):
     """time, level, logger and message, then the record's extra fields."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        # The time up to the second, made once a second: (whole seconds, its text).
+        self._second: tuple[int, str] = (-1, "")
+
+    def _time(self, created: float) -> str:
+        """As ``datetime.isoformat(timespec="milliseconds")`` gives it, in UTC."""
+        second = int(created)
+        # Rounded to the microsecond first, half to even, as datetime.fromtimestamp does.
+        micros = round((created - second) * 1_000_000)
+        if micros >= 1_000_000:
+            second, micros = second + 1, micros - 1_000_000
+        if second != self._second[0]:
+            text = datetime.fromtimestamp(second, UTC).isoformat()
+            self._second = (second, text[: -len("+00:00")])
+        return f"{self._second[1]}.{micros // 1000:03d}+00:00"
+
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "time": self._time(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": scrub(record.getMessage()),
@@ -59,17 +112,207 @@ class JsonFormatter(logging.Formatter):
         for name, value in vars(record).items():
             if name not in _STANDARD and not name.startswith("_"):
                 entry[name] = _scrubbed(value)
-        if record.exc_info:
+        # exc_text: the traceback as text, made where it was queued (QueueingHandler.prepare).
+        if record.exc_text:
+            entry["exception"] = scrub(record.exc_text)
+        elif record.exc_info:
             entry["exception"] = scrub(self.formatException(record.exc_info))
         if record.stack_info:
             entry["stack"] = scrub(self.formatStack(record.stack_info))
-        return json.dumps(entry, default=lambda value: scrub(str(value)))
+        return _ENCODER.encode(entry)
 
 
-def configure_logging(level: str, stream: IO[str] | None = None) -> logging.Handler:
-    """Send every logger's records at ``level`` and above to ``stream`` (stderr) as JSON lines."""
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter())
+class _Flush:
+    """Put on the queue by ``flush``: set once everything queued before it is written."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+_STOP = object()
+_TRACEBACKS = logging.Formatter()
+
+
+class _Writer:
+    """The thread that formats queued records and writes them, a batch at a time."""
+
+    def __init__(
+        self, records: "queue.SimpleQueue[object]", target: logging.StreamHandler[IO[str]]
+    ):
+        self._records = records
+        self._target = target
+        # Held while a batch is formatted and written, and by a fork (see _before_fork),
+        # so that a child is never made halfway through a write to the stream.
+        self.busy = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="keysvc-log-writer", daemon=True)
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        records = self._records
+        while True:
+            items = [records.get()]
+            time.sleep(GATHER_SECONDS)
+            while True:
+                try:
+                    items.append(records.get_nowait())
+                except queue.Empty:
+                    break
+            with self.busy:
+                stop = self._write(items)
+            if stop:
+                return
+
+    def _write(self, items: list[object]) -> bool:
+        """Write the records among ``items``, then release the flushes; True at _STOP."""
+        target, lines, stop = self._target, [], False
+        for item in items:
+            if isinstance(item, logging.LogRecord):
+                try:
+                    if item.levelno >= target.level and target.filter(item):
+                        lines.append(target.format(item) + "\n")
+                except Exception:
+                    target.handleError(item)
+            elif item is _STOP:
+                stop = True
+        if lines:
+            target.acquire()
+            try:
+                target.stream.write("".join(lines))
+                target.flush()
+            except Exception:
+                # Reported as logging reports a failed write, against the first record.
+                first = next(item for item in items if isinstance(item, logging.LogRecord))
+                target.handleError(first)
+            finally:
+                target.release()
+        for item in items:
+            if isinstance(item, _Flush):
+                item.done.set()
+        return stop
+
+
+class QueueingHandler(logging.handlers.QueueHandler):
+    """Puts records on a queue for a writer thread; ``flush`` waits until they are out.
+
+    Without a running writer (after a fork, or once closed) records go straight
+    to the target handler, on the caller's thread.
+    """
+
+    def __init__(self, target: logging.StreamHandler[IO[str]]):
+        records: queue.SimpleQueue[object] = queue.SimpleQueue()
+        super().__init__(records)
+        self._records = records
+        self.target = target
+        self._writer: _Writer | None = _Writer(records, target)
+        _after_fork.add(self)
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        """Resolve now what could change or die before the writer gets to the record:
+        the message's arguments and the exception. The rest is formatted later."""
+        if record.args or record.exc_info or not isinstance(record.msg, str):
+            record = copy.copy(record)  # other handlers see the original
+            record.msg = record.getMessage()
+            record.args = None
+            if record.exc_info:
+                record.exc_text = _TRACEBACKS.formatException(record.exc_info)
+                record.exc_info = None
+        return record
+
+    def emit(self, record: logging.LogRecord) -> None:
+        writer = self._writer
+        if writer is None or not writer.alive:
+            self.target.handle(record)
+            return
+        try:
+            self.enqueue(self.prepare(record))
+        except Exception:
+            self.handleError(record)
+            return
+        if self._records.qsize() > MAX_BACKLOG:
+            self._wait_for_writer(10.0)
+
+    def _wait_for_writer(self, timeout: float) -> None:
+        writer = self._writer
+        if writer is None or not writer.alive:
+            return
+        marker = _Flush()
+        self._records.put_nowait(marker)
+        marker.done.wait(timeout)
+
+    def flush(self) -> None:
+        """Return once every record handled so far is written (or after 10 seconds)."""
+        self._wait_for_writer(10.0)
+        self.target.flush()
+
+    def close(self) -> None:
+        """Write what is queued, stop the writer; later records are written directly."""
+        writer, self._writer = self._writer, None
+        if writer is not None and writer.alive:
+            self._records.put_nowait(_STOP)
+            writer.join(10.0)
+        self.target.flush()
+        super().close()
+
+    def writer_lock(self) -> "threading.Lock | None":
+        writer = self._writer
+        return writer.busy if writer is not None and writer.alive else None
+
+    def forked(self) -> None:
+        """In a forked child: no writer thread survived, and what was queued is the parent's."""
+        self._writer = None
+        self._records = self.queue = queue.SimpleQueue()
+
+
+_after_fork: "weakref.WeakSet[QueueingHandler]" = weakref.WeakSet()
+
+
+_held: list[threading.Lock] = []
+
+
+def _before_fork() -> None:
+    for handler in list(_after_fork):
+        busy = handler.writer_lock()
+        if busy is not None:
+            busy.acquire()
+            _held.append(busy)
+
+
+def _after_fork_in_parent() -> None:
+    while _held:
+        _held.pop().release()
+
+
+def _after_fork_in_child() -> None:
+    _held.clear()  # the child's copies are never used again
+    for handler in list(_after_fork):
+        handler.forked()
+
+
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+)
+
+
+def configure_logging(
+    level: str, stream: IO[str] | None = None, *, background: bool | None = None
+) -> logging.Handler:
+    """Send every logger's records at ``level`` and above to ``stream`` (stderr) as JSON lines.
+
+    ``background`` (the default without ``stream``): format and write on a writer
+    thread, see ``QueueingHandler``; otherwise on the thread that logs.
+    """
+    target = logging.StreamHandler(stream or sys.stderr)
+    target.setFormatter(JsonFormatter())
+    handler: logging.Handler = target
+    if background if background is not None else stream is None:
+        handler = QueueingHandler(target)
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(level.upper())

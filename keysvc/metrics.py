@@ -82,20 +82,33 @@ class Metrics:
         )
         # Every reason and state is exported from the start, at zero, so that
         # rates and alerts need no special case for a series that appears late.
-        for reason in AUTH_REASONS:
-            self._auth.labels(reason=reason)
+        self._auth_by_reason = {reason: self._auth.labels(reason=reason) for reason in AUTH_REASONS}
         for state in KEY_STATES:
             self._keys.labels(state=state)
+        # The labelled children, looked up once per label set rather than on every
+        # request: every label value is bounded (see above), and so are these.
+        self._request_children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+        self._db_by_operation: dict[str, Histogram] = {}
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
-        self._requests.labels(route=route, method=method, status=str(status)).inc()
-        self._latency.labels(route=route, method=method).observe(seconds)
+        children = self._request_children.get((route, method, status))
+        if children is None:
+            children = (
+                self._requests.labels(route=route, method=method, status=str(status)),
+                self._latency.labels(route=route, method=method),
+            )
+            self._request_children[(route, method, status)] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def observe_auth(self, reason: AuthReason) -> None:
-        self._auth.labels(reason=reason).inc()
+        self._auth_by_reason[reason].inc()
 
     def observe_db(self, operation: str, seconds: float) -> None:
-        self._db.labels(operation=operation).observe(seconds)
+        child = self._db_by_operation.get(operation)
+        if child is None:
+            child = self._db_by_operation[operation] = self._db.labels(operation=operation)
+        child.observe(seconds)
 
     def set_keys_by_state(self, counts: Mapping[str, int]) -> None:
         for state in KEY_STATES:

@@ -8,9 +8,11 @@ import io
 import json
 import logging
 import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ import pytest
 
 from keysvc.config import ConfigError, build_settings
 from keysvc.credentials import new_key_id, new_secret
-from keysvc.logs import JsonFormatter, configure_logging, scrub
+from keysvc.logs import JsonFormatter, QueueingHandler, configure_logging, scrub
 from keysvc.state import STORE
 from tests.conftest import Client, create_creds
 from tests.helpers import Creds, basic
@@ -175,10 +177,62 @@ async def test_a_header_aiohttp_cannot_parse_is_logged_redacted(
         ("sent basic QWxhZGRpbjpvcGVu then", "sent basic [redacted] then"),
         ("leaked keysvc_" + "a" * 42 + ".", "leaked [redacted]."),
         ("nothing to hide", "nothing to hide"),
+        # Non-ASCII letters that case-insensitive matching pairs with ASCII ones.
+        ("sent ba\u017fic QWxhZGRpbjpvcGVu then", "sent ba\u017fic [redacted] then"),
+        ("AUTHOR\u0130ZATION: Basic abc", "AUTHOR\u0130ZATION: [redacted]"),
+        ("caf\u00e9 keysvc_" + "b" * 42, "caf\u00e9 [redacted]"),
     ],
 )
 def test_scrub(text: str, scrubbed: str) -> None:
     assert scrub(text) == scrubbed
+
+
+@pytest.mark.parametrize(
+    "created",
+    [0.0, 1.0, 1763757991.886, 1763757991.9995, 1763757991.9999996, 1763757991.0004999, 4.1e9],
+)
+def test_time_is_iso_8601_in_milliseconds(created: float) -> None:
+    record = logging.LogRecord("keysvc", logging.INFO, __file__, 1, "m", (), None)
+    record.created = created
+    entry = json.loads(JsonFormatter().format(record))
+    assert entry["time"] == datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
+
+
+def test_the_writer_thread_writes_what_was_logged_when_it_was_logged() -> None:
+    """Off the logging thread: a flush waits for every line; arguments and exceptions
+    are taken as they were at the call; closing writes the rest and stops the thread."""
+    stream = io.StringIO()
+    handler = configure_logging("debug", stream, background=True)
+    assert isinstance(handler, QueueingHandler)
+    logger = logging.getLogger("keysvc.test")
+    try:
+        seen = ["first"]
+        logger.info("seen %s", seen)
+        seen.append("later")  # changed after the call: the line keeps what it was
+        try:
+            raise ValueError("boom\nsecond line")
+        except ValueError:
+            logger.exception("failed with Basic %s", "QWxhZGRpbjpvcGVu")
+        logger.info("request", extra={"route": KEY, "status": 200})
+        handler.flush()
+        lines = json_lines(stream)
+        assert [line["message"] for line in lines] == [
+            "seen ['first']",
+            "failed with Basic [redacted]",
+            "request",
+        ]
+        assert "ValueError: boom\nsecond line" in lines[1]["exception"]
+        assert (lines[2]["route"], lines[2]["status"]) == (KEY, 200)
+        writer = threading.enumerate()
+        assert any(thread.name == "keysvc-log-writer" for thread in writer)
+        for n in range(100):
+            logger.debug("line %d", n)
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+    assert len(json_lines(stream)) == 103  # closing wrote what was still queued
+    logger.warning("after close")  # no handler of ours any more: nothing more is written
+    assert len(json_lines(stream)) == 103
 
 
 def test_formatter_keeps_a_multiline_record_on_one_line() -> None:
@@ -258,3 +312,29 @@ def test_serve_writes_json_lines_without_credentials(tmp_path: Path) -> None:
     ):
         assert secret not in text
         assert secret.removeprefix("Basic ") not in text
+
+
+def _verify_many(server: Server, created: dict[str, Any], count: int) -> None:
+    headers = basic(created["keyId"], created["keySecret"])
+    for _ in range(count):
+        request = urllib.request.Request(server.base + "/v1/verify", headers=headers)
+        with urllib.request.urlopen(request, timeout=5) as response:
+            assert response.status == 200
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_every_request_is_logged_before_the_server_exits(tmp_path: Path, workers: str) -> None:
+    """SIGTERM right after the last answer: every access line is in the log, whether
+    the writer thread had it queued (one process) or workers wrote it themselves."""
+    db = tmp_path / "k.db"
+    created = bootstrap(db)
+    with Server(db, env={"KEYSVC_WORKERS": workers}) as server:
+        _verify_many(server, created, 150)
+        server.stop()
+        assert server.proc.returncode == 0
+        text = server.stderr_text()
+    lines = [json.loads(line) for line in text.splitlines()]
+    verified = [line for line in lines if line.get("route") == "/v1/verify"]
+    assert len(verified) == 150
+    assert {(line["status"], line["auth"]) for line in verified} == {(200, "ok")}
+    assert created["keySecret"] not in text
