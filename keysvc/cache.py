@@ -11,10 +11,16 @@ reader that needs the very latest row (``usedAt`` included) can tell whether
 anything at all was committed since.
 """
 
+import asyncio
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from keysvc.models import Credential
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -61,3 +67,62 @@ class CredentialCache:
     def clear(self) -> None:
         self._by_hash.clear()
         self._hash_of_id.clear()
+
+
+class VersionedCache(Generic[K, V]):
+    """A small LRU of values, each good only at the ``data_version`` it was made at.
+
+    For answers that depend on nothing but committed data (a page of keys, say):
+    a value is returned only while no connection, in any process, has committed
+    since, so it is exactly what reading again would give.
+    """
+
+    def __init__(self, max_entries: int):
+        self._max = max_entries
+        self._entries: OrderedDict[K, tuple[int, V]] = OrderedDict()
+        # Values being made, by (key, data_version): one making serves every request
+        # that asks meanwhile, as at the turn of a minute, when all of them miss at once.
+        self._making: dict[tuple[K, int], asyncio.Future[V]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: K, data_version: int) -> V | None:
+        found = self._entries.get(key)
+        if found is None or found[0] != data_version:
+            return None
+        self._entries.move_to_end(key)
+        return found[1]
+
+    def put(self, key: K, data_version: int, value: V) -> None:
+        if self._max <= 0:
+            return
+        self._entries[key] = (data_version, value)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self._max:
+            self._entries.popitem(last=False)
+
+    async def get_or_make(self, key: K, data_version: int, make: Callable[[], Awaitable[V]]) -> V:
+        """The value kept for ``key`` at ``data_version``, else ``make()``'s, kept.
+
+        ``data_version`` must be read before ``make`` reads anything, so that a commit
+        in between can only make the kept value look older than it is, never newer.
+        """
+        found = self.get(key, data_version)
+        if found is not None:
+            return found
+        making = self._making.get((key, data_version))
+        if making is None:
+            making = asyncio.ensure_future(make())
+            self._making[(key, data_version)] = making
+            making.add_done_callback(lambda done: self._made(key, data_version, done))
+        # Shielded: a caller that goes away does not cancel it for the others.
+        return await asyncio.shield(making)
+
+    def _made(self, key: K, data_version: int, done: "asyncio.Future[V]") -> None:
+        del self._making[(key, data_version)]
+        if not done.cancelled() and done.exception() is None:
+            self.put(key, data_version, done.result())
+
+    def clear(self) -> None:
+        self._entries.clear()

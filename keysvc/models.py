@@ -5,6 +5,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 
 from keysvc.timeutil import to_text
 
@@ -51,11 +52,13 @@ class Key:
     # (limit, window in seconds) of this key's own request limit; None: the server's.
     rate_limit: tuple[int, int] | None = None
 
-    @property
+    # Cached: a Key never changes (a change is a new Key), and the hot paths ask each
+    # request. cached_property stores beside the fields, so the frozen class allows it.
+    @cached_property
     def permissions(self) -> frozenset[str]:
         return frozenset(p for role in self.roles for p in role.permissions)
 
-    @property
+    @cached_property
     def etag(self) -> str:
         """A strong ETag of what a PATCH can change (usedAt moves on its own)."""
         state = [

@@ -38,7 +38,7 @@ from typing import Concatenate, ParamSpec, Protocol, TypeVar
 import aiosqlite
 
 from keysvc import db
-from keysvc.cache import CredentialCache
+from keysvc.cache import CredentialCache, VersionedCache
 from keysvc.config import ConfigError, Settings
 from keysvc.credentials import Hasher, load_pepper
 from keysvc.errors import Conflict, PreconditionFailed
@@ -71,6 +71,22 @@ _ROLES_OF_KEYS = """
     where kr.key_id in (select value from json_each(?))
     order by r.type = 'custom', r.name
 """
+_KEYS_WITH_IDS = """
+    select seq, id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
+           ip_access_list, rate_limit, rate_window
+    from api_keys where id in (select value from json_each(?)) order by seq
+"""
+_INSERT_KEY = """
+    insert into api_keys (id, organization_id, name, state, key_id_hash, secret_hash,
+                          key_suffix, ip_access_list, created_at, expire_at, rate_limit,
+                          rate_window)
+    values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+_INSERT_KEY_ROLE = "insert into key_roles (key_id, role_id) values (?, ?)"
+_COUNT_KEYS_OF = """
+    select organization_id, count(*) from api_keys
+    where organization_id in (select value from json_each(?)) group by organization_id
+"""
 _GENERATION = "select value from meta where name = 'auth_generation'"
 _COUNT_KEYS = "select count(*) from api_keys where organization_id = ?"
 # The effective state, as authentication sees it: expired means enabled but past expireAt.
@@ -84,6 +100,9 @@ _COUNT_KEYS_BY_STATE = """
            count(*) as n
     from api_keys group by effective
 """
+
+# Rendered list pages kept (each up to the page limit of keys, ~0.4 KiB a key).
+PAGE_CACHE_ENTRIES = 32
 
 # Told the name and duration in seconds of every store call, for metrics.
 Observer = Callable[[str, float], None]
@@ -125,6 +144,15 @@ class _PendingCreate:
     done: "asyncio.Future[Key]" = field(repr=False)
 
 
+@dataclass
+class _PendingTouches:
+    """usedAt writes waiting for the next transaction (key UUID -> minute), and the
+    future that every request waiting on one of them shares."""
+
+    minutes: dict[str, str]
+    done: "asyncio.Future[None]" = field(repr=False)
+
+
 class Store:
     def __init__(
         self,
@@ -141,6 +169,10 @@ class Store:
         self._write_lock = asyncio.Lock()
         self.observer = observer
         self._cache = CredentialCache(cache_size)
+        # Rendered answers that depend only on committed data (see data_version).
+        self.pages: VersionedCache[tuple[object, ...], tuple[str, str]] = VersionedCache(
+            PAGE_CACHE_ENTRIES if cache_size > 0 else 0
+        )
         # Set by authorization_changed inside the running transaction (writes are serial).
         self._authorization_changed = False
         self._seen_version = -1
@@ -150,6 +182,8 @@ class Store:
         self._touched: set[str] = set()
         self._touched_minute: datetime | None = None
         self._flusher: asyncio.Task[None] | None = None
+        self._touches: _PendingTouches | None = None
+        self._touch_flusher: asyncio.Task[None] | None = None
         # Imported here: rolestore builds on this module's helpers.
         from keysvc.rolestore import RoleStore
 
@@ -170,8 +204,8 @@ class Store:
         return cls(writer, reader, watcher, observer=observer, cache_size=cache_size)
 
     async def close(self) -> None:
-        if self._flusher is not None:
-            await asyncio.gather(self._flusher, return_exceptions=True)
+        flushers = [task for task in (self._flusher, self._touch_flusher) if task is not None]
+        await asyncio.gather(*flushers, return_exceptions=True)
         self._watcher.close()
         await self.reader.close()
         await self._writer.close()
@@ -218,6 +252,11 @@ class Store:
                 self._seen_generation = generation
             self._seen_version = version
         return version
+
+    def data_version(self) -> int:
+        """A number that changes whenever anything is committed, by any connection in
+        any process: what was read at one value is still current while it holds."""
+        return self._fresh()
 
     @timed
     async def check_pepper(self, fingerprint: str) -> None:
@@ -275,24 +314,21 @@ class Store:
                 await self._create_batch(batch)
 
     async def _create_batch(self, batch: list[_PendingCreate]) -> None:
+        """One transaction for the whole batch: a few statements for all of its keys.
+
+        Should a constraint refuse any of them (a taken keyIdHash, a role deleted
+        meanwhile), the batch starts again one key at a time, each in its own
+        savepoint, so that only that request fails.
+        """
         conn = self._writer
-        outcomes: list[tuple[_PendingCreate, Key | None, BaseException | None]] = []
         try:
             await conn.execute("begin immediate")
-            for item in batch:
-                await conn.execute("savepoint one_create")
-                try:
-                    count = await _one(conn, _COUNT_KEYS, (item.new.organization_id,))
-                    if count is not None and count[0] >= item.max_keys:
-                        raise Conflict(
-                            f"this organization has reached its limit of {item.max_keys} keys"
-                        )
-                    outcomes.append((item, await _insert_key(conn, item.new), None))
-                    await conn.execute("release one_create")
-                except Exception as exc:  # this request fails alone
-                    await conn.execute("rollback to one_create")
-                    await conn.execute("release one_create")
-                    outcomes.append((item, None, exc))
+            try:
+                outcomes = await _insert_batch(conn, batch)
+            except sqlite3.IntegrityError:
+                await conn.execute("rollback")
+                await conn.execute("begin immediate")
+                outcomes = await _insert_each(conn, batch)
             await conn.execute("commit")
         except BaseException as exc:
             if conn.in_transaction:
@@ -416,16 +452,46 @@ class Store:
 
     @timed
     async def touch_used(self, key_id: str, minute: datetime) -> None:
-        """Set usedAt to ``minute`` unless it is already there (at most one write a minute)."""
+        """Set usedAt to ``minute`` unless it is already there (at most one write a minute).
+
+        Answered once committed. Touches that arrive together share one transaction
+        (and one fsync): at the turn of a minute every busy key writes at once.
+        """
         if minute != self._touched_minute:
             self._touched, self._touched_minute = set(), minute
         self._touched.add(key_id)
-        text = to_text(minute)
-        async with self.transaction() as conn:
-            await conn.execute(
-                "update api_keys set used_at = ? where id = ? and (used_at is null or used_at < ?)",
-                (text, key_id, text),
+        touches = self._touches
+        if touches is None:
+            touches = self._touches = _PendingTouches(
+                {}, asyncio.get_running_loop().create_future()
             )
+        touches.minutes[key_id] = to_text(minute)
+        if self._touch_flusher is None or self._touch_flusher.done():
+            self._touch_flusher = asyncio.create_task(self._flush_touches())
+        await asyncio.shield(touches.done)
+
+    async def _flush_touches(self) -> None:
+        while self._touches is not None:
+            touches = None
+            try:
+                async with self.transaction() as conn:
+                    # Taken once the lock is held: touches that came meanwhile join in.
+                    touches, self._touches = self._touches, None
+                    if touches is None:
+                        return
+                    await conn.executemany(
+                        "update api_keys set used_at = ?"
+                        " where id = ? and (used_at is null or used_at < ?)",
+                        [(text, key_id, text) for key_id, text in touches.minutes.items()],
+                    )
+            except Exception as exc:
+                if touches is None:  # failed before taking them: they fail all the same
+                    touches, self._touches = self._touches, None
+                if touches is not None and not touches.done.done():
+                    touches.done.set_exception(exc)
+                    touches.done.exception()  # retrieved, should every waiter be gone
+                continue
+            touches.done.set_result(None)
 
     @timed
     async def count_keys_by_state(self, now: datetime) -> dict[str, int]:
@@ -436,38 +502,56 @@ class Store:
         return counts
 
 
+# One trip to the connection's thread each (execute, fetch and close together), where
+# a cursor would take three: each trip is a queue hand-over and a wake-up of the loop.
 async def _one(
     conn: aiosqlite.Connection, sql: str, params: Sequence[object]
 ) -> sqlite3.Row | None:
-    async with conn.execute(sql, params) as cursor:
-        row: sqlite3.Row | None = await cursor.fetchone()
-    return row
+    rows = await conn.execute_fetchall(sql, params)
+    return next(iter(rows), None)
 
 
 async def _all(conn: aiosqlite.Connection, sql: str, params: Sequence[object]) -> list[sqlite3.Row]:
-    async with conn.execute(sql, params) as cursor:
-        return list(await cursor.fetchall())
+    return list(await conn.execute_fetchall(sql, params))
+
+
+_ROLE_COLUMNS = ("id", "name", "type", "permissions", "created_at", "updated_at")
+_KEY_COLUMNS = (
+    "seq", "id", "organization_id", "name", "state", "key_suffix", "created_at", "expire_at",
+    "used_at", "ip_access_list", "rate_limit", "rate_window",
+)  # fmt: skip
+# Records made from rows, by the rows' values: a row read again unchanged gives back
+# the object made before (with the JSON text views keep on it) rather than a new one.
+# A list page read again after one key's usedAt moved rebuilds only that key. Records
+# are immutable, so sharing them is safe; each table is emptied whole when full.
+MADE_MAX = 4096
+_roles_made: dict[tuple[object, ...], Role] = {}
+_keys_made: dict[tuple[object, ...], Key] = {}
 
 
 def _role(row: sqlite3.Row) -> Role:
-    return Role(
-        id=row["id"],
-        name=row["name"],
-        type=row["type"],
-        permissions=tuple(json.loads(row["permissions"])),
-        created_at=from_text(row["created_at"]),
-        updated_at=from_text(row["updated_at"]),
-    )
+    values = tuple(row[name] for name in _ROLE_COLUMNS)
+    role = _roles_made.get(values)
+    if role is None:
+        role = Role(
+            id=row["id"],
+            name=row["name"],
+            type=row["type"],
+            permissions=tuple(json.loads(row["permissions"])),
+            created_at=from_text(row["created_at"]),
+            updated_at=from_text(row["updated_at"]),
+        )
+        if len(_roles_made) >= MADE_MAX:
+            _roles_made.clear()
+        _roles_made[values] = role
+    return role
 
 
-async def _keys_from_rows(conn: aiosqlite.Connection, rows: Sequence[sqlite3.Row]) -> list[Key]:
-    """Keys with their roles, read with one query for the whole batch."""
-    roles: dict[str, list[Role]] = {row["id"]: [] for row in rows}
-    if rows:
-        for role_row in await _all(conn, _ROLES_OF_KEYS, (json.dumps(list(roles)),)):
-            roles[role_row["key_id"]].append(_role(role_row))
-    return [
-        Key(
+def _key(row: sqlite3.Row, roles: Sequence[Role]) -> Key:
+    values = (*(row[name] for name in _KEY_COLUMNS), *roles)  # Role: frozen, hashable
+    key = _keys_made.get(values)
+    if key is None:
+        key = Key(
             id=row["id"],
             seq=row["seq"],
             organization_id=row["organization_id"],
@@ -478,11 +562,22 @@ async def _keys_from_rows(conn: aiosqlite.Connection, rows: Sequence[sqlite3.Row
             expire_at=from_text(row["expire_at"]) if row["expire_at"] else None,
             used_at=from_text(row["used_at"]) if row["used_at"] else None,
             ip_access_list=json.loads(row["ip_access_list"]),
-            roles=tuple(roles[row["id"]]),
+            roles=tuple(roles),
             rate_limit=(row["rate_limit"], row["rate_window"]) if row["rate_limit"] else None,
         )
-        for row in rows
-    ]
+        if len(_keys_made) >= MADE_MAX:
+            _keys_made.clear()
+        _keys_made[values] = key
+    return key
+
+
+async def _keys_from_rows(conn: aiosqlite.Connection, rows: Sequence[sqlite3.Row]) -> list[Key]:
+    """Keys with their roles, read with one query for the whole batch."""
+    roles: dict[str, list[Role]] = {row["id"]: [] for row in rows}
+    if rows:
+        for role_row in await _all(conn, _ROLES_OF_KEYS, (json.dumps(list(roles)),)):
+            roles[role_row["key_id"]].append(_role(role_row))
+    return [_key(row, roles[row["id"]]) for row in rows]
 
 
 async def _get_key(conn: aiosqlite.Connection, organization_id: str, key_id: str) -> Key | None:
@@ -495,35 +590,33 @@ async def _insert_key_roles(
 ) -> None:
     try:
         await conn.executemany(
-            "insert into key_roles (key_id, role_id) values (?, ?)",
-            [(key_id, role_id) for role_id in dict.fromkeys(role_ids)],
+            _INSERT_KEY_ROLE, [(key_id, role_id) for role_id in dict.fromkeys(role_ids)]
         )
     except sqlite3.IntegrityError:
         raise Conflict("a role was deleted while this request ran; try again") from None
 
 
+def _key_row(key_id: str, new: NewKey) -> tuple[object, ...]:
+    return (
+        key_id,
+        new.organization_id,
+        new.name,
+        new.state,
+        new.key_id_hash,
+        new.secret_hash,
+        new.key_suffix,
+        json.dumps(new.ip_access_list),
+        to_text(new.created_at),
+        to_text(new.expire_at) if new.expire_at else None,
+        new.rate_limit[0] if new.rate_limit else None,
+        new.rate_limit[1] if new.rate_limit else None,
+    )
+
+
 async def _insert_key(conn: aiosqlite.Connection, new: NewKey) -> Key:
     key_id = str(uuid.uuid4())
     try:
-        await conn.execute(
-            "insert into api_keys (id, organization_id, name, state, key_id_hash, secret_hash,"
-            " key_suffix, ip_access_list, created_at, expire_at, rate_limit, rate_window)"
-            " values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                key_id,
-                new.organization_id,
-                new.name,
-                new.state,
-                new.key_id_hash,
-                new.secret_hash,
-                new.key_suffix,
-                json.dumps(new.ip_access_list),
-                to_text(new.created_at),
-                to_text(new.expire_at) if new.expire_at else None,
-                new.rate_limit[0] if new.rate_limit else None,
-                new.rate_limit[1] if new.rate_limit else None,
-            ),
-        )
+        await conn.execute(_INSERT_KEY, _key_row(key_id, new))
     except sqlite3.IntegrityError as exc:
         if "key_id_hash" in str(exc):
             raise Conflict("hashData.keyIdHash: a key with this key ID already exists") from None
@@ -532,6 +625,65 @@ async def _insert_key(conn: aiosqlite.Connection, new: NewKey) -> Key:
     key = await _get_key(conn, new.organization_id, key_id)
     assert key is not None
     return key
+
+
+_Outcome = tuple[_PendingCreate, Key | None, Exception | None]
+
+
+def _over_limit(max_keys: int) -> Conflict:
+    return Conflict(f"this organization has reached its limit of {max_keys} keys")
+
+
+async def _insert_batch(
+    conn: aiosqlite.Connection, batch: Sequence[_PendingCreate]
+) -> list[_Outcome]:
+    """Insert the batch's keys with one statement per table; IntegrityError if any is refused."""
+    orgs = list(dict.fromkeys(item.new.organization_id for item in batch))
+    counts: dict[str, int] = {
+        row[0]: row[1] for row in await conn.execute_fetchall(_COUNT_KEYS_OF, (json.dumps(orgs),))
+    }
+    planned: list[tuple[_PendingCreate, str | None, Exception | None]] = []
+    key_rows, role_rows = [], []
+    for item in batch:
+        org = item.new.organization_id
+        if counts.get(org, 0) >= item.max_keys:
+            planned.append((item, None, _over_limit(item.max_keys)))
+            continue
+        counts[org] = counts.get(org, 0) + 1
+        key_id = str(uuid.uuid4())
+        key_rows.append(_key_row(key_id, item.new))
+        role_rows += [(key_id, role_id) for role_id in dict.fromkeys(item.new.role_ids)]
+        planned.append((item, key_id, None))
+    keys: dict[str, Key] = {}
+    if key_rows:
+        await conn.executemany(_INSERT_KEY, key_rows)
+        await conn.executemany(_INSERT_KEY_ROLE, role_rows)
+        ids = json.dumps([row[0] for row in key_rows])
+        rows = list(await conn.execute_fetchall(_KEYS_WITH_IDS, (ids,)))
+        keys = {key.id: key for key in await _keys_from_rows(conn, rows)}
+    return [
+        (item, None if key_id is None else keys[key_id], error) for item, key_id, error in planned
+    ]
+
+
+async def _insert_each(
+    conn: aiosqlite.Connection, batch: Sequence[_PendingCreate]
+) -> list[_Outcome]:
+    """Insert the batch's keys one by one, each in a savepoint: a refusal fails only its own."""
+    outcomes: list[_Outcome] = []
+    for item in batch:
+        await conn.execute("savepoint one_create")
+        try:
+            count = await _one(conn, _COUNT_KEYS, (item.new.organization_id,))
+            if count is not None and count[0] >= item.max_keys:
+                raise _over_limit(item.max_keys)
+            outcomes.append((item, await _insert_key(conn, item.new), None))
+            await conn.execute("release one_create")
+        except Exception as exc:  # this request fails alone
+            await conn.execute("rollback to one_create")
+            await conn.execute("release one_create")
+            outcomes.append((item, None, exc))
+    return outcomes
 
 
 @asynccontextmanager

@@ -2,13 +2,18 @@
 
 import dataclasses
 import ipaddress
+from typing import Any
 
 import pytest
+from multidict import CIMultiDict
 
 from keysvc.app import create_app
 from keysvc.config import Settings
 from tests.conftest import Client, ClientFactory, bootstrap, create_creds
 from tests.helpers import UNAUTHORIZED, Creds, FakeClock, assert_error, assert_ok, basic
+
+MALFORMED = "permission: must be namespace:action, such as reports:read"
+TWICE = "permission: give it once, in X-Required-Permission or ?permission="
 
 VERIFY = "/v1/verify"
 
@@ -125,3 +130,32 @@ async def test_trusted_proxy_address_is_checked(
     await assert_error(
         await client.get(VERIFY, headers=outside), 403, "client address not allowed for this key"
     )
+
+
+@pytest.mark.parametrize(
+    ("headers", "params", "message"),
+    [
+        # The header wins, but a malformed query value is not silently ignored.
+        ({"X-Required-Permission": "keys:read"}, {"permission": "no colon"}, MALFORMED),
+        ({"X-Required-Permission": "no colon"}, {"permission": "keys:read"}, MALFORMED),
+        ({}, [("permission", "keys:read"), ("permission", "x:y")], TWICE),
+        ([("X-Required-Permission", "keys:read")] * 2, {}, TWICE),
+    ],
+)
+async def test_permission_given_badly_in_either_place_is_400(
+    client: Client, admin: Creds, headers: Any, params: Any, message: str
+) -> None:
+    sent = CIMultiDict(headers)
+    sent.update(admin.headers)
+    response = await client.get("/v1/verify", headers=sent, params=params)
+    await assert_error(response, 400, message)
+
+
+async def test_header_wins_over_a_valid_query_permission(client: Client, admin: Creds) -> None:
+    developer = await create_creds(client, admin, {"name": "dev", "roles": ["developer"]})
+    response = await client.get(
+        "/v1/verify",
+        headers={**developer.headers, "X-Required-Permission": "keys:read"},
+        params={"permission": "keys:create"},
+    )
+    assert response.status == 200

@@ -11,27 +11,42 @@ envelopes, so whoever reads the proxy's logs sees why.
 
 from aiohttp import web
 
+from keysvc import views
 from keysvc.auth import authorize_permission
 from keysvc.errors import BadRequest
 from keysvc.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.state import CALLER
 
 routes = web.RouteTableDef()
+_HEADER = "X-Required-Permission"
+
+
+def _required_permission(request: web.Request) -> str | None:
+    """The permission asked for: the header wins over ``?permission=``, but either
+    one malformed, or given twice, is a 400 rather than silently ignored."""
+    headers = request.headers.getall(_HEADER, [])
+    # Most calls have no query string: then none is parsed.
+    params = request.query.getall("permission", []) if request.query_string else []
+    if len(headers) > 1 or len(params) > 1:
+        raise BadRequest("permission: give it once, in X-Required-Permission or ?permission=")
+    given = [value for value in headers if value] + params  # an empty header is no header
+    for value in given:
+        if len(value) > MAX_PERMISSION_LENGTH or not PERMISSION.fullmatch(value):
+            raise BadRequest("permission: must be namespace:action, such as reports:read")
+    return given[0] if given else None
 
 
 @routes.route("*", "/v1/verify")
 async def verify(request: web.Request) -> web.Response:
     caller = request[CALLER]
-    needed = request.headers.get("X-Required-Permission") or request.query.get("permission")
+    needed = _required_permission(request)
     if needed is not None:
-        if len(needed) > MAX_PERMISSION_LENGTH or not PERMISSION.fullmatch(needed):
-            raise BadRequest("permission: must be namespace:action, such as reports:read")
         authorize_permission(request, needed)
     return web.Response(
         status=200,
         headers={
             "X-Key-Id": caller.id,
             "X-Organization-Id": caller.organization_id,
-            "X-Key-Permissions": ",".join(sorted(caller.permissions)),
+            "X-Key-Permissions": views.permissions_header(caller),
         },
     )

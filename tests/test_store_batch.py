@@ -1,0 +1,122 @@
+"""Grouped writes: creates and usedAt writes that arrive together share one
+transaction of a few statements, and a create that a constraint refuses fails alone."""
+
+import asyncio
+import sqlite3
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from keysvc.errors import Conflict
+from keysvc.models import Key, NewKey
+from keysvc.state import CLOCK, HASHER, SETTINGS, STORE
+from keysvc.store import Store
+from keysvc.timeutil import to_minute, to_text
+from tests.conftest import Client
+from tests.helpers import Creds, FakeClock
+
+
+def count_writes(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every statement the store's writer connection runs, from now on."""
+    seen: list[str] = []
+    writer = store._writer
+    for name in ("execute", "executemany", "execute_fetchall"):
+        original = getattr(writer, name)
+
+        def counted(sql: str, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            seen.append(" ".join(sql.split()))
+            return _original(sql, *args, **kwargs)
+
+        monkeypatch.setattr(writer, name, counted)
+    return seen
+
+
+async def new_keys(client: Client, org: str, count: int, prefix: str = "k") -> list[NewKey]:
+    store, hasher = client.app[STORE], client.app[HASHER]
+    (developer,) = await store.roles.resolve_roles(org, ["developer"], [])
+    return [
+        NewKey(
+            organization_id=org,
+            name=f"{prefix}{n}",
+            state="enabled",
+            key_id_hash=hasher.of_plain(f"{prefix}-id-{n}"),
+            secret_hash=hasher.of_plain(f"{prefix}-secret-{n}"),
+            key_suffix=f"{n:04d}",
+            created_at=client.app[CLOCK](),
+            role_ids=[developer.id, developer.id],  # a role named twice is held once
+        )
+        for n in range(count)
+    ]
+
+
+async def outcomes(store: Store, news: list[NewKey], max_keys: int) -> list[Key | Exception]:
+    results = await asyncio.gather(
+        *(store.create_key(new, max_keys) for new in news), return_exceptions=True
+    )
+    assert not [r for r in results if not isinstance(r, Key | Exception)]
+    return [r for r in results if isinstance(r, Key | Exception)]
+
+
+async def test_a_batch_of_creates_is_one_transaction_of_few_statements(
+    client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = client.app[STORE]
+    news = await new_keys(client, admin.organization_id, 30)
+    statements = count_writes(store, monkeypatch)
+    made = await outcomes(store, news, 1000)
+    assert statements.count("begin immediate") == 1 and statements[-1] == "commit"
+    assert len(statements) <= 8  # not a handful per key
+    assert all(isinstance(key, Key) for key in made)
+    keys = [key for key in made if isinstance(key, Key)]
+    assert [key.name for key in keys] == [f"k{n}" for n in range(30)]
+    assert [key.seq for key in keys] == sorted(key.seq for key in keys)  # in arrival order
+    assert {tuple(role.name for role in key.roles) for key in keys} == {("developer",)}
+    for key in keys:  # what each request was answered is what is stored
+        assert await store.get_key(admin.organization_id, key.id) == key
+
+
+async def test_a_taken_key_id_fails_alone(client: Client, admin: Creds) -> None:
+    store = client.app[STORE]
+    news = await new_keys(client, admin.organization_id, 6)
+    await store.create_key(news[3], 1000)
+    made = await outcomes(store, news, 1000)
+    refused = made.pop(3)
+    assert isinstance(refused, Conflict)
+    assert refused.message == "hashData.keyIdHash: a key with this key ID already exists"
+    assert [key.name for key in made if isinstance(key, Key)] == ["k0", "k1", "k2", "k4", "k5"]
+    listed = await store.list_keys(admin.organization_id, 0, 100)
+    assert [key.name for key in listed.keys] == ["acme admin", "k3", "k0", "k1", "k2", "k4", "k5"]
+
+
+async def test_creates_beyond_the_limit_fail_in_arrival_order(
+    client: Client, admin: Creds, other_admin: Creds
+) -> None:
+    store = client.app[STORE]
+    ours = await new_keys(client, admin.organization_id, 5, "a")
+    theirs = await new_keys(client, other_admin.organization_id, 2, "o")
+    mixed = [ours[0], theirs[0], ours[1], ours[2], theirs[1], ours[3], ours[4]]
+    made = await outcomes(store, mixed, 4)  # each organization has its admin key already
+    names = [key.name if isinstance(key, Key) else str(key) for key in made]
+    limit = "this organization has reached its limit of 4 keys"
+    assert names == ["a0", "o0", "a1", "a2", "o1", limit, limit]
+    assert (await store.list_keys(admin.organization_id, 0, 100)).total == 4
+    assert (await store.list_keys(other_admin.organization_id, 0, 100)).total == 3
+
+
+async def test_used_at_writes_that_arrive_together_share_a_transaction(
+    client: Client, admin: Creds, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = client.app[STORE]
+    keys = [k for k in await outcomes(store, await new_keys(client, admin.organization_id, 12), 99)
+            if isinstance(k, Key)]  # fmt: skip
+    minute = to_minute(clock.now + timedelta(minutes=5))
+    statements = count_writes(store, monkeypatch)
+    await asyncio.gather(*(store.touch_used(key.id, minute) for key in keys))
+    assert statements.count("begin immediate") == 1 and len(statements) == 3
+    earlier = minute - timedelta(minutes=1)
+    await store.touch_used(keys[0].id, earlier)  # never moves usedAt back
+    raw = sqlite3.connect(client.app[SETTINGS].db_path)
+    found = dict(raw.execute("select id, used_at from api_keys"))
+    raw.close()
+    assert {found[key.id] for key in keys} == {to_text(minute)}
