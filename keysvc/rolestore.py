@@ -52,9 +52,15 @@ class RoleStore:
         self, organization_id: str, names: Sequence[str], ids: Sequence[str]
     ) -> list[Role]:
         """The roles for legacy system-role names and role UUIDs of this organization."""
-        by_name = await _all(self._store.reader, _SYSTEM_ROLES_NAMED, (json.dumps(list(names)),))
-        by_id = await _all(
-            self._store.reader, _ROLES_WITH_IDS_IN_ORG, (organization_id, json.dumps(list(ids)))
+        reader = self._store.reader
+        # A create names roles one way or the other, mostly: no query for the other.
+        by_name = (
+            await _all(reader, _SYSTEM_ROLES_NAMED, (json.dumps(list(names)),)) if names else []
+        )
+        by_id = (
+            await _all(reader, _ROLES_WITH_IDS_IN_ORG, (organization_id, json.dumps(list(ids))))
+            if ids
+            else []
         )
         found = {row["id"] for row in by_id}
         missing = [role_id for role_id in ids if role_id not in found]
