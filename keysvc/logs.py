@@ -38,7 +38,8 @@ REDACTED = "[redacted]"
 _SCRUBS = (
     # The rest of the line: a malformed header may hold anything after its name.
     (re.compile(r"(authorization\s*:)[^\r\n]*", re.IGNORECASE), rf"\1 {REDACTED}"),
-    (re.compile(r"\b(basic\s+)[A-Za-z0-9+/=_-]+", re.IGNORECASE), rf"\1{REDACTED}"),
+    # To the end of the token, whatever it holds: a repr may carry escapes (\\x01) in it.
+    (re.compile(r"\b(basic\s+)[^\s'\"]+", re.IGNORECASE), rf"\1{REDACTED}"),
     (re.compile(SECRET_PATTERN), REDACTED),
 )
 # Text every match of the scrubs above contains. Only for ASCII text may a lowercase

@@ -18,7 +18,16 @@ from collections.abc import Mapping
 from http import HTTPStatus
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
+from aiohttp.http_exceptions import (
+    BadStatusLine,
+    ContentEncodingError,
+    ContentLengthError,
+    HttpProcessingError,
+    InvalidHeader,
+    InvalidURLError,
+    LineTooLong,
+    TransferEncodingError,
+)
 from aiohttp.typedefs import Handler, Middleware
 
 from keysvc.errors import ApiError
@@ -86,15 +95,33 @@ PARSER_LIMITS = {"max_line_size": MAX_LINE_BYTES, "max_field_size": MAX_LINE_BYT
 _aiohttp_handle_error = web.RequestHandler.handle_error
 
 
+# What each of aiohttp's parser errors is called in an answer. Fixed texts only:
+# depending on the parser (C or pure Python), aiohttp's own messages quote the
+# request's bytes, which may hold credentials, and nothing of a request is echoed.
+_PARSER_ERRORS: tuple[tuple[type[HttpProcessingError], str], ...] = (
+    (InvalidHeader, "invalid header"),
+    (BadStatusLine, "invalid request line"),
+    (InvalidURLError, "invalid URL"),
+    (ContentLengthError, "invalid Content-Length"),
+    (TransferEncodingError, "invalid chunked framing"),
+    (ContentEncodingError, "invalid Content-Encoding"),
+)
+
+
+def parser_error_text(exc: BaseException | None) -> str:
+    """A fixed description of an aiohttp parser error."""
+    for kind, text in _PARSER_ERRORS:
+        if isinstance(exc, kind):
+            return text
+    return "it could not be parsed"
+
+
 def _parser_error_message(status: int, exc: BaseException | None) -> str:
     if status >= 500:  # a failure outside the middlewares: nothing of it is shown
         return HTTPStatus(status).phrase.lower()
     if isinstance(exc, LineTooLong):
         return f"request line or header too long: each may be at most {MAX_LINE_BYTES} bytes"
-    # The first line only: the rest quotes the request's bytes back.
-    lines = exc.message.splitlines() if isinstance(exc, HttpProcessingError) else []
-    reason = lines[0].rstrip(":") if lines else ""
-    return f"malformed HTTP request: {reason[:100] or 'it could not be parsed'}"
+    return f"malformed HTTP request: {parser_error_text(exc)}"
 
 
 def _handle_error(

@@ -38,6 +38,8 @@ MAX_ROLE_IDS = 100
 MAX_PERMISSIONS = 100
 MAX_ACTORS = 1000
 MAX_PAGE = 250
+# Longest field name an error message quotes.
+MAX_FIELD_NAME = 64
 MAX_MESSAGES = 10  # field errors listed in one answer
 ACTOR_PREFIX = "apiKey/"
 ROLE_TYPES = ("system", "custom")
@@ -496,7 +498,8 @@ def _flatten(messages: Any, prefix: str = "") -> list[str]:
     if isinstance(messages, Mapping):
         out: list[str] = []
         for name, inner in messages.items():
-            path = prefix if name == "_schema" else f"{prefix}.{name}" if prefix else str(name)
+            name = str(name)[:MAX_FIELD_NAME]  # a client's unknown field name is its own text
+            path = prefix if name == "_schema" else f"{prefix}.{name}" if prefix else name
             out.extend(_flatten(inner, path))
         return out
     if isinstance(messages, list | tuple):
@@ -513,10 +516,15 @@ def _flatten(messages: Any, prefix: str = "") -> list[str]:
     return [f"{prefix}: {messages}" if prefix else str(messages)]
 
 
-def _entries_in_order(message: str) -> list[str | int]:
-    """Sort key: "roles.2" before "roles.10"."""
+def _entries_in_order(message: str) -> list[tuple[int, str]]:
+    """Sort key: "roles.2" before "roles.10". Digit runs compare by length, then
+    text, never through int(): a field name may hold thousands of digits."""
     parts = re.split(r"([0-9]+)", message)  # odd places hold the digit runs
-    return [int(part) if index % 2 else part for index, part in enumerate(parts)]
+    key: list[tuple[int, str]] = []
+    for index, part in enumerate(parts):
+        digits = part.lstrip("0") if index % 2 else None
+        key.append((len(digits), digits) if digits is not None else (-1, part))
+    return key
 
 
 def load(schema: Schema, data: Mapping[str, Any]) -> dict[str, Any]:

@@ -491,6 +491,14 @@ class Store:
                     touches.done.set_exception(exc)
                     touches.done.exception()  # retrieved, should every waiter be gone
                 continue
+            except BaseException:
+                # Cancelled: the waiters must not hang on a future nobody will settle.
+                pending = [t for t in (touches, self._touches) if t is not None]
+                self._touches = None
+                for waiting in pending:
+                    if not waiting.done.done():
+                        waiting.done.cancel()
+                raise
             touches.done.set_result(None)
 
     @timed

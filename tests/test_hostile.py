@@ -1006,3 +1006,40 @@ async def test_year_9999_is_stored_read_and_compared(
         org_url(admin, f"/keys/{far.id}"), json={"expireAt": FAR_FUTURE}, headers=admin.headers
     )
     assert (await assert_ok(moved))["expireAt"] == FAR_FUTURE
+
+
+async def test_field_and_parameter_names_of_thousands_of_digits(
+    client: Client, admin: Creds
+) -> None:
+    """Error messages are sorted by their numbers without int(): no 500 past Python's
+    4,300-digit conversion limit; and a client's field name is quoted cut short."""
+    digits = "1" * 5000
+    keys = f"/v1/organizations/{admin.organization_id}/keys"
+    response = await client.get(f"{keys}?{digits}=1", headers=admin.headers)
+    assert response.status == 400
+    response = await client.post(
+        keys,
+        data=f'{{"name": "a", "{digits}": 1}}',
+        headers={**admin.headers, "Content-Type": "application/json"},
+    )
+    body = await assert_error(response, 400, f"{digits[:64]}: is not a known field")
+    assert digits[:65] not in body["error"]
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /v1/whoami HTTP/1.1\r\nHost: x\r\nAuthorization : Basic c2VjcmV0OnNlY3JldA==\r\n\r\n",
+        b"GET /v1/whoami HTTP/1.1\r\nHost: x\r\nAuthorization: Basic c2Vj\x01cmV0\r\n\r\n",
+        b"keysvc_" + b"a" * 42 + b" / HTTP/1.1\r\nHost: x\r\n\r\n",
+    ],
+)
+async def test_parser_errors_echo_nothing_of_the_request(
+    client: Client, request_bytes: bytes
+) -> None:
+    """Whichever parser aiohttp runs, the answer is a fixed text: never the bytes sent."""
+    answer = await raw(client, request_bytes)
+    message = assert_raw_error(answer, 400)
+    assert message.startswith("malformed HTTP request: ")
+    for fragment in ("c2Vj", "keysvc_", "Basic", "Authorization"):
+        assert fragment not in message

@@ -175,6 +175,8 @@ async def test_a_header_aiohttp_cannot_parse_is_logged_redacted(
         ("b'Authorization: Basic abc=\\x01'", "b'Authorization: [redacted]"),
         ("authorization:Bearer x y\nnext", "authorization: [redacted]\nnext"),
         ("sent basic QWxhZGRpbjpvcGVu then", "sent basic [redacted] then"),
+        # A repr of a bad header: the whole token goes, escapes and all.
+        ("Invalid: b'Basic c2VjcmV0\\x01OnNlY3JldA=='", "Invalid: b'Basic [redacted]'"),
         ("leaked keysvc_" + "a" * 42 + ".", "leaked [redacted]."),
         ("nothing to hide", "nothing to hide"),
         # Non-ASCII letters that case-insensitive matching pairs with ASCII ones.

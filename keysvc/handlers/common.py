@@ -5,9 +5,9 @@ import math
 from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 
 from keysvc.errors import BadRequest, UnsupportedMediaType
+from keysvc.middleware import parser_error_text
 from keysvc.schemas import UUID_PATTERN
 from keysvc.state import REQUEST_ID, SETTINGS
 
@@ -122,9 +122,7 @@ async def _read_body(request: web.Request) -> bytes:
         return await request.read()
     except web.RequestPayloadError as exc:
         # Broken chunked framing or Content-Encoding: the body cannot be read.
-        cause = exc.__cause__
-        reason = cause.message if isinstance(cause, HttpProcessingError) else ""
-        raise BadRequest(f"body: could not be read: {reason[:100] or 'bad encoding'}") from None
+        raise BadRequest(f"body: could not be read: {parser_error_text(exc.__cause__)}") from None
 
 
 async def read_json_object(request: web.Request) -> dict[str, Any]:
