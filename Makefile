@@ -55,7 +55,8 @@ bench: install
 	$(BIN)/python -m bench.run $(if $(SCALE),--keys 1000000)
 
 # The full soak: 60 s of mixed load against a real server; no 5xx, RSS growth under
-# 10% from the 20th to the 60th second, no descriptor growth. make test runs 9 s of it.
+# 10% from the 20th to the 60th second, no descriptor growth. make test runs 9 s of it
+# after 10 s of warm-up.
 soak: install
 	KEYSVC_SOAK_SECONDS=60 $(BIN)/pytest -p no:cacheprovider -s tests/test_soak.py
 
