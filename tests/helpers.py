@@ -6,9 +6,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from aiohttp import ClientResponse
 
 from keysvc.credentials import sha256_b64
+from keysvc.store import Store
 
 _seen_request_ids: set[str] = set()
 
@@ -85,3 +87,19 @@ async def assert_error(response: ClientResponse, status: int, message: str) -> d
     assert body["error"] == message
     assert_request_id(body, response)
     return body
+
+
+def count_reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every statement the store's reader connection runs from now on, by either
+    of the ways aiosqlite runs one (the store uses ``execute_fetchall``)."""
+    seen: list[str] = []
+    reader = store.reader
+    for name in ("execute", "execute_fetchall"):
+        original = getattr(reader, name)
+
+        def counting(sql: str, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            seen.append(sql)
+            return _original(sql, *args, **kwargs)
+
+        monkeypatch.setattr(reader, name, counting)
+    return seen

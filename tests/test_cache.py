@@ -15,26 +15,20 @@ import pytest
 from keysvc.app import create_app
 from keysvc.config import Settings
 from keysvc.state import STORE
-from keysvc.store import Store
 from tests.conftest import Client, ClientFactory, bootstrap, create_creds
-from tests.helpers import Creds, FakeClock, assert_error, assert_ok, basic, hash_data
+from tests.helpers import (
+    Creds,
+    FakeClock,
+    assert_error,
+    assert_ok,
+    basic,
+    count_reads,
+    hash_data,
+)
 from tests.server import Server
 from tests.server import bootstrap as cli_bootstrap
 
 VERIFY = "/v1/verify"
-
-
-def count_reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every statement the store's reader connection runs, from now on."""
-    seen: list[str] = []
-    original = store.reader.execute
-
-    def execute(sql: str, *args: Any, **kwargs: Any) -> Any:
-        seen.append(sql)
-        return original(sql, *args, **kwargs)
-
-    monkeypatch.setattr(store.reader, "execute", execute)
-    return seen
 
 
 async def test_a_cache_hit_skips_the_database(

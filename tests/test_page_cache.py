@@ -10,22 +10,8 @@ import pytest
 from keysvc.app import create_app
 from keysvc.config import Settings
 from keysvc.state import STORE
-from keysvc.store import Store
 from tests.conftest import Client, ClientFactory, bootstrap, create, create_creds
-from tests.helpers import Creds, FakeClock, assert_ok
-
-
-def count_reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every statement the store's reader connection runs, from now on."""
-    seen: list[str] = []
-    original = store.reader.execute_fetchall
-
-    def execute_fetchall(sql: str, *args: Any, **kwargs: Any) -> Any:
-        seen.append(sql)
-        return original(sql, *args, **kwargs)
-
-    monkeypatch.setattr(store.reader, "execute_fetchall", execute_fetchall)
-    return seen
+from tests.helpers import Creds, FakeClock, assert_ok, count_reads
 
 
 def keys_url(creds: Creds, query: str = "") -> str:
