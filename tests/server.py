@@ -4,6 +4,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -12,6 +13,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from tests.helpers import Creds
 
 
 def free_port() -> int:
@@ -37,6 +40,20 @@ def bootstrap(db: Path, *extra: str) -> dict[str, Any]:
     assert done.returncode == 0, done.stderr
     created: dict[str, Any] = json.loads(done.stdout)
     return created
+
+
+def admin_creds(created: dict[str, Any]) -> Creds:
+    """The admin key ``bootstrap`` printed, as Creds."""
+    return Creds(created["organizationId"], created["id"], created["keyId"], created["keySecret"])
+
+
+def integrity(db: Path) -> list[str]:
+    """What ``PRAGMA integrity_check`` says of the database file: ["ok"] when sound."""
+    conn = sqlite3.connect(db)
+    try:
+        return [row[0] for row in conn.execute("pragma integrity_check")]
+    finally:
+        conn.close()
 
 
 class Server:

@@ -26,7 +26,7 @@ import pytest
 
 from keysvc.backup import BackupDamaged, make_backup
 from tests.helpers import Creds, basic
-from tests.server import Server, bootstrap, free_port, keysvc
+from tests.server import Server, admin_creds, bootstrap, free_port, integrity, keysvc
 
 PEPPER = "p" * 40
 WRITERS = 4
@@ -140,18 +140,6 @@ def get_key(base: str, caller: Creds, key_id: str) -> tuple[int, dict[str, Any]]
     except urllib.error.HTTPError as error:
         with error:
             return error.code, json.load(error)
-
-
-def admin_creds(created: dict[str, Any]) -> Creds:
-    return Creds(created["organizationId"], created["id"], created["keyId"], created["keySecret"])
-
-
-def integrity(db: Path) -> list[str]:
-    conn = sqlite3.connect(db)
-    try:
-        return [row[0] for row in conn.execute("pragma integrity_check")]
-    finally:
-        conn.close()
 
 
 def restore(backup: Path, target: Path, *, pepper: bool = True) -> Path:

@@ -14,7 +14,7 @@ import pytest
 
 from keysvc.config import ConfigError, build_settings
 from tests.helpers import basic
-from tests.server import Server, bootstrap, free_port, keysvc
+from tests.server import Server, bootstrap, free_port, integrity, keysvc
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -106,7 +106,7 @@ def test_serve_answers_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
         assert took < 5
     # The database was closed: the WAL was checkpointed and removed on close.
     assert not Path(f"{db}-wal").exists()
-    assert sqlite3.connect(db).execute("pragma integrity_check").fetchone() == ("ok",)
+    assert integrity(db) == ["ok"]
 
 
 def _children(pid: int) -> set[int]:

@@ -18,7 +18,6 @@ import os
 import random
 import re
 import signal
-import sqlite3
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ import pytest
 
 from keysvc.cli import SHUTDOWN_SECONDS
 from tests.helpers import Creds
-from tests.server import Server, bootstrap
+from tests.server import Server, admin_creds, bootstrap, integrity
 
 SEED = 6
 IN_FLIGHT = 24
@@ -207,18 +206,6 @@ async def check_survivors(
     unanswered = stream.sent_creates - {key_name(o.worker, o.index, 0) for o in stream.owned}
     assert set(keys.values()) <= unanswered, keys
     return keys
-
-
-def integrity(db: Path) -> list[str]:
-    conn = sqlite3.connect(db)
-    try:
-        return [row[0] for row in conn.execute("pragma integrity_check")]
-    finally:
-        conn.close()
-
-
-def admin_creds(created: dict[str, Any]) -> Creds:
-    return Creds(created["organizationId"], created["id"], created["keyId"], created["keySecret"])
 
 
 def log_lines(text: str) -> list[dict[str, Any]]:
