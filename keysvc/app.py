@@ -5,7 +5,6 @@ import logging
 from collections.abc import AsyncIterator
 
 from aiohttp import web
-from aiohttp.typedefs import Handler
 
 from keysvc.auth import auth_middleware
 from keysvc.config import Settings
@@ -44,20 +43,10 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         yield
 
 
-@web.middleware
-async def _in_flight(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Track the request while it is handled, so a shutdown can let it finish."""
-    in_flight = request.app[IN_FLIGHT]
-    in_flight.count += 1
-    try:
-        return await handler(request)
-    finally:
-        in_flight.count -= 1
-
-
 def create_app(settings: Settings, *, clock: Clock = utcnow) -> web.Application:
     # Per app, never the process-wide registry: tests build many apps in one process.
     metrics = Metrics() if settings.metrics else None
+    in_flight = InFlight()
     answer_parser_errors_in_envelope()
     app = web.Application(
         client_max_size=settings.max_body_bytes,
@@ -65,8 +54,7 @@ def create_app(settings: Settings, *, clock: Clock = utcnow) -> web.Application:
         handler_args=PARSER_LIMITS,
         # The access middleware comes first so that it sees the final status, errors included.
         middlewares=[
-            _in_flight,
-            access_middleware(logger=access_logger, metrics=metrics),
+            access_middleware(logger=access_logger, metrics=metrics, in_flight=in_flight),
             error_middleware(logger=logger),
             auth_middleware(),
         ],
@@ -74,7 +62,7 @@ def create_app(settings: Settings, *, clock: Clock = utcnow) -> web.Application:
     app[SETTINGS] = settings
     app[CLOCK] = clock
     app[LIMITS] = Limits()
-    app[IN_FLIGHT] = InFlight()
+    app[IN_FLIGHT] = in_flight
     app[OPENAPI] = build_spec()
     app.cleanup_ctx.append(_database)
     for module in (docs, health, keys, roles, verify, whoami):

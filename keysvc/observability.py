@@ -1,5 +1,7 @@
 """The access middleware: for every request, one structured log line on
-``keysvc.access`` and, when metrics are on, the request metrics.
+``keysvc.access`` and, when metrics are on, the request metrics. Being the
+outermost layer, it also counts the requests in flight, which a shutdown waits
+for (``keysvc.cli``).
 
 It runs outside the error middleware, so it sees the status the client gets,
 401, 404 and 500 included. Routes are reported by their template
@@ -18,7 +20,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from keysvc.metrics import Metrics
-from keysvc.state import AUTH_OUTCOME, CALLER, REQUEST_ID
+from keysvc.state import AUTH_OUTCOME, CALLER, REQUEST_ID, InFlight
 
 UNMATCHED = "unmatched"
 # nginx's code for a client that went away before the answer was ready.
@@ -54,13 +56,17 @@ def _fields(request: web.Request, route: str, status: int, seconds: float) -> di
     return fields
 
 
-def access_middleware(*, logger: logging.Logger, metrics: Metrics | None) -> Middleware:
-    """Log and (with ``metrics``) count every request; place it first in the list."""
+def access_middleware(
+    *, logger: logging.Logger, metrics: Metrics | None, in_flight: InFlight
+) -> Middleware:
+    """Log and (with ``metrics``) count every request, and keep ``in_flight`` (what a
+    shutdown waits for) while it is handled; place it first in the list."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         started = time.perf_counter()
         status = 500  # only if something escapes the error middleware
+        in_flight.count += 1
         try:
             response = await handler(request)
             status = response.status
@@ -69,6 +75,7 @@ def access_middleware(*, logger: logging.Logger, metrics: Metrics | None) -> Mid
             status = CLIENT_CLOSED
             raise
         finally:
+            in_flight.count -= 1
             seconds = time.perf_counter() - started
             route = route_template(request)
             if metrics is not None:
