@@ -44,6 +44,7 @@ from keysvc.credentials import Hasher, load_pepper
 from keysvc.errors import Conflict, PreconditionFailed
 from keysvc.models import Credential, Key, KeyChange, KeyPage, NewKey, Organization, Role
 from keysvc.timeutil import from_text, to_text
+from keysvc.walwatch import CommitWatch
 
 _KEY_BY_ID = """
     select seq, id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
@@ -160,12 +161,15 @@ class Store:
         reader: aiosqlite.Connection,
         watcher: sqlite3.Connection,
         *,
+        path: Path | None = None,
         observer: Observer | None = None,
         cache_size: int = 10_000,
     ):
         self._writer = writer
         self.reader = reader
         self._watcher = watcher
+        # Without the path, every look runs the pragma.
+        self._commits = CommitWatch(watcher, path)
         self._write_lock = asyncio.Lock()
         self.observer = observer
         self._cache = CredentialCache(cache_size)
@@ -201,11 +205,12 @@ class Store:
             await writer.close()
             raise
         watcher = sqlite3.connect(path, isolation_level=None)
-        return cls(writer, reader, watcher, observer=observer, cache_size=cache_size)
+        return cls(writer, reader, watcher, path=path, observer=observer, cache_size=cache_size)
 
     async def close(self) -> None:
         flushers = [task for task in (self._flusher, self._touch_flusher) if task is not None]
         await asyncio.gather(*flushers, return_exceptions=True)
+        self._commits.close()
         self._watcher.close()
         await self.reader.close()
         await self._writer.close()
@@ -239,11 +244,11 @@ class Store:
     def _fresh(self) -> int:
         """Drop the cache if authorization may have changed since; return data_version.
 
-        Runs on the event loop without a thread hop: ``PRAGMA data_version`` is
-        answered from shared memory, and the generation is read only when some
-        connection has committed since the last look.
+        Runs on the event loop without a thread hop or a statement while nothing
+        has been committed (``keysvc.walwatch``); the generation is read only when
+        some connection has committed since the last look.
         """
-        version: int = self._watcher.execute("pragma data_version").fetchone()[0]
+        version = self._commits.version()
         if version != self._seen_version:
             row = self._watcher.execute(_GENERATION).fetchone()
             generation = row[0] if row else None
