@@ -6,13 +6,12 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from keysvc.auth import auth_middleware
 from keysvc.config import Settings
 from keysvc.handlers import docs, health, keys, roles, verify, whoami
 from keysvc.handlers.metrics import routes as metrics_routes
 from keysvc.metrics import Metrics
-from keysvc.middleware import PARSER_LIMITS, answer_parser_errors_in_envelope, error_middleware
-from keysvc.observability import access_middleware
+from keysvc.middleware import PARSER_LIMITS, answer_parser_errors_in_envelope, service_middleware
+from keysvc.observability import Access
 from keysvc.openapi import build_spec
 from keysvc.ratelimit import Limits
 from keysvc.state import (
@@ -52,11 +51,10 @@ def create_app(settings: Settings, *, clock: Clock = utcnow) -> web.Application:
         client_max_size=settings.max_body_bytes,
         # Applied by every runner: `keysvc serve` and the tests' server alike.
         handler_args=PARSER_LIMITS,
-        # The access middleware comes first so that it sees the final status, errors included.
         middlewares=[
-            access_middleware(logger=access_logger, metrics=metrics, in_flight=in_flight),
-            error_middleware(logger=logger),
-            auth_middleware(),
+            service_middleware(
+                logger=logger, access=Access(access_logger, metrics), in_flight=in_flight
+            )
         ],
     )
     app[SETTINGS] = settings

@@ -1,6 +1,6 @@
 """Authentication (who is calling) and authorization (may they do this).
 
-Every non-public route is authenticated by ``auth_middleware``. Missing,
+Every non-public route is authenticated (``guarded``, from keysvc's middleware). Missing,
 malformed, unknown and wrong credentials all fail alike: one message, and
 the same hashing work, so the caller cannot tell an unknown key ID from a
 wrong secret. Only once the secret is proven does the answer say that the
@@ -25,7 +25,7 @@ import ipaddress
 from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import hdrs, web
-from aiohttp.typedefs import Handler, Middleware
+from aiohttp.typedefs import Handler
 
 from keysvc.config import IPNetwork
 from keysvc.credentials import checksum_fails
@@ -222,16 +222,14 @@ async def _admit(request: web.Request) -> Key:
     return key
 
 
-def auth_middleware() -> Middleware:
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        match = request.match_info
-        if match.http_exception is None and match.handler not in _PUBLIC:
-            request[CALLER] = await _admit(request)
-        response = await handler(request)
-        decision = request.get(RATE)
-        if decision is not None:
-            response.headers.update(decision.headers)
-        return response
-
-    return middleware
+async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """``handler``'s answer, for an admitted caller (``request[CALLER]``) unless the
+    route is public; the caller's request-limit standing goes on the answer."""
+    match = request.match_info
+    if match.http_exception is None and match.handler not in _PUBLIC:
+        request[CALLER] = await _admit(request)
+    response = await handler(request)
+    decision = request.get(RATE)
+    if decision is not None:
+        response.headers.update(decision.headers)
+    return response

@@ -1,7 +1,7 @@
-"""The error-envelope middleware: a fresh request ID on every request, and
-every failure, aiohttp's own 404/405/413 included, answered in the JSON
-envelope. A 500 shows nothing of the cause; it is logged with its request ID.
-This is the only place that writes an error body.
+"""keysvc's middleware: a fresh request ID on every request, and every
+failure, aiohttp's own 404/405/413 included, answered in the JSON envelope.
+A 500 shows nothing of the cause; it is logged with its request ID. This is
+the only place that writes an error body.
 
 Requests aiohttp's HTTP parser refuses (a request line or header over
 ``MAX_LINE_BYTES``, a bad Content-Length, broken chunked framing, too many
@@ -12,8 +12,10 @@ envelope too. aiohttp offers no hook for it (the handler class is fixed by
 ``web.Server``), hence the wrap; aiohttp's own checks run first, unchanged.
 """
 
+import asyncio
 import logging
-import uuid
+import os
+import time
 from collections.abc import Mapping
 from http import HTTPStatus
 
@@ -30,8 +32,13 @@ from aiohttp.http_exceptions import (
 )
 from aiohttp.typedefs import Handler, Middleware
 
+from keysvc.auth import guarded
 from keysvc.errors import ApiError
-from keysvc.state import REQUEST_ID, SETTINGS
+from keysvc.observability import Access
+from keysvc.state import REQUEST_ID, SETTINGS, InFlight
+
+# nginx's code for a client that went away before the answer was ready.
+CLIENT_CLOSED = 499
 
 
 def error_body(request_id: str, status: int, message: str) -> dict[str, object]:
@@ -68,22 +75,56 @@ def _from_http_exception(
     return response
 
 
-def error_middleware(*, logger: logging.Logger) -> Middleware:
+def new_request_id() -> str:
+    """A fresh random UUIDv4, as text: ``str(uuid.uuid4())`` at half the cost."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40  # version 4
+    raw[8] = raw[8] & 0x3F | 0x80  # the RFC 4122 variant
+    hexed = raw.hex()
+    return f"{hexed[:8]}-{hexed[8:12]}-{hexed[12:16]}-{hexed[16:20]}-{hexed[20:]}"
+
+
+def service_middleware(
+    *, logger: logging.Logger, access: Access, in_flight: InFlight
+) -> Middleware:
+    """keysvc's one middleware, around every request:
+
+    - a fresh request ID, sent back as ``X-Request-Id``;
+    - the caller authenticated, unless the route is public (``keysvc.auth.guarded``);
+    - every failure answered in the envelope, a 500 logged with its request ID;
+    - the access record of the answer as sent (``keysvc.observability``);
+    - the requests in flight, which a shutdown waits for (``keysvc.cli``), counted.
+
+    One layer rather than one per concern: each aiohttp middleware is another
+    coroutine and partial on every request.
+    """
+
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        request_id = str(uuid.uuid4())
+        started = time.perf_counter()
+        request_id = new_request_id()
         request[REQUEST_ID] = request_id
+        status = 500  # only if something escapes the handling below
+        in_flight.count += 1
         try:
-            response = await handler(request)
-        except ApiError as exc:
-            response = _error_response(request_id, exc.status, exc.message, exc.headers)
-        except web.HTTPException as exc:
-            response = _from_http_exception(request, request_id, exc)
-        except Exception:
-            logger.exception("internal error, requestId=%s", request_id)
-            response = _error_response(request_id, 500, "internal server error")
-        response.headers["X-Request-Id"] = request_id
-        return response
+            try:
+                response = await guarded(request, handler)
+            except ApiError as exc:
+                response = _error_response(request_id, exc.status, exc.message, exc.headers)
+            except web.HTTPException as exc:
+                response = _from_http_exception(request, request_id, exc)
+            except Exception:
+                logger.exception("internal error, requestId=%s", request_id)
+                response = _error_response(request_id, 500, "internal server error")
+            response.headers["X-Request-Id"] = request_id
+            status = response.status
+            return response
+        except asyncio.CancelledError:
+            status = CLIENT_CLOSED
+            raise
+        finally:
+            in_flight.count -= 1
+            access.record(request, status, time.perf_counter() - started)
 
     return middleware
 
@@ -136,7 +177,7 @@ def _handle_error(
     app = getattr(self._request_handler, "__self__", None)
     if not isinstance(app, web.Application) or SETTINGS not in app:
         return response  # another aiohttp server in this process: left alone
-    request_id = str(uuid.uuid4())
+    request_id = new_request_id()
     envelope = _error_response(request_id, status, _parser_error_message(status, exc))
     envelope.headers["X-Request-Id"] = request_id
     envelope.force_close()

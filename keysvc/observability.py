@@ -1,30 +1,24 @@
-"""The access middleware: for every request, one structured log line on
-``keysvc.access`` and, when metrics are on, the request metrics. Being the
-outermost layer, it also counts the requests in flight, which a shutdown waits
-for (``keysvc.cli``).
+"""The access record: for every request, one structured log line on
+``keysvc.access`` and, when metrics are on, the request metrics.
 
-It runs outside the error middleware, so it sees the status the client gets,
-401, 404 and 500 included. Routes are reported by their template
-(``/v1/organizations/{organizationId}/keys/{keyId}``), never by the raw path,
-and ``unmatched`` when no route matched, so neither logs nor metric labels
-carry identifiers from the path. The caller is reported by its key UUID and
+It is written once the error envelope is made (``keysvc.middleware``), so it
+has the status the client gets, 401, 404 and 500 included. Routes are reported
+by their template (``/v1/organizations/{organizationId}/keys/{keyId}``), never
+by the raw path, and ``unmatched`` when no route matched, so neither logs nor
+metric labels carry identifiers from the path. The caller is reported by its key UUID and
 organization only: the Authorization header, the key ID and the secret are
 never read here.
 """
 
-import asyncio
 import logging
-import time
 
 from aiohttp import web
-from aiohttp.typedefs import Handler, Middleware
 
+from keysvc.logs import AccessLines
 from keysvc.metrics import Metrics
-from keysvc.state import AUTH_OUTCOME, CALLER, REQUEST_ID, InFlight
+from keysvc.state import AUTH_OUTCOME, CALLER, REQUEST_ID
 
 UNMATCHED = "unmatched"
-# nginx's code for a client that went away before the answer was ready.
-CLIENT_CLOSED = 499
 # Any other method is counted as "other", so clients cannot mint label values.
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
@@ -56,41 +50,23 @@ def _fields(request: web.Request, route: str, status: int, seconds: float) -> di
     return fields
 
 
-def access_middleware(
-    *, logger: logging.Logger, metrics: Metrics | None, in_flight: InFlight
-) -> Middleware:
-    """Log and (with ``metrics``) count every request, and keep ``in_flight`` (what a
-    shutdown waits for) while it is handled; place it first in the list."""
+class Access:
+    """What is kept of each answered request: the access log line and, when metrics
+    are on, the request metrics. ``keysvc.middleware`` calls ``record`` once per request."""
 
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        started = time.perf_counter()
-        status = 500  # only if something escapes the error middleware
-        in_flight.count += 1
-        try:
-            response = await handler(request)
-            status = response.status
-            return response
-        except asyncio.CancelledError:
-            status = CLIENT_CLOSED
-            raise
-        finally:
-            in_flight.count -= 1
-            seconds = time.perf_counter() - started
-            route = route_template(request)
-            if metrics is not None:
-                method = request.method if request.method in _METHODS else "other"
-                metrics.observe_request(route, method, status, seconds)
-                outcome = request.get(AUTH_OUTCOME)
-                if outcome is not None:
-                    metrics.observe_auth(outcome)
-            if logger.isEnabledFor(logging.INFO):
-                # As logger.info would, less the walk up the stack for a caller nobody logs.
-                fields = _fields(request, route, status, seconds)
-                logger.handle(
-                    logger.makeRecord(
-                        logger.name, logging.INFO, __file__, 0, "request", (), None, extra=fields
-                    )
-                )
+    def __init__(self, logger: logging.Logger, metrics: Metrics | None):
+        self._logger = logger
+        self._lines = AccessLines(logger, "request")
+        self._metrics = metrics
 
-    return middleware
+    def record(self, request: web.Request, status: int, seconds: float) -> None:
+        route = route_template(request)
+        metrics = self._metrics
+        if metrics is not None:
+            method = request.method if request.method in _METHODS else "other"
+            metrics.observe_request(route, method, status, seconds)
+            outcome = request.get(AUTH_OUTCOME)
+            if outcome is not None:
+                metrics.observe_auth(outcome)
+        if self._logger.isEnabledFor(logging.INFO):
+            self._lines.emit(_fields(request, route, status, seconds))

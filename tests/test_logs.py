@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
+from keysvc import logs as logs_module
 from keysvc.config import ConfigError, build_settings
 from keysvc.credentials import new_key_id, new_secret
-from keysvc.logs import JsonFormatter, QueueingHandler, configure_logging, scrub
+from keysvc.logs import AccessLines, JsonFormatter, QueueingHandler, configure_logging, scrub
 from keysvc.state import STORE
 from tests.conftest import Client, create_creds
 from tests.helpers import Creds, basic
@@ -251,6 +252,60 @@ def test_formatter_keeps_a_multiline_record_on_one_line() -> None:
     assert entry["level"] == "error" and entry["logger"] == "keysvc"
     assert entry["route"] == KEY
     assert "ValueError: first\nsecond" in entry["exception"]
+
+
+ACCESS_FIELDS: dict[str, object] = {
+    "requestId": "6a0f4c2e-8d1b-4f3a-9c7e-2b5d8e1f0a93",
+    "method": "keysvc_" + "A" * 42,  # a client may put anything in the method: scrubbed
+    "route": KEY,
+    "status": 401,
+    "latencyMs": 0.123,
+    "remote": None,
+    "caller": {"id": 'k\u00e9y\n"', "organizationId": "o"},
+    "auth": "bad_secret",
+}
+
+
+def test_access_lines_are_what_the_formatter_makes_of_the_record() -> None:
+    """The access log's own path (no record, formatted on the caller's thread) writes
+    the very line JsonFormatter writes for the same record, time aside."""
+    stream = io.StringIO()
+    root = logging.getLogger()
+    others = root.handlers[:]  # pytest's own capture: then AccessLines would log a record
+    root.handlers.clear()
+    handler = configure_logging("info", stream, background=True)
+    logger = logging.getLogger("keysvc.test.access")
+    try:
+        AccessLines(logger, "request").emit(dict(ACCESS_FIELDS))
+        handler.flush()
+        assert logs_module._only_handler(logger) is not None  # the line's own path ran
+    finally:
+        root.handlers[:] = others
+        handler.close()
+    (line,) = stream.getvalue().splitlines()
+    record = logging.LogRecord(logger.name, logging.INFO, __file__, 0, "request", (), None)
+    record.__dict__.update(ACCESS_FIELDS)
+    record.created = datetime.fromisoformat(json.loads(line)["time"]).timestamp()
+    assert line == JsonFormatter().format(record)
+    assert "[redacted]" in line and "AAAA" not in line
+
+
+def test_access_lines_go_through_logging_when_another_handler_listens(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stream = io.StringIO()
+    handler = configure_logging("info", stream, background=True)
+    logger = logging.getLogger("keysvc.test.access")
+    try:
+        with caplog.at_level(logging.INFO):
+            AccessLines(logger, "request").emit(dict(ACCESS_FIELDS))
+        handler.flush()
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+    (record,) = [r for r in caplog.records if r.name == logger.name]
+    assert record.getMessage() == "request" and record.__dict__["status"] == 401
+    assert json.loads(stream.getvalue())["status"] == 401  # and the JSON line still goes out
 
 
 @pytest.mark.parametrize(
