@@ -210,10 +210,10 @@ class Store:
     async def close(self) -> None:
         flushers = [task for task in (self._flusher, self._touch_flusher) if task is not None]
         await asyncio.gather(*flushers, return_exceptions=True)
-        self._commits.close()
         self._watcher.close()
         await self.reader.close()
         await self._writer.close()
+        self._commits.close()  # last: closing it sooner would drop SQLite's locks (walwatch)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -429,6 +429,13 @@ class Store:
             if deleted:
                 await self.authorization_changed(conn)
         return deleted
+
+    def cached_credential(self, key_id_hash: bytes) -> Credential | None:
+        """The credential, if it is cached and authorization has not moved since; no
+        statement runs (``find_credential`` reads the database on a miss)."""
+        self._fresh()
+        entry = self._cache.get(key_id_hash)
+        return entry.credential if entry is not None else None
 
     @timed
     async def find_credential(self, key_id_hash: bytes) -> Credential | None:

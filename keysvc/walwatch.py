@@ -19,6 +19,16 @@ below, the pragma is asked, as before.
 The header is read *before* the pragma, so a commit landing between the two
 leaves the kept header older than the version: the next look sees the bytes
 differ and asks again. It never leaves a commit unseen.
+
+One hazard shapes the code. SQLite marks the ``-shm`` file as in use with a
+POSIX lock, and closing *any* descriptor of a file drops all of the process's
+POSIX locks on it. Were this module to close its descriptor (or the mapping,
+which holds a duplicate) while the process's connections are open, the next
+process to open the database would find the index unused, reset it, and this
+process would fault on its next look (``tests/test_walwatch.py`` shows it). So
+the descriptor and the mapping stay open until ``close``, which the store
+calls only after its connections are closed. Several stores on one database
+in one process (the tests have them) share one descriptor, closed with the last.
 """
 
 import mmap
@@ -26,11 +36,50 @@ import os
 import sqlite3
 import struct
 from pathlib import Path
+from typing import ClassVar
 
 # The first field of the WAL-index header: the WAL-index format version, 3007000
 # since SQLite 3.7.0, in the machine's byte order.
 WAL_INDEX_VERSION = 3007000
 HEADER_BYTES = 48
+
+
+class _SharedIndex:
+    """One process's read-only mapping of one ``-shm`` file, shared by every
+    ``CommitWatch`` on that database and closed with the last of them."""
+
+    _open: ClassVar["dict[Path, _SharedIndex]"] = {}
+
+    def __init__(self, path: Path, fd: int, mapping: mmap.mmap | None):
+        self.path, self.fd, self.mapping, self.users = path, fd, mapping, 0
+
+    @classmethod
+    def acquire(cls, db_path: Path) -> "_SharedIndex | None":
+        # SQLite follows symbolic links to name the database, and so its -shm file.
+        real = Path(os.path.realpath(db_path))
+        shm = real.with_name(real.name + "-shm")
+        shared = cls._open.get(shm)
+        if shared is None:
+            try:
+                fd = os.open(shm, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return None
+            mapping: mmap.mmap | None
+            try:
+                mapping = mmap.mmap(fd, HEADER_BYTES, access=mmap.ACCESS_READ)
+            except (OSError, ValueError):
+                mapping = None  # the descriptor is kept all the same: see the note above
+            shared = cls._open[shm] = cls(shm, fd, mapping)
+        shared.users += 1
+        return shared
+
+    def release(self) -> None:
+        self.users -= 1
+        if self.users == 0:
+            del self._open[self.path]
+            if self.mapping is not None:
+                self.mapping.close()
+            os.close(self.fd)
 
 
 class CommitWatch:
@@ -40,7 +89,11 @@ class CommitWatch:
         self._conn = conn
         self._seen_header = b""
         self._version = self._ask()  # opens the WAL index, so the -shm file exists
-        self._map = _map_wal_index(db_path) if db_path is not None else None
+        self._index = _SharedIndex.acquire(db_path) if db_path is not None else None
+        self._map: mmap.mmap | None = None  # the mapping, if it holds a WAL index
+        mapping = self._index.mapping if self._index is not None else None
+        if mapping is not None and struct.unpack("=I", mapping[:4])[0] == WAL_INDEX_VERSION:
+            self._map = mapping
 
     @property
     def mapped(self) -> bool:
@@ -63,23 +116,9 @@ class CommitWatch:
         return version
 
     def close(self) -> None:
-        if self._map is not None:
-            self._map.close()
-            self._map = None
-
-
-def _map_wal_index(db_path: Path) -> mmap.mmap | None:
-    """The ``-shm`` file beside the database, mapped read-only, if it holds a WAL index."""
-    # SQLite follows symbolic links to name the database, and so its -shm file.
-    real = Path(os.path.realpath(db_path))
-    shm = real.with_name(real.name + "-shm")
-    try:
-        with shm.open("rb") as handle:
-            mapped = mmap.mmap(handle.fileno(), HEADER_BYTES, access=mmap.ACCESS_READ)
-    except (OSError, ValueError):
-        return None
-    (version,) = struct.unpack("=I", mapped[:4])
-    if version != WAL_INDEX_VERSION:
-        mapped.close()
-        return None
-    return mapped
+        """Let go of the mapping; the last watcher of a database in this process
+        unmaps and closes it, so call this only after the connections are closed."""
+        self._map = None
+        if self._index is not None:
+            self._index.release()
+            self._index = None

@@ -111,3 +111,48 @@ def test_without_a_wal_index_every_look_asks_the_pragma(tmp_path: Path, mode: st
     assert watcher.version() != before
     assert watcher.version() != before
     assert counting.statements == ["pragma data_version"] * 2
+
+
+WATCHING = """
+import sqlite3, sys, time
+from pathlib import Path
+from keysvc.walwatch import CommitWatch
+path = Path(sys.argv[1])
+held = sqlite3.connect(path, isolation_level=None)  # this process's own use of the database
+held.execute("select count(*) from t").fetchone()
+first = CommitWatch(sqlite3.connect(path, isolation_level=None), path)
+second = CommitWatch(sqlite3.connect(path, isolation_level=None), path)
+first.close()  # one of two watchers gone: the shared mapping stays, and so do the locks
+print("ready", flush=True)
+seen = set()
+deadline = time.monotonic() + 3
+while time.monotonic() < deadline:  # looking all the while the other process comes and goes
+    seen.add(second.version())
+count = held.execute("select count(*) from t").fetchone()[0]
+print(second.mapped, len(seen) > 1, count)
+"""
+
+
+def test_watching_never_costs_the_process_its_hold_on_the_index(tmp_path: Path) -> None:
+    """Closing a descriptor of the -shm file drops every POSIX lock the process holds
+    on it. Then the next process to open the database resets the WAL index under the
+    watching process, which faults if it looks at that moment (a first version of
+    walwatch did, and `keysvc backup` during a serve killed the server). Here one
+    process looks, without pause, while others open, commit and close: it sees the
+    commits and lives."""
+    writer = wal_database(tmp_path / "db")
+    writer.close()
+    watching = subprocess.Popen(
+        [sys.executable, "-c", WATCHING, str(tmp_path / "db")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert watching.stdout is not None
+    assert watching.stdout.readline() == "ready\n"
+    for n in range(200):
+        other = sqlite3.connect(tmp_path / "db", isolation_level=None)
+        other.execute("insert into t values (?)", (n,))
+        other.close()
+    out, _ = watching.communicate(timeout=30)
+    assert watching.returncode == 0
+    assert out == "True True 200\n"
