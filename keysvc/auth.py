@@ -20,9 +20,11 @@ changes nothing.
 
 import base64
 import binascii
+import functools
 import hmac
 import ipaddress
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
@@ -90,16 +92,20 @@ def _outcome(request: web.Request, reason: AuthReason) -> None:
     request[AUTH_OUTCOME] = reason
 
 
-async def authenticate(request: web.Request, address: "IPAddress | None") -> Key:
+async def authenticate(request: web.Request, address: "IPAddress | None", now: datetime) -> Key:
     """The enabled, unexpired key whose credentials the request carries, allowed
-    from ``address`` (the client address, see ``client_address``)."""
+    from ``address`` (the client address, see ``client_address``) at ``now``."""
     credentials = parse_basic(_authorization(request))
     if credentials is None or checksum_fails(credentials[1]):
         _outcome(request, "malformed")
         raise Unauthorized()
     key_id, secret = credentials
-    hasher = request.app[HASHER]
-    found = await request.app[STORE].find_credential(hasher.of_plain(key_id))
+    app = request.app
+    hasher, store = app[HASHER], app[STORE]
+    key_id_hash = hasher.of_plain(key_id)
+    found = store.cached_credential(key_id_hash)
+    if found is None:
+        found = await store.find_credential(key_id_hash)
     offered = hasher.of_plain(secret)
     expected = found.secret_hash if found is not None else _ABSENT
     if not hmac.compare_digest(offered, expected) or found is None:
@@ -110,7 +116,6 @@ async def authenticate(request: web.Request, address: "IPAddress | None") -> Key
     if key.state != "enabled":
         _outcome(request, "disabled")
         raise Unauthorized("key is disabled")
-    now = request.app[CLOCK]()
     if key.expire_at is not None and key.expire_at <= now:
         _outcome(request, "expired")
         raise Unauthorized("key has expired")
@@ -119,12 +124,12 @@ async def authenticate(request: web.Request, address: "IPAddress | None") -> Key
         raise Forbidden("client address not allowed for this key")
     _outcome(request, "ok")
     minute = to_minute(now)
-    store = request.app[STORE]
     if store.needs_touch(key, minute):
         await store.touch_used(key.id, minute)
     return key
 
 
+@functools.lru_cache(maxsize=1024)  # a few peers (proxies) make most requests
 def _address(text: str | None) -> IPAddress | None:
     try:
         address = ipaddress.ip_address((text or "").strip())
@@ -189,27 +194,27 @@ async def _admit(request: web.Request) -> Key:
     """Authenticate within the limits: failed logins per address, then requests per key."""
     app = request.app
     settings, limits = app[SETTINGS], app[LIMITS]
-    now = app[CLOCK]().timestamp()
+    moment = app[CLOCK]()
+    now = moment.timestamp()
     forwarded = request.headers.get("X-Forwarded-For")
     address = client_address(request.remote, forwarded, settings.trusted_proxies)
-    origin = f"address:{address}"
     # Checked before the credentials, so a blocked address is refused even with valid ones.
-    standing = limits.failures.peek(origin, settings.auth_failures, FAILURE_WINDOW, now)
-    if not standing.allowed:
+    if not limits.failures.allows(address, settings.auth_failures, FAILURE_WINDOW, now):
+        standing = limits.failures.peek(address, settings.auth_failures, FAILURE_WINDOW, now)
         _outcome(request, "rate_limited")
         raise TooManyRequests(
             f"too many failed authentications from this address: retry in {standing.reset} s",
             retry_after=standing.reset,
         )
     try:
-        key = await authenticate(request, address)
+        key = await authenticate(request, address, moment)
     except Unauthorized:
         if request.get(AUTH_OUTCOME) in _CREDENTIAL_FAILURES:
-            limits.failures.hit(origin, settings.auth_failures, FAILURE_WINDOW, now)
+            limits.failures.hit(address, settings.auth_failures, FAILURE_WINDOW, now)
         raise
     limit = key.rate_limit or settings.rate_limit
     if limit is not None:
-        decision = limits.requests.hit(f"key:{key.id}", limit[0], limit[1], now)
+        decision = limits.requests.hit(key.id, limit[0], limit[1], now)
         if not decision.allowed:
             _outcome(request, "rate_limited")
             raise TooManyRequests(

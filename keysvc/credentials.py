@@ -100,10 +100,14 @@ class Hasher:
 
     def __init__(self, pepper: bytes):
         self._pepper = pepper
+        # Keyed once: each hash copies it (the pepper's padding is not hashed again).
+        self._keyed = hmac.new(pepper, digestmod=hashlib.sha256)
 
     def keyed(self, sha256_b64_value: str) -> bytes:
         """HMAC-SHA256(pepper, base64(SHA-256(v))), given base64(SHA-256(v))."""
-        return hmac.new(self._pepper, sha256_b64_value.encode(), hashlib.sha256).digest()
+        mac = self._keyed.copy()
+        mac.update(sha256_b64_value.encode())
+        return mac.digest()
 
     def of_plain(self, value: str) -> bytes:
         return self.keyed(sha256_b64(value))

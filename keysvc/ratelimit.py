@@ -9,6 +9,7 @@ dropped first, then the oldest entries.
 """
 
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 FAILURE_WINDOW = 60
@@ -33,9 +34,9 @@ class Decision:
 class WindowCounter:
     def __init__(self, max_entries: int = 100_000):
         self._max = max_entries
-        self._counts: dict[str, tuple[float, float, int]] = {}  # name -> (start, end, count)
+        self._counts: dict[Hashable, tuple[float, float, int]] = {}  # name -> (start, end, count)
 
-    def _current(self, name: str, window: int, now: float) -> tuple[float, float, int]:
+    def _current(self, name: Hashable, window: int, now: float) -> tuple[float, float, int]:
         start = math.floor(now / window) * window
         known = self._counts.get(name)
         if known is not None and known[0] == start:
@@ -46,7 +47,7 @@ class WindowCounter:
         reset = max(1, math.ceil(end - now))
         return Decision(allowed, limit, max(0, limit - count), reset)
 
-    def hit(self, name: str, limit: int, window: int, now: float) -> Decision:
+    def hit(self, name: Hashable, limit: int, window: int, now: float) -> Decision:
         """Count one request; allowed while the window's count stays within ``limit``."""
         start, end, count = self._current(name, window, now)
         count += 1
@@ -55,7 +56,14 @@ class WindowCounter:
             self._prune(now)
         return self._decide(limit, end, count, now, count <= limit)
 
-    def peek(self, name: str, limit: int, window: int, now: float) -> Decision:
+    def allows(self, name: Hashable, limit: int, window: int, now: float) -> bool:
+        """``peek(...).allowed``, without making the decision: the common case, and cheap."""
+        known = self._counts.get(name)
+        if known is None or known[0] != math.floor(now / window) * window:
+            return limit > 0
+        return known[2] < limit
+
+    def peek(self, name: Hashable, limit: int, window: int, now: float) -> Decision:
         """Whether one more would be allowed, without counting it."""
         _, end, count = self._current(name, window, now)
         return self._decide(limit, end, count, now, count < limit)

@@ -26,4 +26,6 @@ def from_text(text: str) -> datetime:
 
 
 def to_minute(moment: datetime) -> datetime:
-    return moment.astimezone(UTC).replace(second=0, microsecond=0)
+    if moment.tzinfo is not UTC:
+        moment = moment.astimezone(UTC)
+    return moment.replace(second=0, microsecond=0)

@@ -61,13 +61,13 @@ async def test_bad_checksum_refused_without_database_lookup(
 ) -> None:
     store = client.app[STORE]
     calls: list[bytes] = []
-    original = store.find_credential
+    original = store.cached_credential  # the first look, cache or database
 
-    async def counting(key_id_hash: bytes):  # type: ignore[no-untyped-def]
+    def counting(key_id_hash: bytes):  # type: ignore[no-untyped-def]
         calls.append(key_id_hash)
-        return await original(key_id_hash)
+        return original(key_id_hash)
 
-    monkeypatch.setattr(store, "find_credential", counting)
+    monkeypatch.setattr(store, "cached_credential", counting)
     tampered = admin.secret[:-1] + ("A" if admin.secret[-1] != "A" else "B")
     await assert_error(
         await client.get(url(admin), headers=basic(admin.key_id, tampered)), 401, UNAUTHORIZED
@@ -154,7 +154,7 @@ class Work:
         self.lookups = 0
         keyed, compare = Hasher.keyed, hmac.compare_digest
         store = client.app[STORE]
-        find = store.find_credential
+        find = store.cached_credential  # every lookup starts here; a miss reads the database
 
         def counting_keyed(hasher: Hasher, value: str) -> bytes:
             self.hashes += 1
@@ -164,13 +164,13 @@ class Work:
             self.compares += 1
             return compare(a, b)
 
-        async def counting_find(key_id_hash: bytes):  # type: ignore[no-untyped-def]
+        def counting_find(key_id_hash: bytes):  # type: ignore[no-untyped-def]
             self.lookups += 1
-            return await find(key_id_hash)
+            return find(key_id_hash)
 
         monkeypatch.setattr(Hasher, "keyed", counting_keyed)
         monkeypatch.setattr(hmac, "compare_digest", counting_compare)
-        monkeypatch.setattr(store, "find_credential", counting_find)
+        monkeypatch.setattr(store, "cached_credential", counting_find)
 
     def take(self) -> tuple[int, int, int]:
         taken = (self.hashes, self.compares, self.lookups)
