@@ -46,6 +46,9 @@ class RoleStore:
     def __init__(self, store: Store):
         self._store = store
         self.observer = store.observer
+        # System roles by name, as read: they come with the schema and no request can
+        # change or delete them (keysvc.roles), so a process reads each one once.
+        self._system: dict[str, Role] = {}
 
     @timed
     async def resolve_roles(
@@ -54,9 +57,11 @@ class RoleStore:
         """The roles for legacy system-role names and role UUIDs of this organization."""
         reader = self._store.reader
         # A create names roles one way or the other, mostly: no query for the other.
-        by_name = (
-            await _all(reader, _SYSTEM_ROLES_NAMED, (json.dumps(list(names)),)) if names else []
-        )
+        unread = [name for name in names if name not in self._system]
+        if unread:
+            for row in await _all(reader, _SYSTEM_ROLES_NAMED, (json.dumps(unread),)):
+                self._system[row["name"]] = _role(row)
+        by_name = [self._system[name] for name in dict.fromkeys(names) if name in self._system]
         by_id = (
             await _all(reader, _ROLES_WITH_IDS_IN_ORG, (organization_id, json.dumps(list(ids))))
             if ids
@@ -66,7 +71,7 @@ class RoleStore:
         missing = [role_id for role_id in ids if role_id not in found]
         if missing:
             raise BadRequest(f"assignedRoleIds: no role {missing[0]} in this organization")
-        roles = {row["id"]: _role(row) for row in [*by_name, *by_id]}
+        roles = {role.id: role for role in [*by_name, *(_role(row) for row in by_id)]}
         return list(roles.values())
 
     @timed
