@@ -24,6 +24,18 @@ MIGRATIONS: Sequence[str] = (
     alter table api_keys add column rate_window integer;
     insert or ignore into meta (name, value) values ('auth_generation', '0');
     """,
+    # 3: each organization's key count, kept by triggers (see schema.sql).
+    """
+    alter table organizations add column key_count integer not null default 0;
+    update organizations set key_count =
+        (select count(*) from api_keys where api_keys.organization_id = organizations.id);
+    create trigger if not exists api_keys_counted after insert on api_keys begin
+        update organizations set key_count = key_count + 1 where id = new.organization_id;
+    end;
+    create trigger if not exists api_keys_uncounted after delete on api_keys begin
+        update organizations set key_count = key_count - 1 where id = old.organization_id;
+    end;
+    """,
 )
 
 PRAGMAS = (
@@ -52,6 +64,19 @@ async def connect(path: Path) -> aiosqlite.Connection:
             await conn.execute(pragma)
     except BaseException:
         await conn.close()
+        raise
+    return conn
+
+
+def connect_now(path: Path) -> sqlite3.Connection:
+    """``connect``'s synchronous twin, for the thread that writes create batches."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.row_factory = sqlite3.Row
+        for pragma in PRAGMAS:
+            conn.execute(pragma)
+    except BaseException:
+        conn.close()
         raise
     return conn
 

@@ -14,7 +14,8 @@ insert or ignore into meta (name, value) values ('auth_generation', '0');
 create table if not exists organizations (
     id         text primary key,           -- uuid
     name       text not null,
-    created_at text not null
+    created_at text not null,
+    key_count  integer not null default 0  -- its rows in api_keys, kept by the triggers below
 ) strict;
 
 -- System roles have no organization: they exist in every organization with
@@ -59,6 +60,15 @@ create table if not exists api_keys (
 ) strict;
 
 create index if not exists api_keys_org_seq on api_keys (organization_id, seq);
+
+-- organizations.key_count, so that the per-organization cap and totalCount need
+-- not count the organization's keys: a create batch did, and it grew with them.
+create trigger if not exists api_keys_counted after insert on api_keys begin
+    update organizations set key_count = key_count + 1 where id = new.organization_id;
+end;
+create trigger if not exists api_keys_uncounted after delete on api_keys begin
+    update organizations set key_count = key_count - 1 where id = old.organization_id;
+end;
 
 create table if not exists key_roles (
     key_id  text not null references api_keys (id) on delete cascade,

@@ -3,6 +3,7 @@ transaction of a few statements, and a create that a constraint refuses fails al
 
 import asyncio
 import sqlite3
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -58,15 +59,49 @@ async def outcomes(store: Store, news: list[NewKey], max_keys: int) -> list[Key 
     return [r for r in results if isinstance(r, Key | Exception)]
 
 
+async def trace_creates(store: Store, trace: Callable[[str], object] | None) -> None:
+    """Have the create thread's connection report every statement it runs to ``trace``
+    (a statement run for many rows, once per row); None stops it."""
+    creates = store._creates
+    assert creates._conn is not None
+    # On the create thread: its connection may be used from no other.
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(creates._thread, creates._conn.set_trace_callback, trace)
+
+
+def count_batches(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of each batch handed to the create thread, from now on."""
+    batches: list[int] = []
+    write = store._creates._write
+
+    def counted(batch: list[tuple[NewKey, int]]) -> Any:
+        batches.append(len(batch))
+        return write(batch)
+
+    monkeypatch.setattr(store._creates, "_write", counted)
+    return batches
+
+
 async def test_a_batch_of_creates_is_one_transaction_of_few_statements(
     client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = client.app[STORE]
     news = await new_keys(client, admin.organization_id, 30)
-    statements = count_writes(store, monkeypatch)
+    statements: list[str] = []
+    await trace_creates(store, lambda sql: statements.append(" ".join(sql.split())))
+    batches = count_batches(store, monkeypatch)
     made = await outcomes(store, news, 1000)
+    await trace_creates(store, None)
+    # SQLite reports each trigger run as its statement again: one run of each is kept.
+    statements = [s for n, s in enumerate(statements) if n == 0 or s != statements[n - 1]]
+    assert batches == [30]  # one hand-over to the create thread
     assert statements.count("begin immediate") == 1 and statements[-1] == "commit"
-    assert len(statements) <= 8  # not a handful per key
+    # One statement a table, whatever the number of keys; the reads (the organization's
+    # count, the keys and their roles back) once.
+    assert sum(s.startswith("insert into api_keys") for s in statements) == 1
+    assert sum(s.startswith("insert into key_roles") for s in statements) == 1
+    assert sum(s.startswith("select") for s in statements) == 3
+    assert len(statements) == 7
     assert all(isinstance(key, Key) for key in made)
     keys = [key for key in made if isinstance(key, Key)]
     assert [key.name for key in keys] == [f"k{n}" for n in range(30)]
