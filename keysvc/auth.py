@@ -129,7 +129,6 @@ async def authenticate(request: web.Request, address: "IPAddress | None", now: d
     return key
 
 
-@functools.lru_cache(maxsize=1024)  # a few peers (proxies) make most requests
 def _address(text: str | None) -> IPAddress | None:
     try:
         address = ipaddress.ip_address((text or "").strip())
@@ -141,6 +140,11 @@ def _address(text: str | None) -> IPAddress | None:
     return address
 
 
+# The peer's text comes from the socket, and a few peers (proxies) make most requests;
+# X-Forwarded-For hops come from clients, and are parsed each time, never kept.
+_peer_address = functools.lru_cache(maxsize=1024)(_address)
+
+
 def _within(address: IPAddress, networks: Sequence[IPNetwork]) -> bool:
     return any(address.version == net.version and address in net for net in networks)
 
@@ -149,7 +153,7 @@ def client_address(
     peer: str | None, forwarded_for: str | None, trusted: Sequence[IPNetwork]
 ) -> IPAddress | None:
     """The client's address: the peer, or behind trusted proxies the first untrusted hop."""
-    address = _address(peer)
+    address = _peer_address(peer)
     if address is None or not forwarded_for or not _within(address, trusted):
         return address
     for hop in reversed(forwarded_for.split(",")):
