@@ -42,7 +42,7 @@ from keysvc import db
 from keysvc.cache import CredentialCache, VersionedCache
 from keysvc.config import ConfigError, Settings
 from keysvc.credentials import Hasher, load_pepper
-from keysvc.errors import Conflict, PreconditionFailed
+from keysvc.errors import Conflict, PreconditionFailed, ServiceUnavailable
 from keysvc.models import Credential, Key, KeyChange, KeyPage, NewKey, Organization, Role
 from keysvc.timeutil import from_text, to_text
 from keysvc.walwatch import CommitWatch
@@ -341,6 +341,8 @@ class Store:
             # The batch runs to its end on its thread; its requests still get their answers.
             running.add_done_callback(lambda done: _settle(batch, done))
             raise
+        except Exception:  # noqa: S110 - the failure is each request's answer, see _settle
+            pass
         _settle(batch, running)
 
     @timed
@@ -690,11 +692,16 @@ class _CreateThread:
         await asyncio.get_running_loop().run_in_executor(self._thread, self._connect)
 
     def _connect(self) -> sqlite3.Connection:
+        if self._closed and self._conn is None:
+            # Never again once closed: an unclosed connection would outlive walwatch's hold.
+            raise ServiceUnavailable("the database is closed: the server is stopping")
         if self._conn is None:
             self._conn = db.connect_now(self._path)  # in this thread, which alone uses it
         return self._conn
 
     async def run(self, batch: list[tuple[NewKey, int]]) -> list[_Made]:
+        if self._closed:
+            raise ServiceUnavailable("the database is closed: the server is stopping")
         return await asyncio.get_running_loop().run_in_executor(self._thread, self._write, batch)
 
     def _write(self, batch: list[tuple[NewKey, int]]) -> list[_Made]:
@@ -780,15 +787,19 @@ def _insert_alone(conn: sqlite3.Connection, item: tuple[NewKey, int]) -> _Made:
         (made,) = _insert_batch(conn, [item])
     except Exception as exc:
         conn.execute("rollback to one_create")
-        made = (None, _refused(exc) if isinstance(exc, sqlite3.IntegrityError) else exc)
+        made = (None, _refused(exc))
     conn.execute("release one_create")
     return made
 
 
-def _refused(exc: sqlite3.IntegrityError) -> Conflict:
-    if "key_id_hash" in str(exc):
-        return Conflict("hashData.keyIdHash: a key with this key ID already exists")
-    return Conflict("a role was deleted while this request ran; try again")
+def _refused(exc: Exception) -> Exception:
+    """What a request whose key alone was refused is told; other failures are 500s."""
+    if isinstance(exc, sqlite3.IntegrityError):
+        if "key_id_hash" in str(exc):
+            return Conflict("hashData.keyIdHash: a key with this key ID already exists")
+        if "FOREIGN KEY" in str(exc):  # key_roles.role_id: the role was deleted meanwhile
+            return Conflict("a role was deleted while this request ran; try again")
+    return exc
 
 
 @asynccontextmanager

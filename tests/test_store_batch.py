@@ -155,3 +155,22 @@ async def test_used_at_writes_that_arrive_together_share_a_transaction(
     found = dict(raw.execute("select id, used_at from api_keys"))
     raw.close()
     assert {found[key.id] for key in keys} == {to_text(minute)}
+
+
+async def test_a_batch_that_fails_answers_each_of_its_requests(
+    client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure of the whole transaction (a busy or full disk, say) is every waiting
+    request's answer, promptly: none is left waiting."""
+    store = client.app[STORE]
+    news = await new_keys(client, admin.organization_id, 3, prefix="failing")
+
+    def broken(conn: sqlite3.Connection, batch: object) -> object:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr("keysvc.store._write_batch", broken)
+    made = await asyncio.wait_for(outcomes(store, news, 1000), timeout=10)
+    assert [type(result) for result in made] == [sqlite3.OperationalError] * 3
+    monkeypatch.undo()
+    again = await outcomes(store, news, 1000)  # and the next batch is written as ever
+    assert all(isinstance(key, Key) for key in again)
