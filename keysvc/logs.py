@@ -100,10 +100,12 @@ class JsonFormatter(logging.Formatter):
         micros = round((created - second) * 1_000_000)
         if micros >= 1_000_000:
             second, micros = second + 1, micros - 1_000_000
-        if second != self._second[0]:
+        # Read once: the loop (AccessLines) and the writer thread both call this.
+        cached = self._second
+        if second != cached[0]:
             text = datetime.fromtimestamp(second, UTC).isoformat()
-            self._second = (second, text[: -len("+00:00")])
-        return f"{self._second[1]}.{micros // 1000:03d}+00:00"
+            cached = self._second = (second, text[: -len("+00:00")])
+        return f"{cached[1]}.{micros // 1000:03d}+00:00"
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
@@ -192,9 +194,11 @@ class _Writer:
                 target.stream.write("".join(lines))
                 target.flush()
             except Exception:
-                # Reported as logging reports a failed write, against the first record.
-                first = next(item for item in items if isinstance(item, logging.LogRecord))
-                target.handleError(first)
+                # Reported as logging reports a failed write, against the first record;
+                # a batch of AccessLines text alone has none, and nothing is reported.
+                first = next((i for i in items if isinstance(i, logging.LogRecord)), None)
+                if first is not None:
+                    target.handleError(first)
             finally:
                 target.release()
         for item in items:
@@ -332,7 +336,11 @@ class AccessLines:
         handler = self._handler
         if handler is self._UNSEEN:
             handler = self._handler = _only_handler(logger)
-        if isinstance(handler, tuple) and handler[0].target.level <= logging.INFO:
+        if (
+            isinstance(handler, tuple)
+            and handler[0].level <= logging.INFO
+            and handler[0].target.level <= logging.INFO
+        ):
             queueing, formatter = handler
             entry: dict[str, object] = {
                 "time": formatter._time(time.time()),

@@ -290,6 +290,35 @@ def test_access_lines_are_what_the_formatter_makes_of_the_record() -> None:
     assert "[redacted]" in line and "AAAA" not in line
 
 
+class FailingOnce(io.StringIO):
+    """A stream whose first write fails, as a closed pipe's would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    def write(self, text: str) -> int:
+        if not self.failed:
+            self.failed = True
+            raise BrokenPipeError("gone")
+        return super().write(text)
+
+
+def test_a_failed_write_of_access_lines_alone_leaves_the_writer_running() -> None:
+    stream = FailingOnce()
+    handler = configure_logging("info", stream, background=True)
+    assert isinstance(handler, QueueingHandler)
+    try:
+        assert handler.put_line('{"n": 1}')
+        handler.flush()  # the write failed
+        assert stream.failed and handler.put_line('{"n": 2}')
+        handler.flush()
+        assert stream.getvalue() == '{"n": 2}\n'  # the writer lived to write the next one
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+
+
 def test_access_lines_go_through_logging_when_another_handler_listens(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
