@@ -57,11 +57,8 @@ class WindowCounter:
         return self._decide(limit, end, count, now, count <= limit)
 
     def allows(self, name: Hashable, limit: int, window: int, now: float) -> bool:
-        """``peek(...).allowed``, without making the decision: the common case, and cheap."""
-        known = self._counts.get(name)
-        if known is None or known[0] != math.floor(now / window) * window:
-            return limit > 0
-        return known[2] < limit
+        """``peek(...).allowed``, without making the Decision: the common case, and cheap."""
+        return self._current(name, window, now)[2] < limit
 
     def peek(self, name: Hashable, limit: int, window: int, now: float) -> Decision:
         """Whether one more would be allowed, without counting it."""
