@@ -316,9 +316,9 @@ class AccessLines:
     lines, the line is formatted here, exactly as ``JsonFormatter`` would format the
     record (``tests/test_logs.py`` compares them), and queued as text: no
     ``LogRecord``, no handler chain, and nothing left for the writer thread but the
-    write. That takes a request's logging from about 60 to under 10 µs of the
-    loop's time, the writer's included. Any other set-up (another handler, a
-    filter, pytest's log capture) gets records through ``logging``, as before.
+    write (docs/PERFORMANCE.md says what the access log still costs). Any other
+    set-up (another handler, a filter, pytest's log capture) gets records through
+    ``logging``, as before.
     The set-up is looked at on the first line, so configure logging before serving.
     """
 
