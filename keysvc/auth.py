@@ -30,13 +30,14 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
 from keysvc.config import IPNetwork
-from keysvc.credentials import checksum_fails
+from keysvc.credentials import Hasher, checksum_fails
 from keysvc.errors import Forbidden, TooManyRequests, Unauthorized
 from keysvc.metrics import AuthReason
-from keysvc.models import Key
+from keysvc.models import Credential, Key
 from keysvc.permissions import has_permission
 from keysvc.ratelimit import FAILURE_WINDOW
 from keysvc.state import AUTH_OUTCOME, CALLER, CLOCK, HASHER, LIMITS, RATE, SETTINGS, STORE
+from keysvc.store import Store
 from keysvc.timeutil import to_minute
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -92,16 +93,15 @@ def _outcome(request: web.Request, reason: AuthReason) -> None:
     request[AUTH_OUTCOME] = reason
 
 
-async def authenticate(request: web.Request, address: "IPAddress | None", now: datetime) -> Key:
-    """The enabled, unexpired key whose credentials the request carries, allowed
-    from ``address`` (the client address, see ``client_address``) at ``now``."""
-    credentials = parse_basic(_authorization(request))
+async def _check_credentials(
+    request: web.Request, header: str | None, hasher: Hasher, store: Store
+) -> tuple[bytes, Credential]:
+    """The key-ID hash and credential of the key whose ID and secret ``header`` carries."""
+    credentials = parse_basic(header)
     if credentials is None or checksum_fails(credentials[1]):
         _outcome(request, "malformed")
         raise Unauthorized()
     key_id, secret = credentials
-    app = request.app
-    hasher, store = app[HASHER], app[STORE]
     key_id_hash = hasher.of_plain(key_id)
     found = store.cached_credential(key_id_hash)
     if found is None:
@@ -112,6 +112,26 @@ async def authenticate(request: web.Request, address: "IPAddress | None", now: d
         # Only the recorded reason differs; the answer and the work done are the same.
         _outcome(request, "unknown" if found is None else "bad_secret")
         raise Unauthorized()
+    return key_id_hash, found
+
+
+async def authenticate(request: web.Request, address: "IPAddress | None", now: datetime) -> Key:
+    """The enabled, unexpired key whose credentials the request carries, allowed
+    from ``address`` (the client address, see ``client_address``) at ``now``.
+
+    A header whose credentials were checked before, against a key still cached as
+    it was then, is known by its keyed hash alone (``Store.proven_credential``);
+    any other is parsed, and its key ID and secret hashed and compared.
+    """
+    header = _authorization(request)
+    app = request.app
+    hasher, store = app[HASHER], app[STORE]
+    proof = hasher.of_header(header) if header else None
+    found = store.proven_credential(proof) if proof is not None else None
+    if found is None:
+        key_id_hash, found = await _check_credentials(request, header, hasher, store)
+        if proof is not None:
+            store.remember_proof(proof, key_id_hash, found)
     key = found.key
     if key.state != "enabled":
         _outcome(request, "disabled")

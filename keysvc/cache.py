@@ -12,6 +12,7 @@ anything at all was committed since.
 """
 
 import asyncio
+import hmac
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
@@ -34,6 +35,9 @@ class CredentialCache:
         self._max = max_entries
         self._by_hash: OrderedDict[bytes, Entry] = OrderedDict()
         self._hash_of_id: dict[str, bytes] = {}
+        # Proofs: the keyed hash of a whole Authorization header whose credentials were
+        # checked, with the key-ID hash and secret hash it was found to carry (see proven).
+        self._proofs: dict[bytes, tuple[bytes, bytes]] = {}
 
     def __len__(self) -> int:
         return len(self._by_hash)
@@ -64,9 +68,36 @@ class CredentialCache:
         if key_id_hash is not None and key_id_hash in self._by_hash:
             self._by_hash[key_id_hash] = Entry(credential, data_version)
 
+    def proven(self, proof: bytes) -> Credential | None:
+        """The cached credential that the header hashed to ``proof`` was shown to carry,
+        while that key is still cached with the secret hash it was shown to match.
+
+        A header is remembered (``prove``) only after its key ID and secret were hashed
+        and its secret hash compared, so the same header carries the same secret: one
+        keyed hash of the header stands in for parsing it and hashing both parts. Any
+        change to the key, or a dropped cache, leaves the proof unmatched.
+        """
+        seen = self._proofs.get(proof)
+        if seen is None:
+            return None
+        entry = self._by_hash.get(seen[0])
+        if entry is None or not hmac.compare_digest(entry.credential.secret_hash, seen[1]):
+            return None
+        self._by_hash.move_to_end(seen[0])
+        return entry.credential
+
+    def prove(self, proof: bytes, key_id_hash: bytes, credential: Credential) -> None:
+        """Remember that ``proof``'s header carries ``credential``'s key ID and secret."""
+        if self._max <= 0:
+            return
+        if proof not in self._proofs and len(self._proofs) >= self._max:
+            del self._proofs[next(iter(self._proofs))]  # the oldest
+        self._proofs[proof] = (key_id_hash, credential.secret_hash)
+
     def clear(self) -> None:
         self._by_hash.clear()
         self._hash_of_id.clear()
+        self._proofs.clear()
 
 
 class VersionedCache(Generic[K, V]):

@@ -112,6 +112,13 @@ class Hasher:
     def of_plain(self, value: str) -> bytes:
         return self.keyed(sha256_b64(value))
 
+    def of_header(self, header: str) -> bytes:
+        """HMAC-SHA256(pepper, "Authorization" NUL header): a whole header's proof
+        (``CredentialCache.proven``). The NUL keeps it apart from ``keyed``'s inputs."""
+        mac = self._keyed.copy()
+        mac.update(b"Authorization\0" + header.encode("utf-8", "surrogatepass"))
+        return mac.digest()
+
     def sign(self, purpose: str, text: str) -> str:
         """A short MAC of ``text`` for ``purpose``, so clients cannot forge it."""
         mac = hmac.new(self._pepper, f"{purpose}\0{text}".encode(), hashlib.sha256)

@@ -429,6 +429,17 @@ class Store:
         entry = self._cache.get(key_id_hash)
         return entry.credential if entry is not None else None
 
+    def proven_credential(self, proof: bytes) -> Credential | None:
+        """The credential a checked Authorization header carries, found by the header's
+        keyed hash (``CredentialCache.proven``), if authorization has not moved since."""
+        self._fresh()
+        return self._cache.proven(proof)
+
+    def remember_proof(self, proof: bytes, key_id_hash: bytes, credential: Credential) -> None:
+        """Remember that the header hashed to ``proof`` carries ``credential``'s
+        key ID (hashed to ``key_id_hash``) and its secret."""
+        self._cache.prove(proof, key_id_hash, credential)
+
     @timed
     async def find_credential(self, key_id_hash: bytes) -> Credential | None:
         """The credential for a keyed key-ID hash: cached, unless authorization moved since."""

@@ -6,14 +6,18 @@ import json
 import sqlite3
 import urllib.error
 import urllib.request
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from keysvc.app import create_app
+from keysvc.cache import CredentialCache
 from keysvc.config import Settings
+from keysvc.credentials import Hasher, new_secret
+from keysvc.errors import Unauthorized
+from keysvc.models import Credential, Key
 from keysvc.state import STORE
 from tests.conftest import Client, ClientFactory, bootstrap, create_creds
 from tests.helpers import (
@@ -185,6 +189,70 @@ async def test_cache_is_bounded(
     for key in keys * 2:
         assert (await client.get(VERIFY, headers=key.headers)).status == 200
     assert len(client.app[STORE]._cache) == 3
+    assert len(client.app[STORE]._cache._proofs) == 3  # the headers' proofs too
+
+
+def count_credential_hashing(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every key ID or secret hashed by authentication from now on."""
+    hashed: list[str] = []
+    original = Hasher.of_plain
+
+    def counting(self: Hasher, value: str) -> bytes:
+        hashed.append(value)
+        return original(self, value)
+
+    monkeypatch.setattr(Hasher, "of_plain", counting)
+    return hashed
+
+
+async def test_a_header_checked_before_is_known_by_its_keyed_hash(
+    client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same header again: neither its key ID nor its secret is hashed again.
+    Any other header, a wrong secret for the same key included, is checked in full
+    and never remembered; a change to the key takes effect on the next request."""
+    svc = await create_creds(client, admin, {"name": "svc", "roles": ["developer"]})
+    store = client.app[STORE]
+    await warm(client, svc)
+    proofs = dict(store._cache._proofs)
+    hashed = count_credential_hashing(monkeypatch)
+    for _ in range(3):
+        assert (await client.get(VERIFY, headers=svc.headers)).status == 200
+    assert hashed == []
+    wrong_secret = new_secret()
+    refused = await client.get(VERIFY, headers=basic(svc.key_id, wrong_secret))
+    await assert_error(refused, 401, Unauthorized.default_message)
+    assert hashed == [svc.key_id, wrong_secret]
+    assert store._cache._proofs == proofs  # the wrong header is not remembered
+    url = f"/v1/organizations/{admin.organization_id}/keys/{svc.id}"
+    patched = await client.patch(url, json={"state": "disabled"}, headers=admin.headers)
+    await assert_ok(patched)
+    await assert_error(await client.get(VERIFY, headers=svc.headers), 401, "key is disabled")
+
+
+def test_a_proof_holds_only_while_its_key_is_cached_with_the_same_secret() -> None:
+    hasher = Hasher(b"pepper" * 8)
+    now = datetime.now(UTC)
+    key = Key("k", 1, "o", "svc", "enabled", "abcd", now, None, None, [], ())
+    credential = Credential(key, hasher.of_plain("secret"))
+    cache = CredentialCache(2)
+    key_id_hash, proof = hasher.of_plain("id"), hasher.of_header("Basic aWQ6c2VjcmV0")
+    cache.put(key_id_hash, credential, 1)
+    assert cache.proven(proof) is None  # never proven
+    cache.prove(proof, key_id_hash, credential)
+    assert cache.proven(proof) is credential
+    other = Credential(key, hasher.of_plain("another secret"))
+    cache.put(key_id_hash, other, 2)  # the key now has another secret
+    assert cache.proven(proof) is None
+    cache.put(key_id_hash, credential, 3)
+    assert cache.proven(proof) is credential
+    cache.clear()
+    assert cache.proven(proof) is None and cache._proofs == {}
+    cache.put(key_id_hash, credential, 4)
+    for n in range(3):  # bounded: the oldest proof goes first
+        cache.prove(hasher.of_header(f"h{n}"), key_id_hash, credential)
+    assert list(cache._proofs) == [hasher.of_header("h1"), hasher.of_header("h2")]
+    assert CredentialCache(0).proven(proof) is None
 
 
 async def test_concurrent_creates_share_transactions(
