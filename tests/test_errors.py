@@ -1,14 +1,56 @@
 """The error envelope on every error path, success's envelope, and the 500."""
 
 import logging
+import os
+import threading
+import uuid
 
 import pytest
 from aiohttp import web
 
 from keysvc.app import create_app
 from keysvc.config import Settings
+from keysvc.middleware import REQUEST_IDS_PER_POOL, new_request_id
 from tests.conftest import Client, ClientFactory
 from tests.helpers import Creds, FakeClock, assert_error, assert_ok
+
+
+def test_request_ids_are_random_uuid4_across_pools_and_threads() -> None:
+    count = 3 * REQUEST_IDS_PER_POOL + 5
+    ids: list[str] = []
+
+    def make() -> None:
+        ids.extend(new_request_id() for _ in range(count))
+
+    threads = [threading.Thread(target=make) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(ids)) == 4 * count
+    for text in ids:
+        parsed = uuid.UUID(text)
+        assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, text)
+    # 122 random bits: every hex digit outside the version and variant takes all 16 values.
+    digits = [set(column) for column in zip(*(t.replace("-", "") for t in ids), strict=True)]
+    assert [len(column) for column in digits] == [16] * 12 + [1] + [16] * 3 + [4] + [16] * 15
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_worker_never_repeats_its_parents_request_ids() -> None:
+    new_request_id()  # a pool, partly handed out, as a server's would be at fork time
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child process
+        os.write(write, " ".join(new_request_id() for _ in range(10)).encode())
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(child, 0)
+    with os.fdopen(read) as pipe:
+        childs = set(pipe.read().split())
+    assert os.waitstatus_to_exitcode(status) == 0 and len(childs) == 10
+    parents = {new_request_id() for _ in range(REQUEST_IDS_PER_POOL)}
+    assert not childs & parents
 
 
 async def test_success_envelope_has_fresh_request_ids(client: Client, admin: Creds) -> None:
