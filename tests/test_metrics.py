@@ -2,6 +2,9 @@
 authentication outcomes by reason, keys by state, database time; no secret or
 key ID in the output; a registry per app; and KEYSVC_METRICS=off."""
 
+import dataclasses
+import re
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -12,9 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from keysvc.app import create_app
 from keysvc.config import ConfigError, Settings, build_settings
 from keysvc.credentials import new_key_id, new_secret
-from keysvc.metrics import AUTH_REASONS
+from keysvc.metrics import AUTH, AUTH_REASONS, LATENCY, LATENCY_BUCKETS, REQUESTS, RequestTallies
 from keysvc.state import METRICS, STORE
-from tests.conftest import Client, ClientFactory, create_creds
+from tests.conftest import Client, ClientFactory, bootstrap, create_creds
 from tests.helpers import Creds, FakeClock, assert_error, basic
 
 KEYS = "/v1/organizations/{organizationId}/keys"
@@ -215,3 +218,62 @@ def test_bad_metrics_setting_is_refused() -> None:
     with pytest.raises(ConfigError) as caught:
         build_settings(env={"KEYSVC_METRICS": "maybe"})
     assert str(caught.value) == "metrics: 'maybe' must be on or off"
+
+
+def _reference_exposition(observations: list[tuple[str, str, int, float]]) -> bytes:
+    """What prometheus_client's own Counter and Histogram export for these requests."""
+    registry = prometheus_client.CollectorRegistry()
+    names = {family[0]: family for family in (REQUESTS, LATENCY, AUTH)}
+    requests = prometheus_client.Counter(*names[REQUESTS[0]], registry=registry)
+    latency = prometheus_client.Histogram(*names[LATENCY[0]], registry=registry)
+    auth = prometheus_client.Counter(*names[AUTH[0]], registry=registry)
+    outcomes = {reason: auth.labels(reason=reason) for reason in AUTH_REASONS}
+    for route, method, status, seconds in observations:
+        requests.labels(route=route, method=method, status=str(status)).inc()
+        latency.labels(route=route, method=method).observe(seconds)
+        outcomes["ok" if status == 200 else "bad_secret"].inc()
+    return prometheus_client.generate_latest(registry)
+
+
+def test_request_tallies_export_what_prometheus_client_would() -> None:
+    """Counts, cumulative buckets (edges included), sums, label order and _created."""
+    bounds = [b for b in LATENCY_BUCKETS if b != float("inf")]
+    observations = [
+        ("/v1/verify", "GET", 200, 0.0),
+        ("/v1/verify", "GET", 401, bounds[0]),  # on an edge: counted in that bucket
+        (KEY, "GET", 200, 0.0123),
+        ("/v1/verify", "GET", 200, bounds[-1] + 1),  # only in +Inf
+        (KEYS, "POST", 201, bounds[3]),
+        (KEY, "GET", 200, 0.3),
+        ("unmatched", "other", 404, 1e-9),
+    ]
+    started = time.time()
+    tallies = RequestTallies()
+    for route, method, status, seconds in observations:
+        tallies.request(route, method, status, seconds)
+        tallies.auth("ok" if status == 200 else "bad_secret")
+    registry = prometheus_client.CollectorRegistry()
+    registry.register(tallies)
+    ours = prometheus_client.generate_latest(registry).decode()
+    reference = _reference_exposition(observations).decode()
+    created = re.compile(r"^(\w+_created(?:\{.*\})?) (\S+)$", re.MULTILINE)
+    stamps = [float(stamp) for _, stamp in created.findall(ours)]
+    assert len(stamps) == 5 + 4 + len(AUTH_REASONS)  # a _created for every child
+    assert all(started <= stamp <= time.time() for stamp in stamps)
+    assert created.sub(r"\1 T", ours) == created.sub(r"\1 T", reference)
+    assert 'keysvc_http_request_duration_seconds_bucket{le="0.005",method="GET",' in ours
+
+
+async def test_refusals_over_a_limit_count_as_rate_limited(
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
+) -> None:
+    client = await aiohttp_client(
+        create_app(dataclasses.replace(settings, auth_failures=2), clock=clock)
+    )
+    await bootstrap(client.app)
+    wrong = basic(new_key_id(), new_secret())
+    statuses = [await status_of(client, "GET", "/v1/verify", wrong) for _ in range(5)]
+    assert statuses == [401, 401, 429, 429, 429]
+    _, samples = await scrape(client)
+    assert value(samples, "keysvc_auth_outcomes_total", reason="unknown") == 2
+    assert value(samples, "keysvc_auth_outcomes_total", reason="rate_limited") == 3
