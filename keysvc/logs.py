@@ -149,17 +149,21 @@ class _Writer:
         # Held while a batch is formatted and written, and by a fork (see _before_fork),
         # so that a child is never made halfway through a write to the stream.
         self.busy = threading.Lock()
+        # Cleared by the thread as it ends: read on every line, where is_alive() cost more.
+        self.alive = True
         self._thread = threading.Thread(target=self._run, name="keysvc-log-writer", daemon=True)
         self._thread.start()
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            self.alive = False
+
+    def _loop(self) -> None:
         records = self._records
         while True:
             items = [records.get()]
@@ -313,12 +317,14 @@ class AccessLines:
     """One INFO line per call, for a logger that logs nothing else: the access log.
 
     Where ``logger``'s records would reach only a ``QueueingHandler`` writing JSON
-    lines, the line is formatted here, exactly as ``JsonFormatter`` would format the
-    record (``tests/test_logs.py`` compares them), and queued as text: no
-    ``LogRecord``, no handler chain, and nothing left for the writer thread but the
-    write (docs/PERFORMANCE.md says what the access log still costs). Any other
-    set-up (another handler, a filter, pytest's log capture) gets records through
-    ``logging``, as before.
+    lines, the line is formatted on the caller's thread, exactly as ``JsonFormatter``
+    would format the record (``tests/test_logs.py`` compares them), and queued as
+    text: no ``LogRecord``, no handler chain, and nothing left for the writer thread
+    but the write (docs/PERFORMANCE.md says what the access log still costs). Either
+    ``emit`` formats the fields, or the caller writes them after ``head()`` and
+    ``put``s the line (``keysvc.observability.AccessEntry``). Any other set-up
+    (another handler, a filter, pytest's log capture) gets records through
+    ``logging``, as before: ``head()`` is None, and ``emit`` logs a record.
     The set-up is looked at on the first line, so configure logging before serving.
     """
 
@@ -328,19 +334,46 @@ class AccessLines:
         self._logger = logger
         self._message = message
         self._handler: object = self._UNSEEN  # then what _only_handler said
+        # level, logger and message, as JsonFormatter writes them after the time
+        self._constant = (
+            f', "level": "info", "logger": {_ENCODER.encode(logger.name)},'
+            f' "message": {_ENCODER.encode(scrub(message))}'
+        )
 
-    def emit(self, fields: dict[str, object]) -> None:
-        logger = self._logger
-        if not logger.isEnabledFor(logging.INFO):
-            return
+    def head(self) -> str | None:
+        """Where lines are formatted here: the start of a line's JSON object (time,
+        level, logger, message), for the caller to add its fields, a comma before
+        each, and the closing brace, as ``_ENCODER`` writes them; else None. The
+        caller has checked that the logger logs INFO."""
+        handler = self._fast()
+        if handler is None:
+            return None
+        return f'{{"time": "{handler[1]._time(time.time())}"{self._constant}'
+
+    def put(self, line: str) -> bool:
+        """Queue ``head()`` and the rest of its object; False if that cannot be done
+        any more, and then ``emit`` the fields instead."""
+        handler = self._fast()
+        return handler is not None and handler[0].put_line(line)
+
+    def _fast(self) -> tuple["QueueingHandler", "JsonFormatter"] | None:
         handler = self._handler
         if handler is self._UNSEEN:
-            handler = self._handler = _only_handler(logger)
+            handler = self._handler = _only_handler(self._logger)
         if (
             isinstance(handler, tuple)
             and handler[0].level <= logging.INFO
             and handler[0].target.level <= logging.INFO
         ):
+            return handler
+        return None
+
+    def emit(self, fields: dict[str, object]) -> None:
+        logger = self._logger
+        if not logger.isEnabledFor(logging.INFO):
+            return
+        handler = self._fast()
+        if handler is not None:
             queueing, formatter = handler
             entry: dict[str, object] = {
                 "time": formatter._time(time.time()),

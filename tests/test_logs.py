@@ -11,6 +11,7 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,9 +20,11 @@ from typing import Any
 import pytest
 
 from keysvc import logs as logs_module
+from keysvc import observability
 from keysvc.config import ConfigError, build_settings
 from keysvc.credentials import new_key_id, new_secret
 from keysvc.logs import AccessLines, JsonFormatter, QueueingHandler, configure_logging, scrub
+from keysvc.models import Key
 from keysvc.state import STORE
 from tests.conftest import Client, create_creds
 from tests.helpers import Creds, basic
@@ -288,6 +291,53 @@ def test_access_lines_are_what_the_formatter_makes_of_the_record() -> None:
     record.created = datetime.fromisoformat(json.loads(line)["time"]).timestamp()
     assert line == JsonFormatter().format(record)
     assert "[redacted]" in line and "AAAA" not in line
+
+
+def _key(key_id: str) -> Key:
+    now = datetime.now(UTC)
+    return Key(key_id, 1, "org-\u00e9", "n", "enabled", "abcd", now, None, None, [], ())
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        (str(uuid.uuid4()), "GET", KEY, 200, 0.000123, "127.0.0.1", _key("k1"), "ok"),
+        (None, "POST", KEYS, 201, 0.0, None, None, None),
+        ("r", "keysvc_" + "A" * 42, "unmatched", 404, 12.3456789, "::1", None, "malformed"),
+        ("r", "GET", "/v1/verify", 401, 1e-7, "Basic abc", _key('q"\n\u2028'), "bad_secret"),
+        ("r", "PATCH", KEY, 500, 3.0, "10.0.0.1", _key("k"), None),
+    ],
+)
+def test_the_access_line_written_by_hand_is_the_formatters(values: tuple[Any, ...]) -> None:
+    """AccessEntry.fields_json after AccessLines.head() is, byte for byte, what
+    JsonFormatter writes for a record with AccessEntry.fields; and it is what the
+    access log queues."""
+    entry = observability.AccessEntry(*values)
+    stream = io.StringIO()
+    root = logging.getLogger()
+    others = root.handlers[:]  # pytest's own capture: then there would be no head()
+    root.handlers.clear()
+    handler = configure_logging("info", stream, background=True)
+    lines = AccessLines(logging.getLogger("keysvc.test.access"), "request")
+    try:
+        head = lines.head()
+        assert head is not None
+        assert lines.put(head + entry.fields_json())
+        handler.flush()
+    finally:
+        root.handlers[:] = others
+        handler.close()
+    (line,) = stream.getvalue().splitlines()
+    record = logging.LogRecord("keysvc.test.access", logging.INFO, __file__, 0, "request", (), None)
+    record.__dict__.update(entry.fields())
+    record.created = datetime.fromisoformat(json.loads(line)["time"]).timestamp()
+    assert line == JsonFormatter().format(record)
+    assert "AAAA" not in line and "abc" not in line  # scrubbed, as the formatter scrubs
+
+
+def test_no_head_where_records_are_wanted(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO):  # another handler listens: records, not text
+        assert AccessLines(logging.getLogger("keysvc.test.access"), "request").head() is None
 
 
 class FailingOnce(io.StringIO):
