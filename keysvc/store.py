@@ -345,9 +345,9 @@ class Store:
             pass
         _settle(batch, running)
 
-    @timed
-    async def get_key(self, organization_id: str, key_id: str) -> Key | None:
-        """The key as committed now: from the cache only if nothing was committed since."""
+    def cached_key(self, organization_id: str, key_id: str) -> Key | None:
+        """The key as committed now, if it is cached and nothing at all was committed
+        since it was read; no statement runs (``get_key`` reads on a miss)."""
         version = self._fresh()
         entry = self._cache.by_key(key_id)
         if (
@@ -356,6 +356,15 @@ class Store:
             and entry.credential.key.organization_id == organization_id
         ):
             return entry.credential.key
+        return None
+
+    @timed
+    async def get_key(self, organization_id: str, key_id: str) -> Key | None:
+        """The key as committed now: from the cache only if nothing was committed since."""
+        version = self._fresh()
+        cached = self.cached_key(organization_id, key_id)
+        if cached is not None:
+            return cached
         row = await _one(self.reader, _CREDENTIAL_BY_ID, (key_id, organization_id))
         if row is None:
             return None

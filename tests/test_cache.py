@@ -19,6 +19,7 @@ from keysvc.credentials import Hasher, new_secret
 from keysvc.errors import Unauthorized
 from keysvc.models import Credential, Key
 from keysvc.state import STORE
+from keysvc.store import Store
 from tests.conftest import Client, ClientFactory, bootstrap, create_creds
 from tests.helpers import (
     Creds,
@@ -57,8 +58,20 @@ async def test_own_details_served_from_cache_when_nothing_changed(
     await assert_ok(await client.get(url, headers=svc.headers))  # touches usedAt, reads
     await assert_ok(await client.get(url, headers=svc.headers))  # re-reads after the touch
     reads = count_reads(client.app[STORE], monkeypatch)
+    awaited: list[str] = []
+    original = Store.get_key
+
+    async def counting(self: Store, organization_id: str, key_id: str) -> Key | None:
+        awaited.append(key_id)
+        return await original(self, organization_id, key_id)
+
+    monkeypatch.setattr(Store, "get_key", counting)
     first = await assert_ok(await client.get(url, headers=svc.headers))
     assert reads == [] and first["usedAt"]
+    assert awaited == []  # a hit is read synchronously, without the store's coroutine
+    await assert_ok(await client.patch(url, json={"name": "renamed"}, headers=admin.headers))
+    renamed = await assert_ok(await client.get(url, headers=svc.headers))
+    assert renamed["name"] == "renamed"  # the write's own record, never the older one
 
 
 async def warm(client: Client, creds: Creds) -> None:
