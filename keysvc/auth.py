@@ -119,8 +119,8 @@ async def authenticate(request: web.Request, address: "IPAddress | None", now: d
     """The enabled, unexpired key whose credentials the request carries, allowed
     from ``address`` (the client address, see ``client_address``) at ``now``.
 
-    A header whose credentials were checked before, against a key still cached as
-    it was then, is known by its keyed hash alone (``Store.proven_credential``);
+    A header whose credentials were checked before, against a key still cached
+    with the same secret hash, is known by its keyed hash alone (``Store.proven_credential``);
     any other is parsed, and its key ID and secret hashed and compared.
     """
     header = _authorization(request)

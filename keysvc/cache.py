@@ -2,9 +2,11 @@
 
 Entries are keyed by the keyed hash of the key ID, the same value the database
 is searched by. The cache never decides an answer: the secret is checked on
-every request against the cached keyed hash, and expiry against the clock.
-It only saves the round trip, and the store drops it whole whenever the
-authorization generation moves (see ``Store``).
+every request against the cached keyed hash, either hashed again or through
+the keyed hash of a header already checked (a proof, see ``proven``), and
+expiry against the clock. It saves the round trip and, for a repeated header,
+the parsing and hashing; the store drops it whole whenever the authorization
+generation moves (see ``Store``).
 
 Each entry remembers the database's ``data_version`` it was read at, so a
 reader that needs the very latest row (``usedAt`` included) can tell whether
@@ -37,7 +39,7 @@ class CredentialCache:
         self._hash_of_id: dict[str, bytes] = {}
         # Proofs: the keyed hash of a whole Authorization header whose credentials were
         # checked, with the key-ID hash and secret hash it was found to carry (see proven).
-        self._proofs: dict[bytes, tuple[bytes, bytes]] = {}
+        self._proofs: OrderedDict[bytes, tuple[bytes, bytes]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._by_hash)
@@ -74,8 +76,10 @@ class CredentialCache:
 
         A header is remembered (``prove``) only after its key ID and secret were hashed
         and its secret hash compared, so the same header carries the same secret: one
-        keyed hash of the header stands in for parsing it and hashing both parts. Any
-        change to the key, or a dropped cache, leaves the proof unmatched.
+        keyed hash of the header stands in for parsing it and hashing both parts. A
+        different secret hash for that key, or its entry dropped (as every write that
+        can change an answer drops it), leaves the proof unmatched; a refreshed
+        record with the same secret (a new usedAt, say) keeps it.
         """
         seen = self._proofs.get(proof)
         if seen is None:
@@ -84,15 +88,17 @@ class CredentialCache:
         if entry is None or not hmac.compare_digest(entry.credential.secret_hash, seen[1]):
             return None
         self._by_hash.move_to_end(seen[0])
+        self._proofs.move_to_end(proof)
         return entry.credential
 
     def prove(self, proof: bytes, key_id_hash: bytes, credential: Credential) -> None:
         """Remember that ``proof``'s header carries ``credential``'s key ID and secret."""
         if self._max <= 0:
             return
-        if proof not in self._proofs and len(self._proofs) >= self._max:
-            del self._proofs[next(iter(self._proofs))]  # the oldest
         self._proofs[proof] = (key_id_hash, credential.secret_hash)
+        self._proofs.move_to_end(proof)
+        while len(self._proofs) > self._max:
+            self._proofs.popitem(last=False)  # the least recently used
 
     def clear(self) -> None:
         self._by_hash.clear()

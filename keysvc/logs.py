@@ -251,6 +251,12 @@ class QueueingHandler(logging.handlers.QueueHandler):
         if self._records.qsize() > MAX_BACKLOG:
             self._wait_for_writer(10.0)
 
+    @property
+    def running(self) -> bool:
+        """Whether a writer thread takes queued lines (not after a fork, or once closed)."""
+        writer = self._writer
+        return writer is not None and writer.alive
+
     def put_line(self, line: str) -> bool:
         """Queue a line formatted already (``AccessLines``); False without a running
         writer, and then the caller logs a record instead."""
@@ -362,6 +368,7 @@ class AccessLines:
             handler = self._handler = _only_handler(self._logger)
         if (
             isinstance(handler, tuple)
+            and handler[0].running
             and handler[0].level <= logging.INFO
             and handler[0].target.level <= logging.INFO
         ):

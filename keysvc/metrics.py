@@ -125,7 +125,8 @@ class RequestTallies(Collector):
         self._auth[reason] += 1
 
     def collect(self) -> Iterator[Metric]:
-        created = prometheus_client.metrics._use_created
+        # As prometheus_client's own metrics decide (PROMETHEUS_DISABLE_CREATED_SERIES).
+        created = getattr(prometheus_client.metrics, "_use_created", True)
         name, documentation, labels = REQUESTS
         requests = CounterMetricFamily(name, documentation, labels=labels)
         for (route, method, status), count in self._requests.items():

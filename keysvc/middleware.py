@@ -80,7 +80,8 @@ def _from_http_exception(
 # call per REQUEST_IDS_PER_POOL requests rather than one per request, which under
 # load cost more than the rest of making the ID. Each pool (kept as hex) comes with
 # its own counter, and both are swapped in as one tuple, so whichever thread asks,
-# each slice of a pool is handed out once.
+# each slice of a pool is handed out once (next() on itertools.count is atomic under
+# the GIL; a free-threaded build would need a lock here).
 REQUEST_IDS_PER_POOL = 256
 # The RFC 4122 variant's four possible first hex digits (10xx), by the random digit.
 _VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}

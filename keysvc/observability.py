@@ -68,8 +68,9 @@ class AccessEntry(NamedTuple):
         return entry
 
     def fields_json(self) -> str:
-        """The rest of the line after ``AccessLines.head()``: ``fields``, each string
-        scrubbed, written as the formatter's JSON encoder writes them, the closing
+        """The rest of the line after ``AccessLines.head()``: ``fields``, each top-level
+        string scrubbed as JsonFormatter scrubs it, written as the formatter's JSON
+        encoder writes them, the closing
         brace included. One f-string rather than a dict and the encoder: the access
         line is written on every request (``tests/test_logs.py`` compares the two)."""
         text = (

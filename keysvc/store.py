@@ -361,10 +361,10 @@ class Store:
     @timed
     async def get_key(self, organization_id: str, key_id: str) -> Key | None:
         """The key as committed now: from the cache only if nothing was committed since."""
-        version = self._fresh()
         cached = self.cached_key(organization_id, key_id)
         if cached is not None:
             return cached
+        version = self._fresh()  # read before the row, so a later commit is not hidden
         row = await _one(self.reader, _CREDENTIAL_BY_ID, (key_id, organization_id))
         if row is None:
             return None

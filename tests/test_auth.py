@@ -152,13 +152,22 @@ class Work:
         self.hashes = 0
         self.compares = 0
         self.lookups = 0
-        keyed, compare = Hasher.keyed, hmac.compare_digest
+        keyed, of_header, compare = Hasher.keyed, Hasher.of_header, hmac.compare_digest
         store = client.app[STORE]
         find = store.cached_credential  # every lookup starts here; a miss reads the database
+        proven = store.proven_credential  # the header's proof, looked up first
 
         def counting_keyed(hasher: Hasher, value: str) -> bytes:
             self.hashes += 1
             return keyed(hasher, value)
+
+        def counting_of_header(hasher: Hasher, header: str) -> bytes:
+            self.hashes += 1
+            return of_header(hasher, header)
+
+        def counting_proven(proof: bytes):  # type: ignore[no-untyped-def]
+            self.lookups += 1
+            return proven(proof)
 
         def counting_compare(a: bytes, b: bytes) -> bool:
             self.compares += 1
@@ -171,6 +180,8 @@ class Work:
         monkeypatch.setattr(Hasher, "keyed", counting_keyed)
         monkeypatch.setattr(hmac, "compare_digest", counting_compare)
         monkeypatch.setattr(store, "cached_credential", counting_find)
+        monkeypatch.setattr(Hasher, "of_header", counting_of_header)
+        monkeypatch.setattr(store, "proven_credential", counting_proven)
 
     def take(self) -> tuple[int, int, int]:
         taken = (self.hashes, self.compares, self.lookups)
@@ -198,8 +209,9 @@ async def test_unknown_key_and_wrong_secret_do_the_same_work(
     work.take()
     cached = await refused(basic(other.key_id, new_secret()))
     unknown_again = await refused(basic("B" * 20, other.secret))
-    # Two keyed hashes (key ID, secret); two compares (the checksum, the secret).
-    assert unknown == uncached == cached == unknown_again == (2, 2, 1)
+    # Three keyed hashes (the header's proof, key ID, secret); two compares (the
+    # checksum, the secret); two lookups (the proof, never found; the key ID).
+    assert unknown == uncached == cached == unknown_again == (3, 2, 2)
 
 
 def test_generated_characters_are_uniform_base62() -> None:

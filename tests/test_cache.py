@@ -262,9 +262,12 @@ def test_a_proof_holds_only_while_its_key_is_cached_with_the_same_secret() -> No
     cache.clear()
     assert cache.proven(proof) is None and cache._proofs == {}
     cache.put(key_id_hash, credential, 4)
-    for n in range(3):  # bounded: the oldest proof goes first
-        cache.prove(hasher.of_header(f"h{n}"), key_id_hash, credential)
-    assert list(cache._proofs) == [hasher.of_header("h1"), hasher.of_header("h2")]
+    h0, h1, h2 = (hasher.of_header(f"h{n}") for n in range(3))
+    cache.prove(h0, key_id_hash, credential)
+    cache.prove(h1, key_id_hash, credential)
+    assert cache.proven(h0) is credential  # used: now the most recent
+    cache.prove(h2, key_id_hash, credential)  # bounded: the least recently used goes
+    assert list(cache._proofs) == [h0, h2]
     assert CredentialCache(0).proven(proof) is None
 
 

@@ -2,6 +2,7 @@
 
 import logging
 import os
+import sys
 import threading
 import uuid
 
@@ -23,10 +24,15 @@ def test_request_ids_are_random_uuid4_across_pools_and_threads() -> None:
         ids.extend(new_request_id() for _ in range(count))
 
     threads = [threading.Thread(target=make) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns often, pool swaps included
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
     assert len(set(ids)) == 4 * count
     for text in ids:
         parsed = uuid.UUID(text)
@@ -42,8 +48,10 @@ def test_a_forked_worker_never_repeats_its_parents_request_ids() -> None:
     read, write = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - the child process
-        os.write(write, " ".join(new_request_id() for _ in range(10)).encode())
-        os._exit(0)
+        try:
+            os.write(write, " ".join(new_request_id() for _ in range(10)).encode())
+        finally:
+            os._exit(0)  # never back into pytest
     os.close(write)
     _, status = os.waitpid(child, 0)
     with os.fdopen(read) as pipe:

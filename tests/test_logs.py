@@ -319,7 +319,7 @@ def test_the_access_line_written_by_hand_is_the_formatters(values: tuple[Any, ..
     entry = observability.AccessEntry(*values)
     stream = io.StringIO()
     root = logging.getLogger()
-    others = root.handlers[:]  # pytest's own capture: then there would be no head()
+    others, level = root.handlers[:], root.level  # pytest's capture: then no head()
     root.handlers.clear()
     handler = configure_logging("info", stream, background=True)
     lines = AccessLines(logging.getLogger("keysvc.test.access"), "request")
@@ -330,6 +330,7 @@ def test_the_access_line_written_by_hand_is_the_formatters(values: tuple[Any, ..
         handler.flush()
     finally:
         root.handlers[:] = others
+        root.setLevel(level)
         handler.close()
     (line,) = stream.getvalue().splitlines()
     record = logging.LogRecord("keysvc.test.access", logging.INFO, __file__, 0, "request", (), None)
@@ -342,6 +343,43 @@ def test_the_access_line_written_by_hand_is_the_formatters(values: tuple[Any, ..
 def test_no_head_where_records_are_wanted(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO):  # another handler listens: records, not text
         assert AccessLines(logging.getLogger("keysvc.test.access"), "request").head() is None
+
+
+# The thread's death is the point; pytest would report it as a warning.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_once_the_writer_is_gone_access_lines_are_written_directly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A writer thread that died (or a forked worker, which has none) takes no more
+    lines: head() is None and the line goes out as a record, on the caller's thread."""
+    stream = io.StringIO()
+    root = logging.getLogger()
+    others, level = root.handlers[:], root.level
+    root.handlers.clear()
+    handler = configure_logging("info", stream, background=True)
+    assert isinstance(handler, QueueingHandler)
+    lines = AccessLines(logging.getLogger("keysvc.test.access"), "request")
+    entry = observability.AccessEntry("r", "GET", KEY, 200, 0.001, "::1", None, "ok")
+
+    def dies(self: object, items: list[object]) -> bool:
+        raise SystemExit  # as an uncaught error in the thread would end it
+
+    try:
+        assert lines.head() is not None and handler.running
+        monkeypatch.setattr(logs_module._Writer, "_write", dies)
+        handler.put_line("lost with the writer")
+        writer = handler._writer
+        assert writer is not None
+        writer.join(5.0)
+        assert not handler.running and lines.head() is None
+        assert not handler.put_line("refused")
+        lines.emit(entry.fields())
+        (line,) = stream.getvalue().splitlines()  # written at once, no writer needed
+        assert json.loads(line)["route"] == KEY
+    finally:
+        root.handlers[:] = others
+        root.setLevel(level)
+        handler.close()
 
 
 class FailingOnce(io.StringIO):
