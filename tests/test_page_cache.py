@@ -3,12 +3,14 @@ query, and any commit (here or by another process) is in the very next answer.""
 
 import dataclasses
 import sqlite3
+from collections import OrderedDict
 from typing import Any
 
 import pytest
 
 from keysvc.app import create_app
 from keysvc.config import Settings
+from keysvc.handlers import keys as keys_handlers
 from keysvc.state import STORE
 from tests.conftest import Client, ClientFactory, bootstrap, create, create_creds
 from tests.helpers import Creds, FakeClock, assert_ok, count_reads
@@ -144,3 +146,31 @@ async def test_a_row_read_again_unchanged_gives_the_same_record(
     assert again[ops.id] is not after[ops.id]
     assert again[ops.id].permissions == frozenset({"reports:write"})
     assert again[dev.id] is after[dev.id]
+
+
+async def test_list_parameters_are_validated_once_per_query_string(
+    client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query string seen before is not validated again; a refused one is never kept,
+    and the kept ones are bounded."""
+    monkeypatch.setattr(keys_handlers, "_LIST_PARAMS", OrderedDict())
+    loads: list[object] = []
+    original = keys_handlers._list_query.load
+
+    def counting(data: Any, **kwargs: Any) -> Any:
+        loads.append(data)
+        return original(data, **kwargs)
+
+    monkeypatch.setattr(keys_handlers._list_query, "load", counting)
+    first = await listed(client, admin, "?limit=1")
+    again = await listed(client, admin, "?limit=1")
+    assert len(loads) == 1 and again["result"] == first["result"] and len(again["result"]) == 1
+    for _ in range(2):
+        response = await client.get(keys_url(admin, "?limit=0"), headers=admin.headers)
+        assert response.status == 400
+    assert len(loads) == 3 and list(keys_handlers._LIST_PARAMS) == ["limit=1"]
+    for n in range(keys_handlers.LIST_PARAMS_KEPT + 20):  # distinct texts: 001, ..., 0001
+        await listed(client, admin, f"?limit={n % 250 + 1:0{3 + n // 250}d}")
+    assert len(keys_handlers._LIST_PARAMS) == keys_handlers.LIST_PARAMS_KEPT
+    with pytest.raises(TypeError):
+        next(iter(keys_handlers._LIST_PARAMS.values()))["limit"] = 5  # type: ignore[index]
