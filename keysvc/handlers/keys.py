@@ -41,7 +41,7 @@ def _load_at(
     return load(schema, body)
 
 
-# The list's validated parameters by raw query string. Validating them is a pure
+# The list's validated parameters by query string, as sent. Validating them is a pure
 # function of that string, and costs a marshmallow load (about 8% of a list request
 # under load); most calls ask for the same few pages, the first above all. A query
 # that fails validation is never kept, and neither is one over _MEMO_QUERY_LENGTH.
@@ -51,7 +51,9 @@ _MEMO_QUERY_LENGTH = 512
 
 
 def _list_params(request: web.Request) -> Mapping[str, Any]:
-    raw = request.query_string
+    # As sent: request.query_string is decoded, and two queries that parse apart
+    # (cursor=%2541 and cursor=%41) may decode alike.
+    raw = request.rel_url.raw_query_string
     params = _LIST_PARAMS.get(raw)
     if params is not None:
         _LIST_PARAMS.move_to_end(raw)
