@@ -12,10 +12,10 @@ Authorization values, Basic tokens and keysvc secrets first.
 Formatting and writing happen off the event loop: the root logger's handler
 (a ``QueueHandler``) only puts each record on a queue, and one writer thread
 formats what has queued up and writes it in one go. The access log, a line
-per request, skips even the record: ``AccessLines`` formats its line on the
-loop, as the formatter would, and queues the text (see there). The writer is drained
-before the process exits (``logging.shutdown`` at exit, which a SIGTERM to
-``keysvc serve`` reaches through aiohttp's graceful shutdown). A process
+per request, skips even the record: ``AccessLines`` puts its line together on
+the loop, as the formatter would, and queues the text (see there). The writer is
+drained before the process exits (``logging.shutdown`` at exit, which
+``keysvc serve`` reaches once SIGTERM has stopped it, see ``keysvc.cli``). A process
 forked after set-up (``serve --workers``) has no writer thread, and workers
 leave through ``os._exit``, so there records are written synchronously.
 """
@@ -32,7 +32,7 @@ import threading
 import time
 import weakref
 from datetime import UTC, datetime
-from typing import IO
+from typing import IO, Protocol
 
 from keysvc.credentials import SECRET_PATTERN
 
@@ -319,19 +319,32 @@ def _only_handler(logger: logging.Logger) -> tuple[QueueingHandler, JsonFormatte
     return handler, formatter
 
 
+class AccessFields(Protocol):
+    """What ``AccessLines.emit`` writes: the line's fields, and the same fields as
+    JSON text, each written as ``JsonFormatter`` would write that record's extras."""
+
+    def fields(self) -> dict[str, object]:
+        """The fields, as a record's ``extra``."""
+        ...
+
+    def fields_json(self) -> str:
+        """``, "name": value`` for each field, top-level strings scrubbed, then ``}``."""
+        ...
+
+
 class AccessLines:
     """One INFO line per call, for a logger that logs nothing else: the access log.
 
-    Where ``logger``'s records would reach only a ``QueueingHandler`` writing JSON
-    lines, the line is formatted on the caller's thread, exactly as ``JsonFormatter``
-    would format the record (``tests/test_logs.py`` compares them), and queued as
-    text: no ``LogRecord``, no handler chain, and nothing left for the writer thread
-    but the write (docs/PERFORMANCE.md says what the access log still costs). Either
-    ``emit`` formats the fields, or the caller writes them after ``head()`` and
-    ``put``s the line (``keysvc.observability.AccessEntry``). Any other set-up
-    (another handler, a filter, pytest's log capture) gets records through
-    ``logging``, as before: ``head()`` is None, and ``emit`` logs a record.
-    The set-up is looked at on the first line, so configure logging before serving.
+    Where ``logger``'s records would reach only a running ``QueueingHandler``
+    writing JSON lines, the line is put together on the caller's thread, exactly
+    as ``JsonFormatter`` would format the record (``tests/test_logs.py`` compares
+    them): the formatter's time, level, logger and message, then the fields' own
+    JSON text. It is queued as text: no ``LogRecord``, no handler chain, and
+    nothing left for the writer thread but the write (docs/PERFORMANCE.md says
+    what the access log still costs). Any other set-up (another handler, a filter,
+    pytest's log capture, a forked worker without a writer) gets records through
+    ``logging``, as before. The set-up is looked at on the first line, so
+    configure logging before serving.
     """
 
     _UNSEEN = object()
@@ -346,22 +359,6 @@ class AccessLines:
             f' "message": {_ENCODER.encode(scrub(message))}'
         )
 
-    def head(self) -> str | None:
-        """Where lines are formatted here: the start of a line's JSON object (time,
-        level, logger, message), for the caller to add its fields, a comma before
-        each, and the closing brace, as ``_ENCODER`` writes them; else None. The
-        caller has checked that the logger logs INFO."""
-        handler = self._fast()
-        if handler is None:
-            return None
-        return f'{{"time": "{handler[1]._time(time.time())}"{self._constant}'
-
-    def put(self, line: str) -> bool:
-        """Queue ``head()`` and the rest of its object; False if that cannot be done
-        any more, and then ``emit`` the fields instead."""
-        handler = self._fast()
-        return handler is not None and handler[0].put_line(line)
-
     def _fast(self) -> tuple["QueueingHandler", "JsonFormatter"] | None:
         handler = self._handler
         if handler is self._UNSEEN:
@@ -375,29 +372,23 @@ class AccessLines:
             return handler
         return None
 
-    def emit(self, fields: dict[str, object]) -> None:
+    def emit(self, entry: AccessFields) -> None:
         logger = self._logger
         if not logger.isEnabledFor(logging.INFO):
             return
         handler = self._fast()
         if handler is not None:
             queueing, formatter = handler
-            entry: dict[str, object] = {
-                "time": formatter._time(time.time()),
-                "level": "info",
-                "logger": logger.name,
-                "message": scrub(self._message),
-            }
-            for name, value in fields.items():
-                entry[name] = _scrubbed(value)
-            if queueing.put_line(_ENCODER.encode(entry)):
+            time_text = formatter._time(time.time())
+            line = f'{{"time": "{time_text}"{self._constant}{entry.fields_json()}'
+            if queueing.put_line(line):
                 return
         # As logger.info would, less the walk up the stack for a caller nobody logs.
-        logger.handle(
-            logger.makeRecord(
-                logger.name, logging.INFO, __file__, 0, self._message, (), None, extra=fields
-            )
+        fields = entry.fields()
+        record = logger.makeRecord(
+            logger.name, logging.INFO, __file__, 0, self._message, (), None, extra=fields
         )
+        logger.handle(record)
 
 
 _after_fork: "weakref.WeakSet[QueueingHandler]" = weakref.WeakSet()

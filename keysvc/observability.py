@@ -68,11 +68,11 @@ class AccessEntry(NamedTuple):
         return entry
 
     def fields_json(self) -> str:
-        """The rest of the line after ``AccessLines.head()``: ``fields``, each top-level
-        string scrubbed as JsonFormatter scrubs it, written as the formatter's JSON
-        encoder writes them, the closing
-        brace included. One f-string rather than a dict and the encoder: the access
-        line is written on every request (``tests/test_logs.py`` compares the two)."""
+        """The rest of the access line (``AccessLines.emit``): ``fields``, each
+        top-level string scrubbed as JsonFormatter scrubs it, written as the
+        formatter's JSON encoder writes them, the closing brace included. One
+        f-string rather than a dict and the encoder: the access line is written on
+        every request (``tests/test_logs.py`` compares the two)."""
         text = (
             f', "requestId": {_text(self.request_id)}, "method": {_text(self.method)},'
             f' "route": {_text(self.route)}, "status": {int(self.status)},'
@@ -107,19 +107,16 @@ class Access:
             outcome = request.get(AUTH_OUTCOME)
             if outcome is not None:
                 metrics.observe_auth(outcome)
-        if not self._logger.isEnabledFor(logging.INFO):
-            return
-        entry = AccessEntry(
-            request.get(REQUEST_ID),
-            request.method,
-            route,
-            status,
-            seconds,
-            request.remote,
-            request.get(CALLER),
-            request.get(AUTH_OUTCOME),
-        )
-        lines = self._lines
-        head = lines.head()
-        if head is None or not lines.put(head + entry.fields_json()):
-            lines.emit(entry.fields())
+        if self._logger.isEnabledFor(logging.INFO):
+            self._lines.emit(
+                AccessEntry(
+                    request.get(REQUEST_ID),
+                    request.method,
+                    route,
+                    status,
+                    seconds,
+                    request.remote,
+                    request.get(CALLER),
+                    request.get(AUTH_OUTCOME),
+                )
+            )

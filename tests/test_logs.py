@@ -261,42 +261,6 @@ def test_formatter_keeps_a_multiline_record_on_one_line() -> None:
     assert "ValueError: first\nsecond" in entry["exception"]
 
 
-ACCESS_FIELDS: dict[str, object] = {
-    "requestId": "6a0f4c2e-8d1b-4f3a-9c7e-2b5d8e1f0a93",
-    "method": "keysvc_" + "A" * 42,  # a client may put anything in the method: scrubbed
-    "route": KEY,
-    "status": 401,
-    "latencyMs": 0.123,
-    "remote": None,
-    "caller": {"id": 'k\u00e9y\n"', "organizationId": "o"},
-    "auth": "bad_secret",
-}
-
-
-def test_access_lines_are_what_the_formatter_makes_of_the_record() -> None:
-    """The access log's own path (no record, formatted on the caller's thread) writes
-    the very line JsonFormatter writes for the same record, time aside."""
-    stream = io.StringIO()
-    root = logging.getLogger()
-    others = root.handlers[:]  # pytest's own capture: then AccessLines would log a record
-    root.handlers.clear()
-    handler = configure_logging("info", stream, background=True)
-    logger = logging.getLogger("keysvc.test.access")
-    try:
-        AccessLines(logger, "request").emit(dict(ACCESS_FIELDS))
-        handler.flush()
-        assert logs_module._only_handler(logger) is not None  # the line's own path ran
-    finally:
-        root.handlers[:] = others
-        handler.close()
-    (line,) = stream.getvalue().splitlines()
-    record = logging.LogRecord(logger.name, logging.INFO, __file__, 0, "request", (), None)
-    record.__dict__.update(ACCESS_FIELDS)
-    record.created = datetime.fromisoformat(json.loads(line)["time"]).timestamp()
-    assert line == JsonFormatter().format(record)
-    assert "[redacted]" in line and "AAAA" not in line
-
-
 def _key(key_id: str) -> Key:
     now = datetime.now(UTC)
     return Key(key_id, 1, "org-\u00e9", "n", "enabled", "abcd", now, None, None, [], ())
@@ -310,24 +274,25 @@ def _key(key_id: str) -> Key:
         ("r", "keysvc_" + "A" * 42, "unmatched", 404, 12.3456789, "::1", None, "malformed"),
         ("r", "GET", "/v1/verify", 401, 1e-7, "Basic abc", _key('q"\n\u2028'), "bad_secret"),
         ("r", "PATCH", KEY, 500, 3.0, "10.0.0.1", _key("k"), None),
+        # A client may put anything in the method: scrubbed.
+        ("r", "keysvc_" + "A" * 42, KEY, 401, 0.123, None, _key('k\u00e9y\n"'), "bad_secret"),
     ],
 )
 def test_the_access_line_written_by_hand_is_the_formatters(values: tuple[Any, ...]) -> None:
-    """AccessEntry.fields_json after AccessLines.head() is, byte for byte, what
-    JsonFormatter writes for a record with AccessEntry.fields; and it is what the
-    access log queues."""
+    """The access log's own path (no record: the formatter's head, then
+    AccessEntry.fields_json, queued as text) writes, byte for byte, what
+    JsonFormatter writes for a record with AccessEntry.fields, time aside."""
     entry = observability.AccessEntry(*values)
     stream = io.StringIO()
     root = logging.getLogger()
-    others, level = root.handlers[:], root.level  # pytest's capture: then no head()
+    others, level = root.handlers[:], root.level  # pytest's capture: then records instead
     root.handlers.clear()
     handler = configure_logging("info", stream, background=True)
-    lines = AccessLines(logging.getLogger("keysvc.test.access"), "request")
+    logger = logging.getLogger("keysvc.test.access")
     try:
-        head = lines.head()
-        assert head is not None
-        assert lines.put(head + entry.fields_json())
+        AccessLines(logger, "request").emit(entry)
         handler.flush()
+        assert logs_module._only_handler(logger) is not None  # the line's own path ran
     finally:
         root.handlers[:] = others
         root.setLevel(level)
@@ -340,18 +305,13 @@ def test_the_access_line_written_by_hand_is_the_formatters(values: tuple[Any, ..
     assert "AAAA" not in line and "abc" not in line  # scrubbed, as the formatter scrubs
 
 
-def test_no_head_where_records_are_wanted(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO):  # another handler listens: records, not text
-        assert AccessLines(logging.getLogger("keysvc.test.access"), "request").head() is None
-
-
 # The thread's death is the point; pytest would report it as a warning.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_once_the_writer_is_gone_access_lines_are_written_directly(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A writer thread that died (or a forked worker, which has none) takes no more
-    lines: head() is None and the line goes out as a record, on the caller's thread."""
+    lines: the line goes out as a record, on the caller's thread."""
     stream = io.StringIO()
     root = logging.getLogger()
     others, level = root.handlers[:], root.level
@@ -365,15 +325,15 @@ def test_once_the_writer_is_gone_access_lines_are_written_directly(
         raise SystemExit  # as an uncaught error in the thread would end it
 
     try:
-        assert lines.head() is not None and handler.running
+        assert handler.running
         monkeypatch.setattr(logs_module._Writer, "_write", dies)
         handler.put_line("lost with the writer")
         writer = handler._writer
         assert writer is not None
         writer.join(5.0)
-        assert not handler.running and lines.head() is None
+        assert not handler.running
         assert not handler.put_line("refused")
-        lines.emit(entry.fields())
+        lines.emit(entry)
         (line,) = stream.getvalue().splitlines()  # written at once, no writer needed
         assert json.loads(line)["route"] == KEY
     finally:
@@ -419,7 +379,9 @@ def test_access_lines_go_through_logging_when_another_handler_listens(
     logger = logging.getLogger("keysvc.test.access")
     try:
         with caplog.at_level(logging.INFO):
-            AccessLines(logger, "request").emit(dict(ACCESS_FIELDS))
+            AccessLines(logger, "request").emit(
+                observability.AccessEntry("r", "GET", KEY, 401, 0.1, None, None, "bad_secret")
+            )
         handler.flush()
     finally:
         logging.getLogger().removeHandler(handler)
