@@ -103,11 +103,14 @@ class Hasher:
         # Keyed once: each hash copies it (the pepper's padding is not hashed again).
         self._keyed = hmac.new(pepper, digestmod=hashlib.sha256)
 
+    def _mac(self, data: bytes) -> bytes:
+        mac = self._keyed.copy()
+        mac.update(data)
+        return mac.digest()
+
     def keyed(self, sha256_b64_value: str) -> bytes:
         """HMAC-SHA256(pepper, base64(SHA-256(v))), given base64(SHA-256(v))."""
-        mac = self._keyed.copy()
-        mac.update(sha256_b64_value.encode())
-        return mac.digest()
+        return self._mac(sha256_b64_value.encode())
 
     def of_plain(self, value: str) -> bytes:
         return self.keyed(sha256_b64(value))
@@ -115,9 +118,7 @@ class Hasher:
     def of_header(self, header: str) -> bytes:
         """HMAC-SHA256(pepper, "Authorization" NUL header): a whole header's proof
         (``CredentialCache.proven``). The NUL keeps it apart from ``keyed``'s inputs."""
-        mac = self._keyed.copy()
-        mac.update(b"Authorization\0" + header.encode("utf-8", "surrogatepass"))
-        return mac.digest()
+        return self._mac(b"Authorization\0" + header.encode("utf-8", "surrogatepass"))
 
     def sign(self, purpose: str, text: str) -> str:
         """A short MAC of ``text`` for ``purpose``, so clients cannot forge it."""

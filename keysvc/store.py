@@ -561,29 +561,39 @@ _roles_made: dict[tuple[object, ...], Role] = {}
 _keys_made: dict[tuple[object, ...], Key] = {}
 
 
+def _made(
+    table: dict[tuple[object, ...], _T], values: tuple[object, ...], make: Callable[[], _T]
+) -> _T:
+    """The record made before from ``values``, else ``make()``'s, kept in ``table``."""
+    made = table.get(values)
+    if made is None:
+        made = make()
+        if len(table) >= MADE_MAX:
+            table.clear()
+        table[values] = made
+    return made
+
+
 def _role(row: sqlite3.Row) -> Role:
-    values = tuple(row[name] for name in _ROLE_COLUMNS)
-    role = _roles_made.get(values)
-    if role is None:
-        role = Role(
+    return _made(
+        _roles_made,
+        tuple(row[name] for name in _ROLE_COLUMNS),
+        lambda: Role(
             id=row["id"],
             name=row["name"],
             type=row["type"],
             permissions=tuple(json.loads(row["permissions"])),
             created_at=from_text(row["created_at"]),
             updated_at=from_text(row["updated_at"]),
-        )
-        if len(_roles_made) >= MADE_MAX:
-            _roles_made.clear()
-        _roles_made[values] = role
-    return role
+        ),
+    )
 
 
 def _key(row: sqlite3.Row, roles: Sequence[Role]) -> Key:
-    values = (*(row[name] for name in _KEY_COLUMNS), *roles)  # Role: frozen, hashable
-    key = _keys_made.get(values)
-    if key is None:
-        key = Key(
+    return _made(
+        _keys_made,
+        (*(row[name] for name in _KEY_COLUMNS), *roles),  # Role: frozen, hashable
+        lambda: Key(
             id=row["id"],
             seq=row["seq"],
             organization_id=row["organization_id"],
@@ -596,11 +606,8 @@ def _key(row: sqlite3.Row, roles: Sequence[Role]) -> Key:
             ip_access_list=json.loads(row["ip_access_list"]),
             roles=tuple(roles),
             rate_limit=(row["rate_limit"], row["rate_window"]) if row["rate_limit"] else None,
-        )
-        if len(_keys_made) >= MADE_MAX:
-            _keys_made.clear()
-        _keys_made[values] = key
-    return key
+        ),
+    )
 
 
 def _with_roles(rows: Sequence[sqlite3.Row], role_rows: Sequence[sqlite3.Row]) -> list[Key]:
@@ -624,6 +631,11 @@ async def _get_key(conn: aiosqlite.Connection, organization_id: str, key_id: str
     return None if row is None else (await _keys_from_rows(conn, [row]))[0]
 
 
+# What a create or an update is told when a constraint refuses its key, by either path.
+_KEY_ID_TAKEN = "hashData.keyIdHash: a key with this key ID already exists"
+_ROLE_GONE = "a role was deleted while this request ran; try again"
+
+
 async def _insert_key_roles(
     conn: aiosqlite.Connection, key_id: str, role_ids: Sequence[str]
 ) -> None:
@@ -632,7 +644,7 @@ async def _insert_key_roles(
             _INSERT_KEY_ROLE, [(key_id, role_id) for role_id in dict.fromkeys(role_ids)]
         )
     except sqlite3.IntegrityError:
-        raise Conflict("a role was deleted while this request ran; try again") from None
+        raise Conflict(_ROLE_GONE) from None
 
 
 def _key_row(key_id: str, new: NewKey) -> tuple[object, ...]:
@@ -658,7 +670,7 @@ async def _insert_key(conn: aiosqlite.Connection, new: NewKey) -> Key:
         await conn.execute(_INSERT_KEY, _key_row(key_id, new))
     except sqlite3.IntegrityError as exc:
         if "key_id_hash" in str(exc):
-            raise Conflict("hashData.keyIdHash: a key with this key ID already exists") from None
+            raise Conflict(_KEY_ID_TAKEN) from None
         raise
     await _insert_key_roles(conn, key_id, new.role_ids)
     key = await _get_key(conn, new.organization_id, key_id)
@@ -816,9 +828,9 @@ def _refused(exc: Exception) -> Exception:
     """What a request whose key alone was refused is told; other failures are 500s."""
     if isinstance(exc, sqlite3.IntegrityError):
         if "key_id_hash" in str(exc):
-            return Conflict("hashData.keyIdHash: a key with this key ID already exists")
+            return Conflict(_KEY_ID_TAKEN)
         if "FOREIGN KEY" in str(exc):  # key_roles.role_id: the role was deleted meanwhile
-            return Conflict("a role was deleted while this request ran; try again")
+            return Conflict(_ROLE_GONE)
     return exc
 
 
