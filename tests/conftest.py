@@ -1,3 +1,4 @@
+import dataclasses
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,13 @@ def app(settings: Settings, clock: FakeClock) -> web.Application:
 @pytest.fixture
 async def client(aiohttp_client: ClientFactory, app: web.Application) -> Client:
     return await aiohttp_client(app)
+
+
+async def client_with(
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock, **changes: Any
+) -> Client:
+    """A client of its own app, whose settings are the fixture's with ``changes``."""
+    return await aiohttp_client(create_app(dataclasses.replace(settings, **changes), clock=clock))
 
 
 async def bootstrap(app: web.Application, name: str = "acme") -> Creds:

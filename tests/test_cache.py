@@ -1,7 +1,6 @@
 """The credential cache: no database round trip on a hit, never a stale answer."""
 
 import asyncio
-import dataclasses
 import json
 import sqlite3
 import urllib.error
@@ -12,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from keysvc.app import create_app
 from keysvc.cache import CredentialCache
 from keysvc.config import Settings
 from keysvc.credentials import Hasher, new_secret
@@ -20,7 +18,7 @@ from keysvc.errors import Unauthorized
 from keysvc.models import Credential, Key
 from keysvc.state import STORE
 from keysvc.store import Store
-from tests.conftest import Client, ClientFactory, bootstrap, create_creds
+from tests.conftest import Client, ClientFactory, bootstrap, client_with, create_creds
 from tests.helpers import (
     Creds,
     FakeClock,
@@ -191,9 +189,7 @@ async def test_used_at_writes_do_not_flush_the_cache(client: Client, admin: Cred
 async def test_cache_is_bounded(
     aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
 ) -> None:
-    client = await aiohttp_client(
-        create_app(dataclasses.replace(settings, cache_size=3), clock=clock)
-    )
+    client = await client_with(aiohttp_client, settings, clock, cache_size=3)
     admin = await bootstrap(client.app)
     keys = [
         await create_creds(client, admin, {"name": f"k{n}", "roles": ["developer"]})

@@ -1,15 +1,13 @@
 """IP access lists: the client address, trusted proxies, and forged headers."""
 
-import dataclasses
 import ipaddress
 
 import pytest
 
-from keysvc.app import create_app
 from keysvc.auth import address_allowed, client_address
 from keysvc.config import Settings
 from keysvc.credentials import new_secret
-from tests.conftest import Client, ClientFactory, bootstrap, create_creds
+from tests.conftest import Client, ClientFactory, bootstrap, client_with, create_creds
 from tests.helpers import Creds, FakeClock, assert_error, assert_ok, basic
 
 DENIED = "client address not allowed for this key"
@@ -88,8 +86,9 @@ async def test_forged_forwarded_for_from_untrusted_peer_changes_nothing(
 async def proxied(
     aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
 ) -> tuple[Client, Creds]:
-    trusted = dataclasses.replace(settings, trusted_proxies=(NETS("127.0.0.0/8"),))
-    client = await aiohttp_client(create_app(trusted, clock=clock))
+    client = await client_with(
+        aiohttp_client, settings, clock, trusted_proxies=(NETS("127.0.0.0/8"),)
+    )
     return client, await bootstrap(client.app)
 
 

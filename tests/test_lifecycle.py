@@ -1,6 +1,5 @@
 """The key lifecycle: list with paging, PATCH, ETag/If-Match, DELETE, limits."""
 
-import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -8,7 +7,7 @@ import pytest
 
 from keysvc.app import create_app
 from keysvc.config import Settings
-from tests.conftest import Client, ClientFactory, bootstrap, create, create_creds
+from tests.conftest import Client, ClientFactory, bootstrap, client_with, create, create_creds
 from tests.helpers import UNAUTHORIZED, Creds, FakeClock, assert_error, assert_ok
 
 DEVELOPER_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002"
@@ -311,8 +310,7 @@ async def test_developer_cannot_grant_admin(client: Client, admin: Creds) -> Non
 async def test_keys_per_organization_limit(
     aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
 ) -> None:
-    app = create_app(dataclasses.replace(settings, max_keys_per_org=3), clock=clock)
-    client = await aiohttp_client(app)
+    client = await client_with(aiohttp_client, settings, clock, max_keys_per_org=3)
     admin = await bootstrap(client.app)
     other = await bootstrap(client.app, "other")
     await create(client, admin, {"name": "two", "roles": ["developer"]})

@@ -2,7 +2,6 @@
 authentication outcomes by reason, keys by state, database time; no secret or
 key ID in the output; a registry per app; and KEYSVC_METRICS=off."""
 
-import dataclasses
 import re
 import time
 from datetime import timedelta
@@ -17,7 +16,7 @@ from keysvc.config import ConfigError, Settings, build_settings
 from keysvc.credentials import new_key_id, new_secret
 from keysvc.metrics import AUTH, AUTH_REASONS, LATENCY, LATENCY_BUCKETS, REQUESTS, RequestTallies
 from keysvc.state import METRICS, STORE
-from tests.conftest import Client, ClientFactory, bootstrap, create_creds
+from tests.conftest import Client, ClientFactory, bootstrap, client_with, create_creds
 from tests.helpers import Creds, FakeClock, assert_error, basic
 
 KEYS = "/v1/organizations/{organizationId}/keys"
@@ -267,9 +266,7 @@ def test_request_tallies_export_what_prometheus_client_would() -> None:
 async def test_refusals_over_a_limit_count_as_rate_limited(
     aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
 ) -> None:
-    client = await aiohttp_client(
-        create_app(dataclasses.replace(settings, auth_failures=2), clock=clock)
-    )
+    client = await client_with(aiohttp_client, settings, clock, auth_failures=2)
     await bootstrap(client.app)
     wrong = basic(new_key_id(), new_secret())
     statuses = [await status_of(client, "GET", "/v1/verify", wrong) for _ in range(5)]

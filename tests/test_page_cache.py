@@ -1,18 +1,16 @@
 """A page of keys is kept as text while nothing is committed: repeating it runs no
 query, and any commit (here or by another process) is in the very next answer."""
 
-import dataclasses
 import sqlite3
 from collections import OrderedDict
 from typing import Any
 
 import pytest
 
-from keysvc.app import create_app
 from keysvc.config import Settings
 from keysvc.handlers import keys as keys_handlers
 from keysvc.state import STORE
-from tests.conftest import Client, ClientFactory, bootstrap, create, create_creds
+from tests.conftest import Client, ClientFactory, bootstrap, client_with, create, create_creds
 from tests.helpers import Creds, FakeClock, assert_ok, count_reads
 
 
@@ -104,8 +102,7 @@ async def test_pages_are_kept_apart(
 async def test_no_cache_means_no_kept_pages(
     aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
 ) -> None:
-    app = create_app(dataclasses.replace(settings, cache_size=0), clock=clock)
-    client = await aiohttp_client(app)
+    client = await client_with(aiohttp_client, settings, clock, cache_size=0)
     admin = await bootstrap(client.app)
     await listed(client, admin)
     await listed(client, admin)

@@ -1,14 +1,12 @@
 """Request limits per key and failed-authentication limits per client address."""
 
-import dataclasses
 import ipaddress
 
 import pytest
 
-from keysvc.app import create_app
 from keysvc.config import ConfigError, Settings, build_settings
 from keysvc.ratelimit import WindowCounter
-from tests.conftest import Client, ClientFactory, bootstrap, create_creds
+from tests.conftest import Client, ClientFactory, bootstrap, client_with, create_creds
 from tests.helpers import UNAUTHORIZED, Creds, FakeClock, assert_error, assert_ok, basic
 
 VERIFY = "/v1/verify"
@@ -126,9 +124,7 @@ async def test_bad_rate_limit(client: Client, admin: Creds, limit: object, messa
 async def test_server_default_limit_and_key_override(
     aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
 ) -> None:
-    client = await aiohttp_client(
-        create_app(dataclasses.replace(settings, rate_limit=(2, 60)), clock=clock)
-    )
+    client = await client_with(aiohttp_client, settings, clock, rate_limit=(2, 60))
     admin = await bootstrap(client.app)
     plain = await create_creds(client, admin, {"name": "plain", "roles": ["developer"]})
     roomy = await create_creds(
@@ -144,10 +140,13 @@ async def test_server_default_limit_and_key_override(
 async def test_failed_logins_block_the_address_even_for_valid_keys(
     aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
 ) -> None:
-    trusting = dataclasses.replace(
-        settings, auth_failures=3, trusted_proxies=(ipaddress.ip_network("127.0.0.1/32"),)
+    client = await client_with(
+        aiohttp_client,
+        settings,
+        clock,
+        auth_failures=3,
+        trusted_proxies=(ipaddress.ip_network("127.0.0.1/32"),),
     )
-    client = await aiohttp_client(create_app(trusting, clock=clock))
     admin = await bootstrap(client.app)
     clock.now = clock.now.replace(second=0, microsecond=0)
     attacker = {"X-Forwarded-For": "198.51.100.66"}
@@ -170,9 +169,7 @@ async def test_failed_logins_block_the_address_even_for_valid_keys(
 async def test_disabled_key_is_not_a_credential_failure(
     aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
 ) -> None:
-    client = await aiohttp_client(
-        create_app(dataclasses.replace(settings, auth_failures=2), clock=clock)
-    )
+    client = await client_with(aiohttp_client, settings, clock, auth_failures=2)
     admin = await bootstrap(client.app)
     off = await create_creds(
         client, admin, {"name": "off", "roles": ["admin"], "state": "disabled"}
