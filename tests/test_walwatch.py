@@ -114,7 +114,7 @@ def test_without_a_wal_index_every_look_asks_the_pragma(tmp_path: Path, mode: st
 
 
 WATCHING = """
-import sqlite3, sys, time
+import sqlite3, sys, threading
 from pathlib import Path
 from keysvc.walwatch import CommitWatch
 path = Path(sys.argv[1])
@@ -125,8 +125,9 @@ second = CommitWatch(sqlite3.connect(path, isolation_level=None), path)
 first.close()  # one of two watchers gone: the shared mapping stays, and so do the locks
 print("ready", flush=True)
 seen = set()
-deadline = time.monotonic() + 3
-while time.monotonic() < deadline:  # looking all the while the other process comes and goes
+done = threading.Event()  # set once the other process has finished: it closes our stdin
+threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+while not done.is_set():  # looking all the while the other process comes and goes
     seen.add(second.version())
 count = held.execute("select count(*) from t").fetchone()[0]
 print(second.mapped, len(seen) > 1, count)
@@ -144,6 +145,7 @@ def test_watching_never_costs_the_process_its_hold_on_the_index(tmp_path: Path) 
     writer.close()
     watching = subprocess.Popen(
         [sys.executable, "-c", WATCHING, str(tmp_path / "db")],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
