@@ -11,7 +11,15 @@ from keysvc.credentials import BASE62, SECRET_PREFIX, Hasher, new_secret
 from keysvc.permissions import has_permission
 from keysvc.state import STORE
 from tests.conftest import Client, create_creds
-from tests.helpers import UNAUTHORIZED, Creds, FakeClock, assert_error, assert_ok, basic
+from tests.helpers import (
+    UNAUTHORIZED,
+    Creds,
+    FakeClock,
+    assert_error,
+    assert_ok,
+    basic,
+    count_reads,
+)
 
 
 def url(creds: Creds) -> str:
@@ -194,21 +202,29 @@ async def test_unknown_key_and_wrong_secret_do_the_same_work(
     client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     """Structural, not timed: the same number of keyed hashes, constant-time compares
-    and lookups, whether the key ID is unknown or the secret is wrong, with the
-    key's record cached or not."""
+    and cache lookups, whether the key ID is unknown or the secret is wrong, with
+    the key's record cached or not. The database reads differ, as docs/SECURITY.md
+    says: none for a cached key, its row and roles for an uncached one, one miss
+    for an unknown key ID."""
     other = await create_creds(client, admin, {"name": "other", "roles": ["developer"]})
     work = Work(monkeypatch, client)
+    reads = count_reads(client.app[STORE], monkeypatch)
 
     async def refused(headers: dict[str, str]) -> tuple[int, int, int]:
+        reads.clear()
         await assert_error(await client.get(path, headers=headers), 401, UNAUTHORIZED)
         return work.take()
 
     unknown = await refused(basic("A" * 20, new_secret()))
+    assert len(reads) == 1
     uncached = await refused(basic(other.key_id, new_secret()))
+    assert len(reads) == 2
     await assert_ok(await client.get("/v1/whoami", headers=other.headers))
     work.take()
     cached = await refused(basic(other.key_id, new_secret()))
+    assert reads == []
     unknown_again = await refused(basic("B" * 20, other.secret))
+    assert len(reads) == 1
     # Three keyed hashes (the header's proof, key ID, secret); two compares (the
     # checksum, the secret); two lookups (the proof, never found; the key ID).
     assert unknown == uncached == cached == unknown_again == (3, 2, 2)
