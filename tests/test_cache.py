@@ -264,7 +264,10 @@ def test_a_proof_holds_only_while_its_key_is_cached_with_the_same_secret() -> No
     assert cache.proven(h0) is credential  # used: now the most recent
     cache.prove(h2, key_id_hash, credential)  # bounded: the least recently used goes
     assert list(cache._proofs) == [h0, h2]
-    assert CredentialCache(0).proven(proof) is None
+    off = CredentialCache(0)  # no cache: nothing is kept, proofs included
+    off.put(key_id_hash, credential, 5)
+    off.prove(proof, key_id_hash, credential)
+    assert off.proven(proof) is None and off._proofs == {}
 
 
 async def test_concurrent_creates_share_transactions(

@@ -43,6 +43,8 @@ def test_request_ids_are_random_uuid4_across_pools_and_threads() -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+# Python 3.12 warns of a fork while threads run; the child here only writes and exits.
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
 def test_a_forked_worker_never_repeats_its_parents_request_ids() -> None:
     new_request_id()  # a pool, partly handed out, as a server's would be at fork time
     read, write = os.pipe()

@@ -23,6 +23,7 @@ import pytest
 from keysvc.auth import MAX_AUTHORIZATION
 from keysvc.config import MAX_BODY_BYTES
 from keysvc.middleware import MAX_LINE_BYTES
+from keysvc.state import SETTINGS
 from tests.conftest import Client, create, create_creds
 from tests.helpers import FAR_FUTURE, UNAUTHORIZED, Creds, assert_error, assert_ok
 from tests.server import Server
@@ -229,7 +230,7 @@ async def test_over_long_authorization_counts_as_a_failed_login(
     client: Client, targets: Targets
 ) -> None:
     header = {"Authorization": "Basic " + "A" * 9000}
-    for _ in range(20):  # the default budget of failed authentications per address
+    for _ in range(client.app[SETTINGS].auth_failures):  # failed logins an address may make
         await assert_error(
             await send(client, targets, "list-keys", headers=header), 401, AUTH_TOO_LONG
         )

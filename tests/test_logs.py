@@ -8,7 +8,6 @@ import io
 import json
 import logging
 import sys
-import threading
 import urllib.error
 import urllib.request
 import uuid
@@ -42,6 +41,16 @@ def log_stream(caplog: pytest.LogCaptureFixture) -> Iterator[io.StringIO]:
     handler = configure_logging("debug", stream)
     yield stream
     logging.getLogger().removeHandler(handler)
+
+
+@pytest.fixture(autouse=True)
+def root_logger_restored() -> Iterator[None]:
+    """Every test here may change the root logger's handlers and level: put them back."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def json_lines(stream: io.StringIO) -> list[dict[str, Any]]:
@@ -233,14 +242,16 @@ def test_the_writer_thread_writes_what_was_logged_when_it_was_logged() -> None:
         ]
         assert "ValueError: boom\nsecond line" in lines[1]["exception"]
         assert (lines[2]["route"], lines[2]["status"]) == (KEY, 200)
-        writer = threading.enumerate()
-        assert any(thread.name == "keysvc-log-writer" for thread in writer)
+        writer = handler._writer
+        assert writer is not None and writer._thread.name == "keysvc-log-writer"
+        assert writer._thread.is_alive()
         for n in range(100):
             logger.debug("line %d", n)
     finally:
         logging.getLogger().removeHandler(handler)
         handler.close()
     assert len(json_lines(stream)) == 103  # closing wrote what was still queued
+    assert not handler.running and not writer._thread.is_alive()  # and the thread ended
     logger.warning("after close")  # no handler of ours any more: nothing more is written
     assert len(json_lines(stream)) == 103
 
@@ -284,9 +295,7 @@ def test_the_access_line_written_by_hand_is_the_formatters(values: tuple[Any, ..
     JsonFormatter writes for a record with AccessEntry.fields, time aside."""
     entry = observability.AccessEntry(*values)
     stream = io.StringIO()
-    root = logging.getLogger()
-    others, level = root.handlers[:], root.level  # pytest's capture: then records instead
-    root.handlers.clear()
+    logging.getLogger().handlers.clear()  # pytest's capture: then records instead
     handler = configure_logging("info", stream, background=True)
     logger = logging.getLogger("keysvc.test.access")
     try:
@@ -294,8 +303,6 @@ def test_the_access_line_written_by_hand_is_the_formatters(values: tuple[Any, ..
         handler.flush()
         assert logs_module._only_handler(logger) is not None  # the line's own path ran
     finally:
-        root.handlers[:] = others
-        root.setLevel(level)
         handler.close()
     (line,) = stream.getvalue().splitlines()
     record = logging.LogRecord("keysvc.test.access", logging.INFO, __file__, 0, "request", (), None)
@@ -313,9 +320,7 @@ def test_once_the_writer_is_gone_access_lines_are_written_directly(
     """A writer thread that died (or a forked worker, which has none) takes no more
     lines: the line goes out as a record, on the caller's thread."""
     stream = io.StringIO()
-    root = logging.getLogger()
-    others, level = root.handlers[:], root.level
-    root.handlers.clear()
+    logging.getLogger().handlers.clear()
     handler = configure_logging("info", stream, background=True)
     assert isinstance(handler, QueueingHandler)
     lines = AccessLines(logging.getLogger("keysvc.test.access"), "request")
@@ -337,8 +342,6 @@ def test_once_the_writer_is_gone_access_lines_are_written_directly(
         (line,) = stream.getvalue().splitlines()  # written at once, no writer needed
         assert json.loads(line)["route"] == KEY
     finally:
-        root.handlers[:] = others
-        root.setLevel(level)
         handler.close()
 
 

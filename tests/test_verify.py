@@ -1,15 +1,13 @@
 """Forward-auth verification: /v1/verify answers proxies with headers or an envelope."""
 
-import dataclasses
 import ipaddress
 from typing import Any
 
 import pytest
 from multidict import CIMultiDict
 
-from keysvc.app import create_app
 from keysvc.config import Settings
-from tests.conftest import Client, ClientFactory, bootstrap, create_creds
+from tests.conftest import Client, ClientFactory, bootstrap, client_with, create_creds
 from tests.helpers import UNAUTHORIZED, Creds, FakeClock, assert_error, assert_ok, basic
 
 MALFORMED = "permission: must be namespace:action, such as reports:read"
@@ -115,10 +113,9 @@ async def test_key_disabled_through_the_api_is_refused_at_once(
 async def test_trusted_proxy_address_is_checked(
     aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
 ) -> None:
-    trusting = dataclasses.replace(
-        settings, trusted_proxies=(ipaddress.ip_network("127.0.0.1/32"),)
+    client = await client_with(
+        aiohttp_client, settings, clock, trusted_proxies=(ipaddress.ip_network("127.0.0.1/32"),)
     )
-    client = await aiohttp_client(create_app(trusting, clock=clock))
     admin = await bootstrap(client.app)
     key = await create_creds(
         client, admin, {"name": "k", "roles": ["developer"],
