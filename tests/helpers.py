@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import aiosqlite
 import pytest
 from aiohttp import ClientResponse
 
@@ -89,17 +90,21 @@ async def assert_error(response: ClientResponse, status: int, message: str) -> d
     return body
 
 
-def count_reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every statement the store's reader connection runs from now on, by either
-    of the ways aiosqlite runs one (the store uses ``execute_fetchall``)."""
+def count_statements(conn: aiosqlite.Connection, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every statement ``conn`` runs from now on, whitespace collapsed, by any of the
+    ways aiosqlite runs one."""
     seen: list[str] = []
-    reader = store.reader
-    for name in ("execute", "execute_fetchall"):
-        original = getattr(reader, name)
+    for name in ("execute", "executemany", "execute_fetchall"):
+        original = getattr(conn, name)
 
         def counting(sql: str, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
-            seen.append(sql)
+            seen.append(" ".join(sql.split()))
             return _original(sql, *args, **kwargs)
 
-        monkeypatch.setattr(reader, name, counting)
+        monkeypatch.setattr(conn, name, counting)
     return seen
+
+
+def count_reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every statement the store's reader connection runs from now on."""
+    return count_statements(store.reader, monkeypatch)

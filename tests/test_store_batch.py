@@ -15,22 +15,7 @@ from keysvc.state import CLOCK, HASHER, SETTINGS, STORE
 from keysvc.store import Store
 from keysvc.timeutil import to_minute, to_text
 from tests.conftest import Client
-from tests.helpers import Creds, FakeClock
-
-
-def count_writes(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every statement the store's writer connection runs, from now on."""
-    seen: list[str] = []
-    writer = store._writer
-    for name in ("execute", "executemany", "execute_fetchall"):
-        original = getattr(writer, name)
-
-        def counted(sql: str, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
-            seen.append(" ".join(sql.split()))
-            return _original(sql, *args, **kwargs)
-
-        monkeypatch.setattr(writer, name, counted)
-    return seen
+from tests.helpers import Creds, FakeClock, count_statements
 
 
 async def new_keys(client: Client, org: str, count: int, prefix: str = "k") -> list[NewKey]:
@@ -146,7 +131,7 @@ async def test_used_at_writes_that_arrive_together_share_a_transaction(
     keys = [k for k in await outcomes(store, await new_keys(client, admin.organization_id, 12), 99)
             if isinstance(k, Key)]  # fmt: skip
     minute = to_minute(clock.now + timedelta(minutes=5))
-    statements = count_writes(store, monkeypatch)
+    statements = count_statements(store._writer, monkeypatch)
     await asyncio.gather(*(store.touch_used(key.id, minute) for key in keys))
     assert statements.count("begin immediate") == 1 and len(statements) == 3
     earlier = minute - timedelta(minutes=1)
