@@ -62,6 +62,15 @@ async def other_admin(client: Client) -> Creds:
     return await bootstrap(client.app, "other")
 
 
+async def create_role(client: Client, caller: Creds, body: dict[str, Any]) -> dict[str, Any]:
+    """Create a custom role through the API and return it."""
+    response = await client.post(
+        f"/v1/organizations/{caller.organization_id}/roles", json=body, headers=caller.headers
+    )
+    result: dict[str, Any] = await assert_ok(response)
+    return result
+
+
 async def create(client: Client, caller: Creds, body: dict[str, Any]) -> dict[str, Any]:
     """Create a key through the API and return the whole create result."""
     response = await client.post(

@@ -18,7 +18,7 @@ from keysvc.errors import Unauthorized
 from keysvc.models import Credential, Key
 from keysvc.state import STORE
 from keysvc.store import Store
-from tests.conftest import Client, ClientFactory, bootstrap, client_with, create_creds
+from tests.conftest import Client, ClientFactory, bootstrap, client_with, create_creds, create_role
 from tests.helpers import (
     Creds,
     FakeClock,
@@ -81,10 +81,7 @@ async def test_every_kind_of_write_takes_effect_on_the_next_request(
     client: Client, admin: Creds, clock: FakeClock
 ) -> None:
     org = admin.organization_id
-    body = {"name": "svc", "permissions": ["reports:read"]}
-    role = await assert_ok(
-        await client.post(f"/v1/organizations/{org}/roles", json=body, headers=admin.headers)
-    )
+    role = await create_role(client, admin, {"name": "svc", "permissions": ["reports:read"]})
     svc = await create_creds(client, admin, {"name": "svc", "assignedRoleIds": [role["id"]]})
     key_url, role_url = (
         f"/v1/organizations/{org}/keys/{svc.id}",

@@ -10,7 +10,15 @@ import pytest
 from keysvc.config import Settings
 from keysvc.handlers import keys as keys_handlers
 from keysvc.state import STORE
-from tests.conftest import Client, ClientFactory, bootstrap, client_with, create, create_creds
+from tests.conftest import (
+    Client,
+    ClientFactory,
+    bootstrap,
+    client_with,
+    create,
+    create_creds,
+    create_role,
+)
 from tests.helpers import Creds, FakeClock, assert_ok, count_reads
 
 
@@ -115,13 +123,7 @@ async def test_a_row_read_again_unchanged_gives_the_same_record(
     """So a page read again after one key's usedAt moved rebuilds only that key."""
     org = admin.organization_id
     store = client.app[STORE]
-    role = await assert_ok(
-        await client.post(
-            f"/v1/organizations/{org}/roles",
-            json={"name": "ops", "permissions": ["reports:read"]},
-            headers=admin.headers,
-        )
-    )
+    role = await create_role(client, admin, {"name": "ops", "permissions": ["reports:read"]})
     dev = await create_creds(client, admin, {"name": "dev", "roles": ["developer"]})
     ops = await create_creds(client, admin, {"name": "ops", "assignedRoleIds": [role["id"]]})
     before = {key.id: key for key in (await store.list_keys(org, 0, 100)).keys}

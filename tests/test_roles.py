@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Client, create, create_creds
+from tests.conftest import Client, create, create_creds, create_role
 from tests.helpers import Creds, FakeClock, assert_error, assert_ok
 
 ADMIN_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000001"
@@ -46,12 +46,6 @@ def actor(key_id: str) -> str:
 
 def allow(*permissions: str, **extra: Any) -> dict[str, Any]:
     return {"allowDeny": "ALLOW", "permissions": list(permissions), "resources": ["*"], **extra}
-
-
-async def create_role(client: Client, caller: Creds, body: dict[str, Any]) -> dict[str, Any]:
-    response = await client.post(roles_url(caller), json=body, headers=caller.headers)
-    result: dict[str, Any] = await assert_ok(response)
-    return result
 
 
 async def get_role(client: Client, caller: Creds, role_id: str) -> dict[str, Any]:

@@ -12,8 +12,8 @@ from keysvc import views
 from keysvc.models import Key, Role
 from keysvc.schemas import ApiKeySchema, CreateKeyResultSchema
 from keysvc.state import STORE
-from tests.conftest import Client, create
-from tests.helpers import Creds, assert_ok, hash_data
+from tests.conftest import Client, create, create_role
+from tests.helpers import Creds, hash_data
 
 ROLE_AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 SYSTEM = Role("0b5d3c8e-0000-4000-8000-000000000001", "developer", "system", ("keys:read",),
@@ -103,13 +103,7 @@ async def test_answers_are_byte_for_byte_the_schemas(client: Client, admin: Cred
     the marshmallow schemas dump from the stored keys."""
     org = admin.organization_id
     url = f"/v1/organizations/{org}/keys"
-    role = await assert_ok(
-        await client.post(
-            f"/v1/organizations/{org}/roles",
-            json={"name": "ops", "permissions": ["reports:read"]},
-            headers=admin.headers,
-        )
-    )
+    role = await create_role(client, admin, {"name": "ops", "permissions": ["reports:read"]})
     body = {
         "name": "full \u00e9",
         "assignedRoleIds": [role["id"]],
