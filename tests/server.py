@@ -14,6 +14,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from tests.helpers import Creds
 
 
@@ -45,6 +47,24 @@ def bootstrap(db: Path, *extra: str) -> dict[str, Any]:
 def admin_creds(created: dict[str, Any]) -> Creds:
     """The admin key ``bootstrap`` printed, as Creds."""
     return Creds(created["organizationId"], created["id"], created["keyId"], created["keySecret"])
+
+
+async def listed_keys(
+    session: aiohttp.ClientSession, base: str, admin: Creds
+) -> tuple[dict[str, str], int]:
+    """Every key of ``admin``'s organization, UUID to name, through the list's pages,
+    and the totalCount the last page reported."""
+    url = f"{base}/v1/organizations/{admin.organization_id}/keys"
+    found: dict[str, str] = {}
+    params = {"limit": "250"}
+    while True:
+        async with session.get(url, params=params, headers=admin.headers) as response:
+            body = await response.json()
+        assert response.status == 200, body
+        found.update((key["id"], key["name"]) for key in body["result"])
+        if not body.get("nextCursor"):
+            return found, body["totalCount"]
+        params = {"limit": "250", "cursor": body["nextCursor"]}
 
 
 def integrity(db: Path) -> list[str]:

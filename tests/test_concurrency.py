@@ -22,7 +22,7 @@ import aiohttp
 import pytest
 
 from tests.helpers import Creds
-from tests.server import Server, bootstrap
+from tests.server import Server, admin_creds, bootstrap, listed_keys
 
 SEED = 50
 CLIENTS = 56
@@ -151,22 +151,6 @@ class Run:
             params = {"limit": str(limit), "cursor": cursor}
 
 
-async def final_keys(run: Run) -> tuple[dict[str, str], int]:
-    """Every key at the end, UUID to name, and the totalCount the list reported."""
-    found: dict[str, str] = {}
-    params = {"limit": "250"}
-    async with aiohttp.ClientSession(headers=run.admin.headers, timeout=TIMEOUT) as session:
-        while True:
-            async with session.get(run.keys_url, params=params) as response:
-                body = await response.json()
-            assert response.status == 200, body
-            total: int = body["totalCount"]
-            found.update((key["id"], key["name"]) for key in body["result"])
-            if not body.get("nextCursor"):
-                return found, total
-            params = {"limit": "250", "cursor": body["nextCursor"]}
-
-
 def check_answers(run: Run) -> None:
     """Every answer is one the operation may give, in a whole envelope, never a lock error."""
     for answer in run.answers:
@@ -258,7 +242,7 @@ def check_reads(run: Run) -> None:
 async def test_concurrent_clients_lose_no_update(tmp_path: Path, workers: int) -> None:
     db = tmp_path / "keysvc.db"
     created = bootstrap(db)
-    admin = Creds(created["organizationId"], created["id"], created["keyId"], created["keySecret"])
+    admin = admin_creds(created)
     env = {"KEYSVC_MAX_KEYS_PER_ORG": "100000", "KEYSVC_WORKERS": str(workers)}
     with Server(db, env=env) as server:
         run = Run(server.base, admin)
@@ -267,7 +251,8 @@ async def test_concurrent_clients_lose_no_update(tmp_path: Path, workers: int) -
                 *(run.create(session, -1, f"pool-{n:03d}") for n in range(POOL_START))
             )
         await asyncio.gather(*(run.client(n) for n in range(CLIENTS)))
-        final, total = await final_keys(run)
+        async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
+            final, total = await listed_keys(session, server.base, admin)
         server.stop()
         assert server.proc.returncode == 0
 

@@ -28,7 +28,7 @@ import pytest
 
 from keysvc.cli import SHUTDOWN_SECONDS
 from tests.helpers import Creds
-from tests.server import Server, admin_creds, bootstrap, integrity
+from tests.server import Server, admin_creds, bootstrap, integrity, listed_keys
 
 SEED = 6
 IN_FLIGHT = 24
@@ -146,25 +146,6 @@ class Stream:
             self._acknowledged()
 
 
-async def all_keys(session: aiohttp.ClientSession, base: str, admin: Creds) -> dict[str, str]:
-    """Every key of the organization, id to name, through the list endpoint's pages."""
-    url = f"{base}/v1/organizations/{admin.organization_id}/keys"
-    found: dict[str, str] = {}
-    params = {"limit": "250"}
-    total = None
-    while True:
-        async with session.get(url, params=params, headers=admin.headers) as response:
-            body = await response.json()
-        assert response.status == 200, body
-        total = body["totalCount"]
-        found.update((key["id"], key["name"]) for key in body["result"])
-        if not body.get("nextCursor"):
-            break
-        params = {"limit": "250", "cursor": body["nextCursor"]}
-    assert total == len(found)
-    return found
-
-
 async def whoami(session: aiohttp.ClientSession, base: str, creds: Creds) -> tuple[int, Any]:
     async with session.get(f"{base}/v1/whoami", headers=creds.headers) as response:
         return response.status, await response.json()
@@ -179,7 +160,8 @@ async def check_survivors(
     the one its last acknowledged PATCH (or its create) gave it.
     """
     async with aiohttp.ClientSession(timeout=REQUEST_TIMEOUT) as session:
-        keys = await all_keys(session, base, admin)
+        keys, total = await listed_keys(session, base, admin)
+        assert total == len(keys)
         assert keys.pop(admin.id) is not None
         for owned in stream.owned:
             name = keys.pop(owned.creds.id, None)
