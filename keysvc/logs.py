@@ -12,14 +12,15 @@ Authorization values, Basic tokens and keysvc secrets first.
 Formatting and writing happen off the event loop: the root logger's handler
 (a ``QueueHandler``) only puts each record on a queue, and one writer thread
 formats what has queued up and writes it in one go. The access log, a line
-per request, skips even the record: ``AccessLines`` puts its line together on
-the loop, as the formatter would, and queues the text (see there). The writer is
+per request, skips even the record: ``AccessLines`` queues its time and fields,
+and the writer puts the line together as the formatter would (see there). The writer is
 drained before the process exits (``logging.shutdown`` at exit, which
 ``keysvc serve`` reaches once SIGTERM has stopped it, see ``keysvc.cli``). A process
 forked after set-up (``serve --workers``) has no writer thread, and workers
 leave through ``os._exit``, so there records are written synchronously.
 """
 
+import contextlib
 import copy
 import json
 import logging
@@ -32,7 +33,7 @@ import threading
 import time
 import weakref
 from datetime import UTC, datetime
-from typing import IO, Protocol
+from typing import IO, NamedTuple, Protocol
 
 from keysvc.credentials import SECRET_PATTERN
 
@@ -182,8 +183,12 @@ class _Writer:
         """Write the records among ``items``, then release the flushes; True at _STOP."""
         target, lines, stop = self._target, [], False
         for item in items:
-            if isinstance(item, str):  # formatted already (AccessLines)
+            if isinstance(item, str):  # formatted already
                 lines.append(item + "\n")
+            elif isinstance(item, _AccessLine):
+                # No record to report a failure against: that line alone is lost.
+                with contextlib.suppress(Exception):
+                    lines.append(item.text() + "\n")
             elif isinstance(item, logging.LogRecord):
                 try:
                     if item.levelno >= target.level and target.filter(item):
@@ -257,9 +262,9 @@ class QueueingHandler(logging.handlers.QueueHandler):
         writer = self._writer
         return writer is not None and writer.alive
 
-    def put_line(self, line: str) -> bool:
-        """Queue a line formatted already (``AccessLines``); False without a running
-        writer, and then the caller logs a record instead."""
+    def put_line(self, line: "str | _AccessLine") -> bool:
+        """Queue a line, as text or for the writer to format (``AccessLines``); False
+        without a running writer, and then the caller logs a record instead."""
         writer = self._writer
         if writer is None or not writer.alive:
             return False
@@ -332,16 +337,31 @@ class AccessFields(Protocol):
         ...
 
 
+class _AccessLine(NamedTuple):
+    """An access line as queued, made into text by the writer thread. Formatting a
+    batch of lines there, one after another, costs a fraction of formatting each on
+    the loop between requests (docs/PERFORMANCE.md); ``entry`` must not change once queued."""
+
+    created: float
+    formatter: JsonFormatter
+    constant: str
+    entry: AccessFields
+
+    def text(self) -> str:
+        time_text = self.formatter._time(self.created)
+        return f'{{"time": "{time_text}"{self.constant}{self.entry.fields_json()}'
+
+
 class AccessLines:
     """One INFO line per call, for a logger that logs nothing else: the access log.
 
     Where ``logger``'s records would reach only a running ``QueueingHandler``
-    writing JSON lines, the line is put together on the caller's thread, exactly
-    as ``JsonFormatter`` would format the record (``tests/test_logs.py`` compares
-    them): the formatter's time, level, logger and message, then the fields' own
-    JSON text. It is queued as text: no ``LogRecord``, no handler chain, and
-    nothing left for the writer thread but the write (docs/PERFORMANCE.md says
-    what the access log still costs). Any other set-up (another handler, a filter,
+    writing JSON lines, no ``LogRecord`` is made and no handler chain walked: the
+    caller's thread queues the time and the entry, and the writer thread puts the
+    line together, exactly as ``JsonFormatter`` would format the record
+    (``tests/test_logs.py`` compares them): the formatter's time, level, logger
+    and message, then the fields' own JSON text (docs/PERFORMANCE.md says what
+    the access log still costs). Any other set-up (another handler, a filter,
     pytest's log capture, a forked worker without a writer) gets records through
     ``logging``, as before. The set-up is looked at on the first line, so
     configure logging before serving.
@@ -379,9 +399,7 @@ class AccessLines:
         handler = self._fast()
         if handler is not None:
             queueing, formatter = handler
-            time_text = formatter._time(time.time())
-            line = f'{{"time": "{time_text}"{self._constant}{entry.fields_json()}'
-            if queueing.put_line(line):
+            if queueing.put_line(_AccessLine(time.time(), formatter, self._constant, entry)):
                 return
         # As logger.info would, less the walk up the stack for a caller nobody logs.
         fields = entry.fields()

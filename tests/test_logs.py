@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import sys
+import threading
 import urllib.error
 import urllib.request
 import uuid
@@ -343,6 +344,52 @@ def test_once_the_writer_is_gone_access_lines_are_written_directly(
         assert json.loads(line)["route"] == KEY
     finally:
         handler.close()
+
+
+class _Fields:
+    """An access entry that says which thread wrote it out, and can fail to."""
+
+    def __init__(self, name: str, fails: bool = False) -> None:
+        self.name, self.fails, self.written_by = name, fails, ""
+
+    def fields(self) -> dict[str, object]:
+        return {"name": self.name}
+
+    def fields_json(self) -> str:
+        self.written_by = threading.current_thread().name
+        if self.fails:
+            raise ValueError("cannot be written")
+        return f', "name": "{self.name}"}}'
+
+
+def test_access_lines_are_timed_at_emit_and_written_out_by_the_writer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The line carries the time of ``emit``; the writer thread formats it, and an
+    entry that cannot be formatted loses its own line only."""
+    stream = io.StringIO()
+    logging.getLogger().handlers.clear()
+    handler = configure_logging("info", stream, background=True)
+    lines = AccessLines(logging.getLogger("keysvc.test.access"), "request")
+    broken, kept = _Fields("broken", fails=True), _Fields("kept")
+    try:
+        monkeypatch.setattr(logs_module.time, "time", lambda: 1_700_000_000.25)
+        lines.emit(broken)
+        lines.emit(kept)
+        monkeypatch.undo()
+        handler.flush()
+        assert handler.running
+    finally:
+        handler.close()
+    (line,) = stream.getvalue().splitlines()
+    assert json.loads(line) == {
+        "time": "2023-11-14T22:13:20.250+00:00",
+        "level": "info",
+        "logger": "keysvc.test.access",
+        "message": "request",
+        "name": "kept",
+    }
+    assert broken.written_by == kept.written_by == "keysvc-log-writer"
 
 
 class FailingOnce(io.StringIO):
