@@ -52,7 +52,7 @@ test: install system-deps lint
 # docs/PERFORMANCE.md. SCALE=1: keysvc on 1,000 vs 1,000,000 keys. Exits 1 if a scenario
 # answers more than 1% non-2xx. Options: .venv/bin/python -m bench.run --help.
 bench: install
-	$(BIN)/python -m bench.run $(if $(SCALE),--keys 1000000)
+	$(BIN)/python -m bench.run $(if $(SCALE),--keys 1000000)$(if $(FLOOR), --floor)
 
 # The full soak: 60 s of mixed load against a real server; no 5xx, RSS growth under
 # 10% from the 20th to the 60th second, no descriptor growth. make test runs 9 s of it

@@ -34,10 +34,11 @@ from types import FrameType
 from bench import report, scenarios, seed, wrk
 from bench.report import Cell, CellGrid, Column
 from bench.scenarios import Scenario
-from bench.servers import ROOT, Server, start_baseline, start_keysvc
+from bench.servers import ROOT, Server, start_baseline, start_floor, start_keysvc
 
 DEFAULT_KEYS = 1000
 SCALE_SCENARIOS = ("get", "verify")
+FLOOR_SCENARIOS = ("get", "verify", "list")  # the floor writes nothing: no create
 DOC = ROOT / "docs" / "PERFORMANCE.md"
 
 
@@ -68,6 +69,11 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         help="comma-separated scenarios to run (get, verify, list, create); all by default",
+    )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also run F, bench/floor.py, on get, verify and list (its own section)",
     )
     parser.add_argument("--workdir", type=Path, help="keep databases and logs here")
     parser.add_argument("--doc", type=Path, default=DOC, help="Markdown file to update")
@@ -159,6 +165,11 @@ def _main_apps(stack: ExitStack, work: Path, args: argparse.Namespace) -> tuple[
     a = Column("A", "bare aiohttp baseline, bench/baseline.py", False)
     b = Column("B", "`keysvc serve` on 1,000 seeded keys", True)
     apps = [App(a, baseline, seeded, files), App(b, keysvc, seeded, files)]
+    if args.floor:
+        log, lines = work / "floor.log", work / "floor-access.log"
+        floor = stack.enter_context(start_floor(shapes_file, log, lines))
+        f = Column("F", "the floor: A plus the least work per request, bench/floor.py", False)
+        apps.insert(1, App(f, floor, seeded, files))
     return apps, f"{DEFAULT_KEYS:,} keys seeded in {seconds:.1f}s"
 
 
@@ -213,7 +224,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     wrk_path = wrk.ensure_wrk()
     settings = wrk.WrkSettings(args.threads, args.connections, args.seconds)
     scale = args.keys != DEFAULT_KEYS
-    chosen = [s for s in scenarios.SCENARIOS if not scale or s.name in SCALE_SCENARIOS]
+    if scale and args.floor:
+        raise SystemExit("bench: --floor runs on 1,000 keys only")
+    some = SCALE_SCENARIOS if scale else FLOOR_SCENARIOS if args.floor else None
+    chosen = [s for s in scenarios.SCENARIOS if some is None or s.name in some]
     if args.only:
         wanted = set(args.only.split(","))
         if wanted - {s.name for s in chosen}:
@@ -247,6 +261,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if scale:
         heading = f"Scale: keysvc on 1,000 vs {args.keys:,} keys"
         key = "scale"
+    elif args.floor:
+        heading = "Baseline (A), floor (F) and keysvc (B), 1,000 keys"
+        key = "floor"
     else:
         heading = "Baseline (A) vs keysvc (B), 1,000 keys"
         key = "main"

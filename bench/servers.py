@@ -117,3 +117,8 @@ def start_keysvc(db: Path, log: Path) -> Server:
 def start_baseline(shapes: Path, log: Path) -> Server:
     command = [sys.executable, "-m", "bench.baseline", "--shapes", str(shapes)]
     return Server("baseline", command, log, dict(os.environ))
+
+
+def start_floor(shapes: Path, log: Path, lines: Path) -> Server:
+    command = [sys.executable, "-m", "bench.floor", "--shapes", str(shapes), "--log", str(lines)]
+    return Server("floor", command, log, dict(os.environ))

@@ -1,0 +1,136 @@
+"""The floor (F): the baseline plus only the work the issues ask of every request.
+
+Where A (bench/baseline.py) replays keysvc's answers with nothing else, F does,
+on every request, the least that any implementation of keysvc must:
+
+- a fresh UUIDv4 request ID, in ``X-Request-Id`` and in the body where keysvc
+  puts one (keysvc's own generator, ``keysvc.middleware.new_request_id``);
+- the secret checked: the Authorization header's keyed hash (keysvc's
+  ``Hasher.of_header``), looked up among headers seen before and compared in
+  constant time; the failed-login window of the client address looked up;
+- one access line, queued and written by a thread, a batch at a time;
+- the request counted by route, method and status.
+
+Everything keysvc adds to that (its schemas, its cache and store, the rate and
+usedAt checks, the permission check, aiohttp's router and middleware layers it
+uses the same way) is not here. So F/A is about the best B/A that aiohttp and
+this machine allow for the issue's requirements, and B/F is what keysvc's own
+code costs. F answers every request as keysvc answered the first: it writes
+nothing, so for create it is no floor at all, and ``--floor`` runs the read
+scenarios only.
+
+    python -m bench.floor --port 8082 --shapes shapes.json --log floor.log
+"""
+
+import argparse
+import hmac
+import queue
+import re
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from bench.baseline import ROUTES, Shape, load_shapes
+from keysvc.credentials import Hasher
+from keysvc.middleware import new_request_id
+
+_REQUEST_ID = re.compile(rb'"requestId": "[0-9a-f-]{36}"')
+REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)
+GATHER_SECONDS = 0.02  # as keysvc.logs: the writer lets lines gather this long
+
+
+class Floor:
+    """The per-request work, and the state it needs."""
+
+    def __init__(self, log: Path):
+        self.hasher = Hasher(b"floor-pepper-" * 3)
+        self.seen: dict[bytes, bytes] = {}  # the header's keyed hash -> as stored
+        self.failures: dict[str | None, int] = {}
+        self.counts: dict[tuple[str, str, int], int] = {}
+        self.lines: queue.SimpleQueue[tuple[float, str, str, str, int, float]] = (
+            queue.SimpleQueue()
+        )
+        threading.Thread(target=self._write, args=(log,), daemon=True).start()
+
+    def _write(self, log: Path) -> None:
+        with log.open("a") as out:
+            while True:
+                batch = [self.lines.get()]
+                time.sleep(GATHER_SECONDS)
+                while True:
+                    try:
+                        batch.append(self.lines.get_nowait())
+                    except queue.Empty:
+                        break
+                out.write(
+                    "".join(
+                        f'{{"time": {at:.3f}, "requestId": "{rid}", "method": "{method}",'
+                        f' "route": "{route}", "status": {status},'
+                        f' "latencyMs": {1000 * seconds:.3f}}}\n'
+                        for at, rid, method, route, status, seconds in batch
+                    )
+                )
+                out.flush()
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        request_id = new_request_id()
+        request[REQUEST_ID] = request_id
+        if self.failures.get(request.remote, 0) >= 20:
+            raise web.HTTPTooManyRequests()
+        header = request.headers.get("Authorization", "")
+        proof = self.hasher.of_header(header)
+        stored = self.seen.setdefault(proof, proof)  # steady state: every header is known
+        if not hmac.compare_digest(stored, proof):
+            raise web.HTTPUnauthorized()
+        response = await handler(request)
+        response.headers["X-Request-Id"] = request_id
+        route = request.match_info.route.resource.canonical  # type: ignore[union-attr]
+        labels = (route, request.method, response.status)
+        self.counts[labels] = self.counts.get(labels, 0) + 1
+        seconds = time.perf_counter() - started
+        self.lines.put((time.time(), request_id, request.method, route, response.status, seconds))
+        return response
+
+
+def _replay(shape: Shape) -> Callable[[web.Request], Awaitable[web.Response]]:
+    head, *rest = _REQUEST_ID.split(shape.body)
+    tail = rest[0] if rest else None
+
+    async def view(request: web.Request) -> web.Response:
+        if request.can_read_body:
+            await request.read()
+        body = shape.body
+        if tail is not None:
+            body = head + f'"requestId": "{request[REQUEST_ID]}"'.encode() + tail
+        return web.Response(status=shape.status, headers=shape.headers, body=body)
+
+    return view
+
+
+def create_app(shapes: dict[str, Shape], log: Path) -> web.Application:
+    floor = Floor(log)
+    app = web.Application(middlewares=[floor.middleware])
+    for name, (method, path) in ROUTES.items():
+        app.router.add_route(method, path, _replay(shapes[name]))
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="The benchmark's floor: A plus the least work.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--shapes", type=Path, required=True, help="shapes.json from bench.run")
+    parser.add_argument("--log", type=Path, required=True, help="the access lines' file")
+    args = parser.parse_args()
+    app = create_app(load_shapes(args.shapes), args.log)
+    web.run_app(app, host=args.host, port=args.port, access_log=None, print=None)
+
+
+if __name__ == "__main__":
+    main()
