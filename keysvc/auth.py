@@ -35,8 +35,8 @@ from keysvc.errors import Forbidden, TooManyRequests, Unauthorized
 from keysvc.metrics import AuthReason
 from keysvc.models import Credential, Key
 from keysvc.permissions import has_permission
-from keysvc.ratelimit import FAILURE_WINDOW
-from keysvc.state import AUTH_OUTCOME, CALLER, CLOCK, HASHER, LIMITS, RATE, SETTINGS, STORE
+from keysvc.ratelimit import FAILURE_WINDOW, Decision
+from keysvc.state import AUTH_OUTCOME, CALLER, CLOCK, HASHER, LIMITS, SETTINGS, STORE
 from keysvc.store import Store
 from keysvc.timeutil import to_minute
 
@@ -214,8 +214,9 @@ def authorize_permission(request: web.Request, permission: str) -> Key:
 _CREDENTIAL_FAILURES = ("malformed", "unknown", "bad_secret")
 
 
-async def _admit(request: web.Request) -> Key:
-    """Authenticate within the limits: failed logins per address, then requests per key."""
+async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
+    """Authenticate within the limits: failed logins per address, then requests per
+    key. The caller's key, and its standing against its request limit if it has one."""
     app = request.app
     settings, limits = app[SETTINGS], app[LIMITS]
     moment = app[CLOCK]()
@@ -237,28 +238,28 @@ async def _admit(request: web.Request) -> Key:
             limits.failures.hit(address, settings.auth_failures, FAILURE_WINDOW, now)
         raise
     limit = key.rate_limit or settings.rate_limit
-    if limit is not None:
-        decision = limits.requests.hit(key.id, limit[0], limit[1], now)
-        if not decision.allowed:
-            _outcome(request, "rate_limited")
-            raise TooManyRequests(
-                f"rate limit exceeded for this key: {limit[0]} requests per {limit[1]} s;"
-                f" retry in {decision.reset} s",
-                retry_after=decision.reset,
-                headers=decision.headers,
-            )
-        request[RATE] = decision
-    return key
+    if limit is None:
+        return key, None
+    decision = limits.requests.hit(key.id, limit[0], limit[1], now)
+    if not decision.allowed:
+        _outcome(request, "rate_limited")
+        raise TooManyRequests(
+            f"rate limit exceeded for this key: {limit[0]} requests per {limit[1]} s;"
+            f" retry in {decision.reset} s",
+            retry_after=decision.reset,
+            headers=decision.headers,
+        )
+    return key, decision
 
 
 async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
     """``handler``'s answer, for an admitted caller (``request[CALLER]``) unless the
     route is public; the caller's request-limit standing goes on the answer."""
     match = request.match_info
-    if match.http_exception is None and match.handler not in _PUBLIC:
-        request[CALLER] = await _admit(request)
+    if match.http_exception is not None or match.handler in _PUBLIC:
+        return await handler(request)
+    request[CALLER], decision = await _admit(request)
     response = await handler(request)
-    decision = request.get(RATE)
     if decision is not None:
         response.headers.update(decision.headers)
     return response

@@ -100,11 +100,11 @@ class Access:
 
     def record(self, request: web.Request, status: int, seconds: float) -> None:
         route = route_template(request)
+        outcome = request.get(AUTH_OUTCOME)
         metrics = self._metrics
         if metrics is not None:
             method = request.method if request.method in _METHODS else "other"
             metrics.observe_request(route, method, status, seconds)
-            outcome = request.get(AUTH_OUTCOME)
             if outcome is not None:
                 metrics.observe_auth(outcome)
         if self._logger.isEnabledFor(logging.INFO):
@@ -117,6 +117,6 @@ class Access:
                     seconds,
                     request.remote,
                     request.get(CALLER),
-                    request.get(AUTH_OUTCOME),
+                    outcome,
                 )
             )

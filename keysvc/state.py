@@ -8,7 +8,7 @@ from keysvc.config import Settings
 from keysvc.credentials import Hasher
 from keysvc.metrics import AuthReason, Metrics
 from keysvc.models import Key
-from keysvc.ratelimit import Decision, Limits
+from keysvc.ratelimit import Limits
 from keysvc.store import Store
 from keysvc.timeutil import Clock
 
@@ -35,5 +35,3 @@ REQUEST_ID = web.RequestKey("request_id", str)
 CALLER = web.RequestKey("caller", Key)
 # Set by keysvc.auth where each outcome is decided; read by the access log and metrics.
 AUTH_OUTCOME: web.RequestKey[AuthReason] = web.RequestKey("auth_outcome")
-# The caller's request-limit standing, sent back as X-RateLimit-* headers.
-RATE = web.RequestKey("rate", Decision)

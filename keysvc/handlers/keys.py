@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from keysvc import keys, views
 from keysvc.auth import authorize
@@ -141,7 +141,8 @@ async def update_key(request: web.Request) -> web.Response:
 def _key_response(request: web.Request, key: Key) -> web.Response:
     """The key in the envelope, with its ETag for a later If-Match."""
     response = views.json_response(views.envelope(request[REQUEST_ID], views.key_json(key)))
-    response.etag = key.etag.strip('"')  # aiohttp adds the quotes back
+    # Quoted hex already, as the ETag setter would write it: set as it is.
+    response.headers[hdrs.ETAG] = key.etag
     return response
 
 
