@@ -179,7 +179,7 @@ class Store:
         self.observer = observer
         self._cache = CredentialCache(cache_size)
         # Rendered answers that depend only on committed data (see data_version).
-        self.pages: VersionedCache[tuple[object, ...], tuple[str, str]] = VersionedCache(
+        self.pages: VersionedCache[tuple[object, ...], tuple[bytes, bytes]] = VersionedCache(
             PAGE_CACHE_ENTRIES if cache_size > 0 else 0
         )
         # Set by authorization_changed inside the running transaction (writes are serial).

@@ -91,6 +91,19 @@ def envelope(request_id: str, result: str, rest: str = "") -> str:
     )
 
 
+def envelope_bytes(request_id: str, result: bytes, rest: bytes = b"") -> bytes:
+    """``envelope`` as UTF-8, for a ``result`` and ``rest`` kept as UTF-8 (a list
+    page, tens of KiB): copied once into the body, where the envelope's text and
+    then its encoding would copy them twice."""
+    rid = _ENCODER.encode(request_id).encode()
+    return b"".join((b'{"status": 200, "requestId": ', rid, b', "result": ', result, rest, b"}"))
+
+
 def json_response(text: str) -> web.Response:
     """As ``web.json_response`` answers: application/json in UTF-8."""
     return web.Response(text=text, content_type="application/json")
+
+
+def json_body_response(body: bytes) -> web.Response:
+    """``json_response`` for a body that is UTF-8 already."""
+    return web.Response(body=body, content_type="application/json", charset="utf-8")

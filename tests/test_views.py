@@ -88,6 +88,16 @@ def test_the_envelope_is_what_json_dumps_makes() -> None:
     assert text == json.dumps(
         {"status": 200, "requestId": "a-request-id", "result": result, "totalCount": 3}
     )
+    page = views.keys_json(KEYS).encode()
+    body = views.envelope_bytes("a-request-id", page, b', "totalCount": 3')
+    assert body == json.dumps(
+        {
+            "status": 200,
+            "requestId": "a-request-id",
+            "result": [ApiKeySchema().dump(k) for k in KEYS],
+            "totalCount": 3,
+        }
+    ).encode("utf-8")
 
 
 async def answered(client: Client, method: str, url: str, creds: Creds, **kw: Any) -> Any:

@@ -76,18 +76,18 @@ async def list_keys(request: web.Request) -> web.Response:
     store = request.app[STORE]
     limit = params["limit"]
 
-    async def render() -> tuple[str, str]:
+    async def render() -> tuple[bytes, bytes]:
         page = await store.list_keys(organization_id, after, limit)
         cursor = keys.next_cursor(hasher, organization_id, page)
         rest = f', "nextCursor": {views.encode(cursor)}, "totalCount": {views.encode(page.total)}'
-        return views.keys_json(page.keys), rest
+        return views.keys_json(page.keys).encode(), rest.encode()
 
     # The version is read before the page: a commit in between makes the kept page
     # look older than it is, so the next request reads it again.
     rendered = await store.pages.get_or_make(
         ("keys", organization_id, after, limit), store.data_version(), render
     )
-    return views.json_response(views.envelope(request[REQUEST_ID], *rendered))
+    return views.json_body_response(views.envelope_bytes(request[REQUEST_ID], *rendered))
 
 
 @routes.post(KEYS)
