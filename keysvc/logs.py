@@ -20,7 +20,6 @@ forked after set-up (``serve --workers``) has no writer thread, and workers
 leave through ``os._exit``, so there records are written synchronously.
 """
 
-import contextlib
 import copy
 import json
 import logging
@@ -101,7 +100,7 @@ class JsonFormatter(logging.Formatter):
         micros = round((created - second) * 1_000_000)
         if micros >= 1_000_000:
             second, micros = second + 1, micros - 1_000_000
-        # Read once: the loop (AccessLines) and the writer thread both call this.
+        # Read once: the writer thread and, without one, the logging thread call this.
         cached = self._second
         if second != cached[0]:
             text = datetime.fromtimestamp(second, UTC).isoformat()
@@ -186,9 +185,10 @@ class _Writer:
             if isinstance(item, str):  # formatted already
                 lines.append(item + "\n")
             elif isinstance(item, _AccessLine):
-                # No record to report a failure against: that line alone is lost.
-                with contextlib.suppress(Exception):
+                try:
                     lines.append(item.text() + "\n")
+                except Exception:  # that line alone is lost, and reported as logging would
+                    target.handleError(logging.makeLogRecord({"msg": "access line"}))
             elif isinstance(item, logging.LogRecord):
                 try:
                     if item.levelno >= target.level and target.filter(item):
@@ -204,7 +204,7 @@ class _Writer:
                 target.flush()
             except Exception:
                 # Reported as logging reports a failed write, against the first record;
-                # a batch of AccessLines text alone has none, and nothing is reported.
+                # a batch of access lines alone has none, and nothing is reported.
                 first = next((i for i in items if isinstance(i, logging.LogRecord)), None)
                 if first is not None:
                     target.handleError(first)

@@ -8,7 +8,8 @@ is built from it.
 A ``Key`` is immutable, and the store hands out the same object for as long as
 nothing about the key is committed, so its JSON text is made once per object
 and kept on it (as ``functools.cached_property`` keeps a value). Envelopes are
-then put together as text, byte for byte what ``json.dumps`` makes of the whole.
+then put together as text (as UTF-8 around a list page kept as UTF-8), byte for
+byte what ``json.dumps`` makes of the whole.
 """
 
 import json

@@ -292,7 +292,7 @@ def _key(key_id: str) -> Key:
 )
 def test_the_access_line_written_by_hand_is_the_formatters(values: tuple[Any, ...]) -> None:
     """The access log's own path (no record: the formatter's head, then
-    AccessEntry.fields_json, queued as text) writes, byte for byte, what
+    AccessEntry.fields_json, formatted by the writer) writes, byte for byte, what
     JsonFormatter writes for a record with AccessEntry.fields, time aside."""
     entry = observability.AccessEntry(*values)
     stream = io.StringIO()
@@ -363,10 +363,11 @@ class _Fields:
 
 
 def test_access_lines_are_timed_at_emit_and_written_out_by_the_writer(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The line carries the time of ``emit``; the writer thread formats it, and an
-    entry that cannot be formatted loses its own line only."""
+    entry that cannot be formatted loses its own line only, reported as logging
+    reports a record it cannot format."""
     stream = io.StringIO()
     logging.getLogger().handlers.clear()
     handler = configure_logging("info", stream, background=True)
@@ -390,6 +391,7 @@ def test_access_lines_are_timed_at_emit_and_written_out_by_the_writer(
         "name": "kept",
     }
     assert broken.written_by == kept.written_by == "keysvc-log-writer"
+    assert "--- Logging error ---" in capsys.readouterr().err
 
 
 class FailingOnce(io.StringIO):

@@ -1,7 +1,7 @@
 """Key views: list, create, read, update and delete keys of an organization.
 
 Keys are answered through ``keysvc.views`` (the hand-written twin of
-``ApiKeySchema``). A list page is kept as text for as long as nothing at all is
+``ApiKeySchema``). A list page is kept as UTF-8 for as long as nothing at all is
 committed (the store's ``data_version``), so repeating it costs no query.
 """
 
