@@ -49,7 +49,8 @@ test: install system-deps lint
 
 # wrk (from Debian's packages, installed when missing) against a bare aiohttp app and
 # keysvc on 1,000 seeded keys, in alternating rounds; prints the table and writes it to
-# docs/PERFORMANCE.md. SCALE=1: keysvc on 1,000 vs 1,000,000 keys. Exits 1 if a scenario
+# docs/PERFORMANCE.md. SCALE=1: keysvc on 1,000 vs 1,000,000 keys. FLOOR=1: also the
+# floor app of bench/floor.py, on get, verify and list. Exits 1 if a scenario
 # answers more than 1% non-2xx. Options: .venv/bin/python -m bench.run --help.
 bench: install
 	$(BIN)/python -m bench.run $(if $(SCALE),--keys 1000000)$(if $(FLOOR), --floor)

@@ -86,7 +86,9 @@ def _command(argv: Sequence[str]) -> str:
         python = python.relative_to(ROOT)
     text = f"`{shlex.join([str(python), '-m', 'bench.run', *argv])}`"
     if os.environ.get("MAKELEVEL"):
-        text = f"`make bench{' SCALE=1' if '--keys' in argv else ''}`, which runs {text}"
+        options = " SCALE=1" if "--keys" in argv else ""
+        options += " FLOOR=1" if "--floor" in argv else ""
+        text = f"`make bench{options}`, which runs {text}"
     return text
 
 

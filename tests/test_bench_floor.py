@@ -22,7 +22,7 @@ def _shapes() -> dict[str, Shape]:
     return {"get": keyed, "list": keyed, "create": keyed, "verify": verify}
 
 
-async def test_the_floor_answers_with_fresh_ids_checks_headers_and_logs(tmp_path: Path) -> None:
+async def test_the_floor_does_its_work_with_fresh_ids(tmp_path: Path) -> None:
     log = tmp_path / "access.log"
     app = floor.create_app(_shapes(), log)
     async with TestClient(TestServer(app)) as client:
@@ -44,6 +44,13 @@ async def test_the_floor_answers_with_fresh_ids_checks_headers_and_logs(tmp_path
             if log.exists() and len(log.read_text().splitlines()) == 3:
                 break
             await asyncio.sleep(floor.GATHER_SECONDS)
+        state = app[floor.FLOOR]
+        assert len(state.seen) == 1  # one header, proven once, then looked up
+        get = (floor.ROUTES["get"][1], "GET", 200)
+        assert state.counts == {get: 2, ("/v1/verify", "GET", 200): 1}
+        state.keys.clear()  # as if the key had left the cache: the proof no longer holds
+        refused = await client.get("/v1/verify", headers={"Authorization": "Basic abc"})
+        assert refused.status == 401
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert [line["requestId"] for line in lines[:2]] == seen
     assert [line["route"] for line in lines] == [floor.ROUTES["get"][1]] * 2 + ["/v1/verify"]
