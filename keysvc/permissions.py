@@ -15,8 +15,10 @@ MAX_PERMISSION_LENGTH = 128
 
 
 def has_permission(granted: Iterable[str], needed: str) -> bool:
-    namespace = needed.partition(":")[0]
-    return any(p == "*" or p == needed or p == f"{namespace}:*" for p in granted)
+    """Whether ``granted`` holds ``needed`` itself, ``*``, or its namespace's ``ns:*``:
+    three set lookups (a key's permissions are a frozenset already)."""
+    held = granted if isinstance(granted, (set, frozenset)) else frozenset(granted)
+    return needed in held or "*" in held or f"{needed.partition(':')[0]}:*" in held
 
 
 def missing(granted: Iterable[str], wanted: Iterable[str]) -> str | None:

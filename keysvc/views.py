@@ -13,6 +13,7 @@ byte what ``json.dumps`` makes of the whole.
 """
 
 import json
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from aiohttp import web
@@ -20,7 +21,8 @@ from aiohttp import web
 from keysvc.models import Key
 from keysvc.timeutil import to_text
 
-# json.dumps's defaults, as web.json_response uses them: ", " and ": ", ASCII only.
+# json.dumps's defaults, as web.json_response uses them: ", " and ": ", ASCII only
+# (for a string, encode_basestring_ascii, which the encoder calls).
 _ENCODER = json.JSONEncoder()
 _MEMO = "_api_json"
 _PERMISSIONS_MEMO = "_permissions_header"
@@ -87,16 +89,15 @@ def encode(value: object) -> str:
 def envelope(request_id: str, result: str, rest: str = "") -> str:
     """The 200 envelope around ``result`` (JSON text); ``rest``: more members as
     ``, "name": value`` text. What ``handlers.common.ok`` would send, as text."""
-    return (
-        f'{{"status": 200, "requestId": {_ENCODER.encode(request_id)}, "result": {result}{rest}}}'
-    )
+    rid = encode_basestring_ascii(request_id)
+    return f'{{"status": 200, "requestId": {rid}, "result": {result}{rest}}}'
 
 
 def envelope_bytes(request_id: str, result: bytes, rest: bytes = b"") -> bytes:
     """``envelope`` as UTF-8, for a ``result`` and ``rest`` kept as UTF-8 (a list
     page, tens of KiB): copied once into the body, where the envelope's text and
     then its encoding would copy them twice."""
-    rid = _ENCODER.encode(request_id).encode()
+    rid = encode_basestring_ascii(request_id).encode()
     return b"".join((b'{"status": 200, "requestId": ', rid, b', "result": ', result, rest, b"}"))
 
 

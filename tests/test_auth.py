@@ -147,10 +147,12 @@ def test_parse_basic() -> None:
         (["keys:*"], "keys:delete", True),
         (["roles:*"], "keys:read", False),
         ([], "keys:read", False),
+        (["keys:reader", "key:*", "keys"], "keys:read", False),
     ],
 )
-def test_has_permission(granted: list[str], needed: str, allowed: bool) -> None:
-    assert has_permission(granted, needed) is allowed
+@pytest.mark.parametrize("kind", [list, frozenset])
+def test_has_permission(granted: list[str], needed: str, allowed: bool, kind: type) -> None:
+    assert has_permission(kind(granted), needed) is allowed
 
 
 class Work:
