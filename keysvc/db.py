@@ -38,11 +38,13 @@ MIGRATIONS: Sequence[str] = (
     """,
 )
 
+# How long a statement waits for another connection's lock before SQLITE_BUSY.
+BUSY_TIMEOUT_MS = 5000
 PRAGMAS = (
     "pragma journal_mode = wal",
     "pragma synchronous = full",
     "pragma foreign_keys = on",
-    "pragma busy_timeout = 5000",
+    f"pragma busy_timeout = {BUSY_TIMEOUT_MS}",
 )
 
 
@@ -68,9 +70,10 @@ async def connect(path: Path) -> aiosqlite.Connection:
     return conn
 
 
-def connect_now(path: Path) -> sqlite3.Connection:
-    """``connect``'s synchronous twin, for the thread that writes create batches."""
-    conn = sqlite3.connect(path, isolation_level=None)
+def connect_now(path: Path, *, shared: bool = False) -> sqlite3.Connection:
+    """``connect``'s synchronous twin, for create batches. ``shared``: usable from
+    threads other than the one that opened it (one at a time: the caller's care)."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=not shared)
     try:
         conn.row_factory = sqlite3.Row
         for pragma in PRAGMAS:

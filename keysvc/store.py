@@ -331,14 +331,14 @@ class Store:
                 await self._create_batch(batch)
 
     async def _create_batch(self, batch: list[_PendingCreate]) -> None:
-        """One transaction for the whole batch, run start to finish on the create
-        thread (``_CreateThread``); each request is answered once it has committed."""
+        """One transaction for the whole batch (``_CreateThread``); each request is
+        answered once it has committed."""
         work = [(item.new, item.max_keys) for item in batch]
         running = asyncio.ensure_future(self._creates.run(work))
         try:
             await asyncio.shield(running)
         except asyncio.CancelledError:
-            # The batch runs to its end on its thread; its requests still get their answers.
+            # The batch runs to its end (shielded); its requests still get their answers.
             running.add_done_callback(lambda done: _settle(batch, done))
             raise
         except Exception:  # noqa: S110 - the failure is each request's answer, see _settle
@@ -704,13 +704,21 @@ _Made = tuple[Key | None, Exception | None]
 
 
 class _CreateThread:
-    """The thread that writes create batches, with a connection of its own.
+    """The connection that writes create batches, and the thread that begins and
+    commits them.
 
-    A batch is a handful of statements; run through aiosqlite, each is a hand-over
-    to its thread and back, and under load every hand-back waits for a busy loop
-    (``make bench`` measured 6 ms a batch, 16 keys, 1.5 ms of it the commit). Here
-    the whole transaction is one hand-over. The store's write lock is held around
-    it, as around every write transaction of the process.
+    A batch is a handful of statements. Run through aiosqlite, each was a hand-over
+    to its thread and back, and under load every hand-back waited for a busy loop
+    (``make bench`` measured 6 ms a batch, 16 keys, 1.5 ms of it the commit). Run
+    whole on a thread of its own, the thread's Python (the rows, the keys read
+    back) and the loop's took turns with the GIL dozens of times a batch. Now only
+    what waits on the database file goes to the thread: the commit (its fsync),
+    and ``begin immediate`` when another process holds the write lock (the loop
+    tries it first without waiting: within the process the store's write lock,
+    held around a batch as around every write transaction, leaves nobody to wait
+    for). The statements between run on the loop, and so does the whole batch but
+    its commit; the connection is used by one thread at a time, and a batch starts
+    only once the commit before it has returned.
     """
 
     def __init__(self, path: Path):
@@ -728,16 +736,24 @@ class _CreateThread:
             # Never again once closed: an unclosed connection would outlive walwatch's hold.
             raise ServiceUnavailable("the database is closed: the server is stopping")
         if self._conn is None:
-            self._conn = db.connect_now(self._path)  # in this thread, which alone uses it
+            # Used by the loop and by the thread in turn, never at once (see the class).
+            self._conn = db.connect_now(self._path, shared=True)
         return self._conn
 
     async def run(self, batch: list[tuple[NewKey, int]]) -> list[_Made]:
         if self._closed:
             raise ServiceUnavailable("the database is closed: the server is stopping")
-        return await asyncio.get_running_loop().run_in_executor(self._thread, self._write, batch)
-
-    def _write(self, batch: list[tuple[NewKey, int]]) -> list[_Made]:
-        return _write_batch(self._connect(), batch)
+        loop = asyncio.get_running_loop()
+        conn = self._conn
+        if conn is None or not _begin_now(conn):
+            conn = await loop.run_in_executor(self._thread, _begin, self)
+        try:
+            outcomes = _stage_batch(conn, batch)
+        except Exception:
+            conn.execute("rollback")
+            raise
+        await loop.run_in_executor(self._thread, _commit, conn)
+        return outcomes
 
     async def close(self) -> None:
         """Close the connection and end the thread; again, it does nothing."""
@@ -749,27 +765,54 @@ class _CreateThread:
 
     def _close(self) -> None:
         if self._conn is not None:
-            self._conn.close()
+            self._conn.close()  # a transaction still open (a cancelled batch) is rolled back
             self._conn = None
 
 
-def _write_batch(conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]]) -> list[_Made]:
-    """The batch's keys in one transaction. Should a constraint refuse any of them (a
-    taken keyIdHash, a role deleted meanwhile), it starts again one key at a time,
-    each in its own savepoint, so that only that request fails."""
-    conn.execute("begin immediate")
+def _begin_now(conn: sqlite3.Connection) -> bool:
+    """``begin immediate`` if no other connection holds the write lock; False, and
+    no transaction, if one does (then ``_begin`` waits for it on the thread)."""
+    conn.execute("pragma busy_timeout = 0")
     try:
-        try:
-            outcomes = _insert_batch(conn, batch)
-        except sqlite3.IntegrityError:
-            conn.execute("rollback")
-            conn.execute("begin immediate")
-            outcomes = [_insert_alone(conn, item) for item in batch]
+        conn.execute("begin immediate")
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY:
+            raise
+        return False
+    finally:
+        conn.execute(f"pragma busy_timeout = {db.BUSY_TIMEOUT_MS}")
+    return True
+
+
+def _begin(creates: _CreateThread) -> sqlite3.Connection:
+    """On the create thread: the connection, in a write transaction (waiting for the
+    write lock as long as the busy timeout allows)."""
+    conn = creates._connect()
+    conn.execute("begin immediate")
+    return conn
+
+
+def _commit(conn: sqlite3.Connection) -> None:
+    """On the create thread: commit, or roll back and raise."""
+    try:
         conn.execute("commit")
     except BaseException:
         if conn.in_transaction:
             conn.execute("rollback")
         raise
+
+
+def _stage_batch(conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]]) -> list[_Made]:
+    """The batch's keys, inserted in the transaction begun for them. Should a constraint
+    refuse any of them (a taken keyIdHash, a role deleted meanwhile), it starts again
+    one key at a time, each in its own savepoint, so that only that request fails."""
+    conn.execute("savepoint whole_batch")
+    try:
+        outcomes = _insert_batch(conn, batch)
+    except sqlite3.IntegrityError:
+        conn.execute("rollback to whole_batch")
+        outcomes = [_insert_alone(conn, item) for item in batch]
+    conn.execute("release whole_batch")
     return outcomes
 
 

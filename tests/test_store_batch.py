@@ -3,6 +3,7 @@ transaction of a few statements, and a create that a constraint refuses fails al
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -55,15 +56,15 @@ async def trace_creates(store: Store, trace: Callable[[str], object] | None) -> 
 
 
 def count_batches(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The size of each batch handed to the create thread, from now on."""
+    """The size of each batch written, from now on."""
     batches: list[int] = []
-    write = store._creates._write
+    run = store._creates.run
 
-    def counted(batch: list[tuple[NewKey, int]]) -> Any:
+    async def counted(batch: list[tuple[NewKey, int]]) -> Any:
         batches.append(len(batch))
-        return write(batch)
+        return await run(batch)
 
-    monkeypatch.setattr(store._creates, "_write", counted)
+    monkeypatch.setattr(store._creates, "run", counted)
     return batches
 
 
@@ -79,14 +80,21 @@ async def test_a_batch_of_creates_is_one_transaction_of_few_statements(
     await trace_creates(store, None)
     # SQLite reports each trigger run as its statement again: one run of each is kept.
     statements = [s for n, s in enumerate(statements) if n == 0 or s != statements[n - 1]]
-    assert batches == [30]  # one hand-over to the create thread
-    assert statements.count("begin immediate") == 1 and statements[-1] == "commit"
+    assert batches == [30]  # one batch, one transaction
+    # begin without waiting (nobody else in the process holds the write lock)
+    assert statements[:4] == [
+        "pragma busy_timeout = 0",
+        "begin immediate",
+        "pragma busy_timeout = 5000",
+        "savepoint whole_batch",
+    ]
+    assert statements[-2:] == ["release whole_batch", "commit"]
     # One statement a table, whatever the number of keys; the reads (the organization's
     # count, the keys and their roles back) once.
     assert sum(s.startswith("insert into api_keys") for s in statements) == 1
     assert sum(s.startswith("insert into key_roles") for s in statements) == 1
     assert sum(s.startswith("select") for s in statements) == 3
-    assert len(statements) == 7
+    assert len(statements) == 11
     assert all(isinstance(key, Key) for key in made)
     keys = [key for key in made if isinstance(key, Key)]
     assert [key.name for key in keys] == [f"k{n}" for n in range(30)]
@@ -142,20 +150,62 @@ async def test_used_at_writes_that_arrive_together_share_a_transaction(
     assert {found[key.id] for key in keys} == {to_text(minute)}
 
 
-async def test_a_batch_that_fails_answers_each_of_its_requests(
-    client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
+async def test_a_batch_waits_for_another_processs_write_lock_off_the_loop(
+    client: Client, admin: Creds
 ) -> None:
-    """A failure of the whole transaction (a busy or full disk, say) is every waiting
-    request's answer, promptly: none is left waiting."""
+    """Another connection (another worker) holding the write lock makes the batch wait
+    for it on the create thread, within the busy timeout; the loop keeps serving."""
+    store = client.app[STORE]
+    news = await new_keys(client, admin.organization_id, 3, prefix="waiting")
+    other = sqlite3.connect(client.app[SETTINGS].db_path, isolation_level=None)
+    other.execute("begin immediate")
+    try:
+        pending = asyncio.ensure_future(outcomes(store, news, 1000))
+        started = time.monotonic()
+        await asyncio.sleep(0.3)
+        assert time.monotonic() - started < 1.0  # the loop was not held up meanwhile
+        assert (await client.get("/healthz")).status == 200
+        assert not pending.done()  # the batch is waiting for the lock
+    finally:
+        other.execute("rollback")
+        other.close()
+    made = await asyncio.wait_for(pending, timeout=10)
+    names = [key.name for key in made if isinstance(key, Key)]
+    assert names == ["waiting0", "waiting1", "waiting2"]
+
+
+def _fails_staging(conn: sqlite3.Connection, batch: object) -> object:
+    conn.execute("insert into organizations (id, name, created_at) values ('x', 'x', 'x')")
+    raise sqlite3.OperationalError("disk I/O error")
+
+
+def _fails_commit(conn: sqlite3.Connection) -> None:
+    conn.execute("rollback")  # as SQLite does when a commit's write fails
+    raise sqlite3.OperationalError("disk I/O error")
+
+
+@pytest.mark.parametrize(
+    ("name", "broken"), [("_stage_batch", _fails_staging), ("_commit", _fails_commit)]
+)
+async def test_a_batch_that_fails_answers_each_of_its_requests(
+    client: Client,
+    admin: Creds,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    broken: Callable[..., object],
+) -> None:
+    """A failure of the whole transaction (a busy or full disk, say), whether while
+    its statements run or at its commit, is every waiting request's answer,
+    promptly: none is left waiting, and nothing of the batch is kept."""
     store = client.app[STORE]
     news = await new_keys(client, admin.organization_id, 3, prefix="failing")
-
-    def broken(conn: sqlite3.Connection, batch: object) -> object:
-        raise sqlite3.OperationalError("disk I/O error")
-
-    monkeypatch.setattr("keysvc.store._write_batch", broken)
+    monkeypatch.setattr(f"keysvc.store.{name}", broken)
     made = await asyncio.wait_for(outcomes(store, news, 1000), timeout=10)
     assert [type(result) for result in made] == [sqlite3.OperationalError] * 3
     monkeypatch.undo()
+    raw = sqlite3.connect(client.app[SETTINGS].db_path)
+    kept = raw.execute("select count(*) from organizations where id = 'x'").fetchone()[0]
+    raw.close()
+    assert kept == 0
     again = await outcomes(store, news, 1000)  # and the next batch is written as ever
     assert all(isinstance(key, Key) for key in again)
