@@ -14,8 +14,9 @@ cache before the next request is answered, in every process. ``usedAt``
 writes move ``data_version`` but not the generation, so they do not flush it.
 
 Concurrent creates are grouped: one transaction, one fsync, for all the
-creates waiting, each in its own savepoint so one failure fails only its own
-request; each request is answered only after that commit.
+creates waiting. Should one be refused, the batch starts again a key at a
+time, each in its own savepoint, so that it fails only its own request; each
+request is answered only after that commit.
 
 The store returns dataclasses, never cursors, and knows nothing of HTTP
 beyond raising keysvc's own errors. Lists of IDs are passed as one JSON
@@ -717,8 +718,9 @@ class _CreateThread:
     tries it first without waiting: within the process the store's write lock,
     held around a batch as around every write transaction, leaves nobody to wait
     for). The statements between run on the loop, and so does the whole batch but
-    its commit; the connection is used by one thread at a time, and a batch starts
-    only once the commit before it has returned.
+    its commit. The connection is used by one thread at a time: a batch holds
+    ``_using`` from its begin to the end of its commit, even if it is cancelled
+    meanwhile (``_on_thread``), and ``close`` takes it too.
     """
 
     def __init__(self, path: Path):
@@ -726,6 +728,7 @@ class _CreateThread:
         self._conn: sqlite3.Connection | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="keysvc-creates")
         self._closed = False
+        self._using = asyncio.Lock()
 
     async def open(self) -> None:
         """Connect now, in the thread, so that a database it cannot open fails the start."""
@@ -741,26 +744,40 @@ class _CreateThread:
         return self._conn
 
     async def run(self, batch: list[tuple[NewKey, int]]) -> list[_Made]:
-        if self._closed:
-            raise ServiceUnavailable("the database is closed: the server is stopping")
-        loop = asyncio.get_running_loop()
-        conn = self._conn
-        if conn is None or not _begin_now(conn):
-            conn = await loop.run_in_executor(self._thread, _begin, self)
+        async with self._using:
+            if self._closed:  # before, or while this batch waited for the one before it
+                raise ServiceUnavailable("the database is closed: the server is stopping")
+            conn = self._conn
+            if conn is not None and conn.in_transaction:
+                conn.execute("rollback")  # left open by a batch cancelled during its begin
+            if conn is None or not _begin_now(conn):
+                conn = await self._on_thread(_begin, self)
+            try:
+                outcomes = _stage_batch(conn, batch)
+            except Exception:
+                if conn.in_transaction:  # SQLite may have rolled back already (a full disk)
+                    conn.execute("rollback")
+                raise
+            await self._on_thread(_commit, conn)
+            return outcomes
+
+    async def _on_thread(self, call: Callable[..., _T], *args: object) -> _T:
+        """``call(*args)`` on the thread. Cancelled meanwhile, it still waits for the
+        call to end before it raises, so the caller lets go of the connection only then."""
+        job = asyncio.get_running_loop().run_in_executor(self._thread, call, *args)
         try:
-            outcomes = _stage_batch(conn, batch)
-        except Exception:
-            conn.execute("rollback")
+            return await asyncio.shield(job)
+        except asyncio.CancelledError:
+            await asyncio.wait([job])
             raise
-        await loop.run_in_executor(self._thread, _commit, conn)
-        return outcomes
 
     async def close(self) -> None:
         """Close the connection and end the thread; again, it does nothing."""
         if self._closed:
             return
         self._closed = True
-        await asyncio.get_running_loop().run_in_executor(self._thread, self._close)
+        async with self._using:
+            await asyncio.get_running_loop().run_in_executor(self._thread, self._close)
         self._thread.shutdown(wait=True)
 
     def _close(self) -> None:
@@ -776,7 +793,7 @@ def _begin_now(conn: sqlite3.Connection) -> bool:
     try:
         conn.execute("begin immediate")
     except sqlite3.OperationalError as exc:
-        if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY:
+        if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:  # BUSY_RECOVERY too
             raise
         return False
     finally:
@@ -834,8 +851,8 @@ def _insert_batch(conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]])
         planned.append((key_id, None))
     keys: dict[str, Key] = {}
     if key_rows:
-        # Many rows to a statement: each statement run is a release and retake of the
-        # GIL by this thread, and under load each retake waits for the busy loop.
+        # Many rows to a statement: each statement run costs its own overhead, whatever
+        # the rows, and the loop waits for all of them.
         _insert_rows(conn, _INSERT_KEYS, key_rows)
         _insert_rows(conn, _INSERT_KEY_ROLES, role_rows)
         ids = json.dumps([row[0] for row in key_rows])

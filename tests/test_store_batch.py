@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from keysvc import store as store_module
 from keysvc.errors import Conflict
 from keysvc.models import Key, NewKey
 from keysvc.state import CLOCK, HASHER, SETTINGS, STORE
@@ -50,7 +51,7 @@ async def trace_creates(store: Store, trace: Callable[[str], object] | None) -> 
     (a statement run for many rows, once per row); None stops it."""
     creates = store._creates
     assert creates._conn is not None
-    # On the create thread: its connection may be used from no other.
+    # On the create thread, between batches: the connection is never used by two at once.
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(creates._thread, creates._conn.set_trace_callback, trace)
 
@@ -115,6 +116,7 @@ async def test_a_taken_key_id_fails_alone(client: Client, admin: Creds) -> None:
     assert [key.name for key in made if isinstance(key, Key)] == ["k0", "k1", "k2", "k4", "k5"]
     listed = await store.list_keys(admin.organization_id, 0, 100)
     assert [key.name for key in listed.keys] == ["acme admin", "k3", "k0", "k1", "k2", "k4", "k5"]
+    assert listed.total == 7  # the refused batch's count (a trigger's) was undone too
 
 
 async def test_creates_beyond_the_limit_fail_in_arrival_order(
@@ -174,38 +176,72 @@ async def test_a_batch_waits_for_another_processs_write_lock_off_the_loop(
     assert names == ["waiting0", "waiting1", "waiting2"]
 
 
-def _fails_staging(conn: sqlite3.Connection, batch: object) -> object:
-    conn.execute("insert into organizations (id, name, created_at) values ('x', 'x', 'x')")
+_STAGE = store_module._stage_batch
+
+
+def _fails_staging(conn: sqlite3.Connection, batch: Any) -> object:
+    _STAGE(conn, batch)
     raise sqlite3.OperationalError("disk I/O error")
 
 
-def _fails_commit(conn: sqlite3.Connection) -> None:
-    conn.execute("rollback")  # as SQLite does when a commit's write fails
-    raise sqlite3.OperationalError("disk I/O error")
+def _fails_at_commit(conn: sqlite3.Connection, batch: Any) -> object:
+    """The batch, plus a row that the commit refuses: the real commit fails."""
+    conn.execute("pragma defer_foreign_keys = on")
+    conn.execute("insert into key_roles (key_id, role_id) values ('no-such-key', 'no-such-role')")
+    return _STAGE(conn, batch)
 
 
 @pytest.mark.parametrize(
-    ("name", "broken"), [("_stage_batch", _fails_staging), ("_commit", _fails_commit)]
+    ("broken", "error"),
+    [(_fails_staging, sqlite3.OperationalError), (_fails_at_commit, sqlite3.IntegrityError)],
 )
 async def test_a_batch_that_fails_answers_each_of_its_requests(
     client: Client,
     admin: Creds,
     monkeypatch: pytest.MonkeyPatch,
-    name: str,
     broken: Callable[..., object],
+    error: type[Exception],
 ) -> None:
     """A failure of the whole transaction (a busy or full disk, say), whether while
     its statements run or at its commit, is every waiting request's answer,
-    promptly: none is left waiting, and nothing of the batch is kept."""
+    promptly: none is left waiting, nothing of the batch is kept, and no
+    transaction is left open for the next batch."""
     store = client.app[STORE]
     news = await new_keys(client, admin.organization_id, 3, prefix="failing")
-    monkeypatch.setattr(f"keysvc.store.{name}", broken)
+    before = await store.list_keys(admin.organization_id, 0, 100)
+    monkeypatch.setattr(store_module, "_stage_batch", broken)
     made = await asyncio.wait_for(outcomes(store, news, 1000), timeout=10)
-    assert [type(result) for result in made] == [sqlite3.OperationalError] * 3
+    assert [type(result) for result in made] == [error] * 3
     monkeypatch.undo()
-    raw = sqlite3.connect(client.app[SETTINGS].db_path)
-    kept = raw.execute("select count(*) from organizations where id = 'x'").fetchone()[0]
-    raw.close()
-    assert kept == 0
+    conn = store._creates._conn
+    assert conn is not None and not conn.in_transaction
+    after = await store.list_keys(admin.organization_id, 0, 100)
+    assert after.total == before.total and after.keys == before.keys
     again = await outcomes(store, news, 1000)  # and the next batch is written as ever
     assert all(isinstance(key, Key) for key in again)
+
+
+async def test_a_batch_whose_flusher_is_cancelled_still_ends_before_the_next_begins(
+    client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelled during its commit, a batch is still committed and answered, and
+    the next batch waits for it rather than use the connection meanwhile."""
+    store = client.app[STORE]
+    first = await new_keys(client, admin.organization_id, 2, prefix="first")
+    second = await new_keys(client, admin.organization_id, 2, prefix="second")
+    commit = store_module._commit
+
+    def slow_commit(conn: sqlite3.Connection) -> None:
+        time.sleep(0.3)
+        commit(conn)
+
+    monkeypatch.setattr(store_module, "_commit", slow_commit)
+    pending = asyncio.ensure_future(outcomes(store, first, 1000))
+    await asyncio.sleep(0.1)  # the first batch is in its commit now
+    flusher = store._flusher
+    assert flusher is not None and not flusher.done()
+    flusher.cancel()
+    made = await asyncio.wait_for(outcomes(store, second, 1000), timeout=10)
+    assert [key.name for key in made if isinstance(key, Key)] == ["second0", "second1"]
+    earlier = await asyncio.wait_for(pending, timeout=10)
+    assert [key.name for key in earlier if isinstance(key, Key)] == ["first0", "first1"]
