@@ -50,7 +50,10 @@ def load_shapes(path: Path) -> dict[str, Shape]:
     return {name: Shape.from_json(data) for name, data in json.loads(path.read_text()).items()}
 
 
-def _replay(shape: Shape) -> Callable[[web.Request], Awaitable[web.Response]]:
+View = Callable[[web.Request], Awaitable[web.Response]]
+
+
+def _replay(shape: Shape) -> View:
     async def view(request: web.Request) -> web.Response:
         if request.can_read_body:
             await request.read()
@@ -60,21 +63,35 @@ def _replay(shape: Shape) -> Callable[[web.Request], Awaitable[web.Response]]:
     return view
 
 
-def create_app(shapes: dict[str, Shape]) -> web.Application:
-    app = web.Application()
+def add_routes(
+    app: web.Application, shapes: dict[str, Shape], replay: Callable[[Shape], View] = _replay
+) -> web.Application:
+    """Each of ROUTES on ``app``, answering its scenario's shape through ``replay``."""
     for name, (method, path) in ROUTES.items():
-        app.router.add_route(method, path, _replay(shapes[name]))
+        app.router.add_route(method, path, replay(shapes[name]))
     return app
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="The benchmark's bare aiohttp baseline.")
+def create_app(shapes: dict[str, Shape]) -> web.Application:
+    return add_routes(web.Application(), shapes)
+
+
+def arguments(description: str) -> argparse.ArgumentParser:
+    """The options a replaying app takes from bench/servers.py."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--shapes", type=Path, required=True, help="shapes.json from bench.run")
-    args = parser.parse_args()
-    app = create_app(load_shapes(args.shapes))
+    return parser
+
+
+def serve(app: web.Application, args: argparse.Namespace) -> None:
     web.run_app(app, host=args.host, port=args.port, access_log=None, print=None)
+
+
+def main() -> None:
+    args = arguments("The benchmark's bare aiohttp baseline.").parse_args()
+    serve(create_app(load_shapes(args.shapes)), args)
 
 
 if __name__ == "__main__":

@@ -25,19 +25,17 @@ create it is no floor at all, and ``--floor`` runs the read scenarios only.
     python -m bench.floor --port 8082 --shapes shapes.json --log floor.log
 """
 
-import argparse
 import hmac
 import queue
 import re
 import threading
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from bench.baseline import ROUTES, Shape, load_shapes
+from bench.baseline import Shape, View, add_routes, arguments, load_shapes, serve
 from keysvc.credentials import Hasher
 from keysvc.middleware import new_request_id
 
@@ -108,7 +106,7 @@ class Floor:
         return response
 
 
-def _replay(shape: Shape) -> Callable[[web.Request], Awaitable[web.Response]]:
+def _replay(shape: Shape) -> View:
     head, *rest = _REQUEST_ID.split(shape.body)
     tail = rest[0] if rest else None
 
@@ -130,20 +128,14 @@ def create_app(shapes: dict[str, Shape], log: Path) -> web.Application:
     floor = Floor(log)
     app = web.Application(middlewares=[floor.middleware])
     app[FLOOR] = floor
-    for name, (method, path) in ROUTES.items():
-        app.router.add_route(method, path, _replay(shapes[name]))
-    return app
+    return add_routes(app, shapes, _replay)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="The benchmark's floor: A plus the least work.")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--shapes", type=Path, required=True, help="shapes.json from bench.run")
+    parser = arguments("The benchmark's floor: A plus the least work.")
     parser.add_argument("--log", type=Path, required=True, help="the access lines' file")
     args = parser.parse_args()
-    app = create_app(load_shapes(args.shapes), args.log)
-    web.run_app(app, host=args.host, port=args.port, access_log=None, print=None)
+    serve(create_app(load_shapes(args.shapes), args.log), args)
 
 
 if __name__ == "__main__":

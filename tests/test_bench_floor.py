@@ -9,7 +9,7 @@ from pathlib import Path
 from aiohttp.test_utils import TestClient, TestServer
 
 from bench import floor
-from bench.baseline import Shape
+from bench.baseline import ROUTES, Shape
 
 ORG, KEY = str(uuid.uuid4()), str(uuid.uuid4())
 CAPTURED = "0" * 8 + "-0000-4000-8000-" + "0" * 12
@@ -46,11 +46,11 @@ async def test_the_floor_does_its_work_with_fresh_ids(tmp_path: Path) -> None:
             await asyncio.sleep(floor.GATHER_SECONDS)
         state = app[floor.FLOOR]
         assert len(state.seen) == 1  # one header, proven once, then looked up
-        get = (floor.ROUTES["get"][1], "GET", 200)
+        get = (ROUTES["get"][1], "GET", 200)
         assert state.counts == {get: 2, ("/v1/verify", "GET", 200): 1}
         state.keys.clear()  # as if the key had left the cache: the proof no longer holds
         refused = await client.get("/v1/verify", headers={"Authorization": "Basic abc"})
         assert refused.status == 401
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert [line["requestId"] for line in lines[:2]] == seen
-    assert [line["route"] for line in lines] == [floor.ROUTES["get"][1]] * 2 + ["/v1/verify"]
+    assert [line["route"] for line in lines] == [ROUTES["get"][1]] * 2 + ["/v1/verify"]
