@@ -3,6 +3,7 @@ transaction of a few statements, and a create that a constraint refuses fails al
 
 import asyncio
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -230,18 +231,24 @@ async def test_a_batch_whose_flusher_is_cancelled_still_ends_before_the_next_beg
     first = await new_keys(client, admin.organization_id, 2, prefix="first")
     second = await new_keys(client, admin.organization_id, 2, prefix="second")
     commit = store_module._commit
+    in_commit, release = threading.Event(), threading.Event()
 
-    def slow_commit(conn: sqlite3.Connection) -> None:
-        time.sleep(0.3)
+    def held_commit(conn: sqlite3.Connection) -> None:
+        in_commit.set()
+        release.wait(10)  # until the next batch has been asked for
         commit(conn)
 
-    monkeypatch.setattr(store_module, "_commit", slow_commit)
+    monkeypatch.setattr(store_module, "_commit", held_commit)
     pending = asyncio.ensure_future(outcomes(store, first, 1000))
-    await asyncio.sleep(0.1)  # the first batch is in its commit now
+    while not in_commit.is_set():  # the first batch is in its commit now
+        await asyncio.sleep(0.01)
     flusher = store._flusher
     assert flusher is not None and not flusher.done()
     flusher.cancel()
-    made = await asyncio.wait_for(outcomes(store, second, 1000), timeout=10)
+    next_batch = asyncio.ensure_future(outcomes(store, second, 1000))
+    await asyncio.sleep(0.05)  # the next batch's flusher is running, and must wait
+    release.set()
+    made = await asyncio.wait_for(next_batch, timeout=10)
     assert [key.name for key in made if isinstance(key, Key)] == ["second0", "second1"]
     earlier = await asyncio.wait_for(pending, timeout=10)
     assert [key.name for key in earlier if isinstance(key, Key)] == ["first0", "first1"]
