@@ -7,16 +7,18 @@ DB     ?= var/keysvc.db
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 PYZ    ?= dist/keysvc.pyz
+PINS   := .ci/constraints.txt
 
 # Real components that tests drive, from Debian's packages, installed when missing
 # (each named by its command): systemd only for systemd-analyze on the unit file.
 SYSTEM_PACKAGES ?= chromium nginx systemd
 
-.PHONY: install system-deps run test lint fmt bench soak dist clean
+.PHONY: install system-deps run test lint fmt bench soak dist constraints clean
 
-$(STAMP): pyproject.toml
+# The versions installed are the ones $(PINS) names (see its head).
+$(STAMP): pyproject.toml $(PINS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(PINS) -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -70,7 +72,18 @@ dist: install
 	src=$$(mktemp -d) && trap 'rm -rf "$$src"' EXIT && \
 	cp -R pyproject.toml README.md keysvc "$$src" && \
 	$(BIN)/shiv --reproducible --console-script keysvc --output-file $(PYZ) \
-		"$$src" --quiet --disable-pip-version-check
+		"$$src" --quiet --disable-pip-version-check --constraint $(CURDIR)/$(PINS)
+
+# $(PINS) again: the newest versions pyproject.toml allows, installed into a throwaway
+# virtualenv from a copy of the sources (as dist does). Then make test, and commit it.
+constraints:
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	mkdir "$$tmp/src" && cp -R pyproject.toml README.md keysvc "$$tmp/src" && \
+	$(PYTHON) -m venv "$$tmp/venv" && \
+	"$$tmp/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$$tmp/src[test]" && \
+	{ sed -n '/^#/p' $(PINS); "$$tmp/venv/bin/python" -m pip freeze --exclude keysvc; } \
+		> "$$tmp/pins" && \
+	cp "$$tmp/pins" $(PINS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

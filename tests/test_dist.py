@@ -23,6 +23,9 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
+from tests import test_constraints
 from tests.helpers import basic
 from tests.server import free_port
 
@@ -38,10 +41,6 @@ def base_python() -> str:
     cannot load the compiled wheels (aiohttp's) the zip carries for this one.
     """
     return getattr(sys, "_base_executable", sys.executable)
-
-
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "_", name).lower()
 
 
 def call(base: str, path: str, **request: Any) -> tuple[int, dict[str, Any]]:
@@ -90,14 +89,17 @@ def test_dist_builds_one_file_that_serves_with_plain_python(tmp_path: Path) -> N
     names = zipfile.ZipFile(pyz).namelist()
     assert "site-packages/keysvc/schema.sql" in names
     packed = {
-        canonical(name.split("/")[1].split("-")[0])
+        canonicalize_name(match[1]): match[2]
         for name in names
-        if re.fullmatch(r"site-packages/[^/]+\.dist-info/METADATA", name)
+        if (match := re.fullmatch(r"site-packages/([^/-]+)-([^/-]+)\.dist-info/METADATA", name))
     }
+    pins = test_constraints.pins()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     for requirement in project["dependencies"]:
-        wanted = canonical(re.split(r"[\s<>=!~;\[(]", requirement, maxsplit=1)[0])
+        wanted = canonicalize_name(re.split(r"[\s<>=!~;\[(]", requirement, maxsplit=1)[0])
         assert wanted in packed, f"{requirement} is not in the zip"
+        # The versions make install pins, as in the environment that tested them.
+        assert packed[wanted] == pins[wanted], f"{wanted} {packed[wanted]} in the zip"
 
     env = {**os.environ, "SHIV_ROOT": str(tmp_path / "shiv")}
     run = [python, "-I", str(pyz)]
