@@ -15,10 +15,15 @@ SYSTEM_PACKAGES ?= chromium nginx systemd
 
 .PHONY: install system-deps run test lint fmt bench soak dist constraints clean
 
-# The versions installed are the ones $(PINS) names (see its head).
+# The versions installed are the ones $(PINS) names (see its head), the build backend's
+# too: setuptools goes in first, and builds keysvc without an isolated environment
+# (where pip would fetch the newest setuptools, whatever the pins say).
+QUIET_PIP := --quiet --disable-pip-version-check
+PIP := $(BIN)/python -m pip install $(QUIET_PIP)
 $(STAMP): pyproject.toml $(PINS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c $(PINS) -e '.[test]'
+	$(PIP) -c $(PINS) setuptools
+	$(PIP) -c $(PINS) --no-build-isolation -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -63,7 +68,8 @@ bench: install
 soak: install
 	KEYSVC_SOAK_SECONDS=60 $(BIN)/pytest -p no:cacheprovider -s tests/test_soak.py
 
-# One file holding keysvc and its dependencies for this platform (shiv, from PyPI); it
+# One file holding keysvc and its dependencies at the pinned versions, for this platform
+# (shiv, from PyPI; keysvc built with the virtualenv's setuptools, as in install); it
 # runs with a plain python3 of the same minor version: python3 dist/keysvc.pyz serve.
 # pip builds a local project inside its folder, and a stale build/lib would end up
 # in the zip, so the build works on a throwaway copy of the sources.
@@ -72,16 +78,23 @@ dist: install
 	src=$$(mktemp -d) && trap 'rm -rf "$$src"' EXIT && \
 	cp -R pyproject.toml README.md keysvc "$$src" && \
 	$(BIN)/shiv --reproducible --console-script keysvc --output-file $(PYZ) \
-		"$$src" --quiet --disable-pip-version-check --constraint $(CURDIR)/$(PINS)
+		"$$src" --quiet --disable-pip-version-check --constraint $(CURDIR)/$(PINS) \
+		--no-build-isolation
 
-# $(PINS) again: the newest versions pyproject.toml allows, installed into a throwaway
-# virtualenv from a copy of the sources (as dist does). Then make test, and commit it.
+# $(PINS) again: the newest versions pyproject.toml allows (build backend included),
+# installed as above into a throwaway virtualenv from a copy of the sources (as dist
+# does). Then make test, and commit the file.
 constraints:
 	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	mkdir "$$tmp/src" && cp -R pyproject.toml README.md keysvc "$$tmp/src" && \
 	$(PYTHON) -m venv "$$tmp/venv" && \
-	"$$tmp/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$$tmp/src[test]" && \
-	{ sed -n '/^#/p' $(PINS); "$$tmp/venv/bin/python" -m pip freeze --exclude keysvc; } \
+	backend=$$("$$tmp/venv/bin/python" -c 'import sys, tomllib; \
+		print(*tomllib.load(sys.stdin.buffer)["build-system"]["requires"], sep="\n")' \
+		< pyproject.toml) && \
+	"$$tmp/venv/bin/python" -m pip install $(QUIET_PIP) --upgrade $$backend && \
+	"$$tmp/venv/bin/python" -m pip install $(QUIET_PIP) --no-build-isolation "$$tmp/src[test]" && \
+	{ sed -n '/^#/p' $(PINS); \
+	  "$$tmp/venv/bin/python" -m pip freeze --all --exclude pip --exclude keysvc; } \
 		> "$$tmp/pins" && \
 	cp "$$tmp/pins" $(PINS)
 
