@@ -86,11 +86,15 @@ def encode(value: object) -> str:
     return _ENCODER.encode(value)
 
 
+# The 200 envelope's text before the request ID, and between it and the result.
+_HEAD, _RESULT = '{"status": 200, "requestId": ', ', "result": '
+_HEAD_BYTES, _RESULT_BYTES = _HEAD.encode(), _RESULT.encode()
+
+
 def envelope(request_id: str, result: str, rest: str = "") -> str:
     """The 200 envelope around ``result`` (JSON text); ``rest``: more members as
     ``, "name": value`` text. What ``handlers.common.ok`` would send, as text."""
-    rid = encode_basestring_ascii(request_id)
-    return f'{{"status": 200, "requestId": {rid}, "result": {result}{rest}}}'
+    return f"{_HEAD}{encode_basestring_ascii(request_id)}{_RESULT}{result}{rest}}}"
 
 
 def envelope_bytes(request_id: str, result: bytes, rest: bytes = b"") -> bytes:
@@ -98,7 +102,7 @@ def envelope_bytes(request_id: str, result: bytes, rest: bytes = b"") -> bytes:
     page, tens of KiB): copied once into the body, where the envelope's text and
     then its encoding would copy them twice."""
     rid = encode_basestring_ascii(request_id).encode()
-    return b"".join((b'{"status": 200, "requestId": ', rid, b', "result": ', result, rest, b"}"))
+    return b"".join((_HEAD_BYTES, rid, _RESULT_BYTES, result, rest, b"}"))
 
 
 def json_response(text: str) -> web.Response:
