@@ -38,6 +38,7 @@ from aiohttp.typedefs import Handler
 from bench.baseline import Shape, View, add_routes, arguments, load_shapes, serve
 from keysvc.credentials import Hasher
 from keysvc.middleware import new_request_id
+from keysvc.observability import route_template
 
 _REQUEST_ID = re.compile(rb'"requestId": "[0-9a-f-]{36}"')
 REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)
@@ -97,7 +98,7 @@ class Floor:
             raise web.HTTPUnauthorized()
         response = await handler(request)
         response.headers["X-Request-Id"] = request_id
-        route = request.match_info.route.resource.canonical  # type: ignore[union-attr]
+        route = route_template(request)  # as keysvc's access record and metrics
         labels = (route, request.method, response.status)
         self.counts[labels] = self.counts.get(labels, 0) + 1
         seconds = time.perf_counter() - started
