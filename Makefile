@@ -43,13 +43,13 @@ run: install
 	exec $(BIN)/keysvc serve --db $(DB) --host $(HOST) --port $(PORT)
 
 lint: install
-	$(BIN)/ruff check keysvc tests
-	$(BIN)/ruff format --check keysvc tests
-	$(BIN)/mypy keysvc
+	$(BIN)/ruff check keysvc tests bench
+	$(BIN)/ruff format --check keysvc tests bench
+	$(BIN)/mypy keysvc bench
 
 fmt: install
-	$(BIN)/ruff format keysvc tests
-	$(BIN)/ruff check --fix keysvc tests
+	$(BIN)/ruff format keysvc tests bench
+	$(BIN)/ruff check --fix keysvc tests bench
 
 test: install system-deps lint
 	$(BIN)/pytest
@@ -57,10 +57,11 @@ test: install system-deps lint
 # wrk (from Debian's packages, installed when missing) against a bare aiohttp app and
 # keysvc on 1,000 seeded keys, in alternating rounds; prints the table and writes it to
 # docs/PERFORMANCE.md. SCALE=1: keysvc on 1,000 vs 1,000,000 keys. FLOOR=1: also the
-# floor app of bench/floor.py, on get, verify and list. Exits 1 if a scenario
+# floor app of bench/floor.py, on get, verify and list. PREMISE=1: GET of a key on
+# the baseline alone and plus one row read (bench/premise.py). Exits 1 if a scenario
 # answers more than 1% non-2xx. Options: .venv/bin/python -m bench.run --help.
 bench: install
-	$(BIN)/python -m bench.run $(if $(SCALE),--keys 1000000)$(if $(FLOOR), --floor)
+	$(BIN)/python -m bench.run $(if $(SCALE),--keys 1000000)$(if $(FLOOR), --floor)$(if $(PREMISE), --premise)
 
 # The full soak: 60 s of mixed load against a real server; no 5xx, RSS growth under
 # 10% from the 20th to the 60th second, no descriptor growth. make test runs 9 s of it

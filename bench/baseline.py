@@ -53,7 +53,9 @@ def load_shapes(path: Path) -> dict[str, Shape]:
 View = Callable[[web.Request], Awaitable[web.Response]]
 
 
-def _replay(shape: Shape) -> View:
+def replay_shape(shape: Shape) -> View:
+    """A's view: ``shape``, with a fresh ``X-Request-Id``."""
+
     async def view(request: web.Request) -> web.Response:
         if request.can_read_body:
             await request.read()
@@ -64,7 +66,7 @@ def _replay(shape: Shape) -> View:
 
 
 def add_routes(
-    app: web.Application, shapes: dict[str, Shape], replay: Callable[[Shape], View] = _replay
+    app: web.Application, shapes: dict[str, Shape], replay: Callable[[Shape], View] = replay_shape
 ) -> web.Application:
     """Each of ROUTES on ``app``, answering its scenario's shape through ``replay``."""
     for name, (method, path) in ROUTES.items():

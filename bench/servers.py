@@ -122,3 +122,8 @@ def start_baseline(shapes: Path, log: Path) -> Server:
 def start_floor(shapes: Path, log: Path, lines: Path) -> Server:
     command = [sys.executable, "-m", "bench.floor", "--shapes", str(shapes), "--log", str(lines)]
     return Server("floor", command, log, dict(os.environ))
+
+
+def start_premise(shapes: Path, db: Path, read: str, log: Path) -> Server:
+    command = [sys.executable, "-m", "bench.premise", "--shapes", str(shapes), "--db", str(db)]
+    return Server(f"premise ({read})", [*command, "--read", read], log, dict(os.environ))
