@@ -221,7 +221,11 @@ async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
     settings, limits = app[SETTINGS], app[LIMITS]
     moment = app[CLOCK]()
     now = moment.timestamp()
-    forwarded = request.headers.get("X-Forwarded-For")
+    forwarded = request.headers.get(hdrs.X_FORWARDED_FOR)
+    if forwarded is not None:
+        # One list, in order, however many lines carry it: a proxy that appends its own
+        # line must not leave the client's first line to be read as the last hop.
+        forwarded = ", ".join(request.headers.getall(hdrs.X_FORWARDED_FOR))
     address = client_address(request.remote, forwarded, settings.trusted_proxies)
     # Checked before the credentials, so a blocked address is refused even with valid ones.
     if not limits.failures.allows(address, settings.auth_failures, FAILURE_WINDOW, now):

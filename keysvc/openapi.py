@@ -368,8 +368,8 @@ def _verify(method: str) -> dict[str, Any]:
                 "in": "query",
                 "name": "permission",
                 "required": False,
-                "description": "The same, for proxies that cannot set a header; the header "
-                "wins when both are given.",
+                "description": "The same, for proxies that cannot set a header; when both "
+                "are given, the key must hold both.",
                 "schema": _PERMISSION,
             },
         ],

@@ -105,6 +105,20 @@ async def test_trusted_proxy_forwarded_for_ipv4_and_ipv6(proxied: tuple[Client, 
     await assert_error(await client.get(own(admin), headers=v4.headers), 403, DENIED)
 
 
+async def test_forwarded_for_over_several_lines_is_one_list(
+    proxied: tuple[Client, Creds],
+) -> None:
+    """A proxy may append its own X-Forwarded-For line after the client's: the lines
+    are one list, in order, so the client's forged first line is not the last hop."""
+    client, admin = proxied
+    key = await restricted(client, admin, "10.1.2.3/32")
+    forged = [("X-Forwarded-For", "10.1.2.3"), ("X-Forwarded-For", "198.51.100.7")]
+    response = await client.get(own(admin), headers=[*key.headers.items(), *forged])
+    await assert_error(response, 403, DENIED)
+    honest = [("X-Forwarded-For", "198.51.100.7"), ("X-Forwarded-For", "10.1.2.3")]
+    await assert_ok(await client.get(own(admin), headers=[*key.headers.items(), *honest]))
+
+
 async def test_ip_checked_only_after_the_secret(client: Client, admin: Creds) -> None:
     key = await restricted(client, admin, "10.0.0.0/8")
     # A well-formed wrong secret from outside the list: the secret decides first (401),

@@ -132,7 +132,7 @@ async def test_trusted_proxy_address_is_checked(
 @pytest.mark.parametrize(
     ("headers", "params", "message"),
     [
-        # The header wins, but a malformed query value is not silently ignored.
+        # Both count, and a malformed value in either place is not silently ignored.
         ({"X-Required-Permission": "keys:read"}, {"permission": "no colon"}, MALFORMED),
         ({"X-Required-Permission": "no colon"}, {"permission": "keys:read"}, MALFORMED),
         ({}, [("permission", "keys:read"), ("permission", "x:y")], TWICE),
@@ -148,11 +148,14 @@ async def test_permission_given_badly_in_either_place_is_400(
     await assert_error(response, 400, message)
 
 
-async def test_header_wins_over_a_valid_query_permission(client: Client, admin: Creds) -> None:
+async def test_header_and_query_must_both_be_held(client: Client, admin: Creds) -> None:
+    """A client header forwarded by the proxy cannot swap out the query's permission."""
     developer = await create_creds(client, admin, {"name": "dev", "roles": ["developer"]})
-    response = await client.get(
-        "/v1/verify",
-        headers={**developer.headers, "X-Required-Permission": "keys:read"},
-        params={"permission": "keys:create"},
-    )
+    weaker = {**developer.headers, "X-Required-Permission": "keys:read"}
+    response = await client.get("/v1/verify", headers=weaker, params={"permission": "x:y"})
+    await assert_error(response, 403, "this key lacks the permission x:y")
+    response = await client.get("/v1/verify", headers=weaker, params={"permission": "keys:read"})
     assert response.status == 200
+    stronger = {**developer.headers, "X-Required-Permission": "x:y"}
+    response = await client.get("/v1/verify", headers=stronger, params={"permission": "keys:read"})
+    await assert_error(response, 403, "this key lacks the permission x:y")

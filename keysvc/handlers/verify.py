@@ -21,9 +21,12 @@ routes = web.RouteTableDef()
 _HEADER = "X-Required-Permission"
 
 
-def _required_permission(request: web.Request) -> str | None:
-    """The permission asked for: the header wins over ``?permission=``, but either
-    one malformed, or given twice, is a 400 rather than silently ignored."""
+def _required_permissions(request: web.Request) -> list[str]:
+    """The permissions asked for: the header's and ``?permission=``'s, each of which the
+    key must hold. Neither overrides the other: a proxy that forwards the client's
+    headers (Traefik's ForwardAuth does by default) while naming the permission in
+    the query must not let the client swap in a weaker one. Either one malformed, or
+    given twice, is a 400 rather than silently ignored."""
     headers = request.headers.getall(_HEADER, [])
     # Most calls have no query string: then none is parsed.
     params = request.query.getall("permission", []) if request.query_string else []
@@ -33,14 +36,13 @@ def _required_permission(request: web.Request) -> str | None:
     for value in given:
         if len(value) > MAX_PERMISSION_LENGTH or not PERMISSION.fullmatch(value):
             raise BadRequest("permission: must be namespace:action, such as reports:read")
-    return given[0] if given else None
+    return given
 
 
 @routes.route("*", "/v1/verify")
 async def verify(request: web.Request) -> web.Response:
     caller = request[CALLER]
-    needed = _required_permission(request)
-    if needed is not None:
+    for needed in _required_permissions(request):
         authorize_permission(request, needed)
     return web.Response(
         status=200,
