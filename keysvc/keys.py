@@ -1,6 +1,6 @@
 """Key operations beyond plain SQL: choosing credentials (generated, or the
 client's own through ``hashData``), refusing to grant roles the caller does
-not hold, and the signed list cursor."""
+not hold or to touch a key stronger than the caller, and the signed list cursor."""
 
 import hmac
 from collections.abc import Collection
@@ -15,6 +15,9 @@ from keysvc.permissions import missing
 from keysvc.store import Store
 
 NO_ROLE = "roles: a key needs at least one role: give roles or assignedRoleIds"
+# What a key may not change about itself: everything but its name. Otherwise a key
+# could lift the IP access list, expiry or rate limit it was given, or re-role itself.
+OWN_ACCESS = ("roles", "assignedRoleIds", "state", "expireAt", "ipAccessList", "rateLimit")
 BAD_CURSOR = "cursor: not a cursor from this list; start again without it"
 
 
@@ -94,6 +97,17 @@ async def create_key(
     return Issued(await store.create_key(new, max_keys), key_id, secret)
 
 
+def may_change(caller: Key, target: Key) -> None:
+    """Refuse unless ``caller`` holds every permission ``target`` holds now. A key that
+    may update or delete keys would otherwise demote, delete, re-enable or unrestrict
+    keys stronger than itself, an admin's included."""
+    lacking = missing(caller.permissions, sorted(target.permissions))
+    if lacking is not None:
+        raise Forbidden(
+            f"cannot change a key that holds the permission {lacking}: this key lacks it"
+        )
+
+
 async def update_key(
     store: Store,
     caller: Key,
@@ -102,7 +116,12 @@ async def update_key(
     data: dict[str, Any],
     if_match: Collection[str] | None,
 ) -> Key:
-    """Apply a validated PATCH body; roles and ipAccessList replace."""
+    """Apply a validated PATCH body; roles and ipAccessList replace. The target must be
+    no stronger than the caller (``may_change``), and a key may only rename itself."""
+    if key_id == caller.id:
+        own = next((field for field in OWN_ACCESS if field in data), None)
+        if own is not None:
+            raise Forbidden(f"a key cannot change its own {own}: use another key to change it")
     role_ids = None
     if "roles" in data or "assignedRoleIds" in data:
         role_ids = [r.id for r in await grantable_roles(store, caller, organization_id, data)]
@@ -116,10 +135,22 @@ async def update_key(
         rate_limit=_rate_limit(data.get("rateLimit")),
         clear_rate_limit="rateLimit" in data and data["rateLimit"] is None,
     )
-    key = await store.update_key(organization_id, key_id, change, if_match)
+    key = await store.update_key(
+        organization_id, key_id, change, if_match, lambda target: may_change(caller, target)
+    )
     if key is None:
         raise NotFound("key not found in this organization")
     return key
+
+
+async def delete_key(store: Store, caller: Key, organization_id: str, key_id: str) -> None:
+    """Delete another key of the organization, no stronger than the caller."""
+    if key_id == caller.id:
+        raise BadRequest("a key cannot delete itself: use another key to delete it")
+    if not await store.delete_key(
+        organization_id, key_id, lambda target: may_change(caller, target)
+    ):
+        raise NotFound("key not found in this organization")
 
 
 async def bootstrap(

@@ -388,12 +388,16 @@ class Store:
         key_id: str,
         change: KeyChange,
         if_match: Collection[str] | None = None,
+        check: Callable[[Key], None] | None = None,
     ) -> Key | None:
-        """Apply ``change``; with ``if_match``, only if the key's ETag is among them."""
+        """Apply ``change``; with ``if_match``, only if the key's ETag is among them.
+        ``check`` sees the key as it is inside the transaction, and may refuse by raising."""
         async with self.transaction() as conn:
             current = await _get_key(conn, organization_id, key_id)
             if current is None:
                 return None
+            if check is not None:
+                check(current)
             if if_match is not None and "*" not in if_match and current.etag not in if_match:
                 raise PreconditionFailed()
             expire_at = None if change.clear_expiry else change.expire_at or current.expire_at
@@ -421,8 +425,16 @@ class Store:
             return await _get_key(conn, organization_id, key_id)
 
     @timed
-    async def delete_key(self, organization_id: str, key_id: str) -> bool:
+    async def delete_key(
+        self, organization_id: str, key_id: str, check: Callable[[Key], None] | None = None
+    ) -> bool:
+        """Delete the key; False if there is none. ``check`` as for ``update_key``."""
         async with self.transaction() as conn:
+            if check is not None:
+                current = await _get_key(conn, organization_id, key_id)
+                if current is None:
+                    return False
+                check(current)
             cursor = await conn.execute(
                 "delete from api_keys where id = ? and organization_id = ?",
                 (key_id, organization_id),

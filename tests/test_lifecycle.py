@@ -299,12 +299,18 @@ async def test_developer_cannot_grant_admin(client: Client, admin: Creds) -> Non
     await assert_error(
         response, 403, "cannot grant role developer: this key lacks the permission roles:read"
     )
+    # What it does hold, it may grant.
+    peer = await create(client, manager, {"name": "peer", "assignedRoleIds": [role["id"]]})
+    response = await client.patch(
+        keys_url(admin, peer["key"]["id"]), json={"roles": ["admin"]}, headers=manager.headers
+    )
+    await assert_error(response, 403, "cannot grant role admin: this key lacks the permission *")
     response = await client.patch(
         keys_url(admin, manager.id), json={"roles": ["admin"]}, headers=manager.headers
     )
-    await assert_error(response, 403, "cannot grant role admin: this key lacks the permission *")
-    # What it does hold, it may grant.
-    await create(client, manager, {"name": "peer", "assignedRoleIds": [role["id"]]})
+    await assert_error(
+        response, 403, "a key cannot change its own roles: use another key to change it"
+    )
 
 
 async def test_keys_per_organization_limit(

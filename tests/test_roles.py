@@ -709,9 +709,19 @@ async def test_cannot_add_self_to_a_stronger_role(client: Client, admin: Creds) 
         headers=manager.headers,
     )
     await assert_error(response, 403, message)
-    # ...nor by giving itself the role through the keys API.
+    # ...nor by giving itself the role through the keys API...
     response = await client.patch(
         keys_url(admin, manager.id),
+        json={"assignedRoleIds": [own["id"], strong["id"]]},
+        headers=manager.headers,
+    )
+    await assert_error(
+        response, 403, "a key cannot change its own assignedRoleIds: use another key to change it"
+    )
+    # ...nor to a peer of its own strength.
+    peer = await create_creds(client, admin, {"name": "peer", "assignedRoleIds": [own["id"]]})
+    response = await client.patch(
+        keys_url(admin, peer.id),
         json={"assignedRoleIds": [own["id"], strong["id"]]},
         headers=manager.headers,
     )
@@ -761,12 +771,13 @@ async def test_cannot_create_or_patch_key_with_stronger_system_role(
         keys_url(admin), json={"name": "x", **body}, headers=manager.headers
     )
     await assert_error(response, 403, message)
-    response = await client.patch(keys_url(admin, manager.id), json=body, headers=manager.headers)
+    peer = await create_creds(client, admin, {"name": "peer", "assignedRoleIds": [own["id"]]})
+    response = await client.patch(keys_url(admin, peer.id), json=body, headers=manager.headers)
     await assert_error(response, 403, message)
-    read = await get_key(client, admin, manager.id)
+    read = await get_key(client, admin, peer.id)
     assert [r["roleId"] for r in read["assignedRoles"]] == [own["id"]]
     listed = await assert_ok(await client.get(keys_url(admin), headers=admin.headers))
-    assert {k["id"] for k in listed} == {admin.id, manager.id}
+    assert {k["id"] for k in listed} == {admin.id, manager.id, peer.id}
 
 
 @pytest.mark.parametrize(
@@ -800,7 +811,101 @@ async def test_namespace_wildcards_when_granting(
 
 async def test_namespace_wildcard_grants_management_actions(client: Client, admin: Creds) -> None:
     keeper, _ = await role_key(client, admin, ["keys:*"])
-    victim = await create_creds(client, admin, {"name": "v", "roles": ["query_endpoints"]})
+    # A victim no stronger than the keeper: keys:* covers keys:read.
+    _, reading = await role_key(client, admin, ["keys:read"], name="reader")
+    victim = await create_creds(client, admin, {"name": "v", "assignedRoleIds": [reading["id"]]})
     await assert_ok(await client.delete(keys_url(admin, victim.id), headers=keeper.headers))
     response = await client.get(roles_url(admin), headers=keeper.headers)
     await assert_error(response, 403, "this key lacks the permission roles:read")
+
+
+HELPDESK = ["keys:read", "keys:update", "keys:delete"]
+
+
+def _unused(key: dict[str, Any]) -> dict[str, Any]:
+    """The key but its usedAt, which each authenticated request may move."""
+    return {name: value for name, value in key.items() if name != "usedAt"}
+
+
+STRONGER = "cannot change a key that holds the permission {}: this key lacks it"
+
+
+async def test_cannot_change_or_delete_a_stronger_key(client: Client, admin: Creds) -> None:
+    """keys:update and keys:delete reach only keys whose permissions the caller holds:
+    otherwise a help desk key could re-enable, unrestrict, demote or delete an admin's."""
+    helpdesk, own = await role_key(client, admin, HELPDESK, name="helpdesk")
+    spare = await create(
+        client,
+        admin,
+        {"name": "break-glass", "roles": ["admin"], "state": "disabled",
+         "ipAccessList": [{"source": "10.1.2.3/32"}]},
+    )  # fmt: skip
+    strong = spare["key"]
+    for target, body in (
+        (strong["id"], {"state": "enabled", "ipAccessList": []}),
+        (strong["id"], {"name": "renamed"}),
+        (admin.id, {"assignedRoleIds": [own["id"]]}),  # a role it may grant, to demote
+    ):
+        response = await client.patch(keys_url(admin, target), json=body, headers=helpdesk.headers)
+        await assert_error(response, 403, STRONGER.format("*"))
+    for target in (strong["id"], admin.id):
+        response = await client.delete(keys_url(admin, target), headers=helpdesk.headers)
+        await assert_error(response, 403, STRONGER.format("*"))
+    assert await get_key(client, admin, strong["id"]) == strong  # untouched
+    assert [r["roleId"] for r in (await get_key(client, admin, admin.id))["assignedRoles"]] == [
+        ADMIN_ROLE
+    ]
+    # Stronger in one permission is enough to refuse: developer holds roles:read.
+    developer = await create_creds(client, admin, {"name": "dev", "roles": ["developer"]})
+    response = await client.patch(
+        keys_url(admin, developer.id), json={"state": "disabled"}, headers=helpdesk.headers
+    )
+    await assert_error(response, 403, STRONGER.format("roles:read"))
+    # A key it covers, it may change and delete.
+    _, reading = await role_key(client, admin, ["keys:read"], name="reader")
+    weaker = await create_creds(client, admin, {"name": "w", "assignedRoleIds": [reading["id"]]})
+    response = await client.patch(
+        keys_url(admin, weaker.id), json={"state": "disabled"}, headers=helpdesk.headers
+    )
+    assert (await assert_ok(response))["state"] == "disabled"
+    await assert_ok(await client.delete(keys_url(admin, weaker.id), headers=helpdesk.headers))
+    # An unknown key is still a 404, not a 403.
+    response = await client.delete(keys_url(admin, str(uuid.uuid4())), headers=helpdesk.headers)
+    await assert_error(response, 404, "key not found in this organization")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("ipAccessList", [{"source": "0.0.0.0/0"}]),
+        ("expireAt", None),
+        ("rateLimit", {"limit": 1000000, "windowSeconds": 1}),
+        ("state", "disabled"),
+        ("roles", ["developer"]),
+        ("assignedRoleIds", [DEVELOPER_ROLE]),
+    ],
+)
+async def test_a_key_cannot_lift_its_own_restrictions(
+    client: Client, admin: Creds, field: str, value: Any
+) -> None:
+    """A key may rename itself, and nothing else: its access is another key's to change."""
+    _, role = await role_key(client, admin, [*HELPDESK, "roles:read"], name="self")
+    restricted = await create_creds(
+        client,
+        admin,
+        {"name": "restricted", "assignedRoleIds": [role["id"]],
+         "ipAccessList": [{"source": "127.0.0.1/32"}], "expireAt": "2099-01-01T00:00:00Z",
+         "rateLimit": {"limit": 50, "windowSeconds": 60}},
+    )  # fmt: skip
+    before = await get_key(client, admin, restricted.id)
+    response = await client.patch(
+        keys_url(admin, restricted.id), json={field: value}, headers=restricted.headers
+    )
+    await assert_error(
+        response, 403, f"a key cannot change its own {field}: use another key to change it"
+    )
+    assert _unused(await get_key(client, admin, restricted.id)) == _unused(before)
+    response = await client.patch(
+        keys_url(admin, restricted.id), json={"name": "mine"}, headers=restricted.headers
+    )
+    assert (await assert_ok(response))["name"] == "mine"

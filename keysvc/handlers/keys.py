@@ -15,7 +15,7 @@ from aiohttp import hdrs, web
 
 from keysvc import keys, views
 from keysvc.auth import authorize
-from keysvc.errors import BadRequest, NotFound
+from keysvc.errors import NotFound
 from keysvc.handlers.common import ok, path_uuid, query, read_json_object
 from keysvc.models import Key
 from keysvc.schemas import CreateKeySchema, ListKeysQuerySchema, PatchKeySchema, load
@@ -150,9 +150,5 @@ def _key_response(request: web.Request, key: Key) -> web.Response:
 async def delete_key(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
     caller = authorize(request, organization_id, "keys:delete")
-    key_id = path_uuid(request, "keyId")
-    if key_id == caller.id:
-        raise BadRequest("a key cannot delete itself: use another key to delete it")
-    if not await request.app[STORE].delete_key(organization_id, key_id):
-        raise NotFound("key not found in this organization")
+    await keys.delete_key(request.app[STORE], caller, organization_id, path_uuid(request, "keyId"))
     return ok(request)
