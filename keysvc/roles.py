@@ -3,7 +3,9 @@
 A role's permissions come from keysvc's flat ``permissions`` and from the
 upstream ``policies`` (ALLOW only), merged. Nobody can create or widen a
 role beyond the permissions their own key holds, and assigning a role to
-keys through ``actors`` also needs ``keys:update``. System roles never change.
+keys through ``actors`` also needs ``keys:update``. As with keys, nobody can
+change or delete a role holding a permission they lack, nor give it to or take
+it from a key stronger than themselves. System roles never change.
 """
 
 from datetime import datetime
@@ -12,6 +14,7 @@ from typing import Any
 from keysvc.errors import Forbidden, NotFound
 from keysvc.models import Key, RoleDetail
 from keysvc.permissions import has_permission, missing
+from keysvc.rolestore import RoleCheck
 from keysvc.schemas import ACTOR_PREFIX
 from keysvc.store import Store
 
@@ -34,6 +37,26 @@ def _actors(caller: Key, data: dict[str, Any]) -> list[str] | None:
     if not has_permission(caller.permissions, "keys:update"):
         raise Forbidden("assigning a role to keys needs the permission keys:update")
     return [actor.removeprefix(ACTOR_PREFIX) for actor in data["actors"]]
+
+
+def _may_change(caller: Key) -> RoleCheck:
+    """The check run in the role's write transaction: the caller must hold every
+    permission the role holds then, and every one of the keys gaining or losing it."""
+
+    def check(current: RoleDetail, moved: frozenset[str]) -> None:
+        lacking = missing(caller.permissions, current.role.permissions)
+        if lacking is not None:
+            raise Forbidden(
+                f"cannot change a role that holds the permission {lacking}: this key lacks it"
+            )
+        lacking = missing(caller.permissions, sorted(moved))
+        if lacking is not None:
+            raise Forbidden(
+                f"actors: cannot change a key that holds the permission {lacking}:"
+                " this key lacks it"
+            )
+
+    return check
 
 
 def _check_grantable(caller: Key, permissions: list[str] | None) -> None:
@@ -66,16 +89,16 @@ async def update_role(
     effective = list(current.role.permissions) if permissions is None else permissions
     _check_grantable(caller, effective if actors is not None else permissions)
     updated = await store.roles.update_role(
-        organization_id, role_id, now, data.get("name"), permissions, actors
+        organization_id, role_id, now, data.get("name"), permissions, actors, _may_change(caller)
     )
     if updated is None:
         raise NotFound(NOT_FOUND)
     return updated
 
 
-async def delete_role(store: Store, organization_id: str, role_id: str) -> None:
+async def delete_role(store: Store, caller: Key, organization_id: str, role_id: str) -> None:
     await _custom_role(store, organization_id, role_id)
-    if not await store.roles.delete_role(organization_id, role_id):
+    if not await store.roles.delete_role(organization_id, role_id, _may_change(caller)):
         raise NotFound(NOT_FOUND)
 
 

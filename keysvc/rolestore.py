@@ -8,7 +8,7 @@ cached credentials everywhere are dropped before the next request.
 import json
 import sqlite3
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 import aiosqlite
@@ -36,6 +36,16 @@ _ROLES_WITH_IDS_IN_ORG = """
     where (organization_id is null or organization_id = ?)
       and id in (select value from json_each(?))
 """
+# Every permission that any of the given keys of the organization holds.
+_PERMISSIONS_OF_KEYS = """
+    select distinct p.value from api_keys k
+    join key_roles kr on kr.key_id = k.id
+    join roles r on r.id = kr.role_id, json_each(r.permissions) p
+    where k.organization_id = ? and k.id in (select value from json_each(?))
+"""
+# Called inside a role's write transaction with the role as it is then, and every
+# permission held by the keys that would gain or lose it; refuses by raising.
+RoleCheck = Callable[[RoleDetail, frozenset[str]], None]
 _SYSTEM_ROLES_NAMED = """
     select id, name, type, permissions, created_at, updated_at from roles
     where organization_id is null and name in (select value from json_each(?))
@@ -123,12 +133,16 @@ class RoleStore:
         name: str | None = None,
         permissions: Sequence[str] | None = None,
         actors: Sequence[str] | None = None,
+        check: RoleCheck | None = None,
     ) -> RoleDetail | None:
         """Change a custom role of this organization; None if there is no such role."""
         async with self._store.transaction() as conn:
             current = await _get_role(conn, organization_id, role_id)
             if current is None or current.role.type != "custom":
                 return None
+            if check is not None:
+                moved = set() if actors is None else set(current.actors) ^ set(actors)
+                check(current, await _permissions_of_keys(conn, organization_id, moved))
             if name is not None and name != current.role.name:
                 await _check_role_name(conn, organization_id, name)
             await conn.execute(
@@ -148,16 +162,16 @@ class RoleStore:
             return await _get_role(conn, organization_id, role_id)
 
     @timed
-    async def delete_role(self, organization_id: str, role_id: str) -> bool:
+    async def delete_role(
+        self, organization_id: str, role_id: str, check: RoleCheck | None = None
+    ) -> bool:
         """Delete a custom role that no key holds; False if there is no such role."""
         async with self._store.transaction() as conn:
-            exists = await _one(
-                conn,
-                "select 1 from roles where id = ? and organization_id = ?",
-                (role_id, organization_id),
-            )
-            if exists is None:
+            current = await _get_role(conn, organization_id, role_id)
+            if current is None or current.role.type != "custom":
                 return False
+            if check is not None:
+                check(current, frozenset())
             holders = await _one(
                 conn, "select count(*) from key_roles where role_id = ?", (role_id,)
             )
@@ -166,6 +180,15 @@ class RoleStore:
             await conn.execute("delete from roles where id = ?", (role_id,))
             await self._store.authorization_changed(conn)
         return True
+
+
+async def _permissions_of_keys(
+    conn: aiosqlite.Connection, organization_id: str, key_ids: set[str]
+) -> frozenset[str]:
+    if not key_ids:
+        return frozenset()
+    rows = await _all(conn, _PERMISSIONS_OF_KEYS, (organization_id, json.dumps(sorted(key_ids))))
+    return frozenset(row[0] for row in rows)
 
 
 async def _role_detail(

@@ -737,7 +737,8 @@ async def test_cannot_add_self_to_a_stronger_role(client: Client, admin: Creds) 
 
 async def test_may_add_keys_to_a_role_it_covers(client: Client, admin: Creds) -> None:
     manager, _ = await role_key(client, admin, MANAGER)
-    target = await create_creds(client, admin, {"name": "t", "roles": ["query_endpoints"]})
+    _, reading = await role_key(client, admin, ["keys:read"], name="reader")
+    target = await create_creds(client, admin, {"name": "t", "assignedRoleIds": [reading["id"]]})
     weak = await create_role(client, admin, {"name": "weak", "permissions": ["keys:read"]})
     patched = await assert_ok(
         await client.patch(
@@ -909,3 +910,55 @@ async def test_a_key_cannot_lift_its_own_restrictions(
         keys_url(admin, restricted.id), json={"name": "mine"}, headers=restricted.headers
     )
     assert (await assert_ok(response))["name"] == "mine"
+
+
+async def test_cannot_change_a_stronger_role_or_its_stronger_holders(
+    client: Client, admin: Creds
+) -> None:
+    """roles:write reaches only roles, and keys through actors, that the caller covers:
+    otherwise it could empty a role that admins' keys depend on, or take it from them."""
+    manager, own = await role_key(client, admin, MANAGER)
+    ops = await create_role(client, admin, {"name": "ops", "permissions": ["keys:*"]})
+    for body in ({"permissions": ["keys:read"]}, {"name": "renamed"}):
+        response = await client.patch(
+            roles_url(admin, ops["id"]), json=body, headers=manager.headers
+        )
+        await assert_error(
+            response,
+            403,
+            "cannot change a role that holds the permission keys:*: this key lacks it",
+        )
+    response = await client.delete(roles_url(admin, ops["id"]), headers=manager.headers)
+    await assert_error(
+        response, 403, "cannot change a role that holds the permission keys:*: this key lacks it"
+    )
+    assert await get_role(client, admin, ops["id"]) == ops
+    # Roles it covers, but not a key stronger than itself: the role is neither taken
+    # from such a key nor given to it.
+    weak = await create_role(client, admin, {"name": "weak", "permissions": ["keys:read"]})
+    strong = await create_creds(
+        client, admin, {"name": "s", "roles": ["query_endpoints"], "assignedRoleIds": [weak["id"]]}
+    )
+    spare = await create_role(client, admin, {"name": "spare", "permissions": ["keys:read"]})
+    lacking = (
+        "actors: cannot change a key that holds the permission endpoints:query: this key lacks it"
+    )
+    for role, actors in ((weak, []), (spare, [actor(strong.id)])):
+        response = await client.patch(
+            roles_url(admin, role["id"]), json={"actors": actors}, headers=manager.headers
+        )
+        await assert_error(response, 403, lacking)
+    assert (await get_role(client, admin, weak["id"]))["actors"] == [actor(strong.id)]
+    assert (await get_role(client, admin, spare["id"]))["actors"] == []
+    # Keys it covers (itself included) move freely; a role it covers is its to change
+    # and, once no key holds it, to delete.
+    both = [actor(strong.id), actor(manager.id)]
+    response = await client.patch(
+        roles_url(admin, weak["id"]), json={"actors": both}, headers=manager.headers
+    )
+    assert sorted((await assert_ok(response))["actors"]) == sorted(both)
+    response = await client.patch(
+        roles_url(admin, own["id"]), json={"name": "mine"}, headers=manager.headers
+    )
+    assert (await assert_ok(response))["name"] == "mine"
+    await assert_ok(await client.delete(roles_url(admin, spare["id"]), headers=manager.headers))

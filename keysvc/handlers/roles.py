@@ -62,6 +62,7 @@ async def update_role(request: web.Request) -> web.Response:
 @routes.delete(ROLE)
 async def delete_role(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
-    authorize(request, organization_id, "roles:write")
-    await roles.delete_role(request.app[STORE], organization_id, path_uuid(request, "roleId"))
+    caller = authorize(request, organization_id, "roles:write")
+    role_id = path_uuid(request, "roleId")
+    await roles.delete_role(request.app[STORE], caller, organization_id, role_id)
     return ok(request)
