@@ -10,7 +10,10 @@ Request schemas say in JSON Schema what the marshmallow validators check in
 Python (name trimming, permission syntax, hash encoding, …), so that a body
 the document allows is one keysvc accepts and the other way round; what no
 JSON Schema can say (expireAt in the future, IDs that must exist, a cursor
-keysvc issued) is in the descriptions. Responses carry OpenAPI links from
+keysvc issued) is in the descriptions. One known difference goes the other way:
+``expireAt`` is ``date-time`` (RFC 3339) here, and keysvc also accepts the other
+ISO-8601 forms Python's ``datetime.fromisoformat`` reads, as the specification
+says ISO-8601. Responses carry OpenAPI links from
 each create to the operations on what it created.
 """
 
@@ -271,7 +274,7 @@ def _operations() -> dict[str, dict[str, Any]]:
         "/v1/whoami": {
             "get": _op(
                 "keysvcWhoAmI", "The calling key (keysvc addition)", None, [],
-                _json(_envelope(_ref("WhoAmI")), "The calling key."), (401, 403, 500),
+                _json(_envelope(_ref("WhoAmI")), "The calling key."), (401, 403, 429, 500),
                 tag="keysvc",
             ),
         },

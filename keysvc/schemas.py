@@ -145,6 +145,13 @@ class BoundedList(fields.List[Any]):
         return super()._deserialize(value, attr, data, **kwargs)
 
 
+# The hosted API's description, and what keysvc makes of an empty list, which it leaves unsaid.
+_IP_ACCESS_LIST_DOC = (
+    "List of IP addresses allowed to access the API using this key. An empty or absent "
+    "list means no IP restriction (keysvc's reading; the hosted API's document does not say)."
+)
+
+
 class IpAccessListEntrySchema(Schema):
     source = fields.String(required=True, validate=_ip_source)
     description = fields.String(
@@ -216,6 +223,7 @@ class _KeyFieldsSchema(Schema):
     ipAccessList = BoundedList(
         fields.Nested(IpAccessListEntrySchema),
         validate=validate.Length(max=MAX_IP_ENTRIES, error="must have at most {max} entries"),
+        metadata={"description": _IP_ACCESS_LIST_DOC},
     )
     rateLimit = fields.Nested(RateLimitSchema, allow_none=True, metadata=_RATE_LIMIT_DOC)
 
@@ -395,7 +403,11 @@ class ApiKeySchema(Schema):
     createdAt = Timestamp(attribute="created_at")
     expireAt = Timestamp(attribute="expire_at", allow_none=True)
     usedAt = Timestamp(attribute="used_at")
-    ipAccessList = fields.List(fields.Nested(IpAccessListEntrySchema), attribute="ip_access_list")
+    ipAccessList = fields.List(
+        fields.Nested(IpAccessListEntrySchema),
+        attribute="ip_access_list",
+        metadata={"description": _IP_ACCESS_LIST_DOC},
+    )
     rateLimit = fields.Method("_rate_limit", metadata={**_RATE_LIMIT_DOC, **_RATE_REF})
 
     def _rate_limit(self, key: Any) -> dict[str, int] | None:

@@ -9,6 +9,7 @@ import pytest
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
+from keysvc.auth import _PUBLIC
 from tests.conftest import Client, create, create_creds
 from tests.helpers import Creds, hash_data
 
@@ -156,6 +157,23 @@ async def test_every_route_is_documented_and_every_operation_served(
         (p, m) for p in any_method for m in ("get", "post")
     }
     assert served == {(p, m) for p, m in documented if p not in any_method}
+
+
+async def test_every_authenticated_operation_lists_the_refusals(
+    client: Client, document: dict[str, Any]
+) -> None:
+    """Any authenticated request may be refused for its credentials (401), its key's
+    standing (403) or a rate limit (429): each such operation says so."""
+    checked = 0
+    for route in client.app.router.routes():
+        if route.handler in _PUBLIC or route.method == "HEAD" or route.resource is None:
+            continue
+        methods = ("get", "post") if route.method == "*" else (route.method.lower(),)
+        for method in methods:
+            responses = document["paths"][route.resource.canonical][method]["responses"]
+            assert {"401", "403", "429"} <= set(responses), (route.resource.canonical, method)
+            checked += 1
+    assert checked >= 10
 
 
 async def test_deprecated_fields_are_marked(document: dict[str, Any]) -> None:
