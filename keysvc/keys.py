@@ -97,15 +97,16 @@ async def create_key(
     return Issued(await store.create_key(new, max_keys), key_id, secret)
 
 
+STRONGER_KEY = "cannot change this key: it holds a permission this key lacks"
+
+
 def may_change(caller: Key, target: Key) -> None:
-    """Refuse unless ``caller`` holds every permission ``target`` holds now. A key that
-    may update or delete keys would otherwise demote, delete, re-enable or unrestrict
-    keys stronger than itself, an admin's included."""
-    lacking = missing(caller.permissions, sorted(target.permissions))
-    if lacking is not None:
-        raise Forbidden(
-            f"cannot change a key that holds the permission {lacking}: this key lacks it"
-        )
+    """Refuse unless ``caller`` holds every permission ``target`` holds. A key that may
+    update or delete keys would otherwise demote, delete, re-enable or unrestrict keys
+    stronger than itself, an admin's included. The answer names no permission: the
+    caller may not be allowed to read the key."""
+    if missing(caller.permissions, sorted(target.permissions)) is not None:
+        raise Forbidden(STRONGER_KEY)
 
 
 async def update_key(

@@ -39,22 +39,27 @@ def _actors(caller: Key, data: dict[str, Any]) -> list[str] | None:
     return [actor.removeprefix(ACTOR_PREFIX) for actor in data["actors"]]
 
 
-def _may_change(caller: Key) -> RoleCheck:
-    """The check run in the role's write transaction: the caller must hold every
-    permission the role holds then, and every one of the keys gaining or losing it."""
+STRONGER_ROLE = "cannot change this role: it holds a permission this key lacks"
+STRONGER_ACTOR = (
+    "actors: cannot give this role to or take it from a key that holds a permission this key lacks"
+)
+OWN_ROLES = "actors: a key cannot change its own roles: use another key to change them"
 
-    def check(current: RoleDetail, moved: frozenset[str]) -> None:
-        lacking = missing(caller.permissions, current.role.permissions)
-        if lacking is not None:
-            raise Forbidden(
-                f"cannot change a role that holds the permission {lacking}: this key lacks it"
-            )
-        lacking = missing(caller.permissions, sorted(moved))
-        if lacking is not None:
-            raise Forbidden(
-                f"actors: cannot change a key that holds the permission {lacking}:"
-                " this key lacks it"
-            )
+
+def _may_change(caller: Key) -> RoleCheck:
+    """The check run in the role's write transaction. The caller must hold every
+    permission the role holds then, and every permission of each key the write
+    changes: those gaining or losing the role, and its holders when its permissions
+    change. It may not move the role onto or off itself. The answers name no
+    permission: the caller may not be allowed to read the keys or the role."""
+
+    def check(current: RoleDetail | None, moved: set[str], held: frozenset[str]) -> None:
+        if caller.id in moved:
+            raise Forbidden(OWN_ROLES)
+        if current is not None and missing(caller.permissions, current.role.permissions):
+            raise Forbidden(STRONGER_ROLE)
+        if missing(caller.permissions, sorted(held)) is not None:
+            raise Forbidden(STRONGER_ACTOR)
 
     return check
 
@@ -71,7 +76,9 @@ async def create_role(
     permissions = _permissions(data) or []
     _check_grantable(caller, permissions)
     actors = _actors(caller, data) or []
-    return await store.roles.create_role(organization_id, data["name"], permissions, actors, now)
+    return await store.roles.create_role(
+        organization_id, data["name"], permissions, actors, now, _may_change(caller)
+    )
 
 
 async def update_role(

@@ -43,9 +43,11 @@ _PERMISSIONS_OF_KEYS = """
     join roles r on r.id = kr.role_id, json_each(r.permissions) p
     where k.organization_id = ? and k.id in (select value from json_each(?))
 """
-# Called inside a role's write transaction with the role as it is then, and every
-# permission held by the keys that would gain or lose it; refuses by raising.
-RoleCheck = Callable[[RoleDetail, frozenset[str]], None]
+# Called inside a role's write transaction, before it writes, with: the role as it is
+# then (None on create); the IDs of the keys that would gain or lose it; and every
+# permission held by the keys whose permissions the write changes (those, and the
+# role's holders when its permissions change). Refuses by raising.
+RoleCheck = Callable[[RoleDetail | None, set[str], frozenset[str]], None]
 _SYSTEM_ROLES_NAMED = """
     select id, name, type, permissions, created_at, updated_at from roles
     where organization_id is null and name in (select value from json_each(?))
@@ -101,9 +103,13 @@ class RoleStore:
         permissions: Sequence[str],
         actors: Sequence[str],
         now: datetime,
+        check: RoleCheck | None = None,
     ) -> RoleDetail:
         role_id = str(uuid.uuid4())
         async with self._store.transaction() as conn:
+            if check is not None:
+                moved = set(actors)
+                check(None, moved, await _permissions_of_keys(conn, organization_id, moved))
             await _check_role_name(conn, organization_id, name)
             await conn.execute(
                 "insert into roles (id, organization_id, name, type, permissions, created_at,"
@@ -142,7 +148,10 @@ class RoleStore:
                 return None
             if check is not None:
                 moved = set() if actors is None else set(current.actors) ^ set(actors)
-                check(current, await _permissions_of_keys(conn, organization_id, moved))
+                affected = set(moved)
+                if permissions is not None and set(permissions) != set(current.role.permissions):
+                    affected.update(current.actors)
+                check(current, moved, await _permissions_of_keys(conn, organization_id, affected))
             if name is not None and name != current.role.name:
                 await _check_role_name(conn, organization_id, name)
             await conn.execute(
@@ -171,7 +180,7 @@ class RoleStore:
             if current is None or current.role.type != "custom":
                 return False
             if check is not None:
-                check(current, frozenset())
+                check(current, set(), frozenset())
             holders = await _one(
                 conn, "select count(*) from key_roles where role_id = ?", (role_id,)
             )

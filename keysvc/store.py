@@ -391,7 +391,9 @@ class Store:
         check: Callable[[Key], None] | None = None,
     ) -> Key | None:
         """Apply ``change``; with ``if_match``, only if the key's ETag is among them.
-        ``check`` sees the key as it is inside the transaction, and may refuse by raising."""
+        ``check`` sees the key inside the transaction as it is, then as changed (so roles
+        widened by another write since they were checked are caught), and may refuse by
+        raising: the transaction is then rolled back."""
         async with self.transaction() as conn:
             current = await _get_key(conn, organization_id, key_id)
             if current is None:
@@ -422,7 +424,10 @@ class Store:
                 await conn.execute("delete from key_roles where key_id = ?", (key_id,))
                 await _insert_key_roles(conn, key_id, change.role_ids)
             await self.authorization_changed(conn)
-            return await _get_key(conn, organization_id, key_id)
+            changed = await _get_key(conn, organization_id, key_id)
+            if check is not None and changed is not None:
+                check(changed)
+            return changed
 
     @timed
     async def delete_key(

@@ -6,6 +6,11 @@ from typing import Any
 
 import pytest
 
+from keysvc.errors import Forbidden
+from keysvc.keys import STRONGER_KEY
+from keysvc.models import KeyChange
+from keysvc.roles import OWN_ROLES, STRONGER_ACTOR, STRONGER_ROLE
+from keysvc.state import STORE
 from tests.conftest import Client, create, create_creds, create_role
 from tests.helpers import Creds, FakeClock, assert_error, assert_ok
 
@@ -561,9 +566,10 @@ async def test_actors_of_another_organization_are_rejected(
 ) -> None:
     foreign = other_admin.id
     message = f"actors: no key {foreign} in this organization"
+    mine = await create_creds(client, admin, {"name": "mine", "roles": ["developer"]})
     response = await client.post(
         roles_url(admin),
-        json={"name": "r", "actors": [actor(admin.id), actor(foreign)]},
+        json={"name": "r", "actors": [actor(mine.id), actor(foreign)]},
         headers=admin.headers,
     )
     await assert_error(response, 400, message)
@@ -828,7 +834,7 @@ def _unused(key: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in key.items() if name != "usedAt"}
 
 
-STRONGER = "cannot change a key that holds the permission {}: this key lacks it"
+STRONGER = STRONGER_KEY
 
 
 async def test_cannot_change_or_delete_a_stronger_key(client: Client, admin: Creds) -> None:
@@ -848,10 +854,10 @@ async def test_cannot_change_or_delete_a_stronger_key(client: Client, admin: Cre
         (admin.id, {"assignedRoleIds": [own["id"]]}),  # a role it may grant, to demote
     ):
         response = await client.patch(keys_url(admin, target), json=body, headers=helpdesk.headers)
-        await assert_error(response, 403, STRONGER.format("*"))
+        await assert_error(response, 403, STRONGER)
     for target in (strong["id"], admin.id):
         response = await client.delete(keys_url(admin, target), headers=helpdesk.headers)
-        await assert_error(response, 403, STRONGER.format("*"))
+        await assert_error(response, 403, STRONGER)
     assert await get_key(client, admin, strong["id"]) == strong  # untouched
     assert [r["roleId"] for r in (await get_key(client, admin, admin.id))["assignedRoles"]] == [
         ADMIN_ROLE
@@ -861,7 +867,7 @@ async def test_cannot_change_or_delete_a_stronger_key(client: Client, admin: Cre
     response = await client.patch(
         keys_url(admin, developer.id), json={"state": "disabled"}, headers=helpdesk.headers
     )
-    await assert_error(response, 403, STRONGER.format("roles:read"))
+    await assert_error(response, 403, STRONGER)
     # A key it covers, it may change and delete.
     _, reading = await role_key(client, admin, ["keys:read"], name="reader")
     weaker = await create_creds(client, admin, {"name": "w", "assignedRoleIds": [reading["id"]]})
@@ -926,12 +932,10 @@ async def test_cannot_change_a_stronger_role_or_its_stronger_holders(
         await assert_error(
             response,
             403,
-            "cannot change a role that holds the permission keys:*: this key lacks it",
+            STRONGER_ROLE,
         )
     response = await client.delete(roles_url(admin, ops["id"]), headers=manager.headers)
-    await assert_error(
-        response, 403, "cannot change a role that holds the permission keys:*: this key lacks it"
-    )
+    await assert_error(response, 403, STRONGER_ROLE)
     assert await get_role(client, admin, ops["id"]) == ops
     # Roles it covers, but not a key stronger than itself: the role is neither taken
     # from such a key nor given to it.
@@ -940,9 +944,7 @@ async def test_cannot_change_a_stronger_role_or_its_stronger_holders(
         client, admin, {"name": "s", "roles": ["query_endpoints"], "assignedRoleIds": [weak["id"]]}
     )
     spare = await create_role(client, admin, {"name": "spare", "permissions": ["keys:read"]})
-    lacking = (
-        "actors: cannot change a key that holds the permission endpoints:query: this key lacks it"
-    )
+    lacking = STRONGER_ACTOR
     for role, actors in ((weak, []), (spare, [actor(strong.id)])):
         response = await client.patch(
             roles_url(admin, role["id"]), json={"actors": actors}, headers=manager.headers
@@ -950,9 +952,10 @@ async def test_cannot_change_a_stronger_role_or_its_stronger_holders(
         await assert_error(response, 403, lacking)
     assert (await get_role(client, admin, weak["id"]))["actors"] == [actor(strong.id)]
     assert (await get_role(client, admin, spare["id"]))["actors"] == []
-    # Keys it covers (itself included) move freely; a role it covers is its to change
-    # and, once no key holds it, to delete.
-    both = [actor(strong.id), actor(manager.id)]
+    # Keys it covers move freely; a role it covers is its to change and, once no key
+    # holds it, to delete.
+    covered = await create_creds(client, admin, {"name": "c", "assignedRoleIds": [own["id"]]})
+    both = [actor(strong.id), actor(covered.id)]
     response = await client.patch(
         roles_url(admin, weak["id"]), json={"actors": both}, headers=manager.headers
     )
@@ -962,3 +965,83 @@ async def test_cannot_change_a_stronger_role_or_its_stronger_holders(
     )
     assert (await assert_ok(response))["name"] == "mine"
     await assert_ok(await client.delete(roles_url(admin, spare["id"]), headers=manager.headers))
+
+
+async def test_a_role_change_reaches_no_stronger_holder(client: Client, admin: Creds) -> None:
+    """Changing a role's permissions changes every key that holds it: a holder stronger
+    than the caller is neither demoted nor promoted that way, nor through a new role."""
+    writer, _ = await role_key(
+        client, admin, ["roles:write", "keys:update", "reports:read"], name="writer"
+    )
+    shared = await create_role(client, admin, {"name": "shared", "permissions": ["reports:read"]})
+    _, billing = await role_key(client, admin, ["billing:admin"], name="billing")
+    strong = await create_creds(
+        client, admin, {"name": "s", "assignedRoleIds": [shared["id"], billing["id"]]}
+    )
+    shared = await get_role(client, admin, shared["id"])  # now held by the strong key
+    for permissions in ([], ["keys:update", "roles:write"]):
+        response = await client.patch(
+            roles_url(admin, shared["id"]),
+            json={"permissions": permissions},
+            headers=writer.headers,
+        )
+        await assert_error(response, 403, STRONGER_ACTOR)
+    assert await get_role(client, admin, shared["id"]) == shared
+    # A rename, or the same permissions again, changes no key: allowed.
+    for body in ({"name": "shared-2"}, {"permissions": ["reports:read"]}):
+        response = await client.patch(
+            roles_url(admin, shared["id"]), json=body, headers=writer.headers
+        )
+        await assert_ok(response)
+    # Nor can a new role be handed to a stronger key, or to an admin.
+    for target in (strong.id, admin.id):
+        response = await client.post(
+            roles_url(admin),
+            json={"name": f"sneak-{target[:8]}", "permissions": ["reports:read"],
+                  "actors": [actor(target)]},
+            headers=writer.headers,
+        )  # fmt: skip
+        await assert_error(response, 403, STRONGER_ACTOR)
+    names = {role["name"] for role in await assert_ok(
+        await client.get(roles_url(admin), headers=admin.headers)
+    )}  # fmt: skip
+    assert not any(name.startswith("sneak") for name in names)
+
+
+async def test_a_key_cannot_move_roles_onto_or_off_itself(client: Client, admin: Creds) -> None:
+    """Its roles are for another key to change, through actors as through PATCH."""
+    writer, own = await role_key(client, admin, ["roles:write", "keys:update", "keys:read"])
+    other = await create_role(client, admin, {"name": "other", "permissions": ["keys:read"]})
+    attempts = [
+        ("patch", roles_url(admin, other["id"]), {"actors": [actor(writer.id)]}),
+        ("patch", roles_url(admin, own["id"]), {"actors": []}),
+        ("post", roles_url(admin), {"name": "mine", "actors": [actor(writer.id)]}),
+    ]
+    for method, url, body in attempts:
+        response = await client.request(method, url, json=body, headers=writer.headers)
+        await assert_error(response, 403, OWN_ROLES)
+    read = await get_key(client, admin, writer.id)
+    assert [r["roleId"] for r in read["assignedRoles"]] == [own["id"]]
+
+
+async def test_a_key_change_is_checked_again_as_changed(client: Client, admin: Creds) -> None:
+    """Roles are checked before the write; the store checks the key once more as changed,
+    inside the transaction, so a role widened in between cannot slip through: a refusal
+    there rolls the whole change back."""
+    store = client.app[STORE]
+    target = await create_creds(client, admin, {"name": "t", "roles": ["developer"]})
+    before = await get_key(client, admin, target.id)
+    seen: list[frozenset[str]] = []
+
+    def refuse_the_changed_key(key: Any) -> None:
+        seen.append(key.permissions)
+        if len(seen) == 2:  # the key as changed
+            raise Forbidden(STRONGER_KEY)
+
+    change = KeyChange(name="renamed", role_ids=[QUERY_ROLE])
+    with pytest.raises(Forbidden):
+        await store.update_key(
+            admin.organization_id, target.id, change, None, refuse_the_changed_key
+        )
+    assert seen == [frozenset({"keys:read", "roles:read"}), frozenset({"endpoints:query"})]
+    assert _unused(await get_key(client, admin, target.id)) == _unused(before)
