@@ -4,7 +4,7 @@ not hold or to touch a key stronger than the caller, and the signed list cursor.
 
 import hmac
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -91,9 +91,11 @@ async def create_key(
     now: datetime,
     max_keys: int,
 ) -> Issued:
-    """Store a key from a validated create body."""
+    """Store a key from a validated create body. Its roles are checked here, and again
+    against the caller's permissions in the create's transaction (``NewKey.grantor``)."""
     roles = await grantable_roles(store, caller, organization_id, data)
     new, key_id, secret = _new_key(hasher, organization_id, data, roles, now)
+    new = replace(new, grantor=caller.permissions)
     return Issued(await store.create_key(new, max_keys), key_id, secret)
 
 

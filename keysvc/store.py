@@ -43,8 +43,9 @@ from keysvc import db
 from keysvc.cache import CredentialCache, VersionedCache
 from keysvc.config import ConfigError, Settings
 from keysvc.credentials import Hasher, load_pepper
-from keysvc.errors import Conflict, PreconditionFailed, ServiceUnavailable
+from keysvc.errors import Conflict, Forbidden, PreconditionFailed, ServiceUnavailable
 from keysvc.models import Credential, Key, KeyChange, KeyPage, NewKey, Organization, Role
+from keysvc.permissions import missing
 from keysvc.timeutil import from_text, to_text
 from keysvc.walwatch import CommitWatch
 
@@ -91,6 +92,10 @@ _INSERT_KEY_ROLE = "insert into key_roles (key_id, role_id) values (?, ?)"
 _INSERT_KEYS = _INSERT_KEY[: _INSERT_KEY.index("values")] + "values "
 _INSERT_KEY_ROLES = "insert into key_roles (key_id, role_id) values "
 ROWS_PER_INSERT = 500
+# The roles a batch of creates assigns, as they are inside its transaction.
+_GRANTED_ROLES = """
+    select id, name, permissions from roles where id in (select value from json_each(?))
+"""
 _COUNT_KEYS_OF = """
     select id, key_count from organizations where id in (select value from json_each(?))
 """
@@ -856,10 +861,15 @@ def _insert_batch(conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]])
     counts: dict[str, int] = dict(conn.execute(_COUNT_KEYS_OF, (json.dumps(orgs),)).fetchall())
     planned: list[tuple[str | None, Exception | None]] = []
     key_rows, role_rows = [], []
+    granted = _granted_roles(conn, batch)
     for new, max_keys in batch:
         org = new.organization_id
         if counts.get(org, 0) >= max_keys:
             planned.append((None, _over_limit(max_keys)))
+            continue
+        beyond = _beyond_grantor(new, granted)
+        if beyond is not None:
+            planned.append((None, beyond))
             continue
         counts[org] = counts.get(org, 0) + 1
         key_id = str(uuid.uuid4())
@@ -877,6 +887,32 @@ def _insert_batch(conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]])
         role_of_keys = conn.execute(_ROLES_OF_KEYS, (ids,)).fetchall()
         keys = {key.id: key for key in _with_roles(rows, role_of_keys)}
     return [(None if key_id is None else keys[key_id], error) for key_id, error in planned]
+
+
+def _granted_roles(
+    conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]]
+) -> dict[str, tuple[str, list[str]]]:
+    """Role ID -> (name, permissions) now, for the roles of the batch's checked creates."""
+    ids = list(
+        dict.fromkeys(r for new, _ in batch if new.grantor is not None for r in new.role_ids)
+    )
+    if not ids:
+        return {}
+    rows = conn.execute(_GRANTED_ROLES, (json.dumps(ids),)).fetchall()
+    return {row[0]: (row[1], json.loads(row[2])) for row in rows}
+
+
+def _beyond_grantor(new: NewKey, granted: dict[str, tuple[str, list[str]]]) -> Forbidden | None:
+    """Why ``new`` is refused, if a role it gets now holds more than its creator: the
+    roles were checked before the write, and another write may have widened one since."""
+    if new.grantor is None:
+        return None
+    for role_id in new.role_ids:
+        name, permissions = granted.get(role_id, ("", []))  # a deleted role: the insert says
+        lacking = missing(new.grantor, permissions)
+        if lacking is not None:
+            return Forbidden(f"cannot grant role {name}: this key lacks the permission {lacking}")
+    return None
 
 
 def _insert_rows(conn: sqlite3.Connection, into: str, rows: Sequence[tuple[object, ...]]) -> None:

@@ -11,6 +11,7 @@ from keysvc.keys import STRONGER_KEY
 from keysvc.models import KeyChange
 from keysvc.roles import OWN_ROLES, STRONGER_ACTOR, STRONGER_ROLE
 from keysvc.state import STORE
+from keysvc.timeutil import utcnow
 from tests.conftest import Client, create, create_creds, create_role
 from tests.helpers import Creds, FakeClock, assert_error, assert_ok
 
@@ -1045,3 +1046,30 @@ async def test_a_key_change_is_checked_again_as_changed(client: Client, admin: C
         )
     assert seen == [frozenset({"keys:read", "roles:read"}), frozenset({"endpoints:query"})]
     assert _unused(await get_key(client, admin, target.id)) == _unused(before)
+
+
+async def test_a_create_is_checked_again_when_it_commits(
+    client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A role widened by another write after the create checked it, and before the create
+    commits, is caught in the create's transaction: no key, no credentials."""
+    store = client.app[STORE]
+    creator, _ = await role_key(client, admin, ["keys:create", "keys:read", "reports:read"])
+    role = await create_role(client, admin, {"name": "r", "permissions": ["reports:read"]})
+    checked = type(store.roles).resolve_roles
+
+    async def widened_after_the_check(self: Any, *args: Any) -> Any:
+        roles = await checked(self, *args)
+        await self.update_role(admin.organization_id, role["id"], utcnow(), permissions=["*"])
+        return roles
+
+    monkeypatch.setattr(type(store.roles), "resolve_roles", widened_after_the_check)
+    response = await client.post(
+        keys_url(admin),
+        json={"name": "x", "assignedRoleIds": [role["id"]]},
+        headers=creator.headers,
+    )
+    await assert_error(response, 403, "cannot grant role r: this key lacks the permission *")
+    monkeypatch.undo()
+    listed = await assert_ok(await client.get(keys_url(admin), headers=admin.headers))
+    assert {key["id"] for key in listed} == {admin.id, creator.id}
