@@ -56,7 +56,10 @@ def _may_change(caller: Key) -> RoleCheck:
     def check(current: RoleDetail | None, moved: set[str], held: frozenset[str]) -> None:
         if caller.id in moved:
             raise Forbidden(OWN_ROLES)
-        if current is not None and missing(caller.permissions, current.role.permissions):
+        if (
+            current is not None
+            and missing(caller.permissions, current.role.permissions) is not None
+        ):
             raise Forbidden(STRONGER_ROLE)
         if missing(caller.permissions, sorted(held)) is not None:
             raise Forbidden(STRONGER_ACTOR)
