@@ -107,9 +107,10 @@ class Server:
         self.stop()
 
 
-def start_keysvc(db: Path, log: Path) -> Server:
-    """``keysvc serve``: one process, default settings, no per-organization key cap to hit."""
-    env = {**keysvc_env(), "KEYSVC_MAX_KEYS_PER_ORG": "10000000"}
+def start_keysvc(db: Path, log: Path, settings: dict[str, str] | None = None) -> Server:
+    """``keysvc serve``: one process, default settings (but ``settings``, KEYSVC_*
+    variables), no per-organization key cap to hit."""
+    env = {**keysvc_env(), "KEYSVC_MAX_KEYS_PER_ORG": "10000000", **(settings or {})}
     command = [sys.executable, "-m", "keysvc", "serve", "--db", str(db)]
     return Server(f"keysvc ({db.name})", command, log, env)
 

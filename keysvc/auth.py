@@ -103,14 +103,17 @@ async def _check_credentials(
         raise Unauthorized()
     key_id, secret = credentials
     key_id_hash = hasher.of_plain(key_id)
-    found = store.cached_credential(key_id_hash)
+    found = cached = store.cached_credential(key_id_hash)
     if found is None:
         found = await store.find_credential(key_id_hash)
     offered = hasher.of_plain(secret)
     expected = found.secret_hash if found is not None else _ABSENT
     if not hmac.compare_digest(offered, expected) or found is None:
-        # Only the recorded reason differs; the answer and the work done are the same.
+        # Only the recorded reason differs; the answer and the work done are the same,
+        # database reads included: those a cached key or an unknown ID skipped are run.
         _outcome(request, "unknown" if found is None else "bad_secret")
+        done = 0 if cached is not None else 1 if found is None else 2
+        await store.read_as_uncached(key_id_hash, found, done)
         raise Unauthorized()
     return key_id_hash, found
 

@@ -487,6 +487,21 @@ class Store:
         self._cache.put(key_id_hash, credential, version)
         return credential
 
+    async def read_as_uncached(
+        self, key_id_hash: bytes, found: Credential | None, done: int
+    ) -> None:
+        """The reads ``find_credential`` makes for an uncached key (its row, then its
+        roles) that a failed authentication has not made yet (``done`` of them), with
+        their answers unused. A wrong secret for a cached key and an unknown key ID
+        then cost the caller the same two reads as a wrong secret for an uncached key,
+        so that the time of a 401 does not tell them apart (docs/SECURITY.md)."""
+        if done < 1:
+            await _one(self.reader, _CREDENTIAL, (key_id_hash,))
+        if done < 2:
+            # An unknown ID's roles are those of no key: the same query, finding none.
+            key_ids = [found.key.id if found is not None else str(uuid.uuid4())]
+            await _all(self.reader, _ROLES_OF_KEYS, (json.dumps(key_ids),))
+
     def needs_touch(self, key: Key, minute: datetime) -> bool:
         """Whether ``key``'s usedAt is behind ``minute``, as far as this process knows.
 
