@@ -1,4 +1,5 @@
 """keysvc's benchmark: wrk against a bare aiohttp baseline and a real keysvc, alternating.
 
 ``python -m bench.run`` (``make bench``) does everything; see docs/PERFORMANCE.md.
+``python -m bench.auth_timing`` times failed authentications (docs/SECURITY.md).
 """
