@@ -276,6 +276,14 @@ class Store:
             self._seen_version = version
         return version
 
+    def _unchanged_since(self, generation: object) -> bool:
+        """Whether authorization is still at ``generation``, as seen before some reads
+        that awaited: only then may what they read be cached. A commit meanwhile (here
+        or in another process) may have dropped the cache already, and a record read
+        before it would otherwise be kept, and trusted, until the next such commit."""
+        self._fresh()
+        return self._seen_generation == generation
+
     def data_version(self) -> int:
         """A number that changes whenever anything is committed, by any connection in
         any process: what was read at one value is still current while it holds."""
@@ -371,11 +379,13 @@ class Store:
         if cached is not None:
             return cached
         version = self._fresh()  # read before the row, so a later commit is not hidden
+        generation = self._seen_generation
         row = await _one(self.reader, _CREDENTIAL_BY_ID, (key_id, organization_id))
         if row is None:
             return None
         (key,) = await _keys_from_rows(self.reader, [row])
-        self._cache.refresh(Credential(key, row["secret_hash"]), version)
+        if self._unchanged_since(generation):
+            self._cache.refresh(Credential(key, row["secret_hash"]), version)
         return key
 
     @timed
@@ -476,6 +486,7 @@ class Store:
     async def find_credential(self, key_id_hash: bytes) -> Credential | None:
         """The credential for a keyed key-ID hash: cached, unless authorization moved since."""
         version = self._fresh()
+        generation = self._seen_generation
         entry = self._cache.get(key_id_hash)
         if entry is not None:
             return entry.credential
@@ -484,7 +495,8 @@ class Store:
             return None
         (key,) = await _keys_from_rows(self.reader, [row])
         credential = Credential(key=key, secret_hash=row["secret_hash"])
-        self._cache.put(key_id_hash, credential, version)
+        if self._unchanged_since(generation):
+            self._cache.put(key_id_hash, credential, version)
         return credential
 
     async def read_as_uncached(

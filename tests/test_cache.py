@@ -11,15 +11,17 @@ from typing import Any
 
 import pytest
 
+from keysvc import store as store_module
 from keysvc.cache import CredentialCache
 from keysvc.config import Settings
 from keysvc.credentials import Hasher, new_secret
 from keysvc.errors import Unauthorized
-from keysvc.models import Credential, Key
-from keysvc.state import STORE
+from keysvc.models import Credential, Key, KeyChange
+from keysvc.state import HASHER, STORE
 from keysvc.store import Store
 from tests.conftest import Client, ClientFactory, bootstrap, client_with, create_creds, create_role
 from tests.helpers import (
+    UNAUTHORIZED,
     Creds,
     FakeClock,
     assert_error,
@@ -330,3 +332,64 @@ def test_two_processes_never_serve_a_stale_answer(tmp_path: Path) -> None:
                 assert status == 200
         writer.stop()
         reader.stop()
+
+
+def _write_between_reads(monkeypatch: pytest.MonkeyPatch, conn_store: Store, write: Any) -> None:
+    """Run ``write`` (a coroutine function) once, between a read's row and its roles, as
+    a commit from another request or process may land while the reads await; then let
+    another request see it (``data_version``), which drops the cache right away."""
+    original = store_module._keys_from_rows
+    pending = [write]
+
+    async def keys_after_a_write(conn: Any, rows: Any) -> Any:
+        if pending:
+            await pending.pop()()
+            conn_store.data_version()
+        return await original(conn, rows)
+
+    monkeypatch.setattr(store_module, "_keys_from_rows", keys_after_a_write)
+
+
+async def test_a_credential_read_across_a_commit_is_not_kept(
+    client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key deleted while its credential was being read is not cached as it was: the
+    next authentication reads again and is refused."""
+    store: Store = client.app[STORE]
+    victim = await create_creds(client, admin, {"name": "v", "roles": ["developer"]})
+    key_id_hash = client.app[HASHER].of_plain(victim.key_id)
+    _write_between_reads(
+        monkeypatch, store, lambda: store.delete_key(admin.organization_id, victim.id)
+    )
+    read = await store.find_credential(key_id_hash)
+    assert read is not None and read.key.id == victim.id  # read before the delete
+    assert store.cached_credential(key_id_hash) is None  # but not kept
+    monkeypatch.undo()
+    await assert_error(await client.get("/v1/whoami", headers=victim.headers), 401, UNAUTHORIZED)
+
+
+async def test_a_key_read_across_a_commit_does_not_refresh_the_cache(
+    client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GET of a key refreshes its cached credential only if authorization did not move
+    while it read: a key disabled meanwhile stays disabled for authentication."""
+    store: Store = client.app[STORE]
+    victim = await create_creds(client, admin, {"name": "v", "roles": ["developer"]})
+    await assert_ok(await client.get("/v1/whoami", headers=victim.headers))  # cached
+    await create_creds(client, admin, {"name": "other", "roles": ["developer"]})  # a commit
+    key_id_hash = client.app[HASHER].of_plain(victim.key_id)
+
+    async def disable_then_authenticate() -> None:
+        await store.update_key(admin.organization_id, victim.id, KeyChange(state="disabled"))
+        store.data_version()
+        # Another request authenticates meanwhile: the key is cached again, disabled.
+        assert (await store.find_credential(key_id_hash)).key.state == "disabled"  # type: ignore[union-attr]
+
+    _write_between_reads(monkeypatch, store, disable_then_authenticate)
+    read = await store.get_key(admin.organization_id, victim.id)
+    assert read is not None and read.state == "enabled"  # read before the PATCH
+    monkeypatch.undo()
+    cached = store.cached_credential(key_id_hash)
+    assert cached is None or cached.key.state == "disabled"
+    response = await client.get("/v1/whoami", headers=victim.headers)
+    await assert_error(response, 401, "key is disabled")
