@@ -4,8 +4,9 @@ Windows are fixed and aligned to the clock: a window of W seconds starts at a
 multiple of W since the epoch, and its count starts again at zero. Counting is
 in this process's memory. With ``--workers N`` each process counts on its own,
 so a key can be served up to N times its limit in one window; run one worker where
-the limit must be exact. The table is bounded: windows that have ended are
-dropped first, then the oldest entries.
+the limit must be exact. A key whose window length changes starts counting
+again. The table is bounded: windows that have ended are dropped first, then
+the oldest entries.
 """
 
 import math
@@ -38,10 +39,13 @@ class WindowCounter:
 
     def _current(self, name: Hashable, window: int, now: float) -> tuple[float, float, int]:
         start = math.floor(now / window) * window
+        end = start + window
         known = self._counts.get(name)
-        if known is not None and known[0] == start:
+        # The same window only if it also ends the same: a key whose window length was
+        # changed starts counting again, in a window that ends when the new one does.
+        if known is not None and known[0] == start and known[1] == end:
             return known
-        return start, start + window, 0
+        return start, end, 0
 
     def _decide(self, limit: int, end: float, count: int, now: float, allowed: bool) -> Decision:
         reset = max(1, math.ceil(end - now))

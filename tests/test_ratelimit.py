@@ -25,6 +25,18 @@ def test_window_counter_counts_resets_and_stays_bounded() -> None:
     assert len(counter) <= 10
 
 
+def test_a_changed_window_counts_again_and_resets_with_it() -> None:
+    """A key moved from 100/10s to 1/60s inside a window both start at (120): the old
+    count is not carried, and the new window's reset is its own, not the old one's."""
+    counter = WindowCounter()
+    for _ in range(5):
+        counter.hit("key", 100, 10, 125.0)
+    first = counter.hit("key", 1, 60, 125.0)
+    assert first.allowed and first.remaining == 0 and first.reset == 55
+    refused = counter.hit("key", 1, 60, 131.0)
+    assert not refused.allowed and refused.reset == 49
+
+
 @pytest.mark.parametrize(
     ("text", "parsed"),
     [
