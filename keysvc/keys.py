@@ -11,13 +11,15 @@ from typing import Any
 from keysvc.credentials import SUFFIX_LENGTH, Hasher, new_key_id, new_secret, sha256_b64
 from keysvc.errors import BadRequest, Forbidden, NotFound
 from keysvc.models import Key, KeyChange, KeyPage, NewKey, Organization, Role
-from keysvc.permissions import missing
+from keysvc.permissions import cannot_grant, missing
+from keysvc.schemas import PatchKeySchema
 from keysvc.store import Store
 
 NO_ROLE = "roles: a key needs at least one role: give roles or assignedRoleIds"
-# What a key may not change about itself: everything but its name. Otherwise a key
-# could lift the IP access list, expiry or rate limit it was given, or re-role itself.
-OWN_ACCESS = ("roles", "assignedRoleIds", "state", "expireAt", "ipAccessList", "rateLimit")
+# What a key may not change about itself: every PATCH field but its name, a field
+# added later included. Otherwise a key could lift the IP access list, expiry or rate
+# limit it was given, or re-role itself.
+OWN_ACCESS = tuple(field for field in PatchKeySchema._declared_fields if field != "name")
 BAD_CURSOR = "cursor: not a cursor from this list; start again without it"
 
 
@@ -42,11 +44,13 @@ async def grantable_roles(
     if not roles:
         raise BadRequest(NO_ROLE)
     for role in roles:
-        lacking = None if caller is None else missing(caller.permissions, role.permissions)
-        if lacking is not None:
-            raise Forbidden(
-                f"cannot grant role {role.name}: this key lacks the permission {lacking}"
-            )
+        refusal = (
+            None
+            if caller is None
+            else cannot_grant(caller.permissions, role.name, role.permissions)
+        )
+        if refusal is not None:
+            raise Forbidden(refusal)
     return roles
 
 

@@ -25,3 +25,14 @@ def missing(granted: Iterable[str], wanted: Iterable[str]) -> str | None:
     """The first of ``wanted`` that ``granted`` does not cover, if any."""
     held = frozenset(granted)
     return next((p for p in wanted if not has_permission(held, p)), None)
+
+
+def cannot_grant(
+    granted: Iterable[str], role_name: str, role_permissions: Iterable[str]
+) -> str | None:
+    """Why a key holding ``granted`` may not give a key the role ``role_name``, if it
+    may not: the first of the role's permissions it lacks, named."""
+    lacking = missing(granted, role_permissions)
+    if lacking is None:
+        return None
+    return f"cannot grant role {role_name}: this key lacks the permission {lacking}"

@@ -45,7 +45,7 @@ from keysvc.config import ConfigError, Settings
 from keysvc.credentials import Hasher, load_pepper
 from keysvc.errors import Conflict, Forbidden, PreconditionFailed, ServiceUnavailable
 from keysvc.models import Credential, Key, KeyChange, KeyPage, NewKey, Organization, Role
-from keysvc.permissions import missing
+from keysvc.permissions import cannot_grant
 from keysvc.timeutil import from_text, to_text
 from keysvc.walwatch import CommitWatch
 
@@ -94,7 +94,8 @@ _INSERT_KEY_ROLES = "insert into key_roles (key_id, role_id) values "
 ROWS_PER_INSERT = 500
 # The roles a batch of creates assigns, as they are inside its transaction.
 _GRANTED_ROLES = """
-    select id, name, permissions from roles where id in (select value from json_each(?))
+    select id, name, type, permissions, created_at, updated_at from roles
+    where id in (select value from json_each(?))
 """
 _COUNT_KEYS_OF = """
     select id, key_count from organizations where id in (select value from json_each(?))
@@ -918,27 +919,27 @@ def _insert_batch(conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]])
 
 def _granted_roles(
     conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]]
-) -> dict[str, tuple[str, list[str]]]:
-    """Role ID -> (name, permissions) now, for the roles of the batch's checked creates."""
+) -> dict[str, Role]:
+    """The roles of the batch's checked creates, by ID, as they are now."""
     ids = list(
         dict.fromkeys(r for new, _ in batch if new.grantor is not None for r in new.role_ids)
     )
     if not ids:
         return {}
-    rows = conn.execute(_GRANTED_ROLES, (json.dumps(ids),)).fetchall()
-    return {row[0]: (row[1], json.loads(row[2])) for row in rows}
+    return {role.id: role for role in map(_role, conn.execute(_GRANTED_ROLES, (json.dumps(ids),)))}
 
 
-def _beyond_grantor(new: NewKey, granted: dict[str, tuple[str, list[str]]]) -> Forbidden | None:
+def _beyond_grantor(new: NewKey, granted: dict[str, Role]) -> Forbidden | None:
     """Why ``new`` is refused, if a role it gets now holds more than its creator: the
-    roles were checked before the write, and another write may have widened one since."""
+    roles were checked before the write, and another write may have widened one since.
+    A role deleted since is not here: the insert refuses it."""
     if new.grantor is None:
         return None
     for role_id in new.role_ids:
-        name, permissions = granted.get(role_id, ("", []))  # a deleted role: the insert says
-        lacking = missing(new.grantor, permissions)
-        if lacking is not None:
-            return Forbidden(f"cannot grant role {name}: this key lacks the permission {lacking}")
+        role = granted.get(role_id)
+        refusal = None if role is None else cannot_grant(new.grantor, role.name, role.permissions)
+        if refusal is not None:
+            return Forbidden(refusal)
     return None
 
 
