@@ -334,7 +334,7 @@ def test_two_processes_never_serve_a_stale_answer(tmp_path: Path) -> None:
         reader.stop()
 
 
-def _write_between_reads(monkeypatch: pytest.MonkeyPatch, conn_store: Store, write: Any) -> None:
+def _write_between_reads(monkeypatch: pytest.MonkeyPatch, store: Store, write: Any) -> None:
     """Run ``write`` (a coroutine function) once, between a read's row and its roles, as
     a commit from another request or process may land while the reads await; then let
     another request see it (``data_version``), which drops the cache right away."""
@@ -344,7 +344,7 @@ def _write_between_reads(monkeypatch: pytest.MonkeyPatch, conn_store: Store, wri
     async def keys_after_a_write(conn: Any, rows: Any) -> Any:
         if pending:
             await pending.pop()()
-            conn_store.data_version()
+            store.data_version()
         return await original(conn, rows)
 
     monkeypatch.setattr(store_module, "_keys_from_rows", keys_after_a_write)
