@@ -30,6 +30,7 @@ from bench.baseline import ROUTES, Shape, View, arguments, load_shapes, replay_s
 
 READS = ("sqlite3", "aiosqlite")
 ROW = "select * from api_keys where id = ?"
+CONNECTION = web.AppKey("connection", aiosqlite.Connection)
 
 
 def _uri(db: Path) -> str:
@@ -61,15 +62,15 @@ def create_app(shape: Shape, db: Path, read: str) -> web.Application:
         view: View = on_loop
         app.on_cleanup.append(close)
     else:
-        pool: list[aiosqlite.Connection] = []
 
         async def connected(app: web.Application) -> AsyncIterator[None]:
             async with aiosqlite.connect(_uri(db), uri=True) as connection:
-                pool.append(connection)
+                app[CONNECTION] = connection
                 yield
 
         async def hop(request: web.Request) -> web.Response:
-            rows = await pool[0].execute_fetchall(ROW, (request.match_info["keyId"],))
+            reader = request.app[CONNECTION]
+            rows = await reader.execute_fetchall(ROW, (request.match_info["keyId"],))
             return await answer(request, next(iter(rows), None))
 
         view = hop
