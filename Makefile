@@ -10,8 +10,9 @@ PYZ    ?= dist/keysvc.pyz
 PINS   := .ci/constraints.txt
 
 # Real components that tests drive, from Debian's packages, installed when missing
-# (each named by its command): systemd only for systemd-analyze on the unit file.
-SYSTEM_PACKAGES ?= chromium nginx systemd
+# (each named by its command): systemd only for systemd-analyze on the unit file,
+# valgrind for callgrind (bench/instructions.py and its test).
+SYSTEM_PACKAGES ?= chromium nginx systemd valgrind
 
 .PHONY: install system-deps run test lint fmt bench soak dist constraints clean
 
@@ -60,8 +61,15 @@ test: install system-deps lint
 # floor app of bench/floor.py, on get, verify and list. PREMISE=1: GET of a key on
 # the baseline alone and plus one row read (bench/premise.py). Exits 1 if a scenario
 # answers more than 1% non-2xx. Options: .venv/bin/python -m bench.run --help.
+# INSTR=1: instructions per request of A, F and B under callgrind (valgrind, from
+# Debian's packages when missing), a figure the machine's load does not move
+# (bench/instructions.py; options: .venv/bin/python -m bench.instructions --help).
 bench: install
+ifdef INSTR
+	$(BIN)/python -m bench.instructions
+else
 	$(BIN)/python -m bench.run $(if $(SCALE),--keys 1000000)$(if $(FLOOR), --floor)$(if $(PREMISE), --premise)
+endif
 
 # The full soak: 60 s of mixed load against a real server; no 5xx, RSS growth under
 # 10% from the 20th to the 60th second, no descriptor growth. make test runs 9 s of it

@@ -73,6 +73,16 @@ def machine() -> str:
     )
 
 
+def head_facts(date: str, revision: str, command: str) -> list[tuple[str, str]]:
+    """The facts every section starts with: when, on what, which code, by what command."""
+    return [
+        ("date", date),
+        ("machine", machine()),
+        ("keysvc", f"commit {revision}; one process, default settings"),
+        ("command", command),
+    ]
+
+
 def git_revision(root: Path) -> str:
     program = shutil.which("git")
 

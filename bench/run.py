@@ -18,12 +18,10 @@ scenario cannot pass for a slow one.
 """
 
 import argparse
-import json
 import os
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -109,14 +107,6 @@ def _command(argv: Sequence[str]) -> str:
     return text
 
 
-def _wrk_version(path: str) -> str:
-    done = subprocess.run(  # noqa: S603 - wrk's own path, no shell
-        [path, "-v"], capture_output=True, text=True, check=False
-    )
-    first = (done.stdout or done.stderr).splitlines()
-    return first[0].split(" [")[0] if first else "wrk"
-
-
 def _seed(work: Path, keys: int, rotate: int) -> tuple[seed.Seeded, float]:
     folder = work / f"keys-{keys}"
     folder.mkdir(parents=True)
@@ -172,13 +162,7 @@ def measure(
 def _main_apps(stack: ExitStack, work: Path, args: argparse.Namespace) -> tuple[list[App], str]:
     seeded, seconds = _seed(work, DEFAULT_KEYS, args.rotate)
     keysvc = stack.enter_context(start_keysvc(seeded.db, work / "keysvc.log"))
-    scenarios.touch(keysvc.base, seeded)
-    shapes = {
-        s.name: scenarios.baseline_shape(s, seeded, scenarios.capture(keysvc.base, s, seeded))
-        for s in scenarios.SCENARIOS
-    }
-    shapes_file = work / "shapes.json"
-    shapes_file.write_text(json.dumps({name: shape.as_json() for name, shape in shapes.items()}))
+    shapes_file = scenarios.capture_shapes(keysvc.base, seeded, work / "shapes.json")
     baseline = stack.enter_context(start_baseline(shapes_file, work / "baseline.log"))
     files = _files(seeded, scenarios.SCENARIOS)
     a = Column("A", "bare aiohttp baseline, bench/baseline.py", False)
@@ -280,13 +264,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         grid = measure(wrk_path, apps, chosen, settings, args.rounds, args.warmup)
     order = ", ".join([c.column.label for c in apps] * 2) + ", ..."
     facts = [
-        ("date", date),
-        ("machine", report.machine()),
-        ("keysvc", f"commit {revision}; one process, default settings"),
-        ("command", _command(argv)),
+        *report.head_facts(date, revision, _command(argv)),
         (
             "wrk",
-            f"{_wrk_version(wrk_path)}: `{settings.describe()}` against 127.0.0.1;"
+            f"{wrk.version(wrk_path, '-v')}: `{settings.describe()}` against 127.0.0.1;"
             f" {args.warmup}s warm-up per app and scenario, then {args.rounds} rounds per app"
             f" in turn ({order}); medians shown",
         ),

@@ -125,3 +125,12 @@ def touch(base: str, seeded: Seeded, most: int = 1000) -> None:
 def capture(base: str, scenario: Scenario, seeded: Seeded) -> Shape:
     """keysvc's answer to the scenario's first request, once every key has been used."""
     return probe(base, scenario.lines(seeded)[0])
+
+
+def capture_shapes(base: str, seeded: Seeded, shapes_file: Path) -> Path:
+    """Every key used once, then each scenario's baseline answer (``baseline_shape``)
+    from keysvc at ``base``, written to ``shapes_file`` for the replaying apps."""
+    touch(base, seeded)
+    shapes = {s.name: baseline_shape(s, seeded, capture(base, s, seeded)) for s in SCENARIOS}
+    shapes_file.write_text(json.dumps({name: shape.as_json() for name, shape in shapes.items()}))
+    return shapes_file

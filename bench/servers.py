@@ -14,6 +14,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -36,9 +37,16 @@ class Server:
     """A started server; a context manager that always stops it."""
 
     def __init__(
-        self, name: str, command: list[str], log: Path, env: dict[str, str], cwd: Path = ROOT
+        self,
+        name: str,
+        command: list[str],
+        log: Path,
+        env: dict[str, str],
+        cwd: Path = ROOT,
+        start_seconds: float = START_SECONDS,
     ):
         self.name = name
+        self.start_seconds = start_seconds
         self.port = free_port()
         self.base = f"http://{HOST}:{self.port}"
         self.log = log
@@ -59,7 +67,7 @@ class Server:
             raise
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + START_SECONDS
+        deadline = time.monotonic() + self.start_seconds
         while time.monotonic() < deadline:
             self.check_alive()
             try:
@@ -70,7 +78,9 @@ class Server:
                 time.sleep(0.05)
             else:
                 return
-        raise RuntimeError(f"{self.name} did not start within {START_SECONDS:.0f}s; see {self.log}")
+        raise RuntimeError(
+            f"{self.name} did not start within {self.start_seconds:.0f}s; see {self.log}"
+        )
 
     def check_alive(self) -> None:
         code = self.proc.poll()
@@ -107,24 +117,41 @@ class Server:
         self.stop()
 
 
-def start_keysvc(db: Path, log: Path, settings: dict[str, str] | None = None) -> Server:
+class Wrap:
+    """What runs a server's Python: nothing by default; a tool in front of it (such as
+    callgrind, in bench/instructions.py) given more time to start."""
+
+    def __init__(self, prefix: Sequence[str] = (), start_seconds: float = START_SECONDS):
+        self.prefix = list(prefix)
+        self.start_seconds = start_seconds
+
+    def server(self, name: str, args: list[str], log: Path, env: dict[str, str]) -> Server:
+        command = [*self.prefix, sys.executable, *args]
+        return Server(name, command, log, env, start_seconds=self.start_seconds)
+
+
+PLAIN = Wrap()
+
+
+def start_keysvc(
+    db: Path, log: Path, settings: dict[str, str] | None = None, wrap: Wrap = PLAIN
+) -> Server:
     """``keysvc serve``: one process, default settings (but ``settings``, KEYSVC_*
     variables), no per-organization key cap to hit."""
     env = {**keysvc_env(), "KEYSVC_MAX_KEYS_PER_ORG": "10000000", **(settings or {})}
-    command = [sys.executable, "-m", "keysvc", "serve", "--db", str(db)]
-    return Server(f"keysvc ({db.name})", command, log, env)
+    return wrap.server(f"keysvc ({db.name})", ["-m", "keysvc", "serve", "--db", str(db)], log, env)
 
 
-def start_baseline(shapes: Path, log: Path) -> Server:
-    command = [sys.executable, "-m", "bench.baseline", "--shapes", str(shapes)]
-    return Server("baseline", command, log, dict(os.environ))
+def start_baseline(shapes: Path, log: Path, wrap: Wrap = PLAIN) -> Server:
+    args = ["-m", "bench.baseline", "--shapes", str(shapes)]
+    return wrap.server("baseline", args, log, dict(os.environ))
 
 
-def start_floor(shapes: Path, log: Path, lines: Path) -> Server:
-    command = [sys.executable, "-m", "bench.floor", "--shapes", str(shapes), "--log", str(lines)]
-    return Server("floor", command, log, dict(os.environ))
+def start_floor(shapes: Path, log: Path, lines: Path, wrap: Wrap = PLAIN) -> Server:
+    args = ["-m", "bench.floor", "--shapes", str(shapes), "--log", str(lines)]
+    return wrap.server("floor", args, log, dict(os.environ))
 
 
 def start_premise(shapes: Path, db: Path, read: str, log: Path) -> Server:
-    command = [sys.executable, "-m", "bench.premise", "--shapes", str(shapes), "--db", str(db)]
-    return Server(f"premise ({read})", [*command, "--read", read], log, dict(os.environ))
+    args = ["-m", "bench.premise", "--shapes", str(shapes), "--db", str(db), "--read", read]
+    return PLAIN.server(f"premise ({read})", args, log, dict(os.environ))

@@ -50,22 +50,36 @@ class Result:
         return self.bytes / self.requests if self.requests else 0.0
 
 
-def ensure_wrk() -> str:
-    """The path of wrk, installed from Debian's packages first if it is missing."""
-    found = shutil.which("wrk")
+def ensure_command(command: str, package: str) -> str:
+    """The path of ``command``, installed from Debian's ``package`` first if it is missing."""
+    found = shutil.which(command)
     if found:
         return found
-    print("bench: wrk is missing; installing it from Debian's packages", flush=True)
+    print(f"bench: {command} is missing; installing it from Debian's packages", flush=True)
     apt = shutil.which("apt-get")
     if apt is None:
-        raise RuntimeError("wrk is missing and there is no apt-get to install it with")
+        raise RuntimeError(f"{command} is missing and there is no apt-get to install it with")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run([apt, "update"], check=True, env=env)  # noqa: S603 - fixed arguments
-    subprocess.run([apt, "install", "-y", "wrk"], check=True, env=env)  # noqa: S603
-    found = shutil.which("wrk")
+    subprocess.run([apt, "install", "-y", package], check=True, env=env)  # noqa: S603
+    found = shutil.which(command)
     if not found:
-        raise RuntimeError("wrk is still missing after apt-get install wrk")
+        raise RuntimeError(f"{command} is still missing after apt-get install {package}")
     return found
+
+
+def ensure_wrk() -> str:
+    """The path of wrk, installed from Debian's packages first if it is missing."""
+    return ensure_command("wrk", "wrk")
+
+
+def version(path: str, flag: str) -> str:
+    """The first line a tool prints of its version, less any bracketed tail."""
+    done = subprocess.run(  # noqa: S603 - the tool's own path, no shell
+        [path, flag], capture_output=True, text=True, check=False
+    )
+    first = (done.stdout or done.stderr).splitlines()
+    return first[0].split(" [")[0] if first else Path(path).name
 
 
 def run(wrk: str, base_url: str, request_file: Path, settings: WrkSettings) -> Result:
