@@ -25,7 +25,25 @@ def from_text(text: str) -> datetime:
     return datetime.fromisoformat(text).astimezone(UTC)
 
 
+# The minute last asked for, by its fields, and that minute: every authenticated
+# request asks for the minute of now, and ``datetime.replace`` costs several times
+# the comparison (about 2 against 0.3 µs by timeit). One tuple, read and replaced
+# whole, so that any thread reads a matching pair.
+_last_minute: tuple[tuple[int, int, int, int, int], datetime] = (
+    (0, 0, 0, 0, 0),
+    datetime.min.replace(tzinfo=UTC),
+)
+
+
 def to_minute(moment: datetime) -> datetime:
+    """``moment`` in UTC, with its seconds and microseconds taken off."""
+    global _last_minute
     if moment.tzinfo is not UTC:
         moment = moment.astimezone(UTC)
-    return moment.replace(second=0, microsecond=0)
+    fields = (moment.minute, moment.hour, moment.day, moment.month, moment.year)
+    last = _last_minute
+    if last[0] == fields:
+        return last[1]
+    minute = moment.replace(second=0, microsecond=0)
+    _last_minute = (fields, minute)
+    return minute
