@@ -150,7 +150,7 @@ def service_middleware(
             raise
         finally:
             in_flight.count -= 1
-            access.record(request, status, time.perf_counter() - started)
+            access.record(request, request_id, status, time.perf_counter() - started)
 
     return middleware
 

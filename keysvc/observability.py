@@ -19,7 +19,7 @@ from aiohttp import web
 from keysvc.logs import AccessLines, scrub
 from keysvc.metrics import Metrics
 from keysvc.models import Key
-from keysvc.state import AUTH_OUTCOME, CALLER, REQUEST_ID
+from keysvc.state import AUTH_OUTCOME, CALLER
 
 UNMATCHED = "unmatched"
 # Any other method is counted as "other", so clients cannot mint label values.
@@ -98,7 +98,8 @@ class Access:
         self._lines = AccessLines(logger, "request")
         self._metrics = metrics
 
-    def record(self, request: web.Request, status: int, seconds: float) -> None:
+    def record(self, request: web.Request, request_id: str, status: int, seconds: float) -> None:
+        """Log and count the answer to ``request``, whose ID the middleware made."""
         route = route_template(request)
         outcome = request.get(AUTH_OUTCOME)
         metrics = self._metrics
@@ -110,7 +111,7 @@ class Access:
         if self._logger.isEnabledFor(logging.INFO):
             self._lines.emit(
                 AccessEntry(
-                    request.get(REQUEST_ID),
+                    request_id,
                     request.method,
                     route,
                     status,

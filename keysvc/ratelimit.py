@@ -61,7 +61,11 @@ class WindowCounter:
         return self._decide(limit, end, count, now, count <= limit)
 
     def allows(self, name: Hashable, limit: int, window: int, now: float) -> bool:
-        """``peek(...).allowed``, without making the Decision: the common case, and cheap."""
+        """``peek(...).allowed``, without making the Decision: the common case, and cheap.
+        A name with no count at all (every address that has not failed) is allowed at
+        once, without working out the window."""
+        if name not in self._counts:
+            return limit > 0
         return self._current(name, window, now)[2] < limit
 
     def peek(self, name: Hashable, limit: int, window: int, now: float) -> Decision:
