@@ -34,6 +34,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 
 from bench import report, scenarios, seed, wrk
 from bench.scenarios import Scenario
@@ -51,9 +53,12 @@ from bench.servers import ROOT, Server, Wrap, start_baseline, start_floor, start
 DOC = ROOT / "docs" / "PERFORMANCE.md"
 FLOOR_SCENARIOS = ("get", "verify", "list")  # as bench.run: the floor writes nothing
 START_SECONDS = 300.0  # Python, aiohttp and keysvc's imports, fifty times slower
+STOP_SECONDS = 60.0  # a clean shutdown, and callgrind's last dump, as slow
 MINUTE_MARGIN = 2.0  # seconds kept between a counted run and a minute boundary
 TOUCH_SECONDS = 3  # a run after a new minute begins, so every key's usedAt is written
-_TOTALS = re.compile(r"^(?:summary|totals):\s+(\d+)", re.MULTILINE)
+# The last line of a finished dump: callgrind writes ``summary:`` in a dump's head,
+# before its body, and ``totals:`` only once the body is written.
+_TOTALS = re.compile(rb"^totals:\s+(\d+)\n", re.MULTILINE)
 
 
 def ensure_valgrind() -> str:
@@ -61,12 +66,11 @@ def ensure_valgrind() -> str:
     return wrk.ensure_command("valgrind", "valgrind")
 
 
-def dump_total(text: str) -> int:
-    """The instruction count of one callgrind dump (its ``summary:`` or ``totals:``)."""
-    found = _TOTALS.search(text)
-    if found is None:
-        raise ValueError("not a callgrind dump: no summary or totals line")
-    return int(found.group(1))
+def dump_total(data: bytes) -> int | None:
+    """The instruction count of one finished callgrind dump (its ``totals:`` line);
+    None while callgrind is still writing it."""
+    found = _TOTALS.search(data)
+    return int(found.group(1)) if found is not None else None
 
 
 class Callgrind:
@@ -74,35 +78,42 @@ class Callgrind:
 
     def __init__(self, valgrind: str, out: Path):
         self.out = out
-        self.control = str(Path(valgrind).with_name("callgrind_control"))
+        self.control_path = str(Path(valgrind).with_name("callgrind_control"))
         self.wrap = Wrap(
             [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no"],
             START_SECONDS,
+            STOP_SECONDS,
         )
 
-    def _control(self, server: Server, option: str) -> None:
-        subprocess.run(  # noqa: S603 - callgrind_control beside valgrind, our own pid
-            [self.control, option, str(server.proc.pid)],
+    def control(self, pid: int, option: str) -> None:
+        """``callgrind_control option pid``; an error unless callgrind says it was done."""
+        # callgrind_control exits 0 whatever happened: only its "OK." says it was done.
+        done = subprocess.run(  # noqa: S603 - callgrind_control beside valgrind, our own pid
+            [self.control_path, option, str(pid)],
             capture_output=True,
-            check=True,
+            text=True,
+            check=False,
             timeout=120,
         )
+        if done.returncode != 0 or "OK." not in done.stdout:
+            said = (done.stdout + done.stderr).strip()
+            raise RuntimeError(f"callgrind_control {option} {pid} failed: {said}")
 
     def zero(self, server: Server) -> None:
-        self._control(server, "--zero")
+        self.control(server.proc.pid, "--zero")
 
     def dump(self, server: Server) -> int:
         """The instructions counted since the last zero (or dump), all threads together."""
         before = set(self.out.parent.glob(self.out.name + ".*"))
-        self._control(server, "--dump")
+        self.control(server.proc.pid, "--dump")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             new = set(self.out.parent.glob(self.out.name + ".*")) - before
-            texts = [path.read_text() for path in sorted(new)]
-            if texts and all(_TOTALS.search(text) for text in texts):
+            totals = [dump_total(path.read_bytes()) for path in sorted(new)]
+            if totals and None not in totals:
                 for path in new:
                     path.unlink()
-                return sum(dump_total(text) for text in texts)
+                return sum(total for total in totals if total is not None)
             time.sleep(0.2)
         raise RuntimeError(f"callgrind wrote no dump beside {self.out}")
 
@@ -124,11 +135,12 @@ class Grid:
 
 
 def wait_before_counting(now: float, seconds: float) -> float:
-    """Seconds to wait from ``now`` so that a counted run of ``seconds`` (begun after
-    ``TOUCH_SECONDS`` more of load) keeps ``MINUTE_MARGIN`` from any minute boundary; 0
-    when it already does. A new minute makes keysvc write each key's ``usedAt`` once
-    more as the key is next used, and those commits retire what it keeps in memory:
-    a count that caught them would differ from one that did not."""
+    """Seconds to wait from ``now`` so that a counted run of ``seconds`` begun now keeps
+    ``MINUTE_MARGIN`` from any minute boundary; 0 when it already does (``measure_app``
+    asks again after the wait and the ``TOUCH_SECONDS`` of load that follow it). A new
+    minute makes keysvc write each key's ``usedAt`` once more as the key is next used,
+    and those commits retire what it keeps in memory: a count that caught them would
+    differ from one that did not."""
     into = now % 60
     if into >= MINUTE_MARGIN and into + seconds + MINUTE_MARGIN < 60:
         return 0.0
@@ -151,8 +163,7 @@ def measure_app(
     for scenario in chosen:
         quick = wrk.WrkSettings(settings.threads, settings.connections, warmup, 30)
         wrk.run(wrk_path, server.base, files[scenario.name], quick)
-        wait = wait_before_counting(time.time(), settings.seconds)
-        if wait:
+        while wait := wait_before_counting(time.time(), settings.seconds):
             time.sleep(wait)
             # Every key's usedAt of the new minute is written by this, before counting.
             again = wrk.WrkSettings(settings.threads, settings.connections, TOUCH_SECONDS, 30)
@@ -210,12 +221,22 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--apps", default="A,F,B", help="apps to count, of A, F, B (A,F,B)")
     parser.add_argument("--doc", type=Path, default=DOC, help="the document to write to")
     parser.add_argument("--workdir", type=Path, help="keep the databases, dumps and logs here")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.seconds + TOUCH_SECONDS + 2 * MINUTE_MARGIN >= 60:
+        parser.error(f"--seconds: at most {59 - TOUCH_SECONDS - 2 * int(MINUTE_MARGIN)}")
+    if set(args.apps.split(",")) - {"A", "F", "B"}:
+        parser.error("--apps: choose from A, F and B")
+    return args
+
+
+def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # unwinds the ExitStack: every server is stopped
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _args(argv)
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     labels = [label for label in ("A", "F", "B") if label in args.apps.split(",")]
     chosen = list(scenarios.SCENARIOS)
     if args.only:
@@ -243,17 +264,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             s.name: scenarios.write_requests(s, seeded, work / f"{s.name}.tsv") for s in chosen
         }
         for label in labels:
+            some = [s for s in chosen if label != "F" or s.name in FLOOR_SCENARIOS]
+            if not some:
+                continue
+            for old in work.glob(f"callgrind.{label}*"):
+                old.unlink()  # a dump left in a reused --workdir is never a new one
             callgrind = Callgrind(valgrind, work / f"callgrind.{label}")
             log = work / f"{label}.log"
             if label == "A":
                 server = start_baseline(shapes_file, log, callgrind.wrap)
-                some = chosen
             elif label == "F":
                 server = start_floor(shapes_file, log, work / "floor-access.log", callgrind.wrap)
-                some = [s for s in chosen if s.name in FLOOR_SCENARIOS]
             else:
                 server = start_keysvc(seeded.db, log, wrap=callgrind.wrap)
-                some = chosen
             with server:
                 measure_app(label, server, callgrind, files, some, settings, args.warmup, grid)
     facts = [
@@ -290,7 +313,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _command(argv: Sequence[str]) -> str:
-    text = f"`{shlex.join([sys.executable, '-m', 'bench.instructions', *argv])}`"
+    python = Path(sys.executable)
+    if python.is_relative_to(ROOT):
+        python = python.relative_to(ROOT)
+    text = f"`{shlex.join([str(python), '-m', 'bench.instructions', *argv])}`"
     return f"`make bench INSTR=1`, which runs {text}" if os.environ.get("MAKELEVEL") else text
 
 

@@ -44,9 +44,11 @@ class Server:
         env: dict[str, str],
         cwd: Path = ROOT,
         start_seconds: float = START_SECONDS,
+        stop_seconds: float = STOP_SECONDS,
     ):
         self.name = name
         self.start_seconds = start_seconds
+        self.stop_seconds = stop_seconds
         self.port = free_port()
         self.base = f"http://{HOST}:{self.port}"
         self.log = log
@@ -100,7 +102,7 @@ class Server:
             return
         self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout=STOP_SECONDS)
+            self.proc.wait(timeout=self.stop_seconds)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
@@ -119,15 +121,21 @@ class Server:
 
 class Wrap:
     """What runs a server's Python: nothing by default; a tool in front of it (such as
-    callgrind, in bench/instructions.py) given more time to start."""
+    callgrind, in bench/instructions.py) given more time to start and to stop."""
 
-    def __init__(self, prefix: Sequence[str] = (), start_seconds: float = START_SECONDS):
+    def __init__(
+        self,
+        prefix: Sequence[str] = (),
+        start_seconds: float = START_SECONDS,
+        stop_seconds: float = STOP_SECONDS,
+    ):
         self.prefix = list(prefix)
         self.start_seconds = start_seconds
+        self.stop_seconds = stop_seconds
 
     def server(self, name: str, args: list[str], log: Path, env: dict[str, str]) -> Server:
         command = [*self.prefix, sys.executable, *args]
-        return Server(name, command, log, env, start_seconds=self.start_seconds)
+        return Server(name, command, log, env, ROOT, self.start_seconds, self.stop_seconds)
 
 
 PLAIN = Wrap()
