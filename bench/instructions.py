@@ -16,7 +16,7 @@ instructions per request.
 Instructions are not time: a cache miss costs more than an instruction, and
 wrk's own work and the kernel's are not counted (callgrind sees user space of
 the server only). What the count gives is a figure that repeats, so that a
-change can be judged by one run. Under callgrind the server runs about 50
+change can be judged by one run. Under callgrind the server runs 50 to 80
 times slower, which changes two things, both written in the section:
 
 - fewer requests arrive per log-writer batch (the writer gathers for 20 ms),
@@ -30,9 +30,7 @@ times slower, which changes two things, both written in the section:
 """
 
 import argparse
-import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -280,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with server:
                 measure_app(label, server, callgrind, files, some, settings, args.warmup, grid)
     facts = [
-        *report.head_facts(date, revision, _command(argv)),
+        *report.head_facts(date, revision, report.command("bench.instructions", argv, " INSTR=1")),
         (
             "load",
             f"`wrk -t1 -c{args.connections}` against 127.0.0.1: {args.warmup}s unrecorded, then"
@@ -310,14 +308,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, label in failed:
         print(f"bench: BROKEN: {label} {name}: over 1% of responses failed", file=sys.stderr)
     return 1 if failed else 0
-
-
-def _command(argv: Sequence[str]) -> str:
-    python = Path(sys.executable)
-    if python.is_relative_to(ROOT):
-        python = python.relative_to(ROOT)
-    text = f"`{shlex.join([str(python), '-m', 'bench.instructions', *argv])}`"
-    return f"`make bench INSTR=1`, which runs {text}" if os.environ.get("MAKELEVEL") else text
 
 
 if __name__ == "__main__":

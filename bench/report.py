@@ -9,13 +9,16 @@ leaves the prose around it alone.
 import os
 import platform
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.servers import ROOT
 from bench.wrk import Result
 
 FAILURE_LIMIT = 0.01  # more than this share of failed responses marks a scenario broken
@@ -71,6 +74,18 @@ def machine() -> str:
         f"nproc {cpus}, {model}, {memory / 1024 / 1024:.1f} GiB memory;"
         f" Linux {platform.release()}; Python {platform.python_version()}"
     )
+
+
+def command(module: str, argv: Sequence[str], make_options: str = "") -> str:
+    """How a section was made: ``python -m module argv`` (the checkout's interpreter
+    named relative to it), and under make, the ``make bench`` that ran it."""
+    python = Path(sys.executable)
+    if python.is_relative_to(ROOT):
+        python = python.relative_to(ROOT)
+    text = f"`{shlex.join([str(python), '-m', module, *argv])}`"
+    if os.environ.get("MAKELEVEL"):
+        text = f"`make bench{make_options}`, which runs {text}"
+    return text
 
 
 def head_facts(date: str, revision: str, command: str) -> list[tuple[str, str]]:

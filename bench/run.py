@@ -18,8 +18,6 @@ scenario cannot pass for a slow one.
 """
 
 import argparse
-import os
-import shlex
 import shutil
 import signal
 import sys
@@ -95,16 +93,10 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _command(argv: Sequence[str]) -> str:
-    python = Path(sys.executable)
-    if python.is_relative_to(ROOT):
-        python = python.relative_to(ROOT)
-    text = f"`{shlex.join([str(python), '-m', 'bench.run', *argv])}`"
-    if os.environ.get("MAKELEVEL"):
-        options = " SCALE=1" if "--keys" in argv else ""
-        options += " FLOOR=1" if "--floor" in argv else ""
-        options += " PREMISE=1" if "--premise" in argv else ""
-        text = f"`make bench{options}`, which runs {text}"
-    return text
+    options = " SCALE=1" if "--keys" in argv else ""
+    options += " FLOOR=1" if "--floor" in argv else ""
+    options += " PREMISE=1" if "--premise" in argv else ""
+    return report.command("bench.run", argv, options)
 
 
 def _seed(work: Path, keys: int, rotate: int) -> tuple[seed.Seeded, float]:
