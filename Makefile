@@ -62,7 +62,7 @@ test: install system-deps lint
 # the baseline alone and plus one row read (bench/premise.py). Exits 1 if a scenario
 # answers more than 1% non-2xx. Options: .venv/bin/python -m bench.run --help.
 # INSTR=1: instructions per request of A, F and B under callgrind (valgrind, from
-# Debian's packages when missing), a figure the machine's load does not move
+# Debian's packages when missing), a figure the machine's load barely moves
 # (bench/instructions.py; options: .venv/bin/python -m bench.instructions --help).
 bench: install
 ifdef INSTR

@@ -4,20 +4,21 @@
 Requests per second on this shared 2-core machine move by tens of percent
 between rounds, so a change of a few percent in keysvc's cost cannot be told
 from the weather (docs/PERFORMANCE.md). callgrind counts the instructions a
-process executes, every thread of it, and the count does not depend on what
-else the machine is doing. This runs A (bench/baseline.py), F (bench/floor.py,
-read scenarios only) and B (``keysvc serve``) under callgrind, one at a time,
-drives each scenario with wrk after an unrecorded warm-up, and divides the
-instructions counted during the measured run by the requests wrk completed.
-The ratio A/B of instructions per request is the cost counterpart of B/A in
-requests per second: 0.5 means keysvc executes twice the baseline's
-instructions per request.
+process executes, every thread of it, and the count depends little on what
+else the machine is doing (two runs of the same code agreed to within 2.5%).
+This runs A (bench/baseline.py), F (bench/floor.py, read scenarios only) and B
+(``keysvc serve``) under callgrind, one at a time, drives each scenario with wrk
+after an unrecorded warm-up, and divides the instructions counted during the
+measured run by the requests wrk completed. The ratio A/B of instructions per
+request is the cost counterpart of B/A in requests per second: 0.5 means
+keysvc executes twice the baseline's instructions per request.
 
 Instructions are not time: a cache miss costs more than an instruction, and
 wrk's own work and the kernel's are not counted (callgrind sees user space of
 the server only). What the count gives is a figure that repeats, so that a
-change can be judged by one run. Under callgrind the server runs 50 to 80
-times slower, which changes two things, both written in the section:
+change can be judged by a run of each commit, made side by side. Under
+callgrind the server runs 50 to 80 times slower, which changes two things,
+both written in the section:
 
 - fewer requests arrive per log-writer batch (the writer gathers for 20 ms),
   so its per-batch cost weighs more per request, in F as in B;
@@ -26,7 +27,7 @@ times slower, which changes two things, both written in the section:
   share of requests; the rotation is 50 keys (``--rotate``). And no counted
   run spans a minute boundary (``wait_before_counting``): the writes of a new
   minute, and the cache they retire, fall outside the count, so that two runs
-  of the same code count the same.
+  of the same code count alike.
 """
 
 import argparse
