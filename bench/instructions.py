@@ -33,7 +33,6 @@ both written in the section:
 import argparse
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -43,11 +42,18 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 
 from bench import report, scenarios, seed, wrk
 from bench.scenarios import Scenario
-from bench.servers import ROOT, Server, Wrap, start_baseline, start_floor, start_keysvc
+from bench.servers import (
+    ROOT,
+    Server,
+    Wrap,
+    start_baseline,
+    start_floor,
+    start_keysvc,
+    stop_servers_on_sigterm,
+)
 
 DOC = ROOT / "docs" / "PERFORMANCE.md"
 FLOOR_SCENARIOS = ("get", "verify", "list")  # as bench.run: the floor writes nothing
@@ -228,14 +234,10 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # unwinds the ExitStack: every server is stopped
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _args(argv)
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    stop_servers_on_sigterm()
     labels = [label for label in ("A", "F", "B") if label in args.apps.split(",")]
     chosen = list(scenarios.SCENARIOS)
     if args.only:

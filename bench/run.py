@@ -19,7 +19,6 @@ scenario cannot pass for a slow one.
 
 import argparse
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -28,7 +27,6 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 
 from bench import report, scenarios, seed, wrk
 from bench.report import Cell, CellGrid, Column
@@ -40,6 +38,7 @@ from bench.servers import (
     start_floor,
     start_keysvc,
     start_premise,
+    stop_servers_on_sigterm,
 )
 
 DEFAULT_KEYS = 1000
@@ -213,14 +212,10 @@ def _section(
     return "\n".join(lines) + "\n"
 
 
-def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # unwinds the ExitStack: every server is stopped
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _args(argv)
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    stop_servers_on_sigterm()
     started = time.monotonic()
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     revision = report.git_revision(ROOT)  # now: the code the servers are about to load

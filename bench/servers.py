@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 
 from bench.seed import keysvc_env
 
@@ -24,6 +24,16 @@ HOST = "127.0.0.1"
 START_SECONDS = 60.0
 STOP_SECONDS = 10.0
 ROOT = Path(__file__).resolve().parent.parent  # the checkout, so that -m bench.* imports
+
+
+def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # unwinds the runner's ExitStack: every server is stopped
+
+
+def stop_servers_on_sigterm() -> None:
+    """Make SIGTERM to a runner stop the servers it started (each in its own session,
+    so they do not get the signal themselves) before it exits."""
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
 
 
 def free_port() -> int:
