@@ -59,8 +59,10 @@ def test_a_server_under_callgrind_counts_more_for_more_requests(tmp_path: Path) 
     assert valgrind is not None, "make test installs valgrind (Makefile: SYSTEM_PACKAGES)"
     callgrind = instructions.Callgrind(valgrind, tmp_path / "cg")
     with start_baseline(shapes, tmp_path / "a.log", callgrind.wrap) as server:
-        _get(server.base, 5)  # the first requests import and warm what they need
+        _get(server.base, 10)  # the first requests import and warm what they need
         callgrind.zero(server)
+        _get(server.base, 10)
+        callgrind.dump(server)  # what the warm-up left to run falls in this one
         counts = []
         for requests in (20, 20, 60):
             _get(server.base, requests)
@@ -69,8 +71,8 @@ def test_a_server_under_callgrind_counts_more_for_more_requests(tmp_path: Path) 
     # running total would double it), and three times the requests, a larger count
     # (not three times: some of what the server runs goes with time, not requests).
     assert counts[0] > 0
-    assert 0.7 < counts[1] / counts[0] < 1.4
-    assert counts[2] / counts[0] > 1.6
+    assert 0.6 < counts[1] / counts[0] < 1.5
+    assert counts[2] / counts[1] > 1.6
     assert not list(tmp_path.glob("cg.*"))  # each dump read and removed
 
 
