@@ -39,7 +39,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -57,7 +57,7 @@ from bench.servers import (
 
 DOC = ROOT / "docs" / "PERFORMANCE.md"
 FLOOR_SCENARIOS = ("get", "verify", "list")  # as bench.run: the floor writes nothing
-START_SECONDS = 300.0  # Python, aiohttp and keysvc's imports, fifty times slower
+START_SECONDS = 300.0  # Python, aiohttp and keysvc's imports, 50 to 80 times slower
 STOP_SECONDS = 60.0  # a clean shutdown, and callgrind's last dump, as slow
 MINUTE_MARGIN = 2.0  # seconds kept between a counted run and a minute boundary
 TOUCH_SECONDS = 3  # a run after a new minute begins, so every key's usedAt is written
@@ -134,9 +134,8 @@ class Count:
         return self.instructions / self.requests if self.requests else 0.0
 
 
-@dataclass
-class Grid:
-    counts: dict[tuple[str, str], Count] = field(default_factory=dict)
+# (scenario, app label) -> what was counted
+Counts = dict[tuple[str, str], Count]
 
 
 def wait_before_counting(now: float, seconds: float) -> float:
@@ -162,23 +161,22 @@ def measure_app(
     chosen: Sequence[Scenario],
     settings: wrk.WrkSettings,
     warmup: int,
-    grid: Grid,
+    counts: Counts,
 ) -> None:
     wrk_path = wrk.ensure_wrk()
     for scenario in chosen:
-        quick = wrk.WrkSettings(settings.threads, settings.connections, warmup, 30)
-        wrk.run(wrk_path, server.base, files[scenario.name], quick)
+        wrk.run(wrk_path, server.base, files[scenario.name], replace(settings, seconds=warmup))
         while wait := wait_before_counting(time.time(), settings.seconds):
             time.sleep(wait)
             # Every key's usedAt of the new minute is written by this, before counting.
-            again = wrk.WrkSettings(settings.threads, settings.connections, TOUCH_SECONDS, 30)
+            again = replace(settings, seconds=TOUCH_SECONDS)
             wrk.run(wrk_path, server.base, files[scenario.name], again)
         callgrind.zero(server)
         result = wrk.run(wrk_path, server.base, files[scenario.name], settings)
         instructions = callgrind.dump(server)
         server.check_alive()
         count = Count(instructions, result.requests, result.non_2xx + result.socket_errors)
-        grid.counts[(scenario.name, label)] = count
+        counts[(scenario.name, label)] = count
         print(
             f"bench: {label} {scenario.name}: {count.per_request:,.0f} instructions per request"
             f" over {count.requests:,} requests",
@@ -186,19 +184,18 @@ def measure_app(
         )
 
 
-def table(chosen: Sequence[Scenario], labels: Sequence[str], grid: Grid) -> str:
+def table(chosen: Sequence[Scenario], labels: Sequence[str], counted: Counts) -> str:
     head = ["scenario"]
     head += [f"{label} instr/req" for label in labels]
     head += [f"A/{label}" for label in labels if label != "A"]
     head += [f"{label} requests" for label in labels]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for scenario in chosen:
-        counts = {label: grid.counts.get((scenario.name, label)) for label in labels}
+        counts = {label: counted.get((scenario.name, label)) for label in labels}
         base = counts.get("A")
         row = [scenario.title]
         row += [f"{c.per_request:,.0f}" if c else "" for c in counts.values()]
-        for label in labels:
-            count = counts[label]
+        for label, count in counts.items():
             if label == "A":
                 continue
             if base is None or count is None or not count.per_request:
@@ -249,8 +246,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     revision = report.git_revision(ROOT)
     valgrind = ensure_valgrind()
-    settings = wrk.WrkSettings(1, args.connections, args.seconds, 30)
-    grid = Grid()
+    settings = wrk.WrkSettings(
+        threads=1, connections=args.connections, seconds=args.seconds, timeout_seconds=30
+    )
+    counts: Counts = {}
     with ExitStack() as stack:
         work = args.workdir or Path(tempfile.mkdtemp(prefix="keysvc-instr-"))
         if args.workdir is None:
@@ -279,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 server = start_keysvc(seeded.db, log, wrap=callgrind.wrap)
             with server:
-                measure_app(label, server, callgrind, files, some, settings, args.warmup, grid)
+                measure_app(label, server, callgrind, files, some, settings, args.warmup, counts)
     facts = [
         *report.head_facts(date, revision, report.command("bench.instructions", argv, " INSTR=1")),
         (
@@ -298,14 +297,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines = ["## Instructions per request (callgrind): A, F and B, 1,000 keys", ""]
     lines += [f"- {name}: {value}" for name, value in facts]
     lines += [f"- {titles[label]}" for label in labels]
-    lines += ["", table(chosen, labels, grid)]
+    lines += ["", table(chosen, labels, counts)]
     text = "\n".join(lines) + "\n"
     print("\n" + text, flush=True)
     report.write_section(args.doc, "instructions", text)
     print(f"bench: wrote {args.doc}", flush=True)
     failed = [
         key
-        for key, count in grid.counts.items()
+        for key, count in counts.items()
         if count.failures > report.FAILURE_LIMIT * max(count.requests, 1)
     ]
     for name, label in failed:

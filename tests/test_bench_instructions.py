@@ -34,10 +34,11 @@ def test_a_refused_control_command_is_an_error(tmp_path: Path) -> None:
 
 
 def test_the_table_gives_instructions_per_request_and_a_over_each_app() -> None:
-    grid = instructions.Grid()
-    grid.counts[("verify", "A")] = instructions.Count(2_000_000, 10)
-    grid.counts[("verify", "B")] = instructions.Count(8_000_000, 10, failures=1)
-    text = instructions.table([BY_NAME["verify"]], ["A", "B"], grid)
+    counts = {
+        ("verify", "A"): instructions.Count(2_000_000, 10),
+        ("verify", "B"): instructions.Count(8_000_000, 10, failures=1),
+    }
+    text = instructions.table([BY_NAME["verify"]], ["A", "B"], counts)
     header, rule, row = text.splitlines()
     assert header == "| scenario | A instr/req | B instr/req | A/B | A requests | B requests |"
     assert rule.count("---") == 6

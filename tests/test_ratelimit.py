@@ -27,7 +27,8 @@ def test_window_counter_counts_resets_and_stays_bounded() -> None:
 
 def test_allows_agrees_with_peek_counted_or_not() -> None:
     """``allows`` answers an uncounted name without working out its window: the same
-    answer as ``peek``, for a name never seen, one counted, and limits of 0 and 1."""
+    answer as ``peek``, for a name never seen, one counted, limits of 0 to 3, and at
+    the window's end."""
     counter = WindowCounter()
     counter.hit("seen", 2, 60, 100.0)
     for name in ("unseen", "seen"):
