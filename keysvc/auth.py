@@ -29,6 +29,7 @@ from datetime import datetime
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
+from keysvc.addresses import IPAddress, network_of
 from keysvc.config import IPNetwork
 from keysvc.credentials import Hasher, checksum_fails
 from keysvc.errors import Forbidden, TooManyRequests, Unauthorized
@@ -40,7 +41,6 @@ from keysvc.state import AUTH_OUTCOME, CALLER, CLOCK, HASHER, LIMITS, SETTINGS, 
 from keysvc.store import Store
 from keysvc.timeutil import to_minute
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 View = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _PUBLIC: set[View] = set()
 # Compared against when the key ID is unknown, so both failures do the same work.
@@ -192,7 +192,7 @@ def client_address(
 def address_allowed(address: IPAddress | None, access_list: Sequence[dict[str, str]]) -> bool:
     if address is None:
         return False
-    networks = [ipaddress.ip_network(entry["source"]) for entry in access_list]
+    networks = [network_of(entry["source"]) for entry in access_list]
     return _within(address, networks)
 
 
