@@ -14,8 +14,9 @@ malformed, unknown and wrong credentials; only the server tells them apart.
 
 The client address is the TCP peer. Only when the peer is a trusted proxy is
 ``X-Forwarded-For`` read, right to left, skipping trusted proxies: the first
-address that is not one is the client. A forged header from anyone else
-changes nothing.
+address that is not one is the client. A hop may carry a port (``a.b.c.d:port``,
+``[v6]:port``) or brackets alone (``[v6]``); a hop that is no address at all ends
+the walk at the last proxy known. A forged header from anyone else changes nothing.
 """
 
 import base64
@@ -23,6 +24,7 @@ import binascii
 import functools
 import hmac
 import ipaddress
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 
@@ -166,6 +168,23 @@ def _address(text: str | None) -> IPAddress | None:
 # The peer's text comes from the socket, and a few peers (proxies) make most requests;
 # X-Forwarded-For hops come from clients, and are parsed each time, never kept.
 _peer_address = functools.lru_cache(maxsize=1024)(_address)
+# A hop with a port, or in brackets: the address is the first group, the port the second.
+_BRACKETED_HOP = re.compile(r"\[([0-9A-Fa-f.]*:[0-9A-Fa-f:.]*)\](?::([0-9]{1,5}))?")
+_V4_HOP_WITH_PORT = re.compile(r"([0-9.]+):([0-9]{1,5})")
+
+
+def _hop(text: str) -> IPAddress | None:
+    """The address of one X-Forwarded-For hop: an address, ``a.b.c.d:port``, ``[v6]``
+    or ``[v6]:port``; None for anything else. An IPv6 address with a port needs its
+    brackets: unbracketed, its last group is read as part of the address."""
+    hop = text.strip()
+    match = _BRACKETED_HOP.fullmatch(hop) or _V4_HOP_WITH_PORT.fullmatch(hop)
+    if match is None:
+        return _address(hop)
+    address, port = match.groups()
+    if port is not None and int(port) > 65535:
+        return None
+    return _address(address)
 
 
 def _within(address: IPAddress, networks: Sequence[IPNetwork]) -> bool:
@@ -180,7 +199,7 @@ def client_address(
     if address is None or not forwarded_for or not _within(address, trusted):
         return address
     for hop in reversed(forwarded_for.split(",")):
-        parsed = _address(hop)
+        parsed = _hop(hop)
         if parsed is None:
             break  # a malformed hop: trust stops at the last proxy we know
         address = parsed

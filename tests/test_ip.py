@@ -28,6 +28,34 @@ TRUSTED = (NETS("127.0.0.0/8"), NETS("10.0.0.0/8"))
         ("127.0.0.1", "2001:db8::5", TRUSTED, "2001:db8::5"),
         ("::ffff:127.0.0.1", "198.51.100.7", TRUSTED, "198.51.100.7"),  # v4-mapped peer
         (None, "198.51.100.7", TRUSTED, None),
+        # Hops with a port, or in brackets (as some proxies write them).
+        ("127.0.0.1", "198.51.100.7:52100", TRUSTED, "198.51.100.7"),
+        ("127.0.0.1", "198.51.100.7:0", TRUSTED, "198.51.100.7"),
+        ("127.0.0.1", "198.51.100.7:65535", TRUSTED, "198.51.100.7"),
+        ("127.0.0.1", "[2001:db8::5]:443", TRUSTED, "2001:db8::5"),
+        ("127.0.0.1", "[2001:db8::5]", TRUSTED, "2001:db8::5"),
+        ("127.0.0.1", " [2001:DB8::5]:443 ", TRUSTED, "2001:db8::5"),
+        ("127.0.0.1", "[::ffff:198.51.100.7]:80", TRUSTED, "198.51.100.7"),
+        ("127.0.0.1", "1.1.1.1:1, 198.51.100.7:2, 10.0.0.9:3", TRUSTED, "198.51.100.7"),
+        ("127.0.0.1", "[2001:db8::5]:443, [::ffff:10.0.0.9]:80", TRUSTED, "2001:db8::5"),
+        # Unbracketed, an IPv6 address's last group is its own, not a port.
+        ("127.0.0.1", "2001:db8::5:443", TRUSTED, "2001:db8::5:443"),
+        # Anything else is junk, as before: trust stops at the last proxy known.
+        ("127.0.0.1", "198.51.100.7:65536", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "198.51.100.7:", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "198.51.100.7:http", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "198.51.100.7:80:80", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "198.51.100.7:\u0668\u0660", TRUSTED, "127.0.0.1"),  # Arabic-Indic digits
+        ("127.0.0.1", "198.51.100.7:123456", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "[198.51.100.7]:80", TRUSTED, "127.0.0.1"),  # brackets are for IPv6
+        ("127.0.0.1", "[2001:db8::5]:", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "[2001:db8::5", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "2001:db8::5]:443", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "[2001:db8::5]443", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "[[2001:db8::5]]", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "[]:80", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "example.com:80", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "198.51.100.7:x, 10.0.0.9:80", TRUSTED, "10.0.0.9"),
     ],
 )
 def test_client_address(
@@ -131,6 +159,19 @@ async def test_ip_checked_only_after_the_secret(client: Client, admin: Creds) ->
     wrong = basic(key.key_id, new_secret())
     response = await client.get(own(admin), headers=wrong)
     assert response.status == 401
+
+
+async def test_forwarded_for_hops_with_ports(proxied: tuple[Client, Creds]) -> None:
+    """Hops written ``ip:port`` or ``[v6]:port`` name that client, not the proxy."""
+    client, admin = proxied
+    v4 = await restricted(client, admin, "198.51.100.0/24")
+    v6 = await restricted(client, admin, "2001:db8::/32")
+    for key, hop in ((v4, "198.51.100.7:52100"), (v6, "[2001:db8::5]:443"), (v6, "[2001:db8::5]")):
+        headers = {**key.headers, "X-Forwarded-For": f"{hop}, 127.0.0.2:8080"}
+        await assert_ok(await client.get(own(admin), headers=headers))
+    # Junk still stops the walk at the proxy, which these keys do not allow.
+    junk = {**v4.headers, "X-Forwarded-For": "198.51.100.7:99999"}
+    await assert_error(await client.get(own(admin), headers=junk), 403, DENIED)
 
 
 # Sources written in a form that ipaddress reads but that never matched as written,
