@@ -38,7 +38,7 @@ from keysvc.errors import Forbidden, TooManyRequests, Unauthorized
 from keysvc.metrics import AuthReason
 from keysvc.models import Credential, Key
 from keysvc.permissions import has_permission
-from keysvc.ratelimit import FAILURE_WINDOW, Decision
+from keysvc.ratelimit import Decision
 from keysvc.state import AUTH_OUTCOME, CALLER, CLOCK, HASHER, LIMITS, SETTINGS, STORE
 from keysvc.store import Store
 from keysvc.timeutil import to_minute
@@ -250,18 +250,18 @@ async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
         forwarded = ", ".join(request.headers.getall(hdrs.X_FORWARDED_FOR))
     address = client_address(request.remote, forwarded, settings.trusted_proxies)
     # Checked before the credentials, so a blocked address is refused even with valid ones.
-    if not limits.failures.allows(address, settings.auth_failures, FAILURE_WINDOW, now):
-        standing = limits.failures.peek(address, settings.auth_failures, FAILURE_WINDOW, now)
+    if not limits.failures.allows(address, settings.auth_failures, now):
+        retry = limits.failures.retry_after(now)
         _outcome(request, "rate_limited")
         raise TooManyRequests(
-            f"too many failed authentications from this address: retry in {standing.reset} s",
-            retry_after=standing.reset,
+            f"too many failed authentications from this address: retry in {retry} s",
+            retry_after=retry,
         )
     try:
         key = await authenticate(request, address, moment)
     except Unauthorized:
         if request.get(AUTH_OUTCOME) in _CREDENTIAL_FAILURES:
-            limits.failures.hit(address, settings.auth_failures, FAILURE_WINDOW, now)
+            limits.failures.hit(address, now)
         raise
     limit = key.rate_limit or settings.rate_limit
     if limit is None:
