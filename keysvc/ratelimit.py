@@ -32,14 +32,14 @@ from keysvc.addresses import IPAddress
 from keysvc.config import Settings
 
 FAILURE_WINDOW = 60
-# The sketch: SKETCH_ROWS rows of 2**16 32-bit counters (one 16-bit index per row from
+# The sketch: _ROWS rows of 2**16 32-bit counters (one 16-bit index per row from
 # one keyed hash), behind a header of the window's start and the failures counted in it.
-SKETCH_ROWS = 4
+_ROWS = 4
 _COLUMNS = 1 << 16
 _HEADER = struct.Struct("<qQ")
 _CELL = struct.Struct("<I")
-_INDEXES = struct.Struct(f"<{SKETCH_ROWS}H")
-_CELLS_BYTES = SKETCH_ROWS * _COLUMNS * _CELL.size
+_INDEXES = struct.Struct(f"<{_ROWS}H")
+_CELLS_BYTES = _ROWS * _COLUMNS * _CELL.size
 _ZEROS = bytes(_CELLS_BYTES)
 
 
@@ -86,14 +86,6 @@ class WindowCounter:
         if len(self._counts) > self._max:
             self._prune(now)
         return self._decide(limit, end, count, now, count <= limit)
-
-    def allows(self, name: Hashable, limit: int, window: int, now: float) -> bool:
-        """``peek(...).allowed``, without making the Decision: the common case, and cheap.
-        A name with no count at all (every address that has not failed) is allowed at
-        once, without working out the window."""
-        if name not in self._counts:
-            return limit > 0
-        return self._current(name, window, now)[2] < limit
 
     def peek(self, name: Hashable, limit: int, window: int, now: float) -> Decision:
         """Whether one more would be allowed, without counting it."""
