@@ -32,6 +32,22 @@ def _get(port: int, path: str, source: str, headers: dict[str, str]) -> tuple[in
         conn.close()
 
 
+def _wait_for_listeners(port: int, count: int) -> None:
+    """Until ``count`` sockets listen on ``port``: the server answers as soon as its
+    first worker does, and a guess must be able to reach either."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+        # local_address is HEXIP:HEXPORT, and state 0A is LISTEN.
+        listening = [
+            r for r in rows if r.split()[1].endswith(f":{port:04X}") and r.split()[3] == "0A"
+        ]
+        if len(listening) >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {count} sockets listen on port {port}")
+
+
 def _wait_for_room_in_the_window() -> None:
     into = time.time() % FAILURE_WINDOW
     if into > FAILURE_WINDOW - WINDOW_MARGIN:
@@ -53,6 +69,7 @@ def test_workers_share_one_failure_count(tmp_path: Path, prefix: str, sources: l
         "KEYSVC_THROTTLE_PREFIX_V4": prefix,
     }
     with Server(tmp_path / "k.db", env=env) as server:
+        _wait_for_listeners(server.port, 2)
         _wait_for_room_in_the_window()
         window = time.time() // FAILURE_WINDOW
         statuses = []
