@@ -237,7 +237,7 @@ _CREDENTIAL_FAILURES = ("malformed", "unknown", "bad_secret")
 
 
 async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
-    """Authenticate within the limits: failed logins per address, then requests per
+    """Authenticate within the limits: failed logins per network, then requests per
     key. The caller's key, and its standing against its request limit if it has one."""
     app = request.app
     settings, limits = app[SETTINGS], app[LIMITS]

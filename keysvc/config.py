@@ -171,7 +171,7 @@ OPTIONS = (
     ),
     Option(
         "auth_failures", "KEYSVC_AUTH_FAILURES", "20", _positive,
-        "failed authentications per client address per minute before it gets 429",
+        "failed authentications per client network (--throttle-prefix-v4/v6) a minute before 429",
     ),
     Option(
         "cache_size", "KEYSVC_CACHE_SIZE", "10000", _count,
