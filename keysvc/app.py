@@ -13,7 +13,7 @@ from keysvc.metrics import Metrics
 from keysvc.middleware import PARSER_LIMITS, answer_parser_errors_in_envelope, service_middleware
 from keysvc.observability import Access
 from keysvc.openapi import build_spec
-from keysvc.ratelimit import Limits
+from keysvc.ratelimit import FailureSketch, Limits
 from keysvc.state import (
     CLOCK,
     HASHER,
@@ -42,7 +42,9 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         yield
 
 
-def create_app(settings: Settings, *, clock: Clock = utcnow) -> web.Application:
+def create_app(
+    settings: Settings, *, clock: Clock = utcnow, failures: FailureSketch | None = None
+) -> web.Application:
     # Per app, never the process-wide registry: tests build many apps in one process.
     metrics = Metrics() if settings.metrics else None
     in_flight = InFlight()
@@ -59,7 +61,7 @@ def create_app(settings: Settings, *, clock: Clock = utcnow) -> web.Application:
     )
     app[SETTINGS] = settings
     app[CLOCK] = clock
-    app[LIMITS] = Limits()
+    app[LIMITS] = Limits(failures or FailureSketch.of(settings))
     app[IN_FLIGHT] = in_flight
     app[OPENAPI] = build_spec()
     app.cleanup_ctx.append(_database)

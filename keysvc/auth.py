@@ -14,8 +14,9 @@ malformed, unknown and wrong credentials; only the server tells them apart.
 
 The client address is the TCP peer. Only when the peer is a trusted proxy is
 ``X-Forwarded-For`` read, right to left, skipping trusted proxies: the first
-address that is not one is the client. A forged header from anyone else
-changes nothing.
+address that is not one is the client. A hop may carry a port (``a.b.c.d:port``,
+``[v6]:port``) or brackets alone (``[v6]``); a hop that is no address at all ends
+the walk at the last proxy known. A forged header from anyone else changes nothing.
 """
 
 import base64
@@ -23,24 +24,25 @@ import binascii
 import functools
 import hmac
 import ipaddress
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
+from keysvc.addresses import IPAddress, network_of
 from keysvc.config import IPNetwork
 from keysvc.credentials import Hasher, checksum_fails
 from keysvc.errors import Forbidden, TooManyRequests, Unauthorized
 from keysvc.metrics import AuthReason
 from keysvc.models import Credential, Key
 from keysvc.permissions import has_permission
-from keysvc.ratelimit import FAILURE_WINDOW, Decision
+from keysvc.ratelimit import Decision
 from keysvc.state import AUTH_OUTCOME, CALLER, CLOCK, HASHER, LIMITS, SETTINGS, STORE
 from keysvc.store import Store
 from keysvc.timeutil import to_minute
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 View = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _PUBLIC: set[View] = set()
 # Compared against when the key ID is unknown, so both failures do the same work.
@@ -166,6 +168,23 @@ def _address(text: str | None) -> IPAddress | None:
 # The peer's text comes from the socket, and a few peers (proxies) make most requests;
 # X-Forwarded-For hops come from clients, and are parsed each time, never kept.
 _peer_address = functools.lru_cache(maxsize=1024)(_address)
+# A hop with a port, or in brackets: the address is the first group, the port the second.
+_BRACKETED_HOP = re.compile(r"\[([0-9A-Fa-f.]*:[0-9A-Fa-f:.]*)\](?::([0-9]{1,5}))?")
+_V4_HOP_WITH_PORT = re.compile(r"([0-9.]+):([0-9]{1,5})")
+
+
+def _hop(text: str) -> IPAddress | None:
+    """The address of one X-Forwarded-For hop: an address, ``a.b.c.d:port``, ``[v6]``
+    or ``[v6]:port``; None for anything else. An IPv6 address with a port needs its
+    brackets: unbracketed, its last group is read as part of the address."""
+    hop = text.strip()
+    match = _BRACKETED_HOP.fullmatch(hop) or _V4_HOP_WITH_PORT.fullmatch(hop)
+    if match is None:
+        return _address(hop)
+    address, port = match.groups()
+    if port is not None and int(port) > 65535:
+        return None
+    return _address(address)
 
 
 def _within(address: IPAddress, networks: Sequence[IPNetwork]) -> bool:
@@ -180,7 +199,7 @@ def client_address(
     if address is None or not forwarded_for or not _within(address, trusted):
         return address
     for hop in reversed(forwarded_for.split(",")):
-        parsed = _address(hop)
+        parsed = _hop(hop)
         if parsed is None:
             break  # a malformed hop: trust stops at the last proxy we know
         address = parsed
@@ -192,7 +211,7 @@ def client_address(
 def address_allowed(address: IPAddress | None, access_list: Sequence[dict[str, str]]) -> bool:
     if address is None:
         return False
-    networks = [ipaddress.ip_network(entry["source"]) for entry in access_list]
+    networks = [network_of(entry["source"]) for entry in access_list]
     return _within(address, networks)
 
 
@@ -218,7 +237,7 @@ _CREDENTIAL_FAILURES = ("malformed", "unknown", "bad_secret")
 
 
 async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
-    """Authenticate within the limits: failed logins per address, then requests per
+    """Authenticate within the limits: failed logins per network, then requests per
     key. The caller's key, and its standing against its request limit if it has one."""
     app = request.app
     settings, limits = app[SETTINGS], app[LIMITS]
@@ -231,18 +250,18 @@ async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
         forwarded = ", ".join(request.headers.getall(hdrs.X_FORWARDED_FOR))
     address = client_address(request.remote, forwarded, settings.trusted_proxies)
     # Checked before the credentials, so a blocked address is refused even with valid ones.
-    if not limits.failures.allows(address, settings.auth_failures, FAILURE_WINDOW, now):
-        standing = limits.failures.peek(address, settings.auth_failures, FAILURE_WINDOW, now)
+    if not limits.failures.allows(address, settings.auth_failures, now):
+        retry = limits.failures.retry_after(now)
         _outcome(request, "rate_limited")
         raise TooManyRequests(
-            f"too many failed authentications from this address: retry in {standing.reset} s",
-            retry_after=standing.reset,
+            f"too many failed authentications from this address: retry in {retry} s",
+            retry_after=retry,
         )
     try:
         key = await authenticate(request, address, moment)
     except Unauthorized:
         if request.get(AUTH_OUTCOME) in _CREDENTIAL_FAILURES:
-            limits.failures.hit(address, settings.auth_failures, FAILURE_WINDOW, now)
+            limits.failures.hit(address, now)
         raise
     limit = key.rate_limit or settings.rate_limit
     if limit is None:

@@ -21,6 +21,7 @@ from keysvc import backup, keys, workers
 from keysvc.app import create_app
 from keysvc.config import OPTIONS, ConfigError, Settings, build_settings
 from keysvc.logs import configure_logging
+from keysvc.ratelimit import FailureSketch
 from keysvc.state import IN_FLIGHT
 from keysvc.store import open_checked
 from keysvc.timeutil import utcnow
@@ -102,11 +103,15 @@ def _backup(settings: Settings, out: Path) -> int:
     return 0
 
 
-def _serve(settings: Settings, reuse_port: bool = False) -> None:
-    asyncio.run(_serve_until_stopped(settings, reuse_port))
+def _serve(
+    settings: Settings, reuse_port: bool = False, failures: FailureSketch | None = None
+) -> None:
+    asyncio.run(_serve_until_stopped(settings, reuse_port, failures))
 
 
-async def _serve_until_stopped(settings: Settings, reuse_port: bool) -> None:
+async def _serve_until_stopped(
+    settings: Settings, reuse_port: bool, failures: FailureSketch | None
+) -> None:
     """Serve until SIGTERM or SIGINT; then stop accepting, let the requests already
     begun finish (their bodies still read), and close the database.
 
@@ -115,7 +120,7 @@ async def _serve_until_stopped(settings: Settings, reuse_port: bool) -> None:
     so such a request would wait out the timeout unanswered.
     """
     log = logging.getLogger("keysvc")
-    app = create_app(settings)
+    app = create_app(settings, failures=failures)
     runner = web.AppRunner(
         app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_SECONDS
     )

@@ -37,6 +37,9 @@ class Settings:
     max_body_bytes: int = MAX_BODY_BYTES
     log_level: str = "info"
     metrics: bool = True
+    # Failed logins are counted per address prefix of these lengths (keysvc.ratelimit).
+    throttle_prefix_v4: int = 32
+    throttle_prefix_v6: int = 64
 
     @property
     def pepper_path(self) -> Path:
@@ -104,6 +107,16 @@ def _networks(value: str) -> tuple[IPNetwork, ...]:
     return tuple(networks)
 
 
+def _prefix_of(bits: int) -> Callable[[str], int]:
+    def parse(value: str) -> int:
+        length = _int(value)
+        if not 1 <= length <= bits:
+            raise ConfigError(f"{length} is not a prefix length from 1 to {bits}")
+        return length
+
+    return parse
+
+
 def _log_level(value: str) -> str:
     level = value.strip().lower()
     if level not in LOG_LEVELS:
@@ -158,7 +171,7 @@ OPTIONS = (
     ),
     Option(
         "auth_failures", "KEYSVC_AUTH_FAILURES", "20", _positive,
-        "failed authentications per client address per minute before it gets 429",
+        "failed authentications per client network (--throttle-prefix-v4/v6) a minute before 429",
     ),
     Option(
         "cache_size", "KEYSVC_CACHE_SIZE", "10000", _count,
@@ -177,6 +190,14 @@ OPTIONS = (
         "pepper", "KEYSVC_PEPPER", "", _pepper,
         "secret key of the stored hashes, at least 32 bytes (default: a 0600 file <db>.pepper)",
         flag=False,
+    ),
+    Option(
+        "throttle_prefix_v4", "KEYSVC_THROTTLE_PREFIX_V4", "32", _prefix_of(32),
+        "failed authentications are counted per IPv4 network of this prefix length",
+    ),
+    Option(
+        "throttle_prefix_v6", "KEYSVC_THROTTLE_PREFIX_V6", "64", _prefix_of(128),
+        "failed authentications are counted per IPv6 network of this prefix length",
     ),
 )  # fmt: skip
 

@@ -1,19 +1,46 @@
-"""Request limits per key, and failed-authentication limits per client address.
+"""Request limits per key, and failed-authentication limits per client network.
 
 Windows are fixed and aligned to the clock: a window of W seconds starts at a
-multiple of W since the epoch, and its count starts again at zero. Counting is
-in this process's memory. With ``--workers N`` each process counts on its own,
-so a key can be served up to N times its limit in one window; run one worker where
-the limit must be exact. A key whose window length changes starts counting
-again. The table is bounded: windows that have ended are dropped first, then
-the oldest entries.
+multiple of W since the epoch, and its count starts again at zero.
+
+Requests per key are counted in this process's memory. With ``--workers N``
+each process counts on its own, so a key can be served up to N times its limit
+in one window; run one worker where the limit must be exact. A key whose window
+length changes starts counting again. The table is bounded: windows that have
+ended are dropped first, then the oldest entries.
+
+Failed authentications are counted per network (the client address cut to a
+prefix length, one setting per family) in a ``FailureSketch``: a count-min
+sketch in an anonymous shared mapping, which ``keysvc serve --workers N``
+creates before it forks, so that every worker counts into the same table. Its
+counts can only be too high, never too low: an address is refused once its
+network has had the limit's failures in the window, whichever worker saw them,
+and may be refused early only if other networks' failures happen to fill all of
+its cells at once.
 """
 
+import hashlib
 import math
+import mmap
+import multiprocessing
+import os
+import struct
 from collections.abc import Hashable
 from dataclasses import dataclass
 
+from keysvc.addresses import IPAddress
+from keysvc.config import Settings
+
 FAILURE_WINDOW = 60
+# The sketch: _ROWS rows of 2**16 32-bit counters (one 16-bit index per row from
+# one keyed hash), behind a header of the window's start and the failures counted in it.
+_ROWS = 4
+_COLUMNS = 1 << 16
+_HEADER = struct.Struct("<qQ")
+_CELL = struct.Struct("<I")
+_INDEXES = struct.Struct(f"<{_ROWS}H")
+_CELLS_BYTES = _ROWS * _COLUMNS * _CELL.size
+_ZEROS = bytes(_CELLS_BYTES)
 
 
 @dataclass(frozen=True)
@@ -60,14 +87,6 @@ class WindowCounter:
             self._prune(now)
         return self._decide(limit, end, count, now, count <= limit)
 
-    def allows(self, name: Hashable, limit: int, window: int, now: float) -> bool:
-        """``peek(...).allowed``, without making the Decision: the common case, and cheap.
-        A name with no count at all (every address that has not failed) is allowed at
-        once, without working out the window."""
-        if name not in self._counts:
-            return limit > 0
-        return self._current(name, window, now)[2] < limit
-
     def peek(self, name: Hashable, limit: int, window: int, now: float) -> Decision:
         """Whether one more would be allowed, without counting it."""
         _, end, count = self._current(name, window, now)
@@ -83,9 +102,96 @@ class WindowCounter:
         return len(self._counts)
 
 
-class Limits:
-    """The process's two counters: requests per key, failed logins per address."""
+class FailureSketch:
+    """Failed authentications per client network in the current window, shared by
+    the processes forked after it was made.
 
-    def __init__(self, max_entries: int = 100_000):
+    A failure is counted under a lock, in one cell of each row, chosen by a hash
+    keyed with a secret of this table (so a caller cannot aim its failures at
+    another network's cells); a network's count is the least of its cells. Reads
+    take no lock: a read racing a count sees it or not, as if it came a moment
+    earlier or later. A first failure in a new window clears the table.
+    """
+
+    def __init__(self, v4_prefix: int = 32, v6_prefix: int = 64):
+        self._v4_shift = 32 - v4_prefix
+        self._v6_shift = 128 - v6_prefix
+        # Anonymous and MAP_SHARED (mmap's default): forked children write the same pages.
+        self._table = mmap.mmap(-1, _HEADER.size + _CELLS_BYTES)
+        # Shared through os.fork (keysvc.workers), whatever multiprocessing's default start method.
+        self._lock = multiprocessing.get_context("fork").Lock()
+        self._secret = os.urandom(16)
+
+    @classmethod
+    def of(cls, settings: Settings) -> "FailureSketch":
+        """An empty table with ``settings``' prefix lengths."""
+        return cls(settings.throttle_prefix_v4, settings.throttle_prefix_v6)
+
+    def _network(self, address: IPAddress | None) -> bytes:
+        if address is None:
+            return b""
+        if address.version == 4:
+            return b"4" + (int(address) >> self._v4_shift).to_bytes(4, "big")
+        return b"6" + (int(address) >> self._v6_shift).to_bytes(16, "big")
+
+    def _cells(self, address: IPAddress | None) -> list[int]:
+        digest = hashlib.blake2b(
+            self._network(address), key=self._secret, digest_size=_INDEXES.size
+        ).digest()
+        return [
+            _HEADER.size + (row * _COLUMNS + column) * _CELL.size
+            for row, column in enumerate(_INDEXES.unpack(digest))
+        ]
+
+    def count(self, address: IPAddress | None, now: float) -> int:
+        """Failures counted for ``address``'s network in the window of ``now``, or more."""
+        start, total = _HEADER.unpack_from(self._table)
+        # A table already in a later window (another worker's clock ran ahead) is read
+        # as it is: too high rather than too low.
+        if total == 0 or start < _window_start(now):
+            return 0
+        counts: list[int] = [
+            _CELL.unpack_from(self._table, cell)[0] for cell in self._cells(address)
+        ]
+        return min(counts)
+
+    def allows(self, address: IPAddress | None, limit: int, now: float) -> bool:
+        """Whether ``address`` is still under ``limit`` failures in this window. While
+        the whole table has fewer than ``limit`` failures no network can be over it,
+        and nothing is hashed: the common case, and cheap."""
+        start, total = _HEADER.unpack_from(self._table)
+        if total < limit or start < _window_start(now):
+            return limit > 0
+        return self.count(address, now) < limit
+
+    def hit(self, address: IPAddress | None, now: float) -> None:
+        """Count one failure from ``address``'s network."""
+        cells = self._cells(address)
+        window = _window_start(now)
+        with self._lock:
+            start, total = _HEADER.unpack_from(self._table)
+            if start < window:
+                if total:
+                    self._table[_HEADER.size :] = _ZEROS
+                start, total = window, 0
+            for cell in cells:
+                (count,) = _CELL.unpack_from(self._table, cell)
+                _CELL.pack_into(self._table, cell, min(count + 1, 0xFFFFFFFF))
+            _HEADER.pack_into(self._table, 0, start, total + 1)
+
+    def retry_after(self, now: float) -> int:
+        """Whole seconds until the window of ``now`` ends, at least 1."""
+        return max(1, math.ceil(_window_start(now) + FAILURE_WINDOW - now))
+
+
+def _window_start(now: float) -> int:
+    return math.floor(now / FAILURE_WINDOW) * FAILURE_WINDOW
+
+
+class Limits:
+    """The two counters: requests per key (this process's), failed logins per
+    network (shared with the other workers when ``failures`` was made before the fork)."""
+
+    def __init__(self, failures: FailureSketch, max_entries: int = 100_000):
         self.requests = WindowCounter(max_entries)
-        self.failures = WindowCounter(max_entries)
+        self.failures = failures

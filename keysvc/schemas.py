@@ -24,6 +24,7 @@ from marshmallow import (
     validates_schema,
 )
 
+from keysvc.addresses import kept_source
 from keysvc.credentials import SUFFIX_LENGTH, is_sha256_b64
 from keysvc.errors import BadRequest
 from keysvc.permissions import MAX_PERMISSION_LENGTH, PERMISSION
@@ -103,17 +104,22 @@ class Timestamp(fields.Field[datetime]):
         return None if value is None else to_text(value)
 
 
-def _ip_source(value: str) -> None:
-    if "%" in value:
-        raise ValidationError("must not carry an IPv6 zone ID")
-    try:
-        ipaddress.ip_network(value, strict=True)
-    except ValueError:
+class IpSource(fields.String):
+    """An IPv4 or IPv6 address or CIDR, loaded in the form it is kept in
+    (``keysvc.addresses``): ``::ffff:10.0.0.0/104`` and ``10.0.0.0/255.0.0.0`` as ``10.0.0.0/8``."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> str:
+        text = super()._deserialize(value, attr, data, **kwargs)
+        if "%" in text:
+            raise ValidationError("must not carry an IPv6 zone ID")
         try:
-            network = ipaddress.ip_network(value, strict=False)
+            return kept_source(text)
         except ValueError:
-            raise ValidationError("must be an IPv4 or IPv6 address or CIDR") from None
-        raise ValidationError(f"has host bits set; did you mean {network}?") from None
+            try:
+                network = ipaddress.ip_network(text, strict=False)
+            except ValueError:
+                raise ValidationError("must be an IPv4 or IPv6 address or CIDR") from None
+        raise ValidationError(f"has host bits set; did you mean {kept_source(str(network))}?")
 
 
 def _no_control(value: str) -> None:
@@ -153,7 +159,7 @@ _IP_ACCESS_LIST_DOC = (
 
 
 class IpAccessListEntrySchema(Schema):
-    source = fields.String(required=True, validate=_ip_source)
+    source = IpSource(required=True)
     description = fields.String(
         validate=[
             validate.Length(max=MAX_DESCRIPTION, error="must be at most {max} characters"),

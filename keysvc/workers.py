@@ -1,7 +1,8 @@
 """Several server processes on one port (``keysvc serve --workers N``).
 
 The parent prepares the database once (migrations, pepper check) so that the
-workers never race to upgrade it, then forks. Each worker opens its own
+workers never race to upgrade it, and makes the failed-login table they share
+(``keysvc.ratelimit.FailureSketch``), then forks. Each worker opens its own
 database connections after the fork and binds the same port with
 SO_REUSEPORT, and the kernel spreads connections among them. The parent only
 supervises: SIGTERM or Ctrl-C is passed on to every worker, and if one dies
@@ -18,10 +19,12 @@ from collections.abc import Callable
 from types import FrameType
 
 from keysvc.config import Settings
+from keysvc.ratelimit import FailureSketch
 from keysvc.store import open_checked
 
 logger = logging.getLogger("keysvc")
-Serve = Callable[[Settings, bool], None]
+# (settings, reuse_port, the failed-login table shared by the workers)
+Serve = Callable[[Settings, bool, FailureSketch], None]
 
 
 async def _prepare(settings: Settings) -> None:
@@ -38,13 +41,14 @@ def _signal_all(children: list[int], signum: int) -> None:
 def run(settings: Settings, serve: Serve) -> int:
     """Fork ``settings.workers`` processes running ``serve``; returns the exit code."""
     asyncio.run(_prepare(settings))
+    failures = FailureSketch.of(settings)
     children: list[int] = []
     for _ in range(settings.workers):
         pid = os.fork()
         if pid == 0:
             code = 0
             try:
-                serve(settings, True)
+                serve(settings, True, failures)
             except BaseException:
                 logger.exception("worker %d failed", os.getpid())
                 code = 1

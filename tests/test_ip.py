@@ -7,7 +7,7 @@ import pytest
 from keysvc.auth import address_allowed, client_address
 from keysvc.config import Settings
 from keysvc.credentials import new_secret
-from tests.conftest import Client, ClientFactory, bootstrap, client_with, create_creds
+from tests.conftest import Client, ClientFactory, bootstrap, client_with, create, create_creds
 from tests.helpers import Creds, FakeClock, assert_error, assert_ok, basic
 
 DENIED = "client address not allowed for this key"
@@ -28,6 +28,34 @@ TRUSTED = (NETS("127.0.0.0/8"), NETS("10.0.0.0/8"))
         ("127.0.0.1", "2001:db8::5", TRUSTED, "2001:db8::5"),
         ("::ffff:127.0.0.1", "198.51.100.7", TRUSTED, "198.51.100.7"),  # v4-mapped peer
         (None, "198.51.100.7", TRUSTED, None),
+        # Hops with a port, or in brackets (as some proxies write them).
+        ("127.0.0.1", "198.51.100.7:52100", TRUSTED, "198.51.100.7"),
+        ("127.0.0.1", "198.51.100.7:0", TRUSTED, "198.51.100.7"),
+        ("127.0.0.1", "198.51.100.7:65535", TRUSTED, "198.51.100.7"),
+        ("127.0.0.1", "[2001:db8::5]:443", TRUSTED, "2001:db8::5"),
+        ("127.0.0.1", "[2001:db8::5]", TRUSTED, "2001:db8::5"),
+        ("127.0.0.1", " [2001:DB8::5]:443 ", TRUSTED, "2001:db8::5"),
+        ("127.0.0.1", "[::ffff:198.51.100.7]:80", TRUSTED, "198.51.100.7"),
+        ("127.0.0.1", "1.1.1.1:1, 198.51.100.7:2, 10.0.0.9:3", TRUSTED, "198.51.100.7"),
+        ("127.0.0.1", "[2001:db8::5]:443, [::ffff:10.0.0.9]:80", TRUSTED, "2001:db8::5"),
+        # Unbracketed, an IPv6 address's last group is its own, not a port.
+        ("127.0.0.1", "2001:db8::5:443", TRUSTED, "2001:db8::5:443"),
+        # Anything else is junk, as before: trust stops at the last proxy known.
+        ("127.0.0.1", "198.51.100.7:65536", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "198.51.100.7:", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "198.51.100.7:http", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "198.51.100.7:80:80", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "198.51.100.7:\u0668\u0660", TRUSTED, "127.0.0.1"),  # Arabic-Indic digits
+        ("127.0.0.1", "198.51.100.7:123456", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "[198.51.100.7]:80", TRUSTED, "127.0.0.1"),  # brackets are for IPv6
+        ("127.0.0.1", "[2001:db8::5]:", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "[2001:db8::5", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "2001:db8::5]:443", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "[2001:db8::5]443", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "[[2001:db8::5]]", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "[]:80", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "example.com:80", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "198.51.100.7:x, 10.0.0.9:80", TRUSTED, "10.0.0.9"),
     ],
 )
 def test_client_address(
@@ -48,6 +76,11 @@ def test_client_address(
         ("10.1.2.3", ["2001:db8::/32"], False),  # no cross-family match
         ("2001:db8::1", ["10.0.0.0/8", "2001:db8::/32"], True),
         (None, ["0.0.0.0/0"], False),
+        # Entries stored before they were normalized on the way in still match.
+        ("127.0.0.1", ["::ffff:127.0.0.1"], True),
+        ("10.1.2.3", ["::ffff:10.0.0.0/104"], True),
+        ("11.1.2.3", ["::ffff:10.0.0.0/104"], False),
+        ("10.1.2.3", ["10.0.0.0/255.0.0.0"], True),
     ],
 )
 def test_address_allowed(address: str | None, sources: list[str], allowed: bool) -> None:
@@ -126,3 +159,74 @@ async def test_ip_checked_only_after_the_secret(client: Client, admin: Creds) ->
     wrong = basic(key.key_id, new_secret())
     response = await client.get(own(admin), headers=wrong)
     assert response.status == 401
+
+
+async def test_forwarded_for_hops_with_ports(proxied: tuple[Client, Creds]) -> None:
+    """Hops written ``ip:port`` or ``[v6]:port`` name that client, not the proxy."""
+    client, admin = proxied
+    v4 = await restricted(client, admin, "198.51.100.0/24")
+    v6 = await restricted(client, admin, "2001:db8::/32")
+    for key, hop in ((v4, "198.51.100.7:52100"), (v6, "[2001:db8::5]:443"), (v6, "[2001:db8::5]")):
+        headers = {**key.headers, "X-Forwarded-For": f"{hop}, 127.0.0.2:8080"}
+        await assert_ok(await client.get(own(admin), headers=headers))
+    # Junk still stops the walk at the proxy, which these keys do not allow.
+    junk = {**v4.headers, "X-Forwarded-For": "198.51.100.7:99999"}
+    await assert_error(await client.get(own(admin), headers=junk), 403, DENIED)
+
+
+# Sources written in a form that ipaddress reads but that never matched as written,
+# and the IPv4 form they are kept and shown in.
+KEPT_SOURCES = {
+    "::ffff:127.0.0.1": "127.0.0.1",
+    "::ffff:127.0.0.0/104": "127.0.0.0/8",
+    "::ffff:7f00:1/128": "127.0.0.1/32",
+    "127.0.0.0/255.0.0.0": "127.0.0.0/8",
+    "127.0.0.0/0.255.255.255": "127.0.0.0/8",
+    "127.0.0.1/255.255.255.255": "127.0.0.1/32",
+}
+
+
+@pytest.mark.parametrize(("source", "kept"), KEPT_SOURCES.items(), ids=KEPT_SOURCES.keys())
+async def test_mapped_and_mask_sources_are_kept_as_the_cidr_they_mean(
+    client: Client, admin: Creds, source: str, kept: str
+) -> None:
+    """On create and on PATCH: the answer and a later GET show the kept form, and a
+    request from the loopback address the source names is allowed."""
+    created = await create(
+        client,
+        admin,
+        {"name": "r", "roles": ["developer"], "ipAccessList": [{"source": source}]},
+    )
+    assert created["key"]["ipAccessList"] == [{"source": kept}]
+    key = Creds(admin.organization_id, created["key"]["id"], created["keyId"], created["keySecret"])
+    url = f"/v1/organizations/{admin.organization_id}/keys/{key.id}"
+    assert (await assert_ok(await client.get(url, headers=admin.headers)))["ipAccessList"] == [
+        {"source": kept}
+    ]
+    await assert_ok(await client.get(own(admin), headers=key.headers))
+    elsewhere = {"ipAccessList": [{"source": "10.0.0.0/8"}]}
+    await assert_ok(await client.patch(url, json=elsewhere, headers=admin.headers))
+    await assert_error(await client.get(own(admin), headers=key.headers), 403, DENIED)
+    back = {"ipAccessList": [{"source": source, "description": "loopback"}]}
+    patched = await assert_ok(await client.patch(url, json=back, headers=admin.headers))
+    assert patched["ipAccessList"] == [{"source": kept, "description": "loopback"}]
+    await assert_ok(await client.get(own(admin), headers=key.headers))
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("127.0.0.1/255.0.0.0", "has host bits set; did you mean 127.0.0.0/8?"),
+        ("::ffff:127.0.0.1/104", "has host bits set; did you mean 127.0.0.0/8?"),
+        ("127.0.0.0/255.0.255.0", "must be an IPv4 or IPv6 address or CIDR"),
+        ("2001:db8::/ffff:ffff::", "must be an IPv4 or IPv6 address or CIDR"),
+    ],
+)
+async def test_bad_mask_and_mapped_sources(
+    client: Client, admin: Creds, source: str, message: str
+) -> None:
+    body = {"name": "r", "roles": ["developer"], "ipAccessList": [{"source": source}]}
+    response = await client.post(
+        f"/v1/organizations/{admin.organization_id}/keys", json=body, headers=admin.headers
+    )
+    await assert_error(response, 400, f"ipAccessList.0.source: {message}")

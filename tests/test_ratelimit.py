@@ -5,7 +5,8 @@ import ipaddress
 import pytest
 
 from keysvc.config import ConfigError, Settings, build_settings
-from keysvc.ratelimit import WindowCounter
+from keysvc.credentials import new_key_id, new_secret
+from keysvc.ratelimit import FAILURE_WINDOW, FailureSketch, WindowCounter
 from tests.conftest import Client, ClientFactory, bootstrap, client_with, create_creds
 from tests.helpers import UNAUTHORIZED, Creds, FakeClock, assert_error, assert_ok, basic
 
@@ -23,19 +24,6 @@ def test_window_counter_counts_resets_and_stays_bounded() -> None:
     for n in range(50):
         counter.hit(f"other{n}", 3, 10, 200.0 + n)
     assert len(counter) <= 10
-
-
-def test_allows_agrees_with_peek_counted_or_not() -> None:
-    """``allows`` answers an uncounted name without working out its window: the same
-    answer as ``peek``, for a name never seen, one counted, limits of 0 to 3, and at
-    the window's end."""
-    counter = WindowCounter()
-    counter.hit("seen", 2, 60, 100.0)
-    for name in ("unseen", "seen"):
-        for limit in (0, 1, 2, 3):
-            for now in (100.0, 159.9, 160.0):
-                peeked = counter.peek(name, limit, 60, now).allowed
-                assert counter.allows(name, limit, 60, now) is peeked, (name, limit, now)
 
 
 def test_a_changed_window_counts_again_and_resets_with_it() -> None:
@@ -202,3 +190,100 @@ async def test_disabled_key_is_not_a_credential_failure(
     for _ in range(4):
         await assert_error(await client.get(VERIFY, headers=off.headers), 401, "key is disabled")
     assert (await client.get(VERIFY, headers=admin.headers)).status == 200
+
+
+def test_failure_sketch_counts_per_network_and_never_too_few() -> None:
+    """Failures count against the address's network (/24 and /64 here), the count is
+    never below the true one however many networks fill the table, and a new window
+    starts from zero."""
+    sketch = FailureSketch(v4_prefix=24, v6_prefix=64)
+    now = 10 * FAILURE_WINDOW + 1.0
+    truth: dict[ipaddress.IPv4Network | ipaddress.IPv6Network, int] = {}
+    for n in range(3000):
+        address = ipaddress.ip_address(f"10.{n % 7}.{n % 251}.{n % 13}")
+        sketch.hit(address, now)
+        network = ipaddress.ip_network(f"{address}/24", strict=False)
+        truth[network] = truth.get(network, 0) + 1
+    for network, count in truth.items():
+        for host in (1, 254):
+            assert sketch.count(network[host], now) >= count
+    v6 = [ipaddress.ip_address(f"2001:db8:0:7:{n:x}::{n:x}") for n in range(1, 6)]
+    for address in v6:
+        sketch.hit(address, now)
+    assert sketch.count(ipaddress.ip_address("2001:db8:0:7:ffff::1"), now) >= 5
+    assert not sketch.allows(ipaddress.ip_address("2001:db8:0:7::9"), 5, now)
+    assert sketch.retry_after(now) == FAILURE_WINDOW - 1
+    later = now + FAILURE_WINDOW
+    assert sketch.allows(v6[0], 1, later) and sketch.count(v6[0], later) == 0
+    sketch.hit(v6[0], later)
+    assert sketch.count(v6[0], later) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("KEYSVC_THROTTLE_PREFIX_V4", "33", "v4: 33 is not a prefix length from 1 to 32"),
+        ("KEYSVC_THROTTLE_PREFIX_V4", "0", "v4: 0 is not a prefix length from 1 to 32"),
+        ("KEYSVC_THROTTLE_PREFIX_V6", "129", "v6: 129 is not a prefix length from 1 to 128"),
+        ("KEYSVC_THROTTLE_PREFIX_V6", "/64", "v6: '/64' is not a number"),
+    ],
+)
+def test_bad_throttle_prefix_setting(name: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        build_settings(env={name: value})
+    assert str(raised.value) == "throttle-prefix-" + message
+
+
+def test_throttle_prefix_defaults_and_setting() -> None:
+    defaults = build_settings(env={})
+    assert (defaults.throttle_prefix_v4, defaults.throttle_prefix_v6) == (32, 64)
+    chosen = build_settings(
+        env={"KEYSVC_THROTTLE_PREFIX_V4": "24", "KEYSVC_THROTTLE_PREFIX_V6": "48"}
+    )
+    assert (chosen.throttle_prefix_v4, chosen.throttle_prefix_v6) == (24, 48)
+
+
+@pytest.mark.parametrize(
+    ("changes", "guessers", "blocked", "spared"),
+    [
+        # The default IPv6 prefix, /64: guesses from hosts differing in the low 64 bits.
+        ({}, [f"2001:db8:1:2:{n:x}:{n:x}::{n:x}" for n in range(1, 6)],
+         "2001:db8:1:2:ffff:ffff:ffff:fffe", "2001:db8:1:3::1"),
+        # A settable IPv4 prefix: /24 over loopback addresses.
+        ({"throttle_prefix_v4": 24}, [f"127.0.0.{n}" for n in range(10, 15)],
+         "127.0.0.99", "127.0.1.99"),
+        # Mapped IPv4 is IPv4: counted by the IPv4 prefix, not the IPv6 one.
+        ({"throttle_prefix_v4": 24}, [f"::ffff:198.51.100.{n}" for n in range(10, 15)],
+         "198.51.100.200", "::ffff:198.51.101.1"),
+    ],
+)  # fmt: skip
+async def test_failed_logins_are_counted_per_network(
+    aiohttp_client: ClientFactory,
+    settings: Settings,
+    clock: FakeClock,
+    changes: dict[str, int],
+    guessers: list[str],
+    blocked: str,
+    spared: str,
+) -> None:
+    """As many failures as the limit, each from another address of one network, block
+    the whole network (valid credentials included), and no other."""
+    client = await client_with(
+        aiohttp_client,
+        settings,
+        clock,
+        auth_failures=len(guessers),
+        trusted_proxies=(ipaddress.ip_network("127.0.0.1/32"),),
+        **changes,
+    )
+    admin = await bootstrap(client.app)
+    clock.now = clock.now.replace(second=0, microsecond=0)
+    for guesser in guessers:
+        wrong = {**basic(new_key_id(), new_secret()), "X-Forwarded-For": guesser}
+        await assert_error(await client.get(VERIFY, headers=wrong), 401, UNAUTHORIZED)
+    refused = await client.get(VERIFY, headers={**admin.headers, "X-Forwarded-For": blocked})
+    await assert_error(
+        refused, 429, "too many failed authentications from this address: retry in 60 s"
+    )
+    spared_headers = {**admin.headers, "X-Forwarded-For": spared}
+    assert (await client.get(VERIFY, headers=spared_headers)).status == 200
