@@ -37,6 +37,8 @@ class Settings:
     max_body_bytes: int = MAX_BODY_BYTES
     log_level: str = "info"
     metrics: bool = True
+    # The bearer token /metrics requires; None: /metrics answers anyone who reaches it.
+    metrics_token: str | None = field(default=None, repr=False)
 
     @property
     def pepper_path(self) -> Path:
@@ -118,6 +120,18 @@ def _on_off(value: str) -> bool:
     return switch == "on"
 
 
+# Printable ASCII without spaces, so that it travels in a header unchanged.
+_TOKEN = re.compile(r"[!-~]{16,}")
+
+
+def _metrics_token(value: str) -> str | None:
+    if not value:
+        return None
+    if not _TOKEN.fullmatch(value):
+        raise ConfigError("must be at least 16 printable ASCII characters, without spaces")
+    return value
+
+
 def _pepper(value: str) -> bytes | None:
     if not value:
         return None
@@ -177,6 +191,11 @@ OPTIONS = (
         "pepper", "KEYSVC_PEPPER", "", _pepper,
         "secret key of the stored hashes, at least 32 bytes (default: a 0600 file <db>.pepper)",
         flag=False,
+    ),
+    Option(
+        "metrics_token", "KEYSVC_METRICS_TOKEN", "", _metrics_token,
+        "token /metrics requires as Authorization: Bearer <token>, at least 16 characters"
+        " (default: none, /metrics answers anyone who reaches the port)",
     ),
 )  # fmt: skip
 

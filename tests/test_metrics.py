@@ -24,8 +24,8 @@ KEY = KEYS + "/{keyId}"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-async def scrape(client: Client) -> tuple[str, Samples]:
-    response = await client.get("/metrics")
+async def scrape(client: Client, headers: dict[str, str] | None = None) -> tuple[str, Samples]:
+    response = await client.get("/metrics", headers=headers or {})
     text = await response.text()
     assert response.status == 200, text
     assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
@@ -116,8 +116,7 @@ async def test_metrics_after_traffic(
     assert outcomes == {
         "ok": 4 + 1,  # the four creates and the developer's read
         "malformed": 4,
-        "unknown": 2,
-        "bad_secret": 3,
+        "invalid_credentials": 2 + 3,  # unknown key IDs and wrong secrets alike
         "disabled": 1,
         "expired": 1,
         "ip": 1,
@@ -230,7 +229,7 @@ def _reference_exposition(observations: list[tuple[str, str, int, float]]) -> by
     for route, method, status, seconds in observations:
         requests.labels(route=route, method=method, status=str(status)).inc()
         latency.labels(route=route, method=method).observe(seconds)
-        outcomes["ok" if status == 200 else "bad_secret"].inc()
+        outcomes["ok" if status == 200 else "invalid_credentials"].inc()
     return prometheus_client.generate_latest(registry)
 
 
@@ -250,7 +249,7 @@ def test_request_tallies_export_what_prometheus_client_would() -> None:
     tallies = RequestTallies()
     for route, method, status, seconds in observations:
         tallies.request(route, method, status, seconds)
-        tallies.auth("ok" if status == 200 else "bad_secret")
+        tallies.auth("ok" if status == 200 else "invalid_credentials")
     registry = prometheus_client.CollectorRegistry()
     registry.register(tallies)
     ours = prometheus_client.generate_latest(registry).decode()
@@ -272,5 +271,5 @@ async def test_refusals_over_a_limit_count_as_rate_limited(
     statuses = [await status_of(client, "GET", "/v1/verify", wrong) for _ in range(5)]
     assert statuses == [401, 401, 429, 429, 429]
     _, samples = await scrape(client)
-    assert value(samples, "keysvc_auth_outcomes_total", reason="unknown") == 2
+    assert value(samples, "keysvc_auth_outcomes_total", reason="invalid_credentials") == 2
     assert value(samples, "keysvc_auth_outcomes_total", reason="rate_limited") == 3
