@@ -49,6 +49,8 @@ AuthReason = Literal[
 ]
 AUTH_REASONS: tuple[AuthReason, ...] = get_args(AuthReason)
 KEY_STATES = ("enabled", "disabled", "expired")
+# How often at most keys are counted by state, however often /metrics is scraped.
+KEYS_COUNTED_EVERY_SECONDS = 30
 # generate_latest writes the classic text format; every Prometheus version reads 0.0.4.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -161,7 +163,8 @@ class Metrics:
         self.registry.register(self._tallies)
         self._keys = Gauge(
             "keysvc_keys",
-            "API keys by effective state (expired: enabled but past expireAt), read at scrape.",
+            "API keys by effective state (expired: enabled but past expireAt),"
+            f" counted at most every {KEYS_COUNTED_EVERY_SECONDS} s.",
             ["state"],
             registry=self.registry,
         )

@@ -14,7 +14,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from keysvc.app import create_app
 from keysvc.config import ConfigError, Settings, build_settings
 from keysvc.credentials import new_key_id, new_secret
-from keysvc.metrics import AUTH, AUTH_REASONS, LATENCY, LATENCY_BUCKETS, REQUESTS, RequestTallies
+from keysvc.metrics import (
+    AUTH,
+    AUTH_REASONS,
+    KEYS_COUNTED_EVERY_SECONDS,
+    LATENCY,
+    LATENCY_BUCKETS,
+    REQUESTS,
+    RequestTallies,
+)
 from keysvc.state import METRICS, STORE
 from tests.conftest import Client, ClientFactory, bootstrap, client_with, create_creds
 from tests.helpers import Creds, FakeClock, assert_error, basic
@@ -155,10 +163,11 @@ async def test_metrics_after_traffic(
         assert secret not in text
 
 
-async def test_gauge_follows_the_database(client: Client, admin: Creds) -> None:
+async def test_gauge_follows_the_database(client: Client, admin: Creds, clock: FakeClock) -> None:
     _, before = await scrape(client)
     assert value(before, "keysvc_keys", state="enabled") == 1
     await create_creds(client, admin, {"name": "n", "roles": ["developer"], "state": "disabled"})
+    clock.advance(seconds=KEYS_COUNTED_EVERY_SECONDS)  # counted at most that often
     _, after = await scrape(client)
     assert value(after, "keysvc_keys", state="enabled") == 1
     assert value(after, "keysvc_keys", state="disabled") == 1
