@@ -3,13 +3,15 @@ pepper are opened in a cleanup context at start-up and closed at shutdown."""
 
 import logging
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 from aiohttp import web
 
 from keysvc.config import Settings
 from keysvc.handlers import docs, health, keys, roles, verify, whoami
 from keysvc.handlers.metrics import routes as metrics_routes
-from keysvc.metrics import Metrics
+from keysvc.keystates import KeyStates
+from keysvc.metrics import KEYS_COUNTED_EVERY_SECONDS, Metrics
 from keysvc.middleware import PARSER_LIMITS, answer_parser_errors_in_envelope, service_middleware
 from keysvc.observability import Access
 from keysvc.openapi import build_spec
@@ -18,6 +20,7 @@ from keysvc.state import (
     CLOCK,
     HASHER,
     IN_FLIGHT,
+    KEY_STATES,
     LIMITS,
     METRICS,
     OPENAPI,
@@ -40,6 +43,18 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         app[STORE] = store
         app[HASHER] = hasher
         yield
+
+
+async def _key_states(app: web.Application) -> AsyncIterator[None]:
+    """After ``_database``, so closed before it: no count outlives the store."""
+    metrics = app[METRICS]
+    every = timedelta(seconds=KEYS_COUNTED_EVERY_SECONDS)
+    states = KeyStates(app[SETTINGS].db_path, every=every, observer=metrics.observe_db)
+    app[KEY_STATES] = states
+    try:
+        yield
+    finally:
+        await states.close()
 
 
 def create_app(
@@ -69,5 +84,6 @@ def create_app(
         app.router.add_routes(module.routes)
     if metrics is not None:
         app[METRICS] = metrics
+        app.cleanup_ctx.append(_key_states)
         app.router.add_routes(metrics_routes)
     return app

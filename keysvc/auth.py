@@ -10,7 +10,9 @@ Authorization header sent twice, and one over ``MAX_AUTHORIZATION`` characters.
 
 Where each outcome is decided, it is recorded on the request (``AUTH_OUTCOME``)
 for the access log and the metrics: the caller still sees one answer for
-malformed, unknown and wrong credentials; only the server tells them apart.
+malformed, unknown and wrong credentials. The record tells malformed ones
+apart, never an unknown key ID from a wrong secret (both ``invalid_credentials``),
+so neither the metrics nor the logs say whether a key ID exists.
 
 The client address is the TCP peer. Only when the peer is a trusted proxy is
 ``X-Forwarded-For`` read, right to left, skipping trusted proxies: the first
@@ -22,6 +24,7 @@ the walk at the last proxy known. A forged header from anyone else changes nothi
 import base64
 import binascii
 import functools
+import hashlib
 import hmac
 import ipaddress
 import re
@@ -34,7 +37,7 @@ from aiohttp.typedefs import Handler
 from keysvc.addresses import IPAddress, network_of
 from keysvc.config import IPNetwork
 from keysvc.credentials import Hasher, checksum_fails
-from keysvc.errors import Forbidden, TooManyRequests, Unauthorized
+from keysvc.errors import BearerUnauthorized, Forbidden, TooManyRequests, Unauthorized
 from keysvc.metrics import AuthReason
 from keysvc.models import Credential, Key
 from keysvc.permissions import has_permission
@@ -111,9 +114,9 @@ async def _check_credentials(
     offered = hasher.of_plain(secret)
     expected = found.secret_hash if found is not None else _ABSENT
     if not hmac.compare_digest(offered, expected) or found is None:
-        # Only the recorded reason differs; the answer and the work done are the same,
-        # database reads included: those a cached key or an unknown ID skipped are run.
-        _outcome(request, "unknown" if found is None else "bad_secret")
+        # The answer, the recorded reason and the work done are the same, database
+        # reads included: those a cached key or an unknown ID skipped are run.
+        _outcome(request, "invalid_credentials")
         done = 0 if cached is not None else 1 if found is None else 2
         await store.read_as_uncached(key_id_hash, found, done)
         raise Unauthorized()
@@ -215,6 +218,20 @@ def address_allowed(address: IPAddress | None, access_list: Sequence[dict[str, s
     return _within(address, networks)
 
 
+def check_bearer(request: web.Request, token: str | None) -> None:
+    """Let the request through if ``token`` is None or it sends one Authorization
+    header, ``Bearer <token>``; else 401. The token is compared as SHA-256 digests,
+    in constant time: their equal length says nothing of the token's."""
+    if token is None:
+        return
+    values = request.headers.getall(hdrs.AUTHORIZATION, [])
+    scheme, _, offered = values[0].partition(" ") if len(values) == 1 else ("", "", "")
+    given = hashlib.sha256(offered.strip().encode("utf-8", "surrogatepass")).digest()
+    wanted = hashlib.sha256(token.encode()).digest()
+    if not hmac.compare_digest(given, wanted) or scheme.lower() != "bearer":
+        raise BearerUnauthorized()
+
+
 def authorize(request: web.Request, organization_id: str, permission: str) -> Key:
     """The caller, if its key belongs to ``organization_id`` and holds ``permission``."""
     caller = request[CALLER]
@@ -233,7 +250,7 @@ def authorize_permission(request: web.Request, permission: str) -> Key:
     return caller
 
 
-_CREDENTIAL_FAILURES = ("malformed", "unknown", "bad_secret")
+_CREDENTIAL_FAILURES = ("malformed", "invalid_credentials")
 
 
 async def _admit(request: web.Request) -> tuple[Key, Decision | None]:

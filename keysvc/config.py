@@ -40,6 +40,8 @@ class Settings:
     # Failed logins are counted per address prefix of these lengths (keysvc.ratelimit).
     throttle_prefix_v4: int = 32
     throttle_prefix_v6: int = 64
+    # The bearer token /metrics requires; None: /metrics answers anyone who reaches it.
+    metrics_token: str | None = field(default=None, repr=False)
 
     @property
     def pepper_path(self) -> Path:
@@ -131,6 +133,18 @@ def _on_off(value: str) -> bool:
     return switch == "on"
 
 
+# Printable ASCII without spaces, so that it travels in a header unchanged.
+_TOKEN = re.compile(r"[!-~]{16,}")
+
+
+def _metrics_token(value: str) -> str | None:
+    if not value:
+        return None
+    if not _TOKEN.fullmatch(value):
+        raise ConfigError("must be at least 16 printable ASCII characters, without spaces")
+    return value
+
+
 def _pepper(value: str) -> bytes | None:
     if not value:
         return None
@@ -198,6 +212,11 @@ OPTIONS = (
     Option(
         "throttle_prefix_v6", "KEYSVC_THROTTLE_PREFIX_V6", "64", _prefix_of(128),
         "failed authentications are counted per IPv6 network of this prefix length",
+    ),
+    Option(
+        "metrics_token", "KEYSVC_METRICS_TOKEN", "", _metrics_token,
+        "token /metrics requires as Authorization: Bearer <token>, at least 16 characters"
+        " (default: none, /metrics answers anyone who reaches the port)",
     ),
 )  # fmt: skip
 

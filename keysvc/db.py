@@ -4,8 +4,14 @@
 A database made by an older keysvc is upgraded at start by the numbered steps
 in ``MIGRATIONS``, all in one transaction; ``PRAGMA user_version`` records the
 step a database is at. A database newer than this code is refused.
+
+A database keysvc creates is made 0600 before SQLite opens it, whatever the
+umask; SQLite gives the ``-wal`` and ``-shm`` files it makes beside it the
+database's own mode, so they are 0600 too. A file that already exists keeps
+the mode its owner gave it.
 """
 
+import os
 import sqlite3
 from collections.abc import Sequence
 from importlib import resources
@@ -38,6 +44,8 @@ MIGRATIONS: Sequence[str] = (
     """,
 )
 
+# Owner read and write only, as the pepper file.
+DB_MODE = 0o600
 # How long a statement waits for another connection's lock before SQLITE_BUSY.
 BUSY_TIMEOUT_MS = 5000
 PRAGMAS = (
@@ -56,9 +64,23 @@ def schema_version(migrations: Sequence[str] = MIGRATIONS) -> int:
     return 1 + len(migrations)
 
 
+def create_private(path: Path) -> None:
+    """Create ``path`` empty and 0600 if it does not exist (SQLite would make it
+    0666 less the umask); an empty file is a new database to SQLite."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, DB_MODE)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(fd, DB_MODE)  # a umask such as 0o277 would have taken the write bit
+    finally:
+        os.close(fd)
+
+
 async def connect(path: Path) -> aiosqlite.Connection:
     """An autocommit connection (transactions are explicit) with the pragmas set."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    create_private(path)
     conn = await aiosqlite.connect(path, isolation_level=None)
     try:
         conn.row_factory = sqlite3.Row
@@ -73,6 +95,7 @@ async def connect(path: Path) -> aiosqlite.Connection:
 def connect_now(path: Path, *, shared: bool = False) -> sqlite3.Connection:
     """``connect``'s synchronous twin, for create batches. ``shared``: usable from
     threads other than the one that opened it (one at a time: the caller's care)."""
+    create_private(path)
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=not shared)
     try:
         conn.row_factory = sqlite3.Row

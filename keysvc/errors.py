@@ -38,6 +38,16 @@ class Unauthorized(ApiError):
         super().__init__(message, headers={"WWW-Authenticate": 'Basic realm="keysvc"'})
 
 
+class BearerUnauthorized(ApiError):
+    """The bearer token a route needs (``/metrics``'s) is missing or wrong."""
+
+    status = 401
+    default_message = "invalid credentials: send Authorization: Bearer <the metrics token>"
+
+    def __init__(self, message: str | None = None):
+        super().__init__(message, headers={"WWW-Authenticate": 'Bearer realm="keysvc metrics"'})
+
+
 class Forbidden(ApiError):
     """The key is valid but may not do this."""
 

@@ -7,7 +7,10 @@ messages and tracebacks are escaped by JSON, so one record is always one line.
 No code in keysvc logs headers, key IDs or secrets. aiohttp, though, logs a
 request it cannot parse with the offending header line, which may be an
 Authorization header; so every text that goes out is scrubbed of
-Authorization values, Basic tokens and keysvc secrets first.
+Authorization values, Basic tokens and keysvc secrets first. aiosqlite logs
+every statement it runs at debug level, parameters included, and those hold
+keyed hashes of key IDs and secrets: its lines keep the statement and lose
+the parameters (``WithoutParameters``).
 
 Formatting and writing happen off the event loop: the root logger's handler
 (a ``QueueHandler``) only puts each record on a queue, and one writer thread
@@ -21,6 +24,7 @@ leave through ``os._exit``, so there records are written synchronously.
 """
 
 import copy
+import functools
 import json
 import logging
 import logging.handlers
@@ -72,6 +76,25 @@ def scrub(text: str) -> str:
     for pattern, replacement in _SCRUBS:
         text = pattern.sub(replacement, text)
     return text
+
+
+def _without_parameters(value: object) -> object:
+    """A call as aiosqlite logs it (a partial of the connection's method, the SQL
+    and its parameters), told by the method's name and the SQL alone."""
+    if not isinstance(value, functools.partial):
+        return value
+    name = getattr(value.func, "__name__", "call")
+    sql = next((arg for arg in value.args if isinstance(arg, str)), None)
+    return f"{name}({sql!r}, parameters not logged)" if sql is not None else f"{name}(...)"
+
+
+class WithoutParameters(logging.Filter):
+    """Drops the parameters of the statements that aiosqlite's debug lines show."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(_without_parameters(arg) for arg in record.args)
+        return True
 
 
 def _scrubbed(value: object) -> object:
@@ -455,4 +478,7 @@ def configure_logging(
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(level.upper())
+    statements = logging.getLogger("aiosqlite")
+    if not any(isinstance(known, WithoutParameters) for known in statements.filters):
+        statements.addFilter(WithoutParameters())
     return handler

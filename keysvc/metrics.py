@@ -29,8 +29,9 @@ from prometheus_client.utils import floatToGoString
 # Why authentication or authorization ended as it did, one per authenticated request:
 # ok          the key was accepted (and, where the view checked, authorized)
 # malformed   no credentials, not Basic, undecodable, or a keysvc_ secret with a bad checksum
-# unknown     no key has this key ID
-# bad_secret  the key exists but the secret is wrong
+# invalid_credentials  no key has this key ID, or the secret is wrong: one value for both,
+#             as the caller gets one answer for both, so that no signal tells whether a
+#             key ID exists
 # disabled    the secret is right but the key is disabled
 # expired     the secret is right but the key has expired
 # ip          the client address is outside the key's IP access list
@@ -39,8 +40,7 @@ from prometheus_client.utils import floatToGoString
 AuthReason = Literal[
     "ok",
     "malformed",
-    "unknown",
-    "bad_secret",
+    "invalid_credentials",
     "disabled",
     "expired",
     "ip",
@@ -49,6 +49,8 @@ AuthReason = Literal[
 ]
 AUTH_REASONS: tuple[AuthReason, ...] = get_args(AuthReason)
 KEY_STATES = ("enabled", "disabled", "expired")
+# How often at most keys are counted by state, however often /metrics is scraped.
+KEYS_COUNTED_EVERY_SECONDS = 30
 # generate_latest writes the classic text format; every Prometheus version reads 0.0.4.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -161,7 +163,8 @@ class Metrics:
         self.registry.register(self._tallies)
         self._keys = Gauge(
             "keysvc_keys",
-            "API keys by effective state (expired: enabled but past expireAt), read at scrape.",
+            "API keys by effective state (expired: enabled but past expireAt),"
+            f" counted at most every {KEYS_COUNTED_EVERY_SECONDS} s.",
             ["state"],
             registry=self.registry,
         )

@@ -284,9 +284,10 @@ def _operations() -> dict[str, dict[str, Any]]:
         "/metrics": {
             "get": _plain(
                 "keysvcMetrics",
-                "Prometheus metrics (404 when KEYSVC_METRICS=off)",
+                "Prometheus metrics (401 without the bearer token when KEYSVC_METRICS_TOKEN"
+                " is set; 404 when KEYSVC_METRICS=off)",
                 "text/plain",
-                (404, 500),
+                (401, 404, 500),
             )
         },
         "/v1/openapi.json": {

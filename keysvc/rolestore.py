@@ -18,6 +18,9 @@ from keysvc.models import Role, RoleDetail
 from keysvc.store import Store, _all, _one, _role, timed
 from keysvc.timeutil import to_text
 
+# The name sent is not repeated: an answer never echoes what the caller gave.
+ROLE_NAME_TAKEN = "name: a role with this name already exists in this organization; choose another"
+
 # A role is visible in an organization if it is a system role or that organization's own.
 _ROLES_IN_ORG = """
     select id, name, type, permissions, created_at, updated_at from roles
@@ -222,7 +225,7 @@ async def _get_role(
 async def _check_role_name(conn: aiosqlite.Connection, organization_id: str, name: str) -> None:
     taken = await _one(conn, _ROLE_NAMED_IN_ORG, (organization_id, name))
     if taken is not None:
-        raise Conflict(f"name: a role named {name!r} already exists in this organization")
+        raise Conflict(ROLE_NAME_TAKEN)
 
 
 async def _set_actors(

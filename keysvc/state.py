@@ -6,6 +6,7 @@ from aiohttp import web
 
 from keysvc.config import Settings
 from keysvc.credentials import Hasher
+from keysvc.keystates import KeyStates
 from keysvc.metrics import AuthReason, Metrics
 from keysvc.models import Key
 from keysvc.ratelimit import Limits
@@ -18,6 +19,8 @@ HASHER = web.AppKey("hasher", Hasher)
 CLOCK: web.AppKey[Clock] = web.AppKey("clock")
 # Present only when metrics are on (KEYSVC_METRICS).
 METRICS = web.AppKey("metrics", Metrics)
+# Present only when metrics are on: the counts behind the keys-by-state gauge.
+KEY_STATES = web.AppKey("key_states", KeyStates)
 OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("openapi")
 LIMITS = web.AppKey("limits", Limits)
 

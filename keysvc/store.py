@@ -576,13 +576,17 @@ class Store:
                 raise
             touches.done.set_result(None)
 
-    @timed
-    async def count_keys_by_state(self, now: datetime) -> dict[str, int]:
-        """Keys of all organizations by effective state: enabled, disabled, expired."""
-        counts = {"enabled": 0, "disabled": 0, "expired": 0}
-        for row in await _all(self.reader, _COUNT_KEYS_BY_STATE, (to_text(now),)):
-            counts[row["effective"]] = row["n"]
-        return counts
+
+def count_keys_by_state(conn: sqlite3.Connection, now: datetime) -> dict[str, int]:
+    """Keys of all organizations by effective state: enabled, disabled, expired.
+
+    A scan of every key: run it on a connection of its own, never on the Store's
+    reader, which authentication waits on (``keysvc.keystates`` does).
+    """
+    counts = {"enabled": 0, "disabled": 0, "expired": 0}
+    for row in conn.execute(_COUNT_KEYS_BY_STATE, (to_text(now),)).fetchall():
+        counts[row["effective"]] = row["n"]
+    return counts
 
 
 # One trip to the connection's thread each (execute, fetch and close together), where

@@ -94,8 +94,8 @@ async def test_one_json_line_per_request_with_its_fields(
         (await get(f"{keys_path}/{dev.id}", admin.headers), "GET", KEY, 200, admin_caller, "ok"),
         (await get(f"{keys_path}/{dev.id}", dev.headers), "GET", KEY, 200, dev_caller, "ok"),
         (await get(keys_path, dev.headers), "GET", KEYS, 200, dev_caller, "ok"),
-        (await get(f"{keys_path}/{dev.id}", unknown), "GET", KEY, 401, None, "unknown"),
-        (await get(f"{keys_path}/{dev.id}", wrong), "GET", KEY, 401, None, "bad_secret"),
+        (await get(f"{keys_path}/{dev.id}", unknown), "GET", KEY, 401, None, "invalid_credentials"),
+        (await get(f"{keys_path}/{dev.id}", wrong), "GET", KEY, 401, None, "invalid_credentials"),
         (await get(f"{keys_path}/{dev.id}", malformed), "GET", KEY, 401, None, "malformed"),
         (await get(f"{keys_path}/{dev.id}"), "GET", KEY, 401, None, "malformed"),
         (await get(f"/nowhere/{dev.id}", admin.headers), "GET", "unmatched", 404, None, None),
@@ -161,7 +161,7 @@ async def test_a_failed_login_has_no_caller(
 ) -> None:
     await client.get(f"/v1/organizations/{admin.organization_id}/keys", headers=basic("a", "b"))
     (line,) = access_lines(log_stream)
-    assert line["status"] == 401 and "caller" not in line and line["auth"] == "unknown"
+    assert line["status"] == 401 and "caller" not in line and line["auth"] == "invalid_credentials"
 
 
 async def test_a_header_aiohttp_cannot_parse_is_logged_redacted(
@@ -284,10 +284,28 @@ def _key(key_id: str) -> Key:
         (str(uuid.uuid4()), "GET", KEY, 200, 0.000123, "127.0.0.1", _key("k1"), "ok"),
         (None, "POST", KEYS, 201, 0.0, None, None, None),
         ("r", "keysvc_" + "A" * 42, "unmatched", 404, 12.3456789, "::1", None, "malformed"),
-        ("r", "GET", "/v1/verify", 401, 1e-7, "Basic abc", _key('q"\n\u2028'), "bad_secret"),
+        (
+            "r",
+            "GET",
+            "/v1/verify",
+            401,
+            1e-7,
+            "Basic abc",
+            _key('q"\n\u2028'),
+            "invalid_credentials",
+        ),
         ("r", "PATCH", KEY, 500, 3.0, "10.0.0.1", _key("k"), None),
         # A client may put anything in the method: scrubbed.
-        ("r", "keysvc_" + "A" * 42, KEY, 401, 0.123, None, _key('k\u00e9y\n"'), "bad_secret"),
+        (
+            "r",
+            "keysvc_" + "A" * 42,
+            KEY,
+            401,
+            0.123,
+            None,
+            _key('k\u00e9y\n"'),
+            "invalid_credentials",
+        ),
     ],
 )
 def test_the_access_line_written_by_hand_is_the_formatters(values: tuple[Any, ...]) -> None:
@@ -432,7 +450,9 @@ def test_access_lines_go_through_logging_when_another_handler_listens(
     try:
         with caplog.at_level(logging.INFO):
             AccessLines(logger, "request").emit(
-                observability.AccessEntry("r", "GET", KEY, 401, 0.1, None, None, "bad_secret")
+                observability.AccessEntry(
+                    "r", "GET", KEY, 401, 0.1, None, None, "invalid_credentials"
+                )
             )
         handler.flush()
     finally:
@@ -493,7 +513,7 @@ def test_serve_writes_json_lines_without_credentials(tmp_path: Path) -> None:
     mine = [line for line in access if line["route"] == KEY]
     assert [(line["status"], line.get("auth")) for line in mine] == [
         (200, "ok"),
-        (401, "bad_secret"),
+        (401, "invalid_credentials"),
     ]
     assert mine[0]["caller"] == {"id": created["id"], "organizationId": created["organizationId"]}
     for secret in (

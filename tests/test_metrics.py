@@ -14,7 +14,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from keysvc.app import create_app
 from keysvc.config import ConfigError, Settings, build_settings
 from keysvc.credentials import new_key_id, new_secret
-from keysvc.metrics import AUTH, AUTH_REASONS, LATENCY, LATENCY_BUCKETS, REQUESTS, RequestTallies
+from keysvc.metrics import (
+    AUTH,
+    AUTH_REASONS,
+    KEYS_COUNTED_EVERY_SECONDS,
+    LATENCY,
+    LATENCY_BUCKETS,
+    REQUESTS,
+    RequestTallies,
+)
 from keysvc.state import METRICS, STORE
 from tests.conftest import Client, ClientFactory, bootstrap, client_with, create_creds
 from tests.helpers import Creds, FakeClock, assert_error, basic
@@ -24,8 +32,8 @@ KEY = KEYS + "/{keyId}"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-async def scrape(client: Client) -> tuple[str, Samples]:
-    response = await client.get("/metrics")
+async def scrape(client: Client, headers: dict[str, str] | None = None) -> tuple[str, Samples]:
+    response = await client.get("/metrics", headers=headers or {})
     text = await response.text()
     assert response.status == 200, text
     assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
@@ -116,8 +124,7 @@ async def test_metrics_after_traffic(
     assert outcomes == {
         "ok": 4 + 1,  # the four creates and the developer's read
         "malformed": 4,
-        "unknown": 2,
-        "bad_secret": 3,
+        "invalid_credentials": 2 + 3,  # unknown key IDs and wrong secrets alike
         "disabled": 1,
         "expired": 1,
         "ip": 1,
@@ -156,10 +163,11 @@ async def test_metrics_after_traffic(
         assert secret not in text
 
 
-async def test_gauge_follows_the_database(client: Client, admin: Creds) -> None:
+async def test_gauge_follows_the_database(client: Client, admin: Creds, clock: FakeClock) -> None:
     _, before = await scrape(client)
     assert value(before, "keysvc_keys", state="enabled") == 1
     await create_creds(client, admin, {"name": "n", "roles": ["developer"], "state": "disabled"})
+    clock.advance(seconds=KEYS_COUNTED_EVERY_SECONDS)  # counted at most that often
     _, after = await scrape(client)
     assert value(after, "keysvc_keys", state="enabled") == 1
     assert value(after, "keysvc_keys", state="disabled") == 1
@@ -230,7 +238,7 @@ def _reference_exposition(observations: list[tuple[str, str, int, float]]) -> by
     for route, method, status, seconds in observations:
         requests.labels(route=route, method=method, status=str(status)).inc()
         latency.labels(route=route, method=method).observe(seconds)
-        outcomes["ok" if status == 200 else "bad_secret"].inc()
+        outcomes["ok" if status == 200 else "invalid_credentials"].inc()
     return prometheus_client.generate_latest(registry)
 
 
@@ -250,7 +258,7 @@ def test_request_tallies_export_what_prometheus_client_would() -> None:
     tallies = RequestTallies()
     for route, method, status, seconds in observations:
         tallies.request(route, method, status, seconds)
-        tallies.auth("ok" if status == 200 else "bad_secret")
+        tallies.auth("ok" if status == 200 else "invalid_credentials")
     registry = prometheus_client.CollectorRegistry()
     registry.register(tallies)
     ours = prometheus_client.generate_latest(registry).decode()
@@ -272,5 +280,5 @@ async def test_refusals_over_a_limit_count_as_rate_limited(
     statuses = [await status_of(client, "GET", "/v1/verify", wrong) for _ in range(5)]
     assert statuses == [401, 401, 429, 429, 429]
     _, samples = await scrape(client)
-    assert value(samples, "keysvc_auth_outcomes_total", reason="unknown") == 2
+    assert value(samples, "keysvc_auth_outcomes_total", reason="invalid_credentials") == 2
     assert value(samples, "keysvc_auth_outcomes_total", reason="rate_limited") == 3

@@ -1,11 +1,13 @@
-"""The Prometheus scrape endpoint, without credentials. Registered only when
-metrics are on; otherwise ``/metrics`` is an ordinary 404."""
+"""The Prometheus scrape endpoint. It takes no key: with a metrics token set
+(``KEYSVC_METRICS_TOKEN``) it asks for that token as a bearer token, else it
+answers anyone. Registered only when metrics are on; otherwise ``/metrics`` is
+an ordinary 404."""
 
 from aiohttp import web
 
-from keysvc.auth import public
+from keysvc.auth import check_bearer, public
 from keysvc.metrics import CONTENT_TYPE
-from keysvc.state import CLOCK, METRICS, STORE
+from keysvc.state import CLOCK, KEY_STATES, METRICS, SETTINGS
 
 routes = web.RouteTableDef()
 
@@ -13,7 +15,8 @@ routes = web.RouteTableDef()
 @routes.get("/metrics")
 @public
 async def metrics(request: web.Request) -> web.Response:
-    """Every metric of this app; the keys-by-state gauge is read from the database now."""
+    """Every metric of this app; keys by state as last counted (``keysvc.keystates``)."""
+    check_bearer(request, request.app[SETTINGS].metrics_token)
     exported = request.app[METRICS]
-    exported.set_keys_by_state(await request.app[STORE].count_keys_by_state(request.app[CLOCK]()))
+    exported.set_keys_by_state(await request.app[KEY_STATES].counts(request.app[CLOCK]()))
     return web.Response(body=exported.render(), headers={"Content-Type": CONTENT_TYPE})
