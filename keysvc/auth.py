@@ -12,10 +12,11 @@ Where each outcome is decided, it is recorded on the request (``AUTH_OUTCOME``)
 for the access log and the metrics: the caller still sees one answer for
 malformed, unknown and wrong credentials; only the server tells them apart.
 
-The client address is the TCP peer. Only when the peer is a trusted proxy is
-``X-Forwarded-For`` read, right to left, skipping trusted proxies: the first
-address that is not one is the client. A forged header from anyone else
-changes nothing.
+The client address is the TCP peer. Only when the peer is a trusted proxy, or
+the request came in on keysvc's unix socket (``keysvc serve --unix``, which only
+the proxy can open), is ``X-Forwarded-For`` read, right to left, skipping
+trusted proxies: the first address that is not one is the client. A forged
+header from anyone else changes nothing.
 """
 
 import base64
@@ -173,11 +174,16 @@ def _within(address: IPAddress, networks: Sequence[IPNetwork]) -> bool:
 
 
 def client_address(
-    peer: str | None, forwarded_for: str | None, trusted: Sequence[IPNetwork]
+    peer: str | None,
+    forwarded_for: str | None,
+    trusted: Sequence[IPNetwork],
+    from_proxy: bool = False,
 ) -> IPAddress | None:
-    """The client's address: the peer, or behind trusted proxies the first untrusted hop."""
-    address = _peer_address(peer)
-    if address is None or not forwarded_for or not _within(address, trusted):
+    """The client's address: the peer, or behind trusted proxies the first untrusted hop.
+    ``from_proxy``: the peer is the proxy, whatever its address (the unix socket's);
+    with no X-Forwarded-For from it, the client's address is unknown (None)."""
+    address = None if from_proxy else _peer_address(peer)
+    if not forwarded_for or not (from_proxy or (address is not None and _within(address, trusted))):
         return address
     for hop in reversed(forwarded_for.split(",")):
         parsed = _address(hop)
@@ -217,6 +223,13 @@ def authorize_permission(request: web.Request, permission: str) -> Key:
 _CREDENTIAL_FAILURES = ("malformed", "unknown", "bad_secret")
 
 
+def _over_unix(request: web.Request) -> bool:
+    """Whether the request came in on keysvc's unix socket, whose name is a path where
+    a TCP socket's is an (address, port) pair."""
+    transport = request.transport
+    return transport is not None and isinstance(transport.get_extra_info("sockname"), str)
+
+
 async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
     """Authenticate within the limits: failed logins per address, then requests per
     key. The caller's key, and its standing against its request limit if it has one."""
@@ -229,7 +242,9 @@ async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
         # One list, in order, however many lines carry it: a proxy that appends its own
         # line must not leave the client's first line to be read as the last hop.
         forwarded = ", ".join(request.headers.getall(hdrs.X_FORWARDED_FOR))
-    address = client_address(request.remote, forwarded, settings.trusted_proxies)
+    address = client_address(
+        request.remote, forwarded, settings.trusted_proxies, _over_unix(request)
+    )
     # Checked before the credentials, so a blocked address is refused even with valid ones.
     if not limits.failures.allows(address, settings.auth_failures, FAILURE_WINDOW, now):
         standing = limits.failures.peek(address, settings.auth_failures, FAILURE_WINDOW, now)

@@ -3,6 +3,7 @@ variables, then defaults. ``OPTIONS`` is the single table of settings: the CLI
 builds its flags and help from it. Bad values stop start-up with a one-line
 reason."""
 
+import grp
 import ipaddress
 import os
 import re
@@ -37,6 +38,10 @@ class Settings:
     max_body_bytes: int = MAX_BODY_BYTES
     log_level: str = "info"
     metrics: bool = True
+    # A unix socket to serve on besides (or, with tcp off, instead of) host:port.
+    unix_path: Path | None = None
+    unix_group: int | None = None
+    tcp: bool = True
 
     @property
     def pepper_path(self) -> Path:
@@ -118,6 +123,27 @@ def _on_off(value: str) -> bool:
     return switch == "on"
 
 
+def _unix_path(value: str) -> Path | None:
+    if not value:
+        return None
+    path = Path(value)
+    if not path.is_absolute():
+        raise ConfigError(f"{value!r} must be an absolute path, such as /run/keysvc/keysvc.sock")
+    return path
+
+
+def _group(value: str) -> int | None:
+    """A group name or number, as the gid the unix socket file is given."""
+    if not value:
+        return None
+    if value.isdigit():
+        return int(value)
+    try:
+        return grp.getgrnam(value).gr_gid
+    except KeyError:
+        raise ConfigError(f"{value!r} is no group on this machine") from None
+
+
 def _pepper(value: str) -> bytes | None:
     if not value:
         return None
@@ -177,6 +203,20 @@ OPTIONS = (
         "pepper", "KEYSVC_PEPPER", "", _pepper,
         "secret key of the stored hashes, at least 32 bytes (default: a 0600 file <db>.pepper)",
         flag=False,
+    ),
+    Option(
+        "unix_path", "KEYSVC_UNIX", "", _unix_path,
+        "unix socket to serve on, mode 0660, for a proxy on this machine; its"
+        " X-Forwarded-For is believed",
+    ),
+    Option(
+        "unix_group", "KEYSVC_UNIX_GROUP", "", _group,
+        "group (name or number) of the unix socket file: the proxy's, so that only it"
+        " can connect (default: keysvc's own)",
+    ),
+    Option(
+        "tcp", "KEYSVC_TCP", "on", _on_off,
+        "serve on host:port too: on, or off to serve on the unix socket alone",
     ),
 )  # fmt: skip
 
