@@ -204,11 +204,18 @@ def address_allowed(address: IPAddress | None, access_list: Sequence[dict[str, s
 
 def authorize(request: web.Request, organization_id: str, permission: str) -> Key:
     """The caller, if its key belongs to ``organization_id`` and holds ``permission``."""
+    authorize_organization(request, organization_id, "in the path")
+    return authorize_permission(request, permission)
+
+
+def authorize_organization(request: web.Request, organization_id: str, which: str) -> Key:
+    """The caller, if its key belongs to ``organization_id``; ``which`` says where that
+    organization was named, in the refusal."""
     caller = request[CALLER]
     if caller.organization_id != organization_id:
         _outcome(request, "permission")
-        raise Forbidden("this key does not belong to the organization in the path")
-    return authorize_permission(request, permission)
+        raise Forbidden(f"this key does not belong to the organization {which}")
+    return caller
 
 
 def authorize_permission(request: web.Request, permission: str) -> Key:

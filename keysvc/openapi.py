@@ -375,6 +375,22 @@ def _verify(method: str) -> dict[str, Any]:
                 "are given, the key must hold both.",
                 "schema": _PERMISSION,
             },
+            {
+                "in": "header",
+                "name": "X-Required-Organization",
+                "required": False,
+                "description": "The organization the key must belong to (its ID). Empty is "
+                "the same as absent.",
+                "schema": {"type": "string", "pattern": f"^(?:|{_UUID})$"},
+            },
+            {
+                "in": "query",
+                "name": "organization",
+                "required": False,
+                "description": "The same, for proxies that cannot set a header; when both "
+                "are given, the key must belong to both (so they must be the same).",
+                "schema": {"type": "string", "format": "uuid", "pattern": f"^{_UUID}$"},
+            },
         ],
         ok,
         (400, 401, 403, 429, 500),
