@@ -27,6 +27,7 @@ from keysvc import schemas as s
 from keysvc.credentials import SUFFIX_LENGTH
 from keysvc.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.timeutil import utcnow
+from keysvc.views import MAX_PERMISSIONS_HEADER
 
 ORG = "/v1/organizations/{organizationId}"
 KEYS, KEY = ORG + "/keys", ORG + "/keys/{keyId}"
@@ -348,7 +349,9 @@ def _verify(method: str) -> dict[str, Any]:
             "X-Key-Id": {"description": "The key's UUID", "schema": {"type": "string"}},
             "X-Organization-Id": {"description": "Its organization", "schema": {"type": "string"}},
             "X-Key-Permissions": {
-                "description": "Its effective permissions, comma-separated",
+                "description": "Its effective permissions, comma-separated and sorted; at "
+                f"most {MAX_PERMISSIONS_HEADER} characters, past which the entries that fit "
+                "are followed by one such as +12 more, which is no permission",
                 "schema": {"type": "string"},
             },
         },

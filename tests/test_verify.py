@@ -13,6 +13,7 @@ from tests.conftest import (
     bootstrap,
     client_with,
     create_creds,
+    create_role,
 )
 from tests.helpers import UNAUTHORIZED, Creds, FakeClock, assert_error, assert_ok, basic
 
@@ -228,3 +229,23 @@ async def test_organization_given_badly_is_400(
     sent.update(admin.headers)
     response = await client.get(VERIFY, headers=sent, params=fill(params))
     await assert_error(response, 400, message)
+
+
+async def test_a_long_permission_list_is_bounded_in_whole_entries(
+    client: Client, admin: Creds
+) -> None:
+    """Forty permissions of 120 characters would be 4,839 characters of header: more than
+    nginx's default 4 KiB buffer holds for keysvc's whole answer."""
+    granted = sorted(f"svc{n:02d}:{'a' * 113}" for n in range(40))
+    role = await create_role(client, admin, {"name": "wide", "permissions": granted})
+    key = await create_creds(client, admin, {"name": "k", "assignedRoleIds": [role["id"]]})
+    response = await client.get(VERIFY, headers=key.headers)
+    assert response.status == 200
+    header = response.headers["X-Key-Permissions"]
+    assert len(header) <= 3072
+    *kept, rest = header.split(",")
+    assert kept == granted[: len(kept)] and len(kept) >= 20
+    assert rest == f"+{len(granted) - len(kept)} more"
+    # Still checked against every permission the key holds, shown or not.
+    needed = {**key.headers, "X-Required-Permission": granted[-1]}
+    assert (await client.get(VERIFY, headers=needed)).status == 200
