@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from keysvc.config import ConfigError, build_settings
 from tests.helpers import Creds, basic
 from tests.server import Server, admin_creds, bootstrap, keysvc
 
@@ -219,6 +220,20 @@ def test_a_file_that_is_not_a_socket_is_left_alone(socket_path: Path, tmp_path: 
     assert done.returncode == 2
     assert f"unix: {socket_path} exists and is not a socket" in done.stderr
     assert socket_path.read_text() == "keep me"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"KEYSVC_UNIX": "run/keysvc.sock"}, "unix: 'run/keysvc.sock' must be an absolute path"),
+        ({"KEYSVC_UNIX_GROUP": "no-such-group-here"}, "unix-group: 'no-such-group-here' is no"),
+        ({"KEYSVC_TCP": "maybe"}, "tcp: 'maybe' must be on or off"),
+    ],
+)
+def test_bad_socket_settings_are_refused(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        build_settings(env=env)
+    assert str(caught.value).startswith(message)
 
 
 def test_listening_nowhere_is_refused(tmp_path: Path) -> None:
