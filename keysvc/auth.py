@@ -14,11 +14,13 @@ malformed, unknown and wrong credentials. The record tells malformed ones
 apart, never an unknown key ID from a wrong secret (both ``invalid_credentials``),
 so neither the metrics nor the logs say whether a key ID exists.
 
-The client address is the TCP peer. Only when the peer is a trusted proxy is
-``X-Forwarded-For`` read, right to left, skipping trusted proxies: the first
-address that is not one is the client. A hop may carry a port (``a.b.c.d:port``,
-``[v6]:port``) or brackets alone (``[v6]``); a hop that is no address at all ends
-the walk at the last proxy known. A forged header from anyone else changes nothing.
+The client address is the TCP peer. Only when the peer is a trusted proxy, or
+the request came in on keysvc's unix socket (``keysvc serve --unix``, which only
+the proxy can open), is ``X-Forwarded-For`` read, right to left, skipping
+trusted proxies: the first address that is not one is the client. A hop may
+carry a port (``a.b.c.d:port``, ``[v6]:port``) or brackets alone (``[v6]``); a hop
+that is no address at all ends the walk at the last proxy known. A forged header
+from anyone else changes nothing.
 """
 
 import base64
@@ -195,11 +197,16 @@ def _within(address: IPAddress, networks: Sequence[IPNetwork]) -> bool:
 
 
 def client_address(
-    peer: str | None, forwarded_for: str | None, trusted: Sequence[IPNetwork]
+    peer: str | None,
+    forwarded_for: str | None,
+    trusted: Sequence[IPNetwork],
+    from_proxy: bool = False,
 ) -> IPAddress | None:
-    """The client's address: the peer, or behind trusted proxies the first untrusted hop."""
-    address = _peer_address(peer)
-    if address is None or not forwarded_for or not _within(address, trusted):
+    """The client's address: the peer, or behind trusted proxies the first untrusted hop.
+    ``from_proxy``: the peer is the proxy, whatever its address (the unix socket's);
+    with no X-Forwarded-For from it, the client's address is unknown (None)."""
+    address = None if from_proxy else _peer_address(peer)
+    if not forwarded_for or not (from_proxy or (address is not None and _within(address, trusted))):
         return address
     for hop in reversed(forwarded_for.split(",")):
         parsed = _hop(hop)
@@ -234,11 +241,18 @@ def check_bearer(request: web.Request, token: str | None) -> None:
 
 def authorize(request: web.Request, organization_id: str, permission: str) -> Key:
     """The caller, if its key belongs to ``organization_id`` and holds ``permission``."""
+    authorize_organization(request, organization_id, "in the path")
+    return authorize_permission(request, permission)
+
+
+def authorize_organization(request: web.Request, organization_id: str, which: str) -> Key:
+    """The caller, if its key belongs to ``organization_id``; ``which`` says where that
+    organization was named, in the refusal."""
     caller = request[CALLER]
     if caller.organization_id != organization_id:
         _outcome(request, "permission")
-        raise Forbidden("this key does not belong to the organization in the path")
-    return authorize_permission(request, permission)
+        raise Forbidden(f"this key does not belong to the organization {which}")
+    return caller
 
 
 def authorize_permission(request: web.Request, permission: str) -> Key:
@@ -253,6 +267,13 @@ def authorize_permission(request: web.Request, permission: str) -> Key:
 _CREDENTIAL_FAILURES = ("malformed", "invalid_credentials")
 
 
+def _over_unix(request: web.Request) -> bool:
+    """Whether the request came in on keysvc's unix socket, whose name is a path where
+    a TCP socket's is an (address, port) pair."""
+    transport = request.transport
+    return transport is not None and isinstance(transport.get_extra_info("sockname"), str)
+
+
 async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
     """Authenticate within the limits: failed logins per network, then requests per
     key. The caller's key, and its standing against its request limit if it has one."""
@@ -265,7 +286,9 @@ async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
         # One list, in order, however many lines carry it: a proxy that appends its own
         # line must not leave the client's first line to be read as the last hop.
         forwarded = ", ".join(request.headers.getall(hdrs.X_FORWARDED_FOR))
-    address = client_address(request.remote, forwarded, settings.trusted_proxies)
+    address = client_address(
+        request.remote, forwarded, settings.trusted_proxies, _over_unix(request)
+    )
     # Checked before the credentials, so a blocked address is refused even with valid ones.
     if not limits.failures.allows(address, settings.auth_failures, now):
         retry = limits.failures.retry_after(now)

@@ -8,16 +8,18 @@ exists, say). A backup whose copy fails its integrity check exits 1.
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from aiohttp import web
 
-from keysvc import backup, keys, workers
+from keysvc import backup, keys, listeners, workers
 from keysvc.app import create_app
 from keysvc.config import OPTIONS, ConfigError, Settings, build_settings
 from keysvc.logs import configure_logging
@@ -104,13 +106,19 @@ def _backup(settings: Settings, out: Path) -> int:
 
 
 def _serve(
-    settings: Settings, reuse_port: bool = False, failures: FailureSketch | None = None
+    settings: Settings,
+    reuse_port: bool = False,
+    failures: FailureSketch | None = None,
+    unix: socket.socket | None = None,
 ) -> None:
-    asyncio.run(_serve_until_stopped(settings, reuse_port, failures))
+    asyncio.run(_serve_until_stopped(settings, reuse_port, failures, unix))
 
 
 async def _serve_until_stopped(
-    settings: Settings, reuse_port: bool, failures: FailureSketch | None
+    settings: Settings,
+    reuse_port: bool,
+    failures: FailureSketch | None,
+    unix: socket.socket | None,
 ) -> None:
     """Serve until SIGTERM or SIGINT; then stop accepting, let the requests already
     begun finish (their bodies still read), and close the database.
@@ -126,16 +134,15 @@ async def _serve_until_stopped(
     )
     await runner.setup()
     try:
-        site = web.TCPSite(runner, settings.host, settings.port, reuse_port=reuse_port or None)
-        await site.start()
-        log.info("Running on %s (Press CTRL+C to quit)", site.name)
+        sites = await listeners.start(runner, settings, reuse_port, unix)
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
         log.info("stopping: no new connections; finishing %d requests", app[IN_FLIGHT].count)
-        await site.stop()
+        for site in sites:
+            await site.stop()
         deadline = loop.time() + SHUTDOWN_SECONDS
         while app[IN_FLIGHT].count and loop.time() < deadline:
             await asyncio.sleep(0.02)
@@ -152,9 +159,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # JSON lines from here on; a setting refused above is one plain line.
         configure_logging(settings.log_level)
         if args.command == "serve":
-            if settings.workers > 1:
-                return workers.run(settings, _serve)
-            _serve(settings)
+            with listeners.prepared(settings) as unix:
+                serve = functools.partial(_serve, unix=unix)
+                if settings.workers > 1:
+                    return workers.run(settings, serve)
+                serve(settings)
             return 0
         if args.command == "backup":
             return _backup(settings, args.out)

@@ -3,6 +3,7 @@ variables, then defaults. ``OPTIONS`` is the single table of settings: the CLI
 builds its flags and help from it. Bad values stop start-up with a one-line
 reason."""
 
+import grp
 import ipaddress
 import os
 import re
@@ -42,6 +43,10 @@ class Settings:
     throttle_prefix_v6: int = 64
     # The bearer token /metrics requires; None: /metrics answers anyone who reaches it.
     metrics_token: str | None = field(default=None, repr=False)
+    # A unix socket to serve on besides (or, with tcp off, instead of) host:port.
+    unix_path: Path | None = None
+    unix_group: int | None = None
+    tcp: bool = True
 
     @property
     def pepper_path(self) -> Path:
@@ -145,6 +150,27 @@ def _metrics_token(value: str) -> str | None:
     return value
 
 
+def _unix_path(value: str) -> Path | None:
+    if not value:
+        return None
+    path = Path(value)
+    if not path.is_absolute():
+        raise ConfigError(f"{value!r} must be an absolute path, such as /run/keysvc/keysvc.sock")
+    return path
+
+
+def _group(value: str) -> int | None:
+    """A group name or number, as the gid the unix socket file is given."""
+    if not value:
+        return None
+    if value.isdigit():
+        return int(value)
+    try:
+        return grp.getgrnam(value).gr_gid
+    except KeyError:
+        raise ConfigError(f"{value!r} is no group on this machine") from None
+
+
 def _pepper(value: str) -> bytes | None:
     if not value:
         return None
@@ -217,6 +243,20 @@ OPTIONS = (
         "metrics_token", "KEYSVC_METRICS_TOKEN", "", _metrics_token,
         "token /metrics requires as Authorization: Bearer <token>, at least 16 characters"
         " (default: none, /metrics answers anyone who reaches the port)",
+    ),
+    Option(
+        "unix_path", "KEYSVC_UNIX", "", _unix_path,
+        "unix socket to serve on, mode 0660, for a proxy on this machine; its"
+        " X-Forwarded-For is believed",
+    ),
+    Option(
+        "unix_group", "KEYSVC_UNIX_GROUP", "", _group,
+        "group (name or number) of the unix socket file: the proxy's, so that only it"
+        " can connect (default: keysvc's own)",
+    ),
+    Option(
+        "tcp", "KEYSVC_TCP", "on", _on_off,
+        "serve on host:port too: on, or off to serve on the unix socket alone",
     ),
 )  # fmt: skip
 

@@ -27,6 +27,7 @@ from keysvc import schemas as s
 from keysvc.credentials import SUFFIX_LENGTH
 from keysvc.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.timeutil import utcnow
+from keysvc.views import MAX_PERMISSIONS_HEADER
 
 ORG = "/v1/organizations/{organizationId}"
 KEYS, KEY = ORG + "/keys", ORG + "/keys/{keyId}"
@@ -349,7 +350,9 @@ def _verify(method: str) -> dict[str, Any]:
             "X-Key-Id": {"description": "The key's UUID", "schema": {"type": "string"}},
             "X-Organization-Id": {"description": "Its organization", "schema": {"type": "string"}},
             "X-Key-Permissions": {
-                "description": "Its effective permissions, comma-separated",
+                "description": "Its effective permissions, comma-separated and sorted; at "
+                f"most {MAX_PERMISSIONS_HEADER} characters, past which the entries that fit "
+                "are followed by one such as +12 more, which is no permission",
                 "schema": {"type": "string"},
             },
         },
@@ -375,6 +378,22 @@ def _verify(method: str) -> dict[str, Any]:
                 "description": "The same, for proxies that cannot set a header; when both "
                 "are given, the key must hold both.",
                 "schema": _PERMISSION,
+            },
+            {
+                "in": "header",
+                "name": "X-Required-Organization",
+                "required": False,
+                "description": "The organization the key must belong to (its ID). Empty is "
+                "the same as absent.",
+                "schema": {"type": "string", "pattern": f"^(?:|{_UUID})$"},
+            },
+            {
+                "in": "query",
+                "name": "organization",
+                "required": False,
+                "description": "The same, for proxies that cannot set a header; when both "
+                "are given, the key must belong to both (so they must be the same).",
+                "schema": {"type": "string", "format": "uuid", "pattern": f"^{_UUID}$"},
             },
         ],
         ok,

@@ -26,6 +26,10 @@ from keysvc.timeutil import to_text
 _ENCODER = json.JSONEncoder()
 _MEMO = "_api_json"
 _PERMISSIONS_MEMO = "_permissions_header"
+# Longest X-Key-Permissions verify sends: with the rest of its headers it fits in one
+# 4 KiB page, nginx's default proxy_buffer_size, which a longer answer overflows (nginx
+# then fails the auth subrequest, and so the request, with a 500).
+MAX_PERMISSIONS_HEADER = 3072
 
 
 def api_key(key: Key) -> dict[str, Any]:
@@ -70,12 +74,32 @@ def key_json(key: Key) -> str:
 
 
 def permissions_header(key: Key) -> str:
-    """The key's permissions, sorted and comma-separated (verify's X-Key-Permissions)."""
+    """The key's permissions, sorted and comma-separated (verify's X-Key-Permissions),
+    bounded by ``MAX_PERMISSIONS_HEADER`` (see ``bounded_permissions``)."""
     memo: str | None = key.__dict__.get(_PERMISSIONS_MEMO)
     if memo is None:
-        memo = ",".join(sorted(key.permissions))
+        memo = bounded_permissions(sorted(key.permissions))
         key.__dict__[_PERMISSIONS_MEMO] = memo
     return memo
+
+
+def bounded_permissions(permissions: list[str]) -> str:
+    """``permissions`` comma-separated, in at most ``MAX_PERMISSIONS_HEADER`` characters.
+    A longer list keeps the whole entries that fit, in order, then one entry such as
+    ``+12 more`` that says how many were left out: no permission looks like it, so an
+    upstream that looks for one it needs among them finds it or refuses, never more."""
+    joined = ",".join(permissions)
+    if len(joined) <= MAX_PERMISSIONS_HEADER:
+        return joined
+    room = MAX_PERMISSIONS_HEADER - len(f",+{len(permissions)} more")
+    kept: list[str] = []
+    size = -1  # no comma before the first entry
+    for permission in permissions:
+        size += 1 + len(permission)
+        if size > room:
+            break
+        kept.append(permission)
+    return ",".join([*kept, f"+{len(permissions) - len(kept)} more"])
 
 
 def keys_json(keys: list[Key]) -> str:

@@ -1,5 +1,6 @@
-"""A real keysvc server in a subprocess, on a free loopback port."""
+"""A real keysvc server in a subprocess, on a free loopback port (and a unix socket)."""
 
+import http.client
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -76,33 +78,80 @@ def integrity(db: Path) -> list[str]:
         conn.close()
 
 
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """http.client's connection, to a server on the unix socket at ``path``."""
+
+    def __init__(self, path: Path, timeout: float = 10):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(str(self.unix_path))
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
 class Server:
-    def __init__(self, db: Path, env: dict[str, str] | None = None):
+    """``keysvc serve`` on a free port; with ``unix``, on that socket too (``--unix``),
+    and with ``tcp=False`` on the socket alone."""
+
+    def __init__(
+        self,
+        db: Path,
+        env: dict[str, str] | None = None,
+        unix: Path | None = None,
+        tcp: bool = True,
+    ):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
+        self.unix = unix
+        command = [sys.executable, "-m", "keysvc", "serve", "--db", str(db)]
+        command += ["--port", str(self.port)] if tcp else ["--tcp", "off"]
+        command += ["--unix", str(unix)] if unix else []
         # A file, not a pipe: the server logs a line per request, and a pipe nobody
         # reads fills up and blocks it.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in __exit__
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "keysvc", "serve", "--db", str(db), "--port", str(self.port)],
+            command,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             env={**os.environ, **(env or {})},
         )
-        self._wait_ready()
+        self._wait_ready(tcp)
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self, tcp: bool) -> None:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited: {self.stderr_text()}")
             try:
-                urllib.request.urlopen(self.base + "/", timeout=1)
-            except urllib.error.HTTPError:
-                return  # any HTTP answer means it is serving
+                if tcp:
+                    with suppress(urllib.error.HTTPError):  # any HTTP answer means serving
+                        urllib.request.urlopen(self.base + "/", timeout=1)
+                if self.unix:
+                    self.unix_request("GET", "/")
+                return
             except OSError:
                 time.sleep(0.05)
         raise RuntimeError("server did not start")
+
+    def unix_request(
+        self, method: str, path: str, headers: dict[str, str] | None = None
+    ) -> tuple[int, http.client.HTTPMessage, bytes]:
+        """One request over the unix socket: its status, headers and body."""
+        assert self.unix is not None
+        connection = UnixHTTPConnection(self.unix, timeout=10)
+        try:
+            connection.request(method, path, headers=headers or {})
+            response = connection.getresponse()
+            return response.status, response.headers, response.read()
+        finally:
+            connection.close()
 
     def stderr_text(self) -> str:
         """Everything the server has written to stderr so far (JSON log lines)."""

@@ -66,6 +66,25 @@ def test_client_address(
 
 
 @pytest.mark.parametrize(
+    ("peer", "forwarded", "expected"),
+    [
+        ("", None, None),  # the proxy said nothing of its client
+        ("", "198.51.100.7", "198.51.100.7"),
+        ("127.0.0.1", "198.51.100.7", "198.51.100.7"),  # whatever the peer's address
+        ("", "1.1.1.1, 198.51.100.7", "198.51.100.7"),
+        ("", "198.51.100.7, 10.0.0.9", "198.51.100.7"),  # trusted hops still skipped
+        ("", "junk", None),
+    ],
+)
+def test_client_address_from_the_unix_socket(
+    peer: str, forwarded: str | None, expected: str | None
+) -> None:
+    """Through keysvc's unix socket the peer is the proxy, trusted whatever its range."""
+    found = client_address(peer, forwarded, TRUSTED, from_proxy=True)  # type: ignore[arg-type]
+    assert (None if found is None else str(found)) == expected
+
+
+@pytest.mark.parametrize(
     ("address", "sources", "allowed"),
     [
         ("10.1.2.3", ["10.0.0.0/8"], True),

@@ -3,9 +3,10 @@
 docs/nginx-auth-request.conf, the configuration the README shows, is filled in and run
 by a real nginx (Debian's package; `make test` installs it when missing) in front of a
 tiny aiohttp upstream that echoes the headers it receives, with a real `keysvc serve`
-deciding. Everything listens on loopback. The client connects from 127.0.0.2, so
-keysvc can only learn that address from nginx's X-Forwarded-For. Every refusal is
-also checked to never reach the upstream.
+deciding, reached over its unix socket. Everything else listens on loopback. The client
+connects from 127.0.0.2, so keysvc can only learn that address from nginx's
+X-Forwarded-For, which it believes on the socket alone: it trusts no TCP peer. Every
+refusal is also checked to never reach the upstream.
 """
 
 import asyncio
@@ -30,13 +31,14 @@ import pytest
 from aiohttp import web
 
 from tests.helpers import Creds
-from tests.server import Server, bootstrap, free_port
+from tests.server import Server, admin_creds, bootstrap, free_port
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "docs" / "nginx-auth-request.conf"
 PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 # The client's address: loopback, but not the one nginx uses to reach keysvc.
 CLIENT = "127.0.0.2"
 MISSING = "nginx is missing: `make test` installs it from Debian's nginx package"
+EXAMPLE_ORGANIZATION = "123e4567-e89b-42d3-a456-426614174000"
 
 
 def nginx_binary() -> str:
@@ -46,9 +48,14 @@ def nginx_binary() -> str:
     return found
 
 
-def render(listen_port: int, keysvc: str, upstream: str) -> str:
+def render(listen_port: int, keysvc_socket: Path, upstream: str, organization_id: str) -> str:
     """The template with its placeholders filled in; none may be left over."""
-    values = {"listen_port": str(listen_port), "keysvc": keysvc, "upstream": upstream}
+    values = {
+        "listen_port": str(listen_port),
+        "keysvc_socket": str(keysvc_socket),
+        "upstream": upstream,
+        "organization_id": organization_id,
+    }
     text = TEMPLATE.read_text()
     unknown = set(PLACEHOLDER.findall(text)) - set(values)
     assert not unknown, f"placeholders the test does not fill: {sorted(unknown)}"
@@ -77,11 +84,19 @@ def wrap(directory: Path, server_block: str) -> str:
 class Nginx:
     """A real nginx in the foreground, in its own process group, on a free port."""
 
-    def __init__(self, binary: str, directory: Path, keysvc: str, upstream: str):
+    def __init__(
+        self,
+        binary: str,
+        directory: Path,
+        keysvc_socket: Path,
+        upstream: str,
+        organization_id: str = EXAMPLE_ORGANIZATION,
+    ):
         self.binary, self.directory = binary, directory
         self.port = free_port()
         self.conf = directory / "nginx.conf"
-        self.conf.write_text(wrap(directory, render(self.port, keysvc, upstream)))
+        block = render(self.port, keysvc_socket, upstream, organization_id)
+        self.conf.write_text(wrap(directory, block))
         self.error_log = directory / "error.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -160,6 +175,7 @@ class Upstream:
         record = {
             "method": request.method,
             "path": request.path_qs,
+            "raw_path": request.raw_path,
             "headers": dict(request.headers),
             "body": (await request.read()).decode(),
         }
@@ -229,6 +245,7 @@ def call(
 class Stack:
     nginx: Nginx
     keysvc: Server
+    keysvc_db: Path
     upstream: Upstream
     admin: Creds
 
@@ -276,21 +293,23 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     db = directory / "keysvc.db"
     created = bootstrap(db)
     admin = Creds(created["organizationId"], created["id"], created["keyId"], created["keySecret"])
-    # keysvc believes nginx's X-Forwarded-For; no default rate limit, only a key's own.
-    env = {"KEYSVC_TRUSTED_PROXIES": "127.0.0.1/32", "KEYSVC_RATE_LIMIT": "off"}
+    # keysvc believes nginx's X-Forwarded-For on its socket, and no TCP peer's; no
+    # default rate limit, only a key's own.
+    env = {"KEYSVC_TRUSTED_PROXIES": "", "KEYSVC_RATE_LIMIT": "off"}
+    socket_path = directory / "keysvc.sock"
     with ExitStack() as resources:
         upstream = Upstream()
         resources.callback(upstream.stop)
-        keysvc = resources.enter_context(Server(db, env=env))
-        nginx = Nginx(binary, directory, keysvc.base, upstream.base)
+        keysvc = resources.enter_context(Server(db, env=env, unix=socket_path))
+        nginx = Nginx(binary, directory, socket_path, upstream.base, admin.organization_id)
         nginx.test_config()
         resources.callback(nginx.stop)
         nginx.start()
-        yield Stack(nginx, keysvc, upstream, admin)
+        yield Stack(nginx, keysvc, db, upstream, admin)
 
 
 def test_nginx_accepts_the_documented_config(tmp_path: Path) -> None:
-    nginx = Nginx(nginx_binary(), tmp_path, "http://127.0.0.1:9", "http://127.0.0.1:9")
+    nginx = Nginx(nginx_binary(), tmp_path, tmp_path / "keysvc.sock", "http://127.0.0.1:9")
     output = nginx.test_config()
     assert "syntax is ok" in output
     assert "[warn]" not in output and "[emerg]" not in output, output
@@ -390,9 +409,11 @@ def test_a_key_disabled_through_the_api_is_refused_on_the_next_request(stack: St
 
 
 def test_nginx_fails_closed_when_keysvc_is_unreachable(stack: Stack, tmp_path: Path) -> None:
-    # Nothing listens on this port: the auth subrequest fails, and so does the request.
-    nowhere = f"http://127.0.0.1:{free_port()}"
-    nginx = Nginx(nginx_binary(), tmp_path, nowhere, stack.upstream.base)
+    # Nothing listens on this socket: the auth subrequest fails, and so does the request.
+    nowhere = tmp_path / "nobody.sock"
+    nginx = Nginx(
+        nginx_binary(), tmp_path, nowhere, stack.upstream.base, stack.admin.organization_id
+    )
     try:
         nginx.start()
         hits = len(stack.upstream.seen)
@@ -402,3 +423,93 @@ def test_nginx_fails_closed_when_keysvc_is_unreachable(stack: Stack, tmp_path: P
         assert len(stack.upstream.seen) == hits
     finally:
         nginx.stop()
+
+
+# Spellings of a /reports/ path that an upstream may serve as /reports/... (case,
+# path parameters, backslashes, dot segments, encodings of each) but that a
+# case-sensitive prefix location and the raw URI let through unchecked.
+REPORT_VARIANTS = [
+    "/Reports/q1",
+    "/REPORTS/q1",
+    "/reports;a/q1",
+    "/reports%3Ba/q1",
+    "/reports%3ba/q1",
+    "/reports\\q1",
+    "/reports%5Cq1",
+    "/reports%255Cq1",
+    "/reports%253Bq1",
+    "/reports/../x",
+    "/x/../reports/q1",
+    "/reports/%2e%2e/x",
+    "/reports/.%2E/x",
+    "/reports%2F..%2Fx",
+    "/./reports/q1",
+    "/reports/./q1",
+    "//reports/q1",
+    "/%72eports/q1",
+    "/reports%2Fq1",
+    "/reports%0d%0aX-Key-Id:%20forged/q1",
+]
+
+
+@pytest.mark.parametrize("path", REPORT_VARIANTS)
+def test_every_spelling_of_a_protected_path_is_refused_or_checked(stack: Stack, path: str) -> None:
+    developer = stack.create_key(roles=["developer"])  # no reports:read
+    hits = len(stack.upstream.seen)
+    answer = stack.get(path, developer)
+    assert answer.status in (400, 403), (answer.status, answer.body)
+    assert len(stack.upstream.seen) == hits, stack.upstream.seen[hits:]
+
+
+def test_a_refused_path_is_a_json_400(stack: Stack) -> None:
+    answer = stack.refused("/reports;a/q1", stack.admin, 400)
+    assert answer.headers["Content-Type"] == "application/json"
+    error = "bad request: send the path without ; \\ % or . and .. segments"
+    assert answer.json() == {"status": 400, "error": error}
+
+
+@pytest.mark.parametrize(
+    ("path", "forwarded"),
+    [
+        ("/Reports/q1", "/Reports/q1"),
+        ("//reports//q1", "/reports/q1"),
+        ("/%72eports/q1", "/reports/q1"),
+        ("/reports%2Fq1", "/reports/q1"),
+        ("/reports/a%20b?x=%2e%2e", "/reports/a%20b?x=%2e%2e"),
+    ],
+)
+def test_a_checked_path_reaches_the_upstream_as_nginx_matched_it(
+    stack: Stack, path: str, forwarded: str
+) -> None:
+    received = stack.passed(path, stack.admin)
+    assert received["raw_path"] == forwarded
+    assert received["headers"]["X-Key-Id"] == stack.admin.id
+
+
+def test_keys_of_another_organization_are_refused(stack: Stack) -> None:
+    # Its admin holds every permission, reports:read included, but not this organization.
+    other = admin_creds(bootstrap(stack.keysvc_db, "--org-name", "other"))
+    stack.refused("/orders", other, 403)
+    stack.refused("/reports/q1", other, 403)
+    stack.passed("/reports/q1", stack.admin)
+
+
+def test_a_key_with_a_long_permission_list_still_passes(stack: Stack) -> None:
+    granted = sorted(f"svc{n:02d}:{'a' * 113}" for n in range(40))
+    role = stack.api("POST", "/roles", {"name": "wide", "permissions": granted})
+    wide = stack.create_key(assignedRoleIds=[role["id"]])
+    shown = stack.passed("/orders", wide)["headers"]["X-Key-Permissions"]
+    *kept, rest = shown.split(",")
+    assert kept == granted[: len(kept)]
+    assert rest == f"+{len(granted) - len(kept)} more"
+
+
+def test_a_local_process_cannot_forge_its_address_to_keysvc(stack: Stack) -> None:
+    # The key is allowed from the client's address only; a process on this machine that
+    # calls keysvc's TCP port directly with that address forged is not believed.
+    client_only = stack.create_key(roles=["developer"], ipAccessList=[{"source": CLIENT}])
+    stack.passed("/orders", client_only)
+    forged = {**client_only.headers, "X-Forwarded-For": CLIENT}
+    answer = call(stack.keysvc.port, "/v1/verify", headers=forged)
+    assert answer.status == 403, answer.body
+    assert answer.json()["error"] == "client address not allowed for this key"

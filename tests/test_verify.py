@@ -7,7 +7,14 @@ import pytest
 from multidict import CIMultiDict
 
 from keysvc.config import Settings
-from tests.conftest import Client, ClientFactory, bootstrap, client_with, create_creds
+from tests.conftest import (
+    Client,
+    ClientFactory,
+    bootstrap,
+    client_with,
+    create_creds,
+    create_role,
+)
 from tests.helpers import UNAUTHORIZED, Creds, FakeClock, assert_error, assert_ok, basic
 
 MALFORMED = "permission: must be namespace:action, such as reports:read"
@@ -159,3 +166,86 @@ async def test_header_and_query_must_both_be_held(client: Client, admin: Creds) 
     stronger = {**developer.headers, "X-Required-Permission": "x:y"}
     response = await client.get("/v1/verify", headers=stronger, params={"permission": "keys:read"})
     await assert_error(response, 403, "this key lacks the permission x:y")
+
+
+ORG_MALFORMED = (
+    "organization: must be an organization ID, a lowercase UUID such as"
+    " 123e4567-e89b-42d3-a456-426614174000"
+)
+ORG_TWICE = "organization: give it once, in X-Required-Organization or ?organization="
+OTHER_ORG = "this key does not belong to the organization required"
+
+
+async def test_required_organization_lets_only_its_keys_through(
+    client: Client, admin: Creds, other_admin: Creds
+) -> None:
+    mine = admin.organization_id
+    for how in ({"headers": {**admin.headers, "X-Required-Organization": mine}},
+                {"headers": admin.headers, "params": {"organization": mine}},
+                {"headers": {**admin.headers, "X-Required-Organization": mine},
+                 "params": {"organization": mine}},
+                {"headers": {**admin.headers, "X-Required-Organization": ""}}):  # fmt: skip
+        response = await client.get(VERIFY, **how)  # type: ignore[arg-type]
+        assert response.status == 200, await response.text()
+        assert response.headers["X-Organization-Id"] == mine
+    # An admin of another organization holds every permission, but not this organization.
+    theirs = {**other_admin.headers, "X-Required-Organization": mine}
+    await assert_error(await client.get(VERIFY, headers=theirs), 403, OTHER_ORG)
+    response = await client.get(VERIFY, headers=other_admin.headers, params={"organization": mine})
+    await assert_error(response, 403, OTHER_ORG)
+    # Both count: a client header forwarded by the proxy cannot replace the query's.
+    swapped = {**other_admin.headers, "X-Required-Organization": other_admin.organization_id}
+    response = await client.get(VERIFY, headers=swapped, params={"organization": mine})
+    await assert_error(response, 403, OTHER_ORG)
+    # The organization is checked with the permission, each refused on its own.
+    both = {**other_admin.headers, "X-Required-Organization": mine, "X-Required-Permission": "x:y"}
+    await assert_error(await client.get(VERIFY, headers=both), 403, OTHER_ORG)
+    developer = await create_creds(client, admin, {"name": "dev", "roles": ["developer"]})
+    scoped = {**developer.headers, "X-Required-Organization": mine, "X-Required-Permission": "x:y"}
+    await assert_error(
+        await client.get(VERIFY, headers=scoped), 403, "this key lacks the permission x:y"
+    )
+
+
+@pytest.mark.parametrize(
+    ("headers", "params", "message"),
+    [
+        ({"X-Required-Organization": "acme"}, {}, ORG_MALFORMED),
+        ({}, {"organization": "0B5D3C8E-6C1A-4C59-9D8A-7A1F0E000001"}, ORG_MALFORMED),
+        ({}, {"organization": ""}, ORG_MALFORMED),
+        ({"X-Required-Organization": "{org}"}, {"organization": "no"}, ORG_MALFORMED),
+        ([("X-Required-Organization", "{org}")] * 2, {}, ORG_TWICE),
+        ({}, [("organization", "{org}"), ("organization", "{org}")], ORG_TWICE),
+    ],
+)
+async def test_organization_given_badly_is_400(
+    client: Client, admin: Creds, headers: Any, params: Any, message: str
+) -> None:
+    def fill(pairs: Any) -> list[tuple[str, str]]:
+        items = pairs.items() if isinstance(pairs, dict) else pairs
+        return [(name, value.format(org=admin.organization_id)) for name, value in items]
+
+    sent = CIMultiDict(fill(headers))
+    sent.update(admin.headers)
+    response = await client.get(VERIFY, headers=sent, params=fill(params))
+    await assert_error(response, 400, message)
+
+
+async def test_a_long_permission_list_is_bounded_in_whole_entries(
+    client: Client, admin: Creds
+) -> None:
+    """Forty permissions of 120 characters would be 4,839 characters of header: more than
+    nginx's default 4 KiB buffer holds for keysvc's whole answer."""
+    granted = sorted(f"svc{n:02d}:{'a' * 113}" for n in range(40))
+    role = await create_role(client, admin, {"name": "wide", "permissions": granted})
+    key = await create_creds(client, admin, {"name": "k", "assignedRoleIds": [role["id"]]})
+    response = await client.get(VERIFY, headers=key.headers)
+    assert response.status == 200
+    header = response.headers["X-Key-Permissions"]
+    assert len(header) <= 3072
+    *kept, rest = header.split(",")
+    assert kept == granted[: len(kept)] and len(kept) >= 20
+    assert rest == f"+{len(granted) - len(kept)} more"
+    # Still checked against every permission the key holds, shown or not.
+    needed = {**key.headers, "X-Required-Permission": granted[-1]}
+    assert (await client.get(VERIFY, headers=needed)).status == 200
