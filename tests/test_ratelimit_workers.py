@@ -17,7 +17,9 @@ LIMIT = 20
 # Long enough for this test's requests even on a loaded machine: they must all fall
 # in one failure window, as a new window starts the count again.
 WINDOW_MARGIN = 25.0
-_UNKNOWN = re.compile(r'^keysvc_auth_outcomes_total\{reason="unknown"\} ([0-9.e+]+)$', re.M)
+_INVALID = re.compile(
+    r'^keysvc_auth_outcomes_total\{reason="invalid_credentials"\} ([0-9.e+]+)$', re.M
+)
 
 
 def _get(port: int, path: str, source: str, headers: dict[str, str]) -> tuple[int, str]:
@@ -83,7 +85,7 @@ def test_workers_share_one_failure_count(tmp_path: Path, prefix: str, sources: l
         seen = set()
         for n in range(40):
             body = _get(server.port, "/metrics", sources[n % len(sources)], {})[1]
-            match = _UNKNOWN.search(body)
+            match = _INVALID.search(body)
             assert match is not None, body
             seen.add(int(float(match[1])))
         assert 0 not in seen and len(seen) <= 2, seen
