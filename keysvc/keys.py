@@ -150,12 +150,19 @@ async def update_key(
     return key
 
 
-async def delete_key(store: Store, caller: Key, organization_id: str, key_id: str) -> None:
-    """Delete another key of the organization, no stronger than the caller."""
+async def delete_key(
+    store: Store,
+    caller: Key,
+    organization_id: str,
+    key_id: str,
+    if_match: Collection[str] | None = None,
+) -> None:
+    """Delete another key of the organization, no stronger than the caller; with
+    ``if_match``, only if the key's ETag is among them."""
     if key_id == caller.id:
         raise BadRequest("a key cannot delete itself: use another key to delete it")
     if not await store.delete_key(
-        organization_id, key_id, lambda target: may_change(caller, target)
+        organization_id, key_id, lambda target: may_change(caller, target), if_match
     ):
         raise NotFound("key not found in this organization")
 

@@ -60,13 +60,15 @@ class Key:
 
     @cached_property
     def etag(self) -> str:
-        """A strong ETag of what a PATCH can change (usedAt moves on its own)."""
+        """A strong ETag of what a PATCH can change and of what the key may do: its
+        roles' permissions are covered, so widening a role moves the ETag of every
+        key that holds it. usedAt is not: it moves on its own."""
         state = [
             self.name,
             self.state,
             to_text(self.expire_at) if self.expire_at else None,
             self.ip_access_list,
-            [(role.id, role.name) for role in self.roles],
+            [(role.id, role.name, sorted(role.permissions)) for role in self.roles],
             self.rate_limit,
         ]
         digest = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()

@@ -179,7 +179,8 @@ _IF_MATCH = {
     "in": "header",
     "name": "If-Match",
     "required": False,
-    "description": "keysvc addition: apply only if the key's ETag is one of these (else 412).",
+    "description": "keysvc addition: apply only if the key's ETag is one of these, or `*` "
+    "(else 412). The ETag covers the key's roles' permissions too.",
     "schema": {"type": "string"},
     "x-keysvc-addition": True,
 }
@@ -242,7 +243,7 @@ def _operations() -> dict[str, dict[str, Any]]:
             ),
             "delete": _op(
                 "openapiKeyDelete", "Delete key (not the one making the request)", "keys:delete",
-                key_params, ok_empty, (*a, 404),
+                [*key_params, _IF_MATCH], ok_empty, (*a, 404, 412),
             ),
         },
         ROLES: {

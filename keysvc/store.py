@@ -416,8 +416,7 @@ class Store:
                 return None
             if check is not None:
                 check(current)
-            if if_match is not None and "*" not in if_match and current.etag not in if_match:
-                raise PreconditionFailed()
+            _check_if_match(current, if_match)
             expire_at = None if change.clear_expiry else change.expire_at or current.expire_at
             rate = None if change.clear_rate_limit else change.rate_limit or current.rate_limit
             ip_list = (
@@ -447,15 +446,22 @@ class Store:
 
     @timed
     async def delete_key(
-        self, organization_id: str, key_id: str, check: Callable[[Key], None] | None = None
+        self,
+        organization_id: str,
+        key_id: str,
+        check: Callable[[Key], None] | None = None,
+        if_match: Collection[str] | None = None,
     ) -> bool:
-        """Delete the key; False if there is none. ``check`` as for ``update_key``."""
+        """Delete the key; False if there is none. ``check`` and ``if_match`` as for
+        ``update_key``: both are decided inside the delete's transaction."""
         async with self.transaction() as conn:
-            if check is not None:
+            if check is not None or if_match is not None:
                 current = await _get_key(conn, organization_id, key_id)
                 if current is None:
                     return False
-                check(current)
+                if check is not None:
+                    check(current)
+                _check_if_match(current, if_match)
             cursor = await conn.execute(
                 "delete from api_keys where id = ? and organization_id = ?",
                 (key_id, organization_id),
@@ -680,6 +686,13 @@ async def _keys_from_rows(conn: aiosqlite.Connection, rows: Sequence[sqlite3.Row
 async def _get_key(conn: aiosqlite.Connection, organization_id: str, key_id: str) -> Key | None:
     row = await _one(conn, _KEY_BY_ID, (key_id, organization_id))
     return None if row is None else (await _keys_from_rows(conn, [row]))[0]
+
+
+def _check_if_match(key: Key, if_match: Collection[str] | None) -> None:
+    """Refuse (412) unless If-Match is absent, ``*`` (any existing key: RFC 9110,
+    section 13.1.1) or names the key's current ETag."""
+    if if_match is not None and "*" not in if_match and key.etag not in if_match:
+        raise PreconditionFailed()
 
 
 # What a create or an update is told when a constraint refuses its key, by either path.

@@ -7,7 +7,15 @@ import pytest
 
 from keysvc.app import create_app
 from keysvc.config import Settings
-from tests.conftest import Client, ClientFactory, bootstrap, client_with, create, create_creds
+from tests.conftest import (
+    Client,
+    ClientFactory,
+    bootstrap,
+    client_with,
+    create,
+    create_creds,
+    create_role,
+)
 from tests.helpers import UNAUTHORIZED, Creds, FakeClock, assert_error, assert_ok
 
 DEVELOPER_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002"
@@ -259,6 +267,55 @@ async def test_delete_key(client: Client, admin: Creds) -> None:
         await client.delete(url, headers=admin.headers), 404, "key not found in this organization"
     )
     assert (await list_page(client, admin))["totalCount"] == 1
+
+
+STALE = "the key has changed since you read it (If-Match does not match its ETag)"
+
+
+async def test_delete_honours_if_match(client: Client, admin: Creds) -> None:
+    key = (await create(client, admin, {"name": "guarded", "roles": ["developer"]}))["key"]
+    url = keys_url(admin, key["id"])
+    etag = (await client.get(url, headers=admin.headers)).headers["ETag"]
+    await assert_ok(await client.patch(url, json={"name": "renamed"}, headers=admin.headers))
+
+    # Read before the rename: the delete is refused, and the key is still there.
+    stale = {**admin.headers, "If-Match": etag}
+    await assert_error(await client.delete(url, headers=stale), 412, STALE)
+    assert (await assert_ok(await client.get(url, headers=admin.headers)))["name"] == "renamed"
+
+    current = (await client.get(url, headers=admin.headers)).headers["ETag"]
+    await assert_ok(await client.delete(url, headers={**admin.headers, "If-Match": current}))
+    await assert_error(
+        await client.get(url, headers=admin.headers), 404, "key not found in this organization"
+    )
+
+
+async def test_delete_if_match_star_needs_an_existing_key(client: Client, admin: Creds) -> None:
+    key = (await create(client, admin, {"name": "any", "roles": ["developer"]}))["key"]
+    url, star = keys_url(admin, key["id"]), {**admin.headers, "If-Match": "*"}
+    await assert_ok(await client.delete(url, headers=star))
+    await assert_error(
+        await client.delete(url, headers=star), 404, "key not found in this organization"
+    )
+
+
+async def test_widening_a_role_moves_the_etag(client: Client, admin: Creds) -> None:
+    role = await create_role(client, admin, {"name": "reader", "permissions": ["keys:read"]})
+    key = (await create(client, admin, {"name": "holder", "assignedRoleIds": [role["id"]]}))["key"]
+    url = keys_url(admin, key["id"])
+    before = (await client.get(url, headers=admin.headers)).headers["ETag"]
+
+    role_url = f"/v1/organizations/{admin.organization_id}/roles/{role['id']}"
+    widened = await client.patch(role_url, json={"permissions": ["*"]}, headers=admin.headers)
+    await assert_ok(widened)
+    after = (await client.get(url, headers=admin.headers)).headers["ETag"]
+    assert after != before
+    # A PATCH made against the narrower view is refused; the current ETag passes.
+    stale = {**admin.headers, "If-Match": before}
+    await assert_error(await client.patch(url, json={"name": "x"}, headers=stale), 412, STALE)
+    await assert_ok(
+        await client.patch(url, json={"name": "x"}, headers={**admin.headers, "If-Match": after})
+    )
 
 
 async def test_key_cannot_delete_itself(client: Client, admin: Creds) -> None:
