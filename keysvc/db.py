@@ -36,6 +36,30 @@ MIGRATIONS: Sequence[str] = (
         update organizations set key_count = key_count - 1 where id = old.organization_id;
     end;
     """,
+    # 4: changes to keys, their roles and roles, by hand included, move auth_generation.
+    """
+    create trigger if not exists api_keys_access_changed
+    after update of id, organization_id, name, state, key_id_hash, secret_hash, key_suffix,
+        ip_access_list, created_at, expire_at, rate_limit, rate_window on api_keys
+    begin
+        update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+    end;
+    create trigger if not exists api_keys_access_removed after delete on api_keys begin
+        update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+    end;
+    create trigger if not exists key_roles_granted after insert on key_roles begin
+        update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+    end;
+    create trigger if not exists key_roles_revoked after delete on key_roles begin
+        update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+    end;
+    create trigger if not exists roles_changed after update on roles begin
+        update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+    end;
+    create trigger if not exists roles_removed after delete on roles begin
+        update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+    end;
+    """,
 )
 
 # How long a statement waits for another connection's lock before SQLITE_BUSY.

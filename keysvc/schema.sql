@@ -77,3 +77,30 @@ create table if not exists key_roles (
 ) strict, without rowid;
 
 create index if not exists key_roles_role on key_roles (role_id);
+
+-- Any change to what a key may do moves auth_generation, whoever makes it: the
+-- API, or an operator editing the file by hand (docs/SECURITY.md, "Emergency
+-- revocation"). Not usedAt alone, which moves every minute a key is used and
+-- would otherwise drop every cache as often. A create's own key_roles rows move
+-- it too; the create puts it back, since no cache can hold a key not yet committed.
+create trigger if not exists api_keys_access_changed
+after update of id, organization_id, name, state, key_id_hash, secret_hash, key_suffix,
+    ip_access_list, created_at, expire_at, rate_limit, rate_window on api_keys
+begin
+    update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+end;
+create trigger if not exists api_keys_access_removed after delete on api_keys begin
+    update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+end;
+create trigger if not exists key_roles_granted after insert on key_roles begin
+    update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+end;
+create trigger if not exists key_roles_revoked after delete on key_roles begin
+    update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+end;
+create trigger if not exists roles_changed after update on roles begin
+    update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+end;
+create trigger if not exists roles_removed after delete on roles begin
+    update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+end;

@@ -9,9 +9,11 @@ this process or another).
 
 Credentials are cached (``keysvc.cache``). Every write that can change an
 authentication or authorization answer bumps ``auth_generation`` in the same
-transaction; the watcher sees the commit, reads the generation, and drops the
-cache before the next request is answered, in every process. ``usedAt``
-writes move ``data_version`` but not the generation, so they do not flush it.
+transaction, and so do schema.sql's triggers for any change to keys, their roles
+and roles, an operator's by hand included; the watcher sees the commit, reads
+the generation, and drops the cache before the next request is answered, in
+every process. ``usedAt`` writes move ``data_version`` but not the generation,
+so they do not flush it.
 
 Concurrent creates are grouped: one transaction, one fsync, for all the
 creates waiting. Should one be refused, the batch starts again a key at a
@@ -101,6 +103,7 @@ _COUNT_KEYS_OF = """
     select id, key_count from organizations where id in (select value from json_each(?))
 """
 _GENERATION = "select value from meta where name = 'auth_generation'"
+_SET_GENERATION = "update meta set value = ? where name = 'auth_generation'"
 _COUNT_KEYS = "select key_count from organizations where id = ?"
 # The effective state, as authentication sees it: expired means enabled but past expireAt.
 # julianday compares the instants, whatever fraction of a second the text carries.
@@ -885,13 +888,19 @@ def _commit(conn: sqlite3.Connection) -> None:
 def _stage_batch(conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]]) -> list[_Made]:
     """The batch's keys, inserted in the transaction begun for them. Should a constraint
     refuse any of them (a taken keyIdHash, a role deleted meanwhile), it starts again
-    one key at a time, each in its own savepoint, so that only that request fails."""
+    one key at a time, each in its own savepoint, so that only that request fails.
+
+    The new keys' key_roles rows move the authorization generation (schema.sql's
+    triggers); it is put back as it was, since no cache can hold a key that was not
+    committed and a batch changes no other key: creates drop no cache."""
     conn.execute("savepoint whole_batch")
+    (generation,) = conn.execute(_GENERATION).fetchone()
     try:
         outcomes = _insert_batch(conn, batch)
     except sqlite3.IntegrityError:
         conn.execute("rollback to whole_batch")
         outcomes = [_insert_alone(conn, item) for item in batch]
+    conn.execute(_SET_GENERATION, (generation,))
     conn.execute("release whole_batch")
     return outcomes
 

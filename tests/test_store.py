@@ -90,10 +90,15 @@ async def test_version_1_database_upgrades_with_its_data(tmp_path: Path) -> None
     finally:
         await store.close()
     upgraded = sqlite3.connect(path)
-    assert upgraded.execute("pragma user_version").fetchone()[0] == db.schema_version() == 3
+    assert upgraded.execute("pragma user_version").fetchone()[0] == db.schema_version() == 4
     assert upgraded.execute("select value from meta where name = 'auth_generation'").fetchone()
     # Step 3 counted the organization's keys, and its triggers keep counting.
     assert upgraded.execute("select key_count from organizations").fetchone() == (1,)
+    # Step 4's triggers: a key changed by hand moves the authorization generation.
+    generation = "select cast(value as integer) from meta where name = 'auth_generation'"
+    (before,) = upgraded.execute(generation).fetchone()
+    upgraded.execute("update api_keys set state = 'disabled'")
+    assert upgraded.execute(generation).fetchone() == (before + 1,)
 
 
 async def test_failed_migration_changes_nothing(tmp_path: Path) -> None:
