@@ -51,6 +51,9 @@ class Key:
     roles: tuple[Role, ...]
     # (limit, window in seconds) of this key's own request limit; None: the server's.
     rate_limit: tuple[int, int] | None = None
+    # Its place in its organization's creation order (1, 2, ...): what list cursors
+    # carry, so that they tell nothing of other organizations' keys.
+    org_seq: int = 0
 
     # Cached: a Key never changes (a change is a new Key), and the hot paths ask each
     # request. cached_property stores beside the fields, so the frozen class allows it.

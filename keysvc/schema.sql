@@ -15,7 +15,10 @@ create table if not exists organizations (
     id         text primary key,           -- uuid
     name       text not null,
     created_at text not null,
-    key_count  integer not null default 0  -- its rows in api_keys, kept by the triggers below
+    key_count  integer not null default 0, -- its rows in api_keys, kept by the triggers below
+    -- The highest api_keys.org_seq given out here, kept by api_keys_counted; it never
+    -- goes back, so a deleted key's place is never given again.
+    last_key_seq integer not null default 0
 ) strict;
 
 -- System roles have no organization: they exist in every organization with
@@ -41,7 +44,9 @@ insert or ignore into roles (id, organization_id, name, type, permissions, creat
      '["endpoints:query"]', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z');
 
 -- Neither the key ID nor the secret is stored: only HMAC-SHA256(pepper,
--- base64(SHA-256(value))) of each. seq gives creation order for paging.
+-- base64(SHA-256(value))) of each. seq gives creation order; org_seq the key's
+-- place in its own organization's (1, 2, ...), which list cursors carry, so that
+-- they tell nothing of other organizations.
 create table if not exists api_keys (
     seq             integer primary key,
     id              text not null unique,  -- uuid, used in paths
@@ -56,15 +61,18 @@ create table if not exists api_keys (
     expire_at       text,
     used_at         text,
     rate_limit      integer,               -- this key's own request limit, per rate_window
-    rate_window     integer                -- seconds
+    rate_window     integer,               -- seconds
+    org_seq         integer not null default 0
 ) strict;
 
-create index if not exists api_keys_org_seq on api_keys (organization_id, seq);
+create unique index if not exists api_keys_org_position on api_keys (organization_id, org_seq);
 
 -- organizations.key_count, so that the per-organization cap and totalCount need
 -- not count the organization's keys: a create batch did, and it grew with them.
 create trigger if not exists api_keys_counted after insert on api_keys begin
-    update organizations set key_count = key_count + 1 where id = new.organization_id;
+    update organizations set key_count = key_count + 1,
+                             last_key_seq = max(last_key_seq, new.org_seq)
+    where id = new.organization_id;
 end;
 create trigger if not exists api_keys_uncounted after delete on api_keys begin
     update organizations set key_count = key_count - 1 where id = old.organization_id;

@@ -52,23 +52,23 @@ from keysvc.timeutil import from_text, to_text
 from keysvc.walwatch import CommitWatch
 
 _KEY_BY_ID = """
-    select seq, id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
-           ip_access_list, rate_limit, rate_window
+    select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
+           used_at, ip_access_list, rate_limit, rate_window
     from api_keys where id = ? and organization_id = ?
 """
 _KEY_PAGE = """
-    select seq, id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
-           ip_access_list, rate_limit, rate_window
-    from api_keys where organization_id = ? and seq > ? order by seq limit ?
+    select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
+           used_at, ip_access_list, rate_limit, rate_window
+    from api_keys where organization_id = ? and org_seq > ? order by org_seq limit ?
 """
 _CREDENTIAL = """
-    select seq, id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
-           ip_access_list, rate_limit, rate_window, secret_hash
+    select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
+           used_at, ip_access_list, rate_limit, rate_window, secret_hash
     from api_keys where key_id_hash = ?
 """
 _CREDENTIAL_BY_ID = """
-    select seq, id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
-           ip_access_list, rate_limit, rate_window, secret_hash
+    select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
+           used_at, ip_access_list, rate_limit, rate_window, secret_hash
     from api_keys where id = ? and organization_id = ?
 """
 _ROLES_OF_KEYS = """
@@ -78,18 +78,18 @@ _ROLES_OF_KEYS = """
     order by r.type = 'custom', r.name
 """
 _KEYS_WITH_IDS = """
-    select seq, id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
-           ip_access_list, rate_limit, rate_window
+    select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
+           used_at, ip_access_list, rate_limit, rate_window
     from api_keys where id in (select value from json_each(?)) order by seq
 """
 _INSERT_KEY = """
-    insert into api_keys (id, organization_id, name, state, key_id_hash, secret_hash,
+    insert into api_keys (id, org_seq, organization_id, name, state, key_id_hash, secret_hash,
                           key_suffix, ip_access_list, created_at, expire_at, rate_limit,
                           rate_window)
-    values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 _INSERT_KEY_ROLE = "insert into key_roles (key_id, role_id) values (?, ?)"
-# Heads of _insert_rows's statements, and its rows per statement (12 parameters a key
+# Heads of _insert_rows's statements, and its rows per statement (13 parameters a key
 # row; SQLite takes up to 32,766 parameters).
 _INSERT_KEYS = _INSERT_KEY[: _INSERT_KEY.index("values")] + "values "
 _INSERT_KEY_ROLES = "insert into key_roles (key_id, role_id) values "
@@ -100,7 +100,8 @@ _GRANTED_ROLES = """
     where id in (select value from json_each(?))
 """
 _COUNT_KEYS_OF = """
-    select id, key_count from organizations where id in (select value from json_each(?))
+    select id, key_count, last_key_seq from organizations
+    where id in (select value from json_each(?))
 """
 _GENERATION = "select value from meta where name = 'auth_generation'"
 _SET_GENERATION = "update meta set value = ? where name = 'auth_generation'"
@@ -393,9 +394,10 @@ class Store:
         return key
 
     @timed
-    async def list_keys(self, organization_id: str, after_seq: int, limit: int) -> KeyPage:
-        """Keys oldest first, after ``after_seq``: a keyset page, as cheap at page N as page 1."""
-        rows = await _all(self.reader, _KEY_PAGE, (organization_id, after_seq, limit + 1))
+    async def list_keys(self, organization_id: str, after: int, limit: int) -> KeyPage:
+        """Keys oldest first, after the organization's ``after``-th key (``Key.org_seq``):
+        a keyset page, as cheap at page N as page 1."""
+        rows = await _all(self.reader, _KEY_PAGE, (organization_id, after, limit + 1))
         keys = await _keys_from_rows(self.reader, rows[:limit])
         total = await _one(self.reader, _COUNT_KEYS, (organization_id,))
         return KeyPage(keys=keys, more=len(rows) > limit, total=total[0] if total else 0)
@@ -609,8 +611,8 @@ async def _all(conn: aiosqlite.Connection, sql: str, params: Sequence[object]) -
 
 _ROLE_COLUMNS = ("id", "name", "type", "permissions", "created_at", "updated_at")
 _KEY_COLUMNS = (
-    "seq", "id", "organization_id", "name", "state", "key_suffix", "created_at", "expire_at",
-    "used_at", "ip_access_list", "rate_limit", "rate_window",
+    "seq", "org_seq", "id", "organization_id", "name", "state", "key_suffix", "created_at",
+    "expire_at", "used_at", "ip_access_list", "rate_limit", "rate_window",
 )  # fmt: skip
 # Records made from rows, by the rows' values: a row read again unchanged gives back
 # the object made before (with the JSON text views keep on it) rather than a new one.
@@ -656,6 +658,7 @@ def _key(row: sqlite3.Row, roles: Sequence[Role]) -> Key:
         lambda: Key(
             id=row["id"],
             seq=row["seq"],
+            org_seq=row["org_seq"],
             organization_id=row["organization_id"],
             name=row["name"],
             state=row["state"],
@@ -714,9 +717,10 @@ async def _insert_key_roles(
         raise Conflict(_ROLE_GONE) from None
 
 
-def _key_row(key_id: str, new: NewKey) -> tuple[object, ...]:
+def _key_row(key_id: str, org_seq: int, new: NewKey) -> tuple[object, ...]:
     return (
         key_id,
+        org_seq,
         new.organization_id,
         new.name,
         new.state,
@@ -733,8 +737,9 @@ def _key_row(key_id: str, new: NewKey) -> tuple[object, ...]:
 
 async def _insert_key(conn: aiosqlite.Connection, new: NewKey) -> Key:
     key_id = str(uuid.uuid4())
+    (_, _, last), *_ = await _all(conn, _COUNT_KEYS_OF, (json.dumps([new.organization_id]),))
     try:
-        await conn.execute(_INSERT_KEY, _key_row(key_id, new))
+        await conn.execute(_INSERT_KEY, _key_row(key_id, last + 1, new))
     except sqlite3.IntegrityError as exc:
         if "key_id_hash" in str(exc):
             raise Conflict(_KEY_ID_TAKEN) from None
@@ -908,7 +913,11 @@ def _stage_batch(conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]]) 
 def _insert_batch(conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]]) -> list[_Made]:
     """Insert the batch's keys with one statement per table; IntegrityError if any is refused."""
     orgs = list(dict.fromkeys(new.organization_id for new, _ in batch))
-    counts: dict[str, int] = dict(conn.execute(_COUNT_KEYS_OF, (json.dumps(orgs),)).fetchall())
+    counts: dict[str, int] = {}
+    # Each organization's last org_seq: a key gets the next, its place in the organization.
+    last: dict[str, int] = {}
+    for org, count, last_seq in conn.execute(_COUNT_KEYS_OF, (json.dumps(orgs),)):
+        counts[org], last[org] = count, last_seq
     planned: list[tuple[str | None, Exception | None]] = []
     key_rows, role_rows = [], []
     granted = _granted_roles(conn, batch)
@@ -922,8 +931,9 @@ def _insert_batch(conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]])
             planned.append((None, beyond))
             continue
         counts[org] = counts.get(org, 0) + 1
+        last[org] = last.get(org, 0) + 1
         key_id = str(uuid.uuid4())
-        key_rows.append(_key_row(key_id, new))
+        key_rows.append(_key_row(key_id, last[org], new))
         role_rows += [(key_id, role_id) for role_id in dict.fromkeys(new.role_ids)]
         planned.append((key_id, None))
     keys: dict[str, Key] = {}

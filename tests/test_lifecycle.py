@@ -7,6 +7,7 @@ import pytest
 
 from keysvc.app import create_app
 from keysvc.config import Settings
+from keysvc.state import HASHER
 from tests.conftest import (
     Client,
     ClientFactory,
@@ -104,6 +105,48 @@ async def test_tampered_and_foreign_cursors_are_refused(
         await assert_error(
             response, 400, "cursor: not a cursor from this list; start again without it"
         )
+
+
+async def cursor_places(client: Client, creds: Creds) -> list[str]:
+    """The part of each of the organization's cursors a client can read, page by page."""
+    places, body = [], await list_page(client, creds, limit=2)
+    while body["nextCursor"] is not None:
+        place, _, _ = body["nextCursor"].partition(".")
+        places.append(place)
+        body = await list_page(client, creds, limit=2, cursor=body["nextCursor"])
+    return places
+
+
+async def test_cursors_tell_nothing_of_other_organizations(
+    client: Client, admin: Creds, other_admin: Creds
+) -> None:
+    """Org A's keys are created on either side of many of org B's; org C makes the same
+    keys as A with nothing in between. A's cursors read the same as C's."""
+    control = await bootstrap(client.app, "control")
+    for n in range(2):
+        for creds in (admin, control):
+            await create(client, creds, {"name": f"early {n}", "roles": ["developer"]})
+    for n in range(25):
+        await create(client, other_admin, {"name": f"b{n}", "roles": ["developer"]})
+    for n in range(3):
+        for creds in (admin, control):
+            await create(client, creds, {"name": f"late {n}", "roles": ["developer"]})
+    # Five keys and the admin key: a cursor after the 2nd and the 4th.
+    assert await cursor_places(client, admin) == ["2", "4"]
+    assert await cursor_places(client, control) == ["2", "4"]
+
+
+async def test_a_cursor_signed_for_the_global_sequence_is_refused(
+    client: Client, admin: Creds
+) -> None:
+    """Cursors made before keys had a place in their organization carried the row
+    sequence: the same number now names another place, so they are refused."""
+    for n in range(3):
+        await create(client, admin, {"name": f"k{n}", "roles": ["developer"]})
+    hasher = client.app[HASHER]
+    old = f"2.{hasher.sign('cursor', f'{admin.organization_id}:2')}"
+    response = await client.get(keys_url(admin), params={"cursor": old}, headers=admin.headers)
+    await assert_error(response, 400, "cursor: not a cursor from this list; start again without it")
 
 
 async def test_patch_every_field(client: Client, admin: Creds) -> None:
