@@ -45,7 +45,14 @@ from keysvc import db
 from keysvc.cache import CredentialCache, VersionedCache
 from keysvc.config import ConfigError, Settings
 from keysvc.credentials import Hasher, load_pepper
-from keysvc.errors import Conflict, Forbidden, PreconditionFailed, ServiceUnavailable
+from keysvc.diskspace import DiskSpace
+from keysvc.errors import (
+    Conflict,
+    Forbidden,
+    InsufficientStorage,
+    PreconditionFailed,
+    ServiceUnavailable,
+)
 from keysvc.models import Credential, Key, KeyChange, KeyPage, NewKey, Organization, Role
 from keysvc.permissions import cannot_grant
 from keysvc.timeutil import from_text, to_text
@@ -187,6 +194,8 @@ class Store:
         self._commits = CommitWatch(watcher, path)
         self._creates = _CreateThread(path)
         self._write_lock = asyncio.Lock()
+        # Whether writes find the disk full (keysvc.diskspace), for every write path.
+        self.space = DiskSpace(path)
         self.observer = observer
         self._cache = CredentialCache(cache_size)
         # Rendered answers that depend only on committed data (see data_version).
@@ -247,13 +256,22 @@ class Store:
         """
         async with self._write_lock:
             self._authorization_changed = False
-            await self._writer.execute("begin immediate")
             try:
-                yield self._writer
-            except BaseException:
-                await self._writer.execute("rollback")
-                raise
-            await self._writer.execute("commit")
+                await self._writer.execute("begin immediate")
+                try:
+                    yield self._writer
+                    await self._writer.execute("commit")
+                except BaseException:
+                    # SQLite may have rolled back already (a full disk does).
+                    if self._writer.in_transaction:
+                        await self._writer.execute("rollback")
+                    raise
+            except sqlite3.Error as exc:
+                failure = self.space.failed(exc)
+                if failure is exc:
+                    raise
+                raise failure from None
+            self.space.succeeded()
             if self._authorization_changed:
                 self._cache.clear()
 
@@ -358,11 +376,11 @@ class Store:
             await asyncio.shield(running)
         except asyncio.CancelledError:
             # The batch runs to its end (shielded); its requests still get their answers.
-            running.add_done_callback(lambda done: _settle(batch, done))
+            running.add_done_callback(lambda done: _settle(batch, done, self.space))
             raise
         except Exception:  # noqa: S110 - the failure is each request's answer, see _settle
             pass
-        _settle(batch, running)
+        _settle(batch, running, self.space)
 
     def cached_key(self, organization_id: str, key_id: str) -> Key | None:
         """The key as committed now, if it is cached and nothing at all was committed
@@ -541,7 +559,8 @@ class Store:
         """Set usedAt to ``minute`` unless it is already there (at most one write a minute).
 
         Answered once committed. Touches that arrive together share one transaction
-        (and one fsync): at the turn of a minute every busy key writes at once.
+        (and one fsync): at the turn of a minute every busy key writes at once. On a
+        full disk it is answered unwritten, and a later request tries again.
         """
         if minute != self._touched_minute:
             self._touched, self._touched_minute = set(), minute
@@ -554,7 +573,11 @@ class Store:
         touches.minutes[key_id] = to_text(minute)
         if self._touch_flusher is None or self._touch_flusher.done():
             self._touch_flusher = asyncio.create_task(self._flush_touches())
-        await asyncio.shield(touches.done)
+        try:
+            await asyncio.shield(touches.done)
+        except InsufficientStorage:
+            # usedAt is not worth refusing a request for: it is written by a later one.
+            self._touched.discard(key_id)
 
     async def _flush_touches(self) -> None:
         while self._touches is not None:
@@ -754,13 +777,17 @@ def _over_limit(max_keys: int) -> Conflict:
     return Conflict(f"this organization has reached its limit of {max_keys} keys")
 
 
-def _settle(batch: Sequence[_PendingCreate], done: "asyncio.Future[list[_Made]]") -> None:
-    """Answer each request of a finished batch: its key, or why it failed."""
+def _settle(
+    batch: Sequence[_PendingCreate], done: "asyncio.Future[list[_Made]]", space: DiskSpace
+) -> None:
+    """Answer each request of a finished batch: its key, or why it failed (a full
+    disk as ``space`` says, once for the batch)."""
     if done.cancelled() or done.exception() is not None:
         failure = done.exception() if not done.cancelled() else None
-        cause = failure if isinstance(failure, Exception) else RuntimeError("create cancelled")
-        outcomes: list[_Made] = [(None, cause)] * len(batch)
+        cause = space.failed(failure) if isinstance(failure, Exception) else None
+        outcomes: list[_Made] = [(None, cause or RuntimeError("create cancelled"))] * len(batch)
     else:
+        space.succeeded()
         outcomes = done.result()
     for item, (key, error) in zip(batch, outcomes, strict=True):
         if item.done.done():
