@@ -113,6 +113,7 @@ _COUNT_KEYS_OF = """
 _GENERATION = "select value from meta where name = 'auth_generation'"
 _SET_GENERATION = "update meta set value = ? where name = 'auth_generation'"
 _COUNT_KEYS = "select key_count from organizations where id = ?"
+_LAST_KEY_SEQ = "select last_key_seq from organizations where id = ?"
 # The effective state, as authentication sees it: expired means enabled but past expireAt.
 # julianday compares the instants, whatever fraction of a second the text carries.
 _COUNT_KEYS_BY_STATE = """
@@ -760,9 +761,10 @@ def _key_row(key_id: str, org_seq: int, new: NewKey) -> tuple[object, ...]:
 
 async def _insert_key(conn: aiosqlite.Connection, new: NewKey) -> Key:
     key_id = str(uuid.uuid4())
-    (_, _, last), *_ = await _all(conn, _COUNT_KEYS_OF, (json.dumps([new.organization_id]),))
+    last = await _one(conn, _LAST_KEY_SEQ, (new.organization_id,))
+    org_seq = (last[0] if last else 0) + 1
     try:
-        await conn.execute(_INSERT_KEY, _key_row(key_id, last + 1, new))
+        await conn.execute(_INSERT_KEY, _key_row(key_id, org_seq, new))
     except sqlite3.IntegrityError as exc:
         if "key_id_hash" in str(exc):
             raise Conflict(_KEY_ID_TAKEN) from None
