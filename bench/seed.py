@@ -39,10 +39,11 @@ from keysvc.timeutil import to_text, utcnow
 
 DEVELOPER_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002"
 BATCH = 20_000
+# org_seq: each key's place in the organization, after the admin key's 1.
 _INSERT_KEY = """
     insert into api_keys (id, organization_id, name, state, key_id_hash, secret_hash,
-                          key_suffix, created_at)
-    values (?, ?, ?, 'enabled', ?, ?, ?, ?)
+                          key_suffix, created_at, org_seq)
+    values (?, ?, ?, 'enabled', ?, ?, ?, ?, ?)
 """
 _INSERT_ROLE = "insert into key_roles (key_id, role_id) values (?, ?)"
 
@@ -111,7 +112,7 @@ def seed(db: Path, keys: int, rotate: int = 1000, seed_value: int = 1) -> Seeded
         conn.execute("pragma synchronous = off")
         conn.execute("pragma cache_size = -262144")
         conn.execute("begin immediate")
-        key_rows: list[tuple[str, str, str, bytes, bytes, str, str]] = []
+        key_rows: list[tuple[str, str, str, bytes, bytes, str, str, int]] = []
         role_rows: list[tuple[str, str]] = []
         for index, cred in enumerate(_credentials(rng, keys)):
             if index in chosen:
@@ -125,6 +126,7 @@ def seed(db: Path, keys: int, rotate: int = 1000, seed_value: int = 1) -> Seeded
                     hasher.keyed(sha256_b64(cred.secret)),
                     cred.key_id[-SUFFIX_LENGTH:],
                     created_at,
+                    index + 2,
                 )
             )
             role_rows.append((cred.id, DEVELOPER_ROLE))

@@ -42,6 +42,49 @@ MIGRATIONS: Sequence[str] = (
         update organizations set key_count = key_count - 1 where id = old.organization_id;
     end;
     """,
+    # 4: changes to keys, their roles and roles, by hand included, move auth_generation.
+    """
+    create trigger if not exists api_keys_access_changed
+    after update of id, organization_id, name, state, key_id_hash, secret_hash, key_suffix,
+        ip_access_list, created_at, expire_at, rate_limit, rate_window on api_keys
+    begin
+        update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+    end;
+    create trigger if not exists api_keys_access_removed after delete on api_keys begin
+        update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+    end;
+    create trigger if not exists key_roles_granted after insert on key_roles begin
+        update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+    end;
+    create trigger if not exists key_roles_revoked after delete on key_roles begin
+        update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+    end;
+    create trigger if not exists roles_changed after update on roles begin
+        update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+    end;
+    create trigger if not exists roles_removed after delete on roles begin
+        update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+    end;
+    """,
+    # 5: each key's place in its organization, for list cursors (see schema.sql).
+    """
+    alter table organizations add column last_key_seq integer not null default 0;
+    alter table api_keys add column org_seq integer not null default 0;
+    update api_keys set org_seq = ranked.n
+    from (select seq, row_number() over (partition by organization_id order by seq) as n
+          from api_keys) as ranked
+    where ranked.seq = api_keys.seq;
+    update organizations set last_key_seq = coalesce(
+        (select max(org_seq) from api_keys where api_keys.organization_id = organizations.id), 0);
+    drop index if exists api_keys_org_seq;
+    create unique index if not exists api_keys_org_position on api_keys (organization_id, org_seq);
+    drop trigger if exists api_keys_counted;
+    create trigger api_keys_counted after insert on api_keys begin
+        update organizations set key_count = key_count + 1,
+                                 last_key_seq = max(last_key_seq, new.org_seq)
+        where id = new.organization_id;
+    end;
+    """,
 )
 
 # Owner read and write only, as the pepper file.

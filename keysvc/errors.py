@@ -90,6 +90,15 @@ class ServiceUnavailable(ApiError):
     default_message = "service unavailable"
 
 
+class InsufficientStorage(ApiError):
+    """The database's disk is full: nothing was written, and reads still work."""
+
+    status = 507
+    default_message = (
+        "database disk is full: nothing was written; try again once the server has space"
+    )
+
+
 class TooManyRequests(ApiError):
     """Over a rate limit; Retry-After says when to come back."""
 

@@ -150,12 +150,19 @@ async def update_key(
     return key
 
 
-async def delete_key(store: Store, caller: Key, organization_id: str, key_id: str) -> None:
-    """Delete another key of the organization, no stronger than the caller."""
+async def delete_key(
+    store: Store,
+    caller: Key,
+    organization_id: str,
+    key_id: str,
+    if_match: Collection[str] | None = None,
+) -> None:
+    """Delete another key of the organization, no stronger than the caller; with
+    ``if_match``, only if the key's ETag is among them."""
     if key_id == caller.id:
         raise BadRequest("a key cannot delete itself: use another key to delete it")
     if not await store.delete_key(
-        organization_id, key_id, lambda target: may_change(caller, target)
+        organization_id, key_id, lambda target: may_change(caller, target), if_match
     ):
         raise NotFound("key not found in this organization")
 
@@ -171,19 +178,26 @@ async def bootstrap(
     return org, Issued(key, key_id, secret)
 
 
+# What a cursor's MAC is made for. Cursors that carried the global row sequence were
+# signed for "cursor": those are refused now, rather than read as a place.
+_CURSOR = "cursor position"
+
+
 def encode_cursor(hasher: Hasher, organization_id: str, key: Key) -> str:
-    """An opaque cursor after ``key``, valid only for this organization's list."""
-    return f"{key.seq}.{hasher.sign('cursor', f'{organization_id}:{key.seq}')}"
+    """An opaque cursor after ``key``, valid only for this organization's list. It
+    carries the key's place in its organization (``Key.org_seq``), which moves only
+    with this organization's own creates: nothing of other organizations shows."""
+    return f"{key.org_seq}.{hasher.sign(_CURSOR, f'{organization_id}:{key.org_seq}')}"
 
 
 def decode_cursor(hasher: Hasher, organization_id: str, cursor: str | None) -> int:
-    """The position a cursor stands for; 0 for none. A forged or foreign cursor is a 400."""
+    """The place a cursor stands for; 0 for none. A forged or foreign cursor is a 400."""
     if cursor is None:
         return 0
     seq, _, mac = cursor.partition(".")
     if not (seq.isascii() and seq.isdigit()) or len(seq) > 18:
         raise BadRequest(BAD_CURSOR)
-    expected = hasher.sign("cursor", f"{organization_id}:{int(seq)}")
+    expected = hasher.sign(_CURSOR, f"{organization_id}:{int(seq)}")
     if not hmac.compare_digest(expected.encode(), mac.encode()):
         raise BadRequest(BAD_CURSOR)
     return int(seq)

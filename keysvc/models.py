@@ -51,6 +51,9 @@ class Key:
     roles: tuple[Role, ...]
     # (limit, window in seconds) of this key's own request limit; None: the server's.
     rate_limit: tuple[int, int] | None = None
+    # Its place in its organization's creation order (1, 2, ...): what list cursors
+    # carry, so that they tell nothing of other organizations' keys.
+    org_seq: int = 0
 
     # Cached: a Key never changes (a change is a new Key), and the hot paths ask each
     # request. cached_property stores beside the fields, so the frozen class allows it.
@@ -60,13 +63,15 @@ class Key:
 
     @cached_property
     def etag(self) -> str:
-        """A strong ETag of what a PATCH can change (usedAt moves on its own)."""
+        """A strong ETag of what a PATCH can change and of what the key may do: its
+        roles' permissions are covered, so widening a role moves the ETag of every
+        key that holds it. usedAt is not: it moves on its own."""
         state = [
             self.name,
             self.state,
             to_text(self.expire_at) if self.expire_at else None,
             self.ip_access_list,
-            [(role.id, role.name) for role in self.roles],
+            [(role.id, role.name, sorted(role.permissions)) for role in self.roles],
             self.rate_limit,
         ]
         digest = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()

@@ -47,7 +47,8 @@ _ERRORS = {
     413: "The body is larger than 64 KiB.",
     415: "The body is not `application/json`.",
     500: "An internal server error has occurred; the server log has it under the requestId.",
-    503: "Not ready: the database does not answer or its schema is not current.",
+    503: "Not ready: the database does not answer, its schema is not current, or its disk is full.",
+    507: "The database's disk is full: nothing was written. Reads still work; retry later.",
 }
 _AUTHENTICATED = (400, 401, 403, 429, 500)
 _WITH_BODY = (413, 415)
@@ -180,7 +181,8 @@ _IF_MATCH = {
     "in": "header",
     "name": "If-Match",
     "required": False,
-    "description": "keysvc addition: apply only if the key's ETag is one of these (else 412).",
+    "description": "keysvc addition: apply only if the key's ETag is one of these, or `*` "
+    "(else 412). The ETag covers the key's roles' permissions too.",
     "schema": {"type": "string"},
     "x-keysvc-addition": True,
 }
@@ -219,6 +221,7 @@ def _operations() -> dict[str, dict[str, Any]]:
     ok_empty = _json(_envelope(None), "Done: the envelope has no result.")
     key_params, role_params = [_ORG_PARAM, _KEY_PARAM], [_ORG_PARAM, _ROLE_PARAM]
     a = _AUTHENTICATED
+    w = (*a, 507)  # writes: refused whole on a full disk
     return {
         KEYS: {
             "get": _op(
@@ -230,7 +233,7 @@ def _operations() -> dict[str, dict[str, Any]]:
             "post": _op(
                 "openapiKeyCreate", "Create key", "keys:create", [_ORG_PARAM],
                 _json(_envelope(_ref("ApiKeyPostResponse")), "The key, and its credentials once."),
-                (*a, 409), body="ApiKeyPostRequest",
+                (*w, 409), body="ApiKeyPostRequest",
             ),
         },
         KEY: {
@@ -239,11 +242,11 @@ def _operations() -> dict[str, dict[str, Any]]:
             ),
             "patch": _op(
                 "openapiKeyUpdate", "Update key", "keys:update", [*key_params, _IF_MATCH],
-                ok_key, (*a, 404, 412), body="ApiKeyPatchRequest",
+                ok_key, (*w, 404, 412), body="ApiKeyPatchRequest",
             ),
             "delete": _op(
                 "openapiKeyDelete", "Delete key (not the one making the request)", "keys:delete",
-                key_params, ok_empty, (*a, 404),
+                [*key_params, _IF_MATCH], ok_empty, (*w, 404, 412),
             ),
         },
         ROLES: {
@@ -255,7 +258,7 @@ def _operations() -> dict[str, dict[str, Any]]:
             ),
             "post": _op(
                 "organizationRolePost", "Create a custom role", "roles:write", [_ORG_PARAM],
-                ok_role, (*a, 409), body="RoleCreateRequest", tag="roles",
+                ok_role, (*w, 409), body="RoleCreateRequest", tag="roles",
             ),
         },
         ROLE: {
@@ -265,11 +268,11 @@ def _operations() -> dict[str, dict[str, Any]]:
             ),
             "patch": _op(
                 "organizationRolePatch", "Update a custom role", "roles:write", role_params,
-                ok_role, (*a, 404, 409), body="RoleUpdateRequest", tag="roles",
+                ok_role, (*w, 404, 409), body="RoleUpdateRequest", tag="roles",
             ),
             "delete": _op(
                 "organizationRoleDelete", "Delete a custom role no key holds", "roles:write",
-                role_params, ok_empty, (*a, 404, 409), tag="roles",
+                role_params, ok_empty, (*w, 404, 409), tag="roles",
             ),
         },
         "/v1/whoami": {

@@ -15,7 +15,10 @@ create table if not exists organizations (
     id         text primary key,           -- uuid
     name       text not null,
     created_at text not null,
-    key_count  integer not null default 0  -- its rows in api_keys, kept by the triggers below
+    key_count  integer not null default 0, -- its rows in api_keys, kept by the triggers below
+    -- The highest api_keys.org_seq given out here, kept by api_keys_counted; it never
+    -- goes back, so a deleted key's place is never given again.
+    last_key_seq integer not null default 0
 ) strict;
 
 -- System roles have no organization: they exist in every organization with
@@ -41,7 +44,9 @@ insert or ignore into roles (id, organization_id, name, type, permissions, creat
      '["endpoints:query"]', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z');
 
 -- Neither the key ID nor the secret is stored: only HMAC-SHA256(pepper,
--- base64(SHA-256(value))) of each. seq gives creation order for paging.
+-- base64(SHA-256(value))) of each. seq gives creation order; org_seq the key's
+-- place in its own organization's (1, 2, ...), which list cursors carry, so that
+-- they tell nothing of other organizations.
 create table if not exists api_keys (
     seq             integer primary key,
     id              text not null unique,  -- uuid, used in paths
@@ -56,15 +61,18 @@ create table if not exists api_keys (
     expire_at       text,
     used_at         text,
     rate_limit      integer,               -- this key's own request limit, per rate_window
-    rate_window     integer                -- seconds
+    rate_window     integer,               -- seconds
+    org_seq         integer not null default 0
 ) strict;
 
-create index if not exists api_keys_org_seq on api_keys (organization_id, seq);
+create unique index if not exists api_keys_org_position on api_keys (organization_id, org_seq);
 
 -- organizations.key_count, so that the per-organization cap and totalCount need
 -- not count the organization's keys: a create batch did, and it grew with them.
 create trigger if not exists api_keys_counted after insert on api_keys begin
-    update organizations set key_count = key_count + 1 where id = new.organization_id;
+    update organizations set key_count = key_count + 1,
+                             last_key_seq = max(last_key_seq, new.org_seq)
+    where id = new.organization_id;
 end;
 create trigger if not exists api_keys_uncounted after delete on api_keys begin
     update organizations set key_count = key_count - 1 where id = old.organization_id;
@@ -77,3 +85,30 @@ create table if not exists key_roles (
 ) strict, without rowid;
 
 create index if not exists key_roles_role on key_roles (role_id);
+
+-- Any change to what a key may do moves auth_generation, whoever makes it: the
+-- API, or an operator editing the file by hand (docs/SECURITY.md, "Emergency
+-- revocation"). Not usedAt alone, which moves every minute a key is used and
+-- would otherwise drop every cache as often. A create's own key_roles rows move
+-- it too; the create puts it back, since no cache can hold a key not yet committed.
+create trigger if not exists api_keys_access_changed
+after update of id, organization_id, name, state, key_id_hash, secret_hash, key_suffix,
+    ip_access_list, created_at, expire_at, rate_limit, rate_window on api_keys
+begin
+    update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+end;
+create trigger if not exists api_keys_access_removed after delete on api_keys begin
+    update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+end;
+create trigger if not exists key_roles_granted after insert on key_roles begin
+    update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+end;
+create trigger if not exists key_roles_revoked after delete on key_roles begin
+    update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+end;
+create trigger if not exists roles_changed after update on roles begin
+    update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+end;
+create trigger if not exists roles_removed after delete on roles begin
+    update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+end;

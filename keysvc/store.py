@@ -9,9 +9,11 @@ this process or another).
 
 Credentials are cached (``keysvc.cache``). Every write that can change an
 authentication or authorization answer bumps ``auth_generation`` in the same
-transaction; the watcher sees the commit, reads the generation, and drops the
-cache before the next request is answered, in every process. ``usedAt``
-writes move ``data_version`` but not the generation, so they do not flush it.
+transaction, and so do schema.sql's triggers for any change to keys, their roles
+and roles, an operator's by hand included; the watcher sees the commit, reads
+the generation, and drops the cache before the next request is answered, in
+every process. ``usedAt`` writes move ``data_version`` but not the generation,
+so they do not flush it.
 
 Concurrent creates are grouped: one transaction, one fsync, for all the
 creates waiting. Should one be refused, the batch starts again a key at a
@@ -43,30 +45,37 @@ from keysvc import db
 from keysvc.cache import CredentialCache, VersionedCache
 from keysvc.config import ConfigError, Settings
 from keysvc.credentials import Hasher, load_pepper
-from keysvc.errors import Conflict, Forbidden, PreconditionFailed, ServiceUnavailable
+from keysvc.diskspace import DiskSpace
+from keysvc.errors import (
+    Conflict,
+    Forbidden,
+    InsufficientStorage,
+    PreconditionFailed,
+    ServiceUnavailable,
+)
 from keysvc.models import Credential, Key, KeyChange, KeyPage, NewKey, Organization, Role
 from keysvc.permissions import cannot_grant
 from keysvc.timeutil import from_text, to_text
 from keysvc.walwatch import CommitWatch
 
 _KEY_BY_ID = """
-    select seq, id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
-           ip_access_list, rate_limit, rate_window
+    select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
+           used_at, ip_access_list, rate_limit, rate_window
     from api_keys where id = ? and organization_id = ?
 """
 _KEY_PAGE = """
-    select seq, id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
-           ip_access_list, rate_limit, rate_window
-    from api_keys where organization_id = ? and seq > ? order by seq limit ?
+    select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
+           used_at, ip_access_list, rate_limit, rate_window
+    from api_keys where organization_id = ? and org_seq > ? order by org_seq limit ?
 """
 _CREDENTIAL = """
-    select seq, id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
-           ip_access_list, rate_limit, rate_window, secret_hash
+    select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
+           used_at, ip_access_list, rate_limit, rate_window, secret_hash
     from api_keys where key_id_hash = ?
 """
 _CREDENTIAL_BY_ID = """
-    select seq, id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
-           ip_access_list, rate_limit, rate_window, secret_hash
+    select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
+           used_at, ip_access_list, rate_limit, rate_window, secret_hash
     from api_keys where id = ? and organization_id = ?
 """
 _ROLES_OF_KEYS = """
@@ -76,18 +85,18 @@ _ROLES_OF_KEYS = """
     order by r.type = 'custom', r.name
 """
 _KEYS_WITH_IDS = """
-    select seq, id, organization_id, name, state, key_suffix, created_at, expire_at, used_at,
-           ip_access_list, rate_limit, rate_window
+    select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
+           used_at, ip_access_list, rate_limit, rate_window
     from api_keys where id in (select value from json_each(?)) order by seq
 """
 _INSERT_KEY = """
-    insert into api_keys (id, organization_id, name, state, key_id_hash, secret_hash,
+    insert into api_keys (id, org_seq, organization_id, name, state, key_id_hash, secret_hash,
                           key_suffix, ip_access_list, created_at, expire_at, rate_limit,
                           rate_window)
-    values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 _INSERT_KEY_ROLE = "insert into key_roles (key_id, role_id) values (?, ?)"
-# Heads of _insert_rows's statements, and its rows per statement (12 parameters a key
+# Heads of _insert_rows's statements, and its rows per statement (13 parameters a key
 # row; SQLite takes up to 32,766 parameters).
 _INSERT_KEYS = _INSERT_KEY[: _INSERT_KEY.index("values")] + "values "
 _INSERT_KEY_ROLES = "insert into key_roles (key_id, role_id) values "
@@ -98,10 +107,13 @@ _GRANTED_ROLES = """
     where id in (select value from json_each(?))
 """
 _COUNT_KEYS_OF = """
-    select id, key_count from organizations where id in (select value from json_each(?))
+    select id, key_count, last_key_seq from organizations
+    where id in (select value from json_each(?))
 """
 _GENERATION = "select value from meta where name = 'auth_generation'"
+_SET_GENERATION = "update meta set value = ? where name = 'auth_generation'"
 _COUNT_KEYS = "select key_count from organizations where id = ?"
+_LAST_KEY_SEQ = "select last_key_seq from organizations where id = ?"
 # The effective state, as authentication sees it: expired means enabled but past expireAt.
 # julianday compares the instants, whatever fraction of a second the text carries.
 _COUNT_KEYS_BY_STATE = """
@@ -183,6 +195,8 @@ class Store:
         self._commits = CommitWatch(watcher, path)
         self._creates = _CreateThread(path)
         self._write_lock = asyncio.Lock()
+        # Whether writes find the disk full (keysvc.diskspace), for every write path.
+        self.space = DiskSpace(path)
         self.observer = observer
         self._cache = CredentialCache(cache_size)
         # Rendered answers that depend only on committed data (see data_version).
@@ -243,13 +257,22 @@ class Store:
         """
         async with self._write_lock:
             self._authorization_changed = False
-            await self._writer.execute("begin immediate")
             try:
-                yield self._writer
-            except BaseException:
-                await self._writer.execute("rollback")
-                raise
-            await self._writer.execute("commit")
+                await self._writer.execute("begin immediate")
+                try:
+                    yield self._writer
+                    await self._writer.execute("commit")
+                except BaseException:
+                    # SQLite may have rolled back already (a full disk does).
+                    if self._writer.in_transaction:
+                        await self._writer.execute("rollback")
+                    raise
+            except sqlite3.Error as exc:
+                failure = self.space.failed(exc)
+                if failure is exc:
+                    raise
+                raise failure from None
+            self.space.succeeded()
             if self._authorization_changed:
                 self._cache.clear()
 
@@ -354,11 +377,11 @@ class Store:
             await asyncio.shield(running)
         except asyncio.CancelledError:
             # The batch runs to its end (shielded); its requests still get their answers.
-            running.add_done_callback(lambda done: _settle(batch, done))
+            running.add_done_callback(lambda done: _settle(batch, done, self.space))
             raise
         except Exception:  # noqa: S110 - the failure is each request's answer, see _settle
             pass
-        _settle(batch, running)
+        _settle(batch, running, self.space)
 
     def cached_key(self, organization_id: str, key_id: str) -> Key | None:
         """The key as committed now, if it is cached and nothing at all was committed
@@ -390,9 +413,10 @@ class Store:
         return key
 
     @timed
-    async def list_keys(self, organization_id: str, after_seq: int, limit: int) -> KeyPage:
-        """Keys oldest first, after ``after_seq``: a keyset page, as cheap at page N as page 1."""
-        rows = await _all(self.reader, _KEY_PAGE, (organization_id, after_seq, limit + 1))
+    async def list_keys(self, organization_id: str, after: int, limit: int) -> KeyPage:
+        """Keys oldest first, after the organization's ``after``-th key (``Key.org_seq``):
+        a keyset page, as cheap at page N as page 1."""
+        rows = await _all(self.reader, _KEY_PAGE, (organization_id, after, limit + 1))
         keys = await _keys_from_rows(self.reader, rows[:limit])
         total = await _one(self.reader, _COUNT_KEYS, (organization_id,))
         return KeyPage(keys=keys, more=len(rows) > limit, total=total[0] if total else 0)
@@ -416,8 +440,7 @@ class Store:
                 return None
             if check is not None:
                 check(current)
-            if if_match is not None and "*" not in if_match and current.etag not in if_match:
-                raise PreconditionFailed()
+            _check_if_match(current, if_match)
             expire_at = None if change.clear_expiry else change.expire_at or current.expire_at
             rate = None if change.clear_rate_limit else change.rate_limit or current.rate_limit
             ip_list = (
@@ -447,15 +470,22 @@ class Store:
 
     @timed
     async def delete_key(
-        self, organization_id: str, key_id: str, check: Callable[[Key], None] | None = None
+        self,
+        organization_id: str,
+        key_id: str,
+        check: Callable[[Key], None] | None = None,
+        if_match: Collection[str] | None = None,
     ) -> bool:
-        """Delete the key; False if there is none. ``check`` as for ``update_key``."""
+        """Delete the key; False if there is none. ``check`` and ``if_match`` as for
+        ``update_key``: both are decided inside the delete's transaction."""
         async with self.transaction() as conn:
-            if check is not None:
+            if check is not None or if_match is not None:
                 current = await _get_key(conn, organization_id, key_id)
                 if current is None:
                     return False
-                check(current)
+                if check is not None:
+                    check(current)
+                _check_if_match(current, if_match)
             cursor = await conn.execute(
                 "delete from api_keys where id = ? and organization_id = ?",
                 (key_id, organization_id),
@@ -530,7 +560,8 @@ class Store:
         """Set usedAt to ``minute`` unless it is already there (at most one write a minute).
 
         Answered once committed. Touches that arrive together share one transaction
-        (and one fsync): at the turn of a minute every busy key writes at once.
+        (and one fsync): at the turn of a minute every busy key writes at once. On a
+        full disk it is answered unwritten, and a later request tries again.
         """
         if minute != self._touched_minute:
             self._touched, self._touched_minute = set(), minute
@@ -543,7 +574,11 @@ class Store:
         touches.minutes[key_id] = to_text(minute)
         if self._touch_flusher is None or self._touch_flusher.done():
             self._touch_flusher = asyncio.create_task(self._flush_touches())
-        await asyncio.shield(touches.done)
+        try:
+            await asyncio.shield(touches.done)
+        except InsufficientStorage:
+            # usedAt is not worth refusing a request for: it is written by a later one.
+            self._touched.discard(key_id)
 
     async def _flush_touches(self) -> None:
         while self._touches is not None:
@@ -604,8 +639,8 @@ async def _all(conn: aiosqlite.Connection, sql: str, params: Sequence[object]) -
 
 _ROLE_COLUMNS = ("id", "name", "type", "permissions", "created_at", "updated_at")
 _KEY_COLUMNS = (
-    "seq", "id", "organization_id", "name", "state", "key_suffix", "created_at", "expire_at",
-    "used_at", "ip_access_list", "rate_limit", "rate_window",
+    "seq", "org_seq", "id", "organization_id", "name", "state", "key_suffix", "created_at",
+    "expire_at", "used_at", "ip_access_list", "rate_limit", "rate_window",
 )  # fmt: skip
 # Records made from rows, by the rows' values: a row read again unchanged gives back
 # the object made before (with the JSON text views keep on it) rather than a new one.
@@ -651,6 +686,7 @@ def _key(row: sqlite3.Row, roles: Sequence[Role]) -> Key:
         lambda: Key(
             id=row["id"],
             seq=row["seq"],
+            org_seq=row["org_seq"],
             organization_id=row["organization_id"],
             name=row["name"],
             state=row["state"],
@@ -686,6 +722,13 @@ async def _get_key(conn: aiosqlite.Connection, organization_id: str, key_id: str
     return None if row is None else (await _keys_from_rows(conn, [row]))[0]
 
 
+def _check_if_match(key: Key, if_match: Collection[str] | None) -> None:
+    """Refuse (412) unless If-Match is absent, ``*`` (any existing key: RFC 9110,
+    section 13.1.1) or names the key's current ETag."""
+    if if_match is not None and "*" not in if_match and key.etag not in if_match:
+        raise PreconditionFailed()
+
+
 # What a create or an update is told when a constraint refuses its key, by either path.
 _KEY_ID_TAKEN = "hashData.keyIdHash: a key with this key ID already exists"
 _ROLE_GONE = "a role was deleted while this request ran; try again"
@@ -702,9 +745,10 @@ async def _insert_key_roles(
         raise Conflict(_ROLE_GONE) from None
 
 
-def _key_row(key_id: str, new: NewKey) -> tuple[object, ...]:
+def _key_row(key_id: str, org_seq: int, new: NewKey) -> tuple[object, ...]:
     return (
         key_id,
+        org_seq,
         new.organization_id,
         new.name,
         new.state,
@@ -721,8 +765,10 @@ def _key_row(key_id: str, new: NewKey) -> tuple[object, ...]:
 
 async def _insert_key(conn: aiosqlite.Connection, new: NewKey) -> Key:
     key_id = str(uuid.uuid4())
+    last = await _one(conn, _LAST_KEY_SEQ, (new.organization_id,))
+    org_seq = (last[0] if last else 0) + 1
     try:
-        await conn.execute(_INSERT_KEY, _key_row(key_id, new))
+        await conn.execute(_INSERT_KEY, _key_row(key_id, org_seq, new))
     except sqlite3.IntegrityError as exc:
         if "key_id_hash" in str(exc):
             raise Conflict(_KEY_ID_TAKEN) from None
@@ -737,13 +783,17 @@ def _over_limit(max_keys: int) -> Conflict:
     return Conflict(f"this organization has reached its limit of {max_keys} keys")
 
 
-def _settle(batch: Sequence[_PendingCreate], done: "asyncio.Future[list[_Made]]") -> None:
-    """Answer each request of a finished batch: its key, or why it failed."""
+def _settle(
+    batch: Sequence[_PendingCreate], done: "asyncio.Future[list[_Made]]", space: DiskSpace
+) -> None:
+    """Answer each request of a finished batch: its key, or why it failed (a full
+    disk as ``space`` says, once for the batch)."""
     if done.cancelled() or done.exception() is not None:
         failure = done.exception() if not done.cancelled() else None
-        cause = failure if isinstance(failure, Exception) else RuntimeError("create cancelled")
-        outcomes: list[_Made] = [(None, cause)] * len(batch)
+        cause = space.failed(failure) if isinstance(failure, Exception) else None
+        outcomes: list[_Made] = [(None, cause or RuntimeError("create cancelled"))] * len(batch)
     else:
+        space.succeeded()
         outcomes = done.result()
     for item, (key, error) in zip(batch, outcomes, strict=True):
         if item.done.done():
@@ -876,13 +926,19 @@ def _commit(conn: sqlite3.Connection) -> None:
 def _stage_batch(conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]]) -> list[_Made]:
     """The batch's keys, inserted in the transaction begun for them. Should a constraint
     refuse any of them (a taken keyIdHash, a role deleted meanwhile), it starts again
-    one key at a time, each in its own savepoint, so that only that request fails."""
+    one key at a time, each in its own savepoint, so that only that request fails.
+
+    The new keys' key_roles rows move the authorization generation (schema.sql's
+    triggers); it is put back as it was, since no cache can hold a key that was not
+    committed and a batch changes no other key: creates drop no cache."""
     conn.execute("savepoint whole_batch")
+    (generation,) = conn.execute(_GENERATION).fetchone()
     try:
         outcomes = _insert_batch(conn, batch)
     except sqlite3.IntegrityError:
         conn.execute("rollback to whole_batch")
         outcomes = [_insert_alone(conn, item) for item in batch]
+    conn.execute(_SET_GENERATION, (generation,))
     conn.execute("release whole_batch")
     return outcomes
 
@@ -890,7 +946,11 @@ def _stage_batch(conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]]) 
 def _insert_batch(conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]]) -> list[_Made]:
     """Insert the batch's keys with one statement per table; IntegrityError if any is refused."""
     orgs = list(dict.fromkeys(new.organization_id for new, _ in batch))
-    counts: dict[str, int] = dict(conn.execute(_COUNT_KEYS_OF, (json.dumps(orgs),)).fetchall())
+    counts: dict[str, int] = {}
+    # Each organization's last org_seq: a key gets the next, its place in the organization.
+    last: dict[str, int] = {}
+    for org, count, last_seq in conn.execute(_COUNT_KEYS_OF, (json.dumps(orgs),)):
+        counts[org], last[org] = count, last_seq
     planned: list[tuple[str | None, Exception | None]] = []
     key_rows, role_rows = [], []
     granted = _granted_roles(conn, batch)
@@ -904,8 +964,9 @@ def _insert_batch(conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]])
             planned.append((None, beyond))
             continue
         counts[org] = counts.get(org, 0) + 1
+        last[org] = last.get(org, 0) + 1
         key_id = str(uuid.uuid4())
-        key_rows.append(_key_row(key_id, new))
+        key_rows.append(_key_row(key_id, last[org], new))
         role_rows += [(key_id, role_id) for role_id in dict.fromkeys(new.role_ids)]
         planned.append((key_id, None))
     keys: dict[str, Key] = {}

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.helpers import Creds
+from tests.helpers import Creds, basic
 
 
 def free_port() -> int:
@@ -67,6 +67,20 @@ async def listed_keys(
         if not body.get("nextCursor"):
             return found, body["totalCount"]
         params = {"limit": "250", "cursor": body["nextCursor"]}
+
+
+def call(base: str, path: str, creds: dict[str, str], method: str = "GET",
+          body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:  # fmt: skip
+    """A request to a keysvc server with ``creds`` (keyId and keySecret): status and body."""
+    data = None if body is None else json.dumps(body).encode()
+    headers = {**basic(creds["keyId"], creds["keySecret"]), "Content-Type": "application/json"}
+    request = urllib.request.Request(base + path, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            raw = response.read()
+            return response.status, json.loads(raw) if raw else {}
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
 
 
 def integrity(db: Path) -> list[str]:

@@ -322,7 +322,7 @@ def _damage_an_index(db: Path) -> None:
     try:
         page_size = conn.execute("pragma page_size").fetchone()[0]
         root = conn.execute(
-            "select rootpage from sqlite_schema where name = 'api_keys_org_seq'"
+            "select rootpage from sqlite_schema where name = 'api_keys_org_position'"
         ).fetchone()[0]
     finally:
         conn.close()
@@ -345,7 +345,7 @@ def test_backup_of_a_damaged_database_fails_loudly(tmp_path: Path) -> None:
     assert done.stderr.startswith(
         f"keysvc: backup: the copy of {db} failed PRAGMA integrity_check, so no backup was written"
     )
-    assert "api_keys_org_seq" in done.stderr
+    assert "api_keys_org_position" in done.stderr
     assert os.listdir(out.parent) == []
 
     with pytest.raises(BackupDamaged):

@@ -1,10 +1,7 @@
 """The credential cache: no database round trip on a hit, never a stale answer."""
 
 import asyncio
-import json
 import sqlite3
-import urllib.error
-import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,7 +27,7 @@ from tests.helpers import (
     count_reads,
     hash_data,
 )
-from tests.server import Server
+from tests.server import Server, call
 from tests.server import bootstrap as cli_bootstrap
 
 VERIFY = "/v1/verify"
@@ -297,35 +294,22 @@ async def test_concurrent_creates_share_transactions(
     assert len(listed) == 42  # the admin and 41 created: every acknowledged create is there
 
 
-def _call(base: str, path: str, creds: dict[str, str], method: str = "GET",
-          body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:  # fmt: skip
-    data = None if body is None else json.dumps(body).encode()
-    headers = {**basic(creds["keyId"], creds["keySecret"]), "Content-Type": "application/json"}
-    request = urllib.request.Request(base + path, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            raw = response.read()
-            return response.status, json.loads(raw) if raw else {}
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
-
-
 def test_two_processes_never_serve_a_stale_answer(tmp_path: Path) -> None:
     """Write through one server process and check through another at once, repeatedly."""
     db = tmp_path / "shared.db"
     admin = cli_bootstrap(db)
     org = admin["organizationId"]
     with Server(db) as writer, Server(db) as reader:
-        status, made = _call(writer.base, f"/v1/organizations/{org}/keys", admin, "POST",
+        status, made = call(writer.base, f"/v1/organizations/{org}/keys", admin, "POST",
                              {"name": "svc", "roles": ["developer"]})  # fmt: skip
         assert status == 200
         svc = made["result"]
         url = f"/v1/organizations/{org}/keys/{svc['key']['id']}"
         for round_ in range(10):
             state = "disabled" if round_ % 2 == 0 else "enabled"
-            assert _call(reader.base, "/v1/verify", svc)[0] == (200 if state == "disabled" else 401)
-            assert _call(writer.base, url, admin, "PATCH", {"state": state})[0] == 200
-            status, body = _call(reader.base, "/v1/verify", svc)
+            assert call(reader.base, "/v1/verify", svc)[0] == (200 if state == "disabled" else 401)
+            assert call(writer.base, url, admin, "PATCH", {"state": state})[0] == 200
+            status, body = call(reader.base, "/v1/verify", svc)
             if state == "disabled":
                 assert (status, body["error"]) == (401, "key is disabled")
             else:

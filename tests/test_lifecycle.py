@@ -7,7 +7,16 @@ import pytest
 
 from keysvc.app import create_app
 from keysvc.config import Settings
-from tests.conftest import Client, ClientFactory, bootstrap, client_with, create, create_creds
+from keysvc.state import HASHER
+from tests.conftest import (
+    Client,
+    ClientFactory,
+    bootstrap,
+    client_with,
+    create,
+    create_creds,
+    create_role,
+)
 from tests.helpers import UNAUTHORIZED, Creds, FakeClock, assert_error, assert_ok
 
 DEVELOPER_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002"
@@ -96,6 +105,48 @@ async def test_tampered_and_foreign_cursors_are_refused(
         await assert_error(
             response, 400, "cursor: not a cursor from this list; start again without it"
         )
+
+
+async def cursor_places(client: Client, creds: Creds) -> list[str]:
+    """The part of each of the organization's cursors a client can read, page by page."""
+    places, body = [], await list_page(client, creds, limit=2)
+    while body["nextCursor"] is not None:
+        place, _, _ = body["nextCursor"].partition(".")
+        places.append(place)
+        body = await list_page(client, creds, limit=2, cursor=body["nextCursor"])
+    return places
+
+
+async def test_cursors_tell_nothing_of_other_organizations(
+    client: Client, admin: Creds, other_admin: Creds
+) -> None:
+    """Org A's keys are created on either side of many of org B's; org C makes the same
+    keys as A with nothing in between. A's cursors read the same as C's."""
+    control = await bootstrap(client.app, "control")
+    for n in range(2):
+        for creds in (admin, control):
+            await create(client, creds, {"name": f"early {n}", "roles": ["developer"]})
+    for n in range(25):
+        await create(client, other_admin, {"name": f"b{n}", "roles": ["developer"]})
+    for n in range(3):
+        for creds in (admin, control):
+            await create(client, creds, {"name": f"late {n}", "roles": ["developer"]})
+    # Five keys and the admin key: a cursor after the 2nd and the 4th.
+    assert await cursor_places(client, admin) == ["2", "4"]
+    assert await cursor_places(client, control) == ["2", "4"]
+
+
+async def test_a_cursor_signed_for_the_global_sequence_is_refused(
+    client: Client, admin: Creds
+) -> None:
+    """Cursors made before keys had a place in their organization carried the row
+    sequence: the same number now names another place, so they are refused."""
+    for n in range(3):
+        await create(client, admin, {"name": f"k{n}", "roles": ["developer"]})
+    hasher = client.app[HASHER]
+    old = f"2.{hasher.sign('cursor', f'{admin.organization_id}:2')}"
+    response = await client.get(keys_url(admin), params={"cursor": old}, headers=admin.headers)
+    await assert_error(response, 400, "cursor: not a cursor from this list; start again without it")
 
 
 async def test_patch_every_field(client: Client, admin: Creds) -> None:
@@ -259,6 +310,55 @@ async def test_delete_key(client: Client, admin: Creds) -> None:
         await client.delete(url, headers=admin.headers), 404, "key not found in this organization"
     )
     assert (await list_page(client, admin))["totalCount"] == 1
+
+
+STALE = "the key has changed since you read it (If-Match does not match its ETag)"
+
+
+async def test_delete_honours_if_match(client: Client, admin: Creds) -> None:
+    key = (await create(client, admin, {"name": "guarded", "roles": ["developer"]}))["key"]
+    url = keys_url(admin, key["id"])
+    etag = (await client.get(url, headers=admin.headers)).headers["ETag"]
+    await assert_ok(await client.patch(url, json={"name": "renamed"}, headers=admin.headers))
+
+    # Read before the rename: the delete is refused, and the key is still there.
+    stale = {**admin.headers, "If-Match": etag}
+    await assert_error(await client.delete(url, headers=stale), 412, STALE)
+    assert (await assert_ok(await client.get(url, headers=admin.headers)))["name"] == "renamed"
+
+    current = (await client.get(url, headers=admin.headers)).headers["ETag"]
+    await assert_ok(await client.delete(url, headers={**admin.headers, "If-Match": current}))
+    await assert_error(
+        await client.get(url, headers=admin.headers), 404, "key not found in this organization"
+    )
+
+
+async def test_delete_if_match_star_needs_an_existing_key(client: Client, admin: Creds) -> None:
+    key = (await create(client, admin, {"name": "any", "roles": ["developer"]}))["key"]
+    url, star = keys_url(admin, key["id"]), {**admin.headers, "If-Match": "*"}
+    await assert_ok(await client.delete(url, headers=star))
+    await assert_error(
+        await client.delete(url, headers=star), 404, "key not found in this organization"
+    )
+
+
+async def test_widening_a_role_moves_the_etag(client: Client, admin: Creds) -> None:
+    role = await create_role(client, admin, {"name": "reader", "permissions": ["keys:read"]})
+    key = (await create(client, admin, {"name": "holder", "assignedRoleIds": [role["id"]]}))["key"]
+    url = keys_url(admin, key["id"])
+    before = (await client.get(url, headers=admin.headers)).headers["ETag"]
+
+    role_url = f"/v1/organizations/{admin.organization_id}/roles/{role['id']}"
+    widened = await client.patch(role_url, json={"permissions": ["*"]}, headers=admin.headers)
+    await assert_ok(widened)
+    after = (await client.get(url, headers=admin.headers)).headers["ETag"]
+    assert after != before
+    # A PATCH made against the narrower view is refused; the current ETag passes.
+    stale = {**admin.headers, "If-Match": before}
+    await assert_error(await client.patch(url, json={"name": "x"}, headers=stale), 412, STALE)
+    await assert_ok(
+        await client.patch(url, json={"name": "x"}, headers={**admin.headers, "If-Match": after})
+    )
 
 
 async def test_key_cannot_delete_itself(client: Client, admin: Creds) -> None:

@@ -236,6 +236,10 @@ async def test_real_responses_match_the_document(
     await check(
         role, "delete", await client.delete(f"/v1/organizations/{org}/roles/{rid}", headers=h)
     )
+    stale = await client.delete(
+        f"/v1/organizations/{org}/keys/{kid}", headers={**h, "If-Match": '"stale"'}
+    )
+    assert (await check(key, "delete", stale))["status"] == 412
     await check(
         key, "delete", await client.delete(f"/v1/organizations/{org}/keys/{kid}", headers=h)
     )

@@ -14,7 +14,8 @@ these checks, and any failure fails the test:
   is one the document lists, in its media type, headers and schema.
 - negative_data_rejection: a request the document calls invalid gets a 4xx.
 - positive_data_acceptance: a request the document calls valid is not
-  refused; 412 is allowed for a PATCH, whose If-Match holds a made-up ETag.
+  refused; 412 is allowed for a PATCH or a DELETE, whose If-Match holds a
+  made-up ETag.
 - missing_required_header, unsupported_method, allow_header_conformance:
   undocumented methods get 405 with Allow. /v1/verify answers every method
   by design (a forward-auth endpoint sees whatever method the proxy passes
@@ -171,6 +172,10 @@ phases.coverage.unexpected-methods = []
 
 [[operations]]
 include-operation-id = "openapiKeyUpdate"
+checks.positive_data_acceptance.expected-statuses = {json.dumps([*ACCEPTED, "412"])}
+
+[[operations]]
+include-operation-id = "openapiKeyDelete"
 checks.positive_data_acceptance.expected-statuses = {json.dumps([*ACCEPTED, "412"])}
 """
 

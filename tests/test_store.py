@@ -4,6 +4,7 @@ import hashlib
 import os
 import sqlite3
 import stat
+import uuid
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,42 @@ async def test_older_database_is_upgraded_in_one_step(tmp_path: Path) -> None:
     raw.execute("select x from extra").fetchall()
 
 
+async def test_upgrade_numbers_each_organizations_keys_apart(tmp_path: Path) -> None:
+    """Step 5 gives each existing key its place in its own organization, in creation
+    order, whatever other organizations created in between; new keys continue it."""
+    path = tmp_path / "v1.db"
+    raw = sqlite3.connect(path)
+    raw.executescript((Path(__file__).parent / "data" / "schema_v1.sql").read_text())
+    raw.execute("pragma user_version = 1")
+    orgs = ["11111111-1111-4111-8111-111111111111", "33333333-3333-4333-8333-333333333333"]
+    for org in orgs:
+        raw.execute("insert into organizations values (?, 'old', '2026-01-01T00:00:00Z')", (org,))
+    made: dict[str, list[str]] = {org: [] for org in orgs}
+    for n, org in enumerate([orgs[0], orgs[1], orgs[1], orgs[0], orgs[1], orgs[0]]):
+        key_id = str(uuid.uuid4())
+        raw.execute(
+            "insert into api_keys (id, organization_id, name, state, key_id_hash, secret_hash,"
+            " key_suffix, created_at) values (?, ?, 'legacy', 'enabled', ?, x'02', 'abcd',"
+            " '2026-01-01T00:00:00Z')",
+            (key_id, org, bytes([n])),
+        )
+        made[org].append(key_id)
+    raw.commit()
+    raw.close()
+    store = await Store.open(path)
+    try:
+        for org in orgs:
+            page = await store.list_keys(org, 0, 10)
+            assert [(key.id, key.org_seq) for key in page.keys] == [
+                (key_id, n) for n, key_id in enumerate(made[org], 1)
+            ]
+            assert [key.id for key in (await store.list_keys(org, 2, 10)).keys] == made[org][2:]
+    finally:
+        await store.close()
+    upgraded = sqlite3.connect(path)
+    assert upgraded.execute("select last_key_seq from organizations").fetchall() == [(3,), (3,)]
+
+
 async def test_version_1_database_upgrades_with_its_data(tmp_path: Path) -> None:
     """A database made by the first release (schema v1) opens, upgrades, keeps its keys."""
     path = tmp_path / "v1.db"
@@ -90,10 +127,15 @@ async def test_version_1_database_upgrades_with_its_data(tmp_path: Path) -> None
     finally:
         await store.close()
     upgraded = sqlite3.connect(path)
-    assert upgraded.execute("pragma user_version").fetchone()[0] == db.schema_version() == 3
+    assert upgraded.execute("pragma user_version").fetchone()[0] == db.schema_version() == 5
     assert upgraded.execute("select value from meta where name = 'auth_generation'").fetchone()
     # Step 3 counted the organization's keys, and its triggers keep counting.
     assert upgraded.execute("select key_count from organizations").fetchone() == (1,)
+    # Step 4's triggers: a key changed by hand moves the authorization generation.
+    generation = "select cast(value as integer) from meta where name = 'auth_generation'"
+    (before,) = upgraded.execute(generation).fetchone()
+    upgraded.execute("update api_keys set state = 'disabled'")
+    assert upgraded.execute(generation).fetchone() == (before + 1,)
 
 
 async def test_failed_migration_changes_nothing(tmp_path: Path) -> None:

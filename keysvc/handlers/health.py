@@ -24,12 +24,16 @@ async def healthz(request: web.Request) -> web.Response:
 @routes.get("/readyz")
 @public
 async def readyz(request: web.Request) -> web.Response:
-    """The database answers and its schema is current; 503 with the reason otherwise."""
+    """The database answers, its schema is current, and writes are not refused for a
+    full disk (``keysvc.diskspace``); 503 with the reason otherwise."""
+    store = request.app[STORE]
     try:
-        current = await request.app[STORE].schema_is_current()
+        current = await store.schema_is_current()
     except (sqlite3.Error, ValueError) as exc:
         logger.warning("readiness check failed: %s", exc)
         raise ServiceUnavailable("not ready: the database does not answer") from None
     if not current:
         raise ServiceUnavailable("not ready: the database schema is not current")
+    if not store.space.ready():
+        raise ServiceUnavailable("not ready: the database disk is full")
     return ok(request, {"status": "ready"})

@@ -132,10 +132,15 @@ async def update_key(request: web.Request) -> web.Response:
     key_id = path_uuid(request, "keyId")
     body = await read_json_object(request)
     data = _load_at(_patch_body, request.app[CLOCK](), body)
-    if_match = request.headers.get("If-Match")
-    tags = None if if_match is None else [tag.strip() for tag in if_match.split(",")]
+    tags = _if_match(request)
     key = await keys.update_key(request.app[STORE], caller, organization_id, key_id, data, tags)
     return _key_response(request, key)
+
+
+def _if_match(request: web.Request) -> list[str] | None:
+    """The entity tags of If-Match, or None without one."""
+    if_match = request.headers.get(hdrs.IF_MATCH)
+    return None if if_match is None else [tag.strip() for tag in if_match.split(",")]
 
 
 def _key_response(request: web.Request, key: Key) -> web.Response:
@@ -150,5 +155,6 @@ def _key_response(request: web.Request, key: Key) -> web.Response:
 async def delete_key(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
     caller = authorize(request, organization_id, "keys:delete")
-    await keys.delete_key(request.app[STORE], caller, organization_id, path_uuid(request, "keyId"))
+    key_id = path_uuid(request, "keyId")
+    await keys.delete_key(request.app[STORE], caller, organization_id, key_id, _if_match(request))
     return ok(request)

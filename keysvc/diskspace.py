@@ -1,0 +1,83 @@
+"""What a full disk does to writes: the error the caller gets, the log line the
+operator gets, and the state readiness reports.
+
+SQLite answers a write it cannot store with ``SQLITE_FULL`` and writes nothing:
+the transaction is rolled back whole, what was committed before stays intact,
+and reads go on working. So a full disk is not an internal error. The request
+gets ``InsufficientStorage`` (507, "database disk is full"); the log gets one
+short line, not a traceback per request, and at most one every
+``LOG_INTERVAL_SECONDS`` while the disk stays full, counting the writes refused
+since the last; and ``/readyz`` says not ready until a write succeeds again or
+the filesystem has ``ROOM_BYTES`` free. A write that changes nothing would not
+tell: SQLite reuses space its write-ahead log already holds, so one small write
+may pass where a create cannot. Nothing here stops writes: the next one is tried
+as usual, so writes resume by themselves once there is space.
+"""
+
+import logging
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+from keysvc.errors import InsufficientStorage
+
+logger = logging.getLogger("keysvc")
+
+# At most one "disk is full" line this often, however many writes are refused.
+LOG_INTERVAL_SECONDS = 10.0
+# Free space on the database's filesystem that counts as room again after a full
+# disk: a write needs room for its write-ahead log frames, a checkpoint room for the
+# database file to grow.
+ROOM_BYTES = 1 << 20
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite's "database or disk is full"."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return (
+        isinstance(exc, sqlite3.Error) and code is not None and code & 0xFF == sqlite3.SQLITE_FULL
+    )
+
+
+class DiskSpace:
+    """Whether the last write found the disk full, as the store's writes report it."""
+
+    def __init__(self, db_path: Path) -> None:
+        self._where = db_path.parent
+        self.full = False
+        self._refused = 0  # writes refused since the last line
+        self._logged_at: float | None = None
+
+    def failed(self, exc: Exception) -> Exception:
+        """What a write that raised ``exc`` raises in turn: ``InsufficientStorage`` for
+        a full disk (counted, and logged now and then), anything else as it is."""
+        if not is_disk_full(exc):
+            return exc
+        self.full = True
+        self._refused += 1
+        now = time.monotonic()
+        if self._logged_at is None or now - self._logged_at >= LOG_INTERVAL_SECONDS:
+            logger.error(
+                "database disk is full: %d write(s) refused; writes resume once there is space",
+                self._refused,
+            )
+            self._logged_at, self._refused = now, 0
+        return InsufficientStorage()
+
+    def succeeded(self) -> None:
+        """A write committed: the disk has room again."""
+        if self.full:
+            self.full = False
+            self._logged_at, self._refused = None, 0
+            logger.warning("database disk has space again: writes resumed")
+
+    def ready(self) -> bool:
+        """False while the last write found the disk full and it still has no room."""
+        if not self.full:
+            return True
+        try:
+            stat = os.statvfs(self._where)
+        except OSError:
+            return False
+        return stat.f_bavail * stat.f_frsize >= ROOM_BYTES
