@@ -4,6 +4,9 @@ Settings come from flags, then KEYSVC_* environment variables, then defaults
 (the table in ``keysvc.config``). A setting keysvc cannot use stops it with a
 one-line reason and exit code 2; so does a backup that is refused (its target
 exists, say). A backup whose copy fails its integrity check exits 1.
+
+Only ``bootstrap`` makes a database; ``serve`` refuses a path where there is
+none, so a mistyped ``--db`` never starts an empty service.
 """
 
 import argparse
@@ -123,7 +126,11 @@ async def _serve_until_stopped(settings: Settings, reuse_port: bool) -> None:
     try:
         site = web.TCPSite(runner, settings.host, settings.port, reuse_port=reuse_port or None)
         await site.start()
-        log.info("Running on %s (Press CTRL+C to quit)", site.name)
+        log.info(
+            "Running on %s with database %s (Press CTRL+C to quit)",
+            site.name,
+            settings.db_path.absolute(),
+        )
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -149,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             if settings.workers > 1:
                 return workers.run(settings, _serve)
+            asyncio.run(workers.prepare(settings))
             _serve(settings)
             return 0
         if args.command == "backup":

@@ -26,7 +26,7 @@ from keysvc.middleware import MAX_LINE_BYTES
 from keysvc.state import SETTINGS
 from tests.conftest import Client, create, create_creds
 from tests.helpers import FAR_FUTURE, UNAUTHORIZED, Creds, assert_error, assert_ok
-from tests.server import Server
+from tests.server import Server, bootstrap
 
 UUID_RULE = "must be a lowercase UUID such as 123e4567-e89b-42d3-a456-426614174000"
 TOO_LARGE = f"request body too large: the limit is {MAX_BODY_BYTES} bytes"
@@ -347,7 +347,9 @@ def test_real_server_answers_long_headers_in_the_envelope(tmp_path: Path) -> Non
         answer = await exchange("127.0.0.1", port, PARSER_REFUSALS["url-over-limit"])
         assert_raw_error(answer, 400, TOO_LONG_LINE)
 
-    with Server(tmp_path / "keysvc.db") as server:
+    db = tmp_path / "keysvc.db"
+    bootstrap(db)
+    with Server(db) as server:
         asyncio.run(probe(server.port))
         assert server.proc.poll() is None
 
