@@ -462,8 +462,13 @@ async def test_wrong_content_type_is_415(
         await expect_error(response, 415, NOT_JSON, endpoint)
 
 
-async def test_missing_body_is_400(client: Client, targets: Targets) -> None:
-    """No body at all (Content-Length 0, or none), but the JSON content type."""
+@pytest.mark.parametrize("content_type", ["application/json", "text/plain", None])
+async def test_missing_body_is_400(
+    client: Client, targets: Targets, content_type: str | None
+) -> None:
+    """No body at all (Content-Length 0, or none), whatever the Content-Type, or none:
+    the body is what is missing (a body of the wrong type is a 415, above)."""
+    typed = [] if content_type is None else [("Content-Type", content_type)]
     for endpoint in BODY_ENDPOINTS:
         for length in ([("Content-Length", "0")], []):
             request = http(
@@ -471,7 +476,7 @@ async def test_missing_body_is_400(client: Client, targets: Targets) -> None:
                 targets.url(endpoint),
                 [
                     ("Authorization", targets.admin.headers["Authorization"]),
-                    ("Content-Type", "application/json"),
+                    *typed,
                     *length,
                 ],
             )
