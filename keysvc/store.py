@@ -340,6 +340,12 @@ class Store:
         return await _one(self.reader, "select 1 from organizations limit 1", ()) is not None
 
     @timed
+    async def organization_ids(self) -> list[str]:
+        """Every organization's ID, oldest first."""
+        rows = await _all(self.reader, "select id from organizations order by created_at, id", ())
+        return [str(row["id"]) for row in rows]
+
+    @timed
     async def bootstrap(self, org_name: str, new: NewKey) -> tuple[Organization, Key]:
         """Create an organization and its first key in one transaction."""
         org = Organization(id=str(uuid.uuid4()), name=org_name, created_at=new.created_at)
