@@ -97,7 +97,8 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited: {self.stderr_text()}")
             try:
-                urllib.request.urlopen(self.base + "/", timeout=1)
+                with urllib.request.urlopen(self.base + "/healthz", timeout=1):
+                    return
             except urllib.error.HTTPError:
                 return  # any HTTP answer means it is serving
             except OSError:
