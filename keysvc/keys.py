@@ -13,7 +13,7 @@ from keysvc.credentials import SUFFIX_LENGTH, Hasher, new_key_id, new_secret, sh
 from keysvc.errors import BadRequest, Forbidden, NotFound
 from keysvc.models import Key, KeyChange, KeyPage, NewKey, Organization, Role
 from keysvc.permissions import cannot_grant, missing
-from keysvc.schemas import PatchKeySchema
+from keysvc.schemas import CreateKeySchema, PatchKeySchema, load
 from keysvc.store import Store
 
 NO_ROLE = "roles: a key needs at least one role: give roles or assignedRoleIds"
@@ -191,8 +191,10 @@ async def admin_key(
     database at hand (``keysvc admin-key``), as when the only admin secret is lost.
 
     ``organization_id`` may be left out when the database holds one organization.
-    Stored like any created key: one transaction, within the key limit.
+    Checked and stored like any created key: the create schema's rules for its
+    name, one transaction, within the key limit.
     """
+    name = load(CreateKeySchema(now=now), {"name": name, "roles": ["admin"]})["name"]
     known = await store.organization_ids()
     if organization_id is None:
         if not known:

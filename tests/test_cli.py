@@ -271,6 +271,23 @@ def test_admin_key_keeps_to_the_key_limit(tmp_path: Path) -> None:
     assert _key_count(db) == 1
 
 
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("   ", "name: must be 1 to 255 characters"),
+        ("x" * 256, "name: must be 1 to 255 characters"),
+        ("bell\x07", "name: must not contain control characters"),
+    ],
+)
+def test_admin_key_name_follows_the_create_rules(tmp_path: Path, name: str, error: str) -> None:
+    db = tmp_path / "k.db"
+    bootstrap(db)
+    done = keysvc("admin-key", "--db", str(db), "--name", name)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"keysvc: admin-key: {error}"]
+    assert _key_count(db) == 1
+
+
 def test_admin_key_needs_a_bootstrapped_database(tmp_path: Path) -> None:
     db = tmp_path / "typo.db"
     done = keysvc("admin-key", "--db", str(db))
