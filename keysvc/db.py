@@ -75,7 +75,7 @@ def unusable(path: Path, exc: sqlite3.Error) -> ConfigError:
     """The one-line reason the database at ``path`` cannot be opened for writing."""
     folder = path.absolute().parent
     if path.exists() and not os.access(path, os.W_OK):
-        reason = "the file is read-only to this user; make it writable or run as its owner"
+        reason = "the file is read-only to this user (see its mode, its owner and its mount)"
     elif not os.access(folder, os.W_OK | os.X_OK):
         reason = (
             f"its folder {folder} is read-only to this user, and SQLite writes"

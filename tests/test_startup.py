@@ -64,8 +64,8 @@ def test_read_only_database_file_is_refused_in_one_line(shared_dir: Path) -> Non
     done = serve(db, prefix=prefix)
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == [
-        f"keysvc: cannot use the database {db}: the file is read-only to this user;"
-        " make it writable or run as its owner"
+        f"keysvc: cannot use the database {db}: the file is read-only to this user"
+        " (see its mode, its owner and its mount)"
     ]
 
 
