@@ -1,9 +1,14 @@
-"""The ``keysvc`` command: ``serve``, ``bootstrap`` and ``backup``.
+"""The ``keysvc`` command: ``serve``, ``bootstrap``, ``admin-key`` and ``backup``.
 
 Settings come from flags, then KEYSVC_* environment variables, then defaults
 (the table in ``keysvc.config``). A setting keysvc cannot use stops it with a
 one-line reason and exit code 2; so does a backup that is refused (its target
 exists, say). A backup whose copy fails its integrity check exits 1.
+
+Only ``bootstrap`` makes a database; ``serve`` and ``admin-key`` refuse a path
+where there is none, so a mistyped ``--db`` never starts an empty service.
+``admin-key`` is the way back in when every admin secret is lost: whoever can
+write the database file may mint a key, as they could bootstrap one.
 """
 
 import argparse
@@ -22,6 +27,7 @@ from aiohttp import web
 from keysvc import backup, keys, listeners, workers
 from keysvc.app import create_app
 from keysvc.config import OPTIONS, ConfigError, Settings, build_settings
+from keysvc.errors import ApiError
 from keysvc.logs import configure_logging
 from keysvc.ratelimit import FailureSketch
 from keysvc.state import IN_FLIGHT
@@ -30,6 +36,8 @@ from keysvc.timeutil import utcnow
 
 SHUTDOWN_SECONDS = 5.0
 _BOOTSTRAP_FLAGS = ("db_path",)
+_ADMIN_KEY_FLAGS = ("db_path", "max_keys_per_org")
+ADMIN_KEY_NAME = "admin (keysvc admin-key)"
 
 
 def _add_options(parser: argparse.ArgumentParser, only: Sequence[str] | None = None) -> None:
@@ -64,6 +72,20 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do nothing if the database already has an organization",
     )
+    admin = commands.add_parser(
+        "admin-key",
+        help="mint a new admin key for an organization of an existing database, as when"
+        " its admin secret is lost; prints one JSON object",
+    )
+    _add_options(admin, _ADMIN_KEY_FLAGS)
+    admin.add_argument(
+        "--org",
+        metavar="ORG_ID",
+        help="the organization's ID (needed when the database holds several)",
+    )
+    admin.add_argument(
+        "--name", default=ADMIN_KEY_NAME, help=f"key name (default: {ADMIN_KEY_NAME})"
+    )
     back = commands.add_parser(
         "backup",
         help="copy the database while it serves, with its pepper file; prints one JSON object",
@@ -75,18 +97,29 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _bootstrap(settings: Settings, org_name: str, if_empty: bool) -> dict[str, str] | None:
-    async with open_checked(settings) as (store, hasher):
-        if if_empty and await store.has_organization():
-            return None
-        org, issued = await keys.bootstrap(store, hasher, org_name, utcnow())
+def _shown(issued: keys.Issued) -> dict[str, str]:
+    """A generated key as bootstrap and admin-key print it, its secret shown once."""
     assert issued.key_id is not None and issued.secret is not None
     return {
-        "organizationId": org.id,
+        "organizationId": issued.key.organization_id,
         "id": issued.key.id,
         "keyId": issued.key_id,
         "keySecret": issued.secret,
     }
+
+
+async def _bootstrap(settings: Settings, org_name: str, if_empty: bool) -> dict[str, str] | None:
+    async with open_checked(settings) as (store, hasher):
+        if if_empty and await store.has_organization():
+            return None
+        _, issued = await keys.bootstrap(store, hasher, org_name, utcnow())
+    return _shown(issued)
+
+
+async def _admin_key(settings: Settings, org: str | None, name: str) -> dict[str, str]:
+    async with open_checked(settings, create=False) as (store, hasher):
+        issued = await keys.admin_key(store, hasher, org, name, utcnow(), settings.max_keys_per_org)
+    return _shown(issued)
 
 
 def _backup(settings: Settings, out: Path) -> int:
@@ -163,13 +196,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 serve = functools.partial(_serve, unix=unix)
                 if settings.workers > 1:
                     return workers.run(settings, serve)
+                asyncio.run(workers.prepare(settings))
                 serve(settings)
             return 0
         if args.command == "backup":
             return _backup(settings, args.out)
+        if args.command == "admin-key":
+            print(json.dumps(asyncio.run(_admin_key(settings, args.org, args.name))))
+            return 0
         created = asyncio.run(_bootstrap(settings, args.org_name, args.if_empty))
     except (ConfigError, OSError) as exc:
         print(f"keysvc: {exc}", file=sys.stderr)
+        return 2
+    except ApiError as exc:  # a refusal of the domain's, such as the key limit
+        print(f"keysvc: {args.command}: {exc.message}", file=sys.stderr)
         return 2
     if created is None:
         print(

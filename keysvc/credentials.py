@@ -130,10 +130,20 @@ class Hasher:
         return hmac.new(self._pepper, b"keysvc pepper check", hashlib.sha256).hexdigest()
 
 
-def load_pepper(configured: bytes | None, path: Path) -> bytes:
-    """The configured pepper, else the file at ``path``, created 0600 on first use."""
+def load_pepper(configured: bytes | None, path: Path, *, create: bool = True) -> bytes:
+    """The configured pepper, else the file at ``path``, created 0600 on first use.
+
+    ``create=False`` (the database already records a pepper) never writes one: a
+    new pepper could not verify a single stored key, and left beside a restored
+    database it would hide that the right one is missing.
+    """
     if configured is not None:
         return configured
+    if not create and not path.exists():
+        raise ConfigError(
+            f"pepper file {path} is missing, and no key in the database verifies without it:"
+            " restore it from the backup beside the database, or set KEYSVC_PEPPER"
+        )
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:

@@ -9,6 +9,11 @@ A database keysvc creates is made 0600 before SQLite opens it, whatever the
 umask; SQLite gives the ``-wal`` and ``-shm`` files it makes beside it the
 database's own mode, so they are 0600 too. A file that already exists keeps
 the mode its owner gave it.
+
+Only ``keysvc bootstrap`` makes a new database: the other commands open one
+that exists (``create=False``), so a mistyped path is refused rather than
+served empty. A database this process cannot write is refused at start with
+the reason, not at the first write a client makes.
 """
 
 import os
@@ -121,10 +126,41 @@ def create_private(path: Path) -> None:
         os.close(fd)
 
 
-async def connect(path: Path) -> aiosqlite.Connection:
-    """An autocommit connection (transactions are explicit) with the pragmas set."""
-    create_private(path)
-    conn = await aiosqlite.connect(path, isolation_level=None)
+def require_existing(path: Path) -> None:
+    """Refuse a database file that is not there (or empty): only bootstrap makes one."""
+    if not path.is_file() or path.stat().st_size == 0:
+        raise ConfigError(
+            f"no database at {path}: make one with `keysvc bootstrap --db {path}`,"
+            " or correct the path"
+        )
+
+
+def unusable(path: Path, exc: sqlite3.Error) -> ConfigError:
+    """The one-line reason the database at ``path`` cannot be opened for writing."""
+    folder = path.absolute().parent
+    if path.exists() and not os.access(path, os.W_OK):
+        reason = "the file is read-only to this user (see its mode, its owner and its mount)"
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        reason = (
+            f"its folder {folder} is read-only to this user, and SQLite writes"
+            f" {path.name}-wal and {path.name}-shm beside it"
+        )
+    else:
+        reason = str(exc)
+    return ConfigError(f"cannot use the database {path}: {reason}")
+
+
+async def connect(path: Path, *, create: bool = True) -> aiosqlite.Connection:
+    """An autocommit connection (transactions are explicit) with the pragmas set.
+
+    ``create=False`` opens only a file that exists: SQLite makes no new one.
+    """
+    if create:
+        create_private(path)
+        conn = await aiosqlite.connect(path, isolation_level=None)
+    else:
+        target = path.absolute().as_uri() + "?mode=rw"
+        conn = await aiosqlite.connect(target, isolation_level=None, uri=True)
     try:
         conn.row_factory = sqlite3.Row
         for pragma in PRAGMAS:
@@ -150,8 +186,14 @@ def connect_now(path: Path, *, shared: bool = False) -> sqlite3.Connection:
     return conn
 
 
-async def migrate(conn: aiosqlite.Connection, migrations: Sequence[str] = MIGRATIONS) -> int:
-    """Bring the database to the current version; returns the version it was at."""
+async def migrate(
+    conn: aiosqlite.Connection, migrations: Sequence[str] = MIGRATIONS, *, create: bool = True
+) -> int:
+    """Bring the database to the current version; returns the version it was at.
+
+    ``create=False`` refuses a file keysvc has not made (version 0) instead of
+    writing the schema into it.
+    """
     target = schema_version(migrations)
     async with conn.execute("pragma user_version") as cursor:
         row = await cursor.fetchone()
@@ -162,6 +204,11 @@ async def migrate(conn: aiosqlite.Connection, migrations: Sequence[str] = MIGRAT
         )
     if current == target:
         return current
+    if current == 0 and not create:
+        raise ConfigError(
+            "the database has no keysvc schema: make one with `keysvc bootstrap`,"
+            " or correct the path"
+        )
     steps = [schema_sql()] if current == 0 else list(migrations[current - 1 :])
     # executescript runs the whole text; BEGIN inside it keeps every step and
     # the version bump in one transaction, rolled back together on failure.

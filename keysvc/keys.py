@@ -8,11 +8,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from keysvc.config import ConfigError
 from keysvc.credentials import SUFFIX_LENGTH, Hasher, new_key_id, new_secret, sha256_b64
 from keysvc.errors import BadRequest, Forbidden, NotFound
 from keysvc.models import Key, KeyChange, KeyPage, NewKey, Organization, Role
 from keysvc.permissions import cannot_grant, missing
-from keysvc.schemas import PatchKeySchema
+from keysvc.schemas import CreateKeySchema, PatchKeySchema, load
 from keysvc.store import Store
 
 NO_ROLE = "roles: a key needs at least one role: give roles or assignedRoleIds"
@@ -167,15 +168,53 @@ async def delete_key(
         raise NotFound("key not found in this organization")
 
 
+async def _new_admin_key(
+    store: Store, hasher: Hasher, organization_id: str, name: str, now: datetime
+) -> tuple[NewKey, str | None, str | None]:
+    """An ``admin`` key with generated credentials, granted by no caller."""
+    data = {"name": name, "roles": ["admin"]}
+    roles = await grantable_roles(store, None, organization_id, data)
+    return _new_key(hasher, organization_id, data, roles, now)
+
+
 async def bootstrap(
     store: Store, hasher: Hasher, org_name: str, now: datetime
 ) -> tuple[Organization, Issued]:
     """A new organization with a first ``admin`` key: the stand-in for a console."""
-    data = {"name": f"{org_name} admin", "roles": ["admin"]}
-    roles = await grantable_roles(store, None, "", data)
-    new, key_id, secret = _new_key(hasher, "", data, roles, now)
+    new, key_id, secret = await _new_admin_key(store, hasher, "", f"{org_name} admin", now)
     org, key = await store.bootstrap(org_name, new)
     return org, Issued(key, key_id, secret)
+
+
+async def admin_key(
+    store: Store,
+    hasher: Hasher,
+    organization_id: str | None,
+    name: str,
+    now: datetime,
+    max_keys: int,
+) -> Issued:
+    """A new ``admin`` key for an existing organization, for an operator with the
+    database at hand (``keysvc admin-key``), as when the only admin secret is lost.
+
+    ``organization_id`` may be left out when the database holds one organization.
+    Checked and stored like any created key: the create schema's rules for its
+    name, one transaction, within the key limit.
+    """
+    name = load(CreateKeySchema(now=now), {"name": name, "roles": ["admin"]})["name"]
+    known = await store.organization_ids()
+    if organization_id is None:
+        if not known:
+            raise ConfigError("the database has no organization yet: run `keysvc bootstrap`")
+        if len(known) > 1:
+            raise ConfigError(
+                f"the database holds several organizations; pick one with --org: {' '.join(known)}"
+            )
+        organization_id = known[0]
+    elif organization_id not in known:
+        raise ConfigError(f"org: no organization {organization_id[:64]!r} in this database")
+    new, key_id, secret = await _new_admin_key(store, hasher, organization_id, name, now)
+    return Issued(await store.create_key(new, max_keys), key_id, secret)
 
 
 # What a cursor's MAC is made for. Cursors that carried the global row sequence were

@@ -73,7 +73,11 @@ async def start(
         sites.append(web.SockSite(runner, unix, backlog=BACKLOG))
     for site in sites:
         await site.start()
-        logger.info("Running on %s (Press CTRL+C to quit)", site.name)
+        logger.info(
+            "Running on %s with database %s (Press CTRL+C to quit)",
+            site.name,
+            settings.db_path.absolute(),
+        )
     return sites
 
 

@@ -283,6 +283,12 @@ def _operations() -> dict[str, dict[str, Any]]:
             ),
         },
         "/v1/verify": {method: _verify(method) for method in ("get", "head", "post")},
+        "/": {
+            "get": _public(
+                "keysvcRoot", "Where to start: the docs page and this document", (500,),
+                ("docs", "openapi"),
+            )
+        },
         "/healthz": {"get": _public("keysvcHealthz", "The process is alive", (500,))},
         "/readyz": {"get": _public("keysvcReadyz", "The database answers", (500, 503))},
         "/metrics": {
@@ -425,10 +431,20 @@ def _plain(
     return operation
 
 
-def _public(operation_id: str, summary: str, statuses: tuple[int, ...]) -> dict[str, Any]:
-    status = {"type": "object", "properties": {"status": {"type": "string"}}}
+def _public(
+    operation_id: str,
+    summary: str,
+    statuses: tuple[int, ...],
+    fields: tuple[str, ...] = ("status",),
+) -> dict[str, Any]:
+    """A public operation whose result is an object of the string ``fields``."""
+    result = {
+        "type": "object",
+        "properties": {name: {"type": "string"} for name in fields},
+        "required": list(fields),
+    }
     operation = _op(
-        operation_id, summary, None, [], _json(_envelope(status), summary), statuses, tag="ops"
+        operation_id, summary, None, [], _json(_envelope(result), summary), statuses, tag="ops"
     )
     operation["security"] = []
     return operation

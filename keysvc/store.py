@@ -221,11 +221,16 @@ class Store:
 
     @classmethod
     async def open(
-        cls, path: Path, *, observer: Observer | None = None, cache_size: int = 10_000
+        cls,
+        path: Path,
+        *,
+        observer: Observer | None = None,
+        cache_size: int = 10_000,
+        create: bool = True,
     ) -> "Store":
-        writer = await db.connect(path)
+        writer = await db.connect(path, create=create)
         try:
-            await db.migrate(writer)
+            await db.migrate(writer, create=create)
             reader = await db.connect(path)
         except BaseException:
             await writer.close()
@@ -314,6 +319,25 @@ class Store:
         return self._fresh()
 
     @timed
+    async def recorded_pepper(self) -> str | None:
+        """The fingerprint of the pepper this database was made with; None when new."""
+        row = await _one(self.reader, "select value from meta where name = 'pepper'", ())
+        return None if row is None else str(row["value"])
+
+    @timed
+    async def check_writable(self) -> None:
+        """Fail now (sqlite3.OperationalError) if this process cannot write the
+        database, rather than at a client's first write. Nothing is kept."""
+        async with self._write_lock:
+            await self._writer.execute("begin immediate")
+            try:
+                await self._writer.execute(
+                    "insert or replace into meta (name, value) values ('write check', '')"
+                )
+            finally:
+                await self._writer.execute("rollback")
+
+    @timed
     async def check_pepper(self, fingerprint: str) -> None:
         """Record the pepper's fingerprint on first start; refuse a different pepper later."""
         async with self.transaction() as conn:
@@ -337,6 +361,12 @@ class Store:
     @timed
     async def has_organization(self) -> bool:
         return await _one(self.reader, "select 1 from organizations limit 1", ()) is not None
+
+    @timed
+    async def organization_ids(self) -> list[str]:
+        """Every organization's ID, oldest first."""
+        rows = await _all(self.reader, "select id from organizations order by created_at, id", ())
+        return [str(row["id"]) for row in rows]
 
     @timed
     async def bootstrap(self, org_name: str, new: NewKey) -> tuple[Organization, Key]:
@@ -1042,12 +1072,32 @@ def _refused(exc: Exception) -> Exception:
 
 @asynccontextmanager
 async def open_checked(
-    settings: Settings, *, observer: Observer | None = None
+    settings: Settings, *, observer: Observer | None = None, create: bool = True
 ) -> AsyncIterator[tuple[Store, Hasher]]:
-    """The store for ``settings``, migrated and checked against its pepper; closed on exit."""
-    store = await Store.open(settings.db_path, observer=observer, cache_size=settings.cache_size)
+    """The store for ``settings``, migrated, writable and checked against its pepper;
+    closed on exit. ``create=False``: the database must exist already (see ``db``).
+
+    A database that cannot be used stops here with a ConfigError naming its path.
+    """
+    path = settings.db_path
+    if not create:
+        db.require_existing(path)
     try:
-        hasher = Hasher(load_pepper(settings.pepper, settings.pepper_path))
+        store = await Store.open(
+            path, observer=observer, cache_size=settings.cache_size, create=create
+        )
+    except sqlite3.Error as exc:
+        raise db.unusable(path, exc) from None
+    except ConfigError as exc:
+        raise ConfigError(f"database {path}: {exc}") from None
+    try:
+        try:
+            await store.check_writable()
+        except sqlite3.Error as exc:
+            raise db.unusable(path, exc) from None
+        recorded = await store.recorded_pepper()
+        pepper = load_pepper(settings.pepper, settings.pepper_path, create=recorded is None)
+        hasher = Hasher(pepper)
         await store.check_pepper(hasher.fingerprint())
         yield store, hasher
     finally:

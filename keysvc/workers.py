@@ -27,9 +27,11 @@ logger = logging.getLogger("keysvc")
 Serve = Callable[[Settings, bool, FailureSketch], None]
 
 
-async def _prepare(settings: Settings) -> None:
-    async with open_checked(settings):
-        pass  # opening migrates the database and checks the pepper
+async def prepare(settings: Settings) -> None:
+    """Open the database once before serving: migrate it, check that it can be
+    written and that the pepper matches. One ``bootstrap`` has not made is refused."""
+    async with open_checked(settings, create=False):
+        pass
 
 
 def _signal_all(children: list[int], signum: int) -> None:
@@ -40,7 +42,7 @@ def _signal_all(children: list[int], signum: int) -> None:
 
 def run(settings: Settings, serve: Serve) -> int:
     """Fork ``settings.workers`` processes running ``serve``; returns the exit code."""
-    asyncio.run(_prepare(settings))
+    asyncio.run(prepare(settings))
     failures = FailureSketch.of(settings)
     children: list[int] = []
     for _ in range(settings.workers):

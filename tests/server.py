@@ -146,9 +146,9 @@ class Server:
             try:
                 if tcp:
                     with suppress(urllib.error.HTTPError):  # any HTTP answer means serving
-                        urllib.request.urlopen(self.base + "/", timeout=1)
+                        urllib.request.urlopen(self.base + "/healthz", timeout=1)
                 if self.unix:
-                    self.unix_request("GET", "/")
+                    self.unix_request("GET", "/healthz")
                 return
             except OSError:
                 time.sleep(0.05)

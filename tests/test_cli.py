@@ -9,6 +9,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -194,3 +195,105 @@ def test_make_run_bootstraps_once_then_serves(tmp_path: Path) -> None:
     finally:
         out = stop(second)
     assert not [line for line in out.splitlines() if line.startswith("{")]
+
+
+def _key_count(db: Path) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        (count,) = conn.execute("select count(*) from api_keys").fetchone()
+        return int(count)
+    finally:
+        conn.close()
+
+
+def _whoami(base: str, creds: dict[str, str]) -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"{base}/v1/whoami", headers=basic(creds["keyId"], creds["keySecret"])
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        result: dict[str, Any] = json.load(response)["result"]
+        return result
+
+
+def test_admin_key_mints_a_key_the_running_server_accepts_at_once(tmp_path: Path) -> None:
+    db = tmp_path / "k.db"
+    first = bootstrap(db)
+    with Server(db) as server:
+        assert _whoami(server.base, first)["id"] == first["id"]  # its cache is warm
+        done = keysvc("admin-key", "--db", str(db), "--name", "recovery")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.count("\n") == 1
+        minted = json.loads(done.stdout)
+        assert set(minted) == {"organizationId", "id", "keyId", "keySecret"}
+        assert minted["organizationId"] == first["organizationId"]
+        assert minted["id"] != first["id"]
+        me = _whoami(server.base, minted)
+        assert (me["id"], me["name"]) == (minted["id"], "recovery")
+        assert [role["roleName"] for role in me["assignedRoles"]] == ["admin"]
+        assert _whoami(server.base, first)["id"] == first["id"]  # the old key still works
+        server.stop()
+        assert server.proc.returncode == 0
+    assert _key_count(db) == 2
+
+
+def test_admin_key_asks_which_organization_when_there_are_several(tmp_path: Path) -> None:
+    db = tmp_path / "k.db"
+    orgs = [bootstrap(db, "--org-name", name)["organizationId"] for name in ("a", "b")]
+    done = keysvc("admin-key", "--db", str(db))
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "keysvc: the database holds several organizations; pick one with --org: " + " ".join(orgs)
+    ]
+    unknown = keysvc("admin-key", "--db", str(db), "--org", "not-an-org")
+    assert unknown.returncode == 2
+    assert unknown.stderr.splitlines() == [
+        "keysvc: org: no organization 'not-an-org' in this database"
+    ]
+    assert _key_count(db) == 2
+    chosen = keysvc("admin-key", "--db", str(db), "--org", orgs[1])
+    assert chosen.returncode == 0, chosen.stderr
+    assert json.loads(chosen.stdout)["organizationId"] == orgs[1]
+    assert _key_count(db) == 3
+
+
+def test_admin_key_keeps_to_the_key_limit(tmp_path: Path) -> None:
+    db = tmp_path / "k.db"
+    bootstrap(db)
+    for done in (
+        keysvc("admin-key", "--db", str(db), env={"KEYSVC_MAX_KEYS_PER_ORG": "1"}),
+        keysvc("admin-key", "--db", str(db), "--max-keys-per-org", "1"),
+    ):
+        assert done.returncode == 2
+        assert done.stderr.splitlines() == [
+            "keysvc: admin-key: this organization has reached its limit of 1 keys"
+        ]
+        assert done.stdout == ""
+    assert _key_count(db) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("   ", "name: must be 1 to 255 characters"),
+        ("x" * 256, "name: must be 1 to 255 characters"),
+        ("bell\x07", "name: must not contain control characters"),
+    ],
+)
+def test_admin_key_name_follows_the_create_rules(tmp_path: Path, name: str, error: str) -> None:
+    db = tmp_path / "k.db"
+    bootstrap(db)
+    done = keysvc("admin-key", "--db", str(db), "--name", name)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"keysvc: admin-key: {error}"]
+    assert _key_count(db) == 1
+
+
+def test_admin_key_needs_a_bootstrapped_database(tmp_path: Path) -> None:
+    db = tmp_path / "typo.db"
+    done = keysvc("admin-key", "--db", str(db))
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"keysvc: no database at {db}: make one with `keysvc bootstrap --db {db}`,"
+        " or correct the path"
+    ]
+    assert not db.exists()

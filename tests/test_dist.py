@@ -172,20 +172,20 @@ def test_dist_builds_one_file_that_serves_with_plain_python(tmp_path: Path) -> N
 
 
 def run_as_the_systemd_unit(pyz: Path, tmp_path: Path, env: dict[str, str]) -> None:
-    """docs/keysvc.service's command line and environment, then the README's bootstrap.
+    """docs/keysvc.service's command line and environment, and the README's bootstrap.
 
     What needs a running systemd (useradd, systemctl) cannot run here; the unit
     itself is checked by systemd-analyze in tests/test_readme.py. This runs what
-    systemd would run: ExecStart with the unit's Environment, on an empty state
-    directory, with /opt/keysvc and /var/lib/keysvc moved under tmp_path and the
-    port made free. Then the README's bootstrap runs while it serves, the new
-    admin key works at once, and the unit's KillSignal stops it within
-    TimeoutStopSec.
+    systemd would run: ExecStart with the unit's Environment, with /opt/keysvc
+    and /var/lib/keysvc moved under tmp_path and the port made free. On the
+    empty state directory it refuses to start (serve makes no database); after
+    the README's bootstrap it serves, the admin key works, and the unit's
+    KillSignal stops it within TimeoutStopSec.
     """
     unit = (ROOT / "docs" / "keysvc.service").read_text()
     setting = dict(re.findall(r"^(\w+)=(.*)$", unit, re.M))
     state = tmp_path / "var-lib" / setting["StateDirectory"]
-    state.mkdir(parents=True)
+    state.mkdir(parents=True)  # the README's `install -d`
 
     def moved(text: str) -> str:
         text = text.replace("/opt/keysvc/keysvc.pyz", str(pyz))
@@ -198,6 +198,30 @@ def run_as_the_systemd_unit(pyz: Path, tmp_path: Path, env: dict[str, str]) -> N
     unit_env["KEYSVC_PORT"] = str(port)
     python, *args = moved(setting["ExecStart"]).split()
     assert python == "/usr/bin/python3"
+    refused = subprocess.run(
+        [base_python(), "-I", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, **unit_env},
+        cwd="/",
+        check=False,
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert f"no database at {state / 'keysvc.db'}" in refused.stderr
+    assert list(state.iterdir()) == []
+
+    (shown,) = re.findall(r"^sudo -u keysvc python3 (.*bootstrap.*)$", README, re.M)
+    booted = subprocess.run(
+        [base_python(), "-I", *moved(shown).split()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert booted.returncode == 0, booted.stderr
+    admin = json.loads(booted.stdout)
     log = tmp_path / "unit.log"
     with open(log, "wb") as output:
         proc = subprocess.Popen(
@@ -211,18 +235,6 @@ def run_as_the_systemd_unit(pyz: Path, tmp_path: Path, env: dict[str, str]) -> N
         base = f"http://127.0.0.1:{port}"
         status, body = wait_ready(base, proc, log)
         assert status == 200, body
-        (shown,) = re.findall(r"^sudo -u keysvc python3 (.*bootstrap.*)$", README, re.M)
-        python_args = moved(shown).split()
-        booted = subprocess.run(
-            [base_python(), "-I", *python_args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=env,
-            check=False,
-        )
-        assert booted.returncode == 0, booted.stderr
-        admin = json.loads(booted.stdout)
         status, body = call(base, "/v1/whoami", headers=basic(admin["keyId"], admin["keySecret"]))
         assert (status, body["result"]["id"]) == (200, admin["id"]), body
         assert setting["KillSignal"] == "SIGTERM"
@@ -232,4 +244,3 @@ def run_as_the_systemd_unit(pyz: Path, tmp_path: Path, env: dict[str, str]) -> N
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert (state / "keysvc.db").exists()

@@ -26,7 +26,7 @@ from keysvc.middleware import MAX_LINE_BYTES
 from keysvc.state import SETTINGS
 from tests.conftest import Client, create, create_creds
 from tests.helpers import FAR_FUTURE, UNAUTHORIZED, Creds, assert_error, assert_ok
-from tests.server import Server
+from tests.server import Server, bootstrap
 
 UUID_RULE = "must be a lowercase UUID such as 123e4567-e89b-42d3-a456-426614174000"
 TOO_LARGE = f"request body too large: the limit is {MAX_BODY_BYTES} bytes"
@@ -347,7 +347,9 @@ def test_real_server_answers_long_headers_in_the_envelope(tmp_path: Path) -> Non
         answer = await exchange("127.0.0.1", port, PARSER_REFUSALS["url-over-limit"])
         assert_raw_error(answer, 400, TOO_LONG_LINE)
 
-    with Server(tmp_path / "keysvc.db") as server:
+    db = tmp_path / "keysvc.db"
+    bootstrap(db)
+    with Server(db) as server:
         asyncio.run(probe(server.port))
         assert server.proc.poll() is None
 
@@ -460,8 +462,13 @@ async def test_wrong_content_type_is_415(
         await expect_error(response, 415, NOT_JSON, endpoint)
 
 
-async def test_missing_body_is_400(client: Client, targets: Targets) -> None:
-    """No body at all (Content-Length 0, or none), but the JSON content type."""
+@pytest.mark.parametrize("content_type", ["application/json", "text/plain", None])
+async def test_missing_body_is_400(
+    client: Client, targets: Targets, content_type: str | None
+) -> None:
+    """No body at all (Content-Length 0, or none), whatever the Content-Type, or none:
+    the body is what is missing (a body of the wrong type is a 415, above)."""
+    typed = [] if content_type is None else [("Content-Type", content_type)]
     for endpoint in BODY_ENDPOINTS:
         for length in ([("Content-Length", "0")], []):
             request = http(
@@ -469,7 +476,7 @@ async def test_missing_body_is_400(client: Client, targets: Targets) -> None:
                 targets.url(endpoint),
                 [
                     ("Authorization", targets.admin.headers["Authorization"]),
-                    ("Content-Type", "application/json"),
+                    *typed,
                     *length,
                 ],
             )

@@ -508,8 +508,8 @@ def test_serve_writes_json_lines_without_credentials(tmp_path: Path) -> None:
     lines = [json.loads(line) for line in text.splitlines()]
     assert any(line["level"] == "debug" for line in lines)  # the level was applied
     access = [line for line in lines if line["logger"] == "keysvc.access"]
-    # Server() polls "/" until it answers; those are unmatched 404s.
-    assert {line["route"] for line in access} == {"unmatched", KEY}
+    # Server() polls /healthz until it answers.
+    assert {line["route"] for line in access} == {"/healthz", KEY}
     mine = [line for line in access if line["route"] == KEY]
     assert [(line["status"], line.get("auth")) for line in mine] == [
         (200, "ok"),

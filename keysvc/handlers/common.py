@@ -49,6 +49,8 @@ class _Refused(ValueError):
     """JSON that Python would parse but keysvc does not take; the text says why."""
 
 
+BODY_REQUIRED = "body: is required; send a JSON object"
+
 # Far more digits than any field takes, far fewer than Python's own limit (4300).
 MAX_DIGITS = 100
 
@@ -130,13 +132,16 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
 
     A body over the limit is a 413 (from Content-Length before reading, or from
     aiohttp's ``read`` while reading); the error middleware answers it in the
-    envelope.
+    envelope. No body at all is a 400 whatever the Content-Type: the type of
+    nothing is not what is wrong.
     """
+    if not request.body_exists:
+        raise BadRequest(BODY_REQUIRED)
     if request.content_type != "application/json":
         raise UnsupportedMediaType()
     raw = await _read_body(request)
     if not raw.strip():
-        raise BadRequest("body: is required; send a JSON object")
+        raise BadRequest(BODY_REQUIRED)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
