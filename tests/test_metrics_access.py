@@ -17,6 +17,7 @@ from keysvc.metrics import AUTH_REASONS
 from tests.conftest import Client, ClientFactory, bootstrap, client_with
 from tests.helpers import Creds, FakeClock, assert_error, basic
 from tests.server import Server
+from tests.server import bootstrap as bootstrap_file
 from tests.test_metrics import Samples, scrape, status_of, value
 
 TOKEN = "s3cret-metrics-token-0123456789"
@@ -134,6 +135,7 @@ def _get(url: str, headers: dict[str, str]) -> int:
 
 
 def test_serve_reads_the_token_from_the_environment(tmp_path: Path) -> None:
+    bootstrap_file(tmp_path / "keysvc.db")
     with Server(tmp_path / "keysvc.db", env={"KEYSVC_METRICS_TOKEN": TOKEN}) as server:
         assert _get(server.base + "/metrics", {}) == 401
         assert _get(server.base + "/metrics", {"Authorization": f"Bearer {TOKEN}"}) == 200

@@ -11,7 +11,7 @@ import pytest
 from keysvc.credentials import new_key_id, new_secret
 from keysvc.ratelimit import FAILURE_WINDOW
 from tests.helpers import basic
-from tests.server import Server
+from tests.server import Server, bootstrap
 
 LIMIT = 20
 # Long enough for this test's requests even on a loaded machine: they must all fall
@@ -70,6 +70,7 @@ def test_workers_share_one_failure_count(tmp_path: Path, prefix: str, sources: l
         "KEYSVC_AUTH_FAILURES": str(LIMIT),
         "KEYSVC_THROTTLE_PREFIX_V4": prefix,
     }
+    bootstrap(tmp_path / "k.db")
     with Server(tmp_path / "k.db", env=env) as server:
         _wait_for_listeners(server.port, 2)
         _wait_for_room_in_the_window()
