@@ -107,15 +107,18 @@ def _responses(ok: dict[str, Any], statuses: tuple[int, ...]) -> dict[str, Any]:
     return responses
 
 
-# Control characters (category Cc), which names and descriptions must not hold, and the
-# whitespace str.strip() removes from both ends of a name before it is checked.
+# Control characters (category Cc); what names and descriptions must not hold (those, and
+# bidi and zero-width characters); and the whitespace str.strip() removes from both ends
+# of a name before it is checked.
 _CC = r"\x00-\x1f\x7f-\x9f"
+_HIDDEN = _CC + s.INVISIBLE
 _WS = r"\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 _NAME = {
     "type": "string",
-    "pattern": f"^[{_WS}]*[^{_WS}{_CC}](?:[^{_CC}]{{0,{s.MAX_NAME - 2}}}[^{_WS}{_CC}])?[{_WS}]*$",
+    "pattern": f"^[{_WS}]*[^{_WS}{_HIDDEN}](?:[^{_HIDDEN}]{{0,{s.MAX_NAME - 2}}}"
+    f"[^{_WS}{_HIDDEN}])?[{_WS}]*$",
     "description": f"1 to {s.MAX_NAME} characters once leading and trailing whitespace "
-    "is trimmed, no control characters.",
+    "is trimmed, no control, bidi or zero-width characters.",
 }
 _PERMISSION = {
     "type": "string",
@@ -496,7 +499,7 @@ def _tighten(schemas: dict[str, Any]) -> None:
         description="An IPv4 or IPv6 address or CIDR, host bits clear.",
         examples=["192.0.2.0/24", "2001:db8::1"],
     )
-    entry["description"]["pattern"] = f"^[^{_CC}]*$"
+    entry["description"]["pattern"] = f"^[^{_HIDDEN}]*$"
     for name in ("RoleCreateRequest", "RoleUpdateRequest"):
         properties = schemas[name]["properties"]
         properties["permissions"]["items"] = dict(_PERMISSION)

@@ -57,15 +57,35 @@ def _has_control(value: str) -> bool:
     return any(unicodedata.category(ch) == "Cc" for ch in value)
 
 
+# Characters that are not shown but change how the text around them reads: bidi marks,
+# embeddings, overrides and isolates, and zero-width characters. "\u202eadmin" would
+# show as "nimda", and "ad\u200bmin" as "admin". A character class in the syntax both
+# Python and JSON Schema read, so that the OpenAPI document says the same.
+INVISIBLE = r"\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
+_INVISIBLE = re.compile(f"[{INVISIBLE}]")
+
+
+def _unshowable(value: str) -> str | None:
+    """Why ``value`` cannot be shown as it is, or None."""
+    if _has_control(value):
+        return "must not contain control characters"
+    hidden = _INVISIBLE.search(value)
+    if hidden is not None:
+        code = f"U+{ord(hidden.group()):04X}"
+        return f"must not contain bidi or zero-width characters such as {code}"
+    return None
+
+
 class Name(fields.String):
-    """A name: trimmed, 1 to 255 characters, no control characters."""
+    """A name: trimmed, 1 to 255 characters, nothing that is not shown as itself."""
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> str:
         text = super()._deserialize(value, attr, data, **kwargs).strip()
         if not 1 <= len(text) <= MAX_NAME:
             raise ValidationError(f"must be 1 to {MAX_NAME} characters")
-        if _has_control(text):
-            raise ValidationError("must not contain control characters")
+        refusal = _unshowable(text)
+        if refusal is not None:
+            raise ValidationError(refusal)
         return text
 
 
@@ -117,8 +137,9 @@ def _ip_source(value: str) -> None:
 
 
 def _no_control(value: str) -> None:
-    if _has_control(value):
-        raise ValidationError("must not contain control characters")
+    refusal = _unshowable(value)
+    if refusal is not None:
+        raise ValidationError(refusal)
 
 
 def _sha256_b64(value: str) -> None:
