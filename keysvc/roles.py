@@ -84,15 +84,23 @@ async def create_role(
     )
 
 
+async def changeable_role(store: Store, organization_id: str, role_id: str) -> RoleDetail:
+    """The custom role a PATCH would change: read before the body is validated, so that
+    no such role (404) and a system role (403) are answered without reading it. What the
+    caller may change depends on the body: checked once it is valid, and again in the
+    write's transaction."""
+    return await _custom_role(store, organization_id, role_id)
+
+
 async def update_role(
     store: Store,
     caller: Key,
-    organization_id: str,
-    role_id: str,
+    current: RoleDetail,
     data: dict[str, Any],
     now: datetime,
 ) -> RoleDetail:
-    current = await _custom_role(store, organization_id, role_id)
+    """Apply a validated PATCH body to ``current``, as ``changeable_role`` returned it."""
+    organization_id, role_id = current.organization_id, current.role.id
     permissions = _permissions(data)
     actors = _actors(caller, data)
     # Handing the role to keys grants what it holds, so that needs holding too.

@@ -38,6 +38,9 @@ MAX_ROLE_IDS = 100
 MAX_PERMISSIONS = 100
 MAX_ACTORS = 1000
 MAX_PAGE = 250
+# Upstream's database grants, which keysvc refuses whatever their number: the bound
+# only keeps a long list from being read entry by entry before it is refused.
+MAX_GRANTS = 100
 # Longest field name an error message quotes.
 MAX_FIELD_NAME = 64
 MAX_MESSAGES = 10  # field errors listed in one answer
@@ -220,6 +223,15 @@ _RATE_LIMIT_DOC = {
 }
 
 
+_LEGACY_ROLE = fields.String(
+    validate=validate.OneOf(LEGACY_ROLES, error="must be one of: " + ", ".join(LEGACY_ROLES))
+)
+# Each legacy role once: there are only so many.
+_LEGACY_ROLES_LENGTH = validate.Length(
+    max=len(LEGACY_ROLES), error="must have at most {max} entries"
+)
+
+
 class _KeyFieldsSchema(Schema):
     """Fields that create and PATCH share. ``now`` is the clock reading that
     expireAt must be after."""
@@ -229,12 +241,9 @@ class _KeyFieldsSchema(Schema):
     state = fields.String(
         validate=validate.OneOf(KEY_STATES, error="must be one of: enabled, disabled"),
     )
-    roles = fields.List(
-        fields.String(
-            validate=validate.OneOf(
-                LEGACY_ROLES, error="must be one of: " + ", ".join(LEGACY_ROLES)
-            )
-        ),
+    roles = BoundedList(
+        _LEGACY_ROLE,
+        validate=_LEGACY_ROLES_LENGTH,
         metadata={"deprecated": True},
     )
     assignedRoleIds = BoundedList(
@@ -268,12 +277,11 @@ class CreateKeySchema(_KeyFieldsSchema):
     )
     hashData = fields.Nested(HashDataSchema)
     roles = BoundedList(
-        fields.String(
-            validate=validate.OneOf(
-                LEGACY_ROLES, error="must be one of: " + ", ".join(LEGACY_ROLES)
-            )
-        ),
-        validate=validate.Length(min=1, error="must contain at least 1 element"),
+        _LEGACY_ROLE,
+        validate=[
+            _LEGACY_ROLES_LENGTH,
+            validate.Length(min=1, error="must contain at least 1 element"),
+        ],
         metadata={"deprecated": True},
     )
 
@@ -323,9 +331,12 @@ def _actor(value: str) -> None:
         raise ValidationError("must be apiKey/<key UUID>; keysvc has no users")
 
 
+_STAR_ONLY = 'keysvc grants permissions on every resource: use ["*"]'
+
+
 def _star_only(value: list[str]) -> None:
     if value != ["*"]:
-        raise ValidationError('keysvc grants permissions on every resource: use ["*"]')
+        raise ValidationError(_STAR_ONLY)
 
 
 def _allow_only(value: str) -> None:
@@ -336,7 +347,10 @@ def _allow_only(value: str) -> None:
 class PolicyTagsSchema(Schema):
     """Upstream's database grants for a policy: keysvc has none, so only {} is accepted."""
 
-    grants = fields.List(fields.String())
+    grants = BoundedList(
+        fields.String(),
+        validate=validate.Length(max=MAX_GRANTS, error="must have at most {max} entries"),
+    )
     roleV2 = fields.String(metadata={"enum": ["sql-console-readonly", "sql-console-admin"]})
 
     @validates_schema
@@ -361,7 +375,12 @@ class PolicySchema(Schema):
         required=True,
         validate=validate.Length(max=MAX_PERMISSIONS, error="must have at most {max} entries"),
     )
-    resources = fields.List(fields.String(), required=True, validate=_star_only)
+    # At most one entry, "*": the bound says the same as _star_only, before the entries.
+    resources = BoundedList(
+        fields.String(),
+        required=True,
+        validate=[validate.Length(max=1, error=_STAR_ONLY), _star_only],
+    )
     tags = fields.Nested(PolicyTagsSchema)
 
 

@@ -51,11 +51,11 @@ async def get_role(request: web.Request) -> web.Response:
 async def update_role(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
     caller = authorize(request, organization_id, "roles:write")
-    role_id = path_uuid(request, "roleId")
-    data = load(_update, await read_json_object(request))
-    detail = await roles.update_role(
-        request.app[STORE], caller, organization_id, role_id, data, request.app[CLOCK]()
-    )
+    role_id, store = path_uuid(request, "roleId"), request.app[STORE]
+    body = await read_json_object(request)
+    current = await roles.changeable_role(store, organization_id, role_id)
+    data = load(_update, body)
+    detail = await roles.update_role(store, caller, current, data, request.app[CLOCK]())
     return ok(request, _role.dump(detail))
 
 
