@@ -37,6 +37,7 @@ class Settings:
     max_body_bytes: int = MAX_BODY_BYTES
     log_level: str = "info"
     metrics: bool = True
+    max_roles_per_org: int = 1000
 
     @property
     def pepper_path(self) -> Path:
@@ -177,6 +178,10 @@ OPTIONS = (
         "pepper", "KEYSVC_PEPPER", "", _pepper,
         "secret key of the stored hashes, at least 32 bytes (default: a 0600 file <db>.pepper)",
         flag=False,
+    ),
+    Option(
+        "max_roles_per_org", "KEYSVC_MAX_ROLES_PER_ORG", "1000", _positive,
+        "most custom roles one organization may hold",
     ),
 )  # fmt: skip
 

@@ -165,18 +165,33 @@ _LIST_PARAMS = [
         "x-keysvc-addition": True,
     },
 ]
-_PAGING = {
-    "nextCursor": {
-        "type": ["string", "null"],
-        "description": "keysvc addition: cursor of the next page; null on the last page.",
-        "x-keysvc-addition": True,
-    },
-    "totalCount": {
-        "type": "integer",
-        "description": "keysvc addition: keys in the organization.",
-        "x-keysvc-addition": True,
-    },
-}
+
+
+def _paging(counted: str) -> dict[str, Any]:
+    """The envelope's paging fields, for a list of ``counted``."""
+    return {
+        "nextCursor": {
+            "type": ["string", "null"],
+            "description": "keysvc addition: cursor of the next page; null on the last page.",
+            "x-keysvc-addition": True,
+        },
+        "totalCount": {
+            "type": "integer",
+            "description": f"keysvc addition: {counted} in the organization.",
+            "x-keysvc-addition": True,
+        },
+    }
+
+
+_ROLES_LIST = (
+    "Needs the permission `roles:read`. System roles first, then custom roles, each by name "
+    "(code point order), in pages of `limit` (keysvc addition; upstream answers one list). "
+    "An organization holds at most KEYSVC_MAX_ROLES_PER_ORG custom roles (default 1000)."
+)
+_ROLE_CREATE = (
+    "Needs the permission `roles:write`. 409 when the organization already holds "
+    "KEYSVC_MAX_ROLES_PER_ORG custom roles (default 1000)."
+)
 _ETAG = {"ETag": {"description": "Version of the key, for If-Match", "schema": {"type": "string"}}}
 _IF_MATCH = {
     "in": "header",
@@ -197,6 +212,7 @@ def _op(
     statuses: tuple[int, ...],
     body: str | None = None,
     tag: str = "keys",
+    description: str | None = None,
 ) -> dict[str, Any]:
     operation: dict[str, Any] = {
         "operationId": operation_id,
@@ -205,7 +221,9 @@ def _op(
         "parameters": params,
         "responses": _responses(ok, statuses + (_WITH_BODY if body else ())),
     }
-    if permission:
+    if description:
+        operation["description"] = description
+    elif permission:
         operation["description"] = f"Needs the permission `{permission}`."
     if body:
         operation["requestBody"] = {
@@ -226,7 +244,10 @@ def _operations() -> dict[str, dict[str, Any]]:
             "get": _op(
                 "openapiKeyGetList", "Get list of all keys, oldest first", "keys:read",
                 [_ORG_PARAM, *_LIST_PARAMS],
-                _json(_envelope({"type": "array", "items": _ref("ApiKey")}, **_PAGING), "Keys."),
+                _json(
+                    _envelope({"type": "array", "items": _ref("ApiKey")}, **_paging("keys")),
+                    "Keys.",
+                ),
                 a,
             ),
             "post": _op(
@@ -251,13 +272,17 @@ def _operations() -> dict[str, dict[str, Any]]:
         ROLES: {
             "get": _op(
                 "organizationRolesGetList", "Get list of system and custom roles", "roles:read",
-                [_ORG_PARAM],
-                _json(_envelope({"type": "array", "items": _ref("RBACRole")}), "Roles."),
-                a, tag="roles",
+                [_ORG_PARAM, *_LIST_PARAMS],
+                _json(
+                    _envelope({"type": "array", "items": _ref("RBACRole")}, **_paging("roles")),
+                    "Roles.",
+                ),
+                a, tag="roles", description=_ROLES_LIST,
             ),
             "post": _op(
                 "organizationRolePost", "Create a custom role", "roles:write", [_ORG_PARAM],
                 ok_role, (*a, 409), body="RoleCreateRequest", tag="roles",
+                description=_ROLE_CREATE,
             ),
         },
         ROLE: {

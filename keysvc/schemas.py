@@ -301,18 +301,32 @@ class QueryInteger(fields.Integer):
         return super()._deserialize(value, attr, data, **kwargs)
 
 
-class ListKeysQuerySchema(Schema):
+class _PageQuerySchema(Schema):
     limit = QueryInteger(
         load_default=MAX_PAGE,
         strict=False,
         validate=validate.Range(1, MAX_PAGE, error="must be an integer from {min} to {max}"),
         error_messages={"invalid": f"must be an integer from 1 to {MAX_PAGE}"},
     )
+
+
+class ListKeysQuerySchema(_PageQuerySchema):
     # Only the shape here (keysvc.keys.decode_cursor checks the signature): text
     # such as "²" passes str.isdigit() but not int().
     cursor = fields.String(
         validate=validate.Regexp(
             r"[0-9]{1,18}\.[0-9A-Za-z_-]+\Z",
+            error="not a cursor from this list; start again without it",
+        )
+    )
+
+
+class ListRolesQuerySchema(_PageQuerySchema):
+    # Only the shape here (keysvc.roles.decode_cursor checks the signature): a role's
+    # position is its name, up to MAX_NAME characters of up to 4 bytes, in base64.
+    cursor = fields.String(
+        validate=validate.Regexp(
+            r"[0-9A-Za-z_-]{2,1400}\.[0-9A-Za-z_-]+\Z",
             error="not a cursor from this list; start again without it",
         )
     )
