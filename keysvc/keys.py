@@ -12,10 +12,13 @@ from keysvc.credentials import SUFFIX_LENGTH, Hasher, new_key_id, new_secret, sh
 from keysvc.errors import BadRequest, Forbidden, NotFound
 from keysvc.models import Key, KeyChange, KeyPage, NewKey, Organization, Role
 from keysvc.permissions import cannot_grant, missing
-from keysvc.schemas import PatchKeySchema
+from keysvc.schemas import MAX_ROLE_IDS, PatchKeySchema
 from keysvc.store import Store
 
 NO_ROLE = "roles: a key needs at least one role: give roles or assignedRoleIds"
+TOO_MANY_ROLES = (
+    f"assignedRoleIds: a key holds at most {MAX_ROLE_IDS} roles, those named in roles included"
+)
 NOT_FOUND = "key not found in this organization"
 # What a key may not change about itself: every PATCH field but its name, a field
 # added later included. Otherwise a key could lift the IP access list, expiry or rate
@@ -44,6 +47,8 @@ async def grantable_roles(
     )
     if not roles:
         raise BadRequest(NO_ROLE)
+    if len(roles) > MAX_ROLE_IDS:
+        raise BadRequest(TOO_MANY_ROLES)
     for role in roles:
         refusal = (
             None

@@ -190,7 +190,8 @@ _ROLES_LIST = (
 )
 _ROLE_CREATE = (
     "Needs the permission `roles:write`. 409 when the organization already holds "
-    "KEYSVC_MAX_ROLES_PER_ORG custom roles (default 1000)."
+    "KEYSVC_MAX_ROLES_PER_ORG custom roles (default 1000), or when an actor already holds "
+    f"{s.MAX_ROLE_IDS} roles."
 )
 _ETAG = {"ETag": {"description": "Version of the key, for If-Match", "schema": {"type": "string"}}}
 _IF_MATCH = {
@@ -492,10 +493,19 @@ def build_spec() -> dict[str, Any]:
 
 _ONE_ROLE = "A key needs at least one role: a non-empty roles or assignedRoleIds."
 _EXPIRE_AT = 'When the key stops working: a date-time in the future; null or "" mean never.'
-_ROLE_IDS = "Custom or system roles of this organization, by ID."
+_ROLE_IDS = (
+    f"Custom or system roles of this organization, by ID: at most {s.MAX_ROLE_IDS} roles, "
+    "those named in roles included."
+)
 _DEVELOPER = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002"  # the system role's fixed ID (schema.sql)
 _ACTOR = {"type": "string", "pattern": f"^apiKey/{_UUID}$"}
-_ACTORS = "The keys that hold the role, as apiKey/<key UUID> of keys in this organization."
+_ACTORS = (
+    "The keys that hold the role, as apiKey/<key UUID> of keys in this organization; a key "
+    f"holds at most {s.MAX_ROLE_IDS} roles (409 past it)."
+)
+_ROLE_PERMISSIONS = (
+    f"At most {s.MAX_PERMISSIONS} entries here and in every policy's permissions together."
+)
 
 
 def _tighten(schemas: dict[str, Any]) -> None:
@@ -530,6 +540,10 @@ def _tighten(schemas: dict[str, Any]) -> None:
         properties["permissions"]["items"] = dict(_PERMISSION)
         properties["actors"]["items"] = dict(_ACTOR)
         properties["actors"]["description"] = _ACTORS
+        for field in ("permissions", "policies"):
+            properties[field]["description"] = " ".join(
+                filter(None, (properties[field].get("description"), _ROLE_PERMISSIONS))
+            )
     policy = schemas["RBACPolicyCreateRequest"]["properties"]
     policy["allowDeny"]["not"] = {"const": "DENY"}
     policy["permissions"]["items"] = dict(_PERMISSION)

@@ -15,6 +15,7 @@ import aiosqlite
 
 from keysvc.errors import BadRequest, Conflict
 from keysvc.models import Role, RoleDetail, RolePage
+from keysvc.schemas import MAX_ROLE_IDS
 from keysvc.store import Store, _all, _one, _role, timed
 from keysvc.timeutil import to_text
 
@@ -262,7 +263,8 @@ async def _check_role_name(conn: aiosqlite.Connection, organization_id: str, nam
 async def _set_actors(
     conn: aiosqlite.Connection, organization_id: str, role_id: str, key_ids: Sequence[str]
 ) -> None:
-    """Make exactly ``key_ids`` hold the role; no key may be left without a role."""
+    """Make exactly ``key_ids`` hold the role; no key may be left without a role, nor
+    given more than MAX_ROLE_IDS, the most a create or PATCH of a key may give it."""
     wanted = list(dict.fromkeys(key_ids))
     found = await _all(
         conn,
@@ -283,6 +285,12 @@ async def _set_actors(
     )
     if stranded is not None:
         raise Conflict(f"actors: key {stranded['key_id']} would be left with no role")
+    full = await _one(conn, _KEY_WITH_ROLES_BESIDES, (json.dumps(wanted), role_id, MAX_ROLE_IDS))
+    if full is not None:
+        raise Conflict(
+            f"actors: key {full['key_id']} already holds {MAX_ROLE_IDS} roles, the most"
+            " a key may hold; take one from it first"
+        )
     await conn.execute(
         "delete from key_roles where role_id = ?"
         " and key_id not in (select value from json_each(?))",

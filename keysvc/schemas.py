@@ -19,6 +19,7 @@ from marshmallow import (
     ValidationError,
     fields,
     post_dump,
+    pre_load,
     validate,
     validates,
     validates_schema,
@@ -398,11 +399,14 @@ class PolicySchema(Schema):
     tags = fields.Nested(PolicyTagsSchema)
 
 
+_AT_MOST_PERMISSIONS = f"must have at most {MAX_PERMISSIONS} entries"
+
+
 class _RoleFieldsSchema(Schema):
     name = Name()
     permissions = BoundedList(
         fields.String(validate=_permission),
-        validate=validate.Length(max=MAX_PERMISSIONS, error="must have at most {max} entries"),
+        validate=validate.Length(max=MAX_PERMISSIONS, error=_AT_MOST_PERMISSIONS),
         metadata={**ADDITION, "description": "keysvc addition: the permissions the role grants"},
     )
     policies = BoundedList(
@@ -413,6 +417,35 @@ class _RoleFieldsSchema(Schema):
         fields.String(validate=_actor),
         validate=validate.Length(max=MAX_ACTORS, error="must have at most {max} entries"),
     )
+
+    @pre_load
+    def _permissions_in_all(self, data: Any, **kwargs: Any) -> Any:
+        """A role grants at most MAX_PERMISSIONS, its policies' included: counted as sent,
+        before any entry is read, so that many policies cannot make up a long list."""
+        if isinstance(data, Mapping):
+            sent = _entries(data.get("permissions")) + sum(
+                _entries(policy.get("permissions"))
+                # Past this many the policies are refused anyway; their length is not read.
+                for policy in _listed(data.get("policies"))[: MAX_PERMISSIONS + 1]
+                if isinstance(policy, Mapping)
+            )
+            if _entries(data.get("permissions")) > MAX_PERMISSIONS:
+                raise ValidationError(_AT_MOST_PERMISSIONS, field_name="permissions")
+            if sent > MAX_PERMISSIONS:
+                raise ValidationError(
+                    f"a role grants at most {MAX_PERMISSIONS} permissions, its policies'"
+                    f" included; this body has {sent}",
+                    field_name="permissions",
+                )
+        return data
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _entries(value: Any) -> int:
+    return len(_listed(value))
 
 
 class CreateRoleSchema(_RoleFieldsSchema):

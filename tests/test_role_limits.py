@@ -1,12 +1,14 @@
-"""Bounds on roles: custom roles per organization, and the role list in pages read with a
-fixed number of statements."""
+"""Bounds on roles: custom roles per organization, the role list in pages read with a fixed
+number of statements, permissions per role and roles per key, on every path that adds them."""
 
 import asyncio
+import uuid
 from typing import Any
 
 import pytest
 
 from keysvc.config import build_settings
+from keysvc.schemas import MAX_PERMISSIONS, MAX_ROLE_IDS
 from keysvc.state import STORE
 from tests.conftest import (
     Client,
@@ -14,6 +16,7 @@ from tests.conftest import (
     bootstrap,
     client_with,
     create,
+    create_creds,
     create_role,
 )
 from tests.helpers import Creds, FakeClock, assert_error, assert_ok, count_reads
@@ -21,6 +24,9 @@ from tests.test_roles import keys_url, roles_url
 
 SYSTEM_ROLES = ["admin", "developer", "query_endpoints"]
 BAD_CURSOR = "cursor: not a cursor from this list; start again without it"
+TOO_MANY_ROLES = (
+    f"assignedRoleIds: a key holds at most {MAX_ROLE_IDS} roles, those named in roles included"
+)
 
 
 async def list_page(client: Client, admin: Creds, **params: str) -> dict[str, Any]:
@@ -182,3 +188,138 @@ async def test_a_page_is_read_in_a_fixed_number_of_statements(
         monkeypatch.undo()
     # The page, the keys holding its roles, and the count: whatever the page size.
     assert counts == {1: 3, 5: 3, 33: 3}
+
+
+# Permissions per role.
+
+
+def _permissions(count: int, start: int = 0) -> list[str]:
+    return [f"p{index}:read" for index in range(start, start + count)]
+
+
+def _policy(permissions: list[str]) -> dict[str, Any]:
+    return {"allowDeny": "ALLOW", "permissions": permissions, "resources": ["*"]}
+
+
+def _too_many(sent: int) -> str:
+    return (
+        f"permissions: a role grants at most {MAX_PERMISSIONS} permissions, its policies'"
+        f" included; this body has {sent}"
+    )
+
+
+PERMISSION_BODIES = {
+    "policies": ({"policies": [_policy(_permissions(100, i * 100)) for i in range(40)]}, 4000),
+    "both": ({"permissions": _permissions(60), "policies": [_policy(_permissions(60, 60))]}, 120),
+    "repeated": ({"permissions": _permissions(60), "policies": [_policy(_permissions(60))]}, 120),
+}
+
+
+@pytest.mark.parametrize("case", PERMISSION_BODIES)
+async def test_a_role_grants_at_most_max_permissions_in_all(
+    client: Client, admin: Creds, case: str
+) -> None:
+    body, sent = PERMISSION_BODIES[case]
+    response = await client.post(
+        roles_url(admin), json={"name": "r", **body}, headers=admin.headers
+    )
+    await assert_error(response, 400, _too_many(sent))
+    role = await create_role(client, admin, {"name": "r", "permissions": ["reports:read"]})
+    response = await client.patch(roles_url(admin, role["id"]), json=body, headers=admin.headers)
+    await assert_error(response, 400, _too_many(sent))
+    assert (
+        await assert_ok(await client.get(roles_url(admin, role["id"]), headers=admin.headers))
+        == role
+    )
+    names, _ = await walk(client, admin, 250)
+    assert names == [*SYSTEM_ROLES, "r"]
+
+
+async def test_max_permissions_across_permissions_and_policies_are_taken(
+    client: Client, admin: Creds
+) -> None:
+    body = {
+        "name": "r",
+        "permissions": _permissions(50),
+        "policies": [_policy(_permissions(50, 50))],
+    }
+    role = await create_role(client, admin, body)
+    assert len(role["permissions"]) == MAX_PERMISSIONS
+
+
+# Roles per key.
+
+
+async def _custom_roles(client: Client, admin: Creds, count: int) -> list[str]:
+    return [(await create_role(client, admin, {"name": f"r{i:03}"}))["id"] for i in range(count)]
+
+
+async def test_a_key_is_created_or_patched_with_at_most_max_roles(
+    client: Client, admin: Creds
+) -> None:
+    role_ids = await _custom_roles(client, admin, MAX_ROLE_IDS)
+    too_many = {"name": "k", "assignedRoleIds": role_ids, "roles": ["developer"]}
+    response = await client.post(keys_url(admin), json=too_many, headers=admin.headers)
+    await assert_error(response, 400, TOO_MANY_ROLES)
+    key = await create(client, admin, {"name": "k", "roles": ["developer"]})
+    url = keys_url(admin, key["key"]["id"])
+    response = await client.patch(
+        url, json={"assignedRoleIds": role_ids, "roles": ["developer"]}, headers=admin.headers
+    )
+    await assert_error(response, 400, TOO_MANY_ROLES)
+    read = await assert_ok(await client.get(url, headers=admin.headers))
+    assert [role["roleName"] for role in read["assignedRoles"]] == ["developer"]
+    listed = await assert_ok(await client.get(keys_url(admin), headers=admin.headers))
+    assert len(listed) == 2
+    # Exactly the most is taken, either way.
+    full = await create(client, admin, {"name": "full", "assignedRoleIds": role_ids})
+    assert len(full["key"]["assignedRoles"]) == MAX_ROLE_IDS
+    patched = await client.patch(url, json={"assignedRoleIds": role_ids}, headers=admin.headers)
+    assert len((await assert_ok(patched))["assignedRoles"]) == MAX_ROLE_IDS
+
+
+async def test_actors_cannot_give_a_key_more_than_max_roles(client: Client, admin: Creds) -> None:
+    role_ids = await _custom_roles(client, admin, MAX_ROLE_IDS)
+    full = await create_creds(client, admin, {"name": "full", "assignedRoleIds": role_ids})
+    almost = await create_creds(client, admin, {"name": "almost", "assignedRoleIds": role_ids[1:]})
+    message = (
+        f"actors: key {full.id} already holds {MAX_ROLE_IDS} roles, the most a key may hold;"
+        " take one from it first"
+    )
+    actors = [f"apiKey/{almost.id}", f"apiKey/{full.id}"]
+    # Through a new role: refused, and no role is made.
+    response = await client.post(
+        roles_url(admin), json={"name": "one more", "actors": actors}, headers=admin.headers
+    )
+    await assert_error(response, 409, message)
+    names, totals = await walk(client, admin, 250)
+    assert "one more" not in names and totals == {3 + MAX_ROLE_IDS}
+    # Through an existing role's actors: refused, and its actors unchanged.
+    spare = await create_role(client, admin, {"name": "spare"})
+    response = await client.patch(
+        roles_url(admin, spare["id"]), json={"actors": actors}, headers=admin.headers
+    )
+    await assert_error(response, 409, message)
+    read = await assert_ok(await client.get(roles_url(admin, spare["id"]), headers=admin.headers))
+    assert read["actors"] == []
+    # A key one short of the most may take one more; a full key may keep the roles it has.
+    response = await client.patch(
+        roles_url(admin, spare["id"]), json={"actors": actors[:1]}, headers=admin.headers
+    )
+    assert (await assert_ok(response))["actors"] == actors[:1]
+    response = await client.patch(
+        roles_url(admin, role_ids[0]), json={"actors": [actors[1]]}, headers=admin.headers
+    )
+    assert (await assert_ok(response))["actors"] == [actors[1]]
+    for creds in (full, almost):
+        key = await assert_ok(await client.get(keys_url(admin, creds.id), headers=admin.headers))
+        assert len(key["assignedRoles"]) == MAX_ROLE_IDS
+
+
+async def test_an_unknown_role_id_is_still_named(client: Client, admin: Creds) -> None:
+    """An unknown role UUID is still a 400 naming it, before any count."""
+    missing = str(uuid.uuid4())
+    response = await client.post(
+        keys_url(admin), json={"name": "k", "assignedRoleIds": [missing]}, headers=admin.headers
+    )
+    await assert_error(response, 400, f"assignedRoleIds: no role {missing} in this organization")
