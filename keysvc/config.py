@@ -47,6 +47,7 @@ class Settings:
     unix_path: Path | None = None
     unix_group: int | None = None
     tcp: bool = True
+    max_roles_per_org: int = 1000
 
     @property
     def pepper_path(self) -> Path:
@@ -257,6 +258,10 @@ OPTIONS = (
     Option(
         "tcp", "KEYSVC_TCP", "on", _on_off,
         "serve on host:port too: on, or off to serve on the unix socket alone",
+    ),
+    Option(
+        "max_roles_per_org", "KEYSVC_MAX_ROLES_PER_ORG", "1000", _positive,
+        "most custom roles one organization may hold",
     ),
 )  # fmt: skip
 

@@ -3,7 +3,7 @@ client's own through ``hashData``), refusing to grant roles the caller does
 not hold or to touch a key stronger than the caller, and the signed list cursor."""
 
 import hmac
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -13,10 +13,14 @@ from keysvc.credentials import SUFFIX_LENGTH, Hasher, new_key_id, new_secret, sh
 from keysvc.errors import BadRequest, Forbidden, NotFound
 from keysvc.models import Key, KeyChange, KeyPage, NewKey, Organization, Role
 from keysvc.permissions import cannot_grant, missing
-from keysvc.schemas import CreateKeySchema, PatchKeySchema, load
+from keysvc.schemas import MAX_ROLE_IDS, CreateKeySchema, PatchKeySchema, load
 from keysvc.store import Store
 
 NO_ROLE = "roles: a key needs at least one role: give roles or assignedRoleIds"
+TOO_MANY_ROLES = (
+    f"assignedRoleIds: a key holds at most {MAX_ROLE_IDS} roles, those named in roles included"
+)
+NOT_FOUND = "key not found in this organization"
 # What a key may not change about itself: every PATCH field but its name, a field
 # added later included. Otherwise a key could lift the IP access list, expiry or rate
 # limit it was given, or re-role itself.
@@ -44,6 +48,8 @@ async def grantable_roles(
     )
     if not roles:
         raise BadRequest(NO_ROLE)
+    if len(roles) > MAX_ROLE_IDS:
+        raise BadRequest(TOO_MANY_ROLES)
     for role in roles:
         refusal = (
             None
@@ -116,6 +122,29 @@ def may_change(caller: Key, target: Key) -> None:
         raise Forbidden(STRONGER_KEY)
 
 
+def _own_access(caller: Key, key_id: str, fields: Iterable[str]) -> None:
+    """A key may only rename itself."""
+    if key_id == caller.id:
+        own = next((field for field in OWN_ACCESS if field in fields), None)
+        if own is not None:
+            raise Forbidden(f"a key cannot change its own {own}: use another key to change it")
+
+
+async def check_update(
+    store: Store, caller: Key, organization_id: str, key_id: str, fields: Iterable[str]
+) -> None:
+    """The refusals of a PATCH that need no valid body, given the names of the fields it
+    sends: run before the body is validated, so that a caller who may not change the key
+    is answered before the body is read entry by entry. ``update_key`` checks again."""
+    _own_access(caller, key_id, fields)
+    target = store.cached_key(organization_id, key_id) or await store.get_key(
+        organization_id, key_id
+    )
+    if target is None:
+        raise NotFound(NOT_FOUND)
+    may_change(caller, target)
+
+
 async def update_key(
     store: Store,
     caller: Key,
@@ -126,10 +155,7 @@ async def update_key(
 ) -> Key:
     """Apply a validated PATCH body; roles and ipAccessList replace. The target must be
     no stronger than the caller (``may_change``), and a key may only rename itself."""
-    if key_id == caller.id:
-        own = next((field for field in OWN_ACCESS if field in data), None)
-        if own is not None:
-            raise Forbidden(f"a key cannot change its own {own}: use another key to change it")
+    _own_access(caller, key_id, data)
     role_ids = None
     if "roles" in data or "assignedRoleIds" in data:
         role_ids = [r.id for r in await grantable_roles(store, caller, organization_id, data)]
@@ -147,7 +173,7 @@ async def update_key(
         organization_id, key_id, change, if_match, lambda target: may_change(caller, target)
     )
     if key is None:
-        raise NotFound("key not found in this organization")
+        raise NotFound(NOT_FOUND)
     return key
 
 
@@ -165,7 +191,7 @@ async def delete_key(
     if not await store.delete_key(
         organization_id, key_id, lambda target: may_change(caller, target), if_match
     ):
-        raise NotFound("key not found in this organization")
+        raise NotFound(NOT_FOUND)
 
 
 async def _new_admin_key(

@@ -30,6 +30,13 @@ class RoleDetail:
 
 
 @dataclass(frozen=True)
+class RolePage:
+    roles: list[RoleDetail]
+    more: bool
+    total: int
+
+
+@dataclass(frozen=True)
 class Organization:
     id: str
     name: str

@@ -109,15 +109,18 @@ def _responses(ok: dict[str, Any], statuses: tuple[int, ...]) -> dict[str, Any]:
     return responses
 
 
-# Control characters (category Cc), which names and descriptions must not hold, and the
-# whitespace str.strip() removes from both ends of a name before it is checked.
+# Control characters (category Cc); what names and descriptions must not hold (those, and
+# bidi and zero-width characters); and the whitespace str.strip() removes from both ends
+# of a name before it is checked.
 _CC = r"\x00-\x1f\x7f-\x9f"
+_HIDDEN = _CC + s.INVISIBLE
 _WS = r"\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 _NAME = {
     "type": "string",
-    "pattern": f"^[{_WS}]*[^{_WS}{_CC}](?:[^{_CC}]{{0,{s.MAX_NAME - 2}}}[^{_WS}{_CC}])?[{_WS}]*$",
+    "pattern": f"^[{_WS}]*[^{_WS}{_HIDDEN}](?:[^{_HIDDEN}]{{0,{s.MAX_NAME - 2}}}"
+    f"[^{_WS}{_HIDDEN}])?[{_WS}]*$",
     "description": f"1 to {s.MAX_NAME} characters once leading and trailing whitespace "
-    "is trimmed, no control characters.",
+    "is trimmed, no control, bidi or zero-width characters.",
 }
 _PERMISSION = {
     "type": "string",
@@ -164,18 +167,34 @@ _LIST_PARAMS = [
         "x-keysvc-addition": True,
     },
 ]
-_PAGING = {
-    "nextCursor": {
-        "type": ["string", "null"],
-        "description": "keysvc addition: cursor of the next page; null on the last page.",
-        "x-keysvc-addition": True,
-    },
-    "totalCount": {
-        "type": "integer",
-        "description": "keysvc addition: keys in the organization.",
-        "x-keysvc-addition": True,
-    },
-}
+
+
+def _paging(counted: str) -> dict[str, Any]:
+    """The envelope's paging fields, for a list of ``counted``."""
+    return {
+        "nextCursor": {
+            "type": ["string", "null"],
+            "description": "keysvc addition: cursor of the next page; null on the last page.",
+            "x-keysvc-addition": True,
+        },
+        "totalCount": {
+            "type": "integer",
+            "description": f"keysvc addition: {counted} in the organization.",
+            "x-keysvc-addition": True,
+        },
+    }
+
+
+_ROLES_LIST = (
+    "Needs the permission `roles:read`. System roles first, then custom roles, each by name "
+    "(code point order), in pages of `limit` (keysvc addition; upstream answers one list). "
+    "An organization holds at most KEYSVC_MAX_ROLES_PER_ORG custom roles (default 1000)."
+)
+_ROLE_CREATE = (
+    "Needs the permission `roles:write`. 409 when the organization already holds "
+    "KEYSVC_MAX_ROLES_PER_ORG custom roles (default 1000), or when an actor already holds "
+    f"{s.MAX_ROLE_IDS} roles."
+)
 _ETAG = {"ETag": {"description": "Version of the key, for If-Match", "schema": {"type": "string"}}}
 _IF_MATCH = {
     "in": "header",
@@ -197,6 +216,7 @@ def _op(
     statuses: tuple[int, ...],
     body: str | None = None,
     tag: str = "keys",
+    description: str | None = None,
 ) -> dict[str, Any]:
     operation: dict[str, Any] = {
         "operationId": operation_id,
@@ -205,7 +225,9 @@ def _op(
         "parameters": params,
         "responses": _responses(ok, statuses + (_WITH_BODY if body else ())),
     }
-    if permission:
+    if description:
+        operation["description"] = description
+    elif permission:
         operation["description"] = f"Needs the permission `{permission}`."
     if body:
         operation["requestBody"] = {
@@ -227,7 +249,10 @@ def _operations() -> dict[str, dict[str, Any]]:
             "get": _op(
                 "openapiKeyGetList", "Get list of all keys, oldest first", "keys:read",
                 [_ORG_PARAM, *_LIST_PARAMS],
-                _json(_envelope({"type": "array", "items": _ref("ApiKey")}, **_PAGING), "Keys."),
+                _json(
+                    _envelope({"type": "array", "items": _ref("ApiKey")}, **_paging("keys")),
+                    "Keys.",
+                ),
                 a,
             ),
             "post": _op(
@@ -252,13 +277,17 @@ def _operations() -> dict[str, dict[str, Any]]:
         ROLES: {
             "get": _op(
                 "organizationRolesGetList", "Get list of system and custom roles", "roles:read",
-                [_ORG_PARAM],
-                _json(_envelope({"type": "array", "items": _ref("RBACRole")}), "Roles."),
-                a, tag="roles",
+                [_ORG_PARAM, *_LIST_PARAMS],
+                _json(
+                    _envelope({"type": "array", "items": _ref("RBACRole")}, **_paging("roles")),
+                    "Roles.",
+                ),
+                a, tag="roles", description=_ROLES_LIST,
             ),
             "post": _op(
                 "organizationRolePost", "Create a custom role", "roles:write", [_ORG_PARAM],
                 ok_role, (*w, 409), body="RoleCreateRequest", tag="roles",
+                description=_ROLE_CREATE,
             ),
         },
         ROLE: {
@@ -503,10 +532,19 @@ def build_spec() -> dict[str, Any]:
 
 _ONE_ROLE = "A key needs at least one role: a non-empty roles or assignedRoleIds."
 _EXPIRE_AT = 'When the key stops working: a date-time in the future; null or "" mean never.'
-_ROLE_IDS = "Custom or system roles of this organization, by ID."
+_ROLE_IDS = (
+    f"Custom or system roles of this organization, by ID: at most {s.MAX_ROLE_IDS} roles, "
+    "those named in roles included."
+)
 _DEVELOPER = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002"  # the system role's fixed ID (schema.sql)
 _ACTOR = {"type": "string", "pattern": f"^apiKey/{_UUID}$"}
-_ACTORS = "The keys that hold the role, as apiKey/<key UUID> of keys in this organization."
+_ACTORS = (
+    "The keys that hold the role, as apiKey/<key UUID> of keys in this organization; a key "
+    f"holds at most {s.MAX_ROLE_IDS} roles (409 past it)."
+)
+_ROLE_PERMISSIONS = (
+    f"At most {s.MAX_PERMISSIONS} entries here and in every policy's permissions together."
+)
 
 
 def _tighten(schemas: dict[str, Any]) -> None:
@@ -535,12 +573,16 @@ def _tighten(schemas: dict[str, Any]) -> None:
         description="An IPv4 or IPv6 address or CIDR, host bits clear.",
         examples=["192.0.2.0/24", "2001:db8::1"],
     )
-    entry["description"]["pattern"] = f"^[^{_CC}]*$"
+    entry["description"]["pattern"] = f"^[^{_HIDDEN}]*$"
     for name in ("RoleCreateRequest", "RoleUpdateRequest"):
         properties = schemas[name]["properties"]
         properties["permissions"]["items"] = dict(_PERMISSION)
         properties["actors"]["items"] = dict(_ACTOR)
         properties["actors"]["description"] = _ACTORS
+        for field in ("permissions", "policies"):
+            properties[field]["description"] = " ".join(
+                filter(None, (properties[field].get("description"), _ROLE_PERMISSIONS))
+            )
     policy = schemas["RBACPolicyCreateRequest"]["properties"]
     policy["allowDeny"]["not"] = {"const": "DENY"}
     policy["permissions"]["items"] = dict(_PERMISSION)

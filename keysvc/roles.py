@@ -8,11 +8,15 @@ change or delete a role holding a permission they lack, nor give it to or take
 it from a key stronger than themselves. System roles never change.
 """
 
+import base64
+import binascii
+import hmac
 from datetime import datetime
 from typing import Any
 
-from keysvc.errors import Forbidden, NotFound
-from keysvc.models import Key, RoleDetail
+from keysvc.credentials import Hasher
+from keysvc.errors import BadRequest, Forbidden, NotFound
+from keysvc.models import Key, RoleDetail, RolePage
 from keysvc.permissions import has_permission, missing
 from keysvc.rolestore import RoleCheck
 from keysvc.schemas import ACTOR_PREFIX
@@ -74,25 +78,46 @@ def _check_grantable(caller: Key, permissions: list[str] | None) -> None:
 
 
 async def create_role(
-    store: Store, caller: Key, organization_id: str, data: dict[str, Any], now: datetime
+    store: Store,
+    caller: Key,
+    organization_id: str,
+    data: dict[str, Any],
+    now: datetime,
+    max_roles: int,
 ) -> RoleDetail:
+    """Store a custom role from a validated body, unless the organization has
+    ``max_roles`` already (counted in the create's transaction)."""
     permissions = _permissions(data) or []
     _check_grantable(caller, permissions)
     actors = _actors(caller, data) or []
     return await store.roles.create_role(
-        organization_id, data["name"], permissions, actors, now, _may_change(caller)
+        organization_id,
+        data["name"],
+        permissions,
+        actors,
+        now,
+        _may_change(caller),
+        max_roles=max_roles,
     )
+
+
+async def changeable_role(store: Store, organization_id: str, role_id: str) -> RoleDetail:
+    """The custom role a PATCH would change: read before the body is validated, so that
+    no such role (404) and a system role (403) are answered without reading it. What the
+    caller may change depends on the body: checked once it is valid, and again in the
+    write's transaction."""
+    return await _custom_role(store, organization_id, role_id)
 
 
 async def update_role(
     store: Store,
     caller: Key,
-    organization_id: str,
-    role_id: str,
+    current: RoleDetail,
     data: dict[str, Any],
     now: datetime,
 ) -> RoleDetail:
-    current = await _custom_role(store, organization_id, role_id)
+    """Apply a validated PATCH body to ``current``, as ``changeable_role`` returned it."""
+    organization_id, role_id = current.organization_id, current.role.id
     permissions = _permissions(data)
     actors = _actors(caller, data)
     # Handing the role to keys grants what it holds, so that needs holding too.
@@ -119,3 +144,36 @@ async def _custom_role(store: Store, organization_id: str, role_id: str) -> Role
     if detail.role.type == "system":
         raise Forbidden(SYSTEM)
     return detail
+
+
+# The start of the list: before every role, system (0) or custom (1).
+START = (-1, "")
+BAD_CURSOR = "cursor: not a cursor from this list; start again without it"
+_CURSOR = "role cursor"
+
+
+def encode_cursor(hasher: Hasher, organization_id: str, detail: RoleDetail) -> str:
+    """An opaque cursor after ``detail``'s role, valid only for this organization's list:
+    its position (custom or not, then its name) in base64, and a MAC of that."""
+    kind = "c" if detail.role.type == "custom" else "s"
+    text = base64.urlsafe_b64encode(f"{kind}{detail.role.name}".encode()).decode().rstrip("=")
+    return f"{text}.{hasher.sign(_CURSOR, f'{organization_id}:{text}')}"
+
+
+def decode_cursor(hasher: Hasher, organization_id: str, cursor: str | None) -> tuple[int, str]:
+    """The position a cursor stands for; START for none. A forged or foreign cursor is a 400."""
+    if cursor is None:
+        return START
+    text, _, mac = cursor.partition(".")
+    expected = hasher.sign(_CURSOR, f"{organization_id}:{text}")
+    if not hmac.compare_digest(expected.encode(), mac.encode()):
+        raise BadRequest(BAD_CURSOR)
+    try:  # signed by this server, so well formed; checked all the same
+        position = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        raise BadRequest(BAD_CURSOR) from None
+    return int(position[:1] == "c"), position[1:]
+
+
+def next_cursor(hasher: Hasher, organization_id: str, page: RolePage) -> str | None:
+    return encode_cursor(hasher, organization_id, page.roles[-1]) if page.more else None

@@ -14,7 +14,8 @@ from datetime import datetime
 import aiosqlite
 
 from keysvc.errors import BadRequest, Conflict
-from keysvc.models import Role, RoleDetail
+from keysvc.models import Role, RoleDetail, RolePage
+from keysvc.schemas import MAX_ROLE_IDS
 from keysvc.store import Store, _all, _one, _role, timed
 from keysvc.timeutil import to_text
 
@@ -22,10 +23,27 @@ from keysvc.timeutil import to_text
 ROLE_NAME_TAKEN = "name: a role with this name already exists in this organization; choose another"
 
 # A role is visible in an organization if it is a system role or that organization's own.
-_ROLES_IN_ORG = """
+# A page of them: system roles first, then custom roles, each by name, after a position
+# (is custom, name); names are unique among the roles an organization sees. The
+# coalesce is the one roles_org_name indexes.
+_ROLE_PAGE = """
     select id, name, type, permissions, created_at, updated_at from roles
-    where (organization_id is null or organization_id = ?)
-    order by type = 'custom', name
+    where coalesce(organization_id, '') in ('', ?) and (type = 'custom', name) > (?, ?)
+    order by type = 'custom', name limit ?
+"""
+_COUNT_ROLES_IN_ORG = "select count(*) from roles where coalesce(organization_id, '') in ('', ?)"
+_COUNT_CUSTOM_ROLES = "select count(*) from roles where coalesce(organization_id, '') = ?"
+# The keys of the organization holding each of the given roles, oldest first.
+_ACTORS_OF_ROLES = """
+    select kr.role_id, k.id from key_roles kr join api_keys k on k.id = kr.key_id
+    where kr.role_id in (select value from json_each(?)) and k.organization_id = ?
+    order by k.seq
+"""
+# A key, of those given, that holds ``limit`` roles or more besides the given one.
+_KEY_WITH_ROLES_BESIDES = """
+    select key_id from key_roles
+    where key_id in (select value from json_each(?)) and role_id != ?
+    group by key_id having count(*) >= ? limit 1
 """
 _ROLE_IN_ORG = """
     select id, name, type, permissions, created_at, updated_at from roles
@@ -90,9 +108,16 @@ class RoleStore:
         return list(roles.values())
 
     @timed
-    async def list_roles(self, organization_id: str) -> list[RoleDetail]:
-        rows = await _all(self._store.reader, _ROLES_IN_ORG, (organization_id,))
-        return [await _role_detail(self._store.reader, organization_id, row) for row in rows]
+    async def list_roles(
+        self, organization_id: str, after: tuple[int, str], limit: int
+    ) -> RolePage:
+        """Up to ``limit`` roles after the position ``after`` (is custom, name); (-1, "")
+        is the start. Three statements, whatever the page size."""
+        reader = self._store.reader
+        rows = await _all(reader, _ROLE_PAGE, (organization_id, *after, limit + 1))
+        roles = await _details(reader, organization_id, rows[:limit])
+        total = await _one(reader, _COUNT_ROLES_IN_ORG, (organization_id,))
+        return RolePage(roles, more=len(rows) > limit, total=total[0] if total else 0)
 
     @timed
     async def get_role(self, organization_id: str, role_id: str) -> RoleDetail | None:
@@ -107,12 +132,21 @@ class RoleStore:
         actors: Sequence[str],
         now: datetime,
         check: RoleCheck | None = None,
+        *,
+        max_roles: int,
     ) -> RoleDetail:
+        """A new custom role, unless the organization holds ``max_roles`` already."""
         role_id = str(uuid.uuid4())
         async with self._store.transaction() as conn:
             if check is not None:
                 moved = set(actors)
                 check(None, moved, await _permissions_of_keys(conn, organization_id, moved))
+            held = await _one(conn, _COUNT_CUSTOM_ROLES, (organization_id,))
+            if held is not None and held[0] >= max_roles:
+                raise Conflict(
+                    f"this organization has reached its limit of {max_roles} custom roles;"
+                    " delete one it no longer needs"
+                )
             await _check_role_name(conn, organization_id, name)
             await conn.execute(
                 "insert into roles (id, organization_id, name, type, permissions, created_at,"
@@ -203,23 +237,24 @@ async def _permissions_of_keys(
     return frozenset(row[0] for row in rows)
 
 
-async def _role_detail(
-    conn: aiosqlite.Connection, organization_id: str, row: sqlite3.Row
-) -> RoleDetail:
-    actors = await _all(
-        conn,
-        "select k.id from key_roles kr join api_keys k on k.id = kr.key_id"
-        " where kr.role_id = ? and k.organization_id = ? order by k.seq",
-        (row["id"], organization_id),
-    )
-    return RoleDetail(_role(row), organization_id, tuple(a["id"] for a in actors))
+async def _details(
+    conn: aiosqlite.Connection, organization_id: str, rows: Sequence[sqlite3.Row]
+) -> list[RoleDetail]:
+    """The roles of ``rows`` with the keys holding each, read in one statement."""
+    if not rows:
+        return []
+    actors: dict[str, list[str]] = {row["id"]: [] for row in rows}
+    held = await _all(conn, _ACTORS_OF_ROLES, (json.dumps(list(actors)), organization_id))
+    for role_id, key_id in held:
+        actors[role_id].append(key_id)
+    return [RoleDetail(_role(row), organization_id, tuple(actors[row["id"]])) for row in rows]
 
 
 async def _get_role(
     conn: aiosqlite.Connection, organization_id: str, role_id: str
 ) -> RoleDetail | None:
     row = await _one(conn, _ROLE_IN_ORG, (organization_id, role_id))
-    return None if row is None else await _role_detail(conn, organization_id, row)
+    return None if row is None else (await _details(conn, organization_id, [row]))[0]
 
 
 async def _check_role_name(conn: aiosqlite.Connection, organization_id: str, name: str) -> None:
@@ -231,7 +266,8 @@ async def _check_role_name(conn: aiosqlite.Connection, organization_id: str, nam
 async def _set_actors(
     conn: aiosqlite.Connection, organization_id: str, role_id: str, key_ids: Sequence[str]
 ) -> None:
-    """Make exactly ``key_ids`` hold the role; no key may be left without a role."""
+    """Make exactly ``key_ids`` hold the role; no key may be left without a role, nor
+    given more than MAX_ROLE_IDS, the most a create or PATCH of a key may give it."""
     wanted = list(dict.fromkeys(key_ids))
     found = await _all(
         conn,
@@ -252,6 +288,12 @@ async def _set_actors(
     )
     if stranded is not None:
         raise Conflict(f"actors: key {stranded['key_id']} would be left with no role")
+    full = await _one(conn, _KEY_WITH_ROLES_BESIDES, (json.dumps(wanted), role_id, MAX_ROLE_IDS))
+    if full is not None:
+        raise Conflict(
+            f"actors: key {full['key_id']} already holds {MAX_ROLE_IDS} roles, the most"
+            " a key may hold; take one from it first"
+        )
     await conn.execute(
         "delete from key_roles where role_id = ?"
         " and key_id not in (select value from json_each(?))",

@@ -19,6 +19,7 @@ from marshmallow import (
     ValidationError,
     fields,
     post_dump,
+    pre_load,
     validate,
     validates,
     validates_schema,
@@ -39,6 +40,9 @@ MAX_ROLE_IDS = 100
 MAX_PERMISSIONS = 100
 MAX_ACTORS = 1000
 MAX_PAGE = 250
+# Upstream's database grants, which keysvc refuses whatever their number: the bound
+# only keeps a long list from being read entry by entry before it is refused.
+MAX_GRANTS = 100
 # Longest field name an error message quotes.
 MAX_FIELD_NAME = 64
 MAX_MESSAGES = 10  # field errors listed in one answer
@@ -58,15 +62,35 @@ def _has_control(value: str) -> bool:
     return any(unicodedata.category(ch) == "Cc" for ch in value)
 
 
+# Characters that are not shown but change how the text around them reads: bidi marks,
+# embeddings, overrides and isolates, and zero-width characters. "\u202eadmin" would
+# show as "nimda", and "ad\u200bmin" as "admin". A character class in the syntax both
+# Python and JSON Schema read, so that the OpenAPI document says the same.
+INVISIBLE = r"\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
+_INVISIBLE = re.compile(f"[{INVISIBLE}]")
+
+
+def _unshowable(value: str) -> str | None:
+    """Why ``value`` cannot be shown as it is, or None."""
+    if _has_control(value):
+        return "must not contain control characters"
+    hidden = _INVISIBLE.search(value)
+    if hidden is not None:
+        code = f"U+{ord(hidden.group()):04X}"
+        return f"must not contain bidi or zero-width characters such as {code}"
+    return None
+
+
 class Name(fields.String):
-    """A name: trimmed, 1 to 255 characters, no control characters."""
+    """A name: trimmed, 1 to 255 characters, nothing that is not shown as itself."""
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> str:
         text = super()._deserialize(value, attr, data, **kwargs).strip()
         if not 1 <= len(text) <= MAX_NAME:
             raise ValidationError(f"must be 1 to {MAX_NAME} characters")
-        if _has_control(text):
-            raise ValidationError("must not contain control characters")
+        refusal = _unshowable(text)
+        if refusal is not None:
+            raise ValidationError(refusal)
         return text
 
 
@@ -123,8 +147,9 @@ class IpSource(fields.String):
 
 
 def _no_control(value: str) -> None:
-    if _has_control(value):
-        raise ValidationError("must not contain control characters")
+    refusal = _unshowable(value)
+    if refusal is not None:
+        raise ValidationError(refusal)
 
 
 def _sha256_b64(value: str) -> None:
@@ -205,6 +230,15 @@ _RATE_LIMIT_DOC = {
 }
 
 
+_LEGACY_ROLE = fields.String(
+    validate=validate.OneOf(LEGACY_ROLES, error="must be one of: " + ", ".join(LEGACY_ROLES))
+)
+# Each legacy role once: there are only so many.
+_LEGACY_ROLES_LENGTH = validate.Length(
+    max=len(LEGACY_ROLES), error="must have at most {max} entries"
+)
+
+
 class _KeyFieldsSchema(Schema):
     """Fields that create and PATCH share. ``now`` is the clock reading that
     expireAt must be after."""
@@ -214,12 +248,9 @@ class _KeyFieldsSchema(Schema):
     state = fields.String(
         validate=validate.OneOf(KEY_STATES, error="must be one of: enabled, disabled"),
     )
-    roles = fields.List(
-        fields.String(
-            validate=validate.OneOf(
-                LEGACY_ROLES, error="must be one of: " + ", ".join(LEGACY_ROLES)
-            )
-        ),
+    roles = BoundedList(
+        _LEGACY_ROLE,
+        validate=_LEGACY_ROLES_LENGTH,
         metadata={"deprecated": True},
     )
     assignedRoleIds = BoundedList(
@@ -253,12 +284,11 @@ class CreateKeySchema(_KeyFieldsSchema):
     )
     hashData = fields.Nested(HashDataSchema)
     roles = BoundedList(
-        fields.String(
-            validate=validate.OneOf(
-                LEGACY_ROLES, error="must be one of: " + ", ".join(LEGACY_ROLES)
-            )
-        ),
-        validate=validate.Length(min=1, error="must contain at least 1 element"),
+        _LEGACY_ROLE,
+        validate=[
+            _LEGACY_ROLES_LENGTH,
+            validate.Length(min=1, error="must contain at least 1 element"),
+        ],
         metadata={"deprecated": True},
     )
 
@@ -278,18 +308,32 @@ class QueryInteger(fields.Integer):
         return super()._deserialize(value, attr, data, **kwargs)
 
 
-class ListKeysQuerySchema(Schema):
+class _PageQuerySchema(Schema):
     limit = QueryInteger(
         load_default=MAX_PAGE,
         strict=False,
         validate=validate.Range(1, MAX_PAGE, error="must be an integer from {min} to {max}"),
         error_messages={"invalid": f"must be an integer from 1 to {MAX_PAGE}"},
     )
+
+
+class ListKeysQuerySchema(_PageQuerySchema):
     # Only the shape here (keysvc.keys.decode_cursor checks the signature): text
     # such as "²" passes str.isdigit() but not int().
     cursor = fields.String(
         validate=validate.Regexp(
             r"[0-9]{1,18}\.[0-9A-Za-z_-]+\Z",
+            error="not a cursor from this list; start again without it",
+        )
+    )
+
+
+class ListRolesQuerySchema(_PageQuerySchema):
+    # Only the shape here (keysvc.roles.decode_cursor checks the signature): a role's
+    # position is its name, up to MAX_NAME characters of up to 4 bytes, in base64.
+    cursor = fields.String(
+        validate=validate.Regexp(
+            r"[0-9A-Za-z_-]{2,1400}\.[0-9A-Za-z_-]+\Z",
             error="not a cursor from this list; start again without it",
         )
     )
@@ -308,9 +352,12 @@ def _actor(value: str) -> None:
         raise ValidationError("must be apiKey/<key UUID>; keysvc has no users")
 
 
+_STAR_ONLY = 'keysvc grants permissions on every resource: use ["*"]'
+
+
 def _star_only(value: list[str]) -> None:
     if value != ["*"]:
-        raise ValidationError('keysvc grants permissions on every resource: use ["*"]')
+        raise ValidationError(_STAR_ONLY)
 
 
 def _allow_only(value: str) -> None:
@@ -321,7 +368,10 @@ def _allow_only(value: str) -> None:
 class PolicyTagsSchema(Schema):
     """Upstream's database grants for a policy: keysvc has none, so only {} is accepted."""
 
-    grants = fields.List(fields.String())
+    grants = BoundedList(
+        fields.String(),
+        validate=validate.Length(max=MAX_GRANTS, error="must have at most {max} entries"),
+    )
     roleV2 = fields.String(metadata={"enum": ["sql-console-readonly", "sql-console-admin"]})
 
     @validates_schema
@@ -346,15 +396,23 @@ class PolicySchema(Schema):
         required=True,
         validate=validate.Length(max=MAX_PERMISSIONS, error="must have at most {max} entries"),
     )
-    resources = fields.List(fields.String(), required=True, validate=_star_only)
+    # At most one entry, "*": the bound says the same as _star_only, before the entries.
+    resources = BoundedList(
+        fields.String(),
+        required=True,
+        validate=[validate.Length(max=1, error=_STAR_ONLY), _star_only],
+    )
     tags = fields.Nested(PolicyTagsSchema)
+
+
+_AT_MOST_PERMISSIONS = f"must have at most {MAX_PERMISSIONS} entries"
 
 
 class _RoleFieldsSchema(Schema):
     name = Name()
     permissions = BoundedList(
         fields.String(validate=_permission),
-        validate=validate.Length(max=MAX_PERMISSIONS, error="must have at most {max} entries"),
+        validate=validate.Length(max=MAX_PERMISSIONS, error=_AT_MOST_PERMISSIONS),
         metadata={**ADDITION, "description": "keysvc addition: the permissions the role grants"},
     )
     policies = BoundedList(
@@ -365,6 +423,35 @@ class _RoleFieldsSchema(Schema):
         fields.String(validate=_actor),
         validate=validate.Length(max=MAX_ACTORS, error="must have at most {max} entries"),
     )
+
+    @pre_load
+    def _permissions_in_all(self, data: Any, **kwargs: Any) -> Any:
+        """A role grants at most MAX_PERMISSIONS, its policies' included: counted as sent,
+        before any entry is read, so that many policies cannot make up a long list."""
+        if isinstance(data, Mapping):
+            sent = _entries(data.get("permissions")) + sum(
+                _entries(policy.get("permissions"))
+                # Past this many the policies are refused anyway; their length is not read.
+                for policy in _listed(data.get("policies"))[: MAX_PERMISSIONS + 1]
+                if isinstance(policy, Mapping)
+            )
+            if _entries(data.get("permissions")) > MAX_PERMISSIONS:
+                raise ValidationError(_AT_MOST_PERMISSIONS, field_name="permissions")
+            if sent > MAX_PERMISSIONS:
+                raise ValidationError(
+                    f"a role grants at most {MAX_PERMISSIONS} permissions, its policies'"
+                    f" included; this body has {sent}",
+                    field_name="permissions",
+                )
+        return data
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _entries(value: Any) -> int:
+    return len(_listed(value))
 
 
 class CreateRoleSchema(_RoleFieldsSchema):

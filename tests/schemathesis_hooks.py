@@ -2,7 +2,8 @@
 
 Some of keysvc's rules cannot be written in JSON Schema: an expireAt in the
 future, a source that is an IP network with its host bits clear, role and key
-IDs that exist in the organization, a cursor keysvc issued. The document
+IDs that exist in the organization, a cursor keysvc issued for that list, the
+permissions of a role and of its policies counted together. The document
 states them in prose, so schemathesis sends requests that are valid by the
 schema and break one of them (mostly in its coverage phase, which does not use
 the seeded values), and keysvc rightly answers 400. ``filter_failure`` drops
@@ -62,8 +63,10 @@ def _source(case: Any, match: re.Match[str]) -> object:
 
 
 def _forged_cursor(case: Any, match: re.Match[str]) -> bool:
+    """Not a cursor keysvc issued for this list (each list's cursor is good for it only)."""
     cursor = (case.query or {}).get("cursor")
-    return cursor is not None and cursor not in SEEDED["cursors"]
+    own = SEEDED["roleCursors" if case.path.endswith("/roles") else "cursors"]
+    return cursor is not None and cursor not in own
 
 
 def _past_expiry(case: Any, match: re.Match[str]) -> bool:
@@ -94,6 +97,16 @@ def _unknown_actor(case: Any, match: re.Match[str]) -> bool:
     return actor in (_body(case).get("actors") or []) and actor not in SEEDED["actors"]
 
 
+def _permissions_in_all(case: Any, match: re.Match[str]) -> bool:
+    """A role's permissions and its policies' together, which no JSON Schema can count."""
+    body = _body(case)
+    policies = [p for p in body.get("policies") or [] if isinstance(p, dict)]
+    sent = len(body.get("permissions") or []) + sum(
+        len(p.get("permissions") or []) for p in policies
+    )
+    return sent == int(match["count"]) > int(match["most"])
+
+
 _SOURCE = r"ipAccessList\.(?P<index>[0-9]+)\.source: "
 RULES: tuple[tuple[re.Pattern[str], Callable[[Any, re.Match[str]], bool]], ...] = (
     (re.compile(r"cursor: not a cursor from this list; start again without it"), _forged_cursor),
@@ -103,6 +116,13 @@ RULES: tuple[tuple[re.Pattern[str], Callable[[Any, re.Match[str]], bool]], ...] 
     (re.compile(_SOURCE + r"must not carry an IPv6 zone ID"), _zone_id),
     (re.compile(r"assignedRoleIds: no role (?P<id>\S+) in this organization"), _unknown_role),
     (re.compile(r"actors: no key (?P<id>\S+) in this organization"), _unknown_actor),
+    (
+        re.compile(
+            r"permissions: a role grants at most (?P<most>[0-9]+) permissions, its policies'"
+            r" included; this body has (?P<count>[0-9]+)"
+        ),
+        _permissions_in_all,
+    ),
 )
 
 

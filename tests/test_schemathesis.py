@@ -67,7 +67,9 @@ from tests.helpers import UNAUTHORIZED, basic
 from tests.server import Server, bootstrap
 
 HOOKS = Path(__file__).with_name("schemathesis_hooks.py")
-SEED = 20240917
+# Any fixed seed. What it draws depends on the document as well, so a change to the
+# document can leave a seed drawing too little real work (the log says how this was chosen).
+SEED = 1
 MAX_EXAMPLES = 30  # per operation and phase; the whole run takes about 20 s here
 STATEFUL_EXAMPLES = 100
 CHECKS = (
@@ -130,10 +132,13 @@ def seed(live: Live) -> dict[str, list[str]]:
     roles = [role["id"] for role in live.call("GET", f"{org}/roles")["result"]]
     actor = live.call("POST", f"{org}/keys", {"name": "actor", "roles": ["developer"]})
     page = live.call("GET", f"{org}/keys?limit=1")  # the admin and the actor: two pages
+    role_page = live.call("GET", f"{org}/roles?limit=1")  # three system roles: three pages
     return {
         "roles": roles,
         "actors": [f"apiKey/{actor['result']['key']['id']}"],
+        # Each list's cursor is good for that list only.
         "cursors": [page["nextCursor"]],
+        "roleCursors": [role_page["nextCursor"]],
         "expiries": ["2099-12-31T23:59:59Z", "2098-06-30T12:00:00.5+02:00"],
         "sources": ["127.0.0.1", "10.0.0.0/8", "::1", "2001:db8::/32"],
     }
@@ -169,6 +174,10 @@ organizationId = "{live.organization}"
 [[operations]]
 include-path = "/v1/verify"
 phases.coverage.unexpected-methods = []
+
+[[operations]]
+include-operation-id = "organizationRolesGetList"
+parameters = {{ "query.cursor" = {{ dictionary = "roleCursors" }} }}
 
 [[operations]]
 include-operation-id = "openapiKeyUpdate"
@@ -240,7 +249,7 @@ def test_schemathesis_finds_no_failure(live: Live) -> None:
     assert len(done_in_org) > 100, len(done_in_org)
 
     # Keys were created, deleted and then asked for again with the admin key: 404 every
-    # time (a PATCH whose body is invalid is refused before the key is looked up).
+    # time (a PATCH whose body is not a JSON object is refused before the key is looked up).
     admin = basic(live.admin["keyId"], live.admin["keySecret"])["Authorization"]
     deleted: set[str] = set()
     after_delete = []

@@ -121,7 +121,7 @@ async def get_key(request: web.Request) -> web.Response:
     # A cache hit is read synchronously: no coroutine, no timer (misses are timed).
     key = store.cached_key(organization_id, key_id) or await store.get_key(organization_id, key_id)
     if key is None:
-        raise NotFound("key not found in this organization")
+        raise NotFound(keys.NOT_FOUND)
     return _key_response(request, key)
 
 
@@ -129,11 +129,12 @@ async def get_key(request: web.Request) -> web.Response:
 async def update_key(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
     caller = authorize(request, organization_id, "keys:update")
-    key_id = path_uuid(request, "keyId")
+    key_id, store = path_uuid(request, "keyId"), request.app[STORE]
     body = await read_json_object(request)
+    await keys.check_update(store, caller, organization_id, key_id, body)
     data = _load_at(_patch_body, request.app[CLOCK](), body)
     tags = _if_match(request)
-    key = await keys.update_key(request.app[STORE], caller, organization_id, key_id, data, tags)
+    key = await keys.update_key(store, caller, organization_id, key_id, data, tags)
     return _key_response(request, key)
 
 

@@ -5,9 +5,15 @@ from aiohttp import web
 from keysvc import roles
 from keysvc.auth import authorize
 from keysvc.errors import NotFound
-from keysvc.handlers.common import ok, path_uuid, read_json_object
-from keysvc.schemas import CreateRoleSchema, RoleSchema, UpdateRoleSchema, load
-from keysvc.state import CLOCK, STORE
+from keysvc.handlers.common import ok, path_uuid, query, read_json_object
+from keysvc.schemas import (
+    CreateRoleSchema,
+    ListRolesQuerySchema,
+    RoleSchema,
+    UpdateRoleSchema,
+    load,
+)
+from keysvc.state import CLOCK, HASHER, SETTINGS, STORE
 
 routes = web.RouteTableDef()
 ROLES = "/v1/organizations/{organizationId}/roles"
@@ -17,13 +23,22 @@ _role = RoleSchema()
 _roles = RoleSchema(many=True)
 _create = CreateRoleSchema()
 _update = UpdateRoleSchema()
+_list_query = ListRolesQuerySchema()
 
 
 @routes.get(ROLES)
 async def list_roles(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
     authorize(request, organization_id, "roles:read")
-    return ok(request, _roles.dump(await request.app[STORE].roles.list_roles(organization_id)))
+    params, hasher = load(_list_query, query(request)), request.app[HASHER]
+    after = roles.decode_cursor(hasher, organization_id, params.get("cursor"))
+    page = await request.app[STORE].roles.list_roles(organization_id, after, params["limit"])
+    return ok(
+        request,
+        _roles.dump(page.roles),
+        nextCursor=roles.next_cursor(hasher, organization_id, page),
+        totalCount=page.total,
+    )
 
 
 @routes.post(ROLES)
@@ -32,7 +47,12 @@ async def create_role(request: web.Request) -> web.Response:
     caller = authorize(request, organization_id, "roles:write")
     data = load(_create, await read_json_object(request))
     detail = await roles.create_role(
-        request.app[STORE], caller, organization_id, data, request.app[CLOCK]()
+        request.app[STORE],
+        caller,
+        organization_id,
+        data,
+        request.app[CLOCK](),
+        request.app[SETTINGS].max_roles_per_org,
     )
     return ok(request, _role.dump(detail))
 
@@ -51,11 +71,11 @@ async def get_role(request: web.Request) -> web.Response:
 async def update_role(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
     caller = authorize(request, organization_id, "roles:write")
-    role_id = path_uuid(request, "roleId")
-    data = load(_update, await read_json_object(request))
-    detail = await roles.update_role(
-        request.app[STORE], caller, organization_id, role_id, data, request.app[CLOCK]()
-    )
+    role_id, store = path_uuid(request, "roleId"), request.app[STORE]
+    body = await read_json_object(request)
+    current = await roles.changeable_role(store, organization_id, role_id)
+    data = load(_update, body)
+    detail = await roles.update_role(store, caller, current, data, request.app[CLOCK]())
     return ok(request, _role.dump(detail))
 
 
