@@ -1,4 +1,5 @@
-"""The real system components some tests drive (nginx, Chromium, valgrind, systemd-analyze).
+"""The real system components some tests drive (nginx, Chromium, valgrind, systemd-analyze),
+and an unprivileged user to run commands as.
 
 They come from Debian's packages: `make system-deps` installs them where it may (root,
 or sudo without a password) and otherwise says what to install. A test that needs
@@ -8,7 +9,12 @@ CI never passes without the real component.
 """
 
 import os
+import pwd
 import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -36,3 +42,23 @@ def require_command(command: str, package: str) -> str:
     if in_ci():
         pytest.fail(f"{reason} (CI needs every component)", pytrace=False)
     pytest.skip(reason)
+
+
+def unprivileged() -> list[str]:
+    """A command prefix that runs a command as a user with no privileges: ``nobody``
+    when the tests run as root, else the user running them (already unprivileged)."""
+    if os.geteuid() != 0:
+        return []
+    nobody = pwd.getpwnam("nobody")
+    setpriv = require_command("setpriv", package="util-linux")
+    return [setpriv, f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups"]
+
+
+@contextmanager
+def shared_directory() -> Iterator[Path]:
+    """A temporary folder the unprivileged user can read (pytest's tmp_path is private
+    to the user running the tests)."""
+    with tempfile.TemporaryDirectory(prefix="keysvc-shared-") as name:
+        directory = Path(name)
+        directory.chmod(0o755)
+        yield directory
