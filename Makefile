@@ -3,11 +3,16 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
-DB     ?= var/keysvc.db
-HOST   ?= 127.0.0.1
-PORT   ?= 8080
 PYZ    ?= dist/keysvc.pyz
 PINS   := .ci/constraints.txt
+
+# Where make run serves: make run PORT=9090 wins, then the environment's KEYSVC_PORT
+# (the variable keysvc itself reads), then the default; the same for DB and HOST.
+# A plain PORT or HOST in the environment (a shell's HOST is the machine's name) is
+# not taken: these assignments override it.
+DB   := $(or $(KEYSVC_DB),var/keysvc.db)
+HOST := $(or $(KEYSVC_HOST),127.0.0.1)
+PORT := $(or $(KEYSVC_PORT),8080)
 
 # Real components that tests drive, from Debian's packages, as command:package:
 # systemd only for systemd-analyze on the unit file, valgrind for callgrind

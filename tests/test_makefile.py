@@ -1,12 +1,113 @@
-"""The Makefile: make system-deps as a user who cannot install packages."""
+"""The Makefile: where make run serves, and make system-deps as a user who cannot
+install packages.
 
+Recipes are read with ``make -n`` where running them would install or serve; make run
+also runs for real once, on a free port and a temporary database.
+"""
+
+import json
+import os
 import shutil
+import signal
 import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 from tests.components import shared_directory, unprivileged
+from tests.helpers import basic
+from tests.server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
+MAKE = ["make", "--no-print-directory", "-C", str(ROOT)]
+# Never reinstall the environment running these tests.
+INSTALLED = ["-o", ".venv/.installed-stamp", "-o", ".venv/.installed-test-stamp"]
+SETTINGS = ("KEYSVC_DB", "KEYSVC_HOST", "KEYSVC_PORT", "DB", "HOST", "PORT")
+
+
+def dry_run(*args: str, env: dict[str, str] | None = None) -> list[str]:
+    """The recipe lines ``make -n`` prints, with the environment's settings replaced by
+    ``env``."""
+    clean = {name: value for name, value in os.environ.items() if name not in SETTINGS}
+    done = subprocess.run(
+        [*MAKE, "-n", *args],
+        capture_output=True,
+        text=True,
+        env={**clean, **(env or {})},
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def serve_line(lines: list[str]) -> str:
+    (line,) = [line for line in lines if " serve " in line]
+    return line
+
+
+def test_make_run_serves_where_the_defaults_say() -> None:
+    line = serve_line(dry_run(*INSTALLED, "run"))
+    assert line.endswith("serve --db var/keysvc.db --host 127.0.0.1 --port 8080")
+
+
+def test_make_run_takes_keysvc_settings_from_the_environment() -> None:
+    env = {"KEYSVC_PORT": "9090", "KEYSVC_HOST": "127.0.0.3", "KEYSVC_DB": "/srv/k/k.db"}
+    lines = dry_run(*INSTALLED, "run", env=env)
+    assert "mkdir -p /srv/k/" in lines
+    assert serve_line(lines).endswith("serve --db /srv/k/k.db --host 127.0.0.3 --port 9090")
+
+
+def test_make_run_command_line_wins_over_the_environment() -> None:
+    env = {"KEYSVC_PORT": "9090", "KEYSVC_HOST": "127.0.0.3", "KEYSVC_DB": "/srv/k/k.db"}
+    lines = dry_run(*INSTALLED, "run", "PORT=9191", "HOST=127.0.0.4", "DB=x/y.db", env=env)
+    assert serve_line(lines).endswith("serve --db x/y.db --host 127.0.0.4 --port 9191")
+
+
+def test_make_run_ignores_a_plain_host_or_port_in_the_environment() -> None:
+    """A shell may export HOST as the machine's name; that is no address to bind."""
+    lines = dry_run(*INSTALLED, "run", env={"HOST": "myhost", "PORT": "1", "DB": "z.db"})
+    assert serve_line(lines).endswith("serve --db var/keysvc.db --host 127.0.0.1 --port 8080")
+
+
+def test_make_run_really_serves_on_keysvc_port(tmp_path: Path) -> None:
+    port = free_port()
+    db = tmp_path / "var" / "keysvc.db"
+    clean = {name: value for name, value in os.environ.items() if name not in SETTINGS}
+    proc = subprocess.Popen(
+        [*MAKE, *INSTALLED, "run", f"BIN={Path(sys.executable).parent}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**clean, "KEYSVC_PORT": str(port), "KEYSVC_DB": str(db)},
+        start_new_session=True,  # SIGTERM goes to make and the server it runs
+    )
+    assert proc.stdout is not None
+    try:
+        # make echoes its recipe lines; bootstrap prints the credentials as one JSON line.
+        line = proc.stdout.readline()
+        while line and not line.startswith("{"):
+            line = proc.stdout.readline()
+        created = json.loads(line)
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, "make run exited"
+            assert time.monotonic() < deadline, "make run did not serve"
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/whoami",
+                headers=basic(created["keyId"], created["keySecret"]),
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    assert json.load(response)["result"]["id"] == created["id"]
+                    break
+            except OSError:
+                time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert db.exists()  # KEYSVC_DB's database, not var/keysvc.db
 
 
 def test_system_deps_as_a_user_who_cannot_install_says_what_to_install_and_goes_on() -> None:
