@@ -2,7 +2,9 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# Two stamps: what serving needs (make run), and that plus the test extras (the rest).
 STAMP  := $(VENV)/.installed-stamp
+TEST_STAMP := $(VENV)/.installed-test-stamp
 PYZ    ?= dist/keysvc.pyz
 PINS   := .ci/constraints.txt
 
@@ -31,10 +33,14 @@ PIP := $(BIN)/python -m pip install $(QUIET_PIP)
 $(STAMP): pyproject.toml $(PINS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) -c $(PINS) setuptools
-	$(PIP) -c $(PINS) --no-build-isolation -e '.[test]'
+	$(PIP) -c $(PINS) --no-build-isolation -e .
 	touch $(STAMP)
 
-install: $(STAMP)
+$(TEST_STAMP): $(STAMP)
+	$(PIP) -c $(PINS) --no-build-isolation -e '.[test]'
+	touch $(TEST_STAMP)
+
+install: $(TEST_STAMP)
 
 system-deps:
 	@PATH="$$PATH:/usr/sbin:/sbin"; commands=""; packages=""; \
@@ -53,21 +59,21 @@ system-deps:
 	echo "the tests that need them are reported as not run (failed under CI=true)"
 
 # Bootstraps an organization on first use (credentials are printed once), then serves.
-run: install
+run: $(STAMP)
 	mkdir -p $(dir $(DB))
 	$(BIN)/keysvc bootstrap --if-empty --db $(DB)
 	exec $(BIN)/keysvc serve --db $(DB) --host $(HOST) --port $(PORT)
 
-lint: install
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check keysvc tests bench
 	$(BIN)/ruff format --check keysvc tests bench
 	$(BIN)/mypy keysvc bench
 
-fmt: install
+fmt: $(TEST_STAMP)
 	$(BIN)/ruff format keysvc tests bench
 	$(BIN)/ruff check --fix keysvc tests bench
 
-test: install system-deps lint
+test: $(TEST_STAMP) system-deps lint
 	$(BIN)/pytest
 
 # wrk (from Debian's packages, installed when missing) against a bare aiohttp app and
@@ -79,7 +85,7 @@ test: install system-deps lint
 # INSTR=1: instructions per request of A, F and B under callgrind (valgrind, from
 # Debian's packages when missing), a figure the machine's load barely moves
 # (bench/instructions.py; options: .venv/bin/python -m bench.instructions --help).
-bench: install
+bench: $(TEST_STAMP)
 ifdef INSTR
 	$(BIN)/python -m bench.instructions
 else
@@ -89,7 +95,7 @@ endif
 # The full soak: 60 s of mixed load against a real server; no 5xx, RSS growth under
 # 10% from the 20th to the 60th second, no descriptor growth. make test runs 9 s of it
 # after 10 s of warm-up.
-soak: install
+soak: $(TEST_STAMP)
 	KEYSVC_SOAK_SECONDS=60 $(BIN)/pytest -p no:cacheprovider -s tests/test_soak.py
 
 # One file holding keysvc and its dependencies at the pinned versions, for this platform
@@ -97,7 +103,7 @@ soak: install
 # runs with a plain python3 of the same minor version: python3 dist/keysvc.pyz serve.
 # pip builds a local project inside its folder, and a stale build/lib would end up
 # in the zip, so the build works on a throwaway copy of the sources.
-dist: install
+dist: $(TEST_STAMP)
 	mkdir -p $(dir $(PYZ))
 	src=$$(mktemp -d) && trap 'rm -rf "$$src"' EXIT && \
 	cp -R pyproject.toml README.md keysvc "$$src" && \

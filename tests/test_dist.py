@@ -80,7 +80,8 @@ def test_dist_builds_one_file_that_serves_with_plain_python(tmp_path: Path) -> N
     pyz = tmp_path / "dist" / "keysvc.pyz"
     # BIN: the shiv of the environment running this test. -o: never reinstall
     # that environment from under the running tests.
-    command = [make, "--no-print-directory", "-C", str(ROOT), "-o", ".venv/.installed-stamp"]
+    command = [make, "--no-print-directory", "-C", str(ROOT)]
+    command += ["-o", ".venv/.installed-stamp", "-o", ".venv/.installed-test-stamp"]
     command += ["dist", f"PYZ={pyz}", f"BIN={Path(sys.executable).parent}"]
     built = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     assert built.returncode == 0, built.stdout + built.stderr

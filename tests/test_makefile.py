@@ -1,5 +1,5 @@
-"""The Makefile: where make run serves, and make system-deps as a user who cannot
-install packages.
+"""The Makefile: where make run serves, what run and test install, and make system-deps
+as a user who cannot install packages.
 
 Recipes are read with ``make -n`` where running them would install or serve; make run
 also runs for real once, on a free port and a temporary database.
@@ -108,6 +108,27 @@ def test_make_run_really_serves_on_keysvc_port(tmp_path: Path) -> None:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.communicate(timeout=30)
     assert db.exists()  # KEYSVC_DB's database, not var/keysvc.db
+
+
+def install_lines(target: str, venv: Path) -> list[str]:
+    """The pip install lines ``make TARGET`` runs on a fresh clone (no virtualenv yet)."""
+    lines = dry_run(target, f"VENV={venv}")
+    return [line for line in lines if " -m pip install " in line]
+
+
+def test_make_run_installs_only_what_serving_needs(tmp_path: Path) -> None:
+    lines = install_lines("run", tmp_path / "venv")
+    assert lines, "make run installs keysvc on a fresh clone"
+    assert lines[-1].endswith("--no-build-isolation -e .")
+    assert not [line for line in lines if "[test]" in line]
+    assert all("-c .ci/constraints.txt" in line for line in lines)
+
+
+def test_make_test_installs_the_test_extras(tmp_path: Path) -> None:
+    for target in ("test", "install", "lint", "dist"):
+        lines = install_lines(target, tmp_path / "venv")
+        assert lines[-1].endswith("--no-build-isolation -e '.[test]'"), target
+        assert all("-c .ci/constraints.txt" in line for line in lines)
 
 
 def test_system_deps_as_a_user_who_cannot_install_says_what_to_install_and_goes_on() -> None:
