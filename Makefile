@@ -103,11 +103,15 @@ soak: $(TEST_STAMP)
 # runs with a plain python3 of the same minor version: python3 dist/keysvc.pyz serve.
 # pip builds a local project inside its folder, and a stale build/lib would end up
 # in the zip, so the build works on a throwaway copy of the sources.
+# The zip unpacks into $SHIV_ROOT (else ~/.shiv) and runs what it finds there; with
+# --no-modify it refuses to start when a .py file there differs from the build. That
+# covers .py files only: the folder must be one only the service's user can write
+# (docs/keysvc.service puts it in the 0700 state directory).
 dist: $(TEST_STAMP)
 	mkdir -p $(dir $(PYZ))
 	src=$$(mktemp -d) && trap 'rm -rf "$$src"' EXIT && \
 	cp -R pyproject.toml README.md keysvc "$$src" && \
-	$(BIN)/shiv --reproducible --console-script keysvc --output-file $(PYZ) \
+	$(BIN)/shiv --reproducible --no-modify --console-script keysvc --output-file $(PYZ) \
 		"$$src" --quiet --disable-pip-version-check --constraint $(CURDIR)/$(PINS) \
 		--no-build-isolation
 

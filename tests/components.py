@@ -54,6 +54,14 @@ def unprivileged() -> list[str]:
     return [setpriv, f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups"]
 
 
+def give_to_unprivileged(path: Path, mode: int) -> None:
+    """``path`` owned by the user ``unprivileged`` runs as, with ``mode``."""
+    if os.geteuid() == 0:
+        nobody = pwd.getpwnam("nobody")
+        os.chown(path, nobody.pw_uid, nobody.pw_gid)
+    path.chmod(mode)
+
+
 @contextmanager
 def shared_directory() -> Iterator[Path]:
     """A temporary folder the unprivileged user can read (pytest's tmp_path is private
