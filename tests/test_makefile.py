@@ -137,13 +137,21 @@ def test_system_deps_as_a_user_who_cannot_install_says_what_to_install_and_goes_
     with shared_directory() as directory:
         shutil.copyfile(ROOT / "Makefile", directory / "Makefile")
         (directory / "Makefile").chmod(0o644)
+        # A PATH with what the recipe runs and no sudo, even where this user has one.
+        tools = directory / "bin"
+        tools.mkdir(mode=0o755)
+        for tool in ("make", "sh", "id"):
+            found = shutil.which(tool)
+            assert found, tool
+            (tools / tool).symlink_to(found)
         deps = "sh:dash keysvc-absent-a:keysvc-pkg-a keysvc-absent-b:keysvc-pkg-b"
+        make = [str(tools / "make"), "--no-print-directory", "system-deps"]
         done = subprocess.run(
-            [*unprivileged(), "make", "--no-print-directory", "system-deps", f"SYSTEM_DEPS={deps}"],
+            [*unprivileged(), *make, f"SYSTEM_DEPS={deps}"],
             capture_output=True,
             text=True,
             cwd=directory,
-            env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LANG": "C.UTF-8"},
+            env={"PATH": str(tools), "HOME": "/nonexistent", "LANG": "C.UTF-8"},
             timeout=60,
             check=False,
         )
