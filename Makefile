@@ -2,17 +2,26 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# Two stamps: what serving needs (make run), and that plus the test extras (the rest).
 STAMP  := $(VENV)/.installed-stamp
-DB     ?= var/keysvc.db
-HOST   ?= 127.0.0.1
-PORT   ?= 8080
+TEST_STAMP := $(VENV)/.installed-test-stamp
 PYZ    ?= dist/keysvc.pyz
 PINS   := .ci/constraints.txt
 
-# Real components that tests drive, from Debian's packages, installed when missing
-# (each named by its command): systemd only for systemd-analyze on the unit file,
-# valgrind for callgrind (bench/instructions.py and its test).
-SYSTEM_PACKAGES ?= chromium nginx systemd valgrind
+# Where make run serves: make run PORT=9090 wins, then the environment's KEYSVC_PORT
+# (the variable keysvc itself reads), then the default; the same for DB and HOST.
+# A plain PORT or HOST in the environment (a shell's HOST is the machine's name) is
+# not taken: these assignments override it.
+DB   := $(or $(KEYSVC_DB),var/keysvc.db)
+HOST := $(or $(KEYSVC_HOST),127.0.0.1)
+PORT := $(or $(KEYSVC_PORT),8080)
+
+# Real components that tests drive, from Debian's packages, as command:package:
+# systemd only for systemd-analyze on the unit file, valgrind for callgrind
+# (bench/instructions.py and its test). Installed when missing, where this user may
+# (root, or sudo without a password); else make says what to install and goes on,
+# and the tests that need one report it as not run (failed under CI=true).
+SYSTEM_DEPS ?= chromium:chromium nginx:nginx systemd-analyze:systemd valgrind:valgrind
 
 .PHONY: install system-deps run test lint fmt bench soak dist constraints clean
 
@@ -24,35 +33,47 @@ PIP := $(BIN)/python -m pip install $(QUIET_PIP)
 $(STAMP): pyproject.toml $(PINS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) -c $(PINS) setuptools
-	$(PIP) -c $(PINS) --no-build-isolation -e '.[test]'
+	$(PIP) -c $(PINS) --no-build-isolation -e .
 	touch $(STAMP)
 
-install: $(STAMP)
+$(TEST_STAMP): $(STAMP)
+	$(PIP) -c $(PINS) --no-build-isolation -e '.[test]'
+	touch $(TEST_STAMP)
+
+install: $(TEST_STAMP)
 
 system-deps:
-	@PATH="$$PATH:/usr/sbin:/sbin"; missing=""; for p in $(SYSTEM_PACKAGES); do \
-		command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-		echo "installing from Debian's packages:$$missing"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
-	fi
+	@PATH="$$PATH:/usr/sbin:/sbin"; commands=""; packages=""; \
+	for dep in $(SYSTEM_DEPS); do command -v "$${dep%%:*}" >/dev/null 2>&1 || { \
+		commands="$$commands $${dep%%:*}"; packages="$$packages $${dep#*:}"; }; done; \
+	[ -z "$$packages" ] && exit 0; \
+	if [ "$$(id -u)" = 0 ]; then sudo=""; \
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo="sudo"; \
+	else sudo="none"; fi; \
+	if [ "$$sudo" != none ]; then \
+		echo "installing from Debian's packages:$$packages"; \
+		$$sudo env DEBIAN_FRONTEND=noninteractive sh -c \
+			"apt-get update -qq && apt-get install -y -qq $$packages" && exit 0; \
+	fi; \
+	echo "missing:$$commands; install them with: sudo apt-get install$$packages"; \
+	echo "the tests that need them are reported as not run (failed under CI=true)"
 
 # Bootstraps an organization on first use (credentials are printed once), then serves.
-run: install
+run: $(STAMP)
 	mkdir -p $(dir $(DB))
 	$(BIN)/keysvc bootstrap --if-empty --db $(DB)
 	exec $(BIN)/keysvc serve --db $(DB) --host $(HOST) --port $(PORT)
 
-lint: install
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check keysvc tests bench
 	$(BIN)/ruff format --check keysvc tests bench
 	$(BIN)/mypy keysvc bench
 
-fmt: install
+fmt: $(TEST_STAMP)
 	$(BIN)/ruff format keysvc tests bench
 	$(BIN)/ruff check --fix keysvc tests bench
 
-test: install system-deps lint
+test: $(TEST_STAMP) system-deps lint
 	$(BIN)/pytest
 
 # wrk (from Debian's packages, installed when missing) against a bare aiohttp app and
@@ -64,7 +85,7 @@ test: install system-deps lint
 # INSTR=1: instructions per request of A, F and B under callgrind (valgrind, from
 # Debian's packages when missing), a figure the machine's load barely moves
 # (bench/instructions.py; options: .venv/bin/python -m bench.instructions --help).
-bench: install
+bench: $(TEST_STAMP)
 ifdef INSTR
 	$(BIN)/python -m bench.instructions
 else
@@ -74,7 +95,7 @@ endif
 # The full soak: 60 s of mixed load against a real server; no 5xx, RSS growth under
 # 10% from the 20th to the 60th second, no descriptor growth. make test runs 9 s of it
 # after 10 s of warm-up.
-soak: install
+soak: $(TEST_STAMP)
 	KEYSVC_SOAK_SECONDS=60 $(BIN)/pytest -p no:cacheprovider -s tests/test_soak.py
 
 # One file holding keysvc and its dependencies at the pinned versions, for this platform
@@ -82,11 +103,15 @@ soak: install
 # runs with a plain python3 of the same minor version: python3 dist/keysvc.pyz serve.
 # pip builds a local project inside its folder, and a stale build/lib would end up
 # in the zip, so the build works on a throwaway copy of the sources.
-dist: install
+# The zip unpacks into $SHIV_ROOT (else ~/.shiv) and runs what it finds there; with
+# --no-modify it refuses to start when a .py file there differs from the build. That
+# covers .py files only: the folder must be one only the service's user can write
+# (docs/keysvc.service puts it in the 0700 state directory).
+dist: $(TEST_STAMP)
 	mkdir -p $(dir $(PYZ))
 	src=$$(mktemp -d) && trap 'rm -rf "$$src"' EXIT && \
 	cp -R pyproject.toml README.md keysvc "$$src" && \
-	$(BIN)/shiv --reproducible --console-script keysvc --output-file $(PYZ) \
+	$(BIN)/shiv --reproducible --no-modify --console-script keysvc --output-file $(PYZ) \
 		"$$src" --quiet --disable-pip-version-check --constraint $(CURDIR)/$(PINS) \
 		--no-build-isolation
 

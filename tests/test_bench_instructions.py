@@ -3,7 +3,6 @@ real count of a real server under callgrind that grows with the requests sent.""
 
 import json
 import os
-import shutil
 import urllib.request
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from bench import instructions
 from bench.baseline import ROUTES, Shape
 from bench.scenarios import BY_NAME
 from bench.servers import start_baseline
+from tests.components import require_command
 
 SHAPE = Shape(200, {"Content-Type": "application/json; charset=utf-8"}, b'{"status": 200}')
 
@@ -26,8 +26,7 @@ def test_a_dumps_count_is_its_totals_line_once_written() -> None:
 
 def test_a_refused_control_command_is_an_error(tmp_path: Path) -> None:
     """callgrind_control exits 0 even when no callgrind runs under the pid it is given."""
-    valgrind = shutil.which("valgrind")
-    assert valgrind is not None
+    valgrind = require_command("valgrind", package="valgrind")
     callgrind = instructions.Callgrind(valgrind, tmp_path / "cg")
     with pytest.raises(RuntimeError, match="callgrind_control --zero"):
         callgrind.control(os.getpid(), "--zero")  # this test's own process: no callgrind
@@ -56,8 +55,7 @@ def _get(base: str, times: int) -> None:
 def test_a_server_under_callgrind_counts_more_for_more_requests(tmp_path: Path) -> None:
     shapes = tmp_path / "shapes.json"
     shapes.write_text(json.dumps({name: SHAPE.as_json() for name in ROUTES}))
-    valgrind = shutil.which("valgrind")
-    assert valgrind is not None, "make test installs valgrind (Makefile: SYSTEM_PACKAGES)"
+    valgrind = require_command("valgrind", package="valgrind")
     callgrind = instructions.Callgrind(valgrind, tmp_path / "cg")
     with start_baseline(shapes, tmp_path / "a.log", callgrind.wrap) as server:
         _get(server.base, 10)  # the first requests import and warm what they need

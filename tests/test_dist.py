@@ -4,8 +4,10 @@ The build is ``make dist`` itself, writing into a temporary folder. It installs
 keysvc's dependencies from PyPI into the zip (pip's cache makes a rebuild take
 seconds). The zip then runs with the interpreter this virtualenv was made
 from, in isolated mode (``-I``: no PYTHONPATH, no user site, not the current
-folder), and unpacks into a temporary SHIV_ROOT, so everything it imports
-comes from the zip or the standard library.
+folder), so everything it imports comes from the zip or the standard library:
+first as a user runs it, with no SHIV_ROOT (it unpacks into the home folder),
+then as docs/keysvc.service runs it, as an unprivileged user with no home and
+the unit's SHIV_ROOT in a state directory only that user can enter.
 """
 
 import json
@@ -20,12 +22,14 @@ import tomllib
 import urllib.error
 import urllib.request
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
 
 from tests import test_constraints
+from tests.components import give_to_unprivileged, shared_directory, unprivileged
 from tests.helpers import basic
 from tests.server import free_port
 
@@ -80,7 +84,8 @@ def test_dist_builds_one_file_that_serves_with_plain_python(tmp_path: Path) -> N
     pyz = tmp_path / "dist" / "keysvc.pyz"
     # BIN: the shiv of the environment running this test. -o: never reinstall
     # that environment from under the running tests.
-    command = [make, "--no-print-directory", "-C", str(ROOT), "-o", ".venv/.installed-stamp"]
+    command = [make, "--no-print-directory", "-C", str(ROOT)]
+    command += ["-o", ".venv/.installed-stamp", "-o", ".venv/.installed-test-stamp"]
     command += ["dist", f"PYZ={pyz}", f"BIN={Path(sys.executable).parent}"]
     built = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     assert built.returncode == 0, built.stdout + built.stderr
@@ -107,7 +112,11 @@ def test_dist_builds_one_file_that_serves_with_plain_python(tmp_path: Path) -> N
     }
     assert not unpinned, f"in the zip vs pinned: {unpinned}"
 
-    env = {**os.environ, "SHIV_ROOT": str(tmp_path / "shiv")}
+    # As a user runs it: no SHIV_ROOT, so it unpacks into the home folder's .shiv.
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {name: value for name, value in os.environ.items() if not name.startswith("SHIV_")}
+    env["HOME"] = str(home)
     run = [python, "-I", str(pyz)]
     db = tmp_path / "x.db"
     booted = subprocess.run(
@@ -122,7 +131,7 @@ def test_dist_builds_one_file_that_serves_with_plain_python(tmp_path: Path) -> N
     assert booted.returncode == 0, booted.stderr
     admin = json.loads(booted.stdout)
     # It ran keysvc from the unpacked zip, schema.sql included.
-    assert list((tmp_path / "shiv").glob("*/site-packages/keysvc/schema.sql"))
+    assert list((home / ".shiv").glob("*/site-packages/keysvc/schema.sql"))
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -168,69 +177,144 @@ def test_dist_builds_one_file_that_serves_with_plain_python(tmp_path: Path) -> N
             proc.kill()
             proc.wait()
 
-    run_as_the_systemd_unit(pyz, tmp_path, env)
+    run_as_the_systemd_unit(pyz)
 
 
-def run_as_the_systemd_unit(pyz: Path, tmp_path: Path, env: dict[str, str]) -> None:
-    """docs/keysvc.service's command line and environment, and the README's bootstrap.
+def unit_python() -> str:
+    """The unit's /usr/bin/python3 when it is this Python's minor version (the zip's
+    compiled wheels are for that one), else the interpreter this virtualenv was made
+    from; either must be one the unprivileged user can run."""
+    system = Path("/usr/bin/python3")
+    if system.exists():
+        done = subprocess.run(
+            [str(system), "-c", "import sys; print(sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        if done.stdout.strip() == str(sys.version_info[:2]):
+            return str(system)
+    return base_python()
+
+
+# The unit's user: a system user with no home (useradd --no-create-home), and none of
+# this test's environment.
+NO_HOME = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LANG": "C.UTF-8"}
+
+
+def run_as_the_systemd_unit(pyz: Path) -> None:
+    """docs/keysvc.service's command line and environment, then the README's bootstrap.
 
     What needs a running systemd (useradd, systemctl) cannot run here; the unit
     itself is checked by systemd-analyze in tests/test_readme.py. This runs what
-    systemd would run: ExecStart with the unit's Environment, with /opt/keysvc
-    and /var/lib/keysvc moved under tmp_path and the port made free. On the
-    empty state directory it refuses to start (serve makes no database); after
-    the README's bootstrap it serves, the admin key works, and the unit's
+    systemd would run: ExecStart with the unit's Environment and nothing else, as an
+    unprivileged user with no home, on an empty state directory that user owns
+    (0700), with /opt/keysvc and /var/lib/keysvc moved to a temporary folder and the
+    port made free. It refuses the empty state directory (serve makes no database);
+    after the README's bootstrap it serves, the admin key works, and the unit's
     KillSignal stops it within TimeoutStopSec.
+    Then the unpacked zip is tampered with, and it refuses to start; and with no
+    SHIV_ROOT and no home it cannot unpack at all.
     """
     unit = (ROOT / "docs" / "keysvc.service").read_text()
     setting = dict(re.findall(r"^(\w+)=(.*)$", unit, re.M))
-    state = tmp_path / "var-lib" / setting["StateDirectory"]
-    state.mkdir(parents=True)  # the README's `install -d`
+    with shared_directory() as shared:
+        installed = shared / "opt" / "keysvc.pyz"
+        installed.parent.mkdir(mode=0o755)
+        shutil.copyfile(pyz, installed)
+        installed.chmod(0o644)
+        state = shared / "var-lib" / setting["StateDirectory"]
+        state.mkdir(parents=True)
+        (shared / "var-lib").chmod(0o755)
+        give_to_unprivileged(state, int(setting["StateDirectoryMode"], 8))
 
-    def moved(text: str) -> str:
-        text = text.replace("/opt/keysvc/keysvc.pyz", str(pyz))
-        return text.replace(f"/var/lib/{setting['StateDirectory']}", str(state))
+        def moved(text: str) -> str:
+            text = text.replace("/opt/keysvc/keysvc.pyz", str(installed))
+            return text.replace(f"/var/lib/{setting['StateDirectory']}", str(state))
 
-    port = free_port()
-    unit_env = {
-        name: moved(value) for name, value in re.findall(r"^Environment=(\w+)=(.*)$", unit, re.M)
-    }
-    unit_env["KEYSVC_PORT"] = str(port)
-    python, *args = moved(setting["ExecStart"]).split()
-    assert python == "/usr/bin/python3"
-    refused = subprocess.run(
-        [base_python(), "-I", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**env, **unit_env},
-        cwd="/",
-        check=False,
-    )
-    assert refused.returncode == 2, refused.stderr
-    assert f"no database at {state / 'keysvc.db'}" in refused.stderr
-    assert list(state.iterdir()) == []
+        unit_env = {
+            name: moved(value)
+            for name, value in re.findall(r"^Environment=(\w+)=(.*)$", unit, re.M)
+        }
+        assert unit_env["SHIV_ROOT"].startswith(f"{state}/")  # inside the 0700 state directory
+        port = free_port()
+        unit_env["KEYSVC_PORT"] = str(port)
+        python, *args = moved(setting["ExecStart"]).split()
+        assert python == "/usr/bin/python3"
+        command = [*unprivileged(), unit_python(), "-I", *args]
+        env = {**NO_HOME, **unit_env}
+        # On the empty state directory it refuses to start: serve makes no database.
+        refused = subprocess.run(
+            command, capture_output=True, text=True, timeout=60, env=env, cwd="/", check=False
+        )
+        assert refused.returncode == 2, refused.stderr
+        assert f"no database at {state / 'keysvc.db'}" in refused.stderr
+        assert not (state / "keysvc.db").exists()
+        admin = bootstrap_as_the_readme(command, env, moved)
+        serve_as_the_unit(command, env, port, setting, admin)
+        assert (state / "keysvc.db").exists()
+        (site_packages,) = Path(unit_env["SHIV_ROOT"]).glob("keysvc.pyz_*/site-packages")
+        refuses_a_tampered_unpack(command, {**NO_HOME, **unit_env}, site_packages)
 
-    (shown,) = re.findall(r"^sudo -u keysvc python3 (.*bootstrap.*)$", README, re.M)
-    booted = subprocess.run(
-        [base_python(), "-I", *moved(shown).split()],
+        # With no SHIV_ROOT and no home there is nowhere to unpack: it stops there.
+        homeless = ask_for_help(command, NO_HOME)
+        assert homeless.returncode != 0, homeless.stdout
+        last = homeless.stderr.strip().splitlines()[-1]
+        assert last == "PermissionError: [Errno 13] Permission denied: '/nonexistent'", (
+            homeless.stderr
+        )
+
+
+def ask_for_help(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``command`` (the unit's, ending in ``serve``) asked for ``--help`` instead: the
+    zip unpacks and keysvc is imported, as for serve, and it exits."""
+    return subprocess.run(
+        [*command[:-1], "--help"],
         capture_output=True,
         text=True,
         timeout=60,
         env=env,
+        cwd="/",
+        check=False,
+    )
+
+
+def bootstrap_as_the_readme(
+    command: list[str], env: dict[str, str], moved: Callable[[str], str]
+) -> dict[str, Any]:
+    """The README's bootstrap, as the service's user, unpacking where the service does;
+    the admin key it printed."""
+    (shown,) = re.findall(r"^sudo -u keysvc env (.*bootstrap.*)$", README, re.M)
+    *assignments, python, pyz, bootstrap = moved(shown).split(maxsplit=3)
+    assert (python, bootstrap.split()[0]) == ("python3", "bootstrap")
+    readme_env = dict(assignment.split("=", 1) for assignment in assignments)
+    assert readme_env == {"SHIV_ROOT": env["SHIV_ROOT"]}
+    booted = subprocess.run(
+        [*command[:-2], pyz, *bootstrap.split()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**NO_HOME, **readme_env},
+        cwd="/",
         check=False,
     )
     assert booted.returncode == 0, booted.stderr
-    admin = json.loads(booted.stdout)
-    log = tmp_path / "unit.log"
+    admin: dict[str, Any] = json.loads(booted.stdout)
+    return admin
+
+
+def serve_as_the_unit(
+    command: list[str],
+    env: dict[str, str],
+    port: int,
+    setting: dict[str, str],
+    admin: dict[str, Any],
+) -> None:
+    """The unit's command serves the bootstrapped database, the admin key works, and
+    the unit's KillSignal stops it within TimeoutStopSec."""
+    log = Path(env["KEYSVC_DB"]).with_name("unit.log")
     with open(log, "wb") as output:
-        proc = subprocess.Popen(
-            [base_python(), "-I", *args],
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            env={**env, **unit_env},
-            cwd="/",
-        )
+        proc = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env, cwd="/")
     try:
         base = f"http://127.0.0.1:{port}"
         status, body = wait_ready(base, proc, log)
@@ -244,3 +328,25 @@ def run_as_the_systemd_unit(pyz: Path, tmp_path: Path, env: dict[str, str]) -> N
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def refuses_a_tampered_unpack(command: list[str], env: dict[str, str], site: Path) -> None:
+    """A .py file changed or added where the zip unpacked: the zip refuses to run it
+    (make dist builds with shiv's --no-modify), and runs again once it is undone."""
+
+    changed = site / "keysvc" / "__init__.py"
+    original = changed.read_bytes()
+    added = site / "keysvc" / "added.py"
+    for tamper in (
+        lambda: changed.write_bytes(original + b"\nprint('not from the zip')\n"),
+        lambda: added.write_text("print('not from the zip')\n"),
+    ):
+        tamper()
+        refused = ask_for_help(command, env)
+        assert "not from the zip" not in refused.stdout + refused.stderr
+        assert refused.returncode != 0, refused.stdout + refused.stderr
+        assert "A Python source file has been modified!" in refused.stderr, refused.stderr
+        changed.write_bytes(original)
+        added.unlink(missing_ok=True)
+    again = ask_for_help(command, env)
+    assert again.returncode == 0, again.stderr

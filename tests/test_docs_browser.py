@@ -1,17 +1,17 @@
 """/docs renders the served OpenAPI document in a real browser, with no internet.
 
-Chromium comes from Debian's packages (`make test` installs it when missing).
+Chromium comes from Debian's packages (tests/components.py).
 It loads the page from a real server on loopback and the test reads the DOM
 that Swagger UI built: one operation block per documented operation.
 """
 
 import json
 import re
-import shutil
 import subprocess
 import urllib.request
 from pathlib import Path
 
+from tests.components import require_command
 from tests.server import Server, bootstrap
 
 FLAGS = (
@@ -29,8 +29,7 @@ FLAGS = (
 
 
 def test_docs_page_renders_every_operation(tmp_path: Path) -> None:
-    chromium = shutil.which("chromium")
-    assert chromium, "chromium is missing: `make test` installs Debian's chromium package"
+    chromium = require_command("chromium", package="chromium")
     db = tmp_path / "k.db"
     bootstrap(db)
     with Server(db) as server:

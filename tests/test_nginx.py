@@ -1,7 +1,7 @@
 """keysvc as the authority behind a real nginx's auth_request, all real processes.
 
 docs/nginx-auth-request.conf, the configuration the README shows, is filled in and run
-by a real nginx (Debian's package; `make test` installs it when missing) in front of a
+by a real nginx (Debian's package: tests/components.py) in front of a
 tiny aiohttp upstream that echoes the headers it receives, with a real `keysvc serve`
 deciding, reached over its unix socket. Everything else listens on loopback. The client
 connects from 127.0.0.2, so keysvc can only learn that address from nginx's
@@ -14,7 +14,6 @@ import http.client
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -30,6 +29,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from tests.components import require_command
 from tests.helpers import Creds
 from tests.server import Server, admin_creds, bootstrap, free_port
 
@@ -37,15 +37,11 @@ TEMPLATE = Path(__file__).resolve().parent.parent / "docs" / "nginx-auth-request
 PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 # The client's address: loopback, but not the one nginx uses to reach keysvc.
 CLIENT = "127.0.0.2"
-MISSING = "nginx is missing: `make test` installs it from Debian's nginx package"
 EXAMPLE_ORGANIZATION = "123e4567-e89b-42d3-a456-426614174000"
 
 
 def nginx_binary() -> str:
-    # Debian puts nginx in /usr/sbin, which is not on every user's PATH.
-    found = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
-    assert found, MISSING
-    return found
+    return require_command("nginx", package="nginx")
 
 
 def render(listen_port: int, keysvc_socket: Path, upstream: str, organization_id: str) -> str:

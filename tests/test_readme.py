@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from keysvc.config import OPTIONS, build_settings
+from tests.components import require_command
 from tests.server import Server, bootstrap
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -111,8 +112,7 @@ def test_systemd_unit_passes_systemd_analyze(tmp_path: Path) -> None:
     and dropping any one of ProtectHome, CapabilityBoundingSet or PrivateDevices fails."""
     unit = tmp_path / "keysvc.service"
     shutil.copyfile(README.parent / "docs" / "keysvc.service", unit)
-    analyze = shutil.which("systemd-analyze")
-    assert analyze, "make system-deps installs systemd"
+    analyze = require_command("systemd-analyze", package="systemd")
     verify = subprocess.run(
         [analyze, "verify", str(unit)], capture_output=True, text=True, check=False
     )
