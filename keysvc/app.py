@@ -10,7 +10,12 @@ from keysvc.config import Settings
 from keysvc.handlers import docs, health, keys, roles, verify, whoami
 from keysvc.handlers.metrics import routes as metrics_routes
 from keysvc.metrics import Metrics
-from keysvc.middleware import PARSER_LIMITS, answer_parser_errors_in_envelope, service_middleware
+from keysvc.middleware import (
+    PARSER_LIMITS,
+    answer_parser_errors_in_envelope,
+    parser_error_log,
+    service_middleware,
+)
 from keysvc.observability import Access
 from keysvc.openapi import build_spec
 from keysvc.ratelimit import Limits
@@ -21,6 +26,7 @@ from keysvc.state import (
     LIMITS,
     METRICS,
     OPENAPI,
+    PARSER_ERROR_LOG,
     SETTINGS,
     STORE,
     InFlight,
@@ -61,6 +67,7 @@ def create_app(settings: Settings, *, clock: Clock = utcnow) -> web.Application:
     app[CLOCK] = clock
     app[LIMITS] = Limits()
     app[IN_FLIGHT] = in_flight
+    app[PARSER_ERROR_LOG] = parser_error_log(logger)
     app[OPENAPI] = build_spec()
     app.cleanup_ctx.append(_database)
     for module in (docs, health, keys, roles, verify, whoami):

@@ -6,6 +6,7 @@ from aiohttp import web
 
 from keysvc.config import Settings
 from keysvc.credentials import Hasher
+from keysvc.logs import Throttled
 from keysvc.metrics import AuthReason, Metrics
 from keysvc.models import Key
 from keysvc.ratelimit import Limits
@@ -20,6 +21,8 @@ CLOCK: web.AppKey[Clock] = web.AppKey("clock")
 METRICS = web.AppKey("metrics", Metrics)
 OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("openapi")
 LIMITS = web.AppKey("limits", Limits)
+# The log of requests aiohttp's parser refuses (keysvc.middleware).
+PARSER_ERROR_LOG = web.AppKey("parser_error_log", Throttled)
 
 
 class InFlight:

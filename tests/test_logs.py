@@ -164,10 +164,10 @@ async def test_a_failed_login_has_no_caller(
     assert line["status"] == 401 and "caller" not in line and line["auth"] == "unknown"
 
 
-async def test_a_header_aiohttp_cannot_parse_is_logged_redacted(
+async def test_a_header_aiohttp_cannot_parse_is_logged_without_its_bytes(
     client: Client, admin: Creds, log_stream: io.StringIO
 ) -> None:
-    """aiohttp logs an unparsable request with its offending line: never the credentials."""
+    """An unparsable request is logged as one short line, none of its bytes in it."""
     token = admin.headers["Authorization"].removeprefix("Basic ")
     bad_lines = [f"Authorization: Basic {token}\x01", f"Authorization : Basic {token}"]
     for bad in bad_lines:
@@ -177,11 +177,12 @@ async def test_a_header_aiohttp_cannot_parse_is_logged_redacted(
         writer.close()
         await writer.wait_closed()
         assert answer.startswith(b"HTTP/1.0 400")
-    errors = [line for line in json_lines(log_stream) if line["logger"] == "aiohttp.server"]
-    assert len(errors) == len(bad_lines)
+    errors = [line for line in json_lines(log_stream) if line["level"] == "warning"]
+    assert [error["message"] for error in errors] == [
+        "unparseable request answered 400: it could not be parsed"
+    ] * len(bad_lines)
     for error in errors:
-        assert "BadHttpMessage" in error["exception"]
-        assert "Authorization: [redacted]" in error["exception"].replace(" :", ":")
+        assert "exception" not in error and error["peer"] == "127.0.0.1"
     text = log_stream.getvalue()
     for secret in (token, admin.key_id, admin.secret):
         assert secret not in text
