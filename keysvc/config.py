@@ -37,6 +37,10 @@ class Settings:
     max_body_bytes: int = MAX_BODY_BYTES
     log_level: str = "info"
     metrics: bool = True
+    # The connection layer of `keysvc serve` (keysvc.connections).
+    header_timeout: float = 10.0
+    idle_timeout: float = 75.0
+    max_connections: int = 1000
 
     @property
     def pepper_path(self) -> Path:
@@ -92,6 +96,16 @@ def _count(value: str) -> int:
     if number < 0:
         raise ConfigError(f"{number} must not be negative")
     return number
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ConfigError(f"{value!r} is not a number of seconds") from None
+    if not 0 < seconds < 86400:
+        raise ConfigError(f"{value} must be more than 0 and less than 86400 seconds")
+    return seconds
 
 
 def _networks(value: str) -> tuple[IPNetwork, ...]:
@@ -177,6 +191,18 @@ OPTIONS = (
         "pepper", "KEYSVC_PEPPER", "", _pepper,
         "secret key of the stored hashes, at least 32 bytes (default: a 0600 file <db>.pepper)",
         flag=False,
+    ),
+    Option(
+        "header_timeout", "KEYSVC_HEADER_TIMEOUT", "10", _seconds,
+        "seconds a client may take to send a request line and headers before it is cut off",
+    ),
+    Option(
+        "idle_timeout", "KEYSVC_IDLE_TIMEOUT", "75", _seconds,
+        "seconds a kept-alive connection may wait for its next request",
+    ),
+    Option(
+        "max_connections", "KEYSVC_MAX_CONNECTIONS", "1000", _positive,
+        "connections open at once per process; more are closed at once",
     ),
 )  # fmt: skip
 

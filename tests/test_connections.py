@@ -1,0 +1,192 @@
+"""The connections of a real ``keysvc serve``: a deadline for each request's
+head, an idle timeout between requests, a cap on open connections that
+refuses the rest at once and says so in a few log lines.
+
+Timing here is generous on purpose: a deadline is checked to have passed, and
+what must close is waited for up to ``WITHIN`` seconds, far more than needed.
+"""
+
+import json
+import resource
+import selectors
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from keysvc.config import Settings, build_settings
+from keysvc.connections import LOG_INTERVAL_SECONDS, SPARE_DESCRIPTORS
+from tests.server import Server
+
+WITHIN = 30.0
+HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+PARTIAL = b"GET /healthz HT"
+
+
+def connect(port: int, data: bytes = b"") -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=WITHIN)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if data:
+        sock.sendall(data)
+    return sock
+
+
+@contextmanager
+def connections(port: int, count: int, data: bytes) -> Iterator[list[socket.socket]]:
+    with ExitStack() as stack:
+        yield [stack.enter_context(connect(port, data)) for _ in range(count)]
+
+
+def read_answer(sock: socket.socket) -> tuple[int, dict[str, object], bytes]:
+    """One answer: its status, its JSON body, and what came in after it."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    length = next(
+        int(line.split(":")[1]) for line in lines if line.lower().startswith("content-length")
+    )
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        assert chunk, rest
+        rest += chunk
+    return int(lines[0].split()[1]), json.loads(rest[:length]), rest[length:]
+
+
+def closed_by_server(socks: list[socket.socket], within: float) -> list[socket.socket]:
+    """The sockets among ``socks`` the server closes within ``within`` seconds."""
+    closed: list[socket.socket] = []
+    with selectors.DefaultSelector() as selector:
+        for sock in socks:
+            selector.register(sock, selectors.EVENT_READ)
+        deadline = time.monotonic() + within
+        while len(closed) < len(socks) and (left := deadline - time.monotonic()) > 0:
+            for key, _ in selector.select(left):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                try:
+                    data = sock.recv(65536)
+                except ConnectionResetError:
+                    data = b""
+                if not data:
+                    selector.unregister(sock)
+                    closed.append(sock)
+    return closed
+
+
+def healthz(port: int) -> int:
+    with connect(port, HEALTHZ) as sock:
+        status, _, _ = read_answer(sock)
+        return status
+
+
+def log_lines(server: Server) -> list[dict[str, object]]:
+    return [json.loads(line) for line in server.stderr_text().splitlines()]
+
+
+def wait_for_log(server: Server, text: str, within: float = WITHIN) -> list[dict[str, object]]:
+    """The log lines whose message holds ``text``, once there is one."""
+    deadline = time.monotonic() + within
+    while not (lines := [line for line in log_lines(server) if text in str(line["message"])]):
+        assert time.monotonic() < deadline, server.stderr_text()
+        time.sleep(0.1)
+    return lines
+
+
+def test_a_silent_partial_request_is_closed_after_the_header_timeout(tmp_path: Path) -> None:
+    env = {"KEYSVC_HEADER_TIMEOUT": "1", "KEYSVC_IDLE_TIMEOUT": "600"}
+    with Server(tmp_path / "k.db", env=env) as server, connect(server.port, PARTIAL) as sock:
+        started = time.monotonic()
+        assert closed_by_server([sock], WITHIN) == [sock]
+        assert time.monotonic() - started >= 0.9
+        assert len(wait_for_log(server, "header-timeout")) == 1
+
+
+def test_the_header_timeout_counts_from_the_first_byte_of_each_request(tmp_path: Path) -> None:
+    """Requests on one connection over longer than the header timeout are all
+    answered; a partial one after them is cut off, long before the idle timeout."""
+    env = {"KEYSVC_HEADER_TIMEOUT": "1", "KEYSVC_IDLE_TIMEOUT": "600"}
+    with Server(tmp_path / "k.db", env=env) as server, connect(server.port) as sock:
+        for _ in range(4):
+            time.sleep(0.5)
+            sock.sendall(HEALTHZ)
+            status, _, _ = read_answer(sock)
+            assert status == 200
+        sock.sendall(PARTIAL)
+        started = time.monotonic()
+        assert closed_by_server([sock], WITHIN) == [sock]
+        assert time.monotonic() - started >= 0.9
+
+
+def test_an_idle_kept_alive_connection_is_closed_after_the_idle_timeout(tmp_path: Path) -> None:
+    env = {"KEYSVC_IDLE_TIMEOUT": "1"}
+    with Server(tmp_path / "k.db", env=env) as server, connect(server.port, HEALTHZ) as sock:
+        status, _, _ = read_answer(sock)
+        assert status == 200
+        started = time.monotonic()
+        assert closed_by_server([sock], WITHIN) == [sock]
+        assert time.monotonic() - started >= 0.9
+
+
+def test_connections_over_the_cap_are_closed_at_once_and_logged_once(tmp_path: Path) -> None:
+    cap, opened = 50, 80
+    env = {"KEYSVC_MAX_CONNECTIONS": str(cap), "KEYSVC_HEADER_TIMEOUT": "600"}
+    with Server(tmp_path / "k.db", env=env) as server:
+        with connections(server.port, opened, PARTIAL) as socks:
+            closed = closed_by_server(socks, WITHIN)
+            assert len(closed) == opened - cap
+            # The ones kept are not closed later either: nothing times them out here.
+            kept = [sock for sock in socks if sock not in closed]
+            assert closed_by_server(kept, 1.0) == []
+        # Load gone: the server answers again, on a connection of its own.
+        deadline = time.monotonic() + WITHIN
+        while True:
+            try:
+                assert healthz(server.port) == 200
+                break
+            except (ConnectionError, AssertionError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        # One line as the cap is reached, then one that counts the rest, at the
+        # end of the interval.
+        wait_for_log(server, "more connections", LOG_INTERVAL_SECONDS + WITHIN)
+        about_refusals = wait_for_log(server, "refus")
+    assert [line["level"] for line in about_refusals] == ["warning", "warning"]
+    first, summary = about_refusals
+    assert first["openConnections"] == cap
+    assert summary["leftOut"] == opened - cap - 1
+
+
+def test_serve_raises_its_open_file_limit_to_fit_the_connection_cap(tmp_path: Path) -> None:
+    """Started under a low soft limit (a shell's ``ulimit -n``), ``keysvc serve``
+    raises it as far as the default cap needs, so refusing at the cap comes before
+    running out of descriptors."""
+    needed = Settings().max_connections + SPARE_DESCRIPTORS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert hard == resource.RLIM_INFINITY or hard >= needed, "the hard limit is too low here"
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        server = Server(tmp_path / "k.db")  # the child inherits the low soft limit
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    with server:
+        limits = Path(f"/proc/{server.proc.pid}/limits").read_text().splitlines()
+    (open_files,) = [line for line in limits if line.startswith("Max open files")]
+    assert int(open_files.split()[3]) == needed
+
+
+def test_connection_settings_from_flags_and_env() -> None:
+    defaults = build_settings(env={})
+    assert (defaults.header_timeout, defaults.idle_timeout, defaults.max_connections) == (
+        10.0,
+        75.0,
+        1000,
+    )
+    env = {"KEYSVC_HEADER_TIMEOUT": "2.5", "KEYSVC_MAX_CONNECTIONS": "50"}
+    chosen = build_settings({"idle_timeout": "30"}, env=env)
+    assert (chosen.header_timeout, chosen.idle_timeout, chosen.max_connections) == (2.5, 30, 50)
