@@ -14,6 +14,10 @@ aiohttp's log record, a traceback that quotes the request's bytes, with one
 short line naming the error, the request ID and the peer, throttled
 (``keysvc.logs.Throttled``): junk requests must not fill the disk, and bytes a
 client sent, credentials among them, are never logged.
+
+A request in HTTP/1.0 with a Transfer-Encoding header has framing that cannot
+be trusted (RFC 9112, section 6.1): it is answered 400 and its connection
+closed, so nothing pipelined behind it is served.
 """
 
 import asyncio
@@ -24,7 +28,8 @@ import time
 from collections.abc import Iterator, Mapping
 from http import HTTPStatus
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from aiohttp.http import HttpVersion11
 from aiohttp.http_exceptions import (
     BadStatusLine,
     ContentEncodingError,
@@ -38,7 +43,7 @@ from aiohttp.http_exceptions import (
 from aiohttp.typedefs import Handler, Middleware
 
 from keysvc.auth import guarded
-from keysvc.errors import ApiError
+from keysvc.errors import ApiError, BadFraming
 from keysvc.logs import Throttled
 from keysvc.observability import Access
 from keysvc.state import PARSER_ERROR_LOG, REQUEST_ID, SETTINGS, InFlight
@@ -139,9 +144,13 @@ def service_middleware(
         in_flight.count += 1
         try:
             try:
+                if request.version < HttpVersion11 and hdrs.TRANSFER_ENCODING in request.headers:
+                    raise BadFraming()
                 response = await guarded(request, handler)
             except ApiError as exc:
                 response = _error_response(request_id, exc.status, exc.message, exc.headers)
+                if isinstance(exc, BadFraming):
+                    response.force_close()
             except web.HTTPException as exc:
                 response = _from_http_exception(request, request_id, exc)
             except Exception:

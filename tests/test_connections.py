@@ -1,6 +1,7 @@
 """The connections of a real ``keysvc serve``: a deadline for each request's
 head, an idle timeout between requests, a cap on open connections that
-refuses the rest at once and says so in a few log lines.
+refuses the rest at once and says so in a few log lines; and a request whose
+framing cannot be trusted answered, then its connection closed.
 
 Timing here is generous on purpose: a deadline is checked to have passed, and
 what must close is waited for up to ``WITHIN`` seconds, far more than needed.
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from keysvc.config import Settings, build_settings
 from keysvc.connections import LOG_INTERVAL_SECONDS, SPARE_DESCRIPTORS
+from keysvc.errors import BadFraming
 from tests.server import Server
 
 WITHIN = 30.0
@@ -160,6 +162,36 @@ def test_connections_over_the_cap_are_closed_at_once_and_logged_once(tmp_path: P
     first, summary = about_refusals
     assert first["openConnections"] == cap
     assert summary["leftOut"] == opened - cap - 1
+
+
+def until_closed(sock: socket.socket) -> bytes:
+    """What the server sends before it closes the connection (it must, within WITHIN)."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_http_1_0_with_transfer_encoding_is_400_and_closes(tmp_path: Path) -> None:
+    """RFC 9112, section 6.1: the framing of such a message is faulty. The request
+    pipelined behind it is never served, whether or not the first asks to be kept alive."""
+    smuggled = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    with Server(tmp_path / "k.db") as server:
+        for keep_alive in (b"", b"Connection: keep-alive\r\n"):
+            request = (
+                b"POST /v1/verify HTTP/1.0\r\nHost: x\r\n"
+                + keep_alive
+                + b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+                + smuggled
+            )
+            with connect(server.port, request) as sock:
+                status, body, rest = read_answer(sock)
+                assert status == 400, body
+                assert set(body) == {"status", "error", "requestId"}
+                assert str(body["error"]).startswith("malformed HTTP request: ")
+                if keep_alive:  # the parser lets this one through; keysvc refuses it
+                    assert body["error"] == BadFraming.default_message
+                assert rest + until_closed(sock) == b""
 
 
 def test_serve_raises_its_open_file_limit_to_fit_the_connection_cap(tmp_path: Path) -> None:
