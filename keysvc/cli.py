@@ -20,7 +20,7 @@ from aiohttp import web
 from keysvc import backup, keys, workers
 from keysvc.app import create_app
 from keysvc.config import OPTIONS, ConfigError, Settings, build_settings
-from keysvc.connections import ServiceRunner, raise_descriptor_limit
+from keysvc.connections import ServiceRunner
 from keysvc.logs import configure_logging
 from keysvc.state import IN_FLIGHT
 from keysvc.store import open_checked
@@ -117,7 +117,6 @@ async def _serve_until_stopped(settings: Settings, reuse_port: bool) -> None:
     """
     log = logging.getLogger("keysvc")
     app = create_app(settings)
-    raise_descriptor_limit(settings.max_connections)
     runner = ServiceRunner(
         app, settings, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_SECONDS
     )

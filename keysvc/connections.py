@@ -10,9 +10,10 @@ limit on connections either. Both need the connection's own events, which
 aiohttp gives only to its ``RequestHandler``, and ``web.Server`` builds
 that class by name; hence ``GuardedHandler``, and the server and runner
 that build it. A connection over ``max_connections`` is closed as soon as it
-is accepted, so the process never runs out of descriptors, and whatever is
-refused or cut off is logged a few lines at a time (``keysvc.logs.Throttled``),
-never a line per connection.
+is accepted; with the open-file limit fitted to the cap (``fit_open_files``),
+the process never runs out of descriptors. Whatever is refused or cut off is
+logged a few lines at a time (``keysvc.logs.Throttled``), never a line per
+connection.
 """
 
 import asyncio
@@ -29,9 +30,12 @@ logger = logging.getLogger("keysvc")
 # How often each kind of connection log line may be written (one line, then a
 # summary of what was left out at the end of the interval).
 LOG_INTERVAL_SECONDS = 10.0
-# Descriptors the process needs besides its connections: the database and its
-# WAL, the log, the listening sockets, the event loop's own.
-SPARE_DESCRIPTORS = 64
+# Descriptors the process needs besides the connections under the cap. A
+# connection over the cap holds its descriptor for a few turns of the event
+# loop before it is closed, and in each turn asyncio accepts up to a listen
+# backlog's worth (aiohttp's default: 128): four backlogs cover those. Then the
+# database and its WAL, the log, the listening sockets and the loop's own.
+SPARE_DESCRIPTORS = 4 * 128 + 64
 
 
 def _once_per_interval(level: int, summary: str) -> Throttled:
@@ -42,9 +46,9 @@ class Guard:
     """What the connections of one server share: the limits, the count of open
     connections, and the throttled lines on those refused or cut off."""
 
-    def __init__(self, settings: Settings):
-        self.header_timeout = settings.header_timeout
-        self.max_connections = settings.max_connections
+    def __init__(self, header_timeout: float, max_connections: int):
+        self.header_timeout = header_timeout
+        self.max_connections = max_connections
         self.open = 0
         self._refused = _once_per_interval(
             logging.WARNING,
@@ -151,29 +155,40 @@ class GuardedServer(web.Server):
 
 class ServiceRunner(web.AppRunner):
     """``web.AppRunner`` for ``keysvc serve``: the idle timeout, and connections
-    guarded as ``settings`` say (``GuardedHandler``)."""
+    guarded as ``settings`` say (``GuardedHandler``). Making one fits the
+    process's open-file limit and the connection cap to each other
+    (``fit_open_files``)."""
 
     def __init__(self, app: web.Application, settings: Settings, **kwargs: Any):
         super().__init__(app, keepalive_timeout=settings.idle_timeout, **kwargs)
-        self._guard = Guard(settings)
+        max_connections = fit_open_files(settings.max_connections)
+        self._guard = Guard(settings.header_timeout, max_connections)
 
     async def _make_server(self) -> web.Server:
         return GuardedServer(await super()._make_server(), self._guard)
 
 
-def raise_descriptor_limit(max_connections: int) -> None:
-    """Raise the soft limit on open files to what ``max_connections`` needs, as far
-    as the hard limit allows, and warn if that is not enough."""
+def fit_open_files(max_connections: int) -> int:
+    """How many connections may be open at once: ``max_connections``, after the
+    soft limit on open files is raised to fit them (as far as the hard limit
+    goes); fewer, with a warning, where the hard limit is lower. The cap then
+    always refuses a connection before the process runs out of descriptors."""
     needed = max_connections + SPARE_DESCRIPTORS
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < needed:
-        soft = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    if soft != resource.RLIM_INFINITY and soft < needed:
-        logger.warning(
-            "max-connections %d needs %d open files, but the limit is %d:"
-            " raise LimitNOFILE (ulimit -n) or lower max-connections",
-            max_connections,
-            needed,
-            soft,
-        )
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return max_connections
+    soft = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    if soft >= needed:
+        return max_connections
+    fits = max(1, soft - SPARE_DESCRIPTORS)
+    logger.warning(
+        "the open-file limit, %d, leaves room for %d connections, not max-connections %d:"
+        " raise LimitNOFILE (ulimit -n) to %d to allow them all",
+        soft,
+        fits,
+        max_connections,
+        needed,
+        extra={"maxConnections": fits},
+    )
+    return fits

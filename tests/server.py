@@ -11,6 +11,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,14 @@ def integrity(db: Path) -> list[str]:
 
 
 class Server:
-    def __init__(self, db: Path, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        db: Path,
+        env: dict[str, str] | None = None,
+        *,
+        preexec: Callable[[], None] | None = None,
+    ):
+        """``preexec`` runs in the child before keysvc starts (setting a resource limit, say)."""
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         # A file, not a pipe: the server logs a line per request, and a pipe nobody
@@ -88,6 +96,7 @@ class Server:
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             env={**os.environ, **(env or {})},
+            preexec_fn=preexec,
         )
         self._wait_ready()
 

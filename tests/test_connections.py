@@ -59,14 +59,18 @@ def read_answer(sock: socket.socket) -> tuple[int, dict[str, object], bytes]:
     return int(lines[0].split()[1]), json.loads(rest[:length]), rest[length:]
 
 
-def closed_by_server(socks: list[socket.socket], within: float) -> list[socket.socket]:
-    """The sockets among ``socks`` the server closes within ``within`` seconds."""
+def closed_by_server(
+    socks: list[socket.socket], within: float, expected: int | None = None
+) -> list[socket.socket]:
+    """The sockets among ``socks`` the server closes within ``within`` seconds, or
+    as soon as ``expected`` of them (default: all) are closed."""
+    expected = len(socks) if expected is None else expected
     closed: list[socket.socket] = []
     with selectors.DefaultSelector() as selector:
         for sock in socks:
             selector.register(sock, selectors.EVENT_READ)
         deadline = time.monotonic() + within
-        while len(closed) < len(socks) and (left := deadline - time.monotonic()) > 0:
+        while len(closed) < expected and (left := deadline - time.monotonic()) > 0:
             for key, _ in selector.select(left):
                 sock = key.fileobj
                 assert isinstance(sock, socket.socket)
@@ -84,6 +88,19 @@ def healthz(port: int) -> int:
     with connect(port, HEALTHZ) as sock:
         status, _, _ = read_answer(sock)
         return status
+
+
+def answers_again(port: int) -> None:
+    """Once the load is gone, /healthz answers again, on a connection of its own."""
+    deadline = time.monotonic() + WITHIN
+    while True:
+        try:
+            assert healthz(port) == 200
+            return
+        except (ConnectionError, AssertionError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def log_lines(server: Server) -> list[dict[str, object]]:
@@ -139,21 +156,12 @@ def test_connections_over_the_cap_are_closed_at_once_and_logged_once(tmp_path: P
     env = {"KEYSVC_MAX_CONNECTIONS": str(cap), "KEYSVC_HEADER_TIMEOUT": "600"}
     with Server(tmp_path / "k.db", env=env) as server:
         with connections(server.port, opened, PARTIAL) as socks:
-            closed = closed_by_server(socks, WITHIN)
+            closed = closed_by_server(socks, WITHIN, opened - cap)
             assert len(closed) == opened - cap
             # The ones kept are not closed later either: nothing times them out here.
             kept = [sock for sock in socks if sock not in closed]
             assert closed_by_server(kept, 1.0) == []
-        # Load gone: the server answers again, on a connection of its own.
-        deadline = time.monotonic() + WITHIN
-        while True:
-            try:
-                assert healthz(server.port) == 200
-                break
-            except (ConnectionError, AssertionError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        answers_again(server.port)
         # One line as the cap is reached, then one that counts the rest, at the
         # end of the interval.
         wait_for_log(server, "more connections", LOG_INTERVAL_SECONDS + WITHIN)
@@ -222,3 +230,27 @@ def test_connection_settings_from_flags_and_env() -> None:
     env = {"KEYSVC_HEADER_TIMEOUT": "2.5", "KEYSVC_MAX_CONNECTIONS": "50"}
     chosen = build_settings({"idle_timeout": "30"}, env=env)
     assert (chosen.header_timeout, chosen.idle_timeout, chosen.max_connections) == (2.5, 30, 50)
+
+
+def test_under_a_low_hard_limit_the_cap_shrinks_to_fit(tmp_path: Path) -> None:
+    """Where the hard limit on open files is too low for max-connections, the cap
+    is lowered to what fits, and says so: connections past it are refused, none
+    fails for want of a descriptor."""
+    limit = SPARE_DESCRIPTORS + 100
+    fits = limit - SPARE_DESCRIPTORS
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    env = {"KEYSVC_HEADER_TIMEOUT": "600"}
+    with Server(tmp_path / "k.db", env=env, preexec=low_limit) as server:
+        (warning,) = wait_for_log(server, "open-file limit")
+        assert warning["level"] == "warning" and warning["maxConnections"] == fits
+        with connections(server.port, limit, PARTIAL) as socks:
+            closed = closed_by_server(socks, WITHIN, len(socks) - fits)
+            assert len(closed) == len(socks) - fits
+            kept = [sock for sock in socks if sock not in closed]
+            assert closed_by_server(kept, 1.0) == []
+        answers_again(server.port)
+        text = server.stderr_text()
+    assert "Too many open files" not in text and "out of system resource" not in text
