@@ -239,7 +239,7 @@ def _handle_error(
             "unparseable request answered %d: %s",
             status,
             _parser_error_kind(exc),
-            extra={"requestId": request_id, "peer": request.remote},
+            extra={"requestId": request_id, "remote": request.remote},
         )
     envelope = _error_response(request_id, status, text)
     envelope.headers["X-Request-Id"] = request_id

@@ -182,7 +182,7 @@ async def test_a_header_aiohttp_cannot_parse_is_logged_without_its_bytes(
         "unparseable request answered 400: it could not be parsed"
     ] * len(bad_lines)
     for error in errors:
-        assert "exception" not in error and error["peer"] == "127.0.0.1"
+        assert "exception" not in error and error["remote"] == "127.0.0.1"
     text = log_stream.getvalue()
     for secret in (token, admin.key_id, admin.secret):
         assert secret not in text

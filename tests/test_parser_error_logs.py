@@ -59,7 +59,7 @@ def test_a_credential_in_a_refused_request_is_never_logged(tmp_path: Path) -> No
     assert TOKEN not in text and "partner-secret" not in text
     assert [line["requestId"] for line in lines] == [answer["requestId"] for answer in answers]
     for line in lines:
-        assert line["level"] == "warning" and line["peer"] == "127.0.0.1"
+        assert line["level"] == "warning" and line["remote"] == "127.0.0.1"
         assert str(line["message"]).startswith("unparseable request answered 400: ")
         assert "exception" not in line
 
