@@ -207,14 +207,13 @@ def test_serve_raises_its_open_file_limit_to_fit_the_connection_cap(tmp_path: Pa
     raises it as far as the default cap needs, so refusing at the cap comes before
     running out of descriptors."""
     needed = Settings().max_connections + SPARE_DESCRIPTORS
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     assert hard == resource.RLIM_INFINITY or hard >= needed, "the hard limit is too low here"
-    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
-    try:
-        server = Server(tmp_path / "k.db")  # the child inherits the low soft limit
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    with server:
+
+    def low_soft_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+
+    with Server(tmp_path / "k.db", preexec=low_soft_limit) as server:
         limits = Path(f"/proc/{server.proc.pid}/limits").read_text().splitlines()
     (open_files,) = [line for line in limits if line.startswith("Max open files")]
     assert int(open_files.split()[3]) == needed
