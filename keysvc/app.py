@@ -12,7 +12,12 @@ from keysvc.handlers import docs, health, keys, roles, verify, whoami
 from keysvc.handlers.metrics import routes as metrics_routes
 from keysvc.keystates import KeyStates
 from keysvc.metrics import KEYS_COUNTED_EVERY_SECONDS, Metrics
-from keysvc.middleware import PARSER_LIMITS, answer_parser_errors_in_envelope, service_middleware
+from keysvc.middleware import (
+    PARSER_LIMITS,
+    answer_parser_errors_in_envelope,
+    parser_error_log,
+    service_middleware,
+)
 from keysvc.observability import Access
 from keysvc.openapi import build_spec
 from keysvc.ratelimit import FailureSketch, Limits
@@ -24,6 +29,7 @@ from keysvc.state import (
     LIMITS,
     METRICS,
     OPENAPI,
+    PARSER_ERROR_LOG,
     SETTINGS,
     STORE,
     InFlight,
@@ -78,6 +84,7 @@ def create_app(
     app[CLOCK] = clock
     app[LIMITS] = Limits(failures or FailureSketch.of(settings))
     app[IN_FLIGHT] = in_flight
+    app[PARSER_ERROR_LOG] = parser_error_log(logger)
     app[OPENAPI] = build_spec()
     app.cleanup_ctx.append(_database)
     for module in (docs, health, keys, roles, verify, whoami):

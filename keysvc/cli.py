@@ -22,11 +22,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from aiohttp import web
-
 from keysvc import backup, keys, listeners, workers
 from keysvc.app import create_app
 from keysvc.config import OPTIONS, ConfigError, Settings, build_settings
+from keysvc.connections import ServiceRunner
 from keysvc.errors import ApiError
 from keysvc.logs import configure_logging
 from keysvc.ratelimit import FailureSketch
@@ -162,8 +161,8 @@ async def _serve_until_stopped(
     """
     log = logging.getLogger("keysvc")
     app = create_app(settings, failures=failures)
-    runner = web.AppRunner(
-        app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_SECONDS
+    runner = ServiceRunner(
+        app, settings, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_SECONDS
     )
     await runner.setup()
     try:

@@ -48,6 +48,10 @@ class Settings:
     unix_group: int | None = None
     tcp: bool = True
     max_roles_per_org: int = 1000
+    # The connection layer of `keysvc serve` (keysvc.connections).
+    header_timeout: float = 10.0
+    idle_timeout: float = 75.0
+    max_connections: int = 1000
 
     @property
     def pepper_path(self) -> Path:
@@ -103,6 +107,16 @@ def _count(value: str) -> int:
     if number < 0:
         raise ConfigError(f"{number} must not be negative")
     return number
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ConfigError(f"{value!r} is not a number of seconds") from None
+    if not 0 < seconds < 86400:
+        raise ConfigError(f"{value} must be more than 0 and less than 86400 seconds")
+    return seconds
 
 
 def _networks(value: str) -> tuple[IPNetwork, ...]:
@@ -262,6 +276,18 @@ OPTIONS = (
     Option(
         "max_roles_per_org", "KEYSVC_MAX_ROLES_PER_ORG", "1000", _positive,
         "most custom roles one organization may hold",
+    ),
+    Option(
+        "header_timeout", "KEYSVC_HEADER_TIMEOUT", "10", _seconds,
+        "seconds a client may take to send a request line and headers before it is cut off",
+    ),
+    Option(
+        "idle_timeout", "KEYSVC_IDLE_TIMEOUT", "75", _seconds,
+        "seconds a kept-alive connection may wait for its next request",
+    ),
+    Option(
+        "max_connections", "KEYSVC_MAX_CONNECTIONS", "1000", _positive,
+        "connections open at once per process; more are closed at once",
     ),
 )  # fmt: skip
 

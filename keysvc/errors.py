@@ -28,6 +28,15 @@ class BadRequest(ApiError):
     default_message = "bad request"
 
 
+class BadFraming(BadRequest):
+    """Where the request ends cannot be trusted; answered, then the connection closed."""
+
+    default_message = (
+        "malformed HTTP request: Transfer-Encoding is not allowed in HTTP/1.0;"
+        " send HTTP/1.1, or a Content-Length"
+    )
+
+
 class Unauthorized(ApiError):
     """The credentials are missing, wrong, or belong to an unusable key."""
 

@@ -23,6 +23,7 @@ forked after set-up (``serve --workers``) has no writer thread, and workers
 leave through ``os._exit``, so there records are written synchronously.
 """
 
+import asyncio
 import copy
 import functools
 import json
@@ -430,6 +431,56 @@ class AccessLines:
             logger.name, logging.INFO, __file__, 0, self._message, (), None, extra=fields
         )
         logger.handle(record)
+
+
+class Throttled:
+    """Log lines of one kind that a client can cause at will, at most ``burst`` per
+    ``interval`` seconds: the rest are counted, and when the interval ends one line
+    (``summary``, formatted with that count and the interval) says how many were left
+    out. A flood of bad requests or refused connections thus costs a few lines, not
+    one each. Called on the event loop, the summary comes on time from a loop timer;
+    elsewhere it comes with the next line of the kind.
+    """
+
+    def __init__(
+        self, logger: logging.Logger, level: int, *, burst: int, interval: float, summary: str
+    ):
+        self._logger = logger
+        self._level = level
+        self._burst = burst
+        self._interval = interval
+        self._summary = summary
+        self._window_ends = 0.0
+        self._written = 0
+        self._left_out = 0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def log(self, message: str, *args: object, extra: dict[str, object] | None = None) -> None:
+        now = time.monotonic()
+        if now >= self._window_ends:
+            self._summarize()
+            self._window_ends, self._written = now + self._interval, 0
+        if self._written < self._burst:
+            self._written += 1
+            self._logger.log(self._level, message, *args, extra=extra)
+            return
+        self._left_out += 1
+        if self._timer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return
+            self._timer = loop.call_later(self._window_ends - now, self._summarize)
+
+    def _summarize(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        left_out, self._left_out = self._left_out, 0
+        if left_out:
+            self._logger.log(
+                self._level, self._summary, left_out, self._interval, extra={"leftOut": left_out}
+            )
 
 
 _after_fork: "weakref.WeakSet[QueueingHandler]" = weakref.WeakSet()

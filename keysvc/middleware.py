@@ -9,7 +9,15 @@ headers) never reach the middlewares: aiohttp answers them itself from
 ``RequestHandler.handle_error``, in plain text. ``answer_parser_errors_in_envelope``
 wraps that one method so that, for a keysvc app only, the answer is the
 envelope too. aiohttp offers no hook for it (the handler class is fixed by
-``web.Server``), hence the wrap; aiohttp's own checks run first, unchanged.
+``web.Server``), hence the wrap. For such a request the wrap also replaces
+aiohttp's log record, a traceback that quotes the request's bytes, with one
+short line naming the error, the request ID and the peer, throttled
+(``keysvc.logs.Throttled``): junk requests must not fill the disk, and bytes a
+client sent, credentials among them, are never logged.
+
+A request in HTTP/1.0 with a Transfer-Encoding header has framing that cannot
+be trusted (RFC 9112, section 6.1): it is answered 400 and its connection
+closed, so nothing pipelined behind it is served.
 """
 
 import asyncio
@@ -20,7 +28,8 @@ import time
 from collections.abc import Iterator, Mapping
 from http import HTTPStatus
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from aiohttp.http import HttpVersion11
 from aiohttp.http_exceptions import (
     BadStatusLine,
     ContentEncodingError,
@@ -34,9 +43,10 @@ from aiohttp.http_exceptions import (
 from aiohttp.typedefs import Handler, Middleware
 
 from keysvc.auth import guarded
-from keysvc.errors import ApiError
+from keysvc.errors import ApiError, BadFraming
+from keysvc.logs import Throttled
 from keysvc.observability import Access
-from keysvc.state import REQUEST_ID, SETTINGS, InFlight
+from keysvc.state import PARSER_ERROR_LOG, REQUEST_ID, SETTINGS, InFlight
 
 # nginx's code for a client that went away before the answer was ready.
 CLIENT_CLOSED = 499
@@ -134,9 +144,13 @@ def service_middleware(
         in_flight.count += 1
         try:
             try:
+                if request.version < HttpVersion11 and hdrs.TRANSFER_ENCODING in request.headers:
+                    raise BadFraming()
                 response = await guarded(request, handler)
             except ApiError as exc:
                 response = _error_response(request_id, exc.status, exc.message, exc.headers)
+                if isinstance(exc, BadFraming):
+                    response.force_close()
             except web.HTTPException as exc:
                 response = _from_http_exception(request, request_id, exc)
             except Exception:
@@ -160,6 +174,9 @@ def service_middleware(
 MAX_LINE_BYTES = 16 * 1024
 PARSER_LIMITS = {"max_line_size": MAX_LINE_BYTES, "max_field_size": MAX_LINE_BYTES}
 _aiohttp_handle_error = web.RequestHandler.handle_error
+# At most this many log lines on unparseable requests per this many seconds, per app.
+PARSER_ERROR_LINES = 10
+PARSER_ERROR_SECONDS = 10.0
 
 
 # What each of aiohttp's parser errors is called in an answer. Fixed texts only:
@@ -183,11 +200,16 @@ def parser_error_text(exc: BaseException | None) -> str:
     return "it could not be parsed"
 
 
-def _parser_error_message(status: int, exc: BaseException | None) -> str:
-    if status >= 500:  # a failure outside the middlewares: nothing of it is shown
-        return HTTPStatus(status).phrase.lower()
+_TOO_LONG = "request line or header too long"
+
+
+def _parser_error_kind(exc: BaseException | None) -> str:
+    return _TOO_LONG if isinstance(exc, LineTooLong) else parser_error_text(exc)
+
+
+def _parser_error_message(exc: BaseException | None) -> str:
     if isinstance(exc, LineTooLong):
-        return f"request line or header too long: each may be at most {MAX_LINE_BYTES} bytes"
+        return f"{_TOO_LONG}: each may be at most {MAX_LINE_BYTES} bytes"
     return f"malformed HTTP request: {parser_error_text(exc)}"
 
 
@@ -198,16 +220,42 @@ def _handle_error(
     exc: BaseException | None = None,
     message: str | None = None,
 ) -> web.StreamResponse:
-    # aiohttp logs, and refuses if part of a response was already sent.
-    response = _aiohttp_handle_error(self, request, status, exc, message)
     app = getattr(self._request_handler, "__self__", None)
     if not isinstance(app, web.Application) or SETTINGS not in app:
-        return response  # another aiohttp server in this process: left alone
+        return _aiohttp_handle_error(self, request, status, exc, message)  # not keysvc's
     request_id = new_request_id()
-    envelope = _error_response(request_id, status, _parser_error_message(status, exc))
+    if status >= 500:
+        # A failure outside the middlewares: aiohttp logs it, traceback and all, and
+        # nothing of it is shown.
+        _aiohttp_handle_error(self, request, status, exc, message)
+        text = HTTPStatus(status).phrase.lower()
+    else:
+        # Only the parser answers below 500 here; as aiohttp does, no second answer
+        # goes after part of a first.
+        if request.writer.output_size > 0:
+            raise ConnectionError("part of a response was sent; no error answer can follow")
+        text = _parser_error_message(exc)
+        app[PARSER_ERROR_LOG].log(
+            "unparseable request answered %d: %s",
+            status,
+            _parser_error_kind(exc),
+            extra={"requestId": request_id, "remote": request.remote},
+        )
+    envelope = _error_response(request_id, status, text)
     envelope.headers["X-Request-Id"] = request_id
     envelope.force_close()
     return envelope
+
+
+def parser_error_log(logger: logging.Logger) -> Throttled:
+    """Where ``_handle_error`` logs the requests the parser refuses, for one app."""
+    return Throttled(
+        logger,
+        logging.WARNING,
+        burst=PARSER_ERROR_LINES,
+        interval=PARSER_ERROR_SECONDS,
+        summary="left out %d more lines on unparseable requests in the last %g s",
+    )
 
 
 def answer_parser_errors_in_envelope() -> None:

@@ -7,6 +7,7 @@ from aiohttp import web
 from keysvc.config import Settings
 from keysvc.credentials import Hasher
 from keysvc.keystates import KeyStates
+from keysvc.logs import Throttled
 from keysvc.metrics import AuthReason, Metrics
 from keysvc.models import Key
 from keysvc.ratelimit import Limits
@@ -23,6 +24,8 @@ METRICS = web.AppKey("metrics", Metrics)
 KEY_STATES = web.AppKey("key_states", KeyStates)
 OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("openapi")
 LIMITS = web.AppKey("limits", Limits)
+# The log of requests aiohttp's parser refuses (keysvc.middleware).
+PARSER_ERROR_LOG = web.AppKey("parser_error_log", Throttled)
 
 
 class InFlight:

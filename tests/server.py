@@ -12,6 +12,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -120,7 +121,10 @@ class Server:
         env: dict[str, str] | None = None,
         unix: Path | None = None,
         tcp: bool = True,
+        *,
+        preexec: Callable[[], None] | None = None,
     ):
+        """``preexec`` runs in the child before keysvc starts (setting a resource limit, say)."""
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.unix = unix
@@ -135,6 +139,7 @@ class Server:
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             env={**os.environ, **(env or {})},
+            preexec_fn=preexec,
         )
         self._wait_ready(tcp)
 

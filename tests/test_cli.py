@@ -51,6 +51,16 @@ def test_flags_win_over_env_over_defaults() -> None:
             "trusted-proxies: '10.0.0.1/8' is not an IP address or CIDR",
         ),
         ({"KEYSVC_DB": ":memory:"}, "db: must be a file path; keysvc keeps its keys on disk"),
+        ({"KEYSVC_HEADER_TIMEOUT": "soon"}, "header-timeout: 'soon' is not a number of seconds"),
+        (
+            {"KEYSVC_IDLE_TIMEOUT": "0"},
+            "idle-timeout: 0 must be more than 0 and less than 86400 seconds",
+        ),
+        (
+            {"KEYSVC_HEADER_TIMEOUT": "nan"},
+            "header-timeout: nan must be more than 0 and less than 86400 seconds",
+        ),
+        ({"KEYSVC_MAX_CONNECTIONS": "0"}, "max-connections: 0 must be at least 1"),
     ],
 )
 def test_bad_settings_are_refused(env: dict[str, str], message: str) -> None:

@@ -1,0 +1,194 @@
+"""The connections of ``keysvc serve``: how long a client may take to send a
+request's head, how long a kept-alive connection may wait for its next
+request, and how many connections may be open at once.
+
+aiohttp closes idle kept-alive connections itself (``keepalive_timeout``, set
+here from ``idle_timeout``), but it has no deadline for a request's head: a
+client that sends part of a request line and then nothing holds its
+connection, and a descriptor, until the idle timeout, and aiohttp has no
+limit on connections either. Both need the connection's own events, which
+aiohttp gives only to its ``RequestHandler``, and ``web.Server`` builds
+that class by name; hence ``GuardedHandler``, and the server and runner
+that build it. A connection over ``max_connections`` is closed as soon as it
+is accepted; with the open-file limit fitted to the cap (``fit_open_files``),
+the process never runs out of descriptors. Whatever is refused or cut off is
+logged a few lines at a time (``keysvc.logs.Throttled``), never a line per
+connection.
+"""
+
+import asyncio
+import logging
+import resource
+from typing import Any
+
+from aiohttp import web
+
+from keysvc.config import Settings
+from keysvc.logs import Throttled
+
+logger = logging.getLogger("keysvc")
+# How often each kind of connection log line may be written (one line, then a
+# summary of what was left out at the end of the interval).
+LOG_INTERVAL_SECONDS = 10.0
+# Descriptors the process needs besides the connections under the cap. A
+# connection over the cap holds its descriptor for a few turns of the event
+# loop before it is closed, and in each turn asyncio accepts up to a listen
+# backlog's worth (aiohttp's default: 128): four backlogs cover those. Then the
+# database and its WAL, the log, the listening sockets and the loop's own.
+SPARE_DESCRIPTORS = 4 * 128 + 64
+
+
+def _once_per_interval(level: int, summary: str) -> Throttled:
+    return Throttled(logger, level, burst=1, interval=LOG_INTERVAL_SECONDS, summary=summary)
+
+
+class Guard:
+    """What the connections of one server share: the limits, the count of open
+    connections, and the throttled lines on those refused or cut off."""
+
+    def __init__(self, header_timeout: float, max_connections: int):
+        self.header_timeout = header_timeout
+        self.max_connections = max_connections
+        self.open = 0
+        self._refused = _once_per_interval(
+            logging.WARNING,
+            "refused %d more connections at the connection cap in the last %g s",
+        )
+        self._timed_out = _once_per_interval(
+            logging.INFO,
+            "closed %d more connections that sent no whole request head in the last %g s",
+        )
+
+    def refused(self) -> None:
+        self._refused.log(
+            "refusing new connections: %d are open, the most allowed (max-connections)",
+            self.open,
+            extra={"openConnections": self.open},
+        )
+
+    def timed_out(self) -> None:
+        self._timed_out.log(
+            "closed a connection that sent no whole request head in %g s (header-timeout)",
+            self.header_timeout,
+        )
+
+
+class GuardedHandler(web.RequestHandler):
+    """aiohttp's connection handler, with the connection cap and a deadline for
+    each request's head: from the moment the connection is made, and from the
+    first byte of each later request."""
+
+    __slots__ = ("_counted", "_guard", "_head_deadline")
+
+    def __init__(self, manager: web.Server, *, guard: Guard, **kwargs: Any):
+        super().__init__(manager, **kwargs)
+        self._guard = guard
+        self._head_deadline: asyncio.TimerHandle | None = None
+        self._counted = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        guard = self._guard
+        if guard.open >= guard.max_connections:
+            # Never handed to aiohttp: closed before anything is read or started.
+            guard.refused()
+            transport.close()
+            return
+        guard.open += 1
+        self._counted = True
+        super().connection_made(transport)
+        self._start_head_deadline()
+
+    def data_received(self, data: bytes) -> None:
+        heads = self._request_count
+        super().data_received(data)
+        if self._request_count != heads:
+            self._stop_head_deadline()
+        elif data and self._head_deadline is None and self._waiting_for_request():
+            self._start_head_deadline()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._stop_head_deadline()
+        if self._counted:
+            self._counted = False
+            self._guard.open -= 1
+        super().connection_lost(exc)
+
+    def _waiting_for_request(self) -> bool:
+        # aiohttp's handler loop waits on this future between requests only.
+        waiter = self._waiter
+        return waiter is not None and not waiter.done()
+
+    def _start_head_deadline(self) -> None:
+        self._head_deadline = self._loop.call_later(self._guard.header_timeout, self._head_overdue)
+
+    def _stop_head_deadline(self) -> None:
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+            self._head_deadline = None
+
+    def _head_overdue(self) -> None:
+        self._head_deadline = None
+        # While a request is being handled, its answer is not cut off; a head still
+        # missing after it is the idle timeout's to end.
+        if self._waiting_for_request():
+            self._guard.timed_out()
+            self.force_close()
+
+
+class GuardedServer(web.Server):
+    """``web.Server`` whose connections are ``GuardedHandler``s."""
+
+    def __init__(self, plain: web.Server, guard: Guard):
+        # Everything the application's runner chose, handler arguments included.
+        super().__init__(
+            plain.request_handler,
+            request_factory=plain.request_factory,
+            handler_cancellation=plain.handler_cancellation,
+            loop=plain._loop,
+            **plain._kwargs,
+        )
+        self.guard = guard
+
+    def __call__(self) -> web.RequestHandler:
+        return GuardedHandler(self, guard=self.guard, loop=self._loop, **self._kwargs)
+
+
+class ServiceRunner(web.AppRunner):
+    """``web.AppRunner`` for ``keysvc serve``: the idle timeout, and connections
+    guarded as ``settings`` say (``GuardedHandler``). Making one fits the
+    process's open-file limit and the connection cap to each other
+    (``fit_open_files``)."""
+
+    def __init__(self, app: web.Application, settings: Settings, **kwargs: Any):
+        super().__init__(app, keepalive_timeout=settings.idle_timeout, **kwargs)
+        max_connections = fit_open_files(settings.max_connections)
+        self._guard = Guard(settings.header_timeout, max_connections)
+
+    async def _make_server(self) -> web.Server:
+        return GuardedServer(await super()._make_server(), self._guard)
+
+
+def fit_open_files(max_connections: int) -> int:
+    """How many connections may be open at once: ``max_connections``, after the
+    soft limit on open files is raised to fit them (as far as the hard limit
+    goes); fewer, with a warning, where the hard limit is lower. The cap then
+    always refuses a connection before the process runs out of descriptors."""
+    needed = max_connections + SPARE_DESCRIPTORS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return max_connections
+    soft = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    if soft >= needed:
+        return max_connections
+    fits = max(1, soft - SPARE_DESCRIPTORS)
+    logger.warning(
+        "the open-file limit, %d, leaves room for %d connections, not max-connections %d:"
+        " raise LimitNOFILE (ulimit -n) to %d to allow them all",
+        soft,
+        fits,
+        max_connections,
+        needed,
+        extra={"maxConnections": fits},
+    )
+    return fits

@@ -1,0 +1,255 @@
+"""The connections of a real ``keysvc serve``: a deadline for each request's
+head, an idle timeout between requests, a cap on open connections that
+refuses the rest at once and says so in a few log lines; and a request whose
+framing cannot be trusted answered, then its connection closed.
+
+Timing here is generous on purpose: a deadline is checked to have passed, and
+what must close is waited for up to ``WITHIN`` seconds, far more than needed.
+"""
+
+import json
+import resource
+import selectors
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from keysvc.config import Settings, build_settings
+from keysvc.connections import LOG_INTERVAL_SECONDS, SPARE_DESCRIPTORS
+from keysvc.errors import BadFraming
+from tests.server import Server
+
+WITHIN = 30.0
+HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+PARTIAL = b"GET /healthz HT"
+
+
+def connect(port: int, data: bytes = b"") -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=WITHIN)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if data:
+        sock.sendall(data)
+    return sock
+
+
+@contextmanager
+def connections(port: int, count: int, data: bytes) -> Iterator[list[socket.socket]]:
+    with ExitStack() as stack:
+        yield [stack.enter_context(connect(port, data)) for _ in range(count)]
+
+
+def read_answer(sock: socket.socket) -> tuple[int, dict[str, object], bytes]:
+    """One answer: its status, its JSON body, and what came in after it."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    length = next(
+        int(line.split(":")[1]) for line in lines if line.lower().startswith("content-length")
+    )
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        assert chunk, rest
+        rest += chunk
+    return int(lines[0].split()[1]), json.loads(rest[:length]), rest[length:]
+
+
+def closed_by_server(
+    socks: list[socket.socket], within: float, expected: int | None = None
+) -> list[socket.socket]:
+    """The sockets among ``socks`` the server closes within ``within`` seconds, or
+    as soon as ``expected`` of them (default: all) are closed."""
+    expected = len(socks) if expected is None else expected
+    closed: list[socket.socket] = []
+    with selectors.DefaultSelector() as selector:
+        for sock in socks:
+            selector.register(sock, selectors.EVENT_READ)
+        deadline = time.monotonic() + within
+        while len(closed) < expected and (left := deadline - time.monotonic()) > 0:
+            for key, _ in selector.select(left):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                try:
+                    data = sock.recv(65536)
+                except ConnectionResetError:
+                    data = b""
+                if not data:
+                    selector.unregister(sock)
+                    closed.append(sock)
+    return closed
+
+
+def healthz(port: int) -> int:
+    with connect(port, HEALTHZ) as sock:
+        status, _, _ = read_answer(sock)
+        return status
+
+
+def answers_again(port: int) -> None:
+    """Once the load is gone, /healthz answers again, on a connection of its own."""
+    deadline = time.monotonic() + WITHIN
+    while True:
+        try:
+            assert healthz(port) == 200
+            return
+        except (ConnectionError, AssertionError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def log_lines(server: Server) -> list[dict[str, object]]:
+    return [json.loads(line) for line in server.stderr_text().splitlines()]
+
+
+def wait_for_log(server: Server, text: str, within: float = WITHIN) -> list[dict[str, object]]:
+    """The log lines whose message holds ``text``, once there is one."""
+    deadline = time.monotonic() + within
+    while not (lines := [line for line in log_lines(server) if text in str(line["message"])]):
+        assert time.monotonic() < deadline, server.stderr_text()
+        time.sleep(0.1)
+    return lines
+
+
+def test_a_silent_partial_request_is_closed_after_the_header_timeout(tmp_path: Path) -> None:
+    env = {"KEYSVC_HEADER_TIMEOUT": "1", "KEYSVC_IDLE_TIMEOUT": "600"}
+    with Server(tmp_path / "k.db", env=env) as server, connect(server.port, PARTIAL) as sock:
+        started = time.monotonic()
+        assert closed_by_server([sock], WITHIN) == [sock]
+        assert time.monotonic() - started >= 0.9
+        assert len(wait_for_log(server, "header-timeout")) == 1
+
+
+def test_the_header_timeout_counts_from_the_first_byte_of_each_request(tmp_path: Path) -> None:
+    """Requests on one connection over longer than the header timeout are all
+    answered; a partial one after them is cut off, long before the idle timeout."""
+    env = {"KEYSVC_HEADER_TIMEOUT": "1", "KEYSVC_IDLE_TIMEOUT": "600"}
+    with Server(tmp_path / "k.db", env=env) as server, connect(server.port) as sock:
+        for _ in range(4):
+            time.sleep(0.5)
+            sock.sendall(HEALTHZ)
+            status, _, _ = read_answer(sock)
+            assert status == 200
+        sock.sendall(PARTIAL)
+        started = time.monotonic()
+        assert closed_by_server([sock], WITHIN) == [sock]
+        assert time.monotonic() - started >= 0.9
+
+
+def test_an_idle_kept_alive_connection_is_closed_after_the_idle_timeout(tmp_path: Path) -> None:
+    env = {"KEYSVC_IDLE_TIMEOUT": "1"}
+    with Server(tmp_path / "k.db", env=env) as server, connect(server.port, HEALTHZ) as sock:
+        status, _, _ = read_answer(sock)
+        assert status == 200
+        started = time.monotonic()
+        assert closed_by_server([sock], WITHIN) == [sock]
+        assert time.monotonic() - started >= 0.9
+
+
+def test_connections_over_the_cap_are_closed_at_once_and_logged_once(tmp_path: Path) -> None:
+    cap, opened = 50, 80
+    env = {"KEYSVC_MAX_CONNECTIONS": str(cap), "KEYSVC_HEADER_TIMEOUT": "600"}
+    with Server(tmp_path / "k.db", env=env) as server:
+        with connections(server.port, opened, PARTIAL) as socks:
+            closed = closed_by_server(socks, WITHIN, opened - cap)
+            assert len(closed) == opened - cap
+            # The ones kept are not closed later either: nothing times them out here.
+            kept = [sock for sock in socks if sock not in closed]
+            assert closed_by_server(kept, 1.0) == []
+        answers_again(server.port)
+        # One line as the cap is reached, then one that counts the rest, at the
+        # end of the interval.
+        wait_for_log(server, "more connections", LOG_INTERVAL_SECONDS + WITHIN)
+        about_refusals = wait_for_log(server, "refus")
+    assert [line["level"] for line in about_refusals] == ["warning", "warning"]
+    first, summary = about_refusals
+    assert first["openConnections"] == cap
+    assert summary["leftOut"] == opened - cap - 1
+
+
+def until_closed(sock: socket.socket) -> bytes:
+    """What the server sends before it closes the connection (it must, within WITHIN)."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_http_1_0_with_transfer_encoding_is_400_and_closes(tmp_path: Path) -> None:
+    """RFC 9112, section 6.1: the framing of such a message is faulty. The request
+    pipelined behind it is never served, whether or not the first asks to be kept alive."""
+    smuggled = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    with Server(tmp_path / "k.db") as server:
+        for keep_alive in (b"", b"Connection: keep-alive\r\n"):
+            request = (
+                b"POST /v1/verify HTTP/1.0\r\nHost: x\r\n"
+                + keep_alive
+                + b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+                + smuggled
+            )
+            with connect(server.port, request) as sock:
+                status, body, rest = read_answer(sock)
+                assert status == 400, body
+                assert set(body) == {"status", "error", "requestId"}
+                assert str(body["error"]).startswith("malformed HTTP request: ")
+                if keep_alive:  # the parser lets this one through; keysvc refuses it
+                    assert body["error"] == BadFraming.default_message
+                assert rest + until_closed(sock) == b""
+
+
+def test_serve_raises_its_open_file_limit_to_fit_the_connection_cap(tmp_path: Path) -> None:
+    """Started under a low soft limit (a shell's ``ulimit -n``), ``keysvc serve``
+    raises it as far as the default cap needs, so refusing at the cap comes before
+    running out of descriptors."""
+    needed = Settings().max_connections + SPARE_DESCRIPTORS
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    assert hard == resource.RLIM_INFINITY or hard >= needed, "the hard limit is too low here"
+
+    def low_soft_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+
+    with Server(tmp_path / "k.db", preexec=low_soft_limit) as server:
+        limits = Path(f"/proc/{server.proc.pid}/limits").read_text().splitlines()
+    (open_files,) = [line for line in limits if line.startswith("Max open files")]
+    assert int(open_files.split()[3]) == needed
+
+
+def test_connection_settings_from_flags_and_env() -> None:
+    defaults = build_settings(env={})
+    assert (defaults.header_timeout, defaults.idle_timeout, defaults.max_connections) == (
+        10.0,
+        75.0,
+        1000,
+    )
+    env = {"KEYSVC_HEADER_TIMEOUT": "2.5", "KEYSVC_MAX_CONNECTIONS": "50"}
+    chosen = build_settings({"idle_timeout": "30"}, env=env)
+    assert (chosen.header_timeout, chosen.idle_timeout, chosen.max_connections) == (2.5, 30, 50)
+
+
+def test_under_a_low_hard_limit_the_cap_shrinks_to_fit(tmp_path: Path) -> None:
+    """Where the hard limit on open files is too low for max-connections, the cap
+    is lowered to what fits, and says so: connections past it are refused, none
+    fails for want of a descriptor."""
+    limit = SPARE_DESCRIPTORS + 100
+    fits = limit - SPARE_DESCRIPTORS
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    env = {"KEYSVC_HEADER_TIMEOUT": "600"}
+    with Server(tmp_path / "k.db", env=env, preexec=low_limit) as server:
+        (warning,) = wait_for_log(server, "open-file limit")
+        assert warning["level"] == "warning" and warning["maxConnections"] == fits
+        with connections(server.port, limit, PARTIAL) as socks:
+            closed = closed_by_server(socks, WITHIN, len(socks) - fits)
+            assert len(closed) == len(socks) - fits
+            kept = [sock for sock in socks if sock not in closed]
+            assert closed_by_server(kept, 1.0) == []
+        answers_again(server.port)
+        text = server.stderr_text()
+    assert "Too many open files" not in text and "out of system resource" not in text
