@@ -141,7 +141,11 @@ class Server:
             env={**os.environ, **(env or {})},
             preexec_fn=preexec,
         )
-        self._wait_ready(tcp)
+        try:
+            self._wait_ready(tcp)
+        except BaseException:
+            self.__exit__()
+            raise
 
     def _wait_ready(self, tcp: bool) -> None:
         deadline = time.monotonic() + 20

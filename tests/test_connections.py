@@ -16,10 +16,19 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import pytest
+
 from keysvc.config import Settings, build_settings
 from keysvc.connections import LOG_INTERVAL_SECONDS, SPARE_DESCRIPTORS
 from keysvc.errors import BadFraming
-from tests.server import Server
+from tests.server import Server, bootstrap
+
+
+@pytest.fixture(autouse=True)
+def _database(tmp_path: Path) -> None:
+    """The database each test's server serves, made as `keysvc bootstrap` makes it."""
+    bootstrap(tmp_path / "k.db")
+
 
 WITHIN = 30.0
 HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"

@@ -9,8 +9,17 @@ import socket
 import time
 from pathlib import Path
 
+import pytest
+
 from keysvc.middleware import PARSER_ERROR_LINES, PARSER_ERROR_SECONDS
-from tests.server import Server
+from tests.server import Server, bootstrap
+
+
+@pytest.fixture(autouse=True)
+def _database(tmp_path: Path) -> None:
+    """The database each test's server serves, made as `keysvc bootstrap` makes it."""
+    bootstrap(tmp_path / "k.db")
+
 
 WITHIN = 30.0
 # Not a keysvc secret: nothing but its place in the request could tell a scrubber
