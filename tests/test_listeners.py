@@ -14,6 +14,7 @@ import shutil
 import signal
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,9 @@ def test_workers_serve_one_unix_socket(tmp_path: Path, socket_path: Path) -> Non
     with Server(db, env={"KEYSVC_WORKERS": "2"}, unix=socket_path, tcp=False) as server:
         workers = [int(pid) for pid in _children(server.proc.pid)]
         assert len(workers) == 2
+        # Server() saw one worker answer; the other may still be opening the database
+        # (a write tried and rolled back), and pausing it there would hold the lock.
+        _wait_until_serving(server, 2)
         # With one worker stopped, the other still answers every request on the socket.
         for paused in workers:
             os.kill(paused, signal.SIGSTOP)
@@ -187,6 +191,13 @@ def test_workers_serve_one_unix_socket(tmp_path: Path, socket_path: Path) -> Non
         assert server.stop() < 8
         assert server.proc.returncode == 0
     assert not socket_path.exists()
+
+
+def _wait_until_serving(server: Server, workers: int) -> None:
+    deadline = time.monotonic() + 20
+    while server.stderr_text().count("Running on") < workers:
+        assert time.monotonic() < deadline, server.stderr_text()
+        time.sleep(0.05)
 
 
 def _children(pid: int) -> set[str]:
