@@ -101,12 +101,18 @@ async def create_role(
     )
 
 
-async def changeable_role(store: Store, organization_id: str, role_id: str) -> RoleDetail:
+async def changeable_role(
+    store: Store, caller: Key, organization_id: str, role_id: str
+) -> RoleDetail:
     """The custom role a PATCH would change: read before the body is validated, so that
-    no such role (404) and a system role (403) are answered without reading it. What the
-    caller may change depends on the body: checked once it is valid, and again in the
-    write's transaction."""
-    return await _custom_role(store, organization_id, role_id)
+    no such role (404), a system role (403) and a role holding a permission the caller
+    lacks (403, whatever the body) are answered without reading it. What else the
+    caller may change depends on the body: checked once it is valid, and all of it
+    again in the write's transaction."""
+    current = await _custom_role(store, organization_id, role_id)
+    if missing(caller.permissions, current.role.permissions) is not None:
+        raise Forbidden(STRONGER_ROLE)
+    return current
 
 
 async def update_role(

@@ -16,7 +16,7 @@ from marshmallow import Schema, fields, validate
 
 from keysvc import schemas
 from keysvc.keys import STRONGER_KEY
-from keysvc.roles import SYSTEM
+from keysvc.roles import STRONGER_ROLE, SYSTEM
 from tests.conftest import Client, create, create_creds, create_role
 from tests.helpers import Creds, assert_error, assert_ok
 from tests.server import Server, admin_creds, bootstrap
@@ -212,6 +212,17 @@ async def test_a_key_that_may_not_change_the_target_is_refused_before_its_body(
     await assert_error(response, 404, "role not found in this organization")
     response = await client.patch(f"{org}/roles/{role_id}", json=bad_role, headers=admin.headers)
     assert response.status == 400
+    # A role holding a permission the caller lacks: refused whatever the body says.
+    role_writer_role = await create_role(
+        client, admin, {"name": "role writer", "permissions": ["roles:write", "roles:read"]}
+    )
+    role_writer = await create_creds(
+        client, admin, {"name": "role writer", "assignedRoleIds": [role_writer_role["id"]]}
+    )
+    response = await client.patch(
+        f"{org}/roles/{role_id}", json=bad_role, headers=role_writer.headers
+    )
+    await assert_error(response, 403, STRONGER_ROLE)
 
 
 def _median_healthz(port: int, count: int) -> float:

@@ -73,7 +73,7 @@ async def update_role(request: web.Request) -> web.Response:
     caller = authorize(request, organization_id, "roles:write")
     role_id, store = path_uuid(request, "roleId"), request.app[STORE]
     body = await read_json_object(request)
-    current = await roles.changeable_role(store, organization_id, role_id)
+    current = await roles.changeable_role(store, caller, organization_id, role_id)
     data = load(_update, body)
     detail = await roles.update_role(store, caller, current, data, request.app[CLOCK]())
     return ok(request, _role.dump(detail))
