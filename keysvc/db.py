@@ -90,6 +90,14 @@ MIGRATIONS: Sequence[str] = (
         where id = new.organization_id;
     end;
     """,
+    # 6: a key deleted by hand with foreign keys off (the sqlite3 shell's default) takes
+    # its role rows with it, as the cascade would; rows such a delete left behind go.
+    """
+    delete from key_roles where key_id not in (select id from api_keys);
+    create trigger if not exists api_keys_roles_dropped after delete on api_keys begin
+        delete from key_roles where key_id = old.id;
+    end;
+    """,
 )
 
 # Owner read and write only, as the pepper file.

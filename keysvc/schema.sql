@@ -86,6 +86,13 @@ create table if not exists key_roles (
 
 create index if not exists key_roles_role on key_roles (role_id);
 
+-- The cascade above runs only where foreign keys are on: keysvc turns them on, the
+-- sqlite3 shell does not. A key deleted there by hand (docs/SECURITY.md) would leave
+-- role rows that no API call can clear, and its roles could never be deleted.
+create trigger if not exists api_keys_roles_dropped after delete on api_keys begin
+    delete from key_roles where key_id = old.id;
+end;
+
 -- Any change to what a key may do moves auth_generation, whoever makes it: the
 -- API, or an operator editing the file by hand (docs/SECURITY.md, "Emergency
 -- revocation"). Not usedAt alone, which moves every minute a key is used and

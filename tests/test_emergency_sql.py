@@ -2,7 +2,9 @@
 the database file while a real server runs with its credential cache on, take
 effect within 2 s (docs/SECURITY.md, "Emergency revocation")."""
 
+import shutil
 import sqlite3
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,6 +97,48 @@ def test_a_role_taken_from_a_key_by_hand_is_refused(
     # Granted again by hand: that takes effect too.
     edit(db, "insert into key_roles (key_id, role_id) values (?, ?)", svc["id"], role_id)
     assert answer_after(server, NEEDS, svc, 200) == 200
+
+
+def test_a_key_deleted_by_hand_takes_its_role_rows_along(
+    served: tuple[Path, Server, dict[str, Any]],
+) -> None:
+    """The sqlite3 shell (and Python's sqlite3) run with foreign keys off, so the
+    delete's cascade does not run there: without the schema's trigger the key's role
+    rows would stay, and its role could never be deleted (409, still assigned)."""
+    db, server, admin = served
+    svc, role_id = new_key(server, admin)
+    done = (
+        subprocess.run(
+            [
+                "sqlite3",
+                "-cmd",
+                ".timeout 5000",
+                str(db),
+                f"delete from api_keys where id = '{svc['id']}';",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        if shutil.which("sqlite3")
+        else None
+    )
+    if done is None:
+        edit(db, "delete from api_keys where id = ?", svc["id"])
+    else:
+        assert done.returncode == 0, done.stderr
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("pragma foreign_key_check").fetchall() == []
+        assert conn.execute(
+            "select count(*) from key_roles where key_id = ?", (svc["id"],)
+        ).fetchone() == (0,)
+    finally:
+        conn.close()
+    org = admin["organizationId"]
+    status, body = call(server.base, f"/v1/organizations/{org}/roles/{role_id}", admin, "DELETE")
+    assert status == 200, body
 
 
 def test_a_role_narrowed_by_hand_is_refused(

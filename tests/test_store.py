@@ -127,7 +127,38 @@ async def test_version_1_database_upgrades_with_its_data(tmp_path: Path) -> None
     finally:
         await store.close()
     upgraded = sqlite3.connect(path)
-    assert upgraded.execute("pragma user_version").fetchone()[0] == db.schema_version() == 5
+    assert upgraded.execute("pragma user_version").fetchone()[0] == db.schema_version() == 6
+
+
+async def test_upgrade_drops_role_rows_a_hand_delete_left(tmp_path: Path) -> None:
+    """Step 6: role rows of a key deleted by hand with foreign keys off (so without
+    their cascade) are removed, and the rows of keys that exist are kept."""
+    path = tmp_path / "v1.db"
+    raw = sqlite3.connect(path)
+    raw.executescript((Path(__file__).parent / "data" / "schema_v1.sql").read_text())
+    raw.execute("pragma user_version = 1")
+    org = "11111111-1111-4111-8111-111111111111"
+    raw.execute("insert into organizations values (?, 'old', '2026-01-01T00:00:00Z')", (org,))
+    kept, gone = "22222222-2222-4222-8222-222222222222", "44444444-4444-4444-8444-444444444444"
+    for n, key_id in enumerate((kept, gone)):
+        raw.execute(
+            "insert into api_keys (id, organization_id, name, state, key_id_hash, secret_hash,"
+            " key_suffix, created_at) values (?, ?, 'legacy', 'enabled', ?, x'02', 'abcd',"
+            " '2026-01-01T00:00:00Z')",
+            (key_id, org, bytes([n])),
+        )
+        raw.execute(
+            "insert into key_roles values (?, '0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002')", (key_id,)
+        )
+    raw.execute("delete from api_keys where id = ?", (gone,))  # foreign keys are off here
+    raw.commit()
+    assert raw.execute("select count(*) from key_roles").fetchone()[0] == 2
+    raw.close()
+    store = await Store.open(path)
+    await store.close()
+    upgraded = sqlite3.connect(path)
+    assert upgraded.execute("select key_id from key_roles").fetchall() == [(kept,)]
+    assert upgraded.execute("pragma foreign_key_check").fetchall() == []
     assert upgraded.execute("select value from meta where name = 'auth_generation'").fetchone()
     # Step 3 counted the organization's keys, and its triggers keep counting.
     assert upgraded.execute("select key_count from organizations").fetchone() == (1,)
