@@ -109,9 +109,9 @@ def _responses(ok: dict[str, Any], statuses: tuple[int, ...]) -> dict[str, Any]:
     return responses
 
 
-# Control characters (category Cc); what names and descriptions must not hold (those, and
-# bidi and zero-width characters); and the whitespace str.strip() removes from both ends
-# of a name before it is checked.
+# Control characters (category Cc); what names and descriptions must not hold (those,
+# and the characters not shown as themselves, keysvc.schemas.INVISIBLE); and the
+# whitespace str.strip() removes from both ends of a name before it is checked.
 _CC = r"\x00-\x1f\x7f-\x9f"
 _HIDDEN = _CC + s.INVISIBLE
 _WS = r"\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
@@ -120,7 +120,7 @@ _NAME = {
     "pattern": f"^[{_WS}]*[^{_WS}{_HIDDEN}](?:[^{_HIDDEN}]{{0,{s.MAX_NAME - 2}}}"
     f"[^{_WS}{_HIDDEN}])?[{_WS}]*$",
     "description": f"1 to {s.MAX_NAME} characters once leading and trailing whitespace "
-    "is trimmed, no control, bidi or zero-width characters.",
+    "is trimmed, no control, invisible or formatting characters.",
 }
 _PERMISSION = {
     "type": "string",

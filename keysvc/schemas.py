@@ -62,22 +62,41 @@ def _has_control(value: str) -> bool:
     return any(unicodedata.category(ch) == "Cc" for ch in value)
 
 
-# Characters that are not shown but change how the text around them reads: bidi marks,
-# embeddings, overrides and isolates, and zero-width characters. "\u202eadmin" would
-# show as "nimda", and "ad\u200bmin" as "admin". A character class in the syntax both
-# Python and JSON Schema read, so that the OpenAPI document says the same.
-INVISIBLE = r"\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
+# Characters that are not shown, or not as themselves, but change how the text around
+# them reads: format characters (category Cf: bidi marks, embeddings, overrides and
+# isolates, zero-width characters, the soft hyphen, tags), line and paragraph
+# separators (Zl, Zp), the combining grapheme joiner and the Hangul fillers, which show
+# as blank. "\u202eadmin" would show as "nimda", and "ad\u200bmin" as "admin".
+# INVISIBLE is those of the Basic Multilingual Plane as a character class in the
+# syntax both Python and JSON Schema read, so that the OpenAPI document says the same
+# (tests/test_names.py checks it against unicodedata); the check itself also refuses
+# the format characters beyond that plane, by category.
+INVISIBLE = (
+    r"\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160\u180e"
+    r"\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufeff\uffa0"
+    r"\ufff9-\ufffb"
+)
 _INVISIBLE = re.compile(f"[{INVISIBLE}]")
+_HIDDEN_CATEGORIES = frozenset(("Cf", "Zl", "Zp"))
+
+
+def _hidden(value: str) -> str | None:
+    """The first character of ``value`` that is not shown as itself, or None."""
+    found = _INVISIBLE.search(value)
+    if found is not None:
+        return found.group()
+    if value.isascii():
+        return None
+    return next((ch for ch in value if unicodedata.category(ch) in _HIDDEN_CATEGORIES), None)
 
 
 def _unshowable(value: str) -> str | None:
     """Why ``value`` cannot be shown as it is, or None."""
     if _has_control(value):
         return "must not contain control characters"
-    hidden = _INVISIBLE.search(value)
+    hidden = _hidden(value)
     if hidden is not None:
-        code = f"U+{ord(hidden.group()):04X}"
-        return f"must not contain bidi or zero-width characters such as {code}"
+        return f"must not contain invisible or formatting characters such as U+{ord(hidden):04X}"
     return None
 
 

@@ -808,7 +808,7 @@ async def test_unicode_names_are_stored_exactly(
     assert (await assert_ok(renamed))["name"] == "x" + name[1:]
 
 
-INVISIBLE = "name: must not contain bidi or zero-width characters such as"
+INVISIBLE = "name: must not contain invisible or formatting characters such as"
 BAD_NAMES = {
     "nul": ("\x00", "name: must not contain control characters"),
     "nul-inside": ("a\x00b", "name: must not contain control characters"),

@@ -1,18 +1,25 @@
-"""Names and descriptions hold only characters shown as themselves: no bidi controls and
-no zero-width characters, refused as control characters are, on every path that takes them."""
+"""Names and descriptions hold only characters shown as themselves: no format characters
+(bidi controls, zero-width characters, tags...), separators, grapheme joiner or Hangul
+fillers, refused as control characters are, on every path that takes them."""
 
+import re
+import unicodedata
 from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
 
+from keysvc import schemas
 from tests.conftest import Client, create, create_role
 from tests.helpers import Creds, assert_error, assert_ok
 
 # Bidi embeddings and overrides, bidi isolates, zero-width space, non-joiner and joiner,
 # the left-to-right and right-to-left marks, word joiner, and the byte order mark.
+# Then the soft hyphen, the combining grapheme joiner, a Hangul filler, an interlinear
+# annotation anchor, and a tag (beyond the Basic Multilingual Plane).
 HIDDEN = [
     *range(0x202A, 0x202F), *range(0x2066, 0x206A), *range(0x200B, 0x2010), 0x2060, 0xFEFF,
+    0x00AD, 0x034F, 0x3164, 0xFFF9, 0xE0061,
 ]  # fmt: skip
 
 
@@ -21,7 +28,7 @@ def _code(code: int) -> str:
 
 
 def _refusal(field: str, code: int) -> str:
-    return f"{field}: must not contain bidi or zero-width characters such as {_code(code)}"
+    return f"{field}: must not contain invisible or formatting characters such as {_code(code)}"
 
 
 async def _bodies(client: Client, admin: Creds, text: str) -> list[tuple[str, str, Any, str]]:
@@ -76,7 +83,23 @@ async def test_shown_text_is_still_taken(client: Client, admin: Creds) -> None:
         assert role["name"] == name
 
 
-@pytest.mark.parametrize("code", HIDDEN, ids=_code)
+def test_the_class_holds_every_format_character_of_the_plane() -> None:
+    """INVISIBLE, which the document's patterns use, holds every character of the Basic
+    Multilingual Plane that the check refuses by category (Cf, Zl, Zp)."""
+    pattern = re.compile(f"[{schemas.INVISIBLE}]")
+    missed = [
+        f"U+{code:04X}"
+        for code in range(0x10000)
+        if not 0xD800 <= code <= 0xDFFF
+        and unicodedata.category(chr(code)) in ("Cf", "Zl", "Zp")
+        and not pattern.match(chr(code))
+    ]
+    assert missed == []
+
+
+# The document's patterns hold the plane's characters (JSON Schema's regular
+# expressions name no character beyond it the same way); the check refuses all.
+@pytest.mark.parametrize("code", [code for code in HIDDEN if code <= 0xFFFF], ids=_code)
 async def test_the_document_refuses_them_too(client: Client, code: int) -> None:
     """The OpenAPI document says what keysvc accepts: its name and description patterns
     refuse the same characters, and still allow names around them."""
