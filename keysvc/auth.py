@@ -30,6 +30,7 @@ import hashlib
 import hmac
 import ipaddress
 import re
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 
@@ -44,7 +45,7 @@ from keysvc.metrics import AuthReason
 from keysvc.models import Credential, Key
 from keysvc.permissions import has_permission
 from keysvc.ratelimit import Decision
-from keysvc.state import AUTH_OUTCOME, CALLER, CLOCK, HASHER, LIMITS, SETTINGS, STORE
+from keysvc.state import AUTH_OUTCOME, CALLER, CLOCK, HASHER, LIMITS, METRICS, SETTINGS, STORE
 from keysvc.store import Store
 from keysvc.timeutil import to_minute
 
@@ -55,6 +56,8 @@ _ABSENT = bytes(32)
 # Longest Authorization header read: room for a key ID and secret of your own
 # (hashData) of a thousand characters or more each.
 MAX_AUTHORIZATION = 4096
+# The store-timing operation every credential check is observed as (keysvc.metrics).
+CHECK_CREDENTIALS = "check_credentials"
 
 
 def public(view: View) -> View:
@@ -110,18 +113,26 @@ async def _check_credentials(
         raise Unauthorized()
     key_id, secret = credentials
     key_id_hash = hasher.of_plain(key_id)
-    found = cached = store.cached_credential(key_id_hash)
-    if found is None:
-        found = await store.find_credential(key_id_hash)
-    offered = hasher.of_plain(secret)
-    expected = found.secret_hash if found is not None else _ABSENT
-    if not hmac.compare_digest(offered, expected) or found is None:
-        # The answer, the recorded reason and the work done are the same, database
-        # reads included: those a cached key or an unknown ID skipped are run.
-        _outcome(request, "invalid_credentials")
-        done = 0 if cached is not None else 1 if found is None else 2
-        await store.read_as_uncached(key_id_hash, found, done)
-        raise Unauthorized()
+    metrics = request.app.get(METRICS)
+    started = time.perf_counter()
+    try:
+        found = cached = store.cached_credential(key_id_hash)
+        if found is None:
+            found = await store.find_credential(key_id_hash)
+        offered = hasher.of_plain(secret)
+        expected = found.secret_hash if found is not None else _ABSENT
+        if not hmac.compare_digest(offered, expected) or found is None:
+            # The answer, the recorded reason and the work done are the same, database
+            # reads included: those a cached key or an unknown ID skipped are run.
+            _outcome(request, "invalid_credentials")
+            done = 0 if cached is not None else 1 if found is None else 2
+            await store.read_as_uncached(key_id_hash, found, done)
+            raise Unauthorized()
+    finally:
+        # One observation per check, cached or not, found or not: a count of store
+        # reads would tell a scraper which key IDs exist (unknown ones are never cached).
+        if metrics is not None:
+            metrics.observe_db(CHECK_CREDENTIALS, time.perf_counter() - started)
     return key_id_hash, found
 
 

@@ -543,7 +543,6 @@ class Store:
         key ID (hashed to ``key_id_hash``) and its secret."""
         self._cache.prove(proof, key_id_hash, credential)
 
-    @timed
     async def find_credential(self, key_id_hash: bytes) -> Credential | None:
         """The credential for a keyed key-ID hash: cached, unless authorization moved since."""
         version = self._fresh()

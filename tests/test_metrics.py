@@ -147,10 +147,11 @@ async def test_metrics_after_traffic(
     assert value(samples, db + "_count", operation="create_key") == 4
     assert value(samples, db + "_count", operation="bootstrap") == 2
     assert value(samples, db + "_count", operation="count_keys_by_state") == 1
-    # The database is asked for a credential only when the cache cannot answer: once for
-    # each key first used (admin, other_admin, dev, off, old, far) and for each unknown
-    # key ID; the admin's later calls, its wrong secrets included, are cache hits.
-    assert value(samples, db + "_count", operation="find_credential") == 6 + 2
+    # Every credential check is one observation, whether the cache or the database
+    # answered it: each key's first use (admin, other_admin, dev, off, old, far), each
+    # unknown key ID and each wrong secret. A header already proven is not checked again.
+    assert value(samples, db + "_count", operation="check_credentials") == 6 + 2 + 3
+    assert value(samples, db + "_count", operation="find_credential") == 0
     assert value(samples, db + "_sum", operation="create_key") > 0
 
     # Neither credentials nor identifiers from paths make it into the output.
