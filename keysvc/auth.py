@@ -104,9 +104,23 @@ def _outcome(request: web.Request, reason: AuthReason) -> None:
 
 
 async def _check_credentials(
-    request: web.Request, header: str | None, hasher: Hasher, store: Store
+    request: web.Request,
+    header: str | None,
+    hasher: Hasher,
+    store: Store,
+    address: IPAddress | None,
+    now: float,
+    proof: bytes | None,
 ) -> tuple[bytes, Credential]:
-    """The key-ID hash and credential of the key whose ID and secret ``header`` carries."""
+    """The key-ID hash and credential of the key whose ID and secret ``header`` carries.
+
+    The attempt counts as a failed login from ``address`` as it begins, before its
+    first wait, and is taken back if the credentials hold: counted only once it had
+    failed, every attempt already under way would pass the limit's check together.
+    Requests carrying a header (``proof``, its keyed hash) already being checked are
+    not counted again: one client's burst of first requests is one attempt, and a
+    guess sent many times at once is one guess.
+    """
     credentials = parse_basic(header)
     if credentials is None or checksum_fails(credentials[1]):
         _outcome(request, "malformed")
@@ -114,6 +128,12 @@ async def _check_credentials(
     key_id, secret = credentials
     key_id_hash = hasher.of_plain(key_id)
     metrics = request.app.get(METRICS)
+    limits = request.app[LIMITS]
+    first = proof is None or proof not in limits.checking
+    if first:
+        counted = limits.failures.hit(address, now)
+        if proof is not None:
+            limits.checking.add(proof)
     started = time.perf_counter()
     try:
         found = cached = store.cached_credential(key_id_hash)
@@ -133,6 +153,11 @@ async def _check_credentials(
         # reads would tell a scraper which key IDs exist (unknown ones are never cached).
         if metrics is not None:
             metrics.observe_db(CHECK_CREDENTIALS, time.perf_counter() - started)
+        if first:
+            if proof is not None:
+                limits.checking.discard(proof)
+            if request.get(AUTH_OUTCOME) != "invalid_credentials":
+                limits.failures.forgive(address, counted)
     return key_id_hash, found
 
 
@@ -150,7 +175,9 @@ async def authenticate(request: web.Request, address: "IPAddress | None", now: d
     proof = hasher.of_header(header) if header else None
     found = store.proven_credential(proof) if proof is not None else None
     if found is None:
-        key_id_hash, found = await _check_credentials(request, header, hasher, store)
+        key_id_hash, found = await _check_credentials(
+            request, header, hasher, store, address, now.timestamp(), proof
+        )
         if proof is not None:
             store.remember_proof(proof, key_id_hash, found)
     key = found.key
@@ -275,9 +302,6 @@ def authorize_permission(request: web.Request, permission: str) -> Key:
     return caller
 
 
-_CREDENTIAL_FAILURES = ("malformed", "invalid_credentials")
-
-
 def _over_unix(request: web.Request) -> bool:
     """Whether the request came in on keysvc's unix socket, whose name is a path where
     a TCP socket's is an (address, port) pair."""
@@ -311,7 +335,8 @@ async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
     try:
         key = await authenticate(request, address, moment)
     except Unauthorized:
-        if request.get(AUTH_OUTCOME) in _CREDENTIAL_FAILURES:
+        # Wrong credentials were counted as their check began (_check_credentials).
+        if request.get(AUTH_OUTCOME) == "malformed":
             limits.failures.hit(address, now)
         raise
     limit = key.rate_limit or settings.rate_limit

@@ -164,8 +164,9 @@ class FailureSketch:
             return limit > 0
         return self.count(address, now) < limit
 
-    def hit(self, address: IPAddress | None, now: float) -> None:
-        """Count one failure from ``address``'s network."""
+    def hit(self, address: IPAddress | None, now: float) -> int:
+        """Count one failure from ``address``'s network; the window it was counted in,
+        for ``forgive``."""
         cells = self._cells(address)
         window = _window_start(now)
         with self._lock:
@@ -178,6 +179,22 @@ class FailureSketch:
                 (count,) = _CELL.unpack_from(self._table, cell)
                 _CELL.pack_into(self._table, cell, min(count + 1, 0xFFFFFFFF))
             _HEADER.pack_into(self._table, 0, start, total + 1)
+        return int(start)
+
+    def forgive(self, address: IPAddress | None, window: int) -> None:
+        """Take back one ``hit`` from ``address``'s network made in ``window``: an
+        attempt counted as it began, which then succeeded. Only the cells that hit
+        raised go down, so no count falls below the failures really counted; a
+        window already over was cleared, and is left alone."""
+        cells = self._cells(address)
+        with self._lock:
+            start, total = _HEADER.unpack_from(self._table)
+            if start != window or total == 0:
+                return
+            for cell in cells:
+                (count,) = _CELL.unpack_from(self._table, cell)
+                _CELL.pack_into(self._table, cell, max(count - 1, 0))
+            _HEADER.pack_into(self._table, 0, start, total - 1)
 
     def retry_after(self, now: float) -> int:
         """Whole seconds until the window of ``now`` ends, at least 1."""
@@ -195,3 +212,6 @@ class Limits:
     def __init__(self, failures: FailureSketch, max_entries: int = 100_000):
         self.requests = WindowCounter(max_entries)
         self.failures = failures
+        # Keyed hashes of the Authorization headers whose credentials are being checked
+        # in this process (keysvc.auth): counted once as failures however many carry them.
+        self.checking: set[bytes] = set()

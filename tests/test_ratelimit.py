@@ -1,5 +1,6 @@
 """Request limits per key and failed-authentication limits per client address."""
 
+import asyncio
 import ipaddress
 
 import pytest
@@ -287,3 +288,44 @@ async def test_failed_logins_are_counted_per_network(
     )
     spared_headers = {**admin.headers, "X-Forwarded-For": spared}
     assert (await client.get(VERIFY, headers=spared_headers)).status == 200
+
+
+async def test_parallel_guesses_stop_at_the_limit(
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
+) -> None:
+    """Guesses sent all at once are each counted as their check begins: no more than
+    the limit are ever answered 401 in a window, however many are under way together
+    (counted only once failed, every guess in flight would pass the check). Valid
+    credentials checked meanwhile are taken back, and leave the count as it was; a
+    burst of requests with one header is counted once while it is checked."""
+    client = await client_with(aiohttp_client, settings, clock, auth_failures=20)
+    admin = await bootstrap(client.app)
+    clock.now = clock.now.replace(second=0, microsecond=0)
+
+    async def guess() -> int:
+        response = await client.get(VERIFY, headers=basic(new_key_id(), new_secret()))
+        await response.read()
+        return response.status
+
+    statuses = await asyncio.gather(*(guess() for _ in range(120)))
+    assert sorted(statuses) == [401] * 20 + [429] * 100, statuses
+    # The same address, valid credentials: still refused in this window...
+    assert (await client.get(VERIFY, headers=admin.headers)).status == 429
+    clock.advance(seconds=60)
+    # ...and in the next, successes never add up to a block.
+    token = basic(admin.key_id, admin.secret)["Authorization"].removeprefix("Basic ")
+    for n in range(30):
+        # Each header new to the process (spaces differ), so each is checked in full.
+        fresh = {"Authorization": "Basic " + " " * n + token}
+        assert (await client.get(VERIFY, headers=fresh)).status == 200
+    assert len(await asyncio.gather(*(guess() for _ in range(19)))) == 19
+    assert (await client.get(VERIFY, headers=admin.headers)).status == 200
+    # A client's burst of first requests with one new header is one attempt, not 50.
+    burst = {"Authorization": "Basic " + " " * 40 + token}
+
+    async def valid() -> int:
+        response = await client.get(VERIFY, headers=burst)
+        await response.read()
+        return response.status
+
+    assert await asyncio.gather(*(valid() for _ in range(50))) == [200] * 50
