@@ -22,6 +22,7 @@ import resource
 from typing import Any
 
 from aiohttp import web
+from aiohttp.streams import EMPTY_PAYLOAD
 
 from keysvc.config import Settings
 from keysvc.logs import Throttled
@@ -101,10 +102,32 @@ class GuardedHandler(web.RequestHandler):
     def data_received(self, data: bytes) -> None:
         heads = self._request_count
         super().data_received(data)
+        if not data:
+            return
         if self._request_count != heads:
             self._stop_head_deadline()
-        elif data and self._head_deadline is None and self._waiting_for_request():
+            if self._next_head_begun(data):
+                self._start_head_deadline()
+        elif self._head_deadline is None and (
+            self._waiting_for_request() or self._answering_bodiless()
+        ):
             self._start_head_deadline()
+
+    def _next_head_begun(self, data: bytes) -> bool:
+        """Whether ``data``, which completed one or more heads, also holds the start of
+        another: known where the last request it completed has no body, so that every
+        byte after its head belongs to the next one. (After a body, whether bytes
+        remain cannot be told from here: such a head is the idle timeout's to end.)"""
+        if not self._messages:
+            return False
+        payload = self._messages[-1][1]
+        return payload is EMPTY_PAYLOAD and not data.endswith((b"\r\n\r\n", b"\n\n"))
+
+    def _answering_bodiless(self) -> bool:
+        """Whether a request with no body is being answered: bytes arriving meanwhile
+        can only begin the next request's head."""
+        request = self._current_request
+        return request is not None and request.content is EMPTY_PAYLOAD
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._stop_head_deadline()
@@ -128,11 +151,13 @@ class GuardedHandler(web.RequestHandler):
 
     def _head_overdue(self) -> None:
         self._head_deadline = None
-        # While a request is being handled, its answer is not cut off; a head still
-        # missing after it is the idle timeout's to end.
         if self._waiting_for_request():
             self._guard.timed_out()
             self.force_close()
+        else:
+            # A request is being answered, and is not cut off: the head begun behind it
+            # gets another timeout's time, counted from now.
+            self._start_head_deadline()
 
 
 class GuardedServer(web.Server):
@@ -160,7 +185,14 @@ class ServiceRunner(web.AppRunner):
     (``fit_open_files``)."""
 
     def __init__(self, app: web.Application, settings: Settings, **kwargs: Any):
-        super().__init__(app, keepalive_timeout=settings.idle_timeout, **kwargs)
+        # What is left of a body the answer did not need is drained, so that the client
+        # reads the answer, for no longer than the body itself could take to arrive.
+        super().__init__(
+            app,
+            keepalive_timeout=settings.idle_timeout,
+            lingering_time=settings.header_timeout,
+            **kwargs,
+        )
         max_connections = fit_open_files(settings.max_connections)
         self._guard = Guard(settings.header_timeout, max_connections)
 

@@ -14,6 +14,8 @@ class ApiError(Exception):
 
     status = 500
     default_message = "internal server error"
+    # Whether the connection is closed after the answer: the request's end is unknown.
+    closes = False
 
     def __init__(self, message: str | None = None, *, headers: Mapping[str, str] | None = None):
         self.message = message or self.default_message
@@ -30,6 +32,8 @@ class BadRequest(ApiError):
 
 class BadFraming(BadRequest):
     """Where the request ends cannot be trusted; answered, then the connection closed."""
+
+    closes = True
 
     default_message = (
         "malformed HTTP request: Transfer-Encoding is not allowed in HTTP/1.0;"
@@ -83,6 +87,14 @@ class UnsupportedMediaType(ApiError):
 
     status = 415
     default_message = "request body must be JSON: send Content-Type: application/json"
+
+
+class RequestTimeout(ApiError):
+    """The body did not arrive in time; answered, then the connection closed."""
+
+    status = 408
+    default_message = "request body not received in time"
+    closes = True
 
 
 class PreconditionFailed(ApiError):

@@ -149,7 +149,7 @@ def service_middleware(
                 response = await guarded(request, handler)
             except ApiError as exc:
                 response = _error_response(request_id, exc.status, exc.message, exc.headers)
-                if isinstance(exc, BadFraming):
+                if exc.closes:
                     response.force_close()
             except web.HTTPException as exc:
                 response = _from_http_exception(request, request_id, exc)

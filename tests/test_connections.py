@@ -21,7 +21,7 @@ import pytest
 from keysvc.config import Settings, build_settings
 from keysvc.connections import LOG_INTERVAL_SECONDS, SPARE_DESCRIPTORS
 from keysvc.errors import BadFraming
-from tests.server import Server, bootstrap
+from tests.server import Server, admin_creds, bootstrap
 
 
 @pytest.fixture(autouse=True)
@@ -148,6 +148,74 @@ def test_the_header_timeout_counts_from_the_first_byte_of_each_request(tmp_path:
         started = time.monotonic()
         assert closed_by_server([sock], WITHIN) == [sock]
         assert time.monotonic() - started >= 0.9
+
+
+def test_a_partial_head_sent_behind_a_whole_request_gets_the_header_timeout(
+    tmp_path: Path,
+) -> None:
+    """A whole request and the start of the next in one segment: the first is answered,
+    and the partial one behind it is cut off after the header timeout, not left to the
+    idle timeout. Bytes that arrive while a request is answered are the same."""
+    env = {"KEYSVC_HEADER_TIMEOUT": "1", "KEYSVC_IDLE_TIMEOUT": "600"}
+    with Server(tmp_path / "k.db", env=env) as server:
+        for sending in ([HEALTHZ + PARTIAL], [HEALTHZ, PARTIAL]):
+            with connect(server.port) as sock:
+                for data in sending:
+                    sock.sendall(data)
+                started = time.monotonic()
+                status, _, rest = read_answer(sock)
+                assert (status, rest) == (200, b"")
+                assert closed_by_server([sock], 10) == [sock]
+                assert time.monotonic() - started < 10
+
+
+def test_a_kept_alive_connection_after_a_body_is_left_to_the_idle_timeout(
+    tmp_path: Path,
+) -> None:
+    """A request whose body came in a segment of its own, then nothing: the connection
+    is idle, not in the middle of a head, and stays open past the header timeout."""
+    env = {"KEYSVC_HEADER_TIMEOUT": "1", "KEYSVC_IDLE_TIMEOUT": "600"}
+    body = b'{"name": "x"}'
+    head = (
+        b"POST /v1/organizations/00000000-0000-4000-8000-000000000000/keys HTTP/1.1\r\n"
+        b"Host: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"
+    )
+    with Server(tmp_path / "k.db", env=env) as server, connect(server.port, head) as sock:
+        time.sleep(0.2)
+        sock.sendall(body)
+        status, _, _ = read_answer(sock)
+        assert status == 401
+        assert closed_by_server([sock], 3) == []
+        sock.sendall(HEALTHZ)
+        assert read_answer(sock)[0] == 200
+
+
+def test_a_body_that_stops_arriving_gets_a_408_and_the_connection_closes(
+    tmp_path: Path,
+) -> None:
+    """Whole headers, then part of the body and nothing more: after the header timeout
+    the request is answered 408 in the envelope and its connection closed, rather than
+    held open, one of the capped number, for as long as the client likes."""
+    admin = admin_creds(bootstrap(tmp_path / "b.db"))
+    env = {"KEYSVC_HEADER_TIMEOUT": "1", "KEYSVC_IDLE_TIMEOUT": "600"}
+    head = (
+        f"POST /v1/organizations/{admin.organization_id}/keys HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: {admin.headers['Authorization']}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    ).encode()
+    with Server(tmp_path / "b.db", env=env) as server:
+        with connect(server.port, head + b'{"name": ') as sock:
+            started = time.monotonic()
+            status, body, _ = read_answer(sock)
+            assert time.monotonic() - started >= 0.9
+            assert (status, body["status"], body["error"]) == (
+                408,
+                408,
+                "body: not received within 1 s",
+            )
+            assert closed_by_server([sock], 5) == [sock]
+        assert healthz(server.port) == 200
 
 
 def test_an_idle_kept_alive_connection_is_closed_after_the_idle_timeout(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """What every view needs: the success envelope, the JSON body, path UUIDs."""
 
+import asyncio
 import json
 import math
 import re
@@ -7,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from keysvc.errors import BadRequest, UnsupportedMediaType
+from keysvc.errors import BadRequest, RequestTimeout, UnsupportedMediaType
 from keysvc.middleware import parser_error_text
 from keysvc.schemas import UUID_PATTERN
 from keysvc.state import REQUEST_ID, SETTINGS
@@ -122,8 +123,14 @@ async def _read_body(request: web.Request) -> bytes:
     # sends it gets its answer now rather than waiting on the socket.
     if request.content_length is not None and request.content_length > max_size:
         raise web.HTTPRequestEntityTooLarge(max_size, request.content_length)
+    timeout = request.app[SETTINGS].header_timeout
     try:
-        return await request.read()
+        # As long as a head may take: a body that stops arriving would otherwise hold
+        # its connection, one of the capped number, for as long as the client likes.
+        async with asyncio.timeout(timeout):
+            return await request.read()
+    except TimeoutError:
+        raise RequestTimeout(f"body: not received within {timeout:g} s") from None
     except web.RequestPayloadError as exc:
         # Broken chunked framing or Content-Encoding: the body cannot be read.
         raise BadRequest(f"body: could not be read: {parser_error_text(exc.__cause__)}") from None
