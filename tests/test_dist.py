@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -227,9 +228,14 @@ def run_as_the_systemd_unit(pyz: Path) -> None:
         state.mkdir(parents=True)
         (shared / "var-lib").chmod(0o755)
         give_to_unprivileged(state, int(setting["StateDirectoryMode"], 8))
+        runtime = shared / "run" / setting["RuntimeDirectory"]
+        runtime.mkdir(parents=True)
+        (shared / "run").chmod(0o755)
+        give_to_unprivileged(runtime, int(setting["RuntimeDirectoryMode"], 8))
 
         def moved(text: str) -> str:
             text = text.replace("/opt/keysvc/keysvc.pyz", str(installed))
+            text = text.replace(f"/run/{setting['RuntimeDirectory']}", str(runtime))
             return text.replace(f"/var/lib/{setting['StateDirectory']}", str(state))
 
         unit_env = {
@@ -321,6 +327,10 @@ def serve_as_the_unit(
         assert status == 200, body
         status, body = call(base, "/v1/whoami", headers=basic(admin["keyId"], admin["keySecret"]))
         assert (status, body["result"]["id"]) == (200, admin["id"]), body
+        # And on the unit's unix socket, in its runtime folder: 0660, nginx's way in.
+        unix = Path(env["KEYSVC_UNIX"])
+        assert stat.S_ISSOCK(unix.stat().st_mode), unix
+        assert stat.S_IMODE(unix.stat().st_mode) == 0o660
         assert setting["KillSignal"] == "SIGTERM"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=float(setting["TimeoutStopSec"])) == 0, log.read_text()
