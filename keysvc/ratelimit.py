@@ -87,11 +87,6 @@ class WindowCounter:
             self._prune(now)
         return self._decide(limit, end, count, now, count <= limit)
 
-    def peek(self, name: Hashable, limit: int, window: int, now: float) -> Decision:
-        """Whether one more would be allowed, without counting it."""
-        _, end, count = self._current(name, window, now)
-        return self._decide(limit, end, count, now, count < limit)
-
     def _prune(self, now: float) -> None:
         for name in [n for n, (_, end, _) in self._counts.items() if end <= now]:
             del self._counts[name]

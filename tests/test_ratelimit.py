@@ -21,7 +21,7 @@ def test_window_counter_counts_resets_and_stays_bounded() -> None:
     assert [d.remaining for d in decisions] == [2, 1, 0, 0]
     assert [d.reset for d in decisions] == [10, 9, 8, 7]  # the window is [100, 110)
     assert counter.hit("k", 3, 10, 110.0).allowed  # a new window
-    assert counter.peek("k", 3, 10, 110.0).remaining == 2
+    assert counter.hit("k", 3, 10, 110.5).remaining == 1
     for n in range(50):
         counter.hit(f"other{n}", 3, 10, 200.0 + n)
     assert len(counter) <= 10
