@@ -7,8 +7,8 @@ and reads go on working. So a full disk is not an internal error. The request
 gets ``InsufficientStorage`` (507, "database disk is full"); the log gets one
 short line, not a traceback per request, and at most one every
 ``LOG_INTERVAL_SECONDS`` while the disk stays full, counting the writes refused
-since the last; and ``/readyz`` says not ready until a write succeeds again or
-the filesystem has ``ROOM_BYTES`` free. A write that changes nothing would not
+since the last; and ``/readyz`` says not ready while the filesystem has less
+than ``ROOM_BYTES`` free, in every worker. A write that changes nothing would not
 tell: SQLite reuses space its write-ahead log already holds, so one small write
 may pass where a create cannot. Nothing here stops writes: the next one is tried
 as usual, so writes resume by themselves once there is space.
@@ -73,11 +73,11 @@ class DiskSpace:
             logger.warning("database disk has space again: writes resumed")
 
     def ready(self) -> bool:
-        """False while the last write found the disk full and it still has no room."""
-        if not self.full:
-            return True
+        """False while the filesystem has less than ``ROOM_BYTES`` free, whichever
+        process's writes found it full (or none yet: each worker has its own flag);
+        true again once there is room."""
         try:
             stat = os.statvfs(self._where)
         except OSError:
-            return False
+            return not self.full
         return stat.f_bavail * stat.f_frsize >= ROOM_BYTES

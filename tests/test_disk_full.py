@@ -73,6 +73,8 @@ async def test_full_disk_refuses_writes_then_resumes(
     keys_url = f"/v1/organizations/{admin.organization_id}/keys"
     fill(small_disk)
     caplog.set_level(logging.INFO, logger="keysvc")
+    # Not ready before any write of this process fails: another worker's did, say.
+    await assert_error(await client.get("/readyz"), 503, "not ready: the database disk is full")
 
     acknowledged = {admin.id, user.id}
     refused = 0
