@@ -16,8 +16,10 @@ served empty. A database this process cannot write is refused at start with
 the reason, not at the first write a client makes.
 """
 
+import logging
 import os
 import sqlite3
+import stat
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -25,6 +27,8 @@ from pathlib import Path
 import aiosqlite
 
 from keysvc.config import ConfigError
+
+logger = logging.getLogger("keysvc")
 
 # MIGRATIONS[n] takes a database from version n + 1 to n + 2. Version 1 is the
 # first release of schema.sql; append steps here and change schema.sql to match.
@@ -132,6 +136,27 @@ def create_private(path: Path) -> None:
         os.fchmod(fd, DB_MODE)  # a umask such as 0o277 would have taken the write bit
     finally:
         os.close(fd)
+
+
+_warned: set[Path] = set()
+
+
+def warn_if_exposed(path: Path) -> None:
+    """Log once per process when the database file is open to its group or others, as
+    one made by an older keysvc is (0644): its mode is the operator's to keep, but
+    the keyed hashes in it are worth keeping private. Asked once the database has
+    been found usable, so that a refusal at start stays one line."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return
+    if mode & 0o077 and path not in _warned:
+        _warned.add(path)
+        logger.warning(
+            "database file %s has mode %s, readable beyond its owner: chmod 600 it",
+            path,
+            oct(mode),
+        )
 
 
 def require_existing(path: Path) -> None:

@@ -18,6 +18,7 @@ import signal
 from collections.abc import Callable
 from types import FrameType
 
+from keysvc import db
 from keysvc.config import Settings
 from keysvc.ratelimit import FailureSketch
 from keysvc.store import open_checked
@@ -29,9 +30,11 @@ Serve = Callable[[Settings, bool, FailureSketch], None]
 
 async def prepare(settings: Settings) -> None:
     """Open the database once before serving: migrate it, check that it can be
-    written and that the pepper matches. One ``bootstrap`` has not made is refused."""
+    written and that the pepper matches. One ``bootstrap`` has not made is refused;
+    one that others may read is served, with a warning."""
     async with open_checked(settings, create=False):
         pass
+    db.warn_if_exposed(settings.db_path)
 
 
 def _signal_all(children: list[int], signum: int) -> None:

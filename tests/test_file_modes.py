@@ -86,3 +86,18 @@ def test_an_existing_database_keeps_its_mode(tmp_path: Path) -> None:
     done = run("bootstrap", "--db", str(db))
     assert done.returncode == 0, done.stderr
     assert mode(db) == "0o640"
+
+
+def test_serve_warns_of_a_database_others_may_read(tmp_path: Path) -> None:
+    """A database made 0644 by an older keysvc keeps its mode, and serve says so."""
+    db = tmp_path / "keysvc.db"
+    done = run("bootstrap", "--db", str(db))
+    assert done.returncode == 0, done.stderr
+    db.chmod(0o644)
+    with Server(db) as server:
+        server.stop()
+        logged = server.stderr_text()
+    warnings = [line for line in logged.splitlines() if "chmod 600" in line]
+    assert len(warnings) == 1, logged
+    assert str(db) in warnings[0] and "0o644" in warnings[0]
+    assert mode(db) == "0o644"
