@@ -33,6 +33,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
+from typing import NoReturn
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
@@ -44,7 +45,7 @@ from keysvc.errors import BearerUnauthorized, Forbidden, TooManyRequests, Unauth
 from keysvc.metrics import AuthReason
 from keysvc.models import Credential, Key
 from keysvc.permissions import has_permission
-from keysvc.ratelimit import Decision
+from keysvc.ratelimit import Decision, Limits
 from keysvc.state import AUTH_OUTCOME, CALLER, CLOCK, HASHER, LIMITS, METRICS, SETTINGS, STORE
 from keysvc.store import Store
 from keysvc.timeutil import to_minute
@@ -110,16 +111,13 @@ async def _check_credentials(
     store: Store,
     address: IPAddress | None,
     now: float,
-    proof: bytes | None,
 ) -> tuple[bytes, Credential]:
     """The key-ID hash and credential of the key whose ID and secret ``header`` carries.
 
-    The attempt counts as a failed login from ``address`` as it begins, before its
-    first wait, and is taken back if the credentials hold: counted only once it had
-    failed, every attempt already under way would pass the limit's check together.
-    Requests carrying a header (``proof``, its keyed hash) already being checked are
-    not counted again: one client's burst of first requests is one attempt, and a
-    guess sent many times at once is one guess.
+    Checks from one network run only while those already under way, should they all
+    fail, would stay within the failed-login limit (``Limits.begin_check``); others
+    wait for them, and are refused if they used it up. Checked before the first wait
+    only, every guess sent at once would pass the limit together.
     """
     credentials = parse_basic(header)
     if credentials is None or checksum_fails(credentials[1]):
@@ -129,11 +127,9 @@ async def _check_credentials(
     key_id_hash = hasher.of_plain(key_id)
     metrics = request.app.get(METRICS)
     limits = request.app[LIMITS]
-    first = proof is None or proof not in limits.checking
-    if first:
-        counted = limits.failures.hit(address, now)
-        if proof is not None:
-            limits.checking.add(proof)
+    network = await limits.begin_check(address, request.app[SETTINGS].auth_failures, now)
+    if network is None:
+        _refuse_address(request, limits, now)
     started = time.perf_counter()
     try:
         found = cached = store.cached_credential(key_id_hash)
@@ -147,17 +143,16 @@ async def _check_credentials(
             _outcome(request, "invalid_credentials")
             done = 0 if cached is not None else 1 if found is None else 2
             await store.read_as_uncached(key_id_hash, found, done)
+            # Counted before this check leaves the ones under way: a check waiting for
+            # room must see it.
+            limits.failures.hit(address, now)
             raise Unauthorized()
     finally:
         # One observation per check, cached or not, found or not: a count of store
         # reads would tell a scraper which key IDs exist (unknown ones are never cached).
         if metrics is not None:
             metrics.observe_db(CHECK_CREDENTIALS, time.perf_counter() - started)
-        if first:
-            if proof is not None:
-                limits.checking.discard(proof)
-            if request.get(AUTH_OUTCOME) != "invalid_credentials":
-                limits.failures.forgive(address, counted)
+        limits.end_check(network)
     return key_id_hash, found
 
 
@@ -176,7 +171,7 @@ async def authenticate(request: web.Request, address: "IPAddress | None", now: d
     found = store.proven_credential(proof) if proof is not None else None
     if found is None:
         key_id_hash, found = await _check_credentials(
-            request, header, hasher, store, address, now.timestamp(), proof
+            request, header, hasher, store, address, now.timestamp()
         )
         if proof is not None:
             store.remember_proof(proof, key_id_hash, found)
@@ -309,6 +304,15 @@ def _over_unix(request: web.Request) -> bool:
     return transport is not None and isinstance(transport.get_extra_info("sockname"), str)
 
 
+def _refuse_address(request: web.Request, limits: Limits, now: float) -> NoReturn:
+    retry = limits.failures.retry_after(now)
+    _outcome(request, "rate_limited")
+    raise TooManyRequests(
+        f"too many failed authentications from this address: retry in {retry} s",
+        retry_after=retry,
+    )
+
+
 async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
     """Authenticate within the limits: failed logins per network, then requests per
     key. The caller's key, and its standing against its request limit if it has one."""
@@ -326,16 +330,11 @@ async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
     )
     # Checked before the credentials, so a blocked address is refused even with valid ones.
     if not limits.failures.allows(address, settings.auth_failures, now):
-        retry = limits.failures.retry_after(now)
-        _outcome(request, "rate_limited")
-        raise TooManyRequests(
-            f"too many failed authentications from this address: retry in {retry} s",
-            retry_after=retry,
-        )
+        _refuse_address(request, limits, now)
     try:
         key = await authenticate(request, address, moment)
     except Unauthorized:
-        # Wrong credentials were counted as their check began (_check_credentials).
+        # Wrong credentials were counted where they were checked (_check_credentials).
         if request.get(AUTH_OUTCOME) == "malformed":
             limits.failures.hit(address, now)
         raise

@@ -19,6 +19,7 @@ and may be refused early only if other networks' failures happen to fill all of
 its cells at once.
 """
 
+import asyncio
 import hashlib
 import math
 import mmap
@@ -122,7 +123,8 @@ class FailureSketch:
         """An empty table with ``settings``' prefix lengths."""
         return cls(settings.throttle_prefix_v4, settings.throttle_prefix_v6)
 
-    def _network(self, address: IPAddress | None) -> bytes:
+    def network_key(self, address: IPAddress | None) -> bytes:
+        """What ``address`` is counted as: its network, cut to this table's prefixes."""
         if address is None:
             return b""
         if address.version == 4:
@@ -131,7 +133,7 @@ class FailureSketch:
 
     def _cells(self, address: IPAddress | None) -> list[int]:
         digest = hashlib.blake2b(
-            self._network(address), key=self._secret, digest_size=_INDEXES.size
+            self.network_key(address), key=self._secret, digest_size=_INDEXES.size
         ).digest()
         return [
             _HEADER.size + (row * _COLUMNS + column) * _CELL.size
@@ -159,9 +161,8 @@ class FailureSketch:
             return limit > 0
         return self.count(address, now) < limit
 
-    def hit(self, address: IPAddress | None, now: float) -> int:
-        """Count one failure from ``address``'s network; the window it was counted in,
-        for ``forgive``."""
+    def hit(self, address: IPAddress | None, now: float) -> None:
+        """Count one failure from ``address``'s network."""
         cells = self._cells(address)
         window = _window_start(now)
         with self._lock:
@@ -174,22 +175,6 @@ class FailureSketch:
                 (count,) = _CELL.unpack_from(self._table, cell)
                 _CELL.pack_into(self._table, cell, min(count + 1, 0xFFFFFFFF))
             _HEADER.pack_into(self._table, 0, start, total + 1)
-        return int(start)
-
-    def forgive(self, address: IPAddress | None, window: int) -> None:
-        """Take back one ``hit`` from ``address``'s network made in ``window``: an
-        attempt counted as it began, which then succeeded. Only the cells that hit
-        raised go down, so no count falls below the failures really counted; a
-        window already over was cleared, and is left alone."""
-        cells = self._cells(address)
-        with self._lock:
-            start, total = _HEADER.unpack_from(self._table)
-            if start != window or total == 0:
-                return
-            for cell in cells:
-                (count,) = _CELL.unpack_from(self._table, cell)
-                _CELL.pack_into(self._table, cell, max(count - 1, 0))
-            _HEADER.pack_into(self._table, 0, start, total - 1)
 
     def retry_after(self, now: float) -> int:
         """Whole seconds until the window of ``now`` ends, at least 1."""
@@ -207,6 +192,43 @@ class Limits:
     def __init__(self, failures: FailureSketch, max_entries: int = 100_000):
         self.requests = WindowCounter(max_entries)
         self.failures = failures
-        # Keyed hashes of the Authorization headers whose credentials are being checked
-        # in this process (keysvc.auth): counted once as failures however many carry them.
-        self.checking: set[bytes] = set()
+        # Credential checks under way in this process, per network, and what each
+        # network's waiting checks wait on (begin_check).
+        self._checking: dict[bytes, int] = {}
+        self._settled: dict[bytes, asyncio.Event] = {}
+
+    async def begin_check(self, address: IPAddress | None, limit: int, now: float) -> bytes | None:
+        """Room for one more credential check from ``address``'s network: None if the
+        network is at ``limit`` failed logins; else, once the checks already under way
+        from it, should they all fail, would leave room for this one (waiting for them
+        to end as long as not), the network, to hand to ``end_check``.
+
+        Counted only as they fail, checks sent all at once would each pass the limit
+        before any had failed. Waiting rather than refusing keeps a burst of valid
+        first logins from one network (a service starting many clients) from being
+        refused. Each process counts its own checks under way, so with N workers up
+        to N times the rest of the limit may be checked at once."""
+        network = self.failures.network_key(address)
+        while True:
+            if not self.failures.allows(address, limit, now):
+                return None
+            under_way = self._checking.get(network, 0)
+            if not under_way or self.failures.allows(address, limit - under_way, now):
+                break
+            settled = self._settled.get(network)
+            if settled is None:
+                settled = self._settled[network] = asyncio.Event()
+            await settled.wait()
+        self._checking[network] = self._checking.get(network, 0) + 1
+        return network
+
+    def end_check(self, network: bytes) -> None:
+        """A check ``begin_check`` let through is over: the checks waiting look again."""
+        left = self._checking[network] - 1
+        if left:
+            self._checking[network] = left
+        else:
+            del self._checking[network]
+        settled = self._settled.pop(network, None)
+        if settled is not None:
+            settled.set()

@@ -293,11 +293,10 @@ async def test_failed_logins_are_counted_per_network(
 async def test_parallel_guesses_stop_at_the_limit(
     aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
 ) -> None:
-    """Guesses sent all at once are each counted as their check begins: no more than
-    the limit are ever answered 401 in a window, however many are under way together
-    (counted only once failed, every guess in flight would pass the check). Valid
-    credentials checked meanwhile are taken back, and leave the count as it was; a
-    burst of requests with one header is counted once while it is checked."""
+    """Guesses sent all at once: no more than the limit are ever answered 401 in a
+    window, however many are under way together (checked only before they wait, every
+    guess in flight would pass the limit). Valid credentials sent all at once, many
+    keys or one, from one address are all served: they wait for room, not refused."""
     client = await client_with(aiohttp_client, settings, clock, auth_failures=20)
     admin = await bootstrap(client.app)
     clock.now = clock.now.replace(second=0, microsecond=0)
@@ -320,7 +319,17 @@ async def test_parallel_guesses_stop_at_the_limit(
         assert (await client.get(VERIFY, headers=fresh)).status == 200
     assert len(await asyncio.gather(*(guess() for _ in range(19)))) == 19
     assert (await client.get(VERIFY, headers=admin.headers)).status == 200
-    # A client's burst of first requests with one new header is one attempt, not 50.
+    # Many keys' first requests at once, from one address: all served.
+    many = [await create_creds(client, admin, {"name": f"k{n}", "roles": ["developer"]})
+            for n in range(45)]  # fmt: skip
+
+    async def first_use(creds: Creds) -> int:
+        response = await client.get(VERIFY, headers=creds.headers)
+        await response.read()
+        return response.status
+
+    assert await asyncio.gather(*(first_use(creds) for creds in many)) == [200] * 45
+    # And one new header's burst of first requests.
     burst = {"Authorization": "Basic " + " " * 40 + token}
 
     async def valid() -> int:
