@@ -4,10 +4,7 @@ Default run: A, the bare aiohttp app of bench/baseline.py, against B, a real
 ``keysvc serve`` on a file database seeded with 1,000 keys, over every
 scenario of bench/scenarios.py. ``--keys N`` for N other than 1,000 (``make
 bench SCALE=1``: 1,000,000) is the scale check instead: keysvc on 1,000 keys
-against keysvc on N keys, for GET and verify. ``--floor`` adds F, the floor of
-bench/floor.py, on the read scenarios; ``--premise`` (``make bench PREMISE=1``)
-runs GET of a key on A, on A plus one row read (bench/premise.py) with sqlite3
-on the loop and through aiosqlite, and on keysvc: the issue's starting figures.
+against keysvc on N keys, for GET and verify.
 
 Within a scenario every app gets a short unrecorded warm-up, then the apps take
 turns, round by round (A, B, A, B, ...), with the same wrk settings; the table
@@ -31,20 +28,10 @@ from pathlib import Path
 from bench import report, scenarios, seed, wrk
 from bench.report import Cell, CellGrid, Column
 from bench.scenarios import Scenario
-from bench.servers import (
-    ROOT,
-    Server,
-    start_baseline,
-    start_floor,
-    start_keysvc,
-    start_premise,
-    stop_servers_on_sigterm,
-)
+from bench.servers import ROOT, Server, start_baseline, start_keysvc, stop_servers_on_sigterm
 
 DEFAULT_KEYS = 1000
 SCALE_SCENARIOS = ("get", "verify")
-FLOOR_SCENARIOS = ("get", "verify", "list")  # the floor writes nothing: no create
-PREMISE_SCENARIOS = ("get",)  # the figures are for one row read
 DOC = ROOT / "docs" / "PERFORMANCE.md"
 
 
@@ -76,16 +63,6 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--only",
         help="comma-separated scenarios to run (get, verify, list, create); all by default",
     )
-    parser.add_argument(
-        "--floor",
-        action="store_true",
-        help="also run F, bench/floor.py, on get, verify and list (its own section)",
-    )
-    parser.add_argument(
-        "--premise",
-        action="store_true",
-        help="get only: A, A plus one row read by sqlite3 and by aiosqlite, and B",
-    )
     parser.add_argument("--workdir", type=Path, help="keep databases and logs here")
     parser.add_argument("--doc", type=Path, default=DOC, help="Markdown file to update")
     return parser.parse_args(argv)
@@ -93,8 +70,6 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def _command(argv: Sequence[str]) -> str:
     options = " SCALE=1" if "--keys" in argv else ""
-    options += " FLOOR=1" if "--floor" in argv else ""
-    options += " PREMISE=1" if "--premise" in argv else ""
     return report.command("bench.run", argv, options)
 
 
@@ -159,19 +134,6 @@ def _main_apps(stack: ExitStack, work: Path, args: argparse.Namespace) -> tuple[
     a = Column("A", "bare aiohttp baseline, bench/baseline.py", False)
     b = Column("B", "`keysvc serve` on 1,000 seeded keys", True)
     apps = [App(a, baseline, seeded, files), App(b, keysvc, seeded, files)]
-    if args.floor:
-        log, lines = work / "floor.log", work / "floor-access.log"
-        floor = stack.enter_context(start_floor(shapes_file, log, lines))
-        f = Column("F", "the floor: A plus the least work per request, bench/floor.py", False)
-        apps.insert(1, App(f, floor, seeded, files))
-    if args.premise:
-        for label, read, title in (
-            ("S", "sqlite3", "A plus one row read with sqlite3 on the loop, bench/premise.py"),
-            ("Q", "aiosqlite", "A plus one row read through aiosqlite, bench/premise.py"),
-        ):
-            log = work / f"premise-{read}.log"
-            server = stack.enter_context(start_premise(shapes_file, seeded.db, read, log))
-            apps.insert(-1, App(Column(label, title, False), server, seeded, files))
     return apps, f"{DEFAULT_KEYS:,} keys seeded in {seconds:.1f}s"
 
 
@@ -222,17 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     wrk_path = wrk.ensure_wrk()
     settings = wrk.WrkSettings(args.threads, args.connections, args.seconds)
     scale = args.keys != DEFAULT_KEYS
-    if scale and (args.floor or args.premise):
-        raise SystemExit("bench: --floor and --premise run on 1,000 keys only")
-    if args.floor and args.premise:
-        raise SystemExit("bench: --floor or --premise, one at a time")
-    some: Sequence[str] | None = None  # every scenario
-    if scale:
-        some = SCALE_SCENARIOS
-    elif args.floor:
-        some = FLOOR_SCENARIOS
-    elif args.premise:
-        some = PREMISE_SCENARIOS
+    some = SCALE_SCENARIOS if scale else None  # None: every scenario
     chosen = [s for s in scenarios.SCENARIOS if some is None or s.name in some]
     if args.only:
         wanted = set(args.only.split(","))
@@ -264,12 +216,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if scale:
         heading = f"Scale: keysvc on 1,000 vs {args.keys:,} keys"
         key = "scale"
-    elif args.floor:
-        heading = "Baseline (A), floor (F) and keysvc (B), 1,000 keys"
-        key = "floor"
-    elif args.premise:
-        heading = "The issue's premise: A, A plus one row read, and keysvc (B), 1,000 keys"
-        key = "premise"
     else:
         heading = "Baseline (A) vs keysvc (B), 1,000 keys"
         key = "main"
