@@ -3,7 +3,12 @@
 Each scenario becomes a file of requests for bench/rotate.lua, one per line
 (``METHOD<TAB>PATH<TAB>AUTHORIZATION<TAB>BODY``). Scenarios that authenticate
 as "each key" rotate through the seeded sample, so consecutive requests carry
-different credentials; create uses the organization's admin key.
+different credentials; create uses the organization's admin key, and so does
+"get-other", reading in turn the keys seeded never to authenticate, which
+keysvc therefore never finds in memory.
+
+Each scenario calls one of the baseline's routes (bench/baseline.py), and the
+baseline answers a route as keysvc answered the first scenario of that name.
 """
 
 import base64
@@ -40,6 +45,11 @@ class Scenario:
     name: str
     title: str
     lines: Callable[[Seeded], list[Line]]
+    route: str = ""  # the baseline's route it calls (bench.baseline.ROUTES); "": its name
+
+    @property
+    def calls(self) -> str:
+        return self.route or self.name
 
 
 def basic(cred: Credential) -> str:
@@ -55,6 +65,12 @@ SCENARIOS = (
         "get",
         "GET a key, each key reading itself",
         lambda s: [Line("GET", f"{_keys(s)}/{c.id}", basic(c)) for c in s.sample],
+    ),
+    Scenario(
+        "get-other",
+        "GET a key as the admin key, rotating keys it is not (never in memory)",
+        lambda s: [Line("GET", f"{_keys(s)}/{uuid}", basic(s.admin)) for uuid in s.others],
+        route="get",
     ),
     Scenario(
         "verify",
@@ -131,6 +147,10 @@ def capture_shapes(base: str, seeded: Seeded, shapes_file: Path) -> Path:
     """Every key used once, then each scenario's baseline answer (``baseline_shape``)
     from keysvc at ``base``, written to ``shapes_file`` for the replaying apps."""
     touch(base, seeded)
-    shapes = {s.name: baseline_shape(s, seeded, capture(base, s, seeded)) for s in SCENARIOS}
+    shapes = {
+        s.name: baseline_shape(s, seeded, capture(base, s, seeded))
+        for s in SCENARIOS
+        if s.calls == s.name
+    }
     shapes_file.write_text(json.dumps({name: shape.as_json() for name, shape in shapes.items()}))
     return shapes_file
