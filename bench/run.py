@@ -9,10 +9,12 @@ and verify.
 
 Within a scenario every app gets a short unrecorded warm-up, then the apps take
 turns, round by round (A, B, A, B, ...), with the same wrk settings; the table
-shows medians over the rounds. The table is printed and written to
-docs/PERFORMANCE.md. The exit code is 1 when more than 1% of an app's
-responses in a scenario were not 2xx (or were socket errors), so a broken
-scenario cannot pass for a slow one.
+shows medians over the rounds. The paced scenario follows verify's and reuses
+its result: hey sends verify at half the rate wrk measured for keysvc, to each
+app in turn, and the table compares their p99. The table is printed and
+written to docs/PERFORMANCE.md. The exit code is 1 when more than 1% of an
+app's responses in a scenario were not 2xx (or were socket errors), so a
+broken scenario cannot pass for a slow one.
 """
 
 import argparse
@@ -26,7 +28,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import report, scenarios, seed, wrk
+from bench import hey, report, scenarios, seed, wrk
 from bench.report import Cell, CellGrid, Column
 from bench.scenarios import Scenario
 from bench.servers import ROOT, Server, start_baseline, start_keysvc, stop_servers_on_sigterm
@@ -36,6 +38,7 @@ DEFAULT_KEYS = 1000
 # More keys than keysvc's credential cache holds by default, so that no cache of
 # that size could keep the admin's rotation over them: every read misses.
 DEFAULT_OTHERS = 2 * Settings().cache_size
+PACED_SHARE = 0.5  # the paced rate, as a share of keysvc's peak measured by wrk
 SCALE_SCENARIOS = ("get", "verify")
 DOC = ROOT / "docs" / "PERFORMANCE.md"
 
@@ -70,11 +73,12 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=DEFAULT_OTHERS,
         help=f"keys seeded for the admin to read, never authenticating ({DEFAULT_OTHERS})",
     )
+    parser.add_argument("--paced-workers", type=int, default=16, help="hey workers (16)")
     parser.add_argument(
         "--only",
         help="comma-separated scenarios to run (of "
         + ", ".join(s.name for s in scenarios.SCENARIOS)
-        + "); all by default",
+        + "); all by default; verify-paced needs verify",
     )
     parser.add_argument("--workdir", type=Path, help="keep databases and logs here")
     parser.add_argument("--doc", type=Path, default=DOC, help="Markdown file to update")
@@ -102,14 +106,19 @@ def _files(seeded: seed.Seeded, chosen: Sequence[Scenario]) -> dict[str, Path]:
     return {s.name: scenarios.write_requests(s, seeded, folder / f"{s.name}.tsv") for s in chosen}
 
 
-def measure(
-    wrk_path: str,
-    apps: Sequence[App],
-    chosen: Sequence[Scenario],
-    settings: wrk.WrkSettings,
-    rounds: int,
-    warmup: int,
-) -> CellGrid:
+@dataclass(frozen=True)
+class Plan:
+    """How every scenario is driven: wrk flat out, or hey at a fixed rate."""
+
+    wrk_path: str
+    settings: wrk.WrkSettings
+    rounds: int
+    warmup: int
+    hey_path: str | None = None  # None: no paced scenario chosen
+    paced_workers: int = 16
+
+
+def measure(plan: Plan, apps: Sequence[App], chosen: Sequence[Scenario]) -> CellGrid:
     grid: CellGrid = {s.name: {a.column.label: Cell() for a in apps} for s in chosen}
     for scenario in chosen:
         print(f"bench: {scenario.name}: {scenario.title}", flush=True)
@@ -120,22 +129,60 @@ def measure(
                 grid[scenario.name][app.column.label].probe_status = status
                 if not 200 <= status < 300:
                     print(f"bench:   {app.column.label} answers {status} here", flush=True)
-            if warmup:
-                quick = replace(settings, seconds=warmup)
-                wrk.run(wrk_path, app.server.base, app.files[scenario.name], quick)
-                app.server.check_alive()
-        for number in range(1, rounds + 1):
-            seen = []
-            for app in apps:
-                result = wrk.run(wrk_path, app.server.base, app.files[scenario.name], settings)
-                app.server.check_alive()
-                grid[scenario.name][app.column.label].rounds.append(result)
-                seen.append(f"{app.column.label} {result.rps:,.0f} req/s")
-            print(f"bench:   round {number}/{rounds}: {', '.join(seen)}", flush=True)
+        if scenario.paced:
+            _paced(plan, apps, scenario, grid)
+        else:
+            _flat_out(plan, apps, scenario, grid[scenario.name])
         for app in apps:
             if app.column.keysvc:
                 grid[scenario.name][app.column.label].rss_kib = app.server.rss_kib()
     return grid
+
+
+def _flat_out(plan: Plan, apps: Sequence[App], scenario: Scenario, cells: dict[str, Cell]) -> None:
+    """wrk flat out: a warm-up per app, then the apps in turn, round by round."""
+    for app in apps:
+        if plan.warmup:
+            quick = replace(plan.settings, seconds=plan.warmup)
+            wrk.run(plan.wrk_path, app.server.base, app.files[scenario.name], quick)
+            app.server.check_alive()
+    for number in range(1, plan.rounds + 1):
+        seen = []
+        for app in apps:
+            result = wrk.run(
+                plan.wrk_path, app.server.base, app.files[scenario.name], plan.settings
+            )
+            app.server.check_alive()
+            cells[app.column.label].rounds.append(result)
+            seen.append(f"{app.column.label} {result.rps:,.0f} req/s")
+        print(f"bench:   round {number}/{plan.rounds}: {', '.join(seen)}", flush=True)
+
+
+def _paced(plan: Plan, apps: Sequence[App], scenario: Scenario, grid: CellGrid) -> None:
+    """hey at ``PACED_SHARE`` of keysvc's peak of the route (its flat-out scenario,
+    measured just before in this run), to each app in turn: the same rate for all."""
+    assert plan.hey_path is not None
+    keysvc = next(app for app in apps if app.column.keysvc)
+    peak = grid[scenario.calls][keysvc.column.label].median(lambda r: r.rps)
+    if not peak:
+        raise RuntimeError(f"bench: {scenario.name}: {scenario.calls} measured no peak")
+    paced = hey.PacedSettings(PACED_SHARE * peak, plan.paced_workers, plan.settings.seconds)
+    print(f"bench:   {paced.rate:,.0f} req/s, half of {peak:,.0f}", flush=True)
+    cells = grid[scenario.name]
+    for app in apps:
+        cells[app.column.label].paced_rate = paced.rate
+        if plan.warmup:
+            line = scenario.lines(app.seeded)[0]
+            hey.run(plan.hey_path, app.server.base, line, replace(paced, seconds=plan.warmup))
+            app.server.check_alive()
+    for number in range(1, plan.rounds + 1):
+        seen = []
+        for app in apps:
+            result = hey.run(plan.hey_path, app.server.base, scenario.lines(app.seeded)[0], paced)
+            app.server.check_alive()
+            cells[app.column.label].rounds.append(result)
+            seen.append(f"{app.column.label} p99 {result.p99_ms:.2f} ms")
+        print(f"bench:   round {number}/{plan.rounds}: {', '.join(seen)}", flush=True)
 
 
 def _main_apps(stack: ExitStack, work: Path, args: argparse.Namespace) -> tuple[list[App], str]:
@@ -172,6 +219,14 @@ def _short(keys: int) -> str:
     return str(keys)
 
 
+def _title(scenario: Scenario, grid: CellGrid) -> str:
+    """The scenario's title, with the rate asked of hey where it was paced."""
+    if not scenario.paced:
+        return scenario.title
+    rates = [cell.paced_rate for cell in grid[scenario.name].values() if cell.paced_rate]
+    return scenario.title.format(rate=f"{rates[0]:,.0f}" if rates else "?")
+
+
 def _section(
     heading: str,
     apps: Sequence[App],
@@ -179,12 +234,13 @@ def _section(
     grid: CellGrid,
     facts: list[tuple[str, str]],
 ) -> str:
-    names = [(s.name, s.title) for s in chosen]
+    names = [(s.name, _title(s, grid)) for s in chosen]
     columns = [app.column for app in apps]
+    paced = [s.name for s in chosen if s.paced]
     lines = [f"## {heading}", ""]
     lines += [f"- {name}: {value}" for name, value in facts]
     lines += [f"- {c.label}: {c.title}" for c in columns]
-    lines += ["", report.table(names, columns, grid), "", "Every round:", ""]
+    lines += ["", report.table(names, columns, grid, paced), "", "Every round:", ""]
     lines += [report.rounds_table(names, columns, grid)]
     return "\n".join(lines) + "\n"
 
@@ -196,7 +252,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     revision = report.git_revision(ROOT)  # now: the code the servers are about to load
-    wrk_path = wrk.ensure_wrk()
     settings = wrk.WrkSettings(args.threads, args.connections, args.seconds)
     scale = args.keys != DEFAULT_KEYS
     some = SCALE_SCENARIOS if scale else None  # None: every scenario
@@ -206,6 +261,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if wanted - {s.name for s in chosen}:
             raise SystemExit(f"bench: --only: choose from {', '.join(s.name for s in chosen)}")
         chosen = [s for s in chosen if s.name in wanted]
+    names = {s.name for s in chosen}
+    for scenario in chosen:
+        if scenario.paced and scenario.calls not in names:
+            raise SystemExit(f"bench: {scenario.name} paces {scenario.calls}: choose both")
+    pacing = any(s.paced for s in chosen)
+    plan = Plan(
+        wrk.ensure_wrk(),
+        settings,
+        args.rounds,
+        args.warmup,
+        hey.ensure_hey() if pacing else None,
+        args.paced_workers,
+    )
     with ExitStack() as stack:
         work = args.workdir or Path(tempfile.mkdtemp(prefix="keysvc-bench-"))
         if args.workdir is None:
@@ -215,16 +283,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             apps, seeding = _scale_apps(stack, work, args)
         else:
             apps, seeding = _main_apps(stack, work, args)
-        grid = measure(wrk_path, apps, chosen, settings, args.rounds, args.warmup)
+        grid = measure(plan, apps, chosen)
     order = ", ".join([c.column.label for c in apps] * 2) + ", ..."
     facts = [
         *report.head_facts(date, revision, _command(argv)),
         (
             "wrk",
-            f"{wrk.version(wrk_path, '-v')}: `{settings.describe()}` against 127.0.0.1;"
+            f"{wrk.version(plan.wrk_path, '-v')}: `{settings.describe()}` against 127.0.0.1;"
             f" {args.warmup}s warm-up per app and scenario, then {args.rounds} rounds per app"
             f" in turn ({order}); medians shown",
         ),
+    ]
+    if plan.hey_path is not None:
+        paced = hey.PacedSettings(0, args.paced_workers, args.seconds)
+        facts.append(
+            (
+                "hey",
+                f"{hey.version()}: `{paced.describe()}` against 127.0.0.1, RATE"
+                f" {PACED_SHARE:g} of B's median verify req/s above, one key's credentials;"
+                f" {args.warmup}s warm-up, then {args.rounds} rounds per app in turn; p50 and"
+                " p99 to 0.1 ms",
+            )
+        )
+    facts += [
         ("seeding", seeding),
         ("run time", f"{time.monotonic() - started:.0f}s"),
     ]

@@ -5,7 +5,8 @@ Each scenario becomes a file of requests for bench/rotate.lua, one per line
 as "each key" rotate through the seeded sample, so consecutive requests carry
 different credentials; create uses the organization's admin key, and so does
 "get-other", reading in turn the keys seeded never to authenticate, which
-keysvc therefore never finds in memory.
+keysvc therefore never finds in memory. A paced scenario is driven by hey at a
+fixed rate instead of by wrk flat out (bench/hey.py), with its first request.
 
 Each scenario calls one of the baseline's routes (bench/baseline.py), and the
 baseline answers a route as keysvc answered the first scenario of that name.
@@ -46,6 +47,7 @@ class Scenario:
     title: str
     lines: Callable[[Seeded], list[Line]]
     route: str = ""  # the baseline's route it calls (bench.baseline.ROUTES); "": its name
+    paced: bool = False  # hey at half B's peak of ``route``, p99 compared; else wrk flat out
 
     @property
     def calls(self) -> str:
@@ -76,6 +78,13 @@ SCENARIOS = (
         "verify",
         "GET /v1/verify, rotating keys",
         lambda s: [Line("GET", "/v1/verify", basic(c)) for c in s.sample],
+    ),
+    Scenario(
+        "verify-paced",
+        "GET /v1/verify at a fixed {rate} req/s, half B's verify peak (hey); B/A of p99",
+        lambda s: [Line("GET", "/v1/verify", basic(c)) for c in s.sample[:1]],
+        route="verify",
+        paced=True,
     ),
     Scenario(
         "list",
