@@ -80,10 +80,11 @@ test: $(TEST_STAMP) system-deps lint
 # admin key (keys it is not, never in memory), verify, the list, create; then verify
 # paced by hey (Debian's package too) at half keysvc's verify peak, p99 against the
 # baseline's at the same rate. Prints the table and writes it to docs/PERFORMANCE.md.
-# SCALE=1: keysvc on 1,000 vs 1,000,000 keys. Exits 1 if a scenario answers more than
-# 1% non-2xx. Options: .venv/bin/python -m bench.run --help.
+# SCALE=1: keysvc on 1,000 vs 1,000,000 keys. LOOP=uvloop: every app on uvloop (its own
+# section). Exits 1 if a scenario answers more than 1% non-2xx.
+# Options: .venv/bin/python -m bench.run --help.
 bench: $(TEST_STAMP)
-	$(BIN)/python -m bench.run $(if $(SCALE),--keys 1000000)
+	$(BIN)/python -m bench.run $(if $(SCALE),--keys 1000000)$(if $(LOOP), --loop $(LOOP))
 
 # The full soak: 60 s of mixed load against a real server; no 5xx, RSS growth under
 # 10% from the 20th to the 60th second, no descriptor growth. make test runs 9 s of it

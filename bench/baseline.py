@@ -5,7 +5,7 @@ response whose body and headers were captured from keysvc for that scenario
 (``shapes.json``, written by bench/run.py), so both apps send the same number
 of bytes. Only the ``X-Request-Id`` header is fresh on every answer, as keysvc's is.
 
-    python -m bench.baseline --port 8081 --shapes shapes.json
+    python -m bench.baseline --port 8081 --shapes shapes.json [--loop uvloop]
 """
 
 import argparse
@@ -15,7 +15,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import uvloop
 from aiohttp import web
+
+from keysvc.config import LOOPS
 
 KEYS = "/v1/organizations/{organizationId}/keys"
 ROUTES = {
@@ -75,9 +78,12 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--shapes", type=Path, required=True, help="shapes.json from bench.run")
+    parser.add_argument("--loop", choices=LOOPS, default="asyncio", help="event loop (asyncio)")
     args = parser.parse_args()
     app = create_app(load_shapes(args.shapes))
-    web.run_app(app, host=args.host, port=args.port, access_log=None, print=None)
+    # The same loop as keysvc's under test (KEYSVC_LOOP), so that B/A compares the apps.
+    loop = uvloop.new_event_loop() if args.loop == "uvloop" else None
+    web.run_app(app, host=args.host, port=args.port, access_log=None, print=None, loop=loop)
 
 
 if __name__ == "__main__":

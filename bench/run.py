@@ -5,7 +5,8 @@ Default run: A, the bare aiohttp app of bench/baseline.py, against B, a real
 more that only the admin reads), over every scenario of bench/scenarios.py.
 ``--keys N`` for N other than 1,000 (``make bench SCALE=1``: 1,000,000) is the
 scale check instead: keysvc on 1,000 keys against keysvc on N keys, for GET
-and verify.
+and verify. ``--loop uvloop`` (``make bench LOOP=uvloop``) runs every app on
+uvloop, so the ratios compare apps on the same loop; it has its own section.
 
 Within a scenario every app gets a short unrecorded warm-up, then the apps take
 turns, round by round (A, B, A, B, ...), with the same wrk settings; the table
@@ -32,7 +33,7 @@ from bench import hey, report, scenarios, seed, wrk
 from bench.report import Cell, CellGrid, Column
 from bench.scenarios import Scenario
 from bench.servers import ROOT, Server, start_baseline, start_keysvc, stop_servers_on_sigterm
-from keysvc.config import Settings
+from keysvc.config import LOOPS, Settings
 
 DEFAULT_KEYS = 1000
 # More keys than keysvc's credential cache holds by default, so that no cache of
@@ -75,6 +76,9 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--paced-workers", type=int, default=16, help="hey workers (16)")
     parser.add_argument(
+        "--loop", choices=LOOPS, default="asyncio", help="event loop of every app (asyncio)"
+    )
+    parser.add_argument(
         "--only",
         help="comma-separated scenarios to run (of "
         + ", ".join(s.name for s in scenarios.SCENARIOS)
@@ -85,8 +89,9 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _command(argv: Sequence[str]) -> str:
+def _command(argv: Sequence[str], args: argparse.Namespace) -> str:
     options = " SCALE=1" if "--keys" in argv else ""
+    options += f" LOOP={args.loop}" if "--loop" in argv else ""
     return report.command("bench.run", argv, options)
 
 
@@ -188,9 +193,10 @@ def _paced(plan: Plan, apps: Sequence[App], scenario: Scenario, grid: CellGrid) 
 def _main_apps(stack: ExitStack, work: Path, args: argparse.Namespace) -> tuple[list[App], str]:
     others = max(args.others, 1)  # get-other needs one key to read
     seeded, seconds = _seed(work, DEFAULT_KEYS, args.rotate, others)
-    keysvc = stack.enter_context(start_keysvc(seeded.db, work / "keysvc.log"))
+    loop = {"KEYSVC_LOOP": args.loop}
+    keysvc = stack.enter_context(start_keysvc(seeded.db, work / "keysvc.log", loop))
     shapes_file = scenarios.capture_shapes(keysvc.base, seeded, work / "shapes.json")
-    baseline = stack.enter_context(start_baseline(shapes_file, work / "baseline.log"))
+    baseline = stack.enter_context(start_baseline(shapes_file, work / "baseline.log", args.loop))
     files = _files(seeded, scenarios.SCENARIOS)
     a = Column("A", "bare aiohttp baseline, bench/baseline.py", False)
     b = Column("B", f"`keysvc serve` on 1,000 seeded keys and {others:,} only read", True)
@@ -205,7 +211,8 @@ def _scale_apps(stack: ExitStack, work: Path, args: argparse.Namespace) -> tuple
     large, seconds = _seed(work, args.keys, args.rotate)
     apps = []
     for seeded, label in ((small, "1k"), (large, _short(args.keys))):
-        server = stack.enter_context(start_keysvc(seeded.db, work / f"keysvc-{seeded.keys}.log"))
+        log = work / f"keysvc-{seeded.keys}.log"
+        server = stack.enter_context(start_keysvc(seeded.db, log, {"KEYSVC_LOOP": args.loop}))
         scenarios.touch(server.base, seeded)
         title = f"`keysvc serve` on {seeded.keys:,} seeded keys"
         apps.append(App(Column(label, title, True), server, seeded, _files(seeded, chosen)))
@@ -286,7 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         grid = measure(plan, apps, chosen)
     order = ", ".join([c.column.label for c in apps] * 2) + ", ..."
     facts = [
-        *report.head_facts(date, revision, _command(argv)),
+        *report.head_facts(date, revision, _command(argv, args)),
+        ("event loop", f"{args.loop}, every app (`--loop`; keysvc's `KEYSVC_LOOP`)"),
         (
             "wrk",
             f"{wrk.version(plan.wrk_path, '-v')}: `{settings.describe()}` against 127.0.0.1;"
@@ -315,6 +323,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         heading = "Baseline (A) vs keysvc (B), 1,000 keys"
         key = "main"
+    if args.loop != "asyncio":
+        heading += f", every app on {args.loop}"
+        key += f"-{args.loop}"
     text = _section(heading, apps, chosen, grid, facts)
     print("\n" + text, flush=True)
     report.write_section(args.doc, key, text)

@@ -126,6 +126,6 @@ def start_keysvc(db: Path, log: Path, settings: dict[str, str] | None = None) ->
     return _python(f"keysvc ({db.name})", ["-m", "keysvc", "serve", "--db", str(db)], log, env)
 
 
-def start_baseline(shapes: Path, log: Path) -> Server:
-    args = ["-m", "bench.baseline", "--shapes", str(shapes)]
+def start_baseline(shapes: Path, log: Path, loop: str = "asyncio") -> Server:
+    args = ["-m", "bench.baseline", "--shapes", str(shapes), "--loop", loop]
     return _python("baseline", args, log, dict(os.environ))
