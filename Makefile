@@ -17,11 +17,10 @@ HOST := $(or $(KEYSVC_HOST),127.0.0.1)
 PORT := $(or $(KEYSVC_PORT),8080)
 
 # Real components that tests drive, from Debian's packages, as command:package:
-# systemd only for systemd-analyze on the unit file, valgrind for callgrind
-# (bench/instructions.py and its test). Installed when missing, where this user may
-# (root, or sudo without a password); else make says what to install and goes on,
-# and the tests that need one report it as not run (failed under CI=true).
-SYSTEM_DEPS ?= chromium:chromium nginx:nginx systemd-analyze:systemd valgrind:valgrind
+# systemd only for systemd-analyze on the unit file. Installed when missing, where
+# this user may (root, or sudo without a password); else make says what to install
+# and goes on, and the tests that need one report it as not run (failed under CI=true).
+SYSTEM_DEPS ?= chromium:chromium nginx:nginx systemd-analyze:systemd
 
 .PHONY: install system-deps run test lint fmt bench soak dist constraints clean
 
@@ -77,20 +76,15 @@ test: $(TEST_STAMP) system-deps lint
 	$(BIN)/pytest
 
 # wrk (from Debian's packages, installed when missing) against a bare aiohttp app and
-# keysvc on 1,000 seeded keys, in alternating rounds; prints the table and writes it to
-# docs/PERFORMANCE.md. SCALE=1: keysvc on 1,000 vs 1,000,000 keys. FLOOR=1: also the
-# floor app of bench/floor.py, on get, verify and list. PREMISE=1: GET of a key on
-# the baseline alone and plus one row read (bench/premise.py). Exits 1 if a scenario
-# answers more than 1% non-2xx. Options: .venv/bin/python -m bench.run --help.
-# INSTR=1: instructions per request of A, F and B under callgrind (valgrind, from
-# Debian's packages when missing), a figure the machine's load barely moves
-# (bench/instructions.py; options: .venv/bin/python -m bench.instructions --help).
+# keysvc on 1,000 seeded keys, in alternating rounds: GET of a key by itself and by the
+# admin key (keys it is not, never in memory), verify, the list, create; then verify
+# paced by hey (Debian's package too) at half keysvc's verify peak, p99 against the
+# baseline's at the same rate. Prints the table and writes it to docs/PERFORMANCE.md.
+# SCALE=1: keysvc on 1,000 vs 1,000,000 keys. LOOP=uvloop: every app on uvloop (its own
+# section). Exits 1 if a scenario answers more than 1% non-2xx.
+# Options: .venv/bin/python -m bench.run --help.
 bench: $(TEST_STAMP)
-ifdef INSTR
-	$(BIN)/python -m bench.instructions
-else
-	$(BIN)/python -m bench.run $(if $(SCALE),--keys 1000000)$(if $(FLOOR), --floor)$(if $(PREMISE), --premise)
-endif
+	$(BIN)/python -m bench.run $(if $(SCALE),--keys 1000000)$(if $(LOOP), --loop $(LOOP))
 
 # The full soak: 60 s of mixed load against a real server; no 5xx, RSS growth under
 # 10% from the 20th to the 60th second, no descriptor growth. make test runs 9 s of it

@@ -5,7 +5,7 @@ response whose body and headers were captured from keysvc for that scenario
 (``shapes.json``, written by bench/run.py), so both apps send the same number
 of bytes. Only the ``X-Request-Id`` header is fresh on every answer, as keysvc's is.
 
-    python -m bench.baseline --port 8081 --shapes shapes.json
+    python -m bench.baseline --port 8081 --shapes shapes.json [--loop uvloop]
 """
 
 import argparse
@@ -15,7 +15,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import uvloop
 from aiohttp import web
+
+from keysvc.config import LOOPS
 
 KEYS = "/v1/organizations/{organizationId}/keys"
 ROUTES = {
@@ -50,10 +53,7 @@ def load_shapes(path: Path) -> dict[str, Shape]:
     return {name: Shape.from_json(data) for name, data in json.loads(path.read_text()).items()}
 
 
-View = Callable[[web.Request], Awaitable[web.Response]]
-
-
-def replay_shape(shape: Shape) -> View:
+def replay_shape(shape: Shape) -> Callable[[web.Request], Awaitable[web.Response]]:
     """A's view: ``shape``, with a fresh ``X-Request-Id``."""
 
     async def view(request: web.Request) -> web.Response:
@@ -65,35 +65,25 @@ def replay_shape(shape: Shape) -> View:
     return view
 
 
-def add_routes(
-    app: web.Application, shapes: dict[str, Shape], replay: Callable[[Shape], View] = replay_shape
-) -> web.Application:
-    """Each of ROUTES on ``app``, answering its scenario's shape through ``replay``."""
+def create_app(shapes: dict[str, Shape]) -> web.Application:
+    """Each of ROUTES, answering its scenario's shape."""
+    app = web.Application()
     for name, (method, path) in ROUTES.items():
-        app.router.add_route(method, path, replay(shapes[name]))
+        app.router.add_route(method, path, replay_shape(shapes[name]))
     return app
 
 
-def create_app(shapes: dict[str, Shape]) -> web.Application:
-    return add_routes(web.Application(), shapes)
-
-
-def arguments(description: str) -> argparse.ArgumentParser:
-    """The options a replaying app takes from bench/servers.py."""
-    parser = argparse.ArgumentParser(description=description)
+def main() -> None:
+    parser = argparse.ArgumentParser(description="The benchmark's bare aiohttp baseline.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--shapes", type=Path, required=True, help="shapes.json from bench.run")
-    return parser
-
-
-def serve(app: web.Application, args: argparse.Namespace) -> None:
-    web.run_app(app, host=args.host, port=args.port, access_log=None, print=None)
-
-
-def main() -> None:
-    args = arguments("The benchmark's bare aiohttp baseline.").parse_args()
-    serve(create_app(load_shapes(args.shapes)), args)
+    parser.add_argument("--loop", choices=LOOPS, default="asyncio", help="event loop (asyncio)")
+    args = parser.parse_args()
+    app = create_app(load_shapes(args.shapes))
+    # The same loop as keysvc's under test (KEYSVC_LOOP), so that B/A compares the apps.
+    loop = uvloop.new_event_loop() if args.loop == "uvloop" else None
+    web.run_app(app, host=args.host, port=args.port, access_log=None, print=None, loop=loop)
 
 
 if __name__ == "__main__":

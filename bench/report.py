@@ -14,7 +14,7 @@ import shutil
 import statistics
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +31,7 @@ class Cell:
     rounds: list[Result] = field(default_factory=list)
     rss_kib: int | None = None  # keysvc only: VmRSS after the scenario's last round
     probe_status: int | None = None  # keysvc only: status of one request sent before
+    paced_rate: float | None = None  # a paced scenario: the rate asked of hey, req/s
 
     def median(self, pick: Callable[[Result], float]) -> float:
         return statistics.median(pick(r) for r in self.rounds) if self.rounds else 0.0
@@ -114,6 +115,10 @@ def git_revision(root: Path) -> str:
     return head + (" plus uncommitted changes in keysvc/" if dirty else "")
 
 
+def _rps(result: Result) -> float:
+    return result.rps
+
+
 def _ms(value: float) -> str:
     return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
 
@@ -127,8 +132,15 @@ def _failures(cell: Cell) -> str:
     return text
 
 
-def table(names: Sequence[tuple[str, str]], columns: Sequence[Column], cells: CellGrid) -> str:
-    """Medians per scenario; each other column's requests/s over the first's."""
+def table(
+    names: Sequence[tuple[str, str]],
+    columns: Sequence[Column],
+    cells: CellGrid,
+    paced: Collection[str] = (),
+) -> str:
+    """Medians per scenario; each other column's requests/s over the first's, but for
+    the ``paced`` scenarios (all apps at one rate), each other column's p99 over the
+    first's. Bytes are wrk's only (see bench/hey.py)."""
     ref = columns[0].label
     head = ["scenario"]
     head += [f"{c.label} req/s" for c in columns]
@@ -142,16 +154,21 @@ def table(names: Sequence[tuple[str, str]], columns: Sequence[Column], cells: Ce
         row = [title]
         by = {c.label: cells[name][c.label] for c in columns}
         row += [f"{by[c.label].median(lambda r: r.rps):,.0f}" for c in columns]
-        ref_rps = by[ref].median(lambda r: r.rps)
+        pick: Callable[[Result], float] = (lambda r: r.p99_ms) if name in paced else _rps
+        ref_value = by[ref].median(pick)
         for c in columns[1:]:
-            ratio = by[c.label].median(lambda r: r.rps) / ref_rps if ref_rps else 0.0
-            row += [f"{ratio:.2f}" if ratio >= 0.1 else f"{ratio:.3f}"]
+            ratio = by[c.label].median(pick) / ref_value if ref_value else 0.0
+            text = f"{ratio:.2f}" if ratio >= 0.1 else f"{ratio:.3f}"
+            row += [f"p99 {text}" if name in paced else text]
         for c in columns:
             cell = by[c.label]
             row.append(
                 f"{_ms(cell.median(lambda r: r.p50_ms))} / {_ms(cell.median(lambda r: r.p99_ms))}"
             )
-        row += [f"{by[c.label].median(lambda r: r.bytes_per_response):,.0f}" for c in columns]
+        if name in paced:
+            row += ["-"] * len(columns)
+        else:
+            row += [f"{by[c.label].median(lambda r: r.bytes_per_response):,.0f}" for c in columns]
         row += [_failures(by[c.label]) for c in columns]
         for c in columns:
             if c.keysvc:

@@ -1,20 +1,21 @@
 """Run the benchmark and report it: ``python -m bench.run`` (``make bench``).
 
 Default run: A, the bare aiohttp app of bench/baseline.py, against B, a real
-``keysvc serve`` on a file database seeded with 1,000 keys, over every
-scenario of bench/scenarios.py. ``--keys N`` for N other than 1,000 (``make
-bench SCALE=1``: 1,000,000) is the scale check instead: keysvc on 1,000 keys
-against keysvc on N keys, for GET and verify. ``--floor`` adds F, the floor of
-bench/floor.py, on the read scenarios; ``--premise`` (``make bench PREMISE=1``)
-runs GET of a key on A, on A plus one row read (bench/premise.py) with sqlite3
-on the loop and through aiosqlite, and on keysvc: the issue's starting figures.
+``keysvc serve`` on a file database seeded with 1,000 keys (and ``--others``
+more that only the admin reads), over every scenario of bench/scenarios.py.
+``--keys N`` for N other than 1,000 (``make bench SCALE=1``: 1,000,000) is the
+scale check instead: keysvc on 1,000 keys against keysvc on N keys, for GET
+and verify. ``--loop uvloop`` (``make bench LOOP=uvloop``) runs every app on
+uvloop, so the ratios compare apps on the same loop; it has its own section.
 
 Within a scenario every app gets a short unrecorded warm-up, then the apps take
 turns, round by round (A, B, A, B, ...), with the same wrk settings; the table
-shows medians over the rounds. The table is printed and written to
-docs/PERFORMANCE.md. The exit code is 1 when more than 1% of an app's
-responses in a scenario were not 2xx (or were socket errors), so a broken
-scenario cannot pass for a slow one.
+shows medians over the rounds. The paced scenario follows verify's and reuses
+its result: hey sends verify at half the rate wrk measured for keysvc, to each
+app in turn, and the table compares their p99. The table is printed and
+written to docs/PERFORMANCE.md. The exit code is 1 when more than 1% of an
+app's responses in a scenario were not 2xx (or were socket errors), so a
+broken scenario cannot pass for a slow one.
 """
 
 import argparse
@@ -28,23 +29,18 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import report, scenarios, seed, wrk
+from bench import hey, report, scenarios, seed, wrk
 from bench.report import Cell, CellGrid, Column
 from bench.scenarios import Scenario
-from bench.servers import (
-    ROOT,
-    Server,
-    start_baseline,
-    start_floor,
-    start_keysvc,
-    start_premise,
-    stop_servers_on_sigterm,
-)
+from bench.servers import ROOT, Server, start_baseline, start_keysvc, stop_servers_on_sigterm
+from keysvc.config import LOOPS, Settings
 
 DEFAULT_KEYS = 1000
+# More keys than keysvc's credential cache holds by default, so that no cache of
+# that size could keep the admin's rotation over them: every read misses.
+DEFAULT_OTHERS = 2 * Settings().cache_size
+PACED_SHARE = 0.5  # the paced rate, as a share of keysvc's peak measured by wrk
 SCALE_SCENARIOS = ("get", "verify")
-FLOOR_SCENARIOS = ("get", "verify", "list")  # the floor writes nothing: no create
-PREMISE_SCENARIOS = ("get",)  # the issue's figures are for one row read
 DOC = ROOT / "docs" / "PERFORMANCE.md"
 
 
@@ -73,36 +69,37 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--connections", type=int, default=32, help="wrk connections (32)")
     parser.add_argument("--rotate", type=int, default=1000, help="keys to rotate through (1000)")
     parser.add_argument(
+        "--others",
+        type=int,
+        default=DEFAULT_OTHERS,
+        help=f"keys seeded for the admin to read, never authenticating ({DEFAULT_OTHERS})",
+    )
+    parser.add_argument("--paced-workers", type=int, default=16, help="hey workers (16)")
+    parser.add_argument(
+        "--loop", choices=LOOPS, default="asyncio", help="event loop of every app (asyncio)"
+    )
+    parser.add_argument(
         "--only",
-        help="comma-separated scenarios to run (get, verify, list, create); all by default",
-    )
-    parser.add_argument(
-        "--floor",
-        action="store_true",
-        help="also run F, bench/floor.py, on get, verify and list (its own section)",
-    )
-    parser.add_argument(
-        "--premise",
-        action="store_true",
-        help="get only: A, A plus one row read by sqlite3 and by aiosqlite, and B",
+        help="comma-separated scenarios to run (of "
+        + ", ".join(s.name for s in scenarios.SCENARIOS)
+        + "); all by default; verify-paced needs verify",
     )
     parser.add_argument("--workdir", type=Path, help="keep databases and logs here")
     parser.add_argument("--doc", type=Path, default=DOC, help="Markdown file to update")
     return parser.parse_args(argv)
 
 
-def _command(argv: Sequence[str]) -> str:
+def _command(argv: Sequence[str], args: argparse.Namespace) -> str:
     options = " SCALE=1" if "--keys" in argv else ""
-    options += " FLOOR=1" if "--floor" in argv else ""
-    options += " PREMISE=1" if "--premise" in argv else ""
+    options += f" LOOP={args.loop}" if "--loop" in argv else ""
     return report.command("bench.run", argv, options)
 
 
-def _seed(work: Path, keys: int, rotate: int) -> tuple[seed.Seeded, float]:
+def _seed(work: Path, keys: int, rotate: int, others: int = 0) -> tuple[seed.Seeded, float]:
     folder = work / f"keys-{keys}"
     folder.mkdir(parents=True)
     started = time.monotonic()
-    seeded = seed.seed(folder / "keysvc.db", keys, rotate)
+    seeded = seed.seed(folder / "keysvc.db", keys, rotate, others=others)
     seed.write(seeded, folder)
     elapsed = time.monotonic() - started
     print(f"bench: seeded {keys:,} keys in {elapsed:.1f}s", flush=True)
@@ -114,14 +111,19 @@ def _files(seeded: seed.Seeded, chosen: Sequence[Scenario]) -> dict[str, Path]:
     return {s.name: scenarios.write_requests(s, seeded, folder / f"{s.name}.tsv") for s in chosen}
 
 
-def measure(
-    wrk_path: str,
-    apps: Sequence[App],
-    chosen: Sequence[Scenario],
-    settings: wrk.WrkSettings,
-    rounds: int,
-    warmup: int,
-) -> CellGrid:
+@dataclass(frozen=True)
+class Plan:
+    """How every scenario is driven: wrk flat out, or hey at a fixed rate."""
+
+    wrk_path: str
+    settings: wrk.WrkSettings
+    rounds: int
+    warmup: int
+    hey_path: str | None = None  # None: no paced scenario chosen
+    paced_workers: int = 16
+
+
+def measure(plan: Plan, apps: Sequence[App], chosen: Sequence[Scenario]) -> CellGrid:
     grid: CellGrid = {s.name: {a.column.label: Cell() for a in apps} for s in chosen}
     for scenario in chosen:
         print(f"bench: {scenario.name}: {scenario.title}", flush=True)
@@ -132,47 +134,75 @@ def measure(
                 grid[scenario.name][app.column.label].probe_status = status
                 if not 200 <= status < 300:
                     print(f"bench:   {app.column.label} answers {status} here", flush=True)
-            if warmup:
-                quick = replace(settings, seconds=warmup)
-                wrk.run(wrk_path, app.server.base, app.files[scenario.name], quick)
-                app.server.check_alive()
-        for number in range(1, rounds + 1):
-            seen = []
-            for app in apps:
-                result = wrk.run(wrk_path, app.server.base, app.files[scenario.name], settings)
-                app.server.check_alive()
-                grid[scenario.name][app.column.label].rounds.append(result)
-                seen.append(f"{app.column.label} {result.rps:,.0f} req/s")
-            print(f"bench:   round {number}/{rounds}: {', '.join(seen)}", flush=True)
+        if scenario.paced:
+            _paced(plan, apps, scenario, grid)
+        else:
+            _flat_out(plan, apps, scenario, grid[scenario.name])
         for app in apps:
             if app.column.keysvc:
                 grid[scenario.name][app.column.label].rss_kib = app.server.rss_kib()
     return grid
 
 
+def _flat_out(plan: Plan, apps: Sequence[App], scenario: Scenario, cells: dict[str, Cell]) -> None:
+    """wrk flat out: a warm-up per app, then the apps in turn, round by round."""
+    for app in apps:
+        if plan.warmup:
+            quick = replace(plan.settings, seconds=plan.warmup)
+            wrk.run(plan.wrk_path, app.server.base, app.files[scenario.name], quick)
+            app.server.check_alive()
+    for number in range(1, plan.rounds + 1):
+        seen = []
+        for app in apps:
+            result = wrk.run(
+                plan.wrk_path, app.server.base, app.files[scenario.name], plan.settings
+            )
+            app.server.check_alive()
+            cells[app.column.label].rounds.append(result)
+            seen.append(f"{app.column.label} {result.rps:,.0f} req/s")
+        print(f"bench:   round {number}/{plan.rounds}: {', '.join(seen)}", flush=True)
+
+
+def _paced(plan: Plan, apps: Sequence[App], scenario: Scenario, grid: CellGrid) -> None:
+    """hey at ``PACED_SHARE`` of keysvc's peak of the route (its flat-out scenario,
+    measured just before in this run), to each app in turn: the same rate for all."""
+    assert plan.hey_path is not None
+    keysvc = next(app for app in apps if app.column.keysvc)
+    peak = grid[scenario.calls][keysvc.column.label].median(lambda r: r.rps)
+    if not peak:
+        raise RuntimeError(f"bench: {scenario.name}: {scenario.calls} measured no peak")
+    paced = hey.PacedSettings(PACED_SHARE * peak, plan.paced_workers, plan.settings.seconds)
+    print(f"bench:   {paced.rate:,.0f} req/s, half of {peak:,.0f}", flush=True)
+    cells = grid[scenario.name]
+    for app in apps:
+        cells[app.column.label].paced_rate = paced.rate
+        if plan.warmup:
+            line = scenario.lines(app.seeded)[0]
+            hey.run(plan.hey_path, app.server.base, line, replace(paced, seconds=plan.warmup))
+            app.server.check_alive()
+    for number in range(1, plan.rounds + 1):
+        seen = []
+        for app in apps:
+            result = hey.run(plan.hey_path, app.server.base, scenario.lines(app.seeded)[0], paced)
+            app.server.check_alive()
+            cells[app.column.label].rounds.append(result)
+            seen.append(f"{app.column.label} p99 {result.p99_ms:.2f} ms")
+        print(f"bench:   round {number}/{plan.rounds}: {', '.join(seen)}", flush=True)
+
+
 def _main_apps(stack: ExitStack, work: Path, args: argparse.Namespace) -> tuple[list[App], str]:
-    seeded, seconds = _seed(work, DEFAULT_KEYS, args.rotate)
-    keysvc = stack.enter_context(start_keysvc(seeded.db, work / "keysvc.log"))
+    others = max(args.others, 1)  # get-other needs one key to read
+    seeded, seconds = _seed(work, DEFAULT_KEYS, args.rotate, others)
+    loop = {"KEYSVC_LOOP": args.loop}
+    keysvc = stack.enter_context(start_keysvc(seeded.db, work / "keysvc.log", loop))
     shapes_file = scenarios.capture_shapes(keysvc.base, seeded, work / "shapes.json")
-    baseline = stack.enter_context(start_baseline(shapes_file, work / "baseline.log"))
+    baseline = stack.enter_context(start_baseline(shapes_file, work / "baseline.log", args.loop))
     files = _files(seeded, scenarios.SCENARIOS)
     a = Column("A", "bare aiohttp baseline, bench/baseline.py", False)
-    b = Column("B", "`keysvc serve` on 1,000 seeded keys", True)
+    b = Column("B", f"`keysvc serve` on 1,000 seeded keys and {others:,} only read", True)
     apps = [App(a, baseline, seeded, files), App(b, keysvc, seeded, files)]
-    if args.floor:
-        log, lines = work / "floor.log", work / "floor-access.log"
-        floor = stack.enter_context(start_floor(shapes_file, log, lines))
-        f = Column("F", "the floor: A plus the least work per request, bench/floor.py", False)
-        apps.insert(1, App(f, floor, seeded, files))
-    if args.premise:
-        for label, read, title in (
-            ("S", "sqlite3", "A plus one row read with sqlite3 on the loop, bench/premise.py"),
-            ("Q", "aiosqlite", "A plus one row read through aiosqlite, bench/premise.py"),
-        ):
-            log = work / f"premise-{read}.log"
-            server = stack.enter_context(start_premise(shapes_file, seeded.db, read, log))
-            apps.insert(-1, App(Column(label, title, False), server, seeded, files))
-    return apps, f"{DEFAULT_KEYS:,} keys seeded in {seconds:.1f}s"
+    seeding = f"{DEFAULT_KEYS:,} keys and {others:,} only read seeded in {seconds:.1f}s"
+    return apps, seeding
 
 
 def _scale_apps(stack: ExitStack, work: Path, args: argparse.Namespace) -> tuple[list[App], str]:
@@ -181,7 +211,8 @@ def _scale_apps(stack: ExitStack, work: Path, args: argparse.Namespace) -> tuple
     large, seconds = _seed(work, args.keys, args.rotate)
     apps = []
     for seeded, label in ((small, "1k"), (large, _short(args.keys))):
-        server = stack.enter_context(start_keysvc(seeded.db, work / f"keysvc-{seeded.keys}.log"))
+        log = work / f"keysvc-{seeded.keys}.log"
+        server = stack.enter_context(start_keysvc(seeded.db, log, {"KEYSVC_LOOP": args.loop}))
         scenarios.touch(server.base, seeded)
         title = f"`keysvc serve` on {seeded.keys:,} seeded keys"
         apps.append(App(Column(label, title, True), server, seeded, _files(seeded, chosen)))
@@ -195,6 +226,14 @@ def _short(keys: int) -> str:
     return str(keys)
 
 
+def _title(scenario: Scenario, grid: CellGrid) -> str:
+    """The scenario's title, with the rate asked of hey where it was paced."""
+    if not scenario.paced:
+        return scenario.title
+    rates = [cell.paced_rate for cell in grid[scenario.name].values() if cell.paced_rate]
+    return scenario.title.format(rate=f"{rates[0]:,.0f}" if rates else "?")
+
+
 def _section(
     heading: str,
     apps: Sequence[App],
@@ -202,12 +241,13 @@ def _section(
     grid: CellGrid,
     facts: list[tuple[str, str]],
 ) -> str:
-    names = [(s.name, s.title) for s in chosen]
+    names = [(s.name, _title(s, grid)) for s in chosen]
     columns = [app.column for app in apps]
+    paced = [s.name for s in chosen if s.paced]
     lines = [f"## {heading}", ""]
     lines += [f"- {name}: {value}" for name, value in facts]
     lines += [f"- {c.label}: {c.title}" for c in columns]
-    lines += ["", report.table(names, columns, grid), "", "Every round:", ""]
+    lines += ["", report.table(names, columns, grid, paced), "", "Every round:", ""]
     lines += [report.rounds_table(names, columns, grid)]
     return "\n".join(lines) + "\n"
 
@@ -219,26 +259,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     revision = report.git_revision(ROOT)  # now: the code the servers are about to load
-    wrk_path = wrk.ensure_wrk()
     settings = wrk.WrkSettings(args.threads, args.connections, args.seconds)
     scale = args.keys != DEFAULT_KEYS
-    if scale and (args.floor or args.premise):
-        raise SystemExit("bench: --floor and --premise run on 1,000 keys only")
-    if args.floor and args.premise:
-        raise SystemExit("bench: --floor or --premise, one at a time")
-    some: Sequence[str] | None = None  # every scenario
-    if scale:
-        some = SCALE_SCENARIOS
-    elif args.floor:
-        some = FLOOR_SCENARIOS
-    elif args.premise:
-        some = PREMISE_SCENARIOS
+    some = SCALE_SCENARIOS if scale else None  # None: every scenario
     chosen = [s for s in scenarios.SCENARIOS if some is None or s.name in some]
     if args.only:
         wanted = set(args.only.split(","))
         if wanted - {s.name for s in chosen}:
             raise SystemExit(f"bench: --only: choose from {', '.join(s.name for s in chosen)}")
         chosen = [s for s in chosen if s.name in wanted]
+    names = {s.name for s in chosen}
+    for scenario in chosen:
+        if scenario.paced and scenario.calls not in names:
+            raise SystemExit(f"bench: {scenario.name} paces {scenario.calls}: choose both")
+    pacing = any(s.paced for s in chosen)
+    plan = Plan(
+        wrk.ensure_wrk(),
+        settings,
+        args.rounds,
+        args.warmup,
+        hey.ensure_hey() if pacing else None,
+        args.paced_workers,
+    )
     with ExitStack() as stack:
         work = args.workdir or Path(tempfile.mkdtemp(prefix="keysvc-bench-"))
         if args.workdir is None:
@@ -248,31 +290,42 @@ def main(argv: Sequence[str] | None = None) -> int:
             apps, seeding = _scale_apps(stack, work, args)
         else:
             apps, seeding = _main_apps(stack, work, args)
-        grid = measure(wrk_path, apps, chosen, settings, args.rounds, args.warmup)
+        grid = measure(plan, apps, chosen)
     order = ", ".join([c.column.label for c in apps] * 2) + ", ..."
     facts = [
-        *report.head_facts(date, revision, _command(argv)),
+        *report.head_facts(date, revision, _command(argv, args)),
+        ("event loop", f"{args.loop}, every app (`--loop`; keysvc's `KEYSVC_LOOP`)"),
         (
             "wrk",
-            f"{wrk.version(wrk_path, '-v')}: `{settings.describe()}` against 127.0.0.1;"
+            f"{wrk.version(plan.wrk_path, '-v')}: `{settings.describe()}` against 127.0.0.1;"
             f" {args.warmup}s warm-up per app and scenario, then {args.rounds} rounds per app"
             f" in turn ({order}); medians shown",
         ),
+    ]
+    if plan.hey_path is not None:
+        paced = hey.PacedSettings(0, args.paced_workers, args.seconds)
+        facts.append(
+            (
+                "hey",
+                f"{hey.version()}: `{paced.describe()}` against 127.0.0.1, RATE"
+                f" {PACED_SHARE:g} of B's median verify req/s above, one key's credentials;"
+                f" {args.warmup}s warm-up, then {args.rounds} rounds per app in turn; p50 and"
+                " p99 to 0.1 ms",
+            )
+        )
+    facts += [
         ("seeding", seeding),
         ("run time", f"{time.monotonic() - started:.0f}s"),
     ]
     if scale:
         heading = f"Scale: keysvc on 1,000 vs {args.keys:,} keys"
         key = "scale"
-    elif args.floor:
-        heading = "Baseline (A), floor (F) and keysvc (B), 1,000 keys"
-        key = "floor"
-    elif args.premise:
-        heading = "The issue's premise: A, A plus one row read, and keysvc (B), 1,000 keys"
-        key = "premise"
     else:
         heading = "Baseline (A) vs keysvc (B), 1,000 keys"
         key = "main"
+    if args.loop != "asyncio":
+        heading += f", every app on {args.loop}"
+        key += f"-{args.loop}"
     text = _section(heading, apps, chosen, grid, facts)
     print("\n" + text, flush=True)
     report.write_section(args.doc, key, text)

@@ -3,7 +3,13 @@
 Each scenario becomes a file of requests for bench/rotate.lua, one per line
 (``METHOD<TAB>PATH<TAB>AUTHORIZATION<TAB>BODY``). Scenarios that authenticate
 as "each key" rotate through the seeded sample, so consecutive requests carry
-different credentials; create uses the organization's admin key.
+different credentials; create uses the organization's admin key, and so does
+"get-other", reading in turn the keys seeded never to authenticate, which
+keysvc therefore never finds in memory. A paced scenario is driven by hey at a
+fixed rate instead of by wrk flat out (bench/hey.py), with its first request.
+
+Each scenario calls one of the baseline's routes (bench/baseline.py), and the
+baseline answers a route as keysvc answered the first scenario of that name.
 """
 
 import base64
@@ -40,6 +46,12 @@ class Scenario:
     name: str
     title: str
     lines: Callable[[Seeded], list[Line]]
+    route: str = ""  # the baseline's route it calls (bench.baseline.ROUTES); "": its name
+    paced: bool = False  # hey at half B's peak of ``route``, p99 compared; else wrk flat out
+
+    @property
+    def calls(self) -> str:
+        return self.route or self.name
 
 
 def basic(cred: Credential) -> str:
@@ -57,9 +69,22 @@ SCENARIOS = (
         lambda s: [Line("GET", f"{_keys(s)}/{c.id}", basic(c)) for c in s.sample],
     ),
     Scenario(
+        "get-other",
+        "GET a key as the admin key, rotating keys it is not (never in memory)",
+        lambda s: [Line("GET", f"{_keys(s)}/{uuid}", basic(s.admin)) for uuid in s.others],
+        route="get",
+    ),
+    Scenario(
         "verify",
         "GET /v1/verify, rotating keys",
         lambda s: [Line("GET", "/v1/verify", basic(c)) for c in s.sample],
+    ),
+    Scenario(
+        "verify-paced",
+        "GET /v1/verify at a fixed {rate} req/s, half B's verify peak (hey); B/A of p99",
+        lambda s: [Line("GET", "/v1/verify", basic(c)) for c in s.sample[:1]],
+        route="verify",
+        paced=True,
     ),
     Scenario(
         "list",
@@ -131,6 +156,10 @@ def capture_shapes(base: str, seeded: Seeded, shapes_file: Path) -> Path:
     """Every key used once, then each scenario's baseline answer (``baseline_shape``)
     from keysvc at ``base``, written to ``shapes_file`` for the replaying apps."""
     touch(base, seeded)
-    shapes = {s.name: baseline_shape(s, seeded, capture(base, s, seeded)) for s in SCENARIOS}
+    shapes = {
+        s.name: baseline_shape(s, seeded, capture(base, s, seeded))
+        for s in SCENARIOS
+        if s.calls == s.name
+    }
     shapes_file.write_text(json.dumps({name: shape.as_json() for name, shape in shapes.items()}))
     return shapes_file

@@ -7,6 +7,11 @@ the developer system role. The credentials of a random sample of them (all of
 them up to ``--rotate``) are written to ``keys.tsv`` (``uuid<TAB>keyId<TAB>secret``)
 and the organization and admin key to ``seed.json``, for the wrk scripts.
 
+``--others N`` adds N more keys that never authenticate: the admin reads them
+(bench/scenarios.py, "get-other"). Their ``usedAt`` is set to this minute, as
+using the others once before measuring sets theirs, so that every key's JSON
+has the same size.
+
 Credentials come from a seeded ``random.Random``, not ``secrets``: they are
 throwaway benchmark data, and a million of them must take seconds, not minutes.
 """
@@ -35,15 +40,15 @@ from keysvc.credentials import (
     load_pepper,
     sha256_b64,
 )
-from keysvc.timeutil import to_text, utcnow
+from keysvc.timeutil import to_minute, to_text, utcnow
 
 DEVELOPER_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002"
 BATCH = 20_000
 # org_seq: each key's place in the organization, after the admin key's 1.
 _INSERT_KEY = """
     insert into api_keys (id, organization_id, name, state, key_id_hash, secret_hash,
-                          key_suffix, created_at, org_seq)
-    values (?, ?, ?, 'enabled', ?, ?, ?, ?, ?)
+                          key_suffix, created_at, used_at, org_seq)
+    values (?, ?, ?, 'enabled', ?, ?, ?, ?, ?, ?)
 """
 _INSERT_ROLE = "insert into key_roles (key_id, role_id) values (?, ?)"
 
@@ -60,8 +65,9 @@ class Seeded:
     db: Path
     organization_id: str
     admin: Credential
-    keys: int  # seeded keys, the admin key not counted
+    keys: int  # seeded keys, the admin key and the others not counted
     sample: list[Credential]  # the keys the benchmark rotates through
+    others: list[str]  # UUIDs of the keys that never authenticate, only read
 
 
 def keysvc_env() -> dict[str, str]:
@@ -95,8 +101,9 @@ def _credentials(rng: random.Random, count: int) -> Iterator[Credential]:
         )
 
 
-def seed(db: Path, keys: int, rotate: int = 1000, seed_value: int = 1) -> Seeded:
-    """Create ``db`` (which must not exist) with an admin key and ``keys`` developer keys."""
+def seed(db: Path, keys: int, rotate: int = 1000, seed_value: int = 1, others: int = 0) -> Seeded:
+    """Create ``db`` (which must not exist) with an admin key, ``keys`` developer keys
+    and ``others`` more that only the admin reads."""
     if db.exists():
         raise FileExistsError(f"{db} exists; seed a fresh path")
     organization_id, admin = bootstrap(db)
@@ -105,18 +112,22 @@ def seed(db: Path, keys: int, rotate: int = 1000, seed_value: int = 1) -> Seeded
     rng = random.Random(seed_value)  # noqa: S311 - benchmark data, see the module docstring
     chosen = set(rng.sample(range(keys), min(rotate, keys)))
     created_at = to_text(utcnow())
+    used_at = to_text(to_minute(utcnow()))
     sample: list[Credential] = []
+    unused: list[str] = []
     conn = sqlite3.connect(db, isolation_level=None)
     try:
         # A throwaway benchmark database: durability while seeding buys nothing.
         conn.execute("pragma synchronous = off")
         conn.execute("pragma cache_size = -262144")
         conn.execute("begin immediate")
-        key_rows: list[tuple[str, str, str, bytes, bytes, str, str, int]] = []
+        key_rows: list[tuple[str, str, str, bytes, bytes, str, str, str | None, int]] = []
         role_rows: list[tuple[str, str]] = []
-        for index, cred in enumerate(_credentials(rng, keys)):
+        for index, cred in enumerate(_credentials(rng, keys + others)):
             if index in chosen:
                 sample.append(cred)
+            if index >= keys:
+                unused.append(cred.id)
             key_rows.append(
                 (
                     cred.id,
@@ -126,6 +137,7 @@ def seed(db: Path, keys: int, rotate: int = 1000, seed_value: int = 1) -> Seeded
                     hasher.keyed(sha256_b64(cred.secret)),
                     cred.key_id[-SUFFIX_LENGTH:],
                     created_at,
+                    used_at if index >= keys else None,
                     index + 2,
                 )
             )
@@ -140,7 +152,7 @@ def seed(db: Path, keys: int, rotate: int = 1000, seed_value: int = 1) -> Seeded
         conn.execute("pragma wal_checkpoint(truncate)")
     finally:
         conn.close()
-    return Seeded(db, organization_id, admin, keys, sample)
+    return Seeded(db, organization_id, admin, keys, sample, unused)
 
 
 def write(seeded: Seeded, out: Path) -> None:
@@ -153,6 +165,7 @@ def write(seeded: Seeded, out: Path) -> None:
         "organizationId": seeded.organization_id,
         "admin": asdict(seeded.admin),
         "keys": seeded.keys,
+        "others": len(seeded.others),
     }
     (out / "seed.json").write_text(json.dumps(about, indent=2) + "\n")
 
@@ -162,10 +175,11 @@ def main() -> None:
     parser.add_argument("--db", type=Path, required=True, help="database file to create")
     parser.add_argument("--keys", type=int, default=1000, help="developer keys to seed")
     parser.add_argument("--rotate", type=int, default=1000, help="credentials to write out")
+    parser.add_argument("--others", type=int, default=0, help="more keys, never authenticating")
     parser.add_argument("--out", type=Path, help="folder for keys.tsv and seed.json")
     args = parser.parse_args()
     started = time.monotonic()
-    seeded = seed(args.db, args.keys, args.rotate)
+    seeded = seed(args.db, args.keys, args.rotate, others=args.others)
     write(seeded, args.out or args.db.parent)
     print(f"seeded {seeded.keys} keys into {args.db} in {time.monotonic() - started:.1f}s")
 

@@ -14,7 +14,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 
@@ -46,19 +45,8 @@ def free_port() -> int:
 class Server:
     """A started server; a context manager that always stops it."""
 
-    def __init__(
-        self,
-        name: str,
-        command: list[str],
-        log: Path,
-        env: dict[str, str],
-        cwd: Path = ROOT,
-        start_seconds: float = START_SECONDS,
-        stop_seconds: float = STOP_SECONDS,
-    ):
+    def __init__(self, name: str, command: list[str], log: Path, env: dict[str, str]):
         self.name = name
-        self.start_seconds = start_seconds
-        self.stop_seconds = stop_seconds
         self.port = free_port()
         self.base = f"http://{HOST}:{self.port}"
         self.log = log
@@ -69,7 +57,7 @@ class Server:
                 stdout=err,
                 stderr=err,
                 env=env,
-                cwd=cwd,
+                cwd=ROOT,
                 start_new_session=True,
             )
         try:
@@ -79,7 +67,7 @@ class Server:
             raise
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.start_seconds
+        deadline = time.monotonic() + START_SECONDS
         while time.monotonic() < deadline:
             self.check_alive()
             try:
@@ -90,9 +78,7 @@ class Server:
                 time.sleep(0.05)
             else:
                 return
-        raise RuntimeError(
-            f"{self.name} did not start within {self.start_seconds:.0f}s; see {self.log}"
-        )
+        raise RuntimeError(f"{self.name} did not start within {START_SECONDS:.0f}s; see {self.log}")
 
     def check_alive(self) -> None:
         code = self.proc.poll()
@@ -112,7 +98,7 @@ class Server:
             return
         self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout=self.stop_seconds)
+            self.proc.wait(timeout=STOP_SECONDS)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
@@ -129,47 +115,17 @@ class Server:
         self.stop()
 
 
-class Wrap:
-    """What runs a server's Python: nothing by default; a tool in front of it (such as
-    callgrind, in bench/instructions.py) given more time to start and to stop."""
-
-    def __init__(
-        self,
-        prefix: Sequence[str] = (),
-        start_seconds: float = START_SECONDS,
-        stop_seconds: float = STOP_SECONDS,
-    ):
-        self.prefix = list(prefix)
-        self.start_seconds = start_seconds
-        self.stop_seconds = stop_seconds
-
-    def server(self, name: str, args: list[str], log: Path, env: dict[str, str]) -> Server:
-        command = [*self.prefix, sys.executable, *args]
-        return Server(name, command, log, env, ROOT, self.start_seconds, self.stop_seconds)
+def _python(name: str, args: list[str], log: Path, env: dict[str, str]) -> Server:
+    return Server(name, [sys.executable, *args], log, env)
 
 
-PLAIN = Wrap()
-
-
-def start_keysvc(
-    db: Path, log: Path, settings: dict[str, str] | None = None, wrap: Wrap = PLAIN
-) -> Server:
+def start_keysvc(db: Path, log: Path, settings: dict[str, str] | None = None) -> Server:
     """``keysvc serve``: one process, default settings (but ``settings``, KEYSVC_*
     variables), no per-organization key cap to hit."""
     env = {**keysvc_env(), "KEYSVC_MAX_KEYS_PER_ORG": "10000000", **(settings or {})}
-    return wrap.server(f"keysvc ({db.name})", ["-m", "keysvc", "serve", "--db", str(db)], log, env)
+    return _python(f"keysvc ({db.name})", ["-m", "keysvc", "serve", "--db", str(db)], log, env)
 
 
-def start_baseline(shapes: Path, log: Path, wrap: Wrap = PLAIN) -> Server:
-    args = ["-m", "bench.baseline", "--shapes", str(shapes)]
-    return wrap.server("baseline", args, log, dict(os.environ))
-
-
-def start_floor(shapes: Path, log: Path, lines: Path, wrap: Wrap = PLAIN) -> Server:
-    args = ["-m", "bench.floor", "--shapes", str(shapes), "--log", str(lines)]
-    return wrap.server("floor", args, log, dict(os.environ))
-
-
-def start_premise(shapes: Path, db: Path, read: str, log: Path) -> Server:
-    args = ["-m", "bench.premise", "--shapes", str(shapes), "--db", str(db), "--read", read]
-    return PLAIN.server(f"premise ({read})", args, log, dict(os.environ))
+def start_baseline(shapes: Path, log: Path, loop: str = "asyncio") -> Server:
+    args = ["-m", "bench.baseline", "--shapes", str(shapes), "--loop", loop]
+    return _python("baseline", args, log, dict(os.environ))

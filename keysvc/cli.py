@@ -19,8 +19,10 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+
+import uvloop
 
 from keysvc import backup, keys, listeners, workers
 from keysvc.app import create_app
@@ -137,13 +139,20 @@ def _backup(settings: Settings, out: Path) -> int:
     return 0
 
 
+def loop_factory(settings: Settings) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """What makes the event loop ``serve`` runs on; None is asyncio's own."""
+    return uvloop.new_event_loop if settings.loop == "uvloop" else None
+
+
 def _serve(
     settings: Settings,
     reuse_port: bool = False,
     failures: FailureSketch | None = None,
     unix: socket.socket | None = None,
 ) -> None:
-    asyncio.run(_serve_until_stopped(settings, reuse_port, failures, unix))
+    # asyncio.run takes a loop_factory only from Python 3.12; Runner has one in 3.11.
+    with asyncio.Runner(loop_factory=loop_factory(settings)) as runner:
+        runner.run(_serve_until_stopped(settings, reuse_port, failures, unix))
 
 
 async def _serve_until_stopped(

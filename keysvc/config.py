@@ -15,6 +15,7 @@ from typing import Any
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 MAX_BODY_BYTES = 64 * 1024
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+LOOPS = ("asyncio", "uvloop")
 
 
 class ConfigError(ValueError):
@@ -52,6 +53,8 @@ class Settings:
     header_timeout: float = 10.0
     idle_timeout: float = 75.0
     max_connections: int = 1000
+    # The event loop `keysvc serve` runs on (keysvc.cli): one of LOOPS.
+    loop: str = "asyncio"
 
     @property
     def pepper_path(self) -> Path:
@@ -144,6 +147,13 @@ def _log_level(value: str) -> str:
     if level not in LOG_LEVELS:
         raise ConfigError(f"{value!r} is not a log level; use one of {', '.join(LOG_LEVELS)}")
     return level
+
+
+def _loop(value: str) -> str:
+    name = value.strip().lower()
+    if name not in LOOPS:
+        raise ConfigError(f"{value!r} is not an event loop; use one of {', '.join(LOOPS)}")
+    return name
 
 
 def _on_off(value: str) -> bool:
@@ -289,6 +299,10 @@ OPTIONS = (
     Option(
         "max_connections", "KEYSVC_MAX_CONNECTIONS", "1000", _positive,
         "connections open at once per process; more are closed at once",
+    ),
+    Option(
+        "loop", "KEYSVC_LOOP", "asyncio", _loop,
+        f"event loop to serve on, one of {', '.join(LOOPS)}",
     ),
 )  # fmt: skip
 

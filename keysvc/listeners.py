@@ -15,6 +15,7 @@ while keysvc serves TCP on loopback: every local process then connects from a
 trusted address and can forge the client's.
 """
 
+import asyncio
 import contextlib
 import ipaddress
 import logging
@@ -71,12 +72,15 @@ async def start(
         )
     if unix is not None:
         sites.append(web.SockSite(runner, unix, backlog=BACKLOG))
+    # The loop's own module (asyncio or uvloop), so the line says what really runs.
+    loop = type(asyncio.get_running_loop()).__module__.partition(".")[0]
     for site in sites:
         await site.start()
         logger.info(
-            "Running on %s with database %s (Press CTRL+C to quit)",
+            "Running on %s with database %s, event loop %s (Press CTRL+C to quit)",
             site.name,
             settings.db_path.absolute(),
+            loop,
         )
     return sites
 

@@ -12,7 +12,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -123,14 +123,17 @@ class Server:
         tcp: bool = True,
         *,
         preexec: Callable[[], None] | None = None,
+        args: Sequence[str] = (),
     ):
-        """``preexec`` runs in the child before keysvc starts (setting a resource limit, say)."""
+        """``preexec`` runs in the child before keysvc starts (setting a resource limit, say);
+        ``args`` are more flags for ``keysvc serve``."""
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.unix = unix
         command = [sys.executable, "-m", "keysvc", "serve", "--db", str(db)]
         command += ["--port", str(self.port)] if tcp else ["--tcp", "off"]
         command += ["--unix", str(unix)] if unix else []
+        command += args
         # A file, not a pipe: the server logs a line per request, and a pipe nobody
         # reads fills up and blocks it.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in __exit__

@@ -61,6 +61,10 @@ def test_flags_win_over_env_over_defaults() -> None:
             "header-timeout: nan must be more than 0 and less than 86400 seconds",
         ),
         ({"KEYSVC_MAX_CONNECTIONS": "0"}, "max-connections: 0 must be at least 1"),
+        (
+            {"KEYSVC_LOOP": "tokio"},
+            "loop: 'tokio' is not an event loop; use one of asyncio, uvloop",
+        ),
     ],
 )
 def test_bad_settings_are_refused(env: dict[str, str], message: str) -> None:
@@ -117,6 +121,36 @@ def test_serve_answers_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
         assert took < 5
     # The database was closed: the WAL was checkpointed and removed on close.
     assert not Path(f"{db}-wal").exists()
+    assert integrity(db) == ["ok"]
+
+
+def test_a_bad_event_loop_stops_serve_with_one_line(tmp_path: Path) -> None:
+    done = keysvc("serve", "--db", str(tmp_path / "k.db"), "--loop", "trio")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "keysvc: loop: 'trio' is not an event loop; use one of asyncio, uvloop"
+    ]
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_serve_on_either_loop_answers_and_stops_cleanly_on_sigterm(
+    tmp_path: Path, loop: str
+) -> None:
+    db = tmp_path / "k.db"
+    created = bootstrap(db)
+    with Server(db, args=["--loop", loop]) as server:
+        request = urllib.request.Request(
+            f"{server.base}/v1/verify", headers=basic(created["keyId"], created["keySecret"])
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:
+            assert response.headers["X-Key-Id"] == created["id"]
+        took = server.stop()
+        assert server.proc.returncode == 0
+        assert took < 5
+        lines = [json.loads(line) for line in server.stderr_text().splitlines()]
+    (started,) = [line for line in lines if line["message"].startswith("Running on")]
+    assert f"event loop {loop} " in started["message"]  # the loop that ran, by its module
+    assert lines[-1]["message"] == "stopped"
     assert integrity(db) == ["ok"]
 
 
