@@ -39,13 +39,13 @@ from aiohttp.typedefs import Handler
 from keysvc.addresses import IPAddress, network_of
 from keysvc.config import IPNetwork
 from keysvc.credentials import Hasher, checksum_fails
+from keysvc.db.store import Store
 from keysvc.errors import BearerUnauthorized, Forbidden, TooManyRequests, Unauthorized
 from keysvc.metrics import AuthReason
 from keysvc.models import Credential, Key
 from keysvc.permissions import has_permission
 from keysvc.ratelimit import Decision
 from keysvc.state import AUTH_OUTCOME, CALLER, CLOCK, HASHER, LIMITS, SETTINGS, STORE
-from keysvc.store import Store
 from keysvc.timeutil import to_minute
 
 View = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -10,11 +10,11 @@ from typing import Any
 
 from keysvc.config import ConfigError
 from keysvc.credentials import SUFFIX_LENGTH, Hasher, new_key_id, new_secret, sha256_b64
+from keysvc.db.store import Store
 from keysvc.errors import BadRequest, Forbidden, NotFound
 from keysvc.models import Key, KeyChange, KeyPage, NewKey, Organization, Role
 from keysvc.permissions import cannot_grant, missing
 from keysvc.schemas import MAX_ROLE_IDS, CreateKeySchema, PatchKeySchema, load
-from keysvc.store import Store
 
 NO_ROLE = "roles: a key needs at least one role: give roles or assignedRoleIds"
 TOO_MANY_ROLES = (

@@ -15,12 +15,12 @@ from datetime import datetime
 from typing import Any
 
 from keysvc.credentials import Hasher
+from keysvc.db.roles import RoleCheck
+from keysvc.db.store import Store
 from keysvc.errors import BadRequest, Forbidden, NotFound
 from keysvc.models import Key, RoleDetail, RolePage
 from keysvc.permissions import has_permission, missing
-from keysvc.rolestore import RoleCheck
 from keysvc.schemas import ACTOR_PREFIX
-from keysvc.store import Store
 
 NOT_FOUND = "role not found in this organization"
 SYSTEM = "system roles cannot be changed or deleted"

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from types import FrameType
 
 from keysvc.config import Settings
+from keysvc.db.store import open_checked
 from keysvc.ratelimit import FailureSketch
-from keysvc.store import open_checked
 
 logger = logging.getLogger("keysvc")
 # (settings, reuse_port, the failed-login table shared by the workers)

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
+from keysvc.db.roles import ROLE_NAME_TAKEN
 from keysvc.errors import Forbidden
 from keysvc.keys import STRONGER_KEY
 from keysvc.models import KeyChange
 from keysvc.roles import OWN_ROLES, STRONGER_ACTOR, STRONGER_ROLE
-from keysvc.rolestore import ROLE_NAME_TAKEN
 from keysvc.state import STORE
 from keysvc.timeutil import utcnow
 from tests.conftest import Client, create, create_creds, create_role

@@ -1,6 +1,6 @@
-"""Role persistence: system and custom roles, and which keys hold them.
+"""All SQL about roles: system and custom roles, and which keys hold them.
 
-It works through the Store's connections and write transactions; every write
+It works through the Store's reader and writer (``keysvc.db.connections``); every write
 that can change what a key may do bumps the authorization generation, so
 cached credentials everywhere are dropped before the next request.
 """
@@ -13,10 +13,12 @@ from datetime import datetime
 
 import aiosqlite
 
+from keysvc.db.connections import Writer, fetch_all, fetch_one
+from keysvc.db.rows import role_from_row
+from keysvc.db.timing import Observer, timed
 from keysvc.errors import BadRequest, Conflict
 from keysvc.models import Role, RoleDetail, RolePage
 from keysvc.schemas import MAX_ROLE_IDS
-from keysvc.store import Store, _all, _one, _role, timed
 from keysvc.timeutil import to_text
 
 # The name sent is not repeated: an answer never echoes what the caller gave.
@@ -76,9 +78,10 @@ _SYSTEM_ROLES_NAMED = """
 
 
 class RoleStore:
-    def __init__(self, store: Store):
-        self._store = store
-        self.observer = store.observer
+    def __init__(self, reader: aiosqlite.Connection, writer: Writer, observer: Observer | None):
+        self._reader = reader
+        self._writer = writer
+        self.observer = observer
         # System roles by name, as read: they come with the schema and no request can
         # change or delete them (keysvc.roles), so a process reads each one once.
         self._system: dict[str, Role] = {}
@@ -88,15 +91,17 @@ class RoleStore:
         self, organization_id: str, names: Sequence[str], ids: Sequence[str]
     ) -> list[Role]:
         """The roles for legacy system-role names and role UUIDs of this organization."""
-        reader = self._store.reader
+        reader = self._reader
         # A create names roles one way or the other, mostly: no query for the other.
         unread = [name for name in names if name not in self._system]
         if unread:
-            for row in await _all(reader, _SYSTEM_ROLES_NAMED, (json.dumps(unread),)):
-                self._system[row["name"]] = _role(row)
+            for row in await fetch_all(reader, _SYSTEM_ROLES_NAMED, (json.dumps(unread),)):
+                self._system[row["name"]] = role_from_row(row)
         by_name = [self._system[name] for name in dict.fromkeys(names) if name in self._system]
         by_id = (
-            await _all(reader, _ROLES_WITH_IDS_IN_ORG, (organization_id, json.dumps(list(ids))))
+            await fetch_all(
+                reader, _ROLES_WITH_IDS_IN_ORG, (organization_id, json.dumps(list(ids)))
+            )
             if ids
             else []
         )
@@ -104,7 +109,7 @@ class RoleStore:
         missing = [role_id for role_id in ids if role_id not in found]
         if missing:
             raise BadRequest(f"assignedRoleIds: no role {missing[0]} in this organization")
-        roles = {role.id: role for role in [*by_name, *(_role(row) for row in by_id)]}
+        roles = {role.id: role for role in [*by_name, *(role_from_row(row) for row in by_id)]}
         return list(roles.values())
 
     @timed
@@ -113,15 +118,15 @@ class RoleStore:
     ) -> RolePage:
         """Up to ``limit`` roles after the position ``after`` (is custom, name); (-1, "")
         is the start. Three statements, whatever the page size."""
-        reader = self._store.reader
-        rows = await _all(reader, _ROLE_PAGE, (organization_id, *after, limit + 1))
+        reader = self._reader
+        rows = await fetch_all(reader, _ROLE_PAGE, (organization_id, *after, limit + 1))
         roles = await _details(reader, organization_id, rows[:limit])
-        total = await _one(reader, _COUNT_ROLES_IN_ORG, (organization_id,))
+        total = await fetch_one(reader, _COUNT_ROLES_IN_ORG, (organization_id,))
         return RolePage(roles, more=len(rows) > limit, total=total[0] if total else 0)
 
     @timed
     async def get_role(self, organization_id: str, role_id: str) -> RoleDetail | None:
-        return await _get_role(self._store.reader, organization_id, role_id)
+        return await _get_role(self._reader, organization_id, role_id)
 
     @timed
     async def create_role(
@@ -137,11 +142,11 @@ class RoleStore:
     ) -> RoleDetail:
         """A new custom role, unless the organization holds ``max_roles`` already."""
         role_id = str(uuid.uuid4())
-        async with self._store.transaction() as conn:
+        async with self._writer.transaction() as conn:
             if check is not None:
                 moved = set(actors)
                 check(None, moved, await _permissions_of_keys(conn, organization_id, moved))
-            held = await _one(conn, _COUNT_CUSTOM_ROLES, (organization_id,))
+            held = await fetch_one(conn, _COUNT_CUSTOM_ROLES, (organization_id,))
             if held is not None and held[0] >= max_roles:
                 raise Conflict(
                     f"this organization has reached its limit of {max_roles} custom roles;"
@@ -162,7 +167,7 @@ class RoleStore:
             )
             await _set_actors(conn, organization_id, role_id, actors)
             if actors:
-                await self._store.authorization_changed(conn)
+                await self._writer.authorization_changed(conn)
             detail = await _get_role(conn, organization_id, role_id)
         assert detail is not None
         return detail
@@ -179,7 +184,7 @@ class RoleStore:
         check: RoleCheck | None = None,
     ) -> RoleDetail | None:
         """Change a custom role of this organization; None if there is no such role."""
-        async with self._store.transaction() as conn:
+        async with self._writer.transaction() as conn:
             current = await _get_role(conn, organization_id, role_id)
             if current is None or current.role.type != "custom":
                 return None
@@ -204,7 +209,7 @@ class RoleStore:
             )
             if actors is not None:
                 await _set_actors(conn, organization_id, role_id, actors)
-            await self._store.authorization_changed(conn)
+            await self._writer.authorization_changed(conn)
             return await _get_role(conn, organization_id, role_id)
 
     @timed
@@ -212,19 +217,19 @@ class RoleStore:
         self, organization_id: str, role_id: str, check: RoleCheck | None = None
     ) -> bool:
         """Delete a custom role that no key holds; False if there is no such role."""
-        async with self._store.transaction() as conn:
+        async with self._writer.transaction() as conn:
             current = await _get_role(conn, organization_id, role_id)
             if current is None or current.role.type != "custom":
                 return False
             if check is not None:
                 check(current, set(), frozenset())
-            holders = await _one(
+            holders = await fetch_one(
                 conn, "select count(*) from key_roles where role_id = ?", (role_id,)
             )
             if holders is not None and holders[0]:
                 raise Conflict(f"role is assigned to {holders[0]} key(s); unassign it first")
             await conn.execute("delete from roles where id = ?", (role_id,))
-            await self._store.authorization_changed(conn)
+            await self._writer.authorization_changed(conn)
         return True
 
 
@@ -233,7 +238,9 @@ async def _permissions_of_keys(
 ) -> frozenset[str]:
     if not key_ids:
         return frozenset()
-    rows = await _all(conn, _PERMISSIONS_OF_KEYS, (organization_id, json.dumps(sorted(key_ids))))
+    rows = await fetch_all(
+        conn, _PERMISSIONS_OF_KEYS, (organization_id, json.dumps(sorted(key_ids)))
+    )
     return frozenset(row[0] for row in rows)
 
 
@@ -244,21 +251,23 @@ async def _details(
     if not rows:
         return []
     actors: dict[str, list[str]] = {row["id"]: [] for row in rows}
-    held = await _all(conn, _ACTORS_OF_ROLES, (json.dumps(list(actors)), organization_id))
+    held = await fetch_all(conn, _ACTORS_OF_ROLES, (json.dumps(list(actors)), organization_id))
     for role_id, key_id in held:
         actors[role_id].append(key_id)
-    return [RoleDetail(_role(row), organization_id, tuple(actors[row["id"]])) for row in rows]
+    return [
+        RoleDetail(role_from_row(row), organization_id, tuple(actors[row["id"]])) for row in rows
+    ]
 
 
 async def _get_role(
     conn: aiosqlite.Connection, organization_id: str, role_id: str
 ) -> RoleDetail | None:
-    row = await _one(conn, _ROLE_IN_ORG, (organization_id, role_id))
+    row = await fetch_one(conn, _ROLE_IN_ORG, (organization_id, role_id))
     return None if row is None else (await _details(conn, organization_id, [row]))[0]
 
 
 async def _check_role_name(conn: aiosqlite.Connection, organization_id: str, name: str) -> None:
-    taken = await _one(conn, _ROLE_NAMED_IN_ORG, (organization_id, name))
+    taken = await fetch_one(conn, _ROLE_NAMED_IN_ORG, (organization_id, name))
     if taken is not None:
         raise Conflict(ROLE_NAME_TAKEN)
 
@@ -269,7 +278,7 @@ async def _set_actors(
     """Make exactly ``key_ids`` hold the role; no key may be left without a role, nor
     given more than MAX_ROLE_IDS, the most a create or PATCH of a key may give it."""
     wanted = list(dict.fromkeys(key_ids))
-    found = await _all(
+    found = await fetch_all(
         conn,
         "select id from api_keys where organization_id = ?"
         " and id in (select value from json_each(?))",
@@ -278,7 +287,7 @@ async def _set_actors(
     missing = set(wanted) - {row["id"] for row in found}
     if missing:
         raise BadRequest(f"actors: no key {sorted(missing)[0]} in this organization")
-    stranded = await _one(
+    stranded = await fetch_one(
         conn,
         "select kr.key_id from key_roles kr where kr.role_id = ?"
         " and kr.key_id not in (select value from json_each(?))"
@@ -288,7 +297,9 @@ async def _set_actors(
     )
     if stranded is not None:
         raise Conflict(f"actors: key {stranded['key_id']} would be left with no role")
-    full = await _one(conn, _KEY_WITH_ROLES_BESIDES, (json.dumps(wanted), role_id, MAX_ROLE_IDS))
+    full = await fetch_one(
+        conn, _KEY_WITH_ROLES_BESIDES, (json.dumps(wanted), role_id, MAX_ROLE_IDS)
+    )
     if full is not None:
         raise Conflict(
             f"actors: key {full['key_id']} already holds {MAX_ROLE_IDS} roles, the most"
