@@ -110,7 +110,7 @@ async def _check_credentials(
         raise Unauthorized()
     key_id, secret = credentials
     key_id_hash = hasher.of_plain(key_id)
-    found = cached = store.cached_credential(key_id_hash)
+    found = cached = store.caches.cached_credential(key_id_hash)
     if found is None:
         found = await store.find_credential(key_id_hash)
     offered = hasher.of_plain(secret)
@@ -130,18 +130,18 @@ async def authenticate(request: web.Request, address: "IPAddress | None", now: d
     from ``address`` (the client address, see ``client_address``) at ``now``.
 
     A header whose credentials were checked before, against a key still cached
-    with the same secret hash, is known by its keyed hash alone (``Store.proven_credential``);
+    with the same secret hash, is known by its keyed hash alone (``Caches.proven_credential``);
     any other is parsed, and its key ID and secret hashed and compared.
     """
     header = _authorization(request)
     app = request.app
     hasher, store = app[HASHER], app[STORE]
     proof = hasher.of_header(header) if header else None
-    found = store.proven_credential(proof) if proof is not None else None
+    found = store.caches.proven_credential(proof) if proof is not None else None
     if found is None:
         key_id_hash, found = await _check_credentials(request, header, hasher, store)
         if proof is not None:
-            store.remember_proof(proof, key_id_hash, found)
+            store.caches.remember_proof(proof, key_id_hash, found)
     key = found.key
     if key.state != "enabled":
         _outcome(request, "disabled")

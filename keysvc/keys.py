@@ -137,7 +137,7 @@ async def check_update(
     sends: run before the body is validated, so that a caller who may not change the key
     is answered before the body is read entry by entry. ``update_key`` checks again."""
     _own_access(caller, key_id, fields)
-    target = store.cached_key(organization_id, key_id) or await store.get_key(
+    target = store.caches.cached_key(organization_id, key_id) or await store.get_key(
         organization_id, key_id
     )
     if target is None:

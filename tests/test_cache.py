@@ -328,7 +328,7 @@ def _write_between_reads(monkeypatch: pytest.MonkeyPatch, store: Store, write: A
     async def keys_after_a_write(conn: Any, rows: Any) -> Any:
         if pending:
             await pending.pop()()
-            store.data_version()
+            store.caches.data_version()
         return await original(conn, rows)
 
     monkeypatch.setattr(store_module, "keys_from_rows", keys_after_a_write)
@@ -347,7 +347,7 @@ async def test_a_credential_read_across_a_commit_is_not_kept(
     )
     read = await store.find_credential(key_id_hash)
     assert read is not None and read.key.id == victim.id  # read before the delete
-    assert store.cached_credential(key_id_hash) is None  # but not kept
+    assert store.caches.cached_credential(key_id_hash) is None  # but not kept
     monkeypatch.undo()
     await assert_error(await client.get("/v1/whoami", headers=victim.headers), 401, UNAUTHORIZED)
 
@@ -365,7 +365,7 @@ async def test_a_key_read_across_a_commit_does_not_refresh_the_cache(
 
     async def disable_then_authenticate() -> None:
         await store.update_key(admin.organization_id, victim.id, KeyChange(state="disabled"))
-        store.data_version()
+        store.caches.data_version()
         # Another request authenticates meanwhile: the key is cached again, disabled.
         assert (await store.find_credential(key_id_hash)).key.state == "disabled"  # type: ignore[union-attr]
 
@@ -373,7 +373,7 @@ async def test_a_key_read_across_a_commit_does_not_refresh_the_cache(
     read = await store.get_key(admin.organization_id, victim.id)
     assert read is not None and read.state == "enabled"  # read before the PATCH
     monkeypatch.undo()
-    cached = store.cached_credential(key_id_hash)
+    cached = store.caches.cached_credential(key_id_hash)
     assert cached is None or cached.key.state == "disabled"
     response = await client.get("/v1/whoami", headers=victim.headers)
     await assert_error(response, 401, "key is disabled")

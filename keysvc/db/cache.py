@@ -186,7 +186,7 @@ class Caches:
         self._freshness = freshness
         self.credentials = CredentialCache(cache_size)
         # Rendered answers that depend only on committed data (see data_version).
-        self.pages: VersionedCache[tuple[object, ...], tuple[bytes, bytes]] = VersionedCache(
+        self._pages: VersionedCache[tuple[object, ...], tuple[bytes, bytes]] = VersionedCache(
             PAGE_CACHE_ENTRIES if cache_size > 0 else 0
         )
         self._seen_generation: object = None
@@ -201,6 +201,19 @@ class Caches:
             self.credentials.clear()
             self._seen_generation = generation
         return version
+
+    async def page(
+        self, key: tuple[object, ...], render: Callable[[], Awaitable[tuple[bytes, bytes]]]
+    ) -> tuple[bytes, bytes]:
+        """The page rendered for ``key`` as committed now: kept, else ``render()``'s.
+
+        The version is read before the page: a commit in between makes the kept page
+        look older than it is, so the next request renders it again.
+        """
+        return await self._pages.get_or_make(key, self.data_version(), render)
+
+    def pages_kept(self) -> int:
+        return len(self._pages)
 
     @property
     def generation(self) -> object:

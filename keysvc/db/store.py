@@ -30,7 +30,7 @@ from keysvc.credentials import Hasher, load_pepper
 from keysvc.db import keys as key_sql
 from keysvc.db import meta
 from keysvc.db.batching import Creates, Touches
-from keysvc.db.cache import Caches, VersionedCache
+from keysvc.db.cache import Caches
 from keysvc.db.connections import (
     Writer,
     connect,
@@ -111,27 +111,6 @@ class Store:
     async def authorization_changed(self, conn: aiosqlite.Connection) -> None:
         """Inside a transaction: what some key may do has changed. Bumps the generation."""
         await self.writer.authorization_changed(conn)
-
-    # Caches (step 2 moves their callers to ``caches``).
-
-    @property
-    def pages(self) -> VersionedCache[tuple[object, ...], tuple[bytes, bytes]]:
-        return self.caches.pages
-
-    def data_version(self) -> int:
-        return self.caches.data_version()
-
-    def cached_key(self, organization_id: str, key_id: str) -> Key | None:
-        return self.caches.cached_key(organization_id, key_id)
-
-    def cached_credential(self, key_id_hash: bytes) -> Credential | None:
-        return self.caches.cached_credential(key_id_hash)
-
-    def proven_credential(self, proof: bytes) -> Credential | None:
-        return self.caches.proven_credential(proof)
-
-    def remember_proof(self, proof: bytes, key_id_hash: bytes, credential: Credential) -> None:
-        self.caches.remember_proof(proof, key_id_hash, credential)
 
     # The database as a whole
 
