@@ -14,6 +14,7 @@ from keysvc.db import keys as store_module
 from keysvc.db.cache import CredentialCache
 from keysvc.db.store import Store
 from keysvc.errors import Unauthorized
+from keysvc.keys import change_key, remove_key
 from keysvc.models import Credential, Key, KeyChange
 from keysvc.state import HASHER, STORE
 from tests.conftest import Client, ClientFactory, bootstrap, client_with, create_creds, create_role
@@ -343,7 +344,7 @@ async def test_a_credential_read_across_a_commit_is_not_kept(
     victim = await create_creds(client, admin, {"name": "v", "roles": ["developer"]})
     key_id_hash = client.app[HASHER].of_plain(victim.key_id)
     _write_between_reads(
-        monkeypatch, store, lambda: store.delete_key(admin.organization_id, victim.id)
+        monkeypatch, store, lambda: remove_key(store, admin.organization_id, victim.id)
     )
     read = await store.find_credential(key_id_hash)
     assert read is not None and read.key.id == victim.id  # read before the delete
@@ -364,7 +365,7 @@ async def test_a_key_read_across_a_commit_does_not_refresh_the_cache(
     key_id_hash = client.app[HASHER].of_plain(victim.key_id)
 
     async def disable_then_authenticate() -> None:
-        await store.update_key(admin.organization_id, victim.id, KeyChange(state="disabled"))
+        await change_key(store, admin.organization_id, victim.id, KeyChange(state="disabled"))
         store.caches.data_version()
         # Another request authenticates meanwhile: the key is cached again, disabled.
         assert (await store.find_credential(key_id_hash)).key.state == "disabled"  # type: ignore[union-attr]

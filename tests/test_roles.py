@@ -8,7 +8,7 @@ import pytest
 
 from keysvc.db.roles import ROLE_NAME_TAKEN
 from keysvc.errors import Forbidden
-from keysvc.keys import STRONGER_KEY
+from keysvc.keys import STRONGER_KEY, change_key
 from keysvc.models import KeyChange
 from keysvc.roles import OWN_ROLES, STRONGER_ACTOR, STRONGER_ROLE
 from keysvc.state import STORE
@@ -1036,8 +1036,8 @@ async def test_a_key_change_is_checked_again_as_changed(client: Client, admin: C
 
     change = KeyChange(name="renamed", role_ids=[QUERY_ROLE])
     with pytest.raises(Forbidden):
-        await store.update_key(
-            admin.organization_id, target.id, change, None, refuse_the_changed_key
+        await change_key(
+            store, admin.organization_id, target.id, change, None, refuse_the_changed_key
         )
     assert seen == [frozenset({"keys:read", "roles:read"}), frozenset({"endpoints:query"})]
     assert _unused(await get_key(client, admin, target.id)) == _unused(before)

@@ -25,6 +25,7 @@ from keysvc.timeutil import to_text
 class _PendingCreate:
     new: NewKey
     max_keys: int
+    recheck: createbatch.Recheck | None
     done: "asyncio.Future[Key]" = field(repr=False)
 
 
@@ -53,9 +54,12 @@ class Creates:
     async def open(self) -> None:
         await self.thread.open()
 
-    async def create(self, new: NewKey, max_keys: int) -> Key:
-        """Store a key; answered only once the transaction holding it has committed."""
-        pending = _PendingCreate(new, max_keys, asyncio.get_running_loop().create_future())
+    async def create(
+        self, new: NewKey, max_keys: int, recheck: createbatch.Recheck | None = None
+    ) -> Key:
+        """Store a key; answered only once the transaction holding it has committed.
+        ``recheck`` runs in that transaction (``createbatch.Recheck``)."""
+        pending = _PendingCreate(new, max_keys, recheck, asyncio.get_running_loop().create_future())
         self._pending.append(pending)
         if self.flusher is None or self.flusher.done():
             self.flusher = asyncio.create_task(self._flush())
@@ -70,7 +74,7 @@ class Creates:
     async def _create_batch(self, batch: list[_PendingCreate]) -> None:
         """One transaction for the whole batch (``CreateThread``); each request is
         answered once it has committed."""
-        work = [(item.new, item.max_keys) for item in batch]
+        work = [(item.new, item.max_keys, item.recheck) for item in batch]
         running = asyncio.ensure_future(self.thread.run(work))
         try:
             await asyncio.shield(running)

@@ -11,7 +11,7 @@ import asyncio
 import json
 import sqlite3
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -20,9 +20,8 @@ from keysvc.db import keys as key_sql
 from keysvc.db.connections import BUSY_TIMEOUT_MS, connect_now
 from keysvc.db.freshness import GENERATION
 from keysvc.db.rows import keys_with_roles, role_from_row
-from keysvc.errors import Conflict, Forbidden, ServiceUnavailable
+from keysvc.errors import Conflict, ServiceUnavailable
 from keysvc.models import Key, NewKey, Role
-from keysvc.permissions import cannot_grant
 
 _T = TypeVar("_T")
 
@@ -44,6 +43,13 @@ _COUNT_KEYS_OF = """
 
 # A created key, or why it was not created.
 Made = tuple[Key | None, Exception | None]
+# The domain's rule for a create, run again inside its batch's transaction with the
+# roles it grants as they are then (by ID; one deleted since is missing, and the
+# insert refuses it): why the create is refused now, or None. Another write may have
+# widened a role since the domain checked it before the write.
+Recheck = Callable[[NewKey, Mapping[str, Role]], Exception | None]
+# A create waiting in a batch: the key, its organization's key limit, and its rule.
+Create = tuple[NewKey, int, Recheck | None]
 
 
 def over_limit(max_keys: int) -> Conflict:
@@ -90,7 +96,7 @@ class CreateThread:
             self._conn = connect_now(self._path, shared=True)
         return self._conn
 
-    async def run(self, batch: list[tuple[NewKey, int]]) -> list[Made]:
+    async def run(self, batch: list[Create]) -> list[Made]:
         async with self._using:
             if self._closed:  # before, or while this batch waited for the one before it
                 raise ServiceUnavailable("the database is closed: the server is stopping")
@@ -166,7 +172,7 @@ def _commit(conn: sqlite3.Connection) -> None:
         raise
 
 
-def _stage_batch(conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]]) -> list[Made]:
+def _stage_batch(conn: sqlite3.Connection, batch: Sequence[Create]) -> list[Made]:
     """The batch's keys, inserted in the transaction begun for them. Should a constraint
     refuse any of them (a taken keyIdHash, a role deleted meanwhile), it starts again
     one key at a time, each in its own savepoint, so that only that request fails.
@@ -186,9 +192,9 @@ def _stage_batch(conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]]) 
     return outcomes
 
 
-def _insert_batch(conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]]) -> list[Made]:
+def _insert_batch(conn: sqlite3.Connection, batch: Sequence[Create]) -> list[Made]:
     """Insert the batch's keys with one statement per table; IntegrityError if any is refused."""
-    orgs = list(dict.fromkeys(new.organization_id for new, _ in batch))
+    orgs = list(dict.fromkeys(item[0].organization_id for item in batch))
     counts: dict[str, int] = {}
     # Each organization's last org_seq: a key gets the next, its place in the organization.
     last: dict[str, int] = {}
@@ -197,14 +203,14 @@ def _insert_batch(conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]])
     planned: list[tuple[str | None, Exception | None]] = []
     key_rows, role_rows = [], []
     granted = _granted_roles(conn, batch)
-    for new, max_keys in batch:
+    for new, max_keys, recheck in batch:
         org = new.organization_id
         if counts.get(org, 0) >= max_keys:
             planned.append((None, over_limit(max_keys)))
             continue
-        beyond = _beyond_grantor(new, granted)
-        if beyond is not None:
-            planned.append((None, beyond))
+        refusal = None if recheck is None else recheck(new, granted)
+        if refusal is not None:
+            planned.append((None, refusal))
             continue
         counts[org] = counts.get(org, 0) + 1
         last[org] = last.get(org, 0) + 1
@@ -225,12 +231,10 @@ def _insert_batch(conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]])
     return [(None if key_id is None else keys[key_id], error) for key_id, error in planned]
 
 
-def _granted_roles(
-    conn: sqlite3.Connection, batch: Sequence[tuple[NewKey, int]]
-) -> dict[str, Role]:
-    """The roles of the batch's checked creates, by ID, as they are now."""
+def _granted_roles(conn: sqlite3.Connection, batch: Sequence[Create]) -> dict[str, Role]:
+    """The roles of the batch's rechecked creates, by ID, as they are now."""
     ids = list(
-        dict.fromkeys(r for new, _ in batch if new.grantor is not None for r in new.role_ids)
+        dict.fromkeys(r for new, _, recheck in batch if recheck is not None for r in new.role_ids)
     )
     if not ids:
         return {}
@@ -238,20 +242,6 @@ def _granted_roles(
         role.id: role
         for role in map(role_from_row, conn.execute(_GRANTED_ROLES, (json.dumps(ids),)))
     }
-
-
-def _beyond_grantor(new: NewKey, granted: dict[str, Role]) -> Forbidden | None:
-    """Why ``new`` is refused, if a role it gets now holds more than its creator: the
-    roles were checked before the write, and another write may have widened one since.
-    A role deleted since is not here: the insert refuses it."""
-    if new.grantor is None:
-        return None
-    for role_id in new.role_ids:
-        role = granted.get(role_id)
-        refusal = None if role is None else cannot_grant(new.grantor, role.name, role.permissions)
-        if refusal is not None:
-            return Forbidden(refusal)
-    return None
 
 
 def _insert_rows(conn: sqlite3.Connection, into: str, rows: Sequence[tuple[object, ...]]) -> None:
@@ -263,7 +253,7 @@ def _insert_rows(conn: sqlite3.Connection, into: str, rows: Sequence[tuple[objec
         conn.execute(into + ", ".join([row] * len(chunk)), [v for r in chunk for v in r])
 
 
-def _insert_alone(conn: sqlite3.Connection, item: tuple[NewKey, int]) -> Made:
+def _insert_alone(conn: sqlite3.Connection, item: Create) -> Made:
     """One key in a savepoint of its own: a refusal fails only this request."""
     conn.execute("savepoint one_create")
     made: Made

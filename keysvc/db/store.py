@@ -16,9 +16,10 @@ raising keysvc's own errors.
 import asyncio
 import json
 import sqlite3
+import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Collection
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -39,13 +40,13 @@ from keysvc.db.connections import (
     require_existing,
     unusable,
 )
+from keysvc.db.createbatch import Recheck
 from keysvc.db.freshness import Freshness
 from keysvc.db.migrations import migrate
 from keysvc.db.roles import RoleStore
 from keysvc.db.timing import Observer, timed
 from keysvc.diskspace import DiskSpace
-from keysvc.errors import PreconditionFailed
-from keysvc.models import Credential, Key, KeyChange, KeyPage, NewKey, Organization
+from keysvc.models import Credential, Key, KeyPage, NewKey, Organization
 
 
 class Store:
@@ -104,9 +105,21 @@ class Store:
         await self._creates.thread.close()
         self._freshness.release()  # last: sooner would drop SQLite's locks (freshness)
 
-    def transaction(self) -> AbstractAsyncContextManager[aiosqlite.Connection]:
-        """One write transaction (``Writer.transaction``)."""
-        return self.writer.transaction()
+    @asynccontextmanager
+    async def transaction(
+        self, operation: str | None = None
+    ) -> AsyncIterator[aiosqlite.Connection]:
+        """One write transaction (``Writer.transaction``), for the domain to read, check
+        its rules and write in. Its duration, waiting for the write lock included, is
+        reported to the observer as ``operation``'s, as ``timed`` reports a call's."""
+        observer = self.observer if operation is not None else None
+        started = time.perf_counter()
+        try:
+            async with self.writer.transaction() as conn:
+                yield conn
+        finally:
+            if observer is not None and operation is not None:
+                observer(operation, time.perf_counter() - started)
 
     async def authorization_changed(self, conn: aiosqlite.Connection) -> None:
         """Inside a transaction: what some key may do has changed. Bumps the generation."""
@@ -157,10 +170,10 @@ class Store:
     # Keys
 
     @timed
-    async def create_key(self, new: NewKey, max_keys: int) -> Key:
+    async def create_key(self, new: NewKey, max_keys: int, recheck: Recheck | None = None) -> Key:
         """Store a key; answered only once the transaction holding it has committed
-        (``keysvc.db.batching``)."""
-        return await self._creates.create(new, max_keys)
+        (``keysvc.db.batching``), in which ``recheck``, the domain's rule, runs again."""
+        return await self._creates.create(new, max_keys, recheck)
 
     @timed
     async def get_key(self, organization_id: str, key_id: str) -> Key | None:
@@ -184,56 +197,6 @@ class Store:
         a keyset page, as cheap at page N as page 1."""
         keys, more, total = await key_sql.list_page(self.reader, organization_id, after, limit)
         return KeyPage(keys=keys, more=more, total=total)
-
-    @timed
-    async def update_key(
-        self,
-        organization_id: str,
-        key_id: str,
-        change: KeyChange,
-        if_match: Collection[str] | None = None,
-        check: Callable[[Key], None] | None = None,
-    ) -> Key | None:
-        """Apply ``change``; with ``if_match``, only if the key's ETag is among them.
-        ``check`` sees the key inside the transaction as it is, then as changed (so roles
-        widened by another write since they were checked are caught), and may refuse by
-        raising: the transaction is then rolled back."""
-        async with self.writer.transaction() as conn:
-            current = await key_sql.get_key(conn, organization_id, key_id)
-            if current is None:
-                return None
-            if check is not None:
-                check(current)
-            _check_if_match(current, if_match)
-            await key_sql.update_key(conn, current, change)
-            await self.writer.authorization_changed(conn)
-            changed = await key_sql.get_key(conn, organization_id, key_id)
-            if check is not None and changed is not None:
-                check(changed)
-            return changed
-
-    @timed
-    async def delete_key(
-        self,
-        organization_id: str,
-        key_id: str,
-        check: Callable[[Key], None] | None = None,
-        if_match: Collection[str] | None = None,
-    ) -> bool:
-        """Delete the key; False if there is none. ``check`` and ``if_match`` as for
-        ``update_key``: both are decided inside the delete's transaction."""
-        async with self.writer.transaction() as conn:
-            if check is not None or if_match is not None:
-                current = await key_sql.get_key(conn, organization_id, key_id)
-                if current is None:
-                    return False
-                if check is not None:
-                    check(current)
-                _check_if_match(current, if_match)
-            deleted = await key_sql.delete_key(conn, organization_id, key_id)
-            if deleted:
-                await self.writer.authorization_changed(conn)
-        return deleted
 
     @timed
     async def find_credential(self, key_id_hash: bytes) -> Credential | None:
@@ -275,13 +238,6 @@ class Store:
     async def touch_used(self, key_id: str, minute: datetime) -> None:
         """Set usedAt to ``minute`` unless it is already there (``Touches.touch``)."""
         await self._touches.touch(key_id, minute)
-
-
-def _check_if_match(key: Key, if_match: Collection[str] | None) -> None:
-    """Refuse (412) unless If-Match is absent, ``*`` (any existing key: RFC 9110,
-    section 13.1.1) or names the key's current ETag."""
-    if if_match is not None and "*" not in if_match and key.etag not in if_match:
-        raise PreconditionFailed()
 
 
 @asynccontextmanager
