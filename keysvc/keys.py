@@ -1,6 +1,10 @@
 """Key operations beyond plain SQL: choosing credentials (generated, or the
 client's own through ``hashData``), refusing to grant roles the caller does
-not hold or to touch a key stronger than the caller, and the signed list cursor."""
+not hold or to touch a key stronger than the caller, and the signed list cursor.
+
+An update or delete reads the key, checks these rules and writes inside one
+transaction of the store's (``Store.transaction``); a create's rule is checked
+before the write and again in its batch's transaction (``_granted_by``)."""
 
 import hmac
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -45,11 +49,12 @@ async def grantable_roles(
     store: Store, caller: Key | None, organization_id: str, data: dict[str, Any]
 ) -> list[Role]:
     """The roles that ``data`` names, each of which the caller may grant."""
-    roles = await store.roles.resolve_roles(
-        organization_id,
-        data.get("roles") or (),
-        [str(role_id) for role_id in data.get("assignedRoleIds") or ()],
-    )
+    ids = [str(role_id) for role_id in data.get("assignedRoleIds") or ()]
+    roles = await store.roles.resolve_roles(organization_id, data.get("roles") or (), ids)
+    found = {role.id for role in roles}
+    unknown = next((role_id for role_id in ids if role_id not in found), None)
+    if unknown is not None:
+        raise BadRequest(f"assignedRoleIds: no role {unknown} in this organization")
     if not roles:
         raise BadRequest(NO_ROLE)
     if len(roles) > MAX_ROLE_IDS:

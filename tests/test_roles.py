@@ -6,11 +6,10 @@ from typing import Any
 
 import pytest
 
-from keysvc.db.roles import ROLE_NAME_TAKEN
 from keysvc.errors import Forbidden
 from keysvc.keys import STRONGER_KEY, change_key
 from keysvc.models import KeyChange
-from keysvc.roles import OWN_ROLES, STRONGER_ACTOR, STRONGER_ROLE
+from keysvc.roles import OWN_ROLES, ROLE_NAME_TAKEN, STRONGER_ACTOR, STRONGER_ROLE, change_role
 from keysvc.state import STORE
 from keysvc.timeutil import utcnow
 from tests.conftest import Client, create, create_creds, create_role
@@ -1055,7 +1054,7 @@ async def test_a_create_is_checked_again_when_it_commits(
 
     async def widened_after_the_check(self: Any, *args: Any) -> Any:
         roles = await checked(self, *args)
-        await self.update_role(admin.organization_id, role["id"], utcnow(), permissions=["*"])
+        await change_role(store, admin.organization_id, role["id"], utcnow(), permissions=["*"])
         return roles
 
     monkeypatch.setattr(type(store.roles), "resolve_roles", widened_after_the_check)

@@ -69,7 +69,7 @@ class Store:
         self._creates = Creates(path, self.writer)
         self._touches = Touches(self.writer)
         self.observer = observer
-        self.roles = RoleStore(reader, self.writer, observer)
+        self.roles = RoleStore(reader, observer)
 
     @classmethod
     async def open(
