@@ -9,7 +9,9 @@ I last looked (``keysvc.db.freshness``); and the create batches' own
 (``keysvc.db.createbatch``). The caches are ``caches``'s (``keysvc.db.cache``),
 role SQL is ``roles``'s (``keysvc.db.roles``).
 
-The store returns dataclasses, never cursors, and knows nothing of HTTP beyond
+The domain (``keysvc.keys``, ``keysvc.roles``) runs its writes in
+``transaction()`` and checks its rules there; the store checks none of them.
+It returns dataclasses, never cursors, and knows nothing of HTTP beyond
 raising keysvc's own errors.
 """
 
