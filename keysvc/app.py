@@ -8,6 +8,7 @@ from datetime import timedelta
 from aiohttp import web
 
 from keysvc.config import Settings
+from keysvc.db.store import open_checked
 from keysvc.handlers import docs, health, keys, roles, verify, whoami
 from keysvc.handlers.metrics import routes as metrics_routes
 from keysvc.keystates import KeyStates
@@ -34,7 +35,6 @@ from keysvc.state import (
     STORE,
     InFlight,
 )
-from keysvc.store import open_checked
 from keysvc.timeutil import Clock, utcnow
 
 logger = logging.getLogger("keysvc")

@@ -41,13 +41,13 @@ from aiohttp.typedefs import Handler
 from keysvc.addresses import IPAddress, network_of
 from keysvc.config import IPNetwork
 from keysvc.credentials import Hasher, checksum_fails
+from keysvc.db.store import Store
 from keysvc.errors import BearerUnauthorized, Forbidden, TooManyRequests, Unauthorized
 from keysvc.metrics import AuthReason
 from keysvc.models import Credential, Key
 from keysvc.permissions import has_permission
 from keysvc.ratelimit import Decision, Limits
 from keysvc.state import AUTH_OUTCOME, CALLER, CLOCK, HASHER, LIMITS, METRICS, SETTINGS, STORE
-from keysvc.store import Store
 from keysvc.timeutil import to_minute
 
 View = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -132,7 +132,7 @@ async def _check_credentials(
         _refuse_address(request, limits, now)
     started = time.perf_counter()
     try:
-        found = cached = store.cached_credential(key_id_hash)
+        found = cached = store.caches.cached_credential(key_id_hash)
         if found is None:
             found = await store.find_credential(key_id_hash)
         offered = hasher.of_plain(secret)
@@ -161,20 +161,20 @@ async def authenticate(request: web.Request, address: "IPAddress | None", now: d
     from ``address`` (the client address, see ``client_address``) at ``now``.
 
     A header whose credentials were checked before, against a key still cached
-    with the same secret hash, is known by its keyed hash alone (``Store.proven_credential``);
+    with the same secret hash, is known by its keyed hash alone (``Caches.proven_credential``);
     any other is parsed, and its key ID and secret hashed and compared.
     """
     header = _authorization(request)
     app = request.app
     hasher, store = app[HASHER], app[STORE]
     proof = hasher.of_header(header) if header else None
-    found = store.proven_credential(proof) if proof is not None else None
+    found = store.caches.proven_credential(proof) if proof is not None else None
     if found is None:
         key_id_hash, found = await _check_credentials(
             request, header, hasher, store, address, now.timestamp()
         )
         if proof is not None:
-            store.remember_proof(proof, key_id_hash, found)
+            store.caches.remember_proof(proof, key_id_hash, found)
     key = found.key
     if key.state != "enabled":
         _outcome(request, "disabled")

@@ -28,11 +28,11 @@ from keysvc import backup, keys, listeners, workers
 from keysvc.app import create_app
 from keysvc.config import OPTIONS, ConfigError, Settings, build_settings
 from keysvc.connections import ServiceRunner
+from keysvc.db.store import open_checked
 from keysvc.errors import ApiError
 from keysvc.logs import configure_logging
 from keysvc.ratelimit import FailureSketch
 from keysvc.state import IN_FLIGHT
-from keysvc.store import open_checked
 from keysvc.timeutil import utcnow
 
 SHUTDOWN_SECONDS = 5.0

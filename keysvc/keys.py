@@ -1,20 +1,28 @@
 """Key operations beyond plain SQL: choosing credentials (generated, or the
 client's own through ``hashData``), refusing to grant roles the caller does
-not hold or to touch a key stronger than the caller, and the signed list cursor."""
+not hold or to touch a key stronger than the caller, and the signed list cursor.
+
+An update or delete reads the key, checks these rules and writes inside one
+transaction of the store's (``Store.transaction``); a create's rule is checked
+before the write and again in its batch's transaction (``_granted_by``)."""
 
 import hmac
-from collections.abc import Collection, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import aiosqlite
+
 from keysvc.config import ConfigError
 from keysvc.credentials import SUFFIX_LENGTH, Hasher, new_key_id, new_secret, sha256_b64
-from keysvc.errors import BadRequest, Forbidden, NotFound
+from keysvc.db import keys as key_sql
+from keysvc.db.createbatch import Recheck
+from keysvc.db.store import Store
+from keysvc.errors import BadRequest, Forbidden, NotFound, PreconditionFailed
 from keysvc.models import Key, KeyChange, KeyPage, NewKey, Organization, Role
 from keysvc.permissions import cannot_grant, missing
 from keysvc.schemas import MAX_ROLE_IDS, CreateKeySchema, PatchKeySchema, load
-from keysvc.store import Store
 
 NO_ROLE = "roles: a key needs at least one role: give roles or assignedRoleIds"
 TOO_MANY_ROLES = (
@@ -41,24 +49,30 @@ async def grantable_roles(
     store: Store, caller: Key | None, organization_id: str, data: dict[str, Any]
 ) -> list[Role]:
     """The roles that ``data`` names, each of which the caller may grant."""
-    roles = await store.roles.resolve_roles(
-        organization_id,
-        data.get("roles") or (),
-        [str(role_id) for role_id in data.get("assignedRoleIds") or ()],
-    )
+    ids = [str(role_id) for role_id in data.get("assignedRoleIds") or ()]
+    roles = await store.roles.resolve_roles(organization_id, data.get("roles") or (), ids)
+    found = {role.id for role in roles}
+    unknown = next((role_id for role_id in ids if role_id not in found), None)
+    if unknown is not None:
+        raise BadRequest(f"assignedRoleIds: no role {unknown} in this organization")
     if not roles:
         raise BadRequest(NO_ROLE)
     if len(roles) > MAX_ROLE_IDS:
         raise BadRequest(TOO_MANY_ROLES)
-    for role in roles:
-        refusal = (
-            None
-            if caller is None
-            else cannot_grant(caller.permissions, role.name, role.permissions)
-        )
-        if refusal is not None:
-            raise Forbidden(refusal)
+    refusal = None if caller is None else _grant_refused(caller, roles)
+    if refusal is not None:
+        raise refusal
     return roles
+
+
+def _grant_refused(caller: Key, roles: Iterable[Role]) -> Forbidden | None:
+    """Why ``caller`` may not grant ``roles``, if it may not: the first role holding a
+    permission the caller lacks."""
+    for role in roles:
+        refusal = cannot_grant(caller.permissions, role.name, role.permissions)
+        if refusal is not None:
+            return Forbidden(refusal)
+    return None
 
 
 def _new_key(
@@ -103,11 +117,21 @@ async def create_key(
     max_keys: int,
 ) -> Issued:
     """Store a key from a validated create body. Its roles are checked here, and again
-    against the caller's permissions in the create's transaction (``NewKey.grantor``)."""
+    against the caller's permissions in the create's transaction (``_granted_by``)."""
     roles = await grantable_roles(store, caller, organization_id, data)
     new, key_id, secret = _new_key(hasher, organization_id, data, roles, now)
-    new = replace(new, grantor=caller.permissions)
-    return Issued(await store.create_key(new, max_keys), key_id, secret)
+    return Issued(await store.create_key(new, max_keys, _granted_by(caller)), key_id, secret)
+
+
+def _granted_by(caller: Key) -> Recheck:
+    """The create's rule, run again in the transaction that writes it, with its roles
+    as they are then: they were checked before the write, and another write may have
+    widened one since. A role deleted since is not among them: the insert refuses it."""
+
+    def recheck(new: NewKey, roles: Mapping[str, Role]) -> Forbidden | None:
+        return _grant_refused(caller, (roles[r] for r in new.role_ids if r in roles))
+
+    return recheck
 
 
 STRONGER_KEY = "cannot change this key: it holds a permission this key lacks"
@@ -137,7 +161,7 @@ async def check_update(
     sends: run before the body is validated, so that a caller who may not change the key
     is answered before the body is read entry by entry. ``update_key`` checks again."""
     _own_access(caller, key_id, fields)
-    target = store.cached_key(organization_id, key_id) or await store.get_key(
+    target = store.caches.cached_key(organization_id, key_id) or await store.get_key(
         organization_id, key_id
     )
     if target is None:
@@ -169,12 +193,36 @@ async def update_key(
         rate_limit=_rate_limit(data.get("rateLimit")),
         clear_rate_limit="rateLimit" in data and data["rateLimit"] is None,
     )
-    key = await store.update_key(
-        organization_id, key_id, change, if_match, lambda target: may_change(caller, target)
+    key = await change_key(
+        store, organization_id, key_id, change, if_match, lambda target: may_change(caller, target)
     )
     if key is None:
         raise NotFound(NOT_FOUND)
     return key
+
+
+async def change_key(
+    store: Store,
+    organization_id: str,
+    key_id: str,
+    change: KeyChange,
+    if_match: Collection[str] | None = None,
+    check: Callable[[Key], None] | None = None,
+) -> Key | None:
+    """Apply ``change`` in one transaction; None if there is no such key. With
+    ``if_match``, only if the key's ETag is among them. ``check`` sees the key there as
+    it is, then as changed (so roles widened by another write since they were checked
+    are caught), and may refuse by raising: the transaction is then rolled back."""
+    async with store.transaction("update_key") as conn:
+        current = await _checked(conn, organization_id, key_id, check, if_match)
+        if current is None:
+            return None
+        await key_sql.update_key(conn, current, change)
+        await store.authorization_changed(conn)
+        changed = await key_sql.get_key(conn, organization_id, key_id)
+        if check is not None and changed is not None:
+            check(changed)
+        return changed
 
 
 async def delete_key(
@@ -188,10 +236,54 @@ async def delete_key(
     ``if_match``, only if the key's ETag is among them."""
     if key_id == caller.id:
         raise BadRequest("a key cannot delete itself: use another key to delete it")
-    if not await store.delete_key(
-        organization_id, key_id, lambda target: may_change(caller, target), if_match
+    if not await remove_key(
+        store, organization_id, key_id, lambda target: may_change(caller, target), if_match
     ):
         raise NotFound(NOT_FOUND)
+
+
+async def remove_key(
+    store: Store,
+    organization_id: str,
+    key_id: str,
+    check: Callable[[Key], None] | None = None,
+    if_match: Collection[str] | None = None,
+) -> bool:
+    """Delete the key in one transaction; False if there is none. ``check`` and
+    ``if_match`` as for ``change_key``: both are decided in that transaction."""
+    async with store.transaction("delete_key") as conn:
+        # Without either, nothing needs the key read: the delete says if it was there.
+        unread = check is None and if_match is None
+        if not unread and await _checked(conn, organization_id, key_id, check, if_match) is None:
+            return False
+        deleted = await key_sql.delete_key(conn, organization_id, key_id)
+        if deleted:
+            await store.authorization_changed(conn)
+    return deleted
+
+
+async def _checked(
+    conn: aiosqlite.Connection,
+    organization_id: str,
+    key_id: str,
+    check: Callable[[Key], None] | None,
+    if_match: Collection[str] | None,
+) -> Key | None:
+    """The key as it is inside the transaction, once ``check`` and ``if_match`` have let
+    it pass; None if there is no such key."""
+    current = await key_sql.get_key(conn, organization_id, key_id)
+    if current is not None:
+        if check is not None:
+            check(current)
+        _check_if_match(current, if_match)
+    return current
+
+
+def _check_if_match(key: Key, if_match: Collection[str] | None) -> None:
+    """Refuse (412) unless If-Match is absent, ``*`` (any existing key: RFC 9110,
+    section 13.1.1) or names the key's current ETag."""
+    if if_match is not None and "*" not in if_match and key.etag not in if_match:
+        raise PreconditionFailed()
 
 
 async def _new_admin_key(

@@ -8,7 +8,7 @@ while a count runs wait for that count rather than start another. "Expired"
 moves with time, so the gauge may be up to ``every`` behind it, as behind
 writes.
 
-The SQL is the store's (``keysvc.store.count_keys_by_state``); this module
+The SQL is the store's (``keysvc.db.keys.count_keys_by_state``); this module
 owns when it runs and where.
 """
 
@@ -19,9 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from keysvc import db
+from keysvc.db.connections import connect_now
+from keysvc.db.keys import count_keys_by_state
+from keysvc.db.timing import Observer
 from keysvc.errors import ServiceUnavailable
-from keysvc.store import Observer, count_keys_by_state
 
 Counts = dict[str, int]
 # The name the count is reported under, as the store method it used to be.
@@ -68,7 +69,7 @@ class KeyStates:
 
     def _count_on_thread(self, now: datetime) -> Counts:
         if self._conn is None:
-            self._conn = db.connect_now(self._path)
+            self._conn = connect_now(self._path)
         return count_keys_by_state(self._conn, now)
 
     async def close(self) -> None:

@@ -106,9 +106,6 @@ class NewKey:
     ip_access_list: list[dict[str, str]] = field(default_factory=list)
     role_ids: Sequence[str] = ()
     rate_limit: tuple[int, int] | None = None
-    # The creating key's permissions, which the new key's roles must stay within when
-    # the create commits (None: no creating key, as for bootstrap's first admin).
-    grantor: frozenset[str] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

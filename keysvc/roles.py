@@ -6,24 +6,41 @@ role beyond the permissions their own key holds, and assigning a role to
 keys through ``actors`` also needs ``keys:update``. As with keys, nobody can
 change or delete a role holding a permission they lack, nor give it to or take
 it from a key stronger than themselves. System roles never change.
+
+Each write reads, checks these rules and writes inside one transaction of the
+store's (``Store.transaction``), with ``keysvc.db.roles`` running the SQL: a
+concurrent change to the role or its holders cannot slip between check and write.
 """
 
 import base64
 import binascii
 import hmac
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+import aiosqlite
+
 from keysvc.credentials import Hasher
-from keysvc.errors import BadRequest, Forbidden, NotFound
-from keysvc.models import Key, RoleDetail, RolePage
+from keysvc.db import roles as role_sql
+from keysvc.db.store import Store
+from keysvc.errors import BadRequest, Conflict, Forbidden, NotFound
+from keysvc.models import Key, Role, RoleDetail, RolePage
 from keysvc.permissions import has_permission, missing
-from keysvc.rolestore import RoleCheck
-from keysvc.schemas import ACTOR_PREFIX
-from keysvc.store import Store
+from keysvc.schemas import ACTOR_PREFIX, MAX_ROLE_IDS
 
 NOT_FOUND = "role not found in this organization"
 SYSTEM = "system roles cannot be changed or deleted"
+# The name sent is not repeated: an answer never echoes what the caller gave.
+ROLE_NAME_TAKEN = "name: a role with this name already exists in this organization; choose another"
+
+# Called inside a role's write transaction, before it writes, with: the role as it is
+# then (None on create); the IDs of the keys that would gain or lose it; and every
+# permission held by the keys whose permissions the write changes (those, and the
+# role's holders when its permissions change). Refuses by raising.
+RoleCheck = Callable[[RoleDetail | None, set[str], frozenset[str]], None]
 
 
 def _permissions(data: dict[str, Any]) -> list[str] | None:
@@ -90,7 +107,8 @@ async def create_role(
     permissions = _permissions(data) or []
     _check_grantable(caller, permissions)
     actors = _actors(caller, data) or []
-    return await store.roles.create_role(
+    return await _insert_role(
+        store,
         organization_id,
         data["name"],
         permissions,
@@ -99,6 +117,38 @@ async def create_role(
         _may_change(caller),
         max_roles=max_roles,
     )
+
+
+async def _insert_role(
+    store: Store,
+    organization_id: str,
+    name: str,
+    permissions: Sequence[str],
+    actors: Sequence[str],
+    now: datetime,
+    check: RoleCheck,
+    *,
+    max_roles: int,
+) -> RoleDetail:
+    """A new custom role, unless the organization holds ``max_roles`` already: checked,
+    counted and written in one transaction."""
+    role = Role(str(uuid.uuid4()), name, "custom", tuple(permissions), now, now)
+    async with store.transaction("create_role") as conn:
+        moved = set(actors)
+        check(None, moved, await role_sql.permissions_of_keys(conn, organization_id, moved))
+        if await role_sql.count_custom_roles(conn, organization_id) >= max_roles:
+            raise Conflict(
+                f"this organization has reached its limit of {max_roles} custom roles;"
+                " delete one it no longer needs"
+            )
+        await _check_name(conn, organization_id, name)
+        await role_sql.insert_role(conn, organization_id, role)
+        await _set_actors(conn, organization_id, role.id, actors)
+        if actors:
+            await store.authorization_changed(conn)
+        detail = await role_sql.get_role(conn, organization_id, role.id)
+    assert detail is not None
+    return detail
 
 
 async def changeable_role(
@@ -129,18 +179,101 @@ async def update_role(
     # Handing the role to keys grants what it holds, so that needs holding too.
     effective = list(current.role.permissions) if permissions is None else permissions
     _check_grantable(caller, effective if actors is not None else permissions)
-    updated = await store.roles.update_role(
-        organization_id, role_id, now, data.get("name"), permissions, actors, _may_change(caller)
+    updated = await change_role(
+        store,
+        organization_id,
+        role_id,
+        now,
+        data.get("name"),
+        permissions,
+        actors,
+        _may_change(caller),
     )
     if updated is None:
         raise NotFound(NOT_FOUND)
     return updated
 
 
+async def change_role(
+    store: Store,
+    organization_id: str,
+    role_id: str,
+    now: datetime,
+    name: str | None = None,
+    permissions: Sequence[str] | None = None,
+    actors: Sequence[str] | None = None,
+    check: RoleCheck | None = None,
+) -> RoleDetail | None:
+    """Change a custom role of this organization in one transaction, ``check`` passing
+    first there; None if there is no such role."""
+    async with store.transaction("update_role") as conn:
+        current = await role_sql.get_role(conn, organization_id, role_id)
+        if current is None or current.role.type != "custom":
+            return None
+        if check is not None:
+            moved = set() if actors is None else set(current.actors) ^ set(actors)
+            affected = set(moved)
+            if permissions is not None and set(permissions) != set(current.role.permissions):
+                affected.update(current.actors)
+            held = await role_sql.permissions_of_keys(conn, organization_id, affected)
+            check(current, moved, held)
+        if name is not None and name != current.role.name:
+            await _check_name(conn, organization_id, name)
+        changed = replace(
+            current.role,
+            name=name or current.role.name,
+            permissions=current.role.permissions if permissions is None else tuple(permissions),
+            updated_at=now,
+        )
+        await role_sql.update_role(conn, changed)
+        if actors is not None:
+            await _set_actors(conn, organization_id, role_id, actors)
+        await store.authorization_changed(conn)
+        return await role_sql.get_role(conn, organization_id, role_id)
+
+
 async def delete_role(store: Store, caller: Key, organization_id: str, role_id: str) -> None:
+    """Delete a custom role that no key holds, the caller holding all it holds."""
     await _custom_role(store, organization_id, role_id)
-    if not await store.roles.delete_role(organization_id, role_id, _may_change(caller)):
+    check = _may_change(caller)
+    async with store.transaction("delete_role") as conn:
+        current = await role_sql.get_role(conn, organization_id, role_id)
+        deleted = current is not None and current.role.type == "custom"
+        if current is not None and deleted:
+            check(current, set(), frozenset())
+            holders = await role_sql.count_holders(conn, role_id)
+            if holders:
+                raise Conflict(f"role is assigned to {holders} key(s); unassign it first")
+            await role_sql.delete_role(conn, role_id)
+            await store.authorization_changed(conn)
+    if not deleted:
         raise NotFound(NOT_FOUND)
+
+
+async def _check_name(conn: aiosqlite.Connection, organization_id: str, name: str) -> None:
+    if await role_sql.name_taken(conn, organization_id, name):
+        raise Conflict(ROLE_NAME_TAKEN)
+
+
+async def _set_actors(
+    conn: aiosqlite.Connection, organization_id: str, role_id: str, key_ids: Sequence[str]
+) -> None:
+    """Make exactly ``key_ids`` hold the role; no key may be left without a role, nor
+    given more than MAX_ROLE_IDS, the most a create or PATCH of a key may give it."""
+    wanted = list(dict.fromkeys(key_ids))
+    missing_keys = set(wanted) - await role_sql.keys_in_organization(conn, organization_id, wanted)
+    if missing_keys:
+        raise BadRequest(f"actors: no key {sorted(missing_keys)[0]} in this organization")
+    stranded = await role_sql.stranded_key(conn, role_id, wanted)
+    if stranded is not None:
+        raise Conflict(f"actors: key {stranded} would be left with no role")
+    full = await role_sql.key_with_roles_besides(conn, wanted, role_id, MAX_ROLE_IDS)
+    if full is not None:
+        raise Conflict(
+            f"actors: key {full} already holds {MAX_ROLE_IDS} roles, the most"
+            " a key may hold; take one from it first"
+        )
+    await role_sql.set_actors(conn, role_id, wanted)
 
 
 async def _custom_role(store: Store, organization_id: str, role_id: str) -> RoleDetail:

@@ -1,5 +1,5 @@
 -- keysvc: the current schema. Applied as a whole to a new database; an older
--- database is brought up to date by the numbered steps in keysvc/db.py, and
+-- database is brought up to date by the numbered steps in keysvc/db/migrations.py, and
 -- PRAGMA user_version records which step it is at.
 
 create table if not exists meta (

@@ -6,12 +6,12 @@ from aiohttp import web
 
 from keysvc.config import Settings
 from keysvc.credentials import Hasher
+from keysvc.db.store import Store
 from keysvc.keystates import KeyStates
 from keysvc.logs import Throttled
 from keysvc.metrics import AuthReason, Metrics
 from keysvc.models import Key
 from keysvc.ratelimit import Limits
-from keysvc.store import Store
 from keysvc.timeutil import Clock
 
 SETTINGS = web.AppKey("settings", Settings)

@@ -18,10 +18,10 @@ import signal
 from collections.abc import Callable
 from types import FrameType
 
-from keysvc import db
 from keysvc.config import Settings
+from keysvc.db.connections import warn_if_exposed
+from keysvc.db.store import open_checked
 from keysvc.ratelimit import FailureSketch
-from keysvc.store import open_checked
 
 logger = logging.getLogger("keysvc")
 # (settings, reuse_port, the failed-login table shared by the workers)
@@ -34,7 +34,7 @@ async def prepare(settings: Settings) -> None:
     one that others may read is served, with a warning."""
     async with open_checked(settings, create=False):
         pass
-    db.warn_if_exposed(settings.db_path)
+    warn_if_exposed(settings.db_path)
 
 
 def _signal_all(children: list[int], signum: int) -> None:

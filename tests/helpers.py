@@ -11,7 +11,7 @@ import pytest
 from aiohttp import ClientResponse
 
 from keysvc.credentials import sha256_b64
-from keysvc.store import Store
+from keysvc.db.store import Store
 
 _seen_request_ids: set[str] = set()
 

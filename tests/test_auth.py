@@ -69,13 +69,13 @@ async def test_bad_checksum_refused_without_database_lookup(
 ) -> None:
     store = client.app[STORE]
     calls: list[bytes] = []
-    original = store.cached_credential  # the first look, cache or database
+    original = store.caches.cached_credential  # the first look, cache or database
 
     def counting(key_id_hash: bytes):  # type: ignore[no-untyped-def]
         calls.append(key_id_hash)
         return original(key_id_hash)
 
-    monkeypatch.setattr(store, "cached_credential", counting)
+    monkeypatch.setattr(store.caches, "cached_credential", counting)
     tampered = admin.secret[:-1] + ("A" if admin.secret[-1] != "A" else "B")
     await assert_error(
         await client.get(url(admin), headers=basic(admin.key_id, tampered)), 401, UNAUTHORIZED
@@ -164,8 +164,8 @@ class Work:
         self.lookups = 0
         keyed, of_header, compare = Hasher.keyed, Hasher.of_header, hmac.compare_digest
         store = client.app[STORE]
-        find = store.cached_credential  # every lookup starts here; a miss reads the database
-        proven = store.proven_credential  # the header's proof, looked up first
+        find = store.caches.cached_credential  # every lookup starts here; a miss reads the database
+        proven = store.caches.proven_credential  # the header's proof, looked up first
 
         def counting_keyed(hasher: Hasher, value: str) -> bytes:
             self.hashes += 1
@@ -189,9 +189,9 @@ class Work:
 
         monkeypatch.setattr(Hasher, "keyed", counting_keyed)
         monkeypatch.setattr(hmac, "compare_digest", counting_compare)
-        monkeypatch.setattr(store, "cached_credential", counting_find)
+        monkeypatch.setattr(store.caches, "cached_credential", counting_find)
         monkeypatch.setattr(Hasher, "of_header", counting_of_header)
-        monkeypatch.setattr(store, "proven_credential", counting_proven)
+        monkeypatch.setattr(store.caches, "proven_credential", counting_proven)
 
     def take(self) -> tuple[int, int, int]:
         taken = (self.hashes, self.compares, self.lookups)

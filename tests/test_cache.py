@@ -8,14 +8,15 @@ from typing import Any
 
 import pytest
 
-from keysvc import store as store_module
-from keysvc.cache import CredentialCache
 from keysvc.config import Settings
 from keysvc.credentials import Hasher, new_secret
+from keysvc.db import keys as store_module
+from keysvc.db.cache import CredentialCache
+from keysvc.db.store import Store
 from keysvc.errors import Unauthorized
+from keysvc.keys import change_key, remove_key
 from keysvc.models import Credential, Key, KeyChange
 from keysvc.state import HASHER, STORE
-from keysvc.store import Store
 from tests.conftest import Client, ClientFactory, bootstrap, client_with, create_creds, create_role
 from tests.helpers import (
     UNAUTHORIZED,
@@ -175,11 +176,11 @@ async def test_used_at_writes_do_not_flush_the_cache(client: Client, admin: Cred
     for key in keys:
         assert (await client.get(VERIFY, headers=key.headers)).status == 200  # each touches usedAt
     store = client.app[STORE]
-    cached = len(store._cache)
+    cached = len(store.caches.credentials)
     assert cached == 6  # the five, and the admin key that created them
     for key in keys:
         assert (await client.get(VERIFY, headers=key.headers)).status == 200
-    assert len(store._cache) == cached
+    assert len(store.caches.credentials) == cached
 
 
 async def test_cache_is_bounded(
@@ -193,8 +194,8 @@ async def test_cache_is_bounded(
     ]
     for key in keys * 2:
         assert (await client.get(VERIFY, headers=key.headers)).status == 200
-    assert len(client.app[STORE]._cache) == 3
-    assert len(client.app[STORE]._cache._proofs) == 3  # the headers' proofs too
+    assert len(client.app[STORE].caches.credentials) == 3
+    assert len(client.app[STORE].caches.credentials._proofs) == 3  # the headers' proofs too
 
 
 def count_credential_hashing(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -219,7 +220,7 @@ async def test_a_header_checked_before_is_known_by_its_keyed_hash(
     svc = await create_creds(client, admin, {"name": "svc", "roles": ["developer"]})
     store = client.app[STORE]
     await warm(client, svc)
-    proofs = dict(store._cache._proofs)
+    proofs = dict(store.caches.credentials._proofs)
     hashed = count_credential_hashing(monkeypatch)
     for _ in range(3):
         assert (await client.get(VERIFY, headers=svc.headers)).status == 200
@@ -228,7 +229,7 @@ async def test_a_header_checked_before_is_known_by_its_keyed_hash(
     refused = await client.get(VERIFY, headers=basic(svc.key_id, wrong_secret))
     await assert_error(refused, 401, Unauthorized.default_message)
     assert hashed == [svc.key_id, wrong_secret]
-    assert store._cache._proofs == proofs  # the wrong header is not remembered
+    assert store.caches.credentials._proofs == proofs  # the wrong header is not remembered
     url = f"/v1/organizations/{admin.organization_id}/keys/{svc.id}"
     patched = await client.patch(url, json={"state": "disabled"}, headers=admin.headers)
     await assert_ok(patched)
@@ -271,14 +272,14 @@ async def test_concurrent_creates_share_transactions(
 ) -> None:
     store = client.app[STORE]
     begins: list[str] = []
-    original = store._writer.execute
+    original = store.writer.conn.execute
 
     def execute(sql: str, *args: Any, **kwargs: Any) -> Any:
         if sql == "begin immediate":
             begins.append(sql)
         return original(sql, *args, **kwargs)
 
-    monkeypatch.setattr(store._writer, "execute", execute)
+    monkeypatch.setattr(store.writer.conn, "execute", execute)
     dup = hash_data("same-key-id-for-two", "s")
     bodies: list[dict[str, Any]] = [{"name": f"k{n}", "roles": ["developer"]} for n in range(40)]
     bodies += [{"name": "dup1", "roles": ["developer"], "hashData": dup},
@@ -322,16 +323,16 @@ def _write_between_reads(monkeypatch: pytest.MonkeyPatch, store: Store, write: A
     """Run ``write`` (a coroutine function) once, between a read's row and its roles, as
     a commit from another request or process may land while the reads await; then let
     another request see it (``data_version``), which drops the cache right away."""
-    original = store_module._keys_from_rows
+    original = store_module.keys_from_rows
     pending = [write]
 
     async def keys_after_a_write(conn: Any, rows: Any) -> Any:
         if pending:
             await pending.pop()()
-            store.data_version()
+            store.caches.data_version()
         return await original(conn, rows)
 
-    monkeypatch.setattr(store_module, "_keys_from_rows", keys_after_a_write)
+    monkeypatch.setattr(store_module, "keys_from_rows", keys_after_a_write)
 
 
 async def test_a_credential_read_across_a_commit_is_not_kept(
@@ -343,11 +344,11 @@ async def test_a_credential_read_across_a_commit_is_not_kept(
     victim = await create_creds(client, admin, {"name": "v", "roles": ["developer"]})
     key_id_hash = client.app[HASHER].of_plain(victim.key_id)
     _write_between_reads(
-        monkeypatch, store, lambda: store.delete_key(admin.organization_id, victim.id)
+        monkeypatch, store, lambda: remove_key(store, admin.organization_id, victim.id)
     )
     read = await store.find_credential(key_id_hash)
     assert read is not None and read.key.id == victim.id  # read before the delete
-    assert store.cached_credential(key_id_hash) is None  # but not kept
+    assert store.caches.cached_credential(key_id_hash) is None  # but not kept
     monkeypatch.undo()
     await assert_error(await client.get("/v1/whoami", headers=victim.headers), 401, UNAUTHORIZED)
 
@@ -364,8 +365,8 @@ async def test_a_key_read_across_a_commit_does_not_refresh_the_cache(
     key_id_hash = client.app[HASHER].of_plain(victim.key_id)
 
     async def disable_then_authenticate() -> None:
-        await store.update_key(admin.organization_id, victim.id, KeyChange(state="disabled"))
-        store.data_version()
+        await change_key(store, admin.organization_id, victim.id, KeyChange(state="disabled"))
+        store.caches.data_version()
         # Another request authenticates meanwhile: the key is cached again, disabled.
         assert (await store.find_credential(key_id_hash)).key.state == "disabled"  # type: ignore[union-attr]
 
@@ -373,7 +374,7 @@ async def test_a_key_read_across_a_commit_does_not_refresh_the_cache(
     read = await store.get_key(admin.organization_id, victim.id)
     assert read is not None and read.state == "enabled"  # read before the PATCH
     monkeypatch.undo()
-    cached = store.cached_credential(key_id_hash)
+    cached = store.caches.cached_credential(key_id_hash)
     assert cached is None or cached.key.state == "disabled"
     response = await client.get("/v1/whoami", headers=victim.headers)
     await assert_error(response, 401, "key is disabled")

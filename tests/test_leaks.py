@@ -11,7 +11,7 @@ from pathlib import Path
 
 from keysvc.config import pepper_path_of
 from keysvc.credentials import Hasher, load_pepper, new_key_id, new_secret
-from keysvc.rolestore import ROLE_NAME_TAKEN
+from keysvc.roles import ROLE_NAME_TAKEN
 from tests.conftest import Client, create_role
 from tests.helpers import Creds, assert_error, basic
 from tests.server import Server, bootstrap

@@ -118,7 +118,7 @@ async def test_one_json_line_per_request_with_its_fields(
     def broken_cache(*args: object) -> None:
         raise RuntimeError("store is broken")
 
-    monkeypatch.setattr(client.app[STORE], "cached_key", broken_cache)
+    monkeypatch.setattr(client.app[STORE].caches, "cached_key", broken_cache)
     monkeypatch.setattr(client.app[STORE], "get_key", broken)
     failed = await get(f"{keys_path}/{dev.id}", admin.headers)
     expected.append((failed, "GET", KEY, 500, admin_caller, "ok"))

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from keysvc import store
+from keysvc.db import keys as store
 from keysvc.metrics import KEYS_COUNTED_EVERY_SECONDS
 from keysvc.state import IN_FLIGHT
 from tests.conftest import Client, create_creds
@@ -64,8 +64,8 @@ def slow_count(monkeypatch: pytest.MonkeyPatch) -> None:
         "with recursive spin(i) as (select 1 union all select i + 1 from spin"
         f" where i < {_SLOW}) select count(*) from spin"
     )
-    slow = f"select effective, n from ({store._COUNT_KEYS_BY_STATE}) where ({spin}) > 0"
-    monkeypatch.setattr(store, "_COUNT_KEYS_BY_STATE", slow)
+    slow = f"select effective, n from ({store.COUNT_KEYS_BY_STATE}) where ({spin}) > 0"
+    monkeypatch.setattr(store, "COUNT_KEYS_BY_STATE", slow)
 
 
 @pytest.mark.usefixtures("slow_count")

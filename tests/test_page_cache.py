@@ -114,7 +114,7 @@ async def test_no_cache_means_no_kept_pages(
     admin = await bootstrap(client.app)
     await listed(client, admin)
     await listed(client, admin)
-    assert len(client.app[STORE].pages) == 0
+    assert client.app[STORE].caches.pages_kept() == 0
 
 
 async def test_a_row_read_again_unchanged_gives_the_same_record(

@@ -7,10 +7,9 @@ from typing import Any
 import pytest
 
 from keysvc.errors import Forbidden
-from keysvc.keys import STRONGER_KEY
+from keysvc.keys import STRONGER_KEY, change_key
 from keysvc.models import KeyChange
-from keysvc.roles import OWN_ROLES, STRONGER_ACTOR, STRONGER_ROLE
-from keysvc.rolestore import ROLE_NAME_TAKEN
+from keysvc.roles import OWN_ROLES, ROLE_NAME_TAKEN, STRONGER_ACTOR, STRONGER_ROLE, change_role
 from keysvc.state import STORE
 from keysvc.timeutil import utcnow
 from tests.conftest import Client, create, create_creds, create_role
@@ -1037,8 +1036,8 @@ async def test_a_key_change_is_checked_again_as_changed(client: Client, admin: C
 
     change = KeyChange(name="renamed", role_ids=[QUERY_ROLE])
     with pytest.raises(Forbidden):
-        await store.update_key(
-            admin.organization_id, target.id, change, None, refuse_the_changed_key
+        await change_key(
+            store, admin.organization_id, target.id, change, None, refuse_the_changed_key
         )
     assert seen == [frozenset({"keys:read", "roles:read"}), frozenset({"endpoints:query"})]
     assert _unused(await get_key(client, admin, target.id)) == _unused(before)
@@ -1056,7 +1055,7 @@ async def test_a_create_is_checked_again_when_it_commits(
 
     async def widened_after_the_check(self: Any, *args: Any) -> Any:
         roles = await checked(self, *args)
-        await self.update_role(admin.organization_id, role["id"], utcnow(), permissions=["*"])
+        await change_role(store, admin.organization_id, role["id"], utcnow(), permissions=["*"])
         return roles
 
     monkeypatch.setattr(type(store.roles), "resolve_roles", widened_after_the_check)

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from keysvc import db
 from keysvc.config import ConfigError, Settings
 from keysvc.credentials import load_pepper, sha256_b64
-from keysvc.store import Store
+from keysvc.db import connections, migrations
+from keysvc.db.store import Store
 from tests.conftest import Client, create
 from tests.helpers import Creds, assert_ok, hash_data
 
 
 async def test_pragmas(tmp_path: Path) -> None:
-    conn = await db.connect(tmp_path / "p.db")
+    conn = await connections.connect(tmp_path / "p.db")
     try:
         values = {}
         for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout"):
@@ -37,29 +37,31 @@ async def test_pragmas(tmp_path: Path) -> None:
 
 
 async def test_fresh_database_gets_current_schema(tmp_path: Path) -> None:
-    conn = await db.connect(tmp_path / "m.db")
+    conn = await connections.connect(tmp_path / "m.db")
     try:
-        assert await db.migrate(conn) == 0
-        assert await db.migrate(conn) == db.schema_version()  # a second start changes nothing
+        assert await migrations.migrate(conn) == 0
+        assert (
+            await migrations.migrate(conn) == migrations.schema_version()
+        )  # a second start changes nothing
     finally:
         await conn.close()
     raw = sqlite3.connect(tmp_path / "m.db")
-    assert raw.execute("pragma user_version").fetchone()[0] == db.schema_version()
+    assert raw.execute("pragma user_version").fetchone()[0] == migrations.schema_version()
     tables = {r[0] for r in raw.execute("select name from sqlite_master where type = 'table'")}
     assert {"organizations", "roles", "api_keys", "key_roles", "meta"} <= tables
 
 
 async def test_older_database_is_upgraded_in_one_step(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
-    conn = await db.connect(path)
-    await db.migrate(conn)
-    current = db.schema_version()
+    conn = await connections.connect(path)
+    await migrations.migrate(conn)
+    current = migrations.schema_version()
     steps = [
-        *db.MIGRATIONS,
+        *migrations.MIGRATIONS,
         "alter table organizations add column note text;",
         "create table extra (x integer);",
     ]
-    assert await db.migrate(conn, steps) == current
+    assert await migrations.migrate(conn, steps) == current
     await conn.close()
     raw = sqlite3.connect(path)
     assert raw.execute("pragma user_version").fetchone()[0] == current + 2
@@ -127,7 +129,15 @@ async def test_version_1_database_upgrades_with_its_data(tmp_path: Path) -> None
     finally:
         await store.close()
     upgraded = sqlite3.connect(path)
-    assert upgraded.execute("pragma user_version").fetchone()[0] == db.schema_version() == 6
+    assert upgraded.execute("pragma user_version").fetchone()[0] == migrations.schema_version() == 6
+    assert upgraded.execute("select value from meta where name = 'auth_generation'").fetchone()
+    # Step 3 counted the organization's keys, and its triggers keep counting.
+    assert upgraded.execute("select key_count from organizations").fetchone() == (1,)
+    # Step 4's triggers: a key changed by hand moves the authorization generation.
+    generation = "select cast(value as integer) from meta where name = 'auth_generation'"
+    (before,) = upgraded.execute(generation).fetchone()
+    upgraded.execute("update api_keys set state = 'disabled'")
+    assert upgraded.execute(generation).fetchone() == (before + 1,)
 
 
 async def test_upgrade_drops_role_rows_a_hand_delete_left(tmp_path: Path) -> None:
@@ -159,37 +169,29 @@ async def test_upgrade_drops_role_rows_a_hand_delete_left(tmp_path: Path) -> Non
     upgraded = sqlite3.connect(path)
     assert upgraded.execute("select key_id from key_roles").fetchall() == [(kept,)]
     assert upgraded.execute("pragma foreign_key_check").fetchall() == []
-    assert upgraded.execute("select value from meta where name = 'auth_generation'").fetchone()
-    # Step 3 counted the organization's keys, and its triggers keep counting.
-    assert upgraded.execute("select key_count from organizations").fetchone() == (1,)
-    # Step 4's triggers: a key changed by hand moves the authorization generation.
-    generation = "select cast(value as integer) from meta where name = 'auth_generation'"
-    (before,) = upgraded.execute(generation).fetchone()
-    upgraded.execute("update api_keys set state = 'disabled'")
-    assert upgraded.execute(generation).fetchone() == (before + 1,)
 
 
 async def test_failed_migration_changes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "bad.db"
-    conn = await db.connect(path)
-    await db.migrate(conn)
+    conn = await connections.connect(path)
+    await migrations.migrate(conn)
     with pytest.raises(sqlite3.OperationalError):
-        await db.migrate(
-            conn, [*db.MIGRATIONS, "create table half (x integer);", "this is not sql;"]
+        await migrations.migrate(
+            conn, [*migrations.MIGRATIONS, "create table half (x integer);", "this is not sql;"]
         )
     await conn.close()
     raw = sqlite3.connect(path)
-    assert raw.execute("pragma user_version").fetchone()[0] == db.schema_version()
+    assert raw.execute("pragma user_version").fetchone()[0] == migrations.schema_version()
     assert raw.execute("select count(*) from sqlite_master where name = 'half'").fetchone()[0] == 0
 
 
 async def test_newer_database_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "new.db"
     sqlite3.connect(path).execute("pragma user_version = 99")
-    conn = await db.connect(path)
+    conn = await connections.connect(path)
     try:
         with pytest.raises(ConfigError, match="newer than this keysvc supports"):
-            await db.migrate(conn)
+            await migrations.migrate(conn)
     finally:
         await conn.close()
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from keysvc import store as store_module
+from keysvc.db import createbatch as store_module
+from keysvc.db.store import Store
 from keysvc.errors import Conflict
 from keysvc.models import Key, NewKey
 from keysvc.state import CLOCK, HASHER, SETTINGS, STORE
-from keysvc.store import Store
 from keysvc.timeutil import to_minute, to_text
 from tests.conftest import Client
 from tests.helpers import Creds, FakeClock, count_statements
@@ -50,7 +50,7 @@ async def outcomes(store: Store, news: list[NewKey], max_keys: int) -> list[Key 
 async def trace_creates(store: Store, trace: Callable[[str], object] | None) -> None:
     """Have the create thread's connection report every statement it runs to ``trace``
     (a statement run for many rows, once per row); None stops it."""
-    creates = store._creates
+    creates = store._creates.thread
     assert creates._conn is not None
     # On the create thread, between batches: the connection is never used by two at once.
     loop = asyncio.get_running_loop()
@@ -60,13 +60,13 @@ async def trace_creates(store: Store, trace: Callable[[str], object] | None) -> 
 def count_batches(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The size of each batch written, from now on."""
     batches: list[int] = []
-    run = store._creates.run
+    run = store._creates.thread.run
 
     async def counted(batch: list[tuple[NewKey, int]]) -> Any:
         batches.append(len(batch))
         return await run(batch)
 
-    monkeypatch.setattr(store._creates, "run", counted)
+    monkeypatch.setattr(store._creates.thread, "run", counted)
     return batches
 
 
@@ -144,7 +144,7 @@ async def test_used_at_writes_that_arrive_together_share_a_transaction(
     keys = [k for k in await outcomes(store, await new_keys(client, admin.organization_id, 12), 99)
             if isinstance(k, Key)]  # fmt: skip
     minute = to_minute(clock.now + timedelta(minutes=5))
-    statements = count_statements(store._writer, monkeypatch)
+    statements = count_statements(store.writer.conn, monkeypatch)
     await asyncio.gather(*(store.touch_used(key.id, minute) for key in keys))
     assert statements.count("begin immediate") == 1 and len(statements) == 3
     earlier = minute - timedelta(minutes=1)
@@ -216,7 +216,7 @@ async def test_a_batch_that_fails_answers_each_of_its_requests(
     made = await asyncio.wait_for(outcomes(store, news, 1000), timeout=10)
     assert [type(result) for result in made] == [error] * 3
     monkeypatch.undo()
-    conn = store._creates._conn
+    conn = store._creates.thread._conn
     assert conn is not None and not conn.in_transaction
     after = await store.list_keys(admin.organization_id, 0, 100)
     assert after.total == before.total and after.keys == before.keys
@@ -244,7 +244,7 @@ async def test_a_batch_whose_flusher_is_cancelled_still_ends_before_the_next_beg
     pending = asyncio.ensure_future(outcomes(store, first, 1000))
     while not in_commit.is_set():  # the first batch is in its commit now
         await asyncio.sleep(0.01)
-    flusher = store._flusher
+    flusher = store._creates.flusher
     assert flusher is not None and not flusher.done()
     flusher.cancel()
     next_batch = asyncio.ensure_future(outcomes(store, second, 1000))

@@ -2,7 +2,7 @@
 
 Keys are answered through ``keysvc.views`` (the hand-written twin of
 ``ApiKeySchema``). A list page is kept as UTF-8 for as long as nothing at all is
-committed (the store's ``data_version``), so repeating it costs no query.
+committed (``keysvc.db.cache.Caches.page``), so repeating it costs no query.
 """
 
 from collections import OrderedDict
@@ -82,11 +82,7 @@ async def list_keys(request: web.Request) -> web.Response:
         rest = f', "nextCursor": {views.encode(cursor)}, "totalCount": {views.encode(page.total)}'
         return views.keys_json(page.keys).encode(), rest.encode()
 
-    # The version is read before the page: a commit in between makes the kept page
-    # look older than it is, so the next request reads it again.
-    rendered = await store.pages.get_or_make(
-        ("keys", organization_id, after, limit), store.data_version(), render
-    )
+    rendered = await store.caches.page(("keys", organization_id, after, limit), render)
     return views.json_body_response(views.envelope_bytes(request[REQUEST_ID], *rendered))
 
 
@@ -119,7 +115,9 @@ async def get_key(request: web.Request) -> web.Response:
     authorize(request, organization_id, "keys:read")
     key_id, store = path_uuid(request, "keyId"), request.app[STORE]
     # A cache hit is read synchronously: no coroutine, no timer (misses are timed).
-    key = store.cached_key(organization_id, key_id) or await store.get_key(organization_id, key_id)
+    key = store.caches.cached_key(organization_id, key_id) or await store.get_key(
+        organization_id, key_id
+    )
     if key is None:
         raise NotFound(keys.NOT_FOUND)
     return _key_response(request, key)

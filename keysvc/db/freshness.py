@@ -1,4 +1,11 @@
-"""Has anything been committed since I last looked? Asked on every request, cheaply.
+"""Has anything been committed since I last looked, and has authorization moved?
+Asked on every request, cheaply.
+
+``Freshness`` answers both: the database's ``data_version``, which moves on any
+commit by any connection in any process, and ``auth_generation``, the counter
+every write that can change an authentication or authorization answer bumps
+in its own transaction (schema.sql's triggers do too, for changes by hand).
+The generation is read only when the version has moved.
 
 ``PRAGMA data_version`` is the authoritative answer, but it is a statement: it
 opens a read transaction, takes and drops WAL-index locks, and releases the
@@ -122,3 +129,39 @@ class CommitWatch:
         if self._index is not None:
             self._index.release()
             self._index = None
+
+
+GENERATION = "select value from meta where name = 'auth_generation'"
+
+
+class Freshness:
+    """The watcher connection, a synchronous one used on the event loop only for
+    ``data_version`` and the authorization generation."""
+
+    def __init__(self, watcher: sqlite3.Connection, db_path: Path):
+        self._watcher = watcher
+        self._commits = CommitWatch(watcher, db_path)
+        self._seen_version = -1
+        # The authorization generation as of the last version looked at.
+        self.generation: object = None
+
+    def look(self) -> int:
+        """``data_version`` now; ``generation`` is brought up to date with it.
+
+        Runs without a thread hop or a statement while nothing has been committed
+        (``CommitWatch``); the generation is read only when some connection has
+        committed since the last look.
+        """
+        version = self._commits.version()
+        if version != self._seen_version:
+            row = self._watcher.execute(GENERATION).fetchone()
+            self.generation = row[0] if row else None
+            self._seen_version = version
+        return version
+
+    def close_connection(self) -> None:
+        self._watcher.close()
+
+    def release(self) -> None:
+        """Let go of the WAL index: only once every connection of the store is closed."""
+        self._commits.close()

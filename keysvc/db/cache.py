@@ -1,16 +1,25 @@
-"""A bounded cache of credentials, so the hot path skips the database.
+"""The caches, and their one owner: credentials (by key-ID hash and by key UUID),
+proven Authorization headers, and rendered list pages.
 
-Entries are keyed by the keyed hash of the key ID, the same value the database
-is searched by. The cache never decides an answer: the secret is checked on
-every request against the cached keyed hash, either hashed again or through
-the keyed hash of a header already checked (a proof, see ``proven``), and
-expiry against the clock. It saves the round trip and, for a repeated header,
-the parsing and hashing; the store drops it whole whenever the authorization
-generation moves (see ``Store``).
+``Caches`` decides when each is fresh. Credentials are dropped whole whenever
+the authorization generation moves (``keysvc.db.freshness``): every write that
+can change an authentication or authorization answer bumps it in the same
+transaction, and so do schema.sql's triggers for any change to keys, their
+roles and roles, an operator's by hand included; the watcher sees the commit,
+reads the generation, and drops the cache before the next request is
+answered, in every process. ``usedAt`` writes move ``data_version`` but not
+the generation, so they do not flush it.
+
+The credential cache never decides an answer: the secret is checked on every
+request against the cached keyed hash, either hashed again or through the
+keyed hash of a header already checked (a proof, see ``proven``), and expiry
+against the clock. It saves the round trip and, for a repeated header, the
+parsing and hashing.
 
 Each entry remembers the database's ``data_version`` it was read at, so a
 reader that needs the very latest row (``usedAt`` included) can tell whether
-anything at all was committed since.
+anything at all was committed since; a list page is served only at the
+``data_version`` it was rendered at.
 """
 
 import asyncio
@@ -20,7 +29,8 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from keysvc.models import Credential
+from keysvc.db.freshness import Freshness
+from keysvc.models import Credential, Key
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -163,3 +173,105 @@ class VersionedCache(Generic[K, V]):
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+# Rendered list pages kept (each up to the page limit of keys, ~0.4 KiB a key).
+PAGE_CACHE_ENTRIES = 32
+
+
+class Caches:
+    """Every cache of committed data, kept fresh against ``Freshness``."""
+
+    def __init__(self, freshness: Freshness, cache_size: int):
+        self._freshness = freshness
+        self.credentials = CredentialCache(cache_size)
+        # Rendered answers that depend only on committed data (see data_version).
+        self._pages: VersionedCache[tuple[object, ...], tuple[bytes, bytes]] = VersionedCache(
+            PAGE_CACHE_ENTRIES if cache_size > 0 else 0
+        )
+        self._seen_generation: object = None
+
+    def data_version(self) -> int:
+        """A number that changes whenever anything is committed, by any connection in
+        any process: what was read at one value is still current while it holds.
+        Drops the credentials first if authorization has moved since the last look."""
+        version = self._freshness.look()
+        generation = self._freshness.generation
+        if generation != self._seen_generation:
+            self.credentials.clear()
+            self._seen_generation = generation
+        return version
+
+    async def page(
+        self, key: tuple[object, ...], render: Callable[[], Awaitable[tuple[bytes, bytes]]]
+    ) -> tuple[bytes, bytes]:
+        """The page rendered for ``key`` as committed now: kept, else ``render()``'s.
+
+        The version is read before the page: a commit in between makes the kept page
+        look older than it is, so the next request renders it again.
+        """
+        return await self._pages.get_or_make(key, self.data_version(), render)
+
+    def pages_kept(self) -> int:
+        return len(self._pages)
+
+    @property
+    def generation(self) -> object:
+        """The authorization generation as of the last ``data_version``."""
+        return self._seen_generation
+
+    def unchanged_since(self, generation: object) -> bool:
+        """Whether authorization is still at ``generation``, as seen before some reads
+        that awaited: only then may what they read be cached. A commit meanwhile (here
+        or in another process) may have dropped the cache already, and a record read
+        before it would otherwise be kept, and trusted, until the next such commit."""
+        self.data_version()
+        return self._seen_generation == generation
+
+    def authorization_changed(self) -> None:
+        """This process committed a change to what some key may do."""
+        self.credentials.clear()
+
+    def cached_key(self, organization_id: str, key_id: str) -> Key | None:
+        """The key as committed now, if it is cached and nothing at all was committed
+        since it was read; no statement runs."""
+        version = self.data_version()
+        entry = self.credentials.by_key(key_id)
+        if (
+            entry is not None
+            and entry.data_version == version
+            and entry.credential.key.organization_id == organization_id
+        ):
+            return entry.credential.key
+        return None
+
+    def cached_credential(self, key_id_hash: bytes) -> Credential | None:
+        """The credential, if it is cached and authorization has not moved since; no
+        statement runs."""
+        self.data_version()
+        entry = self.credentials.get(key_id_hash)
+        return entry.credential if entry is not None else None
+
+    def proven_credential(self, proof: bytes) -> Credential | None:
+        """The credential a checked Authorization header carries, found by the header's
+        keyed hash (``CredentialCache.proven``), if authorization has not moved since."""
+        self.data_version()
+        return self.credentials.proven(proof)
+
+    def remember_proof(self, proof: bytes, key_id_hash: bytes, credential: Credential) -> None:
+        """Remember that the header hashed to ``proof`` carries ``credential``'s
+        key ID (hashed to ``key_id_hash``) and its secret."""
+        self.credentials.prove(proof, key_id_hash, credential)
+
+    def keep_credential(
+        self, key_id_hash: bytes, credential: Credential, version: int, generation: object
+    ) -> None:
+        """Keep a credential read at ``version`` and ``generation``, unless authorization
+        moved while it was read."""
+        if self.unchanged_since(generation):
+            self.credentials.put(key_id_hash, credential, version)
+
+    def refresh_key(self, credential: Credential, version: int, generation: object) -> None:
+        """As ``keep_credential``, for a key read by its UUID (its entry, if cached)."""
+        if self.unchanged_since(generation):
+            self.credentials.refresh(credential, version)

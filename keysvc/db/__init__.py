@@ -1,0 +1,9 @@
+"""The data layer: SQLite connections and migrations, all SQL, the write batches,
+and the caches of committed data. ``keysvc.db.store.Store`` is its front.
+
+Its modules import one another one way: ``store`` on top; under it ``batching``,
+``roles`` and ``meta``; then ``createbatch``, ``keys`` and ``cache``; and at the
+bottom ``rows``, ``freshness``, ``connections``, ``migrations`` and ``timing``.
+Nothing here imports the domain (``keysvc.keys``, ``keysvc.roles``), auth or
+the handlers.
+"""

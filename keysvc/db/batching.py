@@ -1,0 +1,185 @@
+"""Writes that wait to share a transaction: key creates, and usedAt.
+
+Concurrent creates are grouped: one transaction, one fsync, for all the creates
+waiting (``keysvc.db.createbatch`` runs it); each request is answered only
+after that commit. usedAt writes that arrive together likewise share one
+transaction: at the turn of a minute every busy key writes at once.
+"""
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from keysvc.db import createbatch
+from keysvc.db import keys as key_sql
+from keysvc.db.connections import Writer
+from keysvc.diskspace import DiskSpace
+from keysvc.errors import InsufficientStorage
+from keysvc.models import Key, NewKey
+from keysvc.timeutil import to_text
+
+
+@dataclass
+class _PendingCreate:
+    new: NewKey
+    max_keys: int
+    recheck: createbatch.Recheck | None
+    done: "asyncio.Future[Key]" = field(repr=False)
+
+
+@dataclass
+class _PendingTouches:
+    """usedAt writes waiting for the next transaction (key UUID -> minute), and the
+    future that every request waiting on one of them shares."""
+
+    minutes: dict[str, str]
+    done: "asyncio.Future[None]" = field(repr=False)
+
+
+class Creates:
+    """Creates waiting for the next batch, and the task that writes the batches.
+
+    A batch holds the writer's lock, as every write transaction does, so creates
+    that arrive while a write runs pile up for the next batch.
+    """
+
+    def __init__(self, path: Path, writer: Writer):
+        self.thread = createbatch.CreateThread(path)
+        self._writer = writer
+        self._pending: list[_PendingCreate] = []
+        self.flusher: asyncio.Task[None] | None = None
+
+    async def open(self) -> None:
+        await self.thread.open()
+
+    async def create(
+        self, new: NewKey, max_keys: int, recheck: createbatch.Recheck | None = None
+    ) -> Key:
+        """Store a key; answered only once the transaction holding it has committed.
+        ``recheck`` runs in that transaction (``createbatch.Recheck``)."""
+        pending = _PendingCreate(new, max_keys, recheck, asyncio.get_running_loop().create_future())
+        self._pending.append(pending)
+        if self.flusher is None or self.flusher.done():
+            self.flusher = asyncio.create_task(self._flush())
+        return await asyncio.shield(pending.done)
+
+    async def _flush(self) -> None:
+        while self._pending:
+            async with self._writer.lock:
+                batch, self._pending = self._pending, []
+                await self._create_batch(batch)
+
+    async def _create_batch(self, batch: list[_PendingCreate]) -> None:
+        """One transaction for the whole batch (``CreateThread``); each request is
+        answered once it has committed."""
+        work = [(item.new, item.max_keys, item.recheck) for item in batch]
+        running = asyncio.ensure_future(self.thread.run(work))
+        try:
+            await asyncio.shield(running)
+        except asyncio.CancelledError:
+            # The batch runs to its end (shielded); its requests still get their answers.
+            running.add_done_callback(lambda done: _settle(batch, done, self._writer.space))
+            raise
+        except Exception:  # noqa: S110 - the failure is each request's answer, see _settle
+            pass
+        _settle(batch, running, self._writer.space)
+
+
+def _settle(
+    batch: Sequence[_PendingCreate],
+    done: "asyncio.Future[list[createbatch.Made]]",
+    space: DiskSpace,
+) -> None:
+    """Answer each request of a finished batch: its key, or why it failed (a full
+    disk as ``space`` says, once for the batch)."""
+    if done.cancelled() or done.exception() is not None:
+        failure = done.exception() if not done.cancelled() else None
+        cause = space.failed(failure) if isinstance(failure, Exception) else None
+        outcomes: list[createbatch.Made] = [
+            (None, cause or RuntimeError("create cancelled"))
+        ] * len(batch)
+    else:
+        space.succeeded()
+        outcomes = done.result()
+    for item, (key, error) in zip(batch, outcomes, strict=True):
+        if item.done.done():
+            continue
+        if error is not None:
+            item.done.set_exception(error)
+        elif key is not None:
+            item.done.set_result(key)
+
+
+class Touches:
+    """usedAt writes: which keys this process has written this minute, and those
+    waiting for the next transaction."""
+
+    def __init__(self, writer: Writer):
+        self._writer = writer
+        # Keys whose usedAt this process has written for the minute in _touched_minute.
+        self._touched: set[str] = set()
+        self._touched_minute: datetime | None = None
+        self._touches: _PendingTouches | None = None
+        self.flusher: asyncio.Task[None] | None = None
+
+    def needs_touch(self, key: Key, minute: datetime) -> bool:
+        """Whether ``key``'s usedAt is behind ``minute``, as far as this process knows.
+
+        A cached record keeps the usedAt it was read with, so the keys written
+        this minute are remembered here; the set starts again each minute.
+        """
+        if key.used_at is not None and key.used_at >= minute:
+            return False
+        return minute != self._touched_minute or key.id not in self._touched
+
+    async def touch(self, key_id: str, minute: datetime) -> None:
+        """Set usedAt to ``minute`` unless it is already there (at most one write a minute).
+
+        Answered once committed. On a full disk it is answered unwritten, and a
+        later request tries again.
+        """
+        if minute != self._touched_minute:
+            self._touched, self._touched_minute = set(), minute
+        self._touched.add(key_id)
+        touches = self._touches
+        if touches is None:
+            touches = self._touches = _PendingTouches(
+                {}, asyncio.get_running_loop().create_future()
+            )
+        touches.minutes[key_id] = to_text(minute)
+        if self.flusher is None or self.flusher.done():
+            self.flusher = asyncio.create_task(self._flush())
+        try:
+            await asyncio.shield(touches.done)
+        except InsufficientStorage:
+            # usedAt is not worth refusing a request for: it is written by a later one.
+            self._touched.discard(key_id)
+
+    async def _flush(self) -> None:
+        while self._touches is not None:
+            touches = None
+            try:
+                async with self._writer.transaction() as conn:
+                    # Taken once the lock is held: touches that came meanwhile join in.
+                    touches, self._touches = self._touches, None
+                    if touches is None:
+                        return
+                    await key_sql.write_used_at(conn, touches.minutes)
+            except Exception as exc:
+                if touches is None:  # failed before taking them: they fail all the same
+                    touches, self._touches = self._touches, None
+                if touches is not None and not touches.done.done():
+                    touches.done.set_exception(exc)
+                    touches.done.exception()  # retrieved, should every waiter be gone
+                continue
+            except BaseException:
+                # Cancelled: the waiters must not hang on a future nobody will settle.
+                pending = [t for t in (touches, self._touches) if t is not None]
+                self._touches = None
+                for waiting in pending:
+                    if not waiting.done.done():
+                        waiting.done.cancel()
+                raise
+            touches.done.set_result(None)

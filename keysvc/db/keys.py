@@ -1,0 +1,199 @@
+"""All SQL about keys, as plain text with ``?`` parameters.
+
+Functions here run statements on the connection they are given, inside whatever
+transaction the caller holds, and return records (``keysvc.db.rows``), never
+cursors. Lists of IDs are passed as one JSON parameter and expanded with
+``json_each``, so no SQL is ever built.
+"""
+
+import json
+import sqlite3
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+import aiosqlite
+
+from keysvc.db.connections import fetch_all, fetch_one
+from keysvc.db.rows import keys_with_roles
+from keysvc.errors import Conflict
+from keysvc.models import Key, KeyChange, NewKey
+from keysvc.timeutil import to_text
+
+KEY_BY_ID = """
+    select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
+           used_at, ip_access_list, rate_limit, rate_window
+    from api_keys where id = ? and organization_id = ?
+"""
+KEY_PAGE = """
+    select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
+           used_at, ip_access_list, rate_limit, rate_window
+    from api_keys where organization_id = ? and org_seq > ? order by org_seq limit ?
+"""
+CREDENTIAL = """
+    select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
+           used_at, ip_access_list, rate_limit, rate_window, secret_hash
+    from api_keys where key_id_hash = ?
+"""
+CREDENTIAL_BY_ID = """
+    select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
+           used_at, ip_access_list, rate_limit, rate_window, secret_hash
+    from api_keys where id = ? and organization_id = ?
+"""
+ROLES_OF_KEYS = """
+    select kr.key_id, r.id, r.name, r.type, r.permissions, r.created_at, r.updated_at
+    from key_roles kr join roles r on r.id = kr.role_id
+    where kr.key_id in (select value from json_each(?))
+    order by r.type = 'custom', r.name
+"""
+KEYS_WITH_IDS = """
+    select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
+           used_at, ip_access_list, rate_limit, rate_window
+    from api_keys where id in (select value from json_each(?)) order by seq
+"""
+INSERT_KEY = """
+    insert into api_keys (id, org_seq, organization_id, name, state, key_id_hash, secret_hash,
+                          key_suffix, ip_access_list, created_at, expire_at, rate_limit,
+                          rate_window)
+    values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+INSERT_KEY_ROLE = "insert into key_roles (key_id, role_id) values (?, ?)"
+COUNT_KEYS = "select key_count from organizations where id = ?"
+LAST_KEY_SEQ = "select last_key_seq from organizations where id = ?"
+# The effective state, as authentication sees it: expired means enabled but past expireAt.
+# julianday compares the instants, whatever fraction of a second the text carries.
+COUNT_KEYS_BY_STATE = """
+    select case
+               when state = 'disabled' then 'disabled'
+               when expire_at is not null and julianday(expire_at) <= julianday(?) then 'expired'
+               else 'enabled'
+           end as effective,
+           count(*) as n
+    from api_keys group by effective
+"""
+
+# What a create or an update is told when a constraint refuses its key, by either path.
+KEY_ID_TAKEN = "hashData.keyIdHash: a key with this key ID already exists"
+ROLE_GONE = "a role was deleted while this request ran; try again"
+
+
+async def keys_from_rows(conn: aiosqlite.Connection, rows: Sequence[sqlite3.Row]) -> list[Key]:
+    """Keys with their roles, read with one query for the whole batch."""
+    if not rows:
+        return []
+    ids = json.dumps([row["id"] for row in rows])
+    return keys_with_roles(rows, await fetch_all(conn, ROLES_OF_KEYS, (ids,)))
+
+
+async def get_key(conn: aiosqlite.Connection, organization_id: str, key_id: str) -> Key | None:
+    row = await fetch_one(conn, KEY_BY_ID, (key_id, organization_id))
+    return None if row is None else (await keys_from_rows(conn, [row]))[0]
+
+
+async def list_page(
+    conn: aiosqlite.Connection, organization_id: str, after: int, limit: int
+) -> tuple[list[Key], bool, int]:
+    """Up to ``limit`` keys after ``after`` (``Key.org_seq``), whether there are more,
+    and how many the organization holds."""
+    rows = await fetch_all(conn, KEY_PAGE, (organization_id, after, limit + 1))
+    keys = await keys_from_rows(conn, rows[:limit])
+    total = await fetch_one(conn, COUNT_KEYS, (organization_id,))
+    return keys, len(rows) > limit, total[0] if total else 0
+
+
+def key_row(key_id: str, org_seq: int, new: NewKey) -> tuple[object, ...]:
+    """INSERT_KEY's parameters for ``new``."""
+    return (
+        key_id,
+        org_seq,
+        new.organization_id,
+        new.name,
+        new.state,
+        new.key_id_hash,
+        new.secret_hash,
+        new.key_suffix,
+        json.dumps(new.ip_access_list),
+        to_text(new.created_at),
+        to_text(new.expire_at) if new.expire_at else None,
+        new.rate_limit[0] if new.rate_limit else None,
+        new.rate_limit[1] if new.rate_limit else None,
+    )
+
+
+async def insert_key_roles(
+    conn: aiosqlite.Connection, key_id: str, role_ids: Sequence[str]
+) -> None:
+    try:
+        await conn.executemany(
+            INSERT_KEY_ROLE, [(key_id, role_id) for role_id in dict.fromkeys(role_ids)]
+        )
+    except sqlite3.IntegrityError:
+        raise Conflict(ROLE_GONE) from None
+
+
+async def insert_key(conn: aiosqlite.Connection, new: NewKey) -> Key:
+    """One key, outside the create batches (bootstrap's first key)."""
+    key_id = str(uuid.uuid4())
+    last = await fetch_one(conn, LAST_KEY_SEQ, (new.organization_id,))
+    org_seq = (last[0] if last else 0) + 1
+    try:
+        await conn.execute(INSERT_KEY, key_row(key_id, org_seq, new))
+    except sqlite3.IntegrityError as exc:
+        if "key_id_hash" in str(exc):
+            raise Conflict(KEY_ID_TAKEN) from None
+        raise
+    await insert_key_roles(conn, key_id, new.role_ids)
+    key = await get_key(conn, new.organization_id, key_id)
+    assert key is not None
+    return key
+
+
+async def update_key(conn: aiosqlite.Connection, current: Key, change: KeyChange) -> None:
+    """Write ``change`` over ``current``, its roles included when it names them."""
+    expire_at = None if change.clear_expiry else change.expire_at or current.expire_at
+    rate = None if change.clear_rate_limit else change.rate_limit or current.rate_limit
+    ip_list = current.ip_access_list if change.ip_access_list is None else change.ip_access_list
+    await conn.execute(
+        "update api_keys set name = ?, state = ?, expire_at = ?, ip_access_list = ?,"
+        " rate_limit = ?, rate_window = ? where id = ?",
+        (
+            change.name or current.name,
+            change.state or current.state,
+            to_text(expire_at) if expire_at else None,
+            json.dumps(ip_list),
+            rate[0] if rate else None,
+            rate[1] if rate else None,
+            current.id,
+        ),
+    )
+    if change.role_ids is not None:
+        await conn.execute("delete from key_roles where key_id = ?", (current.id,))
+        await insert_key_roles(conn, current.id, change.role_ids)
+
+
+async def delete_key(conn: aiosqlite.Connection, organization_id: str, key_id: str) -> bool:
+    """Delete the key; False if there was none."""
+    cursor = await conn.execute(
+        "delete from api_keys where id = ? and organization_id = ?", (key_id, organization_id)
+    )
+    return cursor.rowcount > 0
+
+
+async def write_used_at(conn: aiosqlite.Connection, minutes: Mapping[str, str]) -> None:
+    """usedAt for each key UUID of ``minutes``, unless it is there already or later."""
+    await conn.executemany(
+        "update api_keys set used_at = ? where id = ? and (used_at is null or used_at < ?)",
+        [(text, key_id, text) for key_id, text in minutes.items()],
+    )
+
+
+def count_keys_by_state(conn: sqlite3.Connection, now: datetime) -> dict[str, int]:
+    """Keys of all organizations by effective state: enabled, disabled, expired.
+
+    A scan of every key: run it on a connection of its own, never on the Store's
+    reader, which authentication waits on (``keysvc.keystates`` does).
+    """
+    counts = {"enabled": 0, "disabled": 0, "expired": 0}
+    for row in conn.execute(COUNT_KEYS_BY_STATE, (to_text(now),)).fetchall():
+        counts[row["effective"]] = row["n"]
+    return counts

@@ -1,0 +1,85 @@
+"""Rows to records: ``Role`` and ``Key`` dataclasses from ``sqlite3.Row``s.
+
+Records made from rows are kept by the rows' values: a row read again unchanged
+gives back the object made before (with the JSON text views keep on it) rather
+than a new one. A list page read again after one key's usedAt moved rebuilds
+only that key. Records are immutable, so sharing them is safe; each table is
+emptied whole when full.
+"""
+
+import json
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from keysvc.models import Key, Role
+from keysvc.timeutil import from_text
+
+_T = TypeVar("_T")
+
+ROLE_COLUMNS = ("id", "name", "type", "permissions", "created_at", "updated_at")
+KEY_COLUMNS = (
+    "seq", "org_seq", "id", "organization_id", "name", "state", "key_suffix", "created_at",
+    "expire_at", "used_at", "ip_access_list", "rate_limit", "rate_window",
+)  # fmt: skip
+MADE_MAX = 4096
+_roles_made: dict[tuple[object, ...], Role] = {}
+_keys_made: dict[tuple[object, ...], Key] = {}
+
+
+def _made(
+    table: dict[tuple[object, ...], _T], values: tuple[object, ...], make: Callable[[], _T]
+) -> _T:
+    """The record made before from ``values``, else ``make()``'s, kept in ``table``."""
+    made = table.get(values)
+    if made is None:
+        made = make()
+        if len(table) >= MADE_MAX:
+            table.clear()
+        table[values] = made
+    return made
+
+
+def role_from_row(row: sqlite3.Row) -> Role:
+    return _made(
+        _roles_made,
+        tuple(row[name] for name in ROLE_COLUMNS),
+        lambda: Role(
+            id=row["id"],
+            name=row["name"],
+            type=row["type"],
+            permissions=tuple(json.loads(row["permissions"])),
+            created_at=from_text(row["created_at"]),
+            updated_at=from_text(row["updated_at"]),
+        ),
+    )
+
+
+def key_from_row(row: sqlite3.Row, roles: Sequence[Role]) -> Key:
+    return _made(
+        _keys_made,
+        (*(row[name] for name in KEY_COLUMNS), *roles),  # Role: frozen, hashable
+        lambda: Key(
+            id=row["id"],
+            seq=row["seq"],
+            org_seq=row["org_seq"],
+            organization_id=row["organization_id"],
+            name=row["name"],
+            state=row["state"],
+            key_suffix=row["key_suffix"],
+            created_at=from_text(row["created_at"]),
+            expire_at=from_text(row["expire_at"]) if row["expire_at"] else None,
+            used_at=from_text(row["used_at"]) if row["used_at"] else None,
+            ip_access_list=json.loads(row["ip_access_list"]),
+            roles=tuple(roles),
+            rate_limit=(row["rate_limit"], row["rate_window"]) if row["rate_limit"] else None,
+        ),
+    )
+
+
+def keys_with_roles(rows: Sequence[sqlite3.Row], role_rows: Sequence[sqlite3.Row]) -> list[Key]:
+    """Keys from their rows, and their roles from rows of (key_id, role columns...)."""
+    roles: dict[str, list[Role]] = {row["id"]: [] for row in rows}
+    for role_row in role_rows:
+        roles[role_row["key_id"]].append(role_from_row(role_row))
+    return [key_from_row(row, roles[row["id"]]) for row in rows]
