@@ -18,12 +18,9 @@ from keysvc.auth import authorize
 from keysvc.errors import NotFound
 from keysvc.handlers.common import ok, path_uuid, query, read_json_object
 from keysvc.models import Key
+from keysvc.routes import CREATE_KEY, DELETE_KEY, GET_KEY, LIST_KEYS, UPDATE_KEY, serves
 from keysvc.schemas import CreateKeySchema, ListKeysQuerySchema, PatchKeySchema, load
 from keysvc.state import CLOCK, HASHER, REQUEST_ID, SETTINGS, STORE
-
-routes = web.RouteTableDef()
-KEYS = "/v1/organizations/{organizationId}/keys"
-KEY = KEYS + "/{keyId}"
 
 _list_query = ListKeysQuerySchema()
 # Built once, not per request: building a marshmallow schema deep-copies its fields,
@@ -66,10 +63,10 @@ def _list_params(request: web.Request) -> Mapping[str, Any]:
     return params
 
 
-@routes.get(KEYS)
+@serves(LIST_KEYS)
 async def list_keys(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
-    authorize(request, organization_id, "keys:read")
+    authorize(request, organization_id, LIST_KEYS.needs)
     params = _list_params(request)
     hasher = request.app[HASHER]
     after = keys.decode_cursor(hasher, organization_id, params.get("cursor"))
@@ -86,10 +83,10 @@ async def list_keys(request: web.Request) -> web.Response:
     return views.json_body_response(views.envelope_bytes(request[REQUEST_ID], *rendered))
 
 
-@routes.post(KEYS)
+@serves(CREATE_KEY)
 async def create_key(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
-    caller = authorize(request, organization_id, "keys:create")
+    caller = authorize(request, organization_id, CREATE_KEY.needs)
     now = request.app[CLOCK]()
     data = _load_at(_create_body, now, await read_json_object(request))
     issued = await keys.create_key(
@@ -109,10 +106,10 @@ async def create_key(request: web.Request) -> web.Response:
     return views.json_response(views.envelope(request[REQUEST_ID], result + "}"))
 
 
-@routes.get(KEY)
+@serves(GET_KEY)
 async def get_key(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
-    authorize(request, organization_id, "keys:read")
+    authorize(request, organization_id, GET_KEY.needs)
     key_id, store = path_uuid(request, "keyId"), request.app[STORE]
     # A cache hit is read synchronously: no coroutine, no timer (misses are timed).
     key = store.caches.cached_key(organization_id, key_id) or await store.get_key(
@@ -123,10 +120,10 @@ async def get_key(request: web.Request) -> web.Response:
     return _key_response(request, key)
 
 
-@routes.patch(KEY)
+@serves(UPDATE_KEY)
 async def update_key(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
-    caller = authorize(request, organization_id, "keys:update")
+    caller = authorize(request, organization_id, UPDATE_KEY.needs)
     key_id, store = path_uuid(request, "keyId"), request.app[STORE]
     body = await read_json_object(request)
     await keys.check_update(store, caller, organization_id, key_id, body)
@@ -150,10 +147,10 @@ def _key_response(request: web.Request, key: Key) -> web.Response:
     return response
 
 
-@routes.delete(KEY)
+@serves(DELETE_KEY)
 async def delete_key(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
-    caller = authorize(request, organization_id, "keys:delete")
+    caller = authorize(request, organization_id, DELETE_KEY.needs)
     key_id = path_uuid(request, "keyId")
     await keys.delete_key(request.app[STORE], caller, organization_id, key_id, _if_match(request))
     return ok(request)
