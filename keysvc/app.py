@@ -15,6 +15,7 @@ import keysvc.handlers.metrics
 import keysvc.handlers.roles
 import keysvc.handlers.verify
 import keysvc.handlers.whoami  # noqa: F401
+from keysvc.access import Access
 from keysvc.config import Settings
 from keysvc.db.store import open_checked
 from keysvc.keystates import KeyStates
@@ -25,7 +26,6 @@ from keysvc.middleware import (
     parser_error_log,
     service_middleware,
 )
-from keysvc.observability import Access
 from keysvc.openapi import build_spec
 from keysvc.ratelimit import FailureSketch, Limits
 from keysvc.routes import METRICS as METRICS_ROUTE

@@ -42,10 +42,10 @@ from aiohttp.http_exceptions import (
 )
 from aiohttp.typedefs import Handler, Middleware
 
+from keysvc.access import Access
 from keysvc.auth import guarded
 from keysvc.errors import ApiError, BadFraming
 from keysvc.logs import Throttled
-from keysvc.observability import Access
 from keysvc.state import PARSER_ERROR_LOG, REQUEST_ID, SETTINGS, InFlight
 
 # nginx's code for a client that went away before the answer was ready.
@@ -128,7 +128,7 @@ def service_middleware(
     - a fresh request ID, sent back as ``X-Request-Id``;
     - the caller authenticated, unless the route is public (``keysvc.auth.guarded``);
     - every failure answered in the envelope, a 500 logged with its request ID;
-    - the access record of the answer as sent (``keysvc.observability``);
+    - the access record of the answer as sent (``keysvc.access``);
     - the requests in flight, which a shutdown waits for (``keysvc.cli``), counted.
 
     One layer rather than one per concern: each aiohttp middleware is another

@@ -29,9 +29,9 @@ from keysvc import __version__
 from keysvc import schemas as s
 from keysvc.credentials import SUFFIX_LENGTH
 from keysvc.permissions import MAX_PERMISSION_LENGTH, PERMISSION
+from keysvc.render import MAX_PERMISSIONS_HEADER
 from keysvc.routes import KEY_PATH, KEYS_PATH, ROLE_PATH, ROLES_PATH, ROUTES, Route
 from keysvc.timeutil import utcnow
-from keysvc.views import MAX_PERMISSIONS_HEADER
 
 _ERRORS = {
     400: "The request cannot be processed due to a client error: `error` names the field and why.",

@@ -1,6 +1,6 @@
 """Key views: list, create, read, update and delete keys of an organization.
 
-Keys are answered through ``keysvc.views`` (the hand-written twin of
+Keys are answered through ``keysvc.render`` (the hand-written twin of
 ``ApiKeySchema``). A list page is kept as UTF-8 for as long as nothing at all is
 committed (``keysvc.db.cache.Caches.page``), so repeating it costs no query.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import hdrs, web
 
-from keysvc import keys, views
+from keysvc import keys, render
 from keysvc.auth import authorize
 from keysvc.errors import NotFound
 from keysvc.handlers.common import ok, path_uuid, query, read_json_object
@@ -73,14 +73,14 @@ async def list_keys(request: web.Request) -> web.Response:
     store = request.app[STORE]
     limit = params["limit"]
 
-    async def render() -> tuple[bytes, bytes]:
+    async def page_text() -> tuple[bytes, bytes]:
         page = await store.list_keys(organization_id, after, limit)
         cursor = keys.next_cursor(hasher, organization_id, page)
-        rest = f', "nextCursor": {views.encode(cursor)}, "totalCount": {views.encode(page.total)}'
-        return views.keys_json(page.keys).encode(), rest.encode()
+        rest = f', "nextCursor": {render.encode(cursor)}, "totalCount": {render.encode(page.total)}'
+        return render.keys_json(page.keys).encode(), rest.encode()
 
-    rendered = await store.caches.page(("keys", organization_id, after, limit), render)
-    return views.json_body_response(views.envelope_bytes(request[REQUEST_ID], *rendered))
+    rendered = await store.caches.page(("keys", organization_id, after, limit), page_text)
+    return render.json_body_response(render.envelope_bytes(request[REQUEST_ID], *rendered))
 
 
 @serves(CREATE_KEY)
@@ -99,11 +99,11 @@ async def create_key(request: web.Request) -> web.Response:
         request.app[SETTINGS].max_keys_per_org,
     )
     # With hashData the client chose its own credentials: none are echoed.
-    result = f'{{"key": {views.key_json(issued.key)}'
+    result = f'{{"key": {render.key_json(issued.key)}'
     if issued.key_id is not None:
-        result += f', "keyId": {views.encode(issued.key_id)}'
-        result += f', "keySecret": {views.encode(issued.secret)}'
-    return views.json_response(views.envelope(request[REQUEST_ID], result + "}"))
+        result += f', "keyId": {render.encode(issued.key_id)}'
+        result += f', "keySecret": {render.encode(issued.secret)}'
+    return render.json_response(render.envelope(request[REQUEST_ID], result + "}"))
 
 
 @serves(GET_KEY)
@@ -141,7 +141,7 @@ def _if_match(request: web.Request) -> list[str] | None:
 
 def _key_response(request: web.Request, key: Key) -> web.Response:
     """The key in the envelope, with its ETag for a later If-Match."""
-    response = views.json_response(views.envelope(request[REQUEST_ID], views.key_json(key)))
+    response = render.json_response(render.envelope(request[REQUEST_ID], render.key_json(key)))
     # Quoted hex already, as the ETag setter would write it: set as it is.
     response.headers[hdrs.ETAG] = key.etag
     return response

@@ -12,7 +12,7 @@ whoever reads the proxy's logs sees why.
 
 from aiohttp import web
 
-from keysvc import views
+from keysvc import render
 from keysvc.auth import authorize_organization, authorize_permission
 from keysvc.errors import BadRequest
 from keysvc.permissions import MAX_PERMISSION_LENGTH, PERMISSION
@@ -71,6 +71,6 @@ async def verify(request: web.Request) -> web.Response:
         headers={
             "X-Key-Id": caller.id,
             "X-Organization-Id": caller.organization_id,
-            "X-Key-Permissions": views.permissions_header(caller),
+            "X-Key-Permissions": render.permissions_header(caller),
         },
     )
