@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from keysvc import render
+from keysvc import envelope, render
 from keysvc.models import Key, Role
 from keysvc.schemas import ApiKeySchema, CreateKeyResultSchema
 from keysvc.state import STORE
@@ -84,12 +84,12 @@ def test_the_text_is_made_once_per_key_and_never_outlives_it() -> None:
 
 def test_the_envelope_is_what_json_dumps_makes() -> None:
     result = ApiKeySchema().dump(KEYS[-1])
-    text = render.envelope("a-request-id", render.key_json(KEYS[-1]), ', "totalCount": 3')
+    text = envelope.envelope("a-request-id", render.key_json(KEYS[-1]), ', "totalCount": 3')
     assert text == json.dumps(
         {"status": 200, "requestId": "a-request-id", "result": result, "totalCount": 3}
     )
     page = render.keys_json(KEYS).encode()
-    body = render.envelope_bytes("a-request-id", page, b', "totalCount": 3')
+    body = envelope.envelope_bytes("a-request-id", page, b', "totalCount": 3')
     assert body == json.dumps(
         {
             "status": 200,

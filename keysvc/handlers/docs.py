@@ -16,8 +16,8 @@ from pathlib import Path
 
 from aiohttp import hdrs, web
 
+from keysvc.envelope import ok
 from keysvc.errors import NotFound
-from keysvc.handlers.common import ok
 from keysvc.routes import DOCS, DOCS_ASSET, OPENAPI_DOCUMENT, ROOT, serves
 from keysvc.state import OPENAPI
 

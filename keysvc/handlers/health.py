@@ -5,8 +5,8 @@ import sqlite3
 
 from aiohttp import web
 
+from keysvc.envelope import ok
 from keysvc.errors import ServiceUnavailable
-from keysvc.handlers.common import ok
 from keysvc.routes import HEALTHZ, READYZ, serves
 from keysvc.state import STORE
 

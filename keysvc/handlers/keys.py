@@ -15,8 +15,9 @@ from aiohttp import hdrs, web
 
 from keysvc import keys, render
 from keysvc.auth import authorize
+from keysvc.envelope import envelope, envelope_bytes, json_body_response, json_response, ok
 from keysvc.errors import NotFound
-from keysvc.handlers.common import ok, path_uuid, query, read_json_object
+from keysvc.handlers.common import path_uuid, query, read_json_object
 from keysvc.models import Key
 from keysvc.routes import CREATE_KEY, DELETE_KEY, GET_KEY, LIST_KEYS, UPDATE_KEY, serves
 from keysvc.schemas import CreateKeySchema, ListKeysQuerySchema, PatchKeySchema, load
@@ -80,7 +81,7 @@ async def list_keys(request: web.Request) -> web.Response:
         return render.keys_json(page.keys).encode(), rest.encode()
 
     rendered = await store.caches.page(("keys", organization_id, after, limit), page_text)
-    return render.json_body_response(render.envelope_bytes(request[REQUEST_ID], *rendered))
+    return json_body_response(envelope_bytes(request[REQUEST_ID], *rendered))
 
 
 @serves(CREATE_KEY)
@@ -103,7 +104,7 @@ async def create_key(request: web.Request) -> web.Response:
     if issued.key_id is not None:
         result += f', "keyId": {render.encode(issued.key_id)}'
         result += f', "keySecret": {render.encode(issued.secret)}'
-    return render.json_response(render.envelope(request[REQUEST_ID], result + "}"))
+    return json_response(envelope(request[REQUEST_ID], result + "}"))
 
 
 @serves(GET_KEY)
@@ -141,7 +142,7 @@ def _if_match(request: web.Request) -> list[str] | None:
 
 def _key_response(request: web.Request, key: Key) -> web.Response:
     """The key in the envelope, with its ETag for a later If-Match."""
-    response = render.json_response(render.envelope(request[REQUEST_ID], render.key_json(key)))
+    response = json_response(envelope(request[REQUEST_ID], render.key_json(key)))
     # Quoted hex already, as the ETag setter would write it: set as it is.
     response.headers[hdrs.ETAG] = key.etag
     return response

@@ -2,7 +2,7 @@
 
 from aiohttp import web
 
-from keysvc.handlers.common import ok
+from keysvc.envelope import ok
 from keysvc.routes import WHOAMI, serves
 from keysvc.schemas import WhoAmISchema
 from keysvc.state import CALLER
