@@ -7,10 +7,17 @@ from datetime import timedelta
 
 from aiohttp import web
 
+# Imported for their views, each of which binds itself to its route (keysvc.routes.serves).
+import keysvc.handlers.docs
+import keysvc.handlers.health
+import keysvc.handlers.keys
+import keysvc.handlers.metrics
+import keysvc.handlers.roles
+import keysvc.handlers.verify
+import keysvc.handlers.whoami  # noqa: F401
+from keysvc.access import Access
 from keysvc.config import Settings
 from keysvc.db.store import open_checked
-from keysvc.handlers import docs, health, keys, roles, verify, whoami
-from keysvc.handlers.metrics import routes as metrics_routes
 from keysvc.keystates import KeyStates
 from keysvc.metrics import KEYS_COUNTED_EVERY_SECONDS, Metrics
 from keysvc.middleware import (
@@ -19,9 +26,10 @@ from keysvc.middleware import (
     parser_error_log,
     service_middleware,
 )
-from keysvc.observability import Access
 from keysvc.openapi import build_spec
 from keysvc.ratelimit import FailureSketch, Limits
+from keysvc.routes import METRICS as METRICS_ROUTE
+from keysvc.routes import ROUTES, register
 from keysvc.state import (
     CLOCK,
     HASHER,
@@ -87,10 +95,9 @@ def create_app(
     app[PARSER_ERROR_LOG] = parser_error_log(logger)
     app[OPENAPI] = build_spec()
     app.cleanup_ctx.append(_database)
-    for module in (docs, health, keys, roles, verify, whoami):
-        app.router.add_routes(module.routes)
+    # /metrics is served only when metrics are on; otherwise it is an ordinary 404.
+    register(app.router, tuple(r for r in ROUTES if metrics is not None or r is not METRICS_ROUTE))
     if metrics is not None:
         app[METRICS] = metrics
         app.cleanup_ctx.append(_key_states)
-        app.router.add_routes(metrics_routes)
     return app

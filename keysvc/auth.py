@@ -31,7 +31,7 @@ import hmac
 import ipaddress
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import NoReturn
 
@@ -47,11 +47,10 @@ from keysvc.metrics import AuthReason
 from keysvc.models import Credential, Key
 from keysvc.permissions import has_permission
 from keysvc.ratelimit import Decision, Limits
+from keysvc.routes import is_public
 from keysvc.state import AUTH_OUTCOME, CALLER, CLOCK, HASHER, LIMITS, METRICS, SETTINGS, STORE
 from keysvc.timeutil import to_minute
 
-View = Callable[[web.Request], Awaitable[web.StreamResponse]]
-_PUBLIC: set[View] = set()
 # Compared against when the key ID is unknown, so both failures do the same work.
 _ABSENT = bytes(32)
 # Longest Authorization header read: room for a key ID and secret of your own
@@ -59,12 +58,6 @@ _ABSENT = bytes(32)
 MAX_AUTHORIZATION = 4096
 # The store-timing operation every credential check is observed as (keysvc.metrics).
 CHECK_CREDENTIALS = "check_credentials"
-
-
-def public(view: View) -> View:
-    """Mark a view as needing no credentials."""
-    _PUBLIC.add(view)
-    return view
 
 
 def parse_basic(header: str | None) -> tuple[str, str] | None:
@@ -355,9 +348,10 @@ async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
 
 async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
     """``handler``'s answer, for an admitted caller (``request[CALLER]``) unless the
-    route is public; the caller's request-limit standing goes on the answer."""
+    route is declared public (``keysvc.routes``); the caller's request-limit standing
+    goes on the answer."""
     match = request.match_info
-    if match.http_exception is not None or match.handler in _PUBLIC:
+    if match.http_exception is not None or is_public(match.handler):
         return await handler(request)
     request[CALLER], decision = await _admit(request)
     response = await handler(request)

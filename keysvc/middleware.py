@@ -1,7 +1,8 @@
 """keysvc's middleware: a fresh request ID on every request, and every
 failure, aiohttp's own 404/405/413 included, answered in the JSON envelope.
 A 500 shows nothing of the cause; it is logged with its request ID. This is
-the only place that writes an error body.
+the only place that answers with an error envelope (whose text
+``keysvc.envelope`` owns).
 
 Requests aiohttp's HTTP parser refuses (a request line or header over
 ``MAX_LINE_BYTES``, a bad Content-Length, broken chunked framing, too many
@@ -25,7 +26,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from http import HTTPStatus
 
 from aiohttp import hdrs, web
@@ -42,26 +43,15 @@ from aiohttp.http_exceptions import (
 )
 from aiohttp.typedefs import Handler, Middleware
 
+from keysvc.access import Access
 from keysvc.auth import guarded
+from keysvc.envelope import error_response
 from keysvc.errors import ApiError, BadFraming
 from keysvc.logs import Throttled
-from keysvc.observability import Access
 from keysvc.state import PARSER_ERROR_LOG, REQUEST_ID, SETTINGS, InFlight
 
 # nginx's code for a client that went away before the answer was ready.
 CLIENT_CLOSED = 499
-
-
-def error_body(request_id: str, status: int, message: str) -> dict[str, object]:
-    return {"status": status, "error": message, "requestId": request_id}
-
-
-def _error_response(
-    request_id: str, status: int, message: str, headers: Mapping[str, str] | None = None
-) -> web.Response:
-    return web.json_response(
-        error_body(request_id, status, message), status=status, headers=headers
-    )
 
 
 def _from_http_exception(
@@ -79,7 +69,7 @@ def _from_http_exception(
         )
     else:
         message = exc.reason
-    response = _error_response(request_id, exc.status, message, headers)
+    response = error_response(request_id, exc.status, message, headers)
     if isinstance(exc, web.HTTPRequestEntityTooLarge):
         # The rest of the body is never read, so the connection cannot carry another request.
         response.force_close()
@@ -128,7 +118,7 @@ def service_middleware(
     - a fresh request ID, sent back as ``X-Request-Id``;
     - the caller authenticated, unless the route is public (``keysvc.auth.guarded``);
     - every failure answered in the envelope, a 500 logged with its request ID;
-    - the access record of the answer as sent (``keysvc.observability``);
+    - the access record of the answer as sent (``keysvc.access``);
     - the requests in flight, which a shutdown waits for (``keysvc.cli``), counted.
 
     One layer rather than one per concern: each aiohttp middleware is another
@@ -148,14 +138,14 @@ def service_middleware(
                     raise BadFraming()
                 response = await guarded(request, handler)
             except ApiError as exc:
-                response = _error_response(request_id, exc.status, exc.message, exc.headers)
+                response = error_response(request_id, exc.status, exc.message, exc.headers)
                 if exc.closes:
                     response.force_close()
             except web.HTTPException as exc:
                 response = _from_http_exception(request, request_id, exc)
             except Exception:
                 logger.exception("internal error, requestId=%s", request_id)
-                response = _error_response(request_id, 500, "internal server error")
+                response = error_response(request_id, 500, "internal server error")
             response.headers["X-Request-Id"] = request_id
             status = response.status
             return response
@@ -241,7 +231,7 @@ def _handle_error(
             _parser_error_kind(exc),
             extra={"requestId": request_id, "remote": request.remote},
         )
-    envelope = _error_response(request_id, status, text)
+    envelope = error_response(request_id, status, text)
     envelope.headers["X-Request-Id"] = request_id
     envelope.force_close()
     return envelope

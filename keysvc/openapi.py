@@ -17,21 +17,21 @@ says ISO-8601. Responses carry OpenAPI links from
 each create to the operations on what it created.
 """
 
+import re
+from datetime import UTC, datetime
 from typing import Any
 
 from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
+from marshmallow import Schema
 
 from keysvc import __version__
 from keysvc import schemas as s
 from keysvc.credentials import SUFFIX_LENGTH
 from keysvc.permissions import MAX_PERMISSION_LENGTH, PERMISSION
+from keysvc.render import MAX_PERMISSIONS_HEADER
+from keysvc.routes import KEY_PATH, KEYS_PATH, ROLE_PATH, ROLES_PATH, ROUTES, Route
 from keysvc.timeutil import utcnow
-from keysvc.views import MAX_PERMISSIONS_HEADER
-
-ORG = "/v1/organizations/{organizationId}"
-KEYS, KEY = ORG + "/keys", ORG + "/keys/{keyId}"
-ROLES, ROLE = ORG + "/roles", ORG + "/roles/{roleId}"
 
 _ERRORS = {
     400: "The request cannot be processed due to a client error: `error` names the field and why.",
@@ -50,7 +50,6 @@ _ERRORS = {
     503: "Not ready: the database does not answer, its schema is not current, or its disk is full.",
     507: "The database's disk is full: nothing was written. Reads still work; retry later.",
 }
-_AUTHENTICATED = (400, 401, 403, 429, 500)
 _WITH_BODY = (413, 415)
 
 
@@ -185,16 +184,6 @@ def _paging(counted: str) -> dict[str, Any]:
     }
 
 
-_ROLES_LIST = (
-    "Needs the permission `roles:read`. System roles first, then custom roles, each by name "
-    "(code point order), in pages of `limit` (keysvc addition; upstream answers one list). "
-    "An organization holds at most KEYSVC_MAX_ROLES_PER_ORG custom roles (default 1000)."
-)
-_ROLE_CREATE = (
-    "Needs the permission `roles:write`. 409 when the organization already holds "
-    "KEYSVC_MAX_ROLES_PER_ORG custom roles (default 1000), or when an actor already holds "
-    f"{s.MAX_ROLE_IDS} roles."
-)
 _ETAG = {"ETag": {"description": "Version of the key, for If-Match", "schema": {"type": "string"}}}
 _IF_MATCH = {
     "in": "header",
@@ -205,144 +194,75 @@ _IF_MATCH = {
     "schema": {"type": "string"},
     "x-keysvc-addition": True,
 }
+_PATH_PARAMS = {"organizationId": _ORG_PARAM, "keyId": _KEY_PARAM, "roleId": _ROLE_PARAM}
+_PATH_PARAM = re.compile(r"\{([^}]+)\}")
+
+
+def _params(route: Route) -> list[dict[str, Any]]:
+    """The route's path parameters, then its query and header ones."""
+    params = [
+        _PATH_PARAMS.get(name)
+        or {"in": "path", "name": name, "required": True, "schema": {"type": "string"}}
+        for name in _PATH_PARAM.findall(route.path)
+    ]
+    if route.paged:
+        params.extend(_LIST_PARAMS)
+    if route.if_match:
+        params.append(_IF_MATCH)
+    return params
 
 
 def _op(
-    operation_id: str,
-    summary: str,
-    permission: str | None,
-    params: list[dict[str, Any]],
+    route: Route,
     ok: dict[str, Any],
-    statuses: tuple[int, ...],
-    body: str | None = None,
-    tag: str = "keys",
-    description: str | None = None,
+    operation_id: str | None = None,
+    params: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     operation: dict[str, Any] = {
-        "operationId": operation_id,
-        "summary": summary,
-        "tags": [tag],
-        "parameters": params,
-        "responses": _responses(ok, statuses + (_WITH_BODY if body else ())),
+        "operationId": operation_id or route.operation_id,
+        "summary": route.summary,
+        "tags": [route.tag],
+        "parameters": _params(route) if params is None else params,
+        "responses": _responses(ok, route.statuses + (_WITH_BODY if route.body else ())),
     }
-    if description:
-        operation["description"] = description
-    elif permission:
-        operation["description"] = f"Needs the permission `{permission}`."
-    if body:
+    if route.description:
+        operation["description"] = route.description
+    elif route.permission:
+        operation["description"] = f"Needs the permission `{route.permission}`."
+    if route.body:
         operation["requestBody"] = {
             "required": True,
-            "content": {"application/json": {"schema": _ref(body)}},
+            "content": {"application/json": {"schema": _ref(_COMPONENT_OF[route.body])}},
         }
     return operation
 
 
+def _authenticated(route: Route) -> dict[str, Any]:
+    """An operation whose success is the envelope around the route's response."""
+    if route.response is None:
+        return _op(route, _json(_envelope(None), route.answer))
+    result = _ref(_COMPONENT_OF[route.response])
+    if route.paged:
+        page = _envelope({"type": "array", "items": result}, **_paging(route.paged))
+        return _op(route, _json(page, route.answer))
+    # A key's answer carries its ETag, for a later If-Match.
+    headers = _ETAG if route.response is s.ApiKeySchema else {}
+    return _op(route, _json(_envelope(result), route.answer, headers=headers))
+
+
 def _operations() -> dict[str, dict[str, Any]]:
-    ok_key = _json(_envelope(_ref("ApiKey")), "The key.", headers=_ETAG)
-    ok_role = _json(_envelope(_ref("RBACRole")), "The role.")
-    ok_empty = _json(_envelope(None), "Done: the envelope has no result.")
-    key_params, role_params = [_ORG_PARAM, _KEY_PARAM], [_ORG_PARAM, _ROLE_PARAM]
-    a = _AUTHENTICATED
-    w = (*a, 507)  # writes: refused whole on a full disk
-    return {
-        KEYS: {
-            "get": _op(
-                "openapiKeyGetList", "Get list of all keys, oldest first", "keys:read",
-                [_ORG_PARAM, *_LIST_PARAMS],
-                _json(
-                    _envelope({"type": "array", "items": _ref("ApiKey")}, **_paging("keys")),
-                    "Keys.",
-                ),
-                a,
-            ),
-            "post": _op(
-                "openapiKeyCreate", "Create key", "keys:create", [_ORG_PARAM],
-                _json(_envelope(_ref("ApiKeyPostResponse")), "The key, and its credentials once."),
-                (*w, 409), body="ApiKeyPostRequest",
-            ),
-        },
-        KEY: {
-            "get": _op(
-                "openapiKeyGet", "Get key details", "keys:read", key_params, ok_key, (*a, 404)
-            ),
-            "patch": _op(
-                "openapiKeyUpdate", "Update key", "keys:update", [*key_params, _IF_MATCH],
-                ok_key, (*w, 404, 412), body="ApiKeyPatchRequest",
-            ),
-            "delete": _op(
-                "openapiKeyDelete", "Delete key (not the one making the request)", "keys:delete",
-                [*key_params, _IF_MATCH], ok_empty, (*w, 404, 412),
-            ),
-        },
-        ROLES: {
-            "get": _op(
-                "organizationRolesGetList", "Get list of system and custom roles", "roles:read",
-                [_ORG_PARAM, *_LIST_PARAMS],
-                _json(
-                    _envelope({"type": "array", "items": _ref("RBACRole")}, **_paging("roles")),
-                    "Roles.",
-                ),
-                a, tag="roles", description=_ROLES_LIST,
-            ),
-            "post": _op(
-                "organizationRolePost", "Create a custom role", "roles:write", [_ORG_PARAM],
-                ok_role, (*w, 409), body="RoleCreateRequest", tag="roles",
-                description=_ROLE_CREATE,
-            ),
-        },
-        ROLE: {
-            "get": _op(
-                "organizationRoleGet", "Get role details", "roles:read", role_params, ok_role,
-                (*a, 404), tag="roles",
-            ),
-            "patch": _op(
-                "organizationRolePatch", "Update a custom role", "roles:write", role_params,
-                ok_role, (*w, 404, 409), body="RoleUpdateRequest", tag="roles",
-            ),
-            "delete": _op(
-                "organizationRoleDelete", "Delete a custom role no key holds", "roles:write",
-                role_params, ok_empty, (*w, 404, 409), tag="roles",
-            ),
-        },
-        "/v1/whoami": {
-            "get": _op(
-                "keysvcWhoAmI", "The calling key (keysvc addition)", None, [],
-                _json(_envelope(_ref("WhoAmI")), "The calling key."), (401, 403, 429, 500),
-                tag="keysvc",
-            ),
-        },
-        "/v1/verify": {method: _verify(method) for method in ("get", "head", "post")},
-        "/": {
-            "get": _public(
-                "keysvcRoot", "Where to start: the docs page and this document", (500,),
-                ("docs", "openapi"),
-            )
-        },
-        "/healthz": {"get": _public("keysvcHealthz", "The process is alive", (500,))},
-        "/readyz": {"get": _public("keysvcReadyz", "The database answers", (500, 503))},
-        "/metrics": {
-            "get": _plain(
-                "keysvcMetrics",
-                "Prometheus metrics (401 without the bearer token when KEYSVC_METRICS_TOKEN"
-                " is set; 404 when KEYSVC_METRICS=off)",
-                "text/plain",
-                (401, 404, 500),
-            )
-        },
-        "/v1/openapi.json": {
-            "get": _plain("keysvcOpenApi", "This document", "application/json", (500,))
-        },
-        "/docs": {"get": _plain("keysvcDocs", "This document, rendered", "text/html", (500,))},
-        "/docs/assets/{name}": {
-            "get": _plain(
-                "keysvcDocsAsset",
-                "An asset of the docs page",
-                "application/octet-stream",
-                (404, 500),
-                [{"in": "path", "name": "name", "required": True, "schema": {"type": "string"}}],
-            )
-        },
-    }  # fmt: skip
+    operations: dict[str, dict[str, Any]] = {}
+    for route in ROUTES:
+        on_path = operations.setdefault(route.path, {})
+        if route.method == "*":
+            on_path.update({method: _verify(route, method) for method in ("get", "head", "post")})
+        elif route.media_type:
+            on_path[route.method.lower()] = _plain(route, route.media_type)
+        elif route.public:
+            on_path[route.method.lower()] = _public(route)
+        else:
+            on_path[route.method.lower()] = _authenticated(route)
+    return operations
 
 
 def _link(operations: dict[str, dict[str, Any]]) -> None:
@@ -352,8 +272,8 @@ def _link(operations: dict[str, dict[str, Any]]) -> None:
     then read it again and get the 404.
     """
     for collection, item, param, created in (
-        (KEYS, KEY, "keyId", "$response.body#/result/key/id"),
-        (ROLES, ROLE, "roleId", "$response.body#/result/id"),
+        (KEYS_PATH, KEY_PATH, "keyId", "$response.body#/result/key/id"),
+        (ROLES_PATH, ROLE_PATH, "roleId", "$response.body#/result/id"),
     ):
         on_item = operations[item]
         post = operations[collection]["post"]["responses"]
@@ -378,7 +298,7 @@ def _links(on_item: dict[str, Any], param: str, value: str) -> dict[str, Any]:
     }
 
 
-def _verify(method: str) -> dict[str, Any]:
+def _verify(route: Route, method: str) -> dict[str, Any]:
     """Forward auth (keysvc addition): any method; these three are the ones proxies use."""
     ok = {
         "description": "Allowed: no body; the headers say who the caller is.",
@@ -395,10 +315,10 @@ def _verify(method: str) -> dict[str, Any]:
             },
         },
     }
-    operation = _op(
-        f"keysvcVerify{method.capitalize()}",
-        "Is this caller allowed? (forward auth; keysvc addition)",
-        None,
+    return _op(
+        route,
+        ok,
+        f"{route.operation_id}{method.capitalize()}",
         [
             {
                 "in": "header",
@@ -434,24 +354,14 @@ def _verify(method: str) -> dict[str, Any]:
                 "schema": {"type": "string", "format": "uuid", "pattern": f"^{_UUID}$"},
             },
         ],
-        ok,
-        (400, 401, 403, 429, 500),
-        tag="keysvc",
     )
-    return operation
 
 
-def _plain(
-    operation_id: str,
-    summary: str,
-    media_type: str,
-    statuses: tuple[int, ...],
-    params: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+def _plain(route: Route, media_type: str) -> dict[str, Any]:
     """A public operation whose success is not an envelope."""
-    operation = _op(operation_id, summary, None, params or [], {}, statuses, tag="ops")
+    operation = _op(route, {})
     operation["responses"]["200"] = {
-        "description": summary,
+        "description": route.summary,
         "headers": _HEADERS,
         "content": {media_type: {"schema": {"type": "string"} if "json" not in media_type
                                  else {"type": "object"}}},
@@ -460,21 +370,14 @@ def _plain(
     return operation
 
 
-def _public(
-    operation_id: str,
-    summary: str,
-    statuses: tuple[int, ...],
-    fields: tuple[str, ...] = ("status",),
-) -> dict[str, Any]:
-    """A public operation whose result is an object of the string ``fields``."""
+def _public(route: Route) -> dict[str, Any]:
+    """A public operation whose result is an object of the route's string ``fields``."""
     result = {
         "type": "object",
-        "properties": {name: {"type": "string"} for name in fields},
-        "required": list(fields),
+        "properties": {name: {"type": "string"} for name in route.fields},
+        "required": list(route.fields),
     }
-    operation = _op(
-        operation_id, summary, None, [], _json(_envelope(result), summary), statuses, tag="ops"
-    )
+    operation = _op(route, _json(_envelope(result), route.summary))
     operation["security"] = []
     return operation
 
@@ -501,7 +404,23 @@ def build_spec() -> dict[str, Any]:
         {"type": "http", "scheme": "basic", "description": "Key ID and key secret."},
     )
     now = utcnow()
-    for name, schema in (
+    for name, schema in _components(now):
+        spec.components.schema(name, schema=schema)
+    for status_type, name in (("number", "Error"), ("integer", "InternalError")):
+        spec.components.schema(name, _error_schema(status_type))
+    operations = _operations()
+    _link(operations)
+    for path, path_operations in operations.items():
+        spec.path(path=path, operations=path_operations)
+    document = spec.to_dict()
+    _tighten(document["components"]["schemas"])
+    return document
+
+
+def _components(now: datetime) -> tuple[tuple[str, Schema | type[Schema]], ...]:
+    """The schema components by their upstream names; the request schemas check
+    expireAt against ``now``."""
+    return (
         ("AssignedRole", s.AssignedRoleSchema),
         ("IpAccessListEntry", s.IpAccessListEntrySchema),
         ("ApiKeyHashData", s.HashDataSchema),
@@ -517,17 +436,14 @@ def build_spec() -> dict[str, Any]:
         ("RoleCreateRequest", s.CreateRoleSchema),
         ("RoleUpdateRequest", s.UpdateRoleSchema),
         ("WhoAmI", s.WhoAmISchema),
-    ):
-        spec.components.schema(name, schema=schema)
-    for status_type, name in (("number", "Error"), ("integer", "InternalError")):
-        spec.components.schema(name, _error_schema(status_type))
-    operations = _operations()
-    _link(operations)
-    for path, path_operations in operations.items():
-        spec.path(path=path, operations=path_operations)
-    document = spec.to_dict()
-    _tighten(document["components"]["schemas"])
-    return document
+    )
+
+
+# A route's body or response schema by its component name.
+_COMPONENT_OF: dict[type[Schema], str] = {
+    schema if isinstance(schema, type) else type(schema): name
+    for name, schema in _components(datetime.fromtimestamp(0, UTC))
+}
 
 
 _ONE_ROLE = "A key needs at least one role: a non-empty roles or assignedRoleIds."

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from keysvc import access
 from keysvc import logs as logs_module
-from keysvc import observability
 from keysvc.config import ConfigError, build_settings
 from keysvc.credentials import new_key_id, new_secret
 from keysvc.logs import (
@@ -321,7 +321,7 @@ def test_the_access_line_written_by_hand_is_the_formatters(values: tuple[Any, ..
     """The access log's own path (no record: the formatter's head, then
     AccessEntry.fields_json, formatted by the writer) writes, byte for byte, what
     JsonFormatter writes for a record with AccessEntry.fields, time aside."""
-    entry = observability.AccessEntry(*values)
+    entry = access.AccessEntry(*values)
     stream = io.StringIO()
     logging.getLogger().handlers.clear()  # pytest's capture: then records instead
     handler = configure_logging("info", stream, background=True)
@@ -352,7 +352,7 @@ def test_once_the_writer_is_gone_access_lines_are_written_directly(
     handler = configure_logging("info", stream, background=True)
     assert isinstance(handler, QueueingHandler)
     lines = AccessLines(logging.getLogger("keysvc.test.access"), "request")
-    entry = observability.AccessEntry("r", "GET", KEY, 200, 0.001, "::1", None, "ok")
+    entry = access.AccessEntry("r", "GET", KEY, 200, 0.001, "::1", None, "ok")
 
     def dies(self: object, items: list[object]) -> bool:
         raise SystemExit  # as an uncaught error in the thread would end it
@@ -459,9 +459,7 @@ def test_access_lines_go_through_logging_when_another_handler_listens(
     try:
         with caplog.at_level(logging.INFO):
             AccessLines(logger, "request").emit(
-                observability.AccessEntry(
-                    "r", "GET", KEY, 401, 0.1, None, None, "invalid_credentials"
-                )
+                access.AccessEntry("r", "GET", KEY, 401, 0.1, None, None, "invalid_credentials")
             )
         handler.flush()
     finally:

@@ -1,4 +1,4 @@
-"""The hand-written key answers (keysvc.views) are exactly what the marshmallow
+"""The hand-written key answers (keysvc.render) are exactly what the marshmallow
 schemas dump, and the envelopes byte for byte what json.dumps makes of the body."""
 
 import dataclasses
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from keysvc import views
+from keysvc import envelope, render
 from keysvc.models import Key, Role
 from keysvc.schemas import ApiKeySchema, CreateKeyResultSchema
 from keysvc.state import STORE
@@ -61,35 +61,35 @@ KEYS = [
 @pytest.mark.parametrize("value", KEYS)
 def test_api_key_is_what_the_schema_dumps(value: Key) -> None:
     expected = ApiKeySchema().dump(value)
-    made = views.api_key(value)
+    made = render.api_key(value)
     assert made == expected
     assert list(made) == list(expected)  # the same fields in the same order
-    assert views.key_json(value) == json.dumps(expected)
+    assert render.key_json(value) == json.dumps(expected)
 
 
 def test_a_list_is_what_the_schema_dumps() -> None:
-    assert views.keys_json(KEYS) == json.dumps(ApiKeySchema(many=True).dump(KEYS))
-    assert views.keys_json([]) == "[]"
+    assert render.keys_json(KEYS) == json.dumps(ApiKeySchema(many=True).dump(KEYS))
+    assert render.keys_json([]) == "[]"
 
 
 def test_the_text_is_made_once_per_key_and_never_outlives_it() -> None:
     first = key()
-    assert views.key_json(first) is views.key_json(first)
+    assert render.key_json(first) is render.key_json(first)
     renamed = dataclasses.replace(first, name="renamed")
-    assert json.loads(views.key_json(renamed))["name"] == "renamed"
-    assert json.loads(views.key_json(first))["name"] == first.name
+    assert json.loads(render.key_json(renamed))["name"] == "renamed"
+    assert json.loads(render.key_json(first))["name"] == first.name
     same = dataclasses.replace(first)  # a new record, equal to the first: no text yet
-    assert same == first and views._MEMO not in vars(same)  # the kept text is no field
+    assert same == first and render._MEMO not in vars(same)  # the kept text is no field
 
 
 def test_the_envelope_is_what_json_dumps_makes() -> None:
     result = ApiKeySchema().dump(KEYS[-1])
-    text = views.envelope("a-request-id", views.key_json(KEYS[-1]), ', "totalCount": 3')
+    text = envelope.envelope("a-request-id", render.key_json(KEYS[-1]), ', "totalCount": 3')
     assert text == json.dumps(
         {"status": 200, "requestId": "a-request-id", "result": result, "totalCount": 3}
     )
-    page = views.keys_json(KEYS).encode()
-    body = views.envelope_bytes("a-request-id", page, b', "totalCount": 3')
+    page = render.keys_json(KEYS).encode()
+    body = envelope.envelope_bytes("a-request-id", page, b', "totalCount": 3')
     assert body == json.dumps(
         {
             "status": 200,
@@ -174,6 +174,6 @@ async def test_answers_are_byte_for_byte_the_schemas(client: Client, admin: Cred
 
 def test_the_permissions_header_is_sorted_and_kept() -> None:
     both = key(roles=(CUSTOM, SYSTEM))
-    assert views.permissions_header(both) == "keys:read,reports:read"
-    assert views.permissions_header(both) is views.permissions_header(both)
-    assert views.permissions_header(key(roles=())) == ""
+    assert render.permissions_header(both) == "keys:read,reports:read"
+    assert render.permissions_header(both) is render.permissions_header(both)
+    assert render.permissions_header(key(roles=())) == ""

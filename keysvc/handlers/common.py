@@ -1,4 +1,4 @@
-"""What every view needs: the success envelope, the JSON body, path UUIDs."""
+"""What every view needs: the JSON body, path UUIDs, the query string."""
 
 import asyncio
 import json
@@ -11,16 +11,7 @@ from aiohttp import web
 from keysvc.errors import BadRequest, RequestTimeout, UnsupportedMediaType
 from keysvc.middleware import parser_error_text
 from keysvc.schemas import UUID_PATTERN
-from keysvc.state import REQUEST_ID, SETTINGS
-
-
-def ok(request: web.Request, result: Any = None, **extra: Any) -> web.Response:
-    """The 200 envelope; ``result`` is left out when None (as for a delete)."""
-    body: dict[str, Any] = {"status": 200, "requestId": request[REQUEST_ID]}
-    if result is not None:
-        body["result"] = result
-    body.update(extra)
-    return web.json_response(body)
+from keysvc.state import SETTINGS
 
 
 def path_uuid(request: web.Request, name: str) -> str:

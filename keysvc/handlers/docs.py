@@ -16,12 +16,10 @@ from pathlib import Path
 
 from aiohttp import hdrs, web
 
-from keysvc.auth import public
+from keysvc.envelope import ok
 from keysvc.errors import NotFound
-from keysvc.handlers.common import ok
+from keysvc.routes import DOCS, DOCS_ASSET, OPENAPI_DOCUMENT, ROOT, serves
 from keysvc.state import OPENAPI
-
-routes = web.RouteTableDef()
 
 
 @cache
@@ -49,21 +47,18 @@ _CSP = (
 )
 
 
-@routes.get("/")
-@public
+@serves(ROOT)
 async def root(request: web.Request) -> web.Response:
     """Where to start: the docs page and the OpenAPI document."""
     return ok(request, ROOT_LINKS)
 
 
-@routes.get("/v1/openapi.json")
-@public
+@serves(OPENAPI_DOCUMENT)
 async def openapi_document(request: web.Request) -> web.Response:
     return web.json_response(request.app[OPENAPI])
 
 
-@routes.get("/docs")
-@public
+@serves(DOCS)
 async def docs_page(request: web.Request) -> web.Response:
     page = _OWN.joinpath("docs.html").read_text()
     return web.Response(
@@ -102,8 +97,7 @@ def accepts_gzip(accept_encoding: str) -> bool:
     return weights.get("gzip", weights.get("x-gzip", weights.get("*", 0.0))) > 0
 
 
-@routes.get("/docs/assets/{name}")
-@public
+@serves(DOCS_ASSET)
 async def docs_asset(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     if name not in _ASSETS:

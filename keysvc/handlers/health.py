@@ -5,24 +5,21 @@ import sqlite3
 
 from aiohttp import web
 
-from keysvc.auth import public
+from keysvc.envelope import ok
 from keysvc.errors import ServiceUnavailable
-from keysvc.handlers.common import ok
+from keysvc.routes import HEALTHZ, READYZ, serves
 from keysvc.state import STORE
 
-routes = web.RouteTableDef()
 logger = logging.getLogger("keysvc")
 
 
-@routes.get("/healthz")
-@public
+@serves(HEALTHZ)
 async def healthz(request: web.Request) -> web.Response:
     """The process is alive and serving."""
     return ok(request, {"status": "ok"})
 
 
-@routes.get("/readyz")
-@public
+@serves(READYZ)
 async def readyz(request: web.Request) -> web.Response:
     """The database answers, its schema is current, and writes are not refused for a
     full disk (``keysvc.diskspace``); 503 with the reason otherwise."""

@@ -1,6 +1,6 @@
 """Key views: list, create, read, update and delete keys of an organization.
 
-Keys are answered through ``keysvc.views`` (the hand-written twin of
+Keys are answered through ``keysvc.render`` (the hand-written twin of
 ``ApiKeySchema``). A list page is kept as UTF-8 for as long as nothing at all is
 committed (``keysvc.db.cache.Caches.page``), so repeating it costs no query.
 """
@@ -13,17 +13,15 @@ from typing import Any
 
 from aiohttp import hdrs, web
 
-from keysvc import keys, views
+from keysvc import keys, render
 from keysvc.auth import authorize
+from keysvc.envelope import envelope, envelope_bytes, json_body_response, json_response, ok
 from keysvc.errors import NotFound
-from keysvc.handlers.common import ok, path_uuid, query, read_json_object
+from keysvc.handlers.common import path_uuid, query, read_json_object
 from keysvc.models import Key
+from keysvc.routes import CREATE_KEY, DELETE_KEY, GET_KEY, LIST_KEYS, UPDATE_KEY, serves
 from keysvc.schemas import CreateKeySchema, ListKeysQuerySchema, PatchKeySchema, load
 from keysvc.state import CLOCK, HASHER, REQUEST_ID, SETTINGS, STORE
-
-routes = web.RouteTableDef()
-KEYS = "/v1/organizations/{organizationId}/keys"
-KEY = KEYS + "/{keyId}"
 
 _list_query = ListKeysQuerySchema()
 # Built once, not per request: building a marshmallow schema deep-copies its fields,
@@ -66,30 +64,30 @@ def _list_params(request: web.Request) -> Mapping[str, Any]:
     return params
 
 
-@routes.get(KEYS)
+@serves(LIST_KEYS)
 async def list_keys(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
-    authorize(request, organization_id, "keys:read")
+    authorize(request, organization_id, LIST_KEYS.needs)
     params = _list_params(request)
     hasher = request.app[HASHER]
     after = keys.decode_cursor(hasher, organization_id, params.get("cursor"))
     store = request.app[STORE]
     limit = params["limit"]
 
-    async def render() -> tuple[bytes, bytes]:
+    async def page_text() -> tuple[bytes, bytes]:
         page = await store.list_keys(organization_id, after, limit)
         cursor = keys.next_cursor(hasher, organization_id, page)
-        rest = f', "nextCursor": {views.encode(cursor)}, "totalCount": {views.encode(page.total)}'
-        return views.keys_json(page.keys).encode(), rest.encode()
+        rest = f', "nextCursor": {render.encode(cursor)}, "totalCount": {render.encode(page.total)}'
+        return render.keys_json(page.keys).encode(), rest.encode()
 
-    rendered = await store.caches.page(("keys", organization_id, after, limit), render)
-    return views.json_body_response(views.envelope_bytes(request[REQUEST_ID], *rendered))
+    rendered = await store.caches.page(("keys", organization_id, after, limit), page_text)
+    return json_body_response(envelope_bytes(request[REQUEST_ID], *rendered))
 
 
-@routes.post(KEYS)
+@serves(CREATE_KEY)
 async def create_key(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
-    caller = authorize(request, organization_id, "keys:create")
+    caller = authorize(request, organization_id, CREATE_KEY.needs)
     now = request.app[CLOCK]()
     data = _load_at(_create_body, now, await read_json_object(request))
     issued = await keys.create_key(
@@ -102,17 +100,17 @@ async def create_key(request: web.Request) -> web.Response:
         request.app[SETTINGS].max_keys_per_org,
     )
     # With hashData the client chose its own credentials: none are echoed.
-    result = f'{{"key": {views.key_json(issued.key)}'
+    result = f'{{"key": {render.key_json(issued.key)}'
     if issued.key_id is not None:
-        result += f', "keyId": {views.encode(issued.key_id)}'
-        result += f', "keySecret": {views.encode(issued.secret)}'
-    return views.json_response(views.envelope(request[REQUEST_ID], result + "}"))
+        result += f', "keyId": {render.encode(issued.key_id)}'
+        result += f', "keySecret": {render.encode(issued.secret)}'
+    return json_response(envelope(request[REQUEST_ID], result + "}"))
 
 
-@routes.get(KEY)
+@serves(GET_KEY)
 async def get_key(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
-    authorize(request, organization_id, "keys:read")
+    authorize(request, organization_id, GET_KEY.needs)
     key_id, store = path_uuid(request, "keyId"), request.app[STORE]
     # A cache hit is read synchronously: no coroutine, no timer (misses are timed).
     key = store.caches.cached_key(organization_id, key_id) or await store.get_key(
@@ -123,10 +121,10 @@ async def get_key(request: web.Request) -> web.Response:
     return _key_response(request, key)
 
 
-@routes.patch(KEY)
+@serves(UPDATE_KEY)
 async def update_key(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
-    caller = authorize(request, organization_id, "keys:update")
+    caller = authorize(request, organization_id, UPDATE_KEY.needs)
     key_id, store = path_uuid(request, "keyId"), request.app[STORE]
     body = await read_json_object(request)
     await keys.check_update(store, caller, organization_id, key_id, body)
@@ -144,16 +142,16 @@ def _if_match(request: web.Request) -> list[str] | None:
 
 def _key_response(request: web.Request, key: Key) -> web.Response:
     """The key in the envelope, with its ETag for a later If-Match."""
-    response = views.json_response(views.envelope(request[REQUEST_ID], views.key_json(key)))
+    response = json_response(envelope(request[REQUEST_ID], render.key_json(key)))
     # Quoted hex already, as the ETag setter would write it: set as it is.
     response.headers[hdrs.ETAG] = key.etag
     return response
 
 
-@routes.delete(KEY)
+@serves(DELETE_KEY)
 async def delete_key(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
-    caller = authorize(request, organization_id, "keys:delete")
+    caller = authorize(request, organization_id, DELETE_KEY.needs)
     key_id = path_uuid(request, "keyId")
     await keys.delete_key(request.app[STORE], caller, organization_id, key_id, _if_match(request))
     return ok(request)

@@ -5,15 +5,14 @@ an ordinary 404."""
 
 from aiohttp import web
 
-from keysvc.auth import check_bearer, public
+from keysvc.auth import check_bearer
 from keysvc.metrics import CONTENT_TYPE
+from keysvc.routes import METRICS as ROUTE
+from keysvc.routes import serves
 from keysvc.state import CLOCK, KEY_STATES, METRICS, SETTINGS
 
-routes = web.RouteTableDef()
 
-
-@routes.get("/metrics")
-@public
+@serves(ROUTE)
 async def metrics(request: web.Request) -> web.Response:
     """Every metric of this app; keys by state as last counted (``keysvc.keystates``)."""
     check_bearer(request, request.app[SETTINGS].metrics_token)

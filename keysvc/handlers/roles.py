@@ -4,8 +4,10 @@ from aiohttp import web
 
 from keysvc import roles
 from keysvc.auth import authorize
+from keysvc.envelope import ok
 from keysvc.errors import NotFound
-from keysvc.handlers.common import ok, path_uuid, query, read_json_object
+from keysvc.handlers.common import path_uuid, query, read_json_object
+from keysvc.routes import CREATE_ROLE, DELETE_ROLE, GET_ROLE, LIST_ROLES, UPDATE_ROLE, serves
 from keysvc.schemas import (
     CreateRoleSchema,
     ListRolesQuerySchema,
@@ -15,10 +17,6 @@ from keysvc.schemas import (
 )
 from keysvc.state import CLOCK, HASHER, SETTINGS, STORE
 
-routes = web.RouteTableDef()
-ROLES = "/v1/organizations/{organizationId}/roles"
-ROLE = ROLES + "/{roleId}"
-
 _role = RoleSchema()
 _roles = RoleSchema(many=True)
 _create = CreateRoleSchema()
@@ -26,10 +24,10 @@ _update = UpdateRoleSchema()
 _list_query = ListRolesQuerySchema()
 
 
-@routes.get(ROLES)
+@serves(LIST_ROLES)
 async def list_roles(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
-    authorize(request, organization_id, "roles:read")
+    authorize(request, organization_id, LIST_ROLES.needs)
     params, hasher = load(_list_query, query(request)), request.app[HASHER]
     after = roles.decode_cursor(hasher, organization_id, params.get("cursor"))
     page = await request.app[STORE].roles.list_roles(organization_id, after, params["limit"])
@@ -41,10 +39,10 @@ async def list_roles(request: web.Request) -> web.Response:
     )
 
 
-@routes.post(ROLES)
+@serves(CREATE_ROLE)
 async def create_role(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
-    caller = authorize(request, organization_id, "roles:write")
+    caller = authorize(request, organization_id, CREATE_ROLE.needs)
     data = load(_create, await read_json_object(request))
     detail = await roles.create_role(
         request.app[STORE],
@@ -57,20 +55,20 @@ async def create_role(request: web.Request) -> web.Response:
     return ok(request, _role.dump(detail))
 
 
-@routes.get(ROLE)
+@serves(GET_ROLE)
 async def get_role(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
-    authorize(request, organization_id, "roles:read")
+    authorize(request, organization_id, GET_ROLE.needs)
     detail = await request.app[STORE].roles.get_role(organization_id, path_uuid(request, "roleId"))
     if detail is None:
         raise NotFound(roles.NOT_FOUND)
     return ok(request, _role.dump(detail))
 
 
-@routes.patch(ROLE)
+@serves(UPDATE_ROLE)
 async def update_role(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
-    caller = authorize(request, organization_id, "roles:write")
+    caller = authorize(request, organization_id, UPDATE_ROLE.needs)
     role_id, store = path_uuid(request, "roleId"), request.app[STORE]
     body = await read_json_object(request)
     current = await roles.changeable_role(store, caller, organization_id, role_id)
@@ -79,10 +77,10 @@ async def update_role(request: web.Request) -> web.Response:
     return ok(request, _role.dump(detail))
 
 
-@routes.delete(ROLE)
+@serves(DELETE_ROLE)
 async def delete_role(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
-    caller = authorize(request, organization_id, "roles:write")
+    caller = authorize(request, organization_id, DELETE_ROLE.needs)
     role_id = path_uuid(request, "roleId")
     await roles.delete_role(request.app[STORE], caller, organization_id, role_id)
     return ok(request)

@@ -12,14 +12,14 @@ whoever reads the proxy's logs sees why.
 
 from aiohttp import web
 
-from keysvc import views
+from keysvc import render
 from keysvc.auth import authorize_organization, authorize_permission
 from keysvc.errors import BadRequest
 from keysvc.permissions import MAX_PERMISSION_LENGTH, PERMISSION
+from keysvc.routes import VERIFY, serves
 from keysvc.schemas import UUID_PATTERN
 from keysvc.state import CALLER
 
-routes = web.RouteTableDef()
 _PERMISSION = ("permission", "X-Required-Permission")
 _ORGANIZATION = ("organization", "X-Required-Organization")
 
@@ -58,7 +58,7 @@ def _required_organizations(request: web.Request) -> list[str]:
     return given
 
 
-@routes.route("*", "/v1/verify")
+@serves(VERIFY)
 async def verify(request: web.Request) -> web.Response:
     caller = request[CALLER]
     organizations, permissions = _required_organizations(request), _required_permissions(request)
@@ -71,6 +71,6 @@ async def verify(request: web.Request) -> web.Response:
         headers={
             "X-Key-Id": caller.id,
             "X-Organization-Id": caller.organization_id,
-            "X-Key-Permissions": views.permissions_header(caller),
+            "X-Key-Permissions": render.permissions_header(caller),
         },
     )

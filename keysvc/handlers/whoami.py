@@ -2,14 +2,14 @@
 
 from aiohttp import web
 
-from keysvc.handlers.common import ok
+from keysvc.envelope import ok
+from keysvc.routes import WHOAMI, serves
 from keysvc.schemas import WhoAmISchema
 from keysvc.state import CALLER
 
-routes = web.RouteTableDef()
 _whoami = WhoAmISchema()
 
 
-@routes.get("/v1/whoami")
+@serves(WHOAMI)
 async def whoami(request: web.Request) -> web.Response:
     return ok(request, _whoami.dump(request[CALLER]))

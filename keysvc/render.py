@@ -7,16 +7,12 @@ is built from it.
 
 A ``Key`` is immutable, and the store hands out the same object for as long as
 nothing about the key is committed, so its JSON text is made once per object
-and kept on it (as ``functools.cached_property`` keeps a value). Envelopes are
-then put together as text (as UTF-8 around a list page kept as UTF-8), byte for
-byte what ``json.dumps`` makes of the whole.
+and kept on it (as ``functools.cached_property`` keeps a value); ``keysvc.envelope``
+puts the envelope around it.
 """
 
 import json
-from json.encoder import encode_basestring_ascii
 from typing import Any
-
-from aiohttp import web
 
 from keysvc.models import Key
 from keysvc.timeutil import to_text
@@ -108,32 +104,3 @@ def keys_json(keys: list[Key]) -> str:
 
 def encode(value: object) -> str:
     return _ENCODER.encode(value)
-
-
-# The 200 envelope's text before the request ID, and between it and the result.
-_HEAD, _RESULT = '{"status": 200, "requestId": ', ', "result": '
-_HEAD_BYTES, _RESULT_BYTES = _HEAD.encode(), _RESULT.encode()
-
-
-def envelope(request_id: str, result: str, rest: str = "") -> str:
-    """The 200 envelope around ``result`` (JSON text); ``rest``: more members as
-    ``, "name": value`` text. What ``handlers.common.ok`` would send, as text."""
-    return f"{_HEAD}{encode_basestring_ascii(request_id)}{_RESULT}{result}{rest}}}"
-
-
-def envelope_bytes(request_id: str, result: bytes, rest: bytes = b"") -> bytes:
-    """``envelope`` as UTF-8, for a ``result`` and ``rest`` kept as UTF-8 (a list
-    page, tens of KiB): copied once into the body, where the envelope's text and
-    then its encoding would copy them twice."""
-    rid = encode_basestring_ascii(request_id).encode()
-    return b"".join((_HEAD_BYTES, rid, _RESULT_BYTES, result, rest, b"}"))
-
-
-def json_response(text: str) -> web.Response:
-    """As ``web.json_response`` answers: application/json in UTF-8."""
-    return web.Response(text=text, content_type="application/json")
-
-
-def json_body_response(body: bytes) -> web.Response:
-    """``json_response`` for a body that is UTF-8 already."""
-    return web.Response(body=body, content_type="application/json", charset="utf-8")

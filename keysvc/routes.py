@@ -1,0 +1,324 @@
+"""Every operation keysvc serves, declared once: its path and method, its operation ID,
+the permission it needs or that it is public, its body and response schemas, and what
+the OpenAPI document says of it.
+
+The app registers each declared route's handler (``serves`` binds one), the
+middleware lets a request to a public route through without credentials
+(``keysvc.auth.guarded``), the handlers ask ``authorize`` for the route's permission,
+and ``keysvc.openapi`` documents the same declarations: none keeps a table of its
+own (flask-smorest's habit, without the framework).
+"""
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+from marshmallow import Schema
+
+from keysvc import schemas as s
+
+View = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+ORG = "/v1/organizations/{organizationId}"
+KEYS_PATH, KEY_PATH = ORG + "/keys", ORG + "/keys/{keyId}"
+ROLES_PATH, ROLE_PATH = ORG + "/roles", ORG + "/roles/{roleId}"
+
+# What any authenticated operation may answer besides its success; a write may also
+# be refused whole for a full disk.
+AUTHENTICATED = (400, 401, 403, 429, 500)
+WRITE = (*AUTHENTICATED, 507)
+
+
+@dataclass(frozen=True, eq=False)
+class Route:
+    """One operation. ``permission`` None with ``public`` False: any admitted key may
+    call it (whoami, verify, which checks what the proxy asks for itself)."""
+
+    method: str  # "*" for any method
+    path: str
+    operation_id: str
+    summary: str
+    tag: str = "keys"
+    permission: str | None = None
+    public: bool = False
+    body: type[Schema] | None = None
+    # The 200's result: a schema, many of it when ``paged`` names what totalCount counts.
+    response: type[Schema] | None = None
+    paged: str | None = None
+    answer: str = ""  # what the 200 says it is
+    statuses: tuple[int, ...] = ()  # every other status it may answer
+    description: str | None = None
+    if_match: bool = False  # takes If-Match against the key's ETag
+    # A public envelope whose result is an object of these string fields.
+    fields: tuple[str, ...] = ()
+    # A success that is no envelope, of this media type.
+    media_type: str | None = None
+
+    @property
+    def needs(self) -> str:
+        """The permission this route's handler checks."""
+        if self.permission is None:
+            raise TypeError(f"{self.operation_id} declares no permission")
+        return self.permission
+
+
+_ROLES_LIST = (
+    "Needs the permission `roles:read`. System roles first, then custom roles, each by name "
+    "(code point order), in pages of `limit` (keysvc addition; upstream answers one list). "
+    "An organization holds at most KEYSVC_MAX_ROLES_PER_ORG custom roles (default 1000)."
+)
+_ROLE_CREATE = (
+    "Needs the permission `roles:write`. 409 when the organization already holds "
+    "KEYSVC_MAX_ROLES_PER_ORG custom roles (default 1000), or when an actor already holds "
+    f"{s.MAX_ROLE_IDS} roles."
+)
+_KEY, _ROLE, _DONE = "The key.", "The role.", "Done: the envelope has no result."
+
+LIST_KEYS = Route(
+    "GET",
+    KEYS_PATH,
+    "openapiKeyGetList",
+    "Get list of all keys, oldest first",
+    permission="keys:read",
+    response=s.ApiKeySchema,
+    paged="keys",
+    answer="Keys.",
+    statuses=AUTHENTICATED,
+)
+CREATE_KEY = Route(
+    "POST",
+    KEYS_PATH,
+    "openapiKeyCreate",
+    "Create key",
+    permission="keys:create",
+    body=s.CreateKeySchema,
+    response=s.CreateKeyResultSchema,
+    answer="The key, and its credentials once.",
+    statuses=(*WRITE, 409),
+)
+GET_KEY = Route(
+    "GET",
+    KEY_PATH,
+    "openapiKeyGet",
+    "Get key details",
+    permission="keys:read",
+    response=s.ApiKeySchema,
+    answer=_KEY,
+    statuses=(*AUTHENTICATED, 404),
+)
+UPDATE_KEY = Route(
+    "PATCH",
+    KEY_PATH,
+    "openapiKeyUpdate",
+    "Update key",
+    permission="keys:update",
+    body=s.PatchKeySchema,
+    response=s.ApiKeySchema,
+    answer=_KEY,
+    statuses=(*WRITE, 404, 412),
+    if_match=True,
+)
+DELETE_KEY = Route(
+    "DELETE",
+    KEY_PATH,
+    "openapiKeyDelete",
+    "Delete key (not the one making the request)",
+    permission="keys:delete",
+    answer=_DONE,
+    statuses=(*WRITE, 404, 412),
+    if_match=True,
+)
+LIST_ROLES = Route(
+    "GET",
+    ROLES_PATH,
+    "organizationRolesGetList",
+    "Get list of system and custom roles",
+    tag="roles",
+    permission="roles:read",
+    response=s.RoleSchema,
+    paged="roles",
+    answer="Roles.",
+    statuses=AUTHENTICATED,
+    description=_ROLES_LIST,
+)
+CREATE_ROLE = Route(
+    "POST",
+    ROLES_PATH,
+    "organizationRolePost",
+    "Create a custom role",
+    tag="roles",
+    permission="roles:write",
+    body=s.CreateRoleSchema,
+    response=s.RoleSchema,
+    answer=_ROLE,
+    statuses=(*WRITE, 409),
+    description=_ROLE_CREATE,
+)
+GET_ROLE = Route(
+    "GET",
+    ROLE_PATH,
+    "organizationRoleGet",
+    "Get role details",
+    tag="roles",
+    permission="roles:read",
+    response=s.RoleSchema,
+    answer=_ROLE,
+    statuses=(*AUTHENTICATED, 404),
+)
+UPDATE_ROLE = Route(
+    "PATCH",
+    ROLE_PATH,
+    "organizationRolePatch",
+    "Update a custom role",
+    tag="roles",
+    permission="roles:write",
+    body=s.UpdateRoleSchema,
+    response=s.RoleSchema,
+    answer=_ROLE,
+    statuses=(*WRITE, 404, 409),
+)
+DELETE_ROLE = Route(
+    "DELETE",
+    ROLE_PATH,
+    "organizationRoleDelete",
+    "Delete a custom role no key holds",
+    tag="roles",
+    permission="roles:write",
+    answer=_DONE,
+    statuses=(*WRITE, 404, 409),
+)
+WHOAMI = Route(
+    "GET",
+    "/v1/whoami",
+    "keysvcWhoAmI",
+    "The calling key (keysvc addition)",
+    tag="keysvc",
+    response=s.WhoAmISchema,
+    answer="The calling key.",
+    statuses=(401, 403, 429, 500),
+)
+# Any method, documented as the three proxies use, each operation ID with its method.
+VERIFY = Route(
+    "*",
+    "/v1/verify",
+    "keysvcVerify",
+    "Is this caller allowed? (forward auth; keysvc addition)",
+    tag="keysvc",
+    statuses=(400, 401, 403, 429, 500),
+)
+ROOT = Route(
+    "GET",
+    "/",
+    "keysvcRoot",
+    "Where to start: the docs page and this document",
+    tag="ops",
+    public=True,
+    statuses=(500,),
+    fields=("docs", "openapi"),
+)
+HEALTHZ = Route(
+    "GET",
+    "/healthz",
+    "keysvcHealthz",
+    "The process is alive",
+    tag="ops",
+    public=True,
+    statuses=(500,),
+    fields=("status",),
+)
+READYZ = Route(
+    "GET",
+    "/readyz",
+    "keysvcReadyz",
+    "The database answers",
+    tag="ops",
+    public=True,
+    statuses=(500, 503),
+    fields=("status",),
+)
+# Public to keys: with a metrics token set, the handler asks for it as a bearer token.
+METRICS = Route(
+    "GET",
+    "/metrics",
+    "keysvcMetrics",
+    "Prometheus metrics (401 without the bearer token when KEYSVC_METRICS_TOKEN is set;"
+    " 404 when KEYSVC_METRICS=off)",
+    tag="ops",
+    public=True,
+    statuses=(401, 404, 500),
+    media_type="text/plain",
+)
+OPENAPI_DOCUMENT = Route(
+    "GET",
+    "/v1/openapi.json",
+    "keysvcOpenApi",
+    "This document",
+    tag="ops",
+    public=True,
+    statuses=(500,),
+    media_type="application/json",
+)
+DOCS = Route(
+    "GET",
+    "/docs",
+    "keysvcDocs",
+    "This document, rendered",
+    tag="ops",
+    public=True,
+    statuses=(500,),
+    media_type="text/html",
+)
+DOCS_ASSET = Route(
+    "GET", "/docs/assets/{name}", "keysvcDocsAsset", "An asset of the docs page", tag="ops",
+    public=True, statuses=(404, 500), media_type="application/octet-stream",
+)  # fmt: skip
+
+# In the document's order; the routes of one path next to each other.
+ROUTES: tuple[Route, ...] = (
+    LIST_KEYS, CREATE_KEY, GET_KEY, UPDATE_KEY, DELETE_KEY,
+    LIST_ROLES, CREATE_ROLE, GET_ROLE, UPDATE_ROLE, DELETE_ROLE,
+    WHOAMI, VERIFY, ROOT, HEALTHZ, READYZ, METRICS, OPENAPI_DOCUMENT, DOCS, DOCS_ASSET,
+)  # fmt: skip
+
+_HANDLERS: dict[Route, View] = {}
+_ROUTE_OF: dict[object, Route] = {}
+
+
+def serves(route: Route) -> Callable[[View], View]:
+    """Bind the decorated view to ``route``: one view per route."""
+
+    def bind(view: View) -> View:
+        if route in _HANDLERS:
+            raise ValueError(f"{route.operation_id} already has a view")
+        _HANDLERS[route] = view
+        _ROUTE_OF[view] = route
+        return view
+
+    return bind
+
+
+def handler_of(route: Route) -> View:
+    """The view bound to ``route`` (its handler module must have been imported)."""
+    return _HANDLERS[route]
+
+
+def route_of(view: object) -> Route | None:
+    """The route ``view`` serves, or None for a view no route declares."""
+    return _ROUTE_OF.get(view)
+
+
+def is_public(view: object) -> bool:
+    """Whether ``view`` serves a route that needs no credentials; an undeclared view
+    is never public."""
+    route = _ROUTE_OF.get(view)
+    return route is not None and route.public
+
+
+def register(router: web.UrlDispatcher, routes: tuple[Route, ...]) -> None:
+    """Add ``routes`` to ``router``, each with its view; a GET answers HEAD too."""
+    for route in routes:
+        view = handler_of(route)
+        if route.method == "GET":
+            router.add_get(route.path, view)
+        else:
+            router.add_route(route.method, route.path, view)
