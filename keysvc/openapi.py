@@ -26,6 +26,7 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from marshmallow import Schema
 
 from keysvc import __version__
+from keysvc import responses as r
 from keysvc import schemas as s
 from keysvc.credentials import SUFFIX_LENGTH
 from keysvc.permissions import MAX_PERMISSION_LENGTH, PERMISSION
@@ -246,7 +247,7 @@ def _authenticated(route: Route) -> dict[str, Any]:
         page = _envelope({"type": "array", "items": result}, **_paging(route.paged))
         return _op(route, _json(page, route.answer))
     # A key's answer carries its ETag, for a later If-Match.
-    headers = _ETAG if route.response is s.ApiKeySchema else {}
+    headers = _ETAG if route.response is r.ApiKeySchema else {}
     return _op(route, _json(_envelope(result), route.answer, headers=headers))
 
 
@@ -421,21 +422,21 @@ def _components(now: datetime) -> tuple[tuple[str, Schema | type[Schema]], ...]:
     """The schema components by their upstream names; the request schemas check
     expireAt against ``now``."""
     return (
-        ("AssignedRole", s.AssignedRoleSchema),
+        ("AssignedRole", r.AssignedRoleSchema),
         ("IpAccessListEntry", s.IpAccessListEntrySchema),
         ("ApiKeyHashData", s.HashDataSchema),
         ("RateLimit", s.RateLimitSchema),
-        ("ApiKey", s.ApiKeySchema),
+        ("ApiKey", r.ApiKeySchema),
         ("ApiKeyPostRequest", s.CreateKeySchema(now=now)),
         ("ApiKeyPatchRequest", s.PatchKeySchema(now=now)),
-        ("ApiKeyPostResponse", s.CreateKeyResultSchema),
+        ("ApiKeyPostResponse", r.CreateKeyResultSchema),
         ("RBACPolicyTags", s.PolicyTagsSchema),
-        ("RBACPolicy", s.PolicyOutSchema),
+        ("RBACPolicy", r.PolicyOutSchema),
         ("RBACPolicyCreateRequest", s.PolicySchema),
-        ("RBACRole", s.RoleSchema),
+        ("RBACRole", r.RoleSchema),
         ("RoleCreateRequest", s.CreateRoleSchema),
         ("RoleUpdateRequest", s.UpdateRoleSchema),
-        ("WhoAmI", s.WhoAmISchema),
+        ("WhoAmI", r.WhoAmISchema),
     )
 
 

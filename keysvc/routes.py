@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from marshmallow import Schema
 
+from keysvc import responses as r
 from keysvc import schemas as s
 
 View = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -80,7 +81,7 @@ LIST_KEYS = Route(
     "openapiKeyGetList",
     "Get list of all keys, oldest first",
     permission="keys:read",
-    response=s.ApiKeySchema,
+    response=r.ApiKeySchema,
     paged="keys",
     answer="Keys.",
     statuses=AUTHENTICATED,
@@ -92,7 +93,7 @@ CREATE_KEY = Route(
     "Create key",
     permission="keys:create",
     body=s.CreateKeySchema,
-    response=s.CreateKeyResultSchema,
+    response=r.CreateKeyResultSchema,
     answer="The key, and its credentials once.",
     statuses=(*WRITE, 409),
 )
@@ -102,7 +103,7 @@ GET_KEY = Route(
     "openapiKeyGet",
     "Get key details",
     permission="keys:read",
-    response=s.ApiKeySchema,
+    response=r.ApiKeySchema,
     answer=_KEY,
     statuses=(*AUTHENTICATED, 404),
 )
@@ -113,7 +114,7 @@ UPDATE_KEY = Route(
     "Update key",
     permission="keys:update",
     body=s.PatchKeySchema,
-    response=s.ApiKeySchema,
+    response=r.ApiKeySchema,
     answer=_KEY,
     statuses=(*WRITE, 404, 412),
     if_match=True,
@@ -135,7 +136,7 @@ LIST_ROLES = Route(
     "Get list of system and custom roles",
     tag="roles",
     permission="roles:read",
-    response=s.RoleSchema,
+    response=r.RoleSchema,
     paged="roles",
     answer="Roles.",
     statuses=AUTHENTICATED,
@@ -149,7 +150,7 @@ CREATE_ROLE = Route(
     tag="roles",
     permission="roles:write",
     body=s.CreateRoleSchema,
-    response=s.RoleSchema,
+    response=r.RoleSchema,
     answer=_ROLE,
     statuses=(*WRITE, 409),
     description=_ROLE_CREATE,
@@ -161,7 +162,7 @@ GET_ROLE = Route(
     "Get role details",
     tag="roles",
     permission="roles:read",
-    response=s.RoleSchema,
+    response=r.RoleSchema,
     answer=_ROLE,
     statuses=(*AUTHENTICATED, 404),
 )
@@ -173,7 +174,7 @@ UPDATE_ROLE = Route(
     tag="roles",
     permission="roles:write",
     body=s.UpdateRoleSchema,
-    response=s.RoleSchema,
+    response=r.RoleSchema,
     answer=_ROLE,
     statuses=(*WRITE, 404, 409),
 )
@@ -193,7 +194,7 @@ WHOAMI = Route(
     "keysvcWhoAmI",
     "The calling key (keysvc addition)",
     tag="keysvc",
-    response=s.WhoAmISchema,
+    response=r.WhoAmISchema,
     answer="The calling key.",
     statuses=(401, 403, 429, 500),
 )

@@ -1,15 +1,14 @@
-"""Marshmallow schemas: one per request body and one per response shape.
+"""Marshmallow schemas of requests: one per request body and query.
 
-Request schemas reject unknown fields (marshmallow's default) and say, per
-field, what is wrong; ``load`` turns those messages into one readable
-``BadRequest`` such as ``name: must be 1 to 255 characters``. Response
-schemas follow the upstream OpenAPI document field for field.
+They reject unknown fields (marshmallow's default) and say, per field, what is
+wrong; ``load`` turns those messages into one readable ``BadRequest`` such as
+``name: must be 1 to 255 characters``. The response shapes are in
+``keysvc.responses``.
 """
 
 import ipaddress
 import re
 import unicodedata
-import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -18,7 +17,6 @@ from marshmallow import (
     Schema,
     ValidationError,
     fields,
-    post_dump,
     pre_load,
     validate,
     validates,
@@ -196,7 +194,7 @@ class BoundedList(fields.List[Any]):
 
 
 # The hosted API's description, and what keysvc makes of an empty list, which it leaves unsaid.
-_IP_ACCESS_LIST_DOC = (
+IP_ACCESS_LIST_DOC = (
     "List of IP addresses allowed to access the API using this key. An empty or absent "
     "list means no IP restriction (keysvc's reading; the hosted API's document does not say)."
 )
@@ -243,7 +241,7 @@ class RateLimitSchema(Schema):
     )
 
 
-_RATE_LIMIT_DOC = {
+RATE_LIMIT_DOC = {
     **ADDITION,
     "description": "keysvc addition: this key's own request limit; null on PATCH clears it.",
 }
@@ -279,9 +277,9 @@ class _KeyFieldsSchema(Schema):
     ipAccessList = BoundedList(
         fields.Nested(IpAccessListEntrySchema),
         validate=validate.Length(max=MAX_IP_ENTRIES, error="must have at most {max} entries"),
-        metadata={"description": _IP_ACCESS_LIST_DOC},
+        metadata={"description": IP_ACCESS_LIST_DOC},
     )
-    rateLimit = fields.Nested(RateLimitSchema, allow_none=True, metadata=_RATE_LIMIT_DOC)
+    rateLimit = fields.Nested(RateLimitSchema, allow_none=True, metadata=RATE_LIMIT_DOC)
 
     def __init__(self, *, now: datetime, **kwargs: Any):
         super().__init__(**kwargs)
@@ -479,132 +477,6 @@ class CreateRoleSchema(_RoleFieldsSchema):
 
 class UpdateRoleSchema(_RoleFieldsSchema):
     """Every field optional; permissions/policies and actors replace."""
-
-
-# Response schemas.
-
-
-def _array_of(ref: str) -> dict[str, Any]:
-    return {"type": "array", "items": {"$ref": f"#/components/schemas/{ref}"}}
-
-
-_RATE_REF = {"$ref": "#/components/schemas/RateLimit"}
-
-
-class AssignedRoleSchema(Schema):
-    roleId = fields.String(attribute="id", metadata=UUID_TEXT)
-    roleName = fields.String(attribute="name")
-    roleType = fields.String(attribute="type", metadata={"enum": list(ROLE_TYPES)})
-
-
-class ApiKeySchema(Schema):
-    id = fields.String(metadata=UUID_TEXT)
-    name = fields.String()
-    state = fields.String(metadata={"enum": list(KEY_STATES)})
-    roles = fields.Method(
-        "_legacy_roles",
-        metadata={
-            "type": "array",
-            "items": {"type": "string", "enum": list(LEGACY_ROLES)},
-            "deprecated": True,
-            "description": "DEPRECATED, use assignedRoles: the key's system roles by name.",
-        },
-    )
-    assignedRoles = fields.List(fields.Nested(AssignedRoleSchema), attribute="roles")
-    keySuffix = fields.String(attribute="key_suffix")
-    createdAt = Timestamp(attribute="created_at")
-    expireAt = Timestamp(attribute="expire_at", allow_none=True)
-    usedAt = Timestamp(attribute="used_at")
-    ipAccessList = fields.List(
-        fields.Nested(IpAccessListEntrySchema),
-        attribute="ip_access_list",
-        metadata={"description": _IP_ACCESS_LIST_DOC},
-    )
-    rateLimit = fields.Method("_rate_limit", metadata={**_RATE_LIMIT_DOC, **_RATE_REF})
-
-    def _rate_limit(self, key: Any) -> dict[str, int] | None:
-        if key.rate_limit is None:
-            return None
-        return {"limit": key.rate_limit[0], "windowSeconds": key.rate_limit[1]}
-
-    def _legacy_roles(self, key: Any) -> list[str]:
-        return [role.name for role in key.roles if role.type == "system"]
-
-    @post_dump
-    def _omit_unused(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        # usedAt is absent, not null, until the key is first used; rateLimit when unset.
-        for name in ("usedAt", "rateLimit"):
-            if data.get(name) is None:
-                data.pop(name, None)
-        return data
-
-
-class PolicyOutSchema(Schema):
-    id = fields.String()
-    roleId = fields.String()
-    tenantId = fields.String()
-    allowDeny = fields.String(metadata={"enum": ["ALLOW", "DENY"]})
-    permissions = fields.List(fields.String())
-    resources = fields.List(fields.String())
-    tags = fields.Nested(PolicyTagsSchema)
-
-
-class RoleSchema(Schema):
-    """Upstream's RBACRole, plus keysvc's flat ``permissions``."""
-
-    id = fields.String(attribute="role.id")
-    tenantId = fields.Function(
-        lambda d: f"organization/{d.organization_id}", metadata={"type": "string"}
-    )
-    ownerId = fields.Function(
-        lambda d: f"organization/{d.organization_id}", metadata={"type": "string"}
-    )
-    name = fields.String(attribute="role.name")
-    type = fields.String(attribute="role.type", metadata={"enum": list(ROLE_TYPES)})
-    actors = fields.Function(
-        lambda d: [ACTOR_PREFIX + key_id for key_id in d.actors],
-        metadata={"type": "array", "items": {"type": "string"}},
-    )
-    policies = fields.Function(
-        lambda d: [PolicyOutSchema().dump(_policy(d))], metadata=_array_of("RBACPolicy")
-    )
-    permissions = fields.List(
-        fields.String(),
-        attribute="role.permissions",
-        metadata={**ADDITION, "description": "keysvc addition: what the role grants."},
-    )
-    createdAt = Timestamp(attribute="role.created_at")
-    updatedAt = Timestamp(attribute="role.updated_at")
-
-
-def _policy(detail: Any) -> dict[str, Any]:
-    return {
-        # One ALLOW policy per role, so its ID can be derived rather than stored.
-        "id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"keysvc:policy:{detail.role.id}")),
-        "roleId": detail.role.id,
-        "tenantId": f"organization/{detail.organization_id}",
-        "allowDeny": "ALLOW",
-        "permissions": list(detail.role.permissions),
-        "resources": ["*"],
-        "tags": {},
-    }
-
-
-class WhoAmISchema(Schema):
-    id = fields.String(metadata=UUID_TEXT)
-    name = fields.String()
-    organizationId = fields.String(attribute="organization_id", metadata=UUID_TEXT)
-    assignedRoles = fields.List(fields.Nested(AssignedRoleSchema), attribute="roles")
-    permissions = fields.Function(
-        lambda key: sorted(key.permissions),
-        metadata={"type": "array", "items": {"type": "string"}},
-    )
-
-
-class CreateKeyResultSchema(Schema):
-    key = fields.Nested(ApiKeySchema)
-    keyId = fields.String()
-    keySecret = fields.String()
 
 
 # marshmallow's stock messages, said the way the rest of keysvc says things.

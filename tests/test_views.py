@@ -10,7 +10,7 @@ import pytest
 
 from keysvc import envelope, render
 from keysvc.models import Key, Role
-from keysvc.schemas import ApiKeySchema, CreateKeyResultSchema
+from keysvc.responses import ApiKeySchema, CreateKeyResultSchema
 from keysvc.state import STORE
 from tests.conftest import Client, create, create_role
 from tests.helpers import Creds, hash_data

@@ -3,8 +3,8 @@
 from aiohttp import web
 
 from keysvc.envelope import ok
+from keysvc.responses import WhoAmISchema
 from keysvc.routes import WHOAMI, serves
-from keysvc.schemas import WhoAmISchema
 from keysvc.state import CALLER
 
 _whoami = WhoAmISchema()
