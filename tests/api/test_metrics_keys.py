@@ -13,7 +13,7 @@ from keysvc.metrics import KEYS_COUNTED_EVERY_SECONDS
 from keysvc.state import IN_FLIGHT
 from tests.conftest import Client, create_creds
 from tests.helpers import Creds, FakeClock
-from tests.test_metrics import scrape, status_of, value
+from tests.api.test_metrics import scrape, status_of, value
 
 EVERY = KEYS_COUNTED_EVERY_SECONDS
 COUNTS = "keysvc_db_call_duration_seconds_count"

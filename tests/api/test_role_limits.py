@@ -20,7 +20,7 @@ from tests.conftest import (
     create_role,
 )
 from tests.helpers import Creds, FakeClock, assert_error, assert_ok, count_reads
-from tests.test_roles import keys_url, roles_url
+from tests.api.test_roles import keys_url, roles_url
 
 SYSTEM_ROLES = ["admin", "developer", "query_endpoints"]
 BAD_CURSOR = "cursor: not a cursor from this list; start again without it"

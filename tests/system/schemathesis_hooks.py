@@ -1,4 +1,4 @@
-"""Schemathesis hooks for tests/test_schemathesis.py, loaded by the schemathesis CLI.
+"""Schemathesis hooks for tests/system/test_schemathesis.py, loaded by the schemathesis CLI.
 
 Some of keysvc's rules cannot be written in JSON Schema: an expireAt in the
 future, a source that is an IP network with its host bits clear, role and key

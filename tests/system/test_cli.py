@@ -17,7 +17,7 @@ from keysvc.config import ConfigError, build_settings
 from tests.helpers import basic
 from tests.server import Server, bootstrap, free_port, integrity, keysvc
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_flags_win_over_env_over_defaults() -> None:

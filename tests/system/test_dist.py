@@ -29,12 +29,12 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from tests import test_constraints
+from tests.unit import test_constraints
 from tests.components import give_to_unprivileged, shared_directory, unprivileged
 from tests.helpers import basic
 from tests.server import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 
 
@@ -207,7 +207,7 @@ def run_as_the_systemd_unit(pyz: Path) -> None:
     """docs/keysvc.service's command line and environment, then the README's bootstrap.
 
     What needs a running systemd (useradd, systemctl) cannot run here; the unit
-    itself is checked by systemd-analyze in tests/test_readme.py. This runs what
+    itself is checked by systemd-analyze in tests/system/test_readme.py. This runs what
     systemd would run: ExecStart with the unit's Environment and nothing else, as an
     unprivileged user with no home, on an empty state directory that user owns
     (0700), with /opt/keysvc and /var/lib/keysvc moved to a temporary folder and the

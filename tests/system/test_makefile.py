@@ -19,7 +19,7 @@ from tests.components import shared_directory, unprivileged
 from tests.helpers import basic
 from tests.server import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MAKE = ["make", "--no-print-directory", "-C", str(ROOT)]
 # Never reinstall the environment running these tests.
 INSTALLED = ["-o", ".venv/.installed-stamp", "-o", ".venv/.installed-test-stamp"]

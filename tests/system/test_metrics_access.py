@@ -18,7 +18,7 @@ from tests.conftest import Client, ClientFactory, bootstrap, client_with
 from tests.helpers import Creds, FakeClock, assert_error, basic
 from tests.server import Server
 from tests.server import bootstrap as bootstrap_file
-from tests.test_metrics import Samples, scrape, status_of, value
+from tests.api.test_metrics import Samples, scrape, status_of, value
 
 TOKEN = "s3cret-metrics-token-0123456789"
 REFUSED = BearerUnauthorized.default_message

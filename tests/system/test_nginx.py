@@ -33,7 +33,7 @@ from tests.components import require_command
 from tests.helpers import Creds
 from tests.server import Server, admin_creds, bootstrap, free_port
 
-TEMPLATE = Path(__file__).resolve().parent.parent / "docs" / "nginx-auth-request.conf"
+TEMPLATE = Path(__file__).resolve().parents[2] / "docs" / "nginx-auth-request.conf"
 PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 # The client's address: loopback, but not the one nginx uses to reach keysvc.
 CLIENT = "127.0.0.2"

@@ -14,7 +14,7 @@ from keysvc.config import OPTIONS, build_settings
 from tests.components import require_command
 from tests.server import Server, bootstrap
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 BLOCKS = [
     b
     for b in re.findall(r"```sh\n(.*?)```", README.read_text(), re.S)

@@ -34,7 +34,7 @@ cross-organization access. max_response_time is off by default and stays off
 What JSON Schema cannot say (an expireAt in the future, IDs that must exist,
 a cursor keysvc issued, a network's host bits) is handled in two ways: the run
 is seeded with values that keep those rules (``[parameters]`` dictionaries),
-and tests/schemathesis_hooks.py drops a "valid request rejected" failure only
+and tests/system/schemathesis_hooks.py drops a "valid request rejected" failure only
 when each reason keysvc gave is such a rule and the request really broke it.
 
 Failed authentications from one address are limited (20 a minute by
