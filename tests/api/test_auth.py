@@ -10,15 +10,16 @@ from keysvc.auth import parse_basic
 from keysvc.credentials import BASE62, SECRET_PREFIX, Hasher, new_secret
 from keysvc.permissions import has_permission
 from keysvc.state import STORE
-from tests.conftest import Client, create_creds
 from tests.helpers import (
     UNAUTHORIZED,
+    Client,
     Creds,
     FakeClock,
     assert_error,
     assert_ok,
     basic,
     count_reads,
+    create_creds,
 )
 
 

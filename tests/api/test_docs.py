@@ -6,8 +6,7 @@ import re
 import pytest
 
 from keysvc.handlers.docs import accepts_gzip
-from tests.conftest import Client
-from tests.helpers import assert_ok
+from tests.helpers import Client, assert_ok
 
 
 async def test_root_links_to_the_docs_and_the_document(client: Client) -> None:

@@ -12,8 +12,15 @@ from aiohttp import web
 from keysvc.app import create_app
 from keysvc.config import Settings
 from keysvc.middleware import REQUEST_IDS_PER_POOL, new_request_id
-from tests.conftest import Client, ClientFactory
-from tests.helpers import Creds, FakeClock, assert_error, assert_ok
+from tests.helpers import (
+    Client,
+    ClientFactory,
+    Creds,
+    FakeClock,
+    assert_error,
+    assert_ok,
+    bootstrap,
+)
 
 
 def test_request_ids_are_random_uuid4_across_pools_and_threads() -> None:
@@ -110,8 +117,6 @@ async def test_internal_error_is_logged_with_request_id_and_hidden(
     app = create_app(settings, clock=clock)
     app.router.add_get("/v1/explode", explode)
     client = await aiohttp_client(app)
-    from tests.conftest import bootstrap
-
     admin = await bootstrap(client.app)
     with caplog.at_level(logging.ERROR, logger="keysvc"):
         response = await client.get("/v1/explode", headers=admin.headers)

@@ -4,8 +4,7 @@ import sqlite3
 
 from keysvc.config import Settings
 from keysvc.state import STORE
-from tests.conftest import Client
-from tests.helpers import assert_error, assert_ok
+from tests.helpers import Client, assert_error, assert_ok
 
 
 async def test_healthz(client: Client) -> None:

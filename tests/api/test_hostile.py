@@ -24,8 +24,16 @@ from keysvc.auth import MAX_AUTHORIZATION
 from keysvc.config import MAX_BODY_BYTES
 from keysvc.middleware import MAX_LINE_BYTES
 from keysvc.state import SETTINGS
-from tests.conftest import Client, create, create_creds
-from tests.helpers import FAR_FUTURE, UNAUTHORIZED, Creds, assert_error, assert_ok
+from tests.helpers import (
+    FAR_FUTURE,
+    UNAUTHORIZED,
+    Client,
+    Creds,
+    assert_error,
+    assert_ok,
+    create,
+    create_creds,
+)
 from tests.server import Server, bootstrap
 
 UUID_RULE = "must be a lowercase UUID such as 123e4567-e89b-42d3-a456-426614174000"

@@ -7,8 +7,19 @@ import pytest
 from keysvc.auth import address_allowed, client_address
 from keysvc.config import Settings
 from keysvc.credentials import new_secret
-from tests.conftest import Client, ClientFactory, bootstrap, client_with, create, create_creds
-from tests.helpers import Creds, FakeClock, assert_error, assert_ok, basic
+from tests.helpers import (
+    Client,
+    ClientFactory,
+    Creds,
+    FakeClock,
+    assert_error,
+    assert_ok,
+    basic,
+    bootstrap,
+    client_with,
+    create,
+    create_creds,
+)
 
 DENIED = "client address not allowed for this key"
 NETS = ipaddress.ip_network

@@ -5,8 +5,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Client, create_creds
-from tests.helpers import Creds, assert_error, assert_ok
+from tests.helpers import Client, Creds, assert_error, assert_ok, create_creds
 
 ADMIN_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000001"
 DEVELOPER_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002"

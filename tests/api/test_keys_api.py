@@ -3,8 +3,19 @@
 import re
 
 from keysvc.credentials import SECRET_PATTERN
-from tests.conftest import Client, bootstrap, create, create_creds
-from tests.helpers import FAR_FUTURE, Creds, FakeClock, assert_error, assert_ok, basic, hash_data
+from tests.helpers import (
+    FAR_FUTURE,
+    Client,
+    Creds,
+    FakeClock,
+    assert_error,
+    assert_ok,
+    basic,
+    bootstrap,
+    create,
+    create_creds,
+    hash_data,
+)
 
 ADMIN_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000001"
 DEVELOPER_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002"

@@ -8,16 +8,20 @@ import pytest
 from keysvc.app import create_app
 from keysvc.config import Settings
 from keysvc.state import HASHER
-from tests.conftest import (
+from tests.helpers import (
+    UNAUTHORIZED,
     Client,
     ClientFactory,
+    Creds,
+    FakeClock,
+    assert_error,
+    assert_ok,
     bootstrap,
     client_with,
     create,
     create_creds,
     create_role,
 )
-from tests.helpers import UNAUTHORIZED, Creds, FakeClock, assert_error, assert_ok
 
 DEVELOPER_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002"
 QUERY_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000003"

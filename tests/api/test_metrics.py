@@ -24,8 +24,17 @@ from keysvc.metrics import (
     RequestTallies,
 )
 from keysvc.state import METRICS, STORE
-from tests.conftest import Client, ClientFactory, bootstrap, client_with, create_creds
-from tests.helpers import Creds, FakeClock, assert_error, basic
+from tests.helpers import (
+    Client,
+    ClientFactory,
+    Creds,
+    FakeClock,
+    assert_error,
+    basic,
+    bootstrap,
+    client_with,
+    create_creds,
+)
 
 KEYS = "/v1/organizations/{organizationId}/keys"
 KEY = KEYS + "/{keyId}"

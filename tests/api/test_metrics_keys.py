@@ -11,9 +11,8 @@ import pytest
 from keysvc.db import keys as store
 from keysvc.metrics import KEYS_COUNTED_EVERY_SECONDS
 from keysvc.state import IN_FLIGHT
-from tests.conftest import Client, create_creds
-from tests.helpers import Creds, FakeClock
 from tests.api.test_metrics import scrape, status_of, value
+from tests.helpers import Client, Creds, FakeClock, create_creds
 
 EVERY = KEYS_COUNTED_EVERY_SECONDS
 COUNTS = "keysvc_db_call_duration_seconds_count"

@@ -10,8 +10,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from keysvc import schemas
-from tests.conftest import Client, create, create_role
-from tests.helpers import Creds, assert_error, assert_ok
+from tests.helpers import Client, Creds, assert_error, assert_ok, create, create_role
 
 # Bidi embeddings and overrides, bidi isolates, zero-width space, non-joiner and joiner,
 # the left-to-right and right-to-left marks, word joiner, and the byte order mark.

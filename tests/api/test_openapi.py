@@ -10,8 +10,7 @@ from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
 from keysvc.auth import _PUBLIC
-from tests.conftest import Client, create, create_creds
-from tests.helpers import Creds, hash_data
+from tests.helpers import Client, Creds, create, create_creds, hash_data
 
 # The contract as shared with the project, and the copy kept here so the test runs in any
 # checkout; where both exist they must be the same document.

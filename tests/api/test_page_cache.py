@@ -10,16 +10,19 @@ import pytest
 from keysvc.config import Settings
 from keysvc.handlers import keys as keys_handlers
 from keysvc.state import STORE
-from tests.conftest import (
+from tests.helpers import (
     Client,
     ClientFactory,
+    Creds,
+    FakeClock,
+    assert_ok,
     bootstrap,
     client_with,
+    count_reads,
     create,
     create_creds,
     create_role,
 )
-from tests.helpers import Creds, FakeClock, assert_ok, count_reads
 
 
 def keys_url(creds: Creds, query: str = "") -> str:

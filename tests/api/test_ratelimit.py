@@ -8,8 +8,19 @@ import pytest
 from keysvc.config import ConfigError, Settings, build_settings
 from keysvc.credentials import new_key_id, new_secret
 from keysvc.ratelimit import FAILURE_WINDOW, FailureSketch, WindowCounter
-from tests.conftest import Client, ClientFactory, bootstrap, client_with, create_creds
-from tests.helpers import UNAUTHORIZED, Creds, FakeClock, assert_error, assert_ok, basic
+from tests.helpers import (
+    UNAUTHORIZED,
+    Client,
+    ClientFactory,
+    Creds,
+    FakeClock,
+    assert_error,
+    assert_ok,
+    basic,
+    bootstrap,
+    client_with,
+    create_creds,
+)
 
 VERIFY = "/v1/verify"
 

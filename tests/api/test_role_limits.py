@@ -10,17 +10,21 @@ import pytest
 from keysvc.config import build_settings
 from keysvc.schemas import MAX_PERMISSIONS, MAX_ROLE_IDS
 from keysvc.state import STORE
-from tests.conftest import (
+from tests.api.test_roles import keys_url, roles_url
+from tests.helpers import (
     Client,
     ClientFactory,
+    Creds,
+    FakeClock,
+    assert_error,
+    assert_ok,
     bootstrap,
     client_with,
+    count_reads,
     create,
     create_creds,
     create_role,
 )
-from tests.helpers import Creds, FakeClock, assert_error, assert_ok, count_reads
-from tests.api.test_roles import keys_url, roles_url
 
 SYSTEM_ROLES = ["admin", "developer", "query_endpoints"]
 BAD_CURSOR = "cursor: not a cursor from this list; start again without it"

@@ -12,8 +12,16 @@ from keysvc.models import KeyChange
 from keysvc.roles import OWN_ROLES, ROLE_NAME_TAKEN, STRONGER_ACTOR, STRONGER_ROLE, change_role
 from keysvc.state import STORE
 from keysvc.timeutil import utcnow
-from tests.conftest import Client, create, create_creds, create_role
-from tests.helpers import Creds, FakeClock, assert_error, assert_ok
+from tests.helpers import (
+    Client,
+    Creds,
+    FakeClock,
+    assert_error,
+    assert_ok,
+    create,
+    create_creds,
+    create_role,
+)
 
 ADMIN_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000001"
 DEVELOPER_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002"

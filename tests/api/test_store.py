@@ -13,8 +13,7 @@ from keysvc.config import ConfigError, Settings
 from keysvc.credentials import load_pepper, sha256_b64
 from keysvc.db import connections, migrations
 from keysvc.db.store import Store
-from tests.conftest import Client, create
-from tests.helpers import Creds, assert_ok, hash_data
+from tests.helpers import Client, Creds, assert_ok, create, hash_data
 
 
 async def test_pragmas(tmp_path: Path) -> None:

@@ -17,8 +17,7 @@ from keysvc.errors import Conflict
 from keysvc.models import Key, NewKey
 from keysvc.state import CLOCK, HASHER, SETTINGS, STORE
 from keysvc.timeutil import to_minute, to_text
-from tests.conftest import Client
-from tests.helpers import Creds, FakeClock, count_statements
+from tests.helpers import Client, Creds, FakeClock, count_statements
 
 
 async def new_keys(client: Client, org: str, count: int, prefix: str = "k") -> list[NewKey]:

@@ -5,8 +5,7 @@ from typing import Any
 import pytest
 
 from keysvc.credentials import sha256_b64
-from tests.conftest import Client
-from tests.helpers import Creds, assert_error
+from tests.helpers import Client, Creds, assert_error
 
 GOOD_HASH = sha256_b64("x")
 HASH_DATA = {"keyIdHash": GOOD_HASH, "keyIdSuffix": "abcd", "keySecretHash": GOOD_HASH}

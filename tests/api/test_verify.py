@@ -7,15 +7,20 @@ import pytest
 from multidict import CIMultiDict
 
 from keysvc.config import Settings
-from tests.conftest import (
+from tests.helpers import (
+    UNAUTHORIZED,
     Client,
     ClientFactory,
+    Creds,
+    FakeClock,
+    assert_error,
+    assert_ok,
+    basic,
     bootstrap,
     client_with,
     create_creds,
     create_role,
 )
-from tests.helpers import UNAUTHORIZED, Creds, FakeClock, assert_error, assert_ok, basic
 
 MALFORMED = "permission: must be namespace:action, such as reports:read"
 TWICE = "permission: give it once, in X-Required-Permission or ?permission="

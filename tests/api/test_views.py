@@ -12,8 +12,7 @@ from keysvc import views
 from keysvc.models import Key, Role
 from keysvc.schemas import ApiKeySchema, CreateKeyResultSchema
 from keysvc.state import STORE
-from tests.conftest import Client, create, create_role
-from tests.helpers import Creds, hash_data
+from tests.helpers import Client, Creds, create, create_role, hash_data
 
 ROLE_AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 SYSTEM = Role("0b5d3c8e-0000-4000-8000-000000000001", "developer", "system", ("keys:read",),

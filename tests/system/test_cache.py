@@ -17,15 +17,20 @@ from keysvc.errors import Unauthorized
 from keysvc.keys import change_key, remove_key
 from keysvc.models import Credential, Key, KeyChange
 from keysvc.state import HASHER, STORE
-from tests.conftest import Client, ClientFactory, bootstrap, client_with, create_creds, create_role
 from tests.helpers import (
     UNAUTHORIZED,
+    Client,
+    ClientFactory,
     Creds,
     FakeClock,
     assert_error,
     assert_ok,
     basic,
+    bootstrap,
+    client_with,
     count_reads,
+    create_creds,
+    create_role,
     hash_data,
 )
 from tests.server import Server, call

@@ -16,8 +16,7 @@ import pytest
 
 from keysvc.app import create_app
 from keysvc.config import Settings
-from tests.conftest import ClientFactory, bootstrap, create_creds
-from tests.helpers import FakeClock, assert_error, assert_ok
+from tests.helpers import ClientFactory, FakeClock, assert_error, assert_ok, bootstrap, create_creds
 from tests.server import integrity
 
 FULL = "database disk is full: nothing was written; try again once the server has space"

@@ -29,10 +29,10 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from tests.unit import test_constraints
 from tests.components import give_to_unprivileged, shared_directory, unprivileged
 from tests.helpers import basic
 from tests.server import free_port
+from tests.unit import test_constraints
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()

@@ -12,8 +12,7 @@ from pathlib import Path
 from keysvc.config import pepper_path_of
 from keysvc.credentials import Hasher, load_pepper, new_key_id, new_secret
 from keysvc.roles import ROLE_NAME_TAKEN
-from tests.conftest import Client, create_role
-from tests.helpers import Creds, assert_error, basic
+from tests.helpers import Client, Creds, assert_error, basic, create_role
 from tests.server import Server, bootstrap
 
 

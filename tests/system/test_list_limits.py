@@ -17,8 +17,7 @@ from marshmallow import Schema, fields, validate
 from keysvc import schemas
 from keysvc.keys import STRONGER_KEY
 from keysvc.roles import STRONGER_ROLE, SYSTEM
-from tests.conftest import Client, create, create_creds, create_role
-from tests.helpers import Creds, assert_error, assert_ok
+from tests.helpers import Client, Creds, assert_error, assert_ok, create, create_creds, create_role
 from tests.server import Server, admin_creds, bootstrap
 
 REQUEST_SCHEMAS = {

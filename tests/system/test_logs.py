@@ -34,8 +34,7 @@ from keysvc.logs import (
 )
 from keysvc.models import Key
 from keysvc.state import STORE
-from tests.conftest import Client, create_creds
-from tests.helpers import Creds, basic
+from tests.helpers import Client, Creds, basic, create_creds
 from tests.server import Server, bootstrap, keysvc
 
 KEYS = "/v1/organizations/{organizationId}/keys"

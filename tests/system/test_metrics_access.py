@@ -14,11 +14,19 @@ from keysvc.config import ConfigError, Settings, build_settings
 from keysvc.credentials import new_key_id, new_secret
 from keysvc.errors import BearerUnauthorized
 from keysvc.metrics import AUTH_REASONS
-from tests.conftest import Client, ClientFactory, bootstrap, client_with
-from tests.helpers import Creds, FakeClock, assert_error, basic
+from tests.api.test_metrics import Samples, scrape, status_of, value
+from tests.helpers import (
+    Client,
+    ClientFactory,
+    Creds,
+    FakeClock,
+    assert_error,
+    basic,
+    bootstrap,
+    client_with,
+)
 from tests.server import Server
 from tests.server import bootstrap as bootstrap_file
-from tests.api.test_metrics import Samples, scrape, status_of, value
 
 TOKEN = "s3cret-metrics-token-0123456789"
 REFUSED = BearerUnauthorized.default_message
