@@ -10,7 +10,7 @@ import pytest
 from keysvc.config import build_settings
 from keysvc.schemas import MAX_PERMISSIONS, MAX_ROLE_IDS
 from keysvc.state import STORE
-from tests.api.test_roles import keys_url, roles_url
+from tests.api.roles import keys_url, roles_url
 from tests.helpers import (
     Client,
     ClientFactory,
