@@ -4,9 +4,6 @@ exists (an unknown key ID and a wrong secret are one reason, in the metrics and
 in the access log alike)."""
 
 import logging
-import urllib.error
-import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -25,8 +22,6 @@ from tests.helpers import (
     bootstrap,
     client_with,
 )
-from tests.server import Server
-from tests.server import bootstrap as bootstrap_file
 
 TOKEN = "s3cret-metrics-token-0123456789"
 REFUSED = BearerUnauthorized.default_message
@@ -148,20 +143,3 @@ async def test_metrics_with_the_token(
     _, samples = await scrape(client, {"Authorization": f"Bearer {TOKEN}"})
     refusals = {"route": "/metrics", "method": "GET", "status": "401"}
     assert value(samples, "keysvc_http_requests_total", **refusals) == 2
-
-
-def _get(url: str, headers: dict[str, str]) -> int:
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as refused:
-        refused.close()
-        return refused.code
-
-
-def test_serve_reads_the_token_from_the_environment(tmp_path: Path) -> None:
-    bootstrap_file(tmp_path / "keysvc.db")
-    with Server(tmp_path / "keysvc.db", env={"KEYSVC_METRICS_TOKEN": TOKEN}) as server:
-        assert _get(server.base + "/metrics", {}) == 401
-        assert _get(server.base + "/metrics", {"Authorization": f"Bearer {TOKEN}"}) == 200
-        assert _get(server.base + "/healthz", {}) == 200
