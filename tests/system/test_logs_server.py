@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.api.test_logs import KEY
 from tests.helpers import basic
+from tests.logs import KEY
 from tests.server import Server, bootstrap, keysvc
 
 
