@@ -15,7 +15,7 @@ from tests.helpers import Client, Creds, create, create_creds, hash_data
 # The contract as shared with the project, and the copy kept here so the test runs in any
 # checkout; where both exist they must be the same document.
 SHARED = Path(__file__).resolve().parents[2].parent / "shared/reference/upstream-keys-openapi.json"
-VENDORED = Path(__file__).parent / "data" / "upstream-keys-openapi.json"
+VENDORED = Path(__file__).parents[1] / "data" / "upstream-keys-openapi.json"
 METHODS = ("get", "post", "put", "patch", "delete")
 
 
