@@ -90,7 +90,7 @@ bench: $(TEST_STAMP)
 # 10% from the 20th to the 60th second, no descriptor growth. make test runs 9 s of it
 # after 10 s of warm-up.
 soak: $(TEST_STAMP)
-	KEYSVC_SOAK_SECONDS=60 $(BIN)/pytest -p no:cacheprovider -s tests/test_soak.py
+	KEYSVC_SOAK_SECONDS=60 $(BIN)/pytest -p no:cacheprovider -s tests/system/test_soak.py
 
 # One file holding keysvc and its dependencies at the pinned versions, for this platform
 # (shiv, from PyPI; keysvc built with the virtualenv's setuptools, as in install); it

@@ -72,7 +72,7 @@ class AccessEntry(NamedTuple):
         top-level string scrubbed as JsonFormatter scrubs it, written as the
         formatter's JSON encoder writes them, the closing brace included. One
         f-string rather than a dict and the encoder: the access line is written on
-        every request (``tests/test_logs.py`` compares the two)."""
+        every request (``tests/unit/test_logs.py`` compares the two)."""
         text = (
             f', "requestId": {_text(self.request_id)}, "method": {_text(self.method)},'
             f' "route": {_text(self.route)}, "status": {int(self.status)},'

@@ -7,7 +7,7 @@ after the result (a list's ``nextCursor`` and ``totalCount``); an error is
 ``error_response``) builds the body as a dict for ``web.json_response``. The hot key
 routes take the fast path (``envelope``, ``envelope_bytes``): the same text put
 together around a result that is JSON already (``keysvc.render``), byte for byte
-what the plain path sends (tests/test_envelope.py holds the two together).
+what the plain path sends (tests/unit/test_envelope.py holds the two together).
 """
 
 from collections.abc import Mapping

@@ -383,7 +383,7 @@ class AccessLines:
     writing JSON lines, no ``LogRecord`` is made and no handler chain walked: the
     caller's thread queues the time and the entry, and the writer thread puts the
     line together, exactly as ``JsonFormatter`` would format the record
-    (``tests/test_logs.py`` compares them): the formatter's time, level, logger
+    (``tests/unit/test_logs.py`` compares them): the formatter's time, level, logger
     and message, then the fields' own JSON text (docs/PERFORMANCE.md says what
     the access log still costs). Any other set-up (another handler, a filter,
     pytest's log capture, a forked worker without a writer) gets records through

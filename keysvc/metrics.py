@@ -99,7 +99,7 @@ class RequestTallies(Collector):
     the histogram walks its buckets in Python: 2.6 us a request by timeit, several
     times that under load. Here a request costs a few dict lookups, a bisect and
     some additions. The exposition is the one those classes give, ``_created``
-    included (``tests/test_metrics.py`` compares the text). Only one thread may
+    included (``tests/api/test_metrics.py`` compares the text). Only one thread may
     record: keysvc's event loop, which also serves the scrape.
     """
 

@@ -1,7 +1,7 @@
 """Key answers for the hot paths, written by hand rather than through marshmallow.
 
 ``api_key`` builds exactly what ``responses.ApiKeySchema`` dumps (the same fields,
-the same order, the same omissions; tests/test_views.py holds the two together),
+the same order, the same omissions; tests/api/test_views.py holds the two together),
 at a fraction of the cost. The schema stays the contract: the OpenAPI document
 is built from it.
 

@@ -67,7 +67,7 @@ def _has_control(value: str) -> bool:
 # as blank. "\u202eadmin" would show as "nimda", and "ad\u200bmin" as "admin".
 # INVISIBLE is those of the Basic Multilingual Plane as a character class in the
 # syntax both Python and JSON Schema read, so that the OpenAPI document says the same
-# (tests/test_names.py checks it against unicodedata); the check itself also refuses
+# (tests/api/test_names.py checks it against unicodedata); the check itself also refuses
 # the format characters beyond that plane, by category.
 INVISIBLE = (
     r"\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160\u180e"

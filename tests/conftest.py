@@ -1,20 +1,15 @@
-import dataclasses
-from collections.abc import Awaitable, Callable
+"""The fixtures every API test shares: settings on a temporary database file, a fake
+clock, the app from create_app, its client, and the admins of two organizations. The
+helpers they use live in tests/helpers.py."""
+
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient
 
-from keysvc import keys
 from keysvc.app import create_app
 from keysvc.config import Settings
-from keysvc.state import CLOCK, HASHER, STORE
-from tests.helpers import Creds, FakeClock, assert_ok
-
-ClientFactory = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]
-Client = TestClient[web.Request, web.Application]
+from tests.helpers import Client, ClientFactory, Creds, FakeClock, bootstrap
 
 
 @pytest.fixture
@@ -37,20 +32,6 @@ async def client(aiohttp_client: ClientFactory, app: web.Application) -> Client:
     return await aiohttp_client(app)
 
 
-async def client_with(
-    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock, **changes: Any
-) -> Client:
-    """A client of its own app, whose settings are the fixture's with ``changes``."""
-    return await aiohttp_client(create_app(dataclasses.replace(settings, **changes), clock=clock))
-
-
-async def bootstrap(app: web.Application, name: str = "acme") -> Creds:
-    """A new organization and its admin key, made the way `keysvc bootstrap` makes them."""
-    org, issued = await keys.bootstrap(app[STORE], app[HASHER], name, app[CLOCK]())
-    assert issued.key_id and issued.secret
-    return Creds(org.id, issued.key.id, issued.key_id, issued.secret)
-
-
 @pytest.fixture
 async def admin(client: Client) -> Creds:
     return await bootstrap(client.app)
@@ -60,26 +41,3 @@ async def admin(client: Client) -> Creds:
 async def other_admin(client: Client) -> Creds:
     """The admin of a second organization."""
     return await bootstrap(client.app, "other")
-
-
-async def create_role(client: Client, caller: Creds, body: dict[str, Any]) -> dict[str, Any]:
-    """Create a custom role through the API and return it."""
-    response = await client.post(
-        f"/v1/organizations/{caller.organization_id}/roles", json=body, headers=caller.headers
-    )
-    result: dict[str, Any] = await assert_ok(response)
-    return result
-
-
-async def create(client: Client, caller: Creds, body: dict[str, Any]) -> dict[str, Any]:
-    """Create a key through the API and return the whole create result."""
-    response = await client.post(
-        f"/v1/organizations/{caller.organization_id}/keys", json=body, headers=caller.headers
-    )
-    result: dict[str, Any] = await assert_ok(response)
-    return result
-
-
-async def create_creds(client: Client, caller: Creds, body: dict[str, Any]) -> Creds:
-    result = await create(client, caller, body)
-    return Creds(caller.organization_id, result["key"]["id"], result["keyId"], result["keySecret"])

@@ -1,22 +1,34 @@
-"""Helpers shared by the tests: credentials, Basic headers, envelope checks."""
+"""Helpers shared by the tests: credentials, Basic headers, envelope checks, and the
+API helpers the fixtures and tests use (bootstrap, create, create_creds, create_role,
+client_with)."""
 
 import base64
+import dataclasses
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiosqlite
 import pytest
-from aiohttp import ClientResponse
+from aiohttp import ClientResponse, web
+from aiohttp.test_utils import TestClient
 
+from keysvc import keys
+from keysvc.app import create_app
+from keysvc.config import Settings
 from keysvc.credentials import sha256_b64
 from keysvc.db.store import Store
+from keysvc.state import CLOCK, HASHER, STORE
 
 _seen_request_ids: set[str] = set()
 
 UNAUTHORIZED = "invalid credentials: send Authorization: Basic base64(keyId:keySecret)"
 FAR_FUTURE = "2099-01-01T00:00:00Z"
+
+ClientFactory = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]
+Client = TestClient[web.Request, web.Application]
 
 
 @dataclass(frozen=True)
@@ -108,3 +120,40 @@ def count_statements(conn: aiosqlite.Connection, monkeypatch: pytest.MonkeyPatch
 def count_reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every statement the store's reader connection runs from now on."""
     return count_statements(store.reader, monkeypatch)
+
+
+async def client_with(
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock, **changes: Any
+) -> Client:
+    """A client of its own app, whose settings are the fixture's with ``changes``."""
+    return await aiohttp_client(create_app(dataclasses.replace(settings, **changes), clock=clock))
+
+
+async def bootstrap(app: web.Application, name: str = "acme") -> Creds:
+    """A new organization and its admin key, made the way `keysvc bootstrap` makes them."""
+    org, issued = await keys.bootstrap(app[STORE], app[HASHER], name, app[CLOCK]())
+    assert issued.key_id and issued.secret
+    return Creds(org.id, issued.key.id, issued.key_id, issued.secret)
+
+
+async def create_role(client: Client, caller: Creds, body: dict[str, Any]) -> dict[str, Any]:
+    """Create a custom role through the API and return it."""
+    response = await client.post(
+        f"/v1/organizations/{caller.organization_id}/roles", json=body, headers=caller.headers
+    )
+    result: dict[str, Any] = await assert_ok(response)
+    return result
+
+
+async def create(client: Client, caller: Creds, body: dict[str, Any]) -> dict[str, Any]:
+    """Create a key through the API and return the whole create result."""
+    response = await client.post(
+        f"/v1/organizations/{caller.organization_id}/keys", json=body, headers=caller.headers
+    )
+    result: dict[str, Any] = await assert_ok(response)
+    return result
+
+
+async def create_creds(client: Client, caller: Creds, body: dict[str, Any]) -> Creds:
+    result = await create(client, caller, body)
+    return Creds(caller.organization_id, result["key"]["id"], result["keyId"], result["keySecret"])

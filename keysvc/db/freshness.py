@@ -32,7 +32,7 @@ POSIX lock, and closing *any* descriptor of a file drops all of the process's
 POSIX locks on it. Were this module to close its descriptor (or the mapping,
 which holds a duplicate) while the process's connections are open, the next
 process to open the database would find the index unused, reset it, and this
-process would fault on its next look (``tests/test_walwatch.py`` shows it). So
+process would fault on its next look (``tests/system/test_walwatch.py`` shows it). So
 the descriptor and the mapping stay open until ``close``, which the store
 calls only after its connections are closed. Several stores on one database
 in one process (the tests have them) share one descriptor, closed with the last.
