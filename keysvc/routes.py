@@ -283,6 +283,8 @@ ROUTES: tuple[Route, ...] = (
 
 _HANDLERS: dict[Route, View] = {}
 _ROUTE_OF: dict[object, Route] = {}
+# The views of public routes: asked on every request, so one set lookup.
+_PUBLIC_VIEWS: set[object] = set()
 
 
 def serves(route: Route) -> Callable[[View], View]:
@@ -293,6 +295,8 @@ def serves(route: Route) -> Callable[[View], View]:
             raise ValueError(f"{route.operation_id} already has a view")
         _HANDLERS[route] = view
         _ROUTE_OF[view] = route
+        if route.public:
+            _PUBLIC_VIEWS.add(view)
         return view
 
     return bind
@@ -311,8 +315,7 @@ def route_of(view: object) -> Route | None:
 def is_public(view: object) -> bool:
     """Whether ``view`` serves a route that needs no credentials; an undeclared view
     is never public."""
-    route = _ROUTE_OF.get(view)
-    return route is not None and route.public
+    return view in _PUBLIC_VIEWS
 
 
 def register(router: web.UrlDispatcher, routes: tuple[Route, ...]) -> None:

@@ -70,6 +70,7 @@ class Store:
         self.space = self.writer.space
         self._creates = Creates(path, self.writer)
         self._touches = Touches(self.writer)
+        self.needs_touch = self._touches.needs_touch  # type: ignore[method-assign]
         self.observer = observer
         self.roles = RoleStore(reader, observer)
 
@@ -108,19 +109,18 @@ class Store:
         self._freshness.release()  # last: sooner would drop SQLite's locks (freshness)
 
     @asynccontextmanager
-    async def transaction(
-        self, operation: str | None = None
-    ) -> AsyncIterator[aiosqlite.Connection]:
+    async def transaction(self, operation: str) -> AsyncIterator[aiosqlite.Connection]:
         """One write transaction (``Writer.transaction``), for the domain to read, check
         its rules and write in. Its duration, waiting for the write lock included, is
-        reported to the observer as ``operation``'s, as ``timed`` reports a call's."""
-        observer = self.observer if operation is not None else None
+        reported to the observer as ``operation``'s, as ``timed`` reports a call's: the
+        name is required, so that no write goes unmeasured."""
+        observer = self.observer
         started = time.perf_counter()
         try:
             async with self.writer.transaction() as conn:
                 yield conn
         finally:
-            if observer is not None and operation is not None:
+            if observer is not None:
                 observer(operation, time.perf_counter() - started)
 
     async def authorization_changed(self, conn: aiosqlite.Connection) -> None:
@@ -232,7 +232,9 @@ class Store:
             await fetch_all(self.reader, key_sql.ROLES_OF_KEYS, (json.dumps(key_ids),))
 
     def needs_touch(self, key: Key, minute: datetime) -> bool:
-        """Whether ``key``'s usedAt is behind ``minute``, as far as this process knows."""
+        """Whether ``key``'s usedAt is behind ``minute``, as far as this process knows
+        (``Touches.needs_touch``; bound over this method in ``__init__``, as it is
+        asked on every authenticated request)."""
         return self._touches.needs_touch(key, minute)
 
     @timed

@@ -253,3 +253,26 @@ async def test_a_batch_whose_flusher_is_cancelled_still_ends_before_the_next_beg
     assert [key.name for key in made if isinstance(key, Key)] == ["second0", "second1"]
     earlier = await asyncio.wait_for(pending, timeout=10)
     assert [key.name for key in earlier if isinstance(key, Key)] == ["first0", "first1"]
+
+
+async def test_a_rule_that_raises_refuses_its_own_create_alone(
+    client: Client, admin: Creds
+) -> None:
+    """The domain's re-check runs inside the batch: should it raise rather than return
+    its refusal, that create alone is refused with what it raised, and the batch's
+    other creates are stored."""
+    store = client.app[STORE]
+    news = await new_keys(client, admin.organization_id, 4)
+    broken = news[2]
+
+    def recheck(new: NewKey, granted: Any) -> Exception | None:
+        if new is broken:
+            raise ValueError("the rule itself failed")
+        return None
+
+    results = await asyncio.gather(
+        *(store.create_key(new, 1000, recheck) for new in news), return_exceptions=True
+    )
+    assert [type(result).__name__ for result in results] == ["Key", "Key", "ValueError", "Key"]
+    listed = await store.list_keys(admin.organization_id, 0, 100)
+    assert [key.name for key in listed.keys] == ["acme admin", "k0", "k1", "k3"]
