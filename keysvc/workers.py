@@ -5,16 +5,19 @@ workers never race to upgrade it, and makes the failed-login table they share
 (``keysvc.ratelimit.FailureSketch``), then forks. Each worker opens its own
 database connections after the fork and binds the same port with
 SO_REUSEPORT, and the kernel spreads connections among them. The parent only
-supervises: SIGTERM or Ctrl-C is passed on to every worker, and if one dies
+supervises: SIGTERM or Ctrl-C is passed on to every worker, a worker whose parent
+dies (SIGKILL included) is sent SIGTERM (Linux), and if one dies
 unexpectedly the others are stopped too and the parent exits non-zero, so a
 supervisor such as systemd sees the failure.
 """
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import signal
+import sys
 from collections.abc import Callable
 from types import FrameType
 
@@ -43,16 +46,35 @@ def _signal_all(children: list[int], signum: int) -> None:
             os.kill(pid, signum)
 
 
+# Linux's prctl option that sends the caller a signal when its parent dies.
+_PR_SET_PDEATHSIG = 1
+
+
+def _end_with(parent: int) -> None:
+    """Have this worker get SIGTERM, and so stop cleanly, when the supervising parent
+    dies, even by SIGKILL: orphaned workers would otherwise go on serving the port
+    with no one to stop them. Linux only; elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        logger.warning("worker %d will outlive its parent: prctl failed", os.getpid())
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def run(settings: Settings, serve: Serve) -> int:
     """Fork ``settings.workers`` processes running ``serve``; returns the exit code."""
     asyncio.run(prepare(settings))
     failures = FailureSketch.of(settings)
     children: list[int] = []
+    parent = os.getpid()
     for _ in range(settings.workers):
         pid = os.fork()
         if pid == 0:
             code = 0
             try:
+                _end_with(parent)
                 serve(settings, True, failures)
             except BaseException:
                 logger.exception("worker %d failed", os.getpid())

@@ -181,6 +181,30 @@ def test_workers_share_one_port_and_stop_together(tmp_path: Path) -> None:
         assert not Path(f"/proc/{pid}").exists()  # the parent waited for each worker
 
 
+def test_workers_stop_when_their_parent_is_killed(tmp_path: Path) -> None:
+    """SIGKILL to the supervising parent leaves no worker serving on without it: each
+    is told of its parent's death (SIGTERM) and stops cleanly."""
+    db = tmp_path / "k.db"
+    bootstrap(db)
+    with Server(db, env={"KEYSVC_WORKERS": "2"}) as server:
+        workers = _children(server.proc.pid)
+        assert len(workers) == 2
+        server.proc.kill()
+        server.proc.wait()
+        deadline = time.monotonic() + 20
+        while any(Path(f"/proc/{pid}").exists() and _running(pid) for pid in workers):
+            assert time.monotonic() < deadline, f"orphaned workers still run: {workers}"
+            time.sleep(0.05)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie waiting for its reaper does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
 def make_run(db: Path, port: int) -> subprocess.Popen[str]:
     """``make run`` as the README gives it, on a temporary database and a free port.
 
