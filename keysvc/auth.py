@@ -318,9 +318,10 @@ async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
         # One list, in order, however many lines carry it: a proxy that appends its own
         # line must not leave the client's first line to be read as the last hop.
         forwarded = ", ".join(request.headers.getall(hdrs.X_FORWARDED_FOR))
-    address = client_address(
-        request.remote, forwarded, settings.trusted_proxies, _over_unix(request)
-    )
+    # Only a forwarded header makes the socket matter: without one, a unix peer has
+    # no address either way (its peername is empty), so most requests skip the lookup.
+    from_proxy = forwarded is not None and _over_unix(request)
+    address = client_address(request.remote, forwarded, settings.trusted_proxies, from_proxy)
     # Checked before the credentials, so a blocked address is refused even with valid ones.
     if not limits.failures.allows(address, settings.auth_failures, now):
         _refuse_address(request, limits, now)

@@ -282,7 +282,6 @@ ROUTES: tuple[Route, ...] = (
 )  # fmt: skip
 
 _HANDLERS: dict[Route, View] = {}
-_ROUTE_OF: dict[object, Route] = {}
 # The views of public routes: asked on every request, so one set lookup.
 _PUBLIC_VIEWS: set[object] = set()
 
@@ -294,7 +293,6 @@ def serves(route: Route) -> Callable[[View], View]:
         if route in _HANDLERS:
             raise ValueError(f"{route.operation_id} already has a view")
         _HANDLERS[route] = view
-        _ROUTE_OF[view] = route
         if route.public:
             _PUBLIC_VIEWS.add(view)
         return view
@@ -305,11 +303,6 @@ def serves(route: Route) -> Callable[[View], View]:
 def handler_of(route: Route) -> View:
     """The view bound to ``route`` (its handler module must have been imported)."""
     return _HANDLERS[route]
-
-
-def route_of(view: object) -> Route | None:
-    """The route ``view`` serves, or None for a view no route declares."""
-    return _ROUTE_OF.get(view)
 
 
 def is_public(view: object) -> bool:

@@ -67,25 +67,36 @@ async def test_older_database_is_upgraded_in_one_step(tmp_path: Path) -> None:
     raw.execute("select x from extra").fetchall()
 
 
+def version_1(path: Path) -> sqlite3.Connection:
+    """A connection to a new database at ``path`` as the first release made it (schema v1)."""
+    raw = sqlite3.connect(path)
+    raw.executescript((Path(__file__).parents[1] / "data" / "schema_v1.sql").read_text())
+    raw.execute("pragma user_version = 1")
+    return raw
+
+
+def legacy_key(raw: sqlite3.Connection, key_id: str, org: str, id_hash: bytes) -> None:
+    """A key row as the first release stored it, enabled, named legacy."""
+    raw.execute(
+        "insert into api_keys (id, organization_id, name, state, key_id_hash, secret_hash,"
+        " key_suffix, created_at) values (?, ?, 'legacy', 'enabled', ?, x'02', 'abcd',"
+        " '2026-01-01T00:00:00Z')",
+        (key_id, org, id_hash),
+    )
+
+
 async def test_upgrade_numbers_each_organizations_keys_apart(tmp_path: Path) -> None:
     """Step 5 gives each existing key its place in its own organization, in creation
     order, whatever other organizations created in between; new keys continue it."""
     path = tmp_path / "v1.db"
-    raw = sqlite3.connect(path)
-    raw.executescript((Path(__file__).parents[1] / "data" / "schema_v1.sql").read_text())
-    raw.execute("pragma user_version = 1")
+    raw = version_1(path)
     orgs = ["11111111-1111-4111-8111-111111111111", "33333333-3333-4333-8333-333333333333"]
     for org in orgs:
         raw.execute("insert into organizations values (?, 'old', '2026-01-01T00:00:00Z')", (org,))
     made: dict[str, list[str]] = {org: [] for org in orgs}
     for n, org in enumerate([orgs[0], orgs[1], orgs[1], orgs[0], orgs[1], orgs[0]]):
         key_id = str(uuid.uuid4())
-        raw.execute(
-            "insert into api_keys (id, organization_id, name, state, key_id_hash, secret_hash,"
-            " key_suffix, created_at) values (?, ?, 'legacy', 'enabled', ?, x'02', 'abcd',"
-            " '2026-01-01T00:00:00Z')",
-            (key_id, org, bytes([n])),
-        )
+        legacy_key(raw, key_id, org, bytes([n]))
         made[org].append(key_id)
     raw.commit()
     raw.close()
@@ -106,17 +117,10 @@ async def test_upgrade_numbers_each_organizations_keys_apart(tmp_path: Path) -> 
 async def test_version_1_database_upgrades_with_its_data(tmp_path: Path) -> None:
     """A database made by the first release (schema v1) opens, upgrades, keeps its keys."""
     path = tmp_path / "v1.db"
-    raw = sqlite3.connect(path)
-    raw.executescript((Path(__file__).parents[1] / "data" / "schema_v1.sql").read_text())
-    raw.execute("pragma user_version = 1")
+    raw = version_1(path)
     org = "11111111-1111-4111-8111-111111111111"
     raw.execute("insert into organizations values (?, 'old', '2026-01-01T00:00:00Z')", (org,))
-    raw.execute(
-        "insert into api_keys (id, organization_id, name, state, key_id_hash, secret_hash,"
-        " key_suffix, created_at) values (?, ?, 'legacy', 'enabled', x'01', x'02', 'abcd',"
-        " '2026-01-01T00:00:00Z')",
-        ("22222222-2222-4222-8222-222222222222", org),
-    )
+    legacy_key(raw, "22222222-2222-4222-8222-222222222222", org, b"\x01")
     raw.commit()
     raw.close()
     store = await Store.open(path)
@@ -142,19 +146,12 @@ async def test_upgrade_drops_role_rows_a_hand_delete_left(tmp_path: Path) -> Non
     """Step 6: role rows of a key deleted by hand with foreign keys off (so without
     their cascade) are removed, and the rows of keys that exist are kept."""
     path = tmp_path / "v1.db"
-    raw = sqlite3.connect(path)
-    raw.executescript((Path(__file__).parents[1] / "data" / "schema_v1.sql").read_text())
-    raw.execute("pragma user_version = 1")
+    raw = version_1(path)
     org = "11111111-1111-4111-8111-111111111111"
     raw.execute("insert into organizations values (?, 'old', '2026-01-01T00:00:00Z')", (org,))
     kept, gone = "22222222-2222-4222-8222-222222222222", "44444444-4444-4444-8444-444444444444"
     for n, key_id in enumerate((kept, gone)):
-        raw.execute(
-            "insert into api_keys (id, organization_id, name, state, key_id_hash, secret_hash,"
-            " key_suffix, created_at) values (?, ?, 'legacy', 'enabled', ?, x'02', 'abcd',"
-            " '2026-01-01T00:00:00Z')",
-            (key_id, org, bytes([n])),
-        )
+        legacy_key(raw, key_id, org, bytes([n]))
         raw.execute(
             "insert into key_roles values (?, '0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002')", (key_id,)
         )
