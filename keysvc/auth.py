@@ -132,10 +132,10 @@ async def _check_credentials(
         expected = found.secret_hash if found is not None else _ABSENT
         if not hmac.compare_digest(offered, expected) or found is None:
             # The answer, the recorded reason and the work done are the same, database
-            # reads included: those a cached key or an unknown ID skipped are run.
+            # read included: a cached key runs the read an uncached one made.
             _outcome(request, "invalid_credentials")
-            done = 0 if cached is not None else 1 if found is None else 2
-            await store.read_as_uncached(key_id_hash, found, done)
+            if cached is not None:
+                await store.read_as_uncached(key_id_hash)
             # Counted before this check leaves the ones under way: a check waiting for
             # room must see it.
             limits.failures.hit(address, now)

@@ -4,8 +4,9 @@ client_with)."""
 
 import base64
 import dataclasses
+import sqlite3
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -118,8 +119,17 @@ def count_statements(conn: aiosqlite.Connection, monkeypatch: pytest.MonkeyPatch
 
 
 def count_reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every statement the store's reader connection runs from now on."""
-    return count_statements(store.reader, monkeypatch)
+    """Every statement the store's reader connection runs from now on, and those its
+    point reader runs on the loop."""
+    seen = count_statements(store.reader, monkeypatch)
+    original = store.points.rows
+
+    async def counting(sql: str, params: Sequence[object]) -> list[sqlite3.Row]:
+        seen.append(" ".join(sql.split()))
+        return await original(sql, params)
+
+    monkeypatch.setattr(store.points, "rows", counting)
+    return seen
 
 
 async def client_with(

@@ -137,6 +137,22 @@ def connect_now(path: Path, *, shared: bool = False) -> sqlite3.Connection:
     return conn
 
 
+def connect_point_reader(path: Path) -> sqlite3.Connection:
+    """A read-only connection for indexed point reads run on the event loop itself
+    (``keysvc.db.pointreads``): a few pages each, cheaper than the hand-over to a
+    connection's thread. It never waits for a lock (busy_timeout 0): a read that finds
+    the database busy is retried on the reader's thread instead of stalling the loop."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.row_factory = sqlite3.Row
+        conn.execute("pragma query_only = on")
+        conn.execute("pragma busy_timeout = 0")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
 # One trip to the connection's thread each (execute, fetch and close together), where
 # a cursor would take three: each trip is a queue hand-over and a wake-up of the loop.
 async def fetch_one(

@@ -40,18 +40,22 @@ def _made(
     return made
 
 
-def role_from_row(row: sqlite3.Row) -> Role:
-    return _made(
-        _roles_made,
-        tuple(row[name] for name in ROLE_COLUMNS),
-        lambda: Role(
-            id=row["id"],
-            name=row["name"],
-            type=row["type"],
-            permissions=tuple(json.loads(row["permissions"])),
-            created_at=from_text(row["created_at"]),
-            updated_at=from_text(row["updated_at"]),
-        ),
+def role_from_row(row: sqlite3.Row, columns: Sequence[str] = ROLE_COLUMNS) -> Role:
+    """The role in ``row``, whose columns are named ``columns`` (ROLE_COLUMNS's order)."""
+    values = tuple(row[name] for name in columns)
+    return _made(_roles_made, values, lambda: _role(*values))
+
+
+def _role(
+    id: object, name: object, type: object, permissions: object, created: object, updated: object
+) -> Role:
+    return Role(
+        id=str(id),
+        name=str(name),
+        type=str(type),
+        permissions=tuple(json.loads(str(permissions))),
+        created_at=from_text(str(created)),
+        updated_at=from_text(str(updated)),
     )
 
 
@@ -75,6 +79,19 @@ def key_from_row(row: sqlite3.Row, roles: Sequence[Role]) -> Key:
             rate_limit=(row["rate_limit"], row["rate_window"]) if row["rate_limit"] else None,
         ),
     )
+
+
+# A key row joined with its roles' (keysvc.db.keys.CREDENTIAL_JOINED): the role's
+# columns carry this prefix, and are null for a key holding no role.
+JOINED_ROLE_COLUMNS = tuple(f"role_{name}" for name in ROLE_COLUMNS)
+
+
+def key_from_joined(rows: Sequence[sqlite3.Row]) -> Key | None:
+    """The one key in ``rows``, one row per role it holds; None for no rows."""
+    if not rows:
+        return None
+    roles = [role_from_row(row, JOINED_ROLE_COLUMNS) for row in rows if row["role_id"]]
+    return key_from_row(rows[0], roles)
 
 
 def keys_with_roles(rows: Sequence[sqlite3.Row], role_rows: Sequence[sqlite3.Row]) -> list[Key]:

@@ -16,7 +16,6 @@ raising keysvc's own errors.
 """
 
 import asyncio
-import json
 import sqlite3
 import time
 import uuid
@@ -37,15 +36,16 @@ from keysvc.db.cache import Caches
 from keysvc.db.connections import (
     Writer,
     connect,
-    fetch_all,
-    fetch_one,
+    connect_point_reader,
     require_existing,
     unusable,
 )
 from keysvc.db.createbatch import Recheck
 from keysvc.db.freshness import Freshness
 from keysvc.db.migrations import migrate
+from keysvc.db.pointreads import PointReader
 from keysvc.db.roles import RoleStore
+from keysvc.db.rows import key_from_joined
 from keysvc.db.timing import Observer, timed
 from keysvc.diskspace import DiskSpace
 from keysvc.models import Credential, Key, KeyPage, NewKey, Organization
@@ -63,6 +63,7 @@ class Store:
         cache_size: int = 10_000,
     ):
         self.reader = reader
+        self.points = PointReader(connect_point_reader(path), reader)
         self._freshness = Freshness(watcher, path)
         self.caches = Caches(self._freshness, cache_size)
         self.writer = Writer(writer, DiskSpace(path), self.caches.authorization_changed)
@@ -103,6 +104,7 @@ class Store:
         flushers = [t for t in (self._creates.flusher, self._touches.flusher) if t is not None]
         await asyncio.gather(*flushers, return_exceptions=True)
         self._freshness.close_connection()
+        self.points.close()
         await self.reader.close()
         await self.writer.close()
         await self._creates.thread.close()
@@ -186,11 +188,11 @@ class Store:
             return cached
         version = caches.data_version()  # read before the row, so a later commit is not hidden
         generation = caches.generation
-        row = await fetch_one(self.reader, key_sql.CREDENTIAL_BY_ID, (key_id, organization_id))
-        if row is None:
+        rows = await self.points.rows(key_sql.CREDENTIAL_BY_ID_JOINED, (key_id, organization_id))
+        key = key_from_joined(rows)
+        if key is None:
             return None
-        (key,) = await key_sql.keys_from_rows(self.reader, [row])
-        caches.refresh_key(Credential(key, row["secret_hash"]), version, generation)
+        caches.refresh_key(Credential(key, rows[0]["secret_hash"]), version, generation)
         return key
 
     @timed
@@ -208,28 +210,21 @@ class Store:
         entry = caches.credentials.get(key_id_hash)
         if entry is not None:
             return entry.credential
-        row = await fetch_one(self.reader, key_sql.CREDENTIAL, (key_id_hash,))
-        if row is None:
+        rows = await self.points.rows(key_sql.CREDENTIAL_JOINED, (key_id_hash,))
+        key = key_from_joined(rows)
+        if key is None:
             return None
-        (key,) = await key_sql.keys_from_rows(self.reader, [row])
-        credential = Credential(key=key, secret_hash=row["secret_hash"])
+        credential = Credential(key=key, secret_hash=rows[0]["secret_hash"])
         caches.keep_credential(key_id_hash, credential, version, generation)
         return credential
 
-    async def read_as_uncached(
-        self, key_id_hash: bytes, found: Credential | None, done: int
-    ) -> None:
-        """The reads ``find_credential`` makes for an uncached key (its row, then its
-        roles) that a failed authentication has not made yet (``done`` of them), with
-        their answers unused. A wrong secret for a cached key and an unknown key ID
-        then cost the caller the same two reads as a wrong secret for an uncached key,
-        so that the time of a 401 does not tell them apart (docs/SECURITY.md)."""
-        if done < 1:
-            await fetch_one(self.reader, key_sql.CREDENTIAL, (key_id_hash,))
-        if done < 2:
-            # An unknown ID's roles are those of no key: the same query, finding none.
-            key_ids = [found.key.id if found is not None else str(uuid.uuid4())]
-            await fetch_all(self.reader, key_sql.ROLES_OF_KEYS, (json.dumps(key_ids),))
+    async def read_as_uncached(self, key_id_hash: bytes) -> None:
+        """The read ``find_credential`` makes for an uncached key (its row joined with its
+        roles', one statement), with its answer unused: a wrong secret for a cached key
+        then costs the caller the same read as an unknown key ID or a wrong secret for
+        an uncached key, so that the time of a 401 does not tell them apart
+        (docs/SECURITY.md)."""
+        await self.points.rows(key_sql.CREDENTIAL_JOINED, (key_id_hash,))
 
     def needs_touch(self, key: Key, minute: datetime) -> bool:
         """Whether ``key``'s usedAt is behind ``minute``, as far as this process knows

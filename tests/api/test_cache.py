@@ -9,7 +9,6 @@ import pytest
 
 from keysvc.config import Settings
 from keysvc.credentials import Hasher, new_secret
-from keysvc.db import keys as store_module
 from keysvc.db.cache import CredentialCache
 from keysvc.db.store import Store
 from keysvc.errors import Unauthorized
@@ -298,19 +297,21 @@ async def test_concurrent_creates_share_transactions(
 
 
 def _write_between_reads(monkeypatch: pytest.MonkeyPatch, store: Store, write: Any) -> None:
-    """Run ``write`` (a coroutine function) once, between a read's row and its roles, as
-    a commit from another request or process may land while the reads await; then let
-    another request see it (``data_version``), which drops the cache right away."""
-    original = store_module.keys_from_rows
+    """Run ``write`` (a coroutine function) once, right after a read has read the key
+    and before the cache keeps it, as a commit from another process may land there;
+    then let another request see it (``data_version``), which drops the cache right
+    away."""
+    original = store.points.rows
     pending = [write]
 
-    async def keys_after_a_write(conn: Any, rows: Any) -> Any:
+    async def rows_then_a_write(sql: str, params: Any) -> Any:
+        rows = await original(sql, params)
         if pending:
             await pending.pop()()
             store.caches.data_version()
-        return await original(conn, rows)
+        return rows
 
-    monkeypatch.setattr(store_module, "keys_from_rows", keys_after_a_write)
+    monkeypatch.setattr(store.points, "rows", rows_then_a_write)
 
 
 async def test_a_credential_read_across_a_commit_is_not_kept(
