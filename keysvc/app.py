@@ -84,7 +84,9 @@ def create_app(
         handler_args=PARSER_LIMITS,
         middlewares=[
             service_middleware(
-                logger=logger, access=Access(access_logger, metrics), in_flight=in_flight
+                logger=logger,
+                access=Access(access_logger, metrics, settings.access_log),
+                in_flight=in_flight,
             )
         ],
     )

@@ -16,6 +16,9 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 MAX_BODY_BYTES = 64 * 1024
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOOPS = ("asyncio", "uvloop")
+# Which requests get an access line (keysvc.access): every one, all but the verify
+# successes, or none.
+ACCESS_LOGS = ("all", "errors", "off")
 
 
 class ConfigError(ValueError):
@@ -55,6 +58,8 @@ class Settings:
     max_connections: int = 1000
     # The event loop `keysvc serve` runs on (keysvc.cli): one of LOOPS.
     loop: str = "asyncio"
+    # Which answers get an access line: one of ACCESS_LOGS.
+    access_log: str = "errors"
 
     @property
     def pepper_path(self) -> Path:
@@ -154,6 +159,15 @@ def _loop(value: str) -> str:
     if name not in LOOPS:
         raise ConfigError(f"{value!r} is not an event loop; use one of {', '.join(LOOPS)}")
     return name
+
+
+def _access_log(value: str) -> str:
+    mode = value.strip().lower()
+    if mode not in ACCESS_LOGS:
+        raise ConfigError(
+            f"{value!r} is not an access log setting; use one of {', '.join(ACCESS_LOGS)}"
+        )
+    return mode
 
 
 def _on_off(value: str) -> bool:
@@ -303,6 +317,10 @@ OPTIONS = (
     Option(
         "loop", "KEYSVC_LOOP", "asyncio", _loop,
         f"event loop to serve on, one of {', '.join(LOOPS)}",
+    ),
+    Option(
+        "access_log", "KEYSVC_ACCESS_LOG", "errors", _access_log,
+        "access lines written: all; errors, every one but a verify's success; or off",
     ),
 )  # fmt: skip
 
