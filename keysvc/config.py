@@ -60,6 +60,9 @@ class Settings:
     loop: str = "asyncio"
     # Which answers get an access line: one of ACCESS_LOGS.
     access_log: str = "errors"
+    # Usage counts (keysvc.db.usage): kept this many days, written this often.
+    usage_retention_days: int = 30
+    usage_flush_seconds: float = 10.0
 
     @property
     def pepper_path(self) -> Path:
@@ -321,6 +324,14 @@ OPTIONS = (
     Option(
         "access_log", "KEYSVC_ACCESS_LOG", "errors", _access_log,
         "access lines written: all; errors, every one but a verify's success; or off",
+    ),
+    Option(
+        "usage_retention_days", "KEYSVC_USAGE_RETENTION_DAYS", "30", _positive,
+        "days the per-minute usage counts of keys are kept",
+    ),
+    Option(
+        "usage_flush_seconds", "KEYSVC_USAGE_FLUSH_SECONDS", "10", _seconds,
+        "seconds between writes of each process's usage counts: what a crash may lose",
     ),
 )  # fmt: skip
 
