@@ -8,6 +8,12 @@ by the raw path, and ``unmatched`` when no route matched, so neither logs nor
 metric labels carry identifiers from the path. The caller is reported by its key UUID and
 organization only: the Authorization header, the key ID and the secret are
 never read here.
+
+``KEYSVC_ACCESS_LOG`` says which answers get a line: ``all``; ``errors`` (the
+default), every one but a verify's success, the forward-auth call a proxy makes on
+each of its own requests, whose count the key's usage series keeps
+(``keysvc.usage``); ``off``, none. The metrics count every request whatever it
+says, and an internal error is logged with its request ID by the middleware.
 """
 
 import logging
@@ -19,6 +25,7 @@ from aiohttp import web
 from keysvc.logs import AccessLines, scrub
 from keysvc.metrics import Metrics
 from keysvc.models import Key
+from keysvc.routes import VERIFY
 from keysvc.state import AUTH_OUTCOME, CALLER
 
 UNMATCHED = "unmatched"
@@ -93,9 +100,13 @@ class Access:
     """What is kept of each answered request: the access log line and, when metrics
     are on, the request metrics. ``keysvc.middleware`` calls ``record`` once per request."""
 
-    def __init__(self, logger: logging.Logger, metrics: Metrics | None):
+    def __init__(self, logger: logging.Logger, metrics: Metrics | None, mode: str = "all"):
+        """``mode``: which answers get a line, one of ``keysvc.config.ACCESS_LOGS``."""
         self._logger = logger
-        self._lines = AccessLines(logger, "request")
+        # Decided here, once: None writes no line at all.
+        self._lines = AccessLines(logger, "request") if mode != "off" else None
+        # The route whose successes get no line; None: every answer gets one.
+        self._quiet = VERIFY.path if mode == "errors" else None
         self._metrics = metrics
 
     def record(self, request: web.Request, request_id: str, status: int, seconds: float) -> None:
@@ -108,8 +119,11 @@ class Access:
             metrics.observe_request(route, method, status, seconds)
             if outcome is not None:
                 metrics.observe_auth(outcome)
+        lines = self._lines
+        if lines is None or (status < 400 and route == self._quiet):
+            return
         if self._logger.isEnabledFor(logging.INFO):
-            self._lines.emit(
+            lines.emit(
                 AccessEntry(
                     request_id,
                     request.method,

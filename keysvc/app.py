@@ -13,6 +13,7 @@ import keysvc.handlers.health
 import keysvc.handlers.keys
 import keysvc.handlers.metrics
 import keysvc.handlers.roles
+import keysvc.handlers.usage
 import keysvc.handlers.verify
 import keysvc.handlers.whoami  # noqa: F401
 from keysvc.access import Access
@@ -53,7 +54,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     metrics = app.get(METRICS)
     observer = metrics.observe_db if metrics else None
-    async with open_checked(settings, observer=observer) as (store, hasher):
+    async with open_checked(settings, observer=observer, serving=True) as (store, hasher):
         app[STORE] = store
         app[HASHER] = hasher
         yield
@@ -84,7 +85,9 @@ def create_app(
         handler_args=PARSER_LIMITS,
         middlewares=[
             service_middleware(
-                logger=logger, access=Access(access_logger, metrics), in_flight=in_flight
+                logger=logger,
+                access=Access(access_logger, metrics, settings.access_log),
+                in_flight=in_flight,
             )
         ],
     )

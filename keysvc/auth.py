@@ -14,6 +14,11 @@ malformed, unknown and wrong credentials. The record tells malformed ones
 apart, never an unknown key ID from a wrong secret (both ``invalid_credentials``),
 so neither the metrics nor the logs say whether a key ID exists.
 
+Once the secret is proven, the request counts in its key's usage (``keysvc.db.usage``),
+once, under the outcome it ends with (``guarded``): success, or the refusal that
+ended it (disabled, expired, ip_denied, rate_limited, or forbidden, wherever the
+permission was refused: ``authorize*`` here, or verify's own checks).
+
 The client address is the TCP peer. Only when the peer is a trusted proxy, or
 the request came in on keysvc's unix socket (``keysvc serve --unix``, which only
 the proxy can open), is ``X-Forwarded-For`` read, right to left, skipping
@@ -42,13 +47,24 @@ from keysvc.addresses import IPAddress, network_of
 from keysvc.config import IPNetwork
 from keysvc.credentials import Hasher, checksum_fails
 from keysvc.db.store import Store
+from keysvc.db.usage import OUTCOMES
 from keysvc.errors import BearerUnauthorized, Forbidden, TooManyRequests, Unauthorized
 from keysvc.metrics import AuthReason
 from keysvc.models import Credential, Key
 from keysvc.permissions import has_permission
 from keysvc.ratelimit import Decision, Limits
 from keysvc.routes import is_public
-from keysvc.state import AUTH_OUTCOME, CALLER, CLOCK, HASHER, LIMITS, METRICS, SETTINGS, STORE
+from keysvc.state import (
+    AUTH_OUTCOME,
+    CALLER,
+    CLOCK,
+    HASHER,
+    LIMITS,
+    METRICS,
+    PROVEN,
+    SETTINGS,
+    STORE,
+)
 from keysvc.timeutil import to_minute
 
 # Compared against when the key ID is unknown, so both failures do the same work.
@@ -56,6 +72,18 @@ _ABSENT = bytes(32)
 # Longest Authorization header read: room for a key ID and secret of your own
 # (hashData) of a thousand characters or more each.
 MAX_AUTHORIZATION = 4096
+# The usage outcome (its index in OUTCOMES) of each reason a request of a known key ends with.
+_USAGE_OUTCOME: dict[str, int] = {
+    reason: OUTCOMES.index(outcome)
+    for reason, outcome in (
+        ("ok", "success"),
+        ("disabled", "disabled"),
+        ("expired", "expired"),
+        ("ip", "ip_denied"),
+        ("permission", "forbidden"),
+        ("rate_limited", "rate_limited"),
+    )
+}
 # The store-timing operation every credential check is observed as (keysvc.metrics).
 CHECK_CREDENTIALS = "check_credentials"
 
@@ -169,6 +197,8 @@ async def authenticate(request: web.Request, address: "IPAddress | None", now: d
         if proof is not None:
             store.caches.remember_proof(proof, key_id_hash, found)
     key = found.key
+    minute = to_minute(now)
+    request[PROVEN] = (key.id, minute)
     if key.state != "enabled":
         _outcome(request, "disabled")
         raise Unauthorized("key is disabled")
@@ -179,7 +209,6 @@ async def authenticate(request: web.Request, address: "IPAddress | None", now: d
         _outcome(request, "ip")
         raise Forbidden("client address not allowed for this key")
     _outcome(request, "ok")
-    minute = to_minute(now)
     if store.needs_touch(key, minute):
         await store.touch_used(key.id, minute)
     return key
@@ -350,12 +379,24 @@ async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
 async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
     """``handler``'s answer, for an admitted caller (``request[CALLER]``) unless the
     route is declared public (``keysvc.routes``); the caller's request-limit standing
-    goes on the answer."""
+    goes on the answer. A request of a known key counts in its usage once, under the
+    outcome it ended with."""
     match = request.match_info
     if match.http_exception is not None or is_public(match.handler):
         return await handler(request)
-    request[CALLER], decision = await _admit(request)
-    response = await handler(request)
+    try:
+        request[CALLER], decision = await _admit(request)
+        response = await handler(request)
+    finally:
+        _count_use(request)
     if decision is not None:
         response.headers.update(decision.headers)
     return response
+
+
+def _count_use(request: web.Request) -> None:
+    proven = request.get(PROVEN)
+    if proven is not None:
+        outcome = _USAGE_OUTCOME.get(request[AUTH_OUTCOME])
+        if outcome is not None:
+            request.app[STORE].count_use(proven[0], proven[1], outcome)

@@ -16,6 +16,9 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 MAX_BODY_BYTES = 64 * 1024
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOOPS = ("asyncio", "uvloop")
+# Which requests get an access line (keysvc.access): every one, all but the verify
+# successes, or none.
+ACCESS_LOGS = ("all", "errors", "off")
 
 
 class ConfigError(ValueError):
@@ -55,6 +58,11 @@ class Settings:
     max_connections: int = 1000
     # The event loop `keysvc serve` runs on (keysvc.cli): one of LOOPS.
     loop: str = "asyncio"
+    # Which answers get an access line: one of ACCESS_LOGS.
+    access_log: str = "errors"
+    # Usage counts (keysvc.db.usage): kept this many days, written this often.
+    usage_retention_days: int = 30
+    usage_flush_seconds: float = 10.0
 
     @property
     def pepper_path(self) -> Path:
@@ -154,6 +162,15 @@ def _loop(value: str) -> str:
     if name not in LOOPS:
         raise ConfigError(f"{value!r} is not an event loop; use one of {', '.join(LOOPS)}")
     return name
+
+
+def _access_log(value: str) -> str:
+    mode = value.strip().lower()
+    if mode not in ACCESS_LOGS:
+        raise ConfigError(
+            f"{value!r} is not an access log setting; use one of {', '.join(ACCESS_LOGS)}"
+        )
+    return mode
 
 
 def _on_off(value: str) -> bool:
@@ -303,6 +320,18 @@ OPTIONS = (
     Option(
         "loop", "KEYSVC_LOOP", "asyncio", _loop,
         f"event loop to serve on, one of {', '.join(LOOPS)}",
+    ),
+    Option(
+        "access_log", "KEYSVC_ACCESS_LOG", "errors", _access_log,
+        "access lines written: all; errors, every one but a verify's success; or off",
+    ),
+    Option(
+        "usage_retention_days", "KEYSVC_USAGE_RETENTION_DAYS", "30", _positive,
+        "days the per-minute usage counts of keys are kept",
+    ),
+    Option(
+        "usage_flush_seconds", "KEYSVC_USAGE_FLUSH_SECONDS", "10", _seconds,
+        "seconds between writes of each process's usage counts: what a crash may lose",
     ),
 )  # fmt: skip
 

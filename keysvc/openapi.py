@@ -208,6 +208,9 @@ def _params(route: Route) -> list[dict[str, Any]]:
     ]
     if route.paged:
         params.extend(_LIST_PARAMS)
+    if route.query:
+        # apispec makes one parameter of each of the schema's fields.
+        params.append({"in": "query", "schema": route.query})
     if route.if_match:
         params.append(_IF_MATCH)
     return params
@@ -397,9 +400,10 @@ def build_spec() -> dict[str, Any]:
         },
         security=[{"basicAuth": []}],
     )
-    # apispec does not annotate this method; it maps our two datetime fields.
+    # apispec does not annotate this method; it maps our datetime fields.
     plugin.map_to_openapi_type(s.Timestamp, "string", "date-time")  # type: ignore[no-untyped-call]
     plugin.map_to_openapi_type(s.ExpireAt, "string", "date-time")  # type: ignore[no-untyped-call]
+    plugin.map_to_openapi_type(s.QueryMoment, "string", "date-time")  # type: ignore[no-untyped-call]
     spec.components.security_scheme(
         "basicAuth",
         {"type": "http", "scheme": "basic", "description": "Key ID and key secret."},
@@ -437,6 +441,8 @@ def _components(now: datetime) -> tuple[tuple[str, Schema | type[Schema]], ...]:
         ("RoleCreateRequest", s.CreateRoleSchema),
         ("RoleUpdateRequest", s.UpdateRoleSchema),
         ("WhoAmI", r.WhoAmISchema),
+        ("KeyUsageBucket", r.UsageBucketSchema),
+        ("KeyUsage", r.UsageSchema),
     )
 
 

@@ -15,6 +15,7 @@ from keysvc.schemas import (
     LEGACY_ROLES,
     RATE_LIMIT_DOC,
     ROLE_TYPES,
+    USAGE_GRANULARITIES,
     UUID_TEXT,
     IpAccessListEntrySchema,
     PolicyTagsSchema,
@@ -143,3 +144,41 @@ class CreateKeyResultSchema(Schema):
     key = fields.Nested(ApiKeySchema)
     keyId = fields.String()
     keySecret = fields.String()
+
+
+_COUNT_OF = "Authentications of the key in the bucket that ended "
+
+
+class UsageBucketSchema(Schema):
+    """One bucket of a key's usage series (``keysvc.usage``)."""
+
+    start = Timestamp(metadata={"description": "The bucket's start (UTC)."})
+    success = fields.Integer(metadata={"description": _COUNT_OF + "admitted."})
+    disabled = fields.Integer(metadata={"description": _COUNT_OF + "refused: key disabled."})
+    expired = fields.Integer(metadata={"description": _COUNT_OF + "refused: key expired."})
+    ipDenied = fields.Integer(
+        attribute="ip_denied",
+        metadata={"description": _COUNT_OF + "refused: address outside its IP access list."},
+    )
+    forbidden = fields.Integer(
+        metadata={
+            "description": _COUNT_OF + "refused: another organization, or a missing permission."
+        }
+    )
+    rateLimited = fields.Integer(
+        attribute="rate_limited",
+        metadata={"description": _COUNT_OF + "refused: over the key's request limit."},
+    )
+
+
+class UsageSchema(Schema):
+    """A key's usage series: every bucket from ``from`` up to ``to``, zeros included."""
+
+    granularity = fields.String(metadata={"enum": list(USAGE_GRANULARITIES)})
+    start = Timestamp(data_key="from", metadata={"description": "Start of the first bucket."})
+    end = Timestamp(data_key="to", metadata={"description": "End of the last bucket."})
+    series = fields.List(
+        fields.Nested(UsageBucketSchema),
+        attribute="buckets",
+        metadata={"description": "Every bucket in time order, zero-filled."},
+    )

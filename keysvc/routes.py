@@ -22,6 +22,7 @@ View = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 ORG = "/v1/organizations/{organizationId}"
 KEYS_PATH, KEY_PATH = ORG + "/keys", ORG + "/keys/{keyId}"
+USAGE_PATH = KEY_PATH + "/usage"
 ROLES_PATH, ROLE_PATH = ORG + "/roles", ORG + "/roles/{roleId}"
 
 # What any authenticated operation may answer besides its success; a write may also
@@ -54,6 +55,8 @@ class Route:
     fields: tuple[str, ...] = ()
     # A success that is no envelope, of this media type.
     media_type: str | None = None
+    # The query parameters it takes besides a list's paging, as a schema.
+    query: type[Schema] | None = None
 
     @property
     def needs(self) -> str:
@@ -128,6 +131,28 @@ DELETE_KEY = Route(
     answer=_DONE,
     statuses=(*WRITE, 404, 412),
     if_match=True,
+)
+_USAGE = (
+    "Needs the permission `keys:read`. keysvc addition: the key's authentications, counted "
+    "per minute by outcome, summed into buckets of a `granularity` (UTC) from `from` (rounded "
+    "down) up to `to` (rounded up), every bucket answered, zeros included; at most "
+    f"{s.MAX_USAGE_BUCKETS} buckets (400 past it, or when `from` is after `to`). Counted: "
+    "requests whose credentials were right, admitted (`success`) or refused (`disabled`, "
+    "`expired`, `ipDenied`, `forbidden`, `rateLimited`); unknown keys and wrong secrets are "
+    "not. Counts appear once written, within KEYSVC_USAGE_FLUSH_SECONDS (default 10); rows "
+    "older than KEYSVC_USAGE_RETENTION_DAYS (default 30) are pruned."
+)
+KEY_USAGE = Route(
+    "GET",
+    USAGE_PATH,
+    "keysvcKeyUsage",
+    "Authentications of a key over time (keysvc addition)",
+    permission="keys:read",
+    query=s.UsageQuerySchema,
+    response=r.UsageSchema,
+    answer="The key's usage series.",
+    statuses=(*AUTHENTICATED, 404),
+    description=_USAGE,
 )
 LIST_ROLES = Route(
     "GET",
@@ -276,7 +301,7 @@ DOCS_ASSET = Route(
 
 # In the document's order; the routes of one path next to each other.
 ROUTES: tuple[Route, ...] = (
-    LIST_KEYS, CREATE_KEY, GET_KEY, UPDATE_KEY, DELETE_KEY,
+    LIST_KEYS, CREATE_KEY, GET_KEY, UPDATE_KEY, DELETE_KEY, KEY_USAGE,
     LIST_ROLES, CREATE_ROLE, GET_ROLE, UPDATE_ROLE, DELETE_ROLE,
     WHOAMI, VERIFY, ROOT, HEALTHZ, READYZ, METRICS, OPENAPI_DOCUMENT, DOCS, DOCS_ASSET,
 )  # fmt: skip

@@ -93,6 +93,29 @@ create trigger if not exists api_keys_roles_dropped after delete on api_keys beg
     delete from key_roles where key_id = old.id;
 end;
 
+-- Authentications of each key per minute, by outcome (keysvc.db.usage): written by
+-- each process in batches, as upserts that add. No foreign key: a key's rows go with
+-- it by the trigger below, which also runs for a delete by hand with foreign keys
+-- off, and a count for a key already deleted is not written.
+create table if not exists key_usage (
+    key_id       text not null,            -- api_keys.id
+    minute       text not null,            -- the minute's start, in keysvc's text form
+    success      integer not null default 0,
+    disabled     integer not null default 0,
+    expired      integer not null default 0,
+    ip_denied    integer not null default 0,
+    forbidden    integer not null default 0,
+    rate_limited integer not null default 0,
+    primary key (key_id, minute)
+) strict, without rowid;
+
+-- Old rows are pruned by minute (KEYSVC_USAGE_RETENTION_DAYS).
+create index if not exists key_usage_minute on key_usage (minute);
+
+create trigger if not exists api_keys_usage_dropped after delete on api_keys begin
+    delete from key_usage where key_id = old.id;
+end;
+
 -- Any change to what a key may do moves auth_generation, whoever makes it: the
 -- API, or an operator editing the file by hand (docs/SECURITY.md, "Emergency
 -- revocation"). Not usedAt alone, which moves every minute a key is used and

@@ -124,18 +124,21 @@ class ExpireAt(fields.Field[datetime | None]):
             return None
         if not isinstance(value, str):
             raise ValidationError("must be an ISO-8601 date-time string, null or empty")
-        try:
-            moment = datetime.fromisoformat(value)
-        except ValueError:
-            raise ValidationError(
-                "must be an ISO-8601 date-time such as 2030-01-01T00:00:00Z"
-            ) from None
-        if moment.tzinfo is None:
-            raise ValidationError("must include a time zone offset, such as Z or +02:00")
-        try:
-            return moment.astimezone(UTC)
-        except OverflowError:
-            raise ValidationError("is out of range") from None
+        return _in_utc(value, "2030-01-01T00:00:00Z")
+
+
+def _in_utc(text: str, example: str) -> datetime:
+    """The ISO-8601 date-time ``text``, which must carry an offset, in UTC."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValidationError(f"must be an ISO-8601 date-time such as {example}") from None
+    if moment.tzinfo is None:
+        raise ValidationError("must include a time zone offset, such as Z or +02:00")
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        raise ValidationError("is out of range") from None
 
 
 class Timestamp(fields.Field[datetime]):
@@ -353,6 +356,52 @@ class ListRolesQuerySchema(_PageQuerySchema):
             r"[0-9A-Za-z_-]{2,1400}\.[0-9A-Za-z_-]+\Z",
             error="not a cursor from this list; start again without it",
         )
+    )
+
+
+class QueryMoment(fields.Field[datetime]):
+    """A date-time in the query string: ISO-8601 with an offset, in UTC."""
+
+    def _deserialize(
+        self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any
+    ) -> datetime:
+        return _in_utc(str(value), "2026-01-02T03:04:05Z")
+
+
+USAGE_GRANULARITIES = ("minute", "hour", "day")
+# The most buckets one usage query may ask for: a day of minutes.
+MAX_USAGE_BUCKETS = 1440
+
+
+class UsageQuerySchema(Schema):
+    """A key's usage query (``keysvc.usage``): from (default: 24 hours before to), to
+    (default: now) and granularity (default: hour)."""
+
+    start = QueryMoment(
+        data_key="from",
+        metadata={
+            "description": "Start of the series, rounded down to its granularity;"
+            " default: 24 hours before `to`.",
+            "examples": ["2026-01-02T00:00:00Z"],
+        },
+    )
+    end = QueryMoment(
+        data_key="to",
+        metadata={
+            "description": "End of the series, rounded up to its granularity; default: now.",
+            "examples": ["2026-01-03T00:00:00Z"],
+        },
+    )
+    granularity = fields.String(
+        load_default="hour",
+        validate=validate.OneOf(
+            USAGE_GRANULARITIES, error="must be one of: " + ", ".join(USAGE_GRANULARITIES)
+        ),
+        metadata={
+            "description": "Width of each bucket (default: hour); at most "
+            f"{MAX_USAGE_BUCKETS} buckets in all.",
+            "enum": list(USAGE_GRANULARITIES),
+        },
     )
 
 

@@ -1,5 +1,6 @@
 """Typed keys for what the application and each request carry."""
 
+from datetime import datetime
 from typing import Any
 
 from aiohttp import web
@@ -41,3 +42,6 @@ REQUEST_ID = web.RequestKey("request_id", str)
 CALLER = web.RequestKey("caller", Key)
 # Set by keysvc.auth where each outcome is decided; read by the access log and metrics.
 AUTH_OUTCOME: web.RequestKey[AuthReason] = web.RequestKey("auth_outcome")
+# The key whose secret a request proved, and the minute it was checked in, whether the
+# key was then admitted or refused: what its usage is counted under (keysvc.auth).
+PROVEN: web.RequestKey[tuple[str, datetime]] = web.RequestKey("proven")

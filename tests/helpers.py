@@ -139,6 +139,20 @@ async def client_with(
     return await aiohttp_client(create_app(dataclasses.replace(settings, **changes), clock=clock))
 
 
+async def exploding_client(
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
+) -> Client:
+    """A client of an app with one more route, ``GET /v1/explode``, whose view fails
+    with a RuntimeError that names internals: an internal error on demand."""
+
+    async def explode(request: web.Request) -> web.Response:
+        raise RuntimeError("secret internals: /etc/passwd")
+
+    app = create_app(settings, clock=clock)
+    app.router.add_get("/v1/explode", explode)
+    return await aiohttp_client(app)
+
+
 async def bootstrap(app: web.Application, name: str = "acme") -> Creds:
     """A new organization and its admin key, made the way `keysvc bootstrap` makes them."""
     org, issued = await keys.bootstrap(app[STORE], app[HASHER], name, app[CLOCK]())

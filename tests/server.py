@@ -84,6 +84,17 @@ def call(base: str, path: str, creds: dict[str, str], method: str = "GET",
         return error.code, json.loads(error.read())
 
 
+def status_of(url: str, headers: dict[str, str], timeout: float = 30) -> int:
+    """The status of a GET of ``url`` with ``headers``, whatever it is."""
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as refused:
+        refused.close()
+        return refused.code
+
+
 def integrity(db: Path) -> list[str]:
     """What ``PRAGMA integrity_check`` says of the database file: ["ok"] when sound."""
     conn = sqlite3.connect(db)

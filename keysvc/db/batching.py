@@ -1,9 +1,12 @@
-"""Writes that wait to share a transaction: key creates, and usedAt.
+"""Writes that wait to share a transaction: key creates, usedAt and usage counts.
 
 Concurrent creates are grouped: one transaction, one fsync, for all the creates
 waiting (``keysvc.db.createbatch`` runs it); each request is answered only
 after that commit. usedAt writes that arrive together likewise share one
-transaction: at the turn of a minute every busy key writes at once.
+transaction: at the turn of a minute every busy key writes at once. The usage
+counts (``keysvc.db.usage``) ride in that transaction, or in one of their own
+when ``write_counts`` is called (every flush interval, and at close): no
+request waits for them.
 """
 
 import asyncio
@@ -14,6 +17,7 @@ from pathlib import Path
 
 from keysvc.db import createbatch
 from keysvc.db import keys as key_sql
+from keysvc.db import usage as usage_sql
 from keysvc.db.connections import Writer
 from keysvc.diskspace import DiskSpace
 from keysvc.errors import InsufficientStorage
@@ -114,10 +118,12 @@ def _settle(
 
 class Touches:
     """usedAt writes: which keys this process has written this minute, and those
-    waiting for the next transaction."""
+    waiting for the next transaction; and this process's usage counts (``tally``),
+    written in the same transactions."""
 
     def __init__(self, writer: Writer):
         self._writer = writer
+        self.tally = usage_sql.Tally()
         # Keys whose usedAt this process has written for the minute in _touched_minute.
         self._touched: set[str] = set()
         self._touched_minute: datetime | None = None
@@ -157,17 +163,35 @@ class Touches:
             # usedAt is not worth refusing a request for: it is written by a later one.
             self._touched.discard(key_id)
 
+    async def write_counts(self) -> None:
+        """Write the usage counts of this process now (with any usedAt waiting), unless
+        a flush under way takes them. A failed write keeps them for the next call."""
+        running = self.flusher
+        if running is not None and not running.done():
+            await asyncio.gather(running, return_exceptions=True)
+        if self.tally or self._touches is not None:
+            self.flusher = asyncio.create_task(self._flush())
+            await asyncio.gather(self.flusher, return_exceptions=True)
+
     async def _flush(self) -> None:
-        while self._touches is not None:
+        # After a failed write the counts wait for write_counts: retried here, a full
+        # disk would be retried without end.
+        counts_failed = False
+        while self._touches is not None or (self.tally and not counts_failed):
             touches = None
+            counts: usage_sql.Counts = {}
             try:
                 async with self._writer.transaction() as conn:
                     # Taken once the lock is held: touches that came meanwhile join in.
                     touches, self._touches = self._touches, None
-                    if touches is None:
-                        return
-                    await key_sql.write_used_at(conn, touches.minutes)
+                    counts = self.tally.take()
+                    if touches is not None:
+                        await key_sql.write_used_at(conn, touches.minutes)
+                    if counts:
+                        await usage_sql.add_counts(conn, counts)
             except Exception as exc:
+                self.tally.give_back(counts)
+                counts_failed = counts_failed or bool(counts)
                 if touches is None:  # failed before taking them: they fail all the same
                     touches, self._touches = self._touches, None
                 if touches is not None and not touches.done.done():
@@ -175,6 +199,7 @@ class Touches:
                     touches.done.exception()  # retrieved, should every waiter be gone
                 continue
             except BaseException:
+                self.tally.give_back(counts)
                 # Cancelled: the waiters must not hang on a future nobody will settle.
                 pending = [t for t in (touches, self._touches) if t is not None]
                 self._touches = None
@@ -182,4 +207,5 @@ class Touches:
                     if not waiting.done.done():
                         waiting.done.cancel()
                 raise
-            touches.done.set_result(None)
+            if touches is not None:
+                touches.done.set_result(None)

@@ -85,6 +85,25 @@ MIGRATIONS: Sequence[str] = (
         delete from key_roles where key_id = old.id;
     end;
     """,
+    # 7: authentications per key per minute by outcome (keysvc.db.usage), which go
+    # with their key (see schema.sql).
+    """
+    create table if not exists key_usage (
+        key_id       text not null,            -- api_keys.id
+        minute       text not null,            -- the minute's start, in keysvc's text form
+        success      integer not null default 0,
+        disabled     integer not null default 0,
+        expired      integer not null default 0,
+        ip_denied    integer not null default 0,
+        forbidden    integer not null default 0,
+        rate_limited integer not null default 0,
+        primary key (key_id, minute)
+    ) strict, without rowid;
+    create index if not exists key_usage_minute on key_usage (minute);
+    create trigger if not exists api_keys_usage_dropped after delete on api_keys begin
+        delete from key_usage where key_id = old.id;
+    end;
+    """,
 )
 
 

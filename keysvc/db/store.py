@@ -7,7 +7,9 @@ which in WAL mode sees only committed data; one synchronous "watcher" used on
 the event loop for a single cheap question, has anything been committed since
 I last looked (``keysvc.db.freshness``); and the create batches' own
 (``keysvc.db.createbatch``). The caches are ``caches``'s (``keysvc.db.cache``),
-role SQL is ``roles``'s (``keysvc.db.roles``).
+role SQL is ``roles``'s (``keysvc.db.roles``). Opened to serve, it also keeps the
+usage counts (``keysvc.db.usage``): written every flush interval and at close,
+and pruned past their retention at most every ``PRUNE_EVERY_SECONDS``.
 
 The domain (``keysvc.keys``, ``keysvc.roles``) runs its writes in
 ``transaction()`` and checks its rules there; the store checks none of them.
@@ -16,13 +18,14 @@ raising keysvc's own errors.
 """
 
 import asyncio
+import logging
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import replace
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import aiosqlite
@@ -31,6 +34,7 @@ from keysvc.config import ConfigError, Settings
 from keysvc.credentials import Hasher, load_pepper
 from keysvc.db import keys as key_sql
 from keysvc.db import meta
+from keysvc.db import usage as usage_sql
 from keysvc.db.batching import Creates, Touches
 from keysvc.db.cache import Caches
 from keysvc.db.connections import (
@@ -49,6 +53,18 @@ from keysvc.db.rows import key_from_joined
 from keysvc.db.timing import Observer, timed
 from keysvc.diskspace import DiskSpace
 from keysvc.models import Credential, Key, KeyPage, NewKey, Organization
+from keysvc.timeutil import utcnow
+
+logger = logging.getLogger("keysvc")
+
+
+@dataclass(frozen=True)
+class UsageUpkeep:
+    """How a serving store keeps the usage counts: written every ``flush_seconds``,
+    rows older than ``retention`` pruned."""
+
+    flush_seconds: float
+    retention: timedelta
 
 
 class Store:
@@ -72,6 +88,9 @@ class Store:
         self._creates = Creates(path, self.writer)
         self._touches = Touches(self.writer)
         self.needs_touch = self._touches.needs_touch  # type: ignore[method-assign]
+        # Asked on every authenticated request, so bound once (Tally.add).
+        self.count_use = self._touches.tally.add  # type: ignore[method-assign]
+        self._upkeep: asyncio.Task[None] | None = None
         self.observer = observer
         self.roles = RoleStore(reader, observer)
 
@@ -83,7 +102,10 @@ class Store:
         observer: Observer | None = None,
         cache_size: int = 10_000,
         create: bool = True,
+        upkeep: UsageUpkeep | None = None,
     ) -> "Store":
+        """``upkeep``: write and prune the usage counts in the background, as a
+        serving store does; without it they are written with usedAt and at close."""
         writer = await connect(path, create=create)
         try:
             await migrate(writer, create=create)
@@ -98,9 +120,31 @@ class Store:
         except BaseException:
             await store.close()
             raise
+        if upkeep is not None:
+            store._upkeep = asyncio.create_task(store._keep_usage(upkeep))
         return store
 
+    async def _keep_usage(self, upkeep: UsageUpkeep) -> None:
+        """Write the usage counts every flush interval; prune old rows now, then at
+        most every PRUNE_EVERY_SECONDS. A failure is logged and tried again later."""
+        pruned_at: float | None = None
+        while True:
+            if pruned_at is None or time.monotonic() - pruned_at >= usage_sql.PRUNE_EVERY_SECONDS:
+                pruned_at = time.monotonic()
+                try:
+                    async with self.transaction("prune_usage") as conn:
+                        await usage_sql.prune(conn, utcnow() - upkeep.retention)
+                except Exception:
+                    logger.exception("pruning old usage counts failed; trying again later")
+            await asyncio.sleep(upkeep.flush_seconds)
+            await self._touches.write_counts()
+
     async def close(self) -> None:
+        if self._upkeep is not None:
+            self._upkeep.cancel()
+            await asyncio.gather(self._upkeep, return_exceptions=True)
+        # The counts not yet written, so that a clean stop loses none.
+        await self._touches.write_counts()
         flushers = [t for t in (self._creates.flusher, self._touches.flusher) if t is not None]
         await asyncio.gather(*flushers, return_exceptions=True)
         self._freshness.close_connection()
@@ -237,14 +281,41 @@ class Store:
         """Set usedAt to ``minute`` unless it is already there (``Touches.touch``)."""
         await self._touches.touch(key_id, minute)
 
+    def count_use(self, key_id: str, minute: datetime, outcome: int) -> None:
+        """Count one authentication of ``key_id`` in ``minute``, ``outcome`` indexing
+        ``keysvc.db.usage.OUTCOMES``; written later (``Tally.add``; bound over this
+        method in ``__init__``)."""
+        self._touches.tally.add(key_id, minute, outcome)
+
+    async def write_usage(self) -> None:
+        """Write this process's usage counts now, rather than at the next flush."""
+        await self._touches.write_counts()
+
+    @timed
+    async def usage_series(
+        self, key_id: str, start: datetime, end: datetime, width: int
+    ) -> Mapping[str, Sequence[int]]:
+        """The key's usage counts from ``start`` up to ``end`` as written, summed by
+        bucket (``keysvc.db.usage.series``)."""
+        return await usage_sql.series(self.reader, key_id, start, end, width)
+
+
+def _upkeep_of(settings: Settings) -> UsageUpkeep:
+    retention = timedelta(days=settings.usage_retention_days)
+    return UsageUpkeep(settings.usage_flush_seconds, retention)
+
 
 @asynccontextmanager
 async def open_checked(
-    settings: Settings, *, observer: Observer | None = None, create: bool = True
+    settings: Settings,
+    *,
+    observer: Observer | None = None,
+    create: bool = True,
+    serving: bool = False,
 ) -> AsyncIterator[tuple[Store, Hasher]]:
     """The store for ``settings``, migrated, writable and checked against its pepper;
     closed on exit. ``create=False``: the database must exist already
-    (``keysvc.db.connections``).
+    (``keysvc.db.connections``). ``serving``: keep the usage counts (``UsageUpkeep``).
 
     A database that cannot be used stops here with a ConfigError naming its path.
     """
@@ -253,7 +324,11 @@ async def open_checked(
         require_existing(path)
     try:
         store = await Store.open(
-            path, observer=observer, cache_size=settings.cache_size, create=create
+            path,
+            observer=observer,
+            cache_size=settings.cache_size,
+            create=create,
+            upkeep=_upkeep_of(settings) if serving else None,
         )
     except sqlite3.Error as exc:
         raise unusable(path, exc) from None

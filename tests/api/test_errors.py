@@ -7,9 +7,7 @@ import threading
 import uuid
 
 import pytest
-from aiohttp import web
 
-from keysvc.app import create_app
 from keysvc.config import Settings
 from keysvc.middleware import REQUEST_IDS_PER_POOL, new_request_id
 from tests.helpers import (
@@ -20,6 +18,7 @@ from tests.helpers import (
     assert_error,
     assert_ok,
     bootstrap,
+    exploding_client,
 )
 
 
@@ -111,12 +110,7 @@ async def test_internal_error_is_logged_with_request_id_and_hidden(
     clock: FakeClock,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    async def explode(request: web.Request) -> web.Response:
-        raise RuntimeError("secret internals: /etc/passwd")
-
-    app = create_app(settings, clock=clock)
-    app.router.add_get("/v1/explode", explode)
-    client = await aiohttp_client(app)
+    client = await exploding_client(aiohttp_client, settings, clock)
     admin = await bootstrap(client.app)
     with caplog.at_level(logging.ERROR, logger="keysvc"):
         response = await client.get("/v1/explode", headers=admin.headers)

@@ -3,7 +3,8 @@
 Some of keysvc's rules cannot be written in JSON Schema: an expireAt in the
 future, a source that is an IP network with its host bits clear, role and key
 IDs that exist in the organization, a cursor keysvc issued for that list, the
-permissions of a role and of its policies counted together. The document
+permissions of a role and of its policies counted together, a usage query's
+``from`` not after its ``to`` and its buckets within the most allowed. The document
 states them in prose, so schemathesis sends requests that are valid by the
 schema and break one of them (mostly in its coverage phase, which does not use
 the seeded values), and keysvc rightly answers 400. ``filter_failure`` drops
@@ -23,7 +24,7 @@ import json
 import os
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import schemathesis
@@ -107,8 +108,70 @@ def _permissions_in_all(case: Any, match: re.Match[str]) -> bool:
     return sent == int(match["count"]) > int(match["most"])
 
 
+_WIDTHS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
+
+
+def _moment(case: Any, name: str) -> datetime | None:
+    """The usage query's ``from`` or ``to`` as keysvc reads it; None when not given."""
+    value = (case.query or {}).get(name)
+    return None if value is None else datetime.fromisoformat(value).astimezone(UTC)
+
+
+def _unreadable(case: Any, match: re.Match[str]) -> bool:
+    """An RFC 3339 date-time that Python does not read (a leap second, say)."""
+    try:
+        _moment(case, match["name"])
+    except (ValueError, OverflowError):
+        return True
+    return False
+
+
+def _span(case: Any) -> tuple[datetime, datetime]:
+    end = _moment(case, "to") or datetime.now(UTC)
+    return _moment(case, "from") or end - timedelta(hours=24), end
+
+
+def _backwards(case: Any, match: re.Match[str]) -> bool:
+    start, end = _span(case)
+    return start > end
+
+
+def _too_many_buckets(case: Any, match: re.Match[str]) -> bool:
+    start, end = _span(case)
+    width = _WIDTHS[match["granularity"]]
+    return (case.query or {}).get("granularity", "hour") == match["granularity"] and (
+        (end - start) / width > int(match["most"])
+    )
+
+
+def _out_of_range(case: Any, match: re.Match[str]) -> bool:
+    """Within a day of the first or the last date Python holds."""
+    try:
+        start, end = _span(case)
+    except OverflowError:
+        return True
+    edge = timedelta(days=1)
+    return (
+        start.replace(tzinfo=None) - datetime.min < edge
+        or datetime.max - end.replace(tzinfo=None) < edge
+    )
+
+
 _SOURCE = r"ipAccessList\.(?P<index>[0-9]+)\.source: "
 RULES: tuple[tuple[re.Pattern[str], Callable[[Any, re.Match[str]], bool]], ...] = (
+    (
+        re.compile(r"(?P<name>from|to): must be an ISO-8601 date-time such as \S+"),
+        _unreadable,
+    ),
+    (re.compile(r"from: must not be after to"), _backwards),
+    (
+        re.compile(
+            r"from, to: ask for at most (?P<most>[0-9]+) buckets of a (?P<granularity>[a-z]+),"
+            r" not [0-9]+; narrow the range or choose a wider granularity"
+        ),
+        _too_many_buckets,
+    ),
+    (re.compile(r"from, to: out of range; ask for dates from year 1 to 9999"), _out_of_range),
     (re.compile(r"cursor: not a cursor from this list; start again without it"), _forged_cursor),
     (re.compile(r"expireAt: must be in the future"), _past_expiry),
     (re.compile(_SOURCE + r"must be an IPv4 or IPv6 address or CIDR"), _not_a_network),

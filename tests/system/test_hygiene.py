@@ -216,7 +216,9 @@ def test_no_credential_anywhere_after_a_busy_session(tmp_path: Path) -> None:
     created = bootstrap(db)
     admin = Pair(created["keyId"], created["keySecret"])
     wal = Path(f"{db}-wal")
-    with Server(db, env={"KEYSVC_LOG_LEVEL": "debug", "KEYSVC_AUTH_FAILURES": "1000"}) as server:
+    # Every access line, verify successes included: the more the log holds, the more is scanned.
+    env = {"KEYSVC_LOG_LEVEL": "debug", "KEYSVC_AUTH_FAILURES": "1000", "KEYSVC_ACCESS_LOG": "all"}
+    with Server(db, env=env) as server:
         made, session = asyncio.run(
             serve_session(server.base, db, admin, created["organizationId"])
         )

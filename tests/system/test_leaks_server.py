@@ -3,24 +3,12 @@ its forms."""
 
 import base64
 import json
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from keysvc.config import pepper_path_of
 from keysvc.credentials import Hasher, load_pepper, new_key_id, new_secret
 from tests.helpers import basic
-from tests.server import Server, bootstrap
-
-
-def _status(url: str, headers: dict[str, str]) -> int:
-    request = urllib.request.Request(url, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as refused:
-        refused.close()
-        return refused.code
+from tests.server import Server, bootstrap, status_of
 
 
 def _forms(digest: bytes) -> list[str]:
@@ -41,7 +29,7 @@ def test_debug_log_holds_no_keyed_hash_of_a_key_id(tmp_path: Path) -> None:
     ]
     with Server(db, env={"KEYSVC_LOG_LEVEL": "debug"}) as server:
         for headers, status in tries:
-            assert _status(server.base + "/v1/whoami", headers) == status
+            assert status_of(server.base + "/v1/whoami", headers) == status
         server.stop()
         log = server.stderr_text()
     # What each line says, escapes undone: the text someone reading the log would see.

@@ -74,7 +74,9 @@ def test_every_request_is_logged_before_the_server_exits(tmp_path: Path, workers
     the writer thread had it queued (one process) or workers wrote it themselves."""
     db = tmp_path / "k.db"
     created = bootstrap(db)
-    with Server(db, env={"KEYSVC_WORKERS": workers}) as server:
+    # Every line: by default a verify's success has none (KEYSVC_ACCESS_LOG).
+    env = {"KEYSVC_WORKERS": workers, "KEYSVC_ACCESS_LOG": "all"}
+    with Server(db, env=env) as server:
         _verify_many(server, created, 150)
         server.stop()
         assert server.proc.returncode == 0
