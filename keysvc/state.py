@@ -41,3 +41,6 @@ REQUEST_ID = web.RequestKey("request_id", str)
 CALLER = web.RequestKey("caller", Key)
 # Set by keysvc.auth where each outcome is decided; read by the access log and metrics.
 AUTH_OUTCOME: web.RequestKey[AuthReason] = web.RequestKey("auth_outcome")
+# Set when the caller authenticated with its key's previous credentials, in their grace
+# period after a rotation (keysvc.keys.rotate_key); absent otherwise.
+PREVIOUS_CREDENTIAL = web.RequestKey("previous_credential", bool)

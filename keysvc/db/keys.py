@@ -17,28 +17,34 @@ import aiosqlite
 from keysvc.db.connections import fetch_all, fetch_one
 from keysvc.db.rows import keys_with_roles
 from keysvc.errors import Conflict
-from keysvc.models import Key, KeyChange, NewKey
-from keysvc.timeutil import to_text
+from keysvc.models import Credential, Key, KeyChange, NewKey
+from keysvc.timeutil import from_text, to_text
 
 KEY_BY_ID = """
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
-           used_at, ip_access_list, rate_limit, rate_window
+           used_at, ip_access_list, rate_limit, rate_window, previous_until
     from api_keys where id = ? and organization_id = ?
 """
 KEY_PAGE = """
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
-           used_at, ip_access_list, rate_limit, rate_window
+           used_at, ip_access_list, rate_limit, rate_window, previous_until
     from api_keys where organization_id = ? and org_seq > ? order by org_seq limit ?
 """
+# The key a key ID's keyed hash belongs to, with the keyed hash of the secret that goes
+# with that key ID: its current one, else the previous one a rotation left
+# (credential_until says when that stops working). Both columns are unique; a current
+# key ID shadows a previous one that a client's own hashData happened to reuse.
 CREDENTIAL = """
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
-           used_at, ip_access_list, rate_limit, rate_window, secret_hash
+           used_at, ip_access_list, rate_limit, rate_window, previous_until,
+           secret_hash as credential_secret_hash, null as credential_until, 0 as previous
     from api_keys where key_id_hash = ?
-"""
-CREDENTIAL_BY_ID = """
+    union all
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
-           used_at, ip_access_list, rate_limit, rate_window, secret_hash
-    from api_keys where id = ? and organization_id = ?
+           used_at, ip_access_list, rate_limit, rate_window, previous_until,
+           previous_secret_hash, previous_until, 1
+    from api_keys where previous_key_id_hash = ?
+    order by previous limit 1
 """
 ROLES_OF_KEYS = """
     select kr.key_id, r.id, r.name, r.type, r.permissions, r.created_at, r.updated_at
@@ -48,7 +54,7 @@ ROLES_OF_KEYS = """
 """
 KEYS_WITH_IDS = """
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
-           used_at, ip_access_list, rate_limit, rate_window
+           used_at, ip_access_list, rate_limit, rate_window, previous_until
     from api_keys where id in (select value from json_each(?)) order by seq
 """
 INSERT_KEY = """
@@ -74,7 +80,26 @@ COUNT_KEYS_BY_STATE = """
 
 # What a create or an update is told when a constraint refuses its key, by either path.
 KEY_ID_TAKEN = "hashData.keyIdHash: a key with this key ID already exists"
+KEY_ID_IN_USE = """
+    select 1 from api_keys where key_id_hash = ? or previous_key_id_hash = ? limit 1
+"""
+# A rotation: the current credentials become the previous ones until ``previous_until``
+# (those kept before go at once), or, with no grace period, go at once themselves.
+ROTATE_KEEPING = """
+    update api_keys set previous_key_id_hash = key_id_hash, previous_secret_hash = secret_hash,
+                        previous_until = ?, key_id_hash = ?, secret_hash = ?, key_suffix = ?
+    where id = ?
+"""
+ROTATE_DROPPING = """
+    update api_keys set previous_key_id_hash = null, previous_secret_hash = null,
+                        previous_until = null, key_id_hash = ?, secret_hash = ?, key_suffix = ?
+    where id = ?
+"""
 ROLE_GONE = "a role was deleted while this request ran; try again"
+PREVIOUS_TAKEN = (
+    "this key's key ID is also another key's previous key ID, still in its grace period:"
+    " rotate with gracePeriodSeconds 0, or wait for that grace period to end"
+)
 
 
 async def keys_from_rows(conn: aiosqlite.Connection, rows: Sequence[sqlite3.Row]) -> list[Key]:
@@ -99,6 +124,46 @@ async def list_page(
     keys = await keys_from_rows(conn, rows[:limit])
     total = await fetch_one(conn, COUNT_KEYS, (organization_id,))
     return keys, len(rows) > limit, total[0] if total else 0
+
+
+async def find_credential_row(conn: aiosqlite.Connection, key_id_hash: bytes) -> sqlite3.Row | None:
+    """CREDENTIAL's row for a keyed key-ID hash, current or previous; None if neither."""
+    return await fetch_one(conn, CREDENTIAL, (key_id_hash, key_id_hash))
+
+
+def credential_of(key: Key, row: sqlite3.Row) -> Credential:
+    """The credential that CREDENTIAL's ``row`` describes, for its key read as ``key``."""
+    until = row["credential_until"]
+    return Credential(key, row["credential_secret_hash"], from_text(until) if until else None)
+
+
+async def key_id_in_use(conn: aiosqlite.Connection, key_id_hash: bytes) -> bool:
+    """Whether some key holds this keyed key-ID hash, as its current or previous key ID."""
+    return await fetch_one(conn, KEY_ID_IN_USE, (key_id_hash, key_id_hash)) is not None
+
+
+async def rotate_key(
+    conn: aiosqlite.Connection,
+    key_id: str,
+    key_id_hash: bytes,
+    secret_hash: bytes,
+    key_suffix: str,
+    previous_until: datetime | None,
+) -> None:
+    """Give the key new credentials; its current ones keep working until
+    ``previous_until``, or stop at once when it is None."""
+    if previous_until is None:
+        await conn.execute(ROTATE_DROPPING, (key_id_hash, secret_hash, key_suffix, key_id))
+        return
+    try:
+        await conn.execute(
+            ROTATE_KEEPING,
+            (to_text(previous_until), key_id_hash, secret_hash, key_suffix, key_id),
+        )
+    except sqlite3.IntegrityError:
+        # Its current key ID is another key's previous one: a client's own hashData
+        # chose it while that key's grace period ran.
+        raise Conflict(PREVIOUS_TAKEN) from None
 
 
 def key_row(key_id: str, org_seq: int, new: NewKey) -> tuple[object, ...]:

@@ -85,6 +85,19 @@ MIGRATIONS: Sequence[str] = (
         delete from key_roles where key_id = old.id;
     end;
     """,
+    # Key rotation: the credentials a rotation replaced, kept (as keyed hashes) until
+    # their grace period ends; changing them by hand moves auth_generation too.
+    """
+    alter table api_keys add column previous_key_id_hash blob;
+    alter table api_keys add column previous_secret_hash blob;
+    alter table api_keys add column previous_until text;
+    create unique index if not exists api_keys_previous_key_id on api_keys (previous_key_id_hash);
+    create trigger if not exists api_keys_previous_changed
+    after update of previous_key_id_hash, previous_secret_hash, previous_until on api_keys
+    begin
+        update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+    end;
+    """,
 )
 
 

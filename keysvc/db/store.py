@@ -38,7 +38,6 @@ from keysvc.db.connections import (
     Writer,
     connect,
     fetch_all,
-    fetch_one,
     require_existing,
     unusable,
 )
@@ -186,11 +185,9 @@ class Store:
             return cached
         version = caches.data_version()  # read before the row, so a later commit is not hidden
         generation = caches.generation
-        row = await fetch_one(self.reader, key_sql.CREDENTIAL_BY_ID, (key_id, organization_id))
-        if row is None:
-            return None
-        (key,) = await key_sql.keys_from_rows(self.reader, [row])
-        caches.refresh_key(Credential(key, row["secret_hash"]), version, generation)
+        key = await key_sql.get_key(self.reader, organization_id, key_id)
+        if key is not None:
+            caches.refresh_key(key, version, generation)
         return key
 
     @timed
@@ -201,18 +198,19 @@ class Store:
         return KeyPage(keys=keys, more=more, total=total)
 
     async def find_credential(self, key_id_hash: bytes) -> Credential | None:
-        """The credential for a keyed key-ID hash: cached, unless authorization moved since."""
+        """The credential for a keyed key-ID hash, current or previous (``Credential.until``):
+        cached, unless authorization moved since."""
         caches = self.caches
         version = caches.data_version()
         generation = caches.generation
         entry = caches.credentials.get(key_id_hash)
         if entry is not None:
             return entry.credential
-        row = await fetch_one(self.reader, key_sql.CREDENTIAL, (key_id_hash,))
+        row = await key_sql.find_credential_row(self.reader, key_id_hash)
         if row is None:
             return None
         (key,) = await key_sql.keys_from_rows(self.reader, [row])
-        credential = Credential(key=key, secret_hash=row["secret_hash"])
+        credential = key_sql.credential_of(key, row)
         caches.keep_credential(key_id_hash, credential, version, generation)
         return credential
 
@@ -225,7 +223,7 @@ class Store:
         then cost the caller the same two reads as a wrong secret for an uncached key,
         so that the time of a 401 does not tell them apart (docs/SECURITY.md)."""
         if done < 1:
-            await fetch_one(self.reader, key_sql.CREDENTIAL, (key_id_hash,))
+            await key_sql.find_credential_row(self.reader, key_id_hash)
         if done < 2:
             # An unknown ID's roles are those of no key: the same query, finding none.
             key_ids = [found.key.id if found is not None else str(uuid.uuid4())]
