@@ -116,7 +116,7 @@ async def test_an_ended_previous_credential_costs_the_reads_of_an_unknown_key(
 
 
 async def test_a_refreshed_record_keeps_each_credential_its_own_secret(
-    client: Client, admin: Creds
+    client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Reading the key by its UUID refreshes its cached record under both key IDs; the
     previous key ID must not take the current secret with it (or the other way)."""
@@ -125,9 +125,22 @@ async def test_a_refreshed_record_keeps_each_credential_its_own_secret(
     # Both cached, the previous key ID last (the one a key's UUID was last seen under).
     assert await works(client, new) and await works(client, svc)
     store = client.app[STORE]
-    clock_now = datetime.now(UTC)
-    await store.touch_used(svc.id, clock_now.replace(second=0, microsecond=0))
-    await store.get_key(svc.organization_id, svc.id)  # a newer read, at the same generation
+    generation = store.caches.generation
+    # A commit that changes no authorization (a create puts the generation back), then
+    # a read of the key by its UUID: its cached record is refreshed, under both key IDs.
+    await create_creds(client, admin, {"name": "other", "roles": ["developer"]})
+    refreshed = 0
+    original = store.caches.credentials.refresh
+
+    def counting(key: Key, data_version: int) -> None:
+        nonlocal refreshed
+        refreshed += 1
+        original(key, data_version)
+
+    monkeypatch.setattr(store.caches.credentials, "refresh", counting)
+    url = f"/v1/organizations/{admin.organization_id}/keys/{svc.id}"
+    assert (await client.get(url, headers=admin.headers)).status == 200
+    assert refreshed == 1 and store.caches.generation == generation
     mixed = [
         Creds(svc.organization_id, svc.id, svc.key_id, new.secret),
         Creds(svc.organization_id, svc.id, new.key_id, svc.secret),
