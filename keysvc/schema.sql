@@ -73,6 +73,13 @@ create table if not exists api_keys (
 create unique index if not exists api_keys_org_position on api_keys (organization_id, org_seq);
 -- A previous key ID is looked up like a current one (keysvc.db.keys.CREDENTIAL).
 create unique index if not exists api_keys_previous_key_id on api_keys (previous_key_id_hash);
+-- Nor may a new key take a key ID that another key's replaced credentials still
+-- answer to (a rotation checks its own new key ID: keysvc.keys.rotate_key).
+create trigger if not exists api_keys_key_id_not_previous before insert on api_keys
+when exists (select 1 from api_keys where previous_key_id_hash = new.key_id_hash)
+begin
+    select raise(abort, 'api_keys.key_id_hash: another key''s previous key ID');
+end;
 
 -- organizations.key_count, so that the per-organization cap and totalCount need
 -- not count the organization's keys: a create batch did, and it grew with them.

@@ -32,8 +32,9 @@ KEY_PAGE = """
 """
 # The key a key ID's keyed hash belongs to, with the keyed hash of the secret that goes
 # with that key ID: its current one, else the previous one a rotation left
-# (credential_until says when that stops working). Both columns are unique; a current
-# key ID shadows a previous one that a client's own hashData happened to reuse.
+# (credential_until says when that stops working). Both columns are unique, and no key
+# is given another's previous key ID (schema.sql); were one edited in by hand, the
+# current key ID would win.
 CREDENTIAL = """
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
            used_at, ip_access_list, rate_limit, rate_window, previous_until,
@@ -78,8 +79,7 @@ COUNT_KEYS_BY_STATE = """
     from api_keys group by effective
 """
 
-# What a create or an update is told when a constraint refuses its key, by either path.
-KEY_ID_TAKEN = "hashData.keyIdHash: a key with this key ID already exists"
+# Whether a key ID is some key's, current or previous: a rotation's new one must be neither.
 KEY_ID_IN_USE = """
     select 1 from api_keys where key_id_hash = ? or previous_key_id_hash = ? limit 1
 """
@@ -95,11 +95,10 @@ ROTATE_DROPPING = """
                         previous_until = null, key_id_hash = ?, secret_hash = ?, key_suffix = ?
     where id = ?
 """
+
+# What a create or an update is told when a constraint refuses its key, by either path.
+KEY_ID_TAKEN = "hashData.keyIdHash: a key with this key ID already exists"
 ROLE_GONE = "a role was deleted while this request ran; try again"
-PREVIOUS_TAKEN = (
-    "this key's key ID is also another key's previous key ID, still in its grace period:"
-    " rotate with gracePeriodSeconds 0, or wait for that grace period to end"
-)
 
 
 async def keys_from_rows(conn: aiosqlite.Connection, rows: Sequence[sqlite3.Row]) -> list[Key]:
@@ -154,16 +153,10 @@ async def rotate_key(
     ``previous_until``, or stop at once when it is None."""
     if previous_until is None:
         await conn.execute(ROTATE_DROPPING, (key_id_hash, secret_hash, key_suffix, key_id))
-        return
-    try:
+    else:
         await conn.execute(
-            ROTATE_KEEPING,
-            (to_text(previous_until), key_id_hash, secret_hash, key_suffix, key_id),
+            ROTATE_KEEPING, (to_text(previous_until), key_id_hash, secret_hash, key_suffix, key_id)
         )
-    except sqlite3.IntegrityError:
-        # Its current key ID is another key's previous one: a client's own hashData
-        # chose it while that key's grace period ran.
-        raise Conflict(PREVIOUS_TAKEN) from None
 
 
 def key_row(key_id: str, org_seq: int, new: NewKey) -> tuple[object, ...]:

@@ -141,6 +141,18 @@ async def test_a_key_id_in_use_is_refused(client: Client, admin: Creds) -> None:
     assert await works(client, svc) and await works(client, other) and await works(client, kept)
 
 
+async def test_a_new_key_cannot_take_a_replaced_key_id(client: Client, admin: Creds) -> None:
+    """Its old credentials still answer to it: a create may not take it over."""
+    svc = await create_creds(client, admin, {"name": "svc", "roles": ["developer"]})
+    await rotate(client, admin, svc, {"gracePeriodSeconds": 600})
+    body = {"name": "thief", "roles": ["developer"], "hashData": hash_data(svc.key_id, "s")}
+    response = await client.post(
+        f"/v1/organizations/{admin.organization_id}/keys", json=body, headers=admin.headers
+    )
+    await assert_error(response, 409, "hashData.keyIdHash: a key with this key ID already exists")
+    assert await works(client, svc)
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [

@@ -1,5 +1,5 @@
 """The rotation's schema step: a database upgraded from the first release and a new one
-get the same previous-credential columns, unique index and trigger."""
+get the same previous-credential columns, unique index and triggers."""
 
 import sqlite3
 from collections.abc import Callable
@@ -71,5 +71,13 @@ async def test_previous_credentials_are_stored_indexed_and_watched(
         )
         with pytest.raises(sqlite3.IntegrityError):
             raw.execute("update api_keys set previous_key_id_hash = x'0a' where id = 'other'")
+        # Nor may a new key take one as its own key ID.
+        with pytest.raises(sqlite3.IntegrityError, match="key_id_hash"):
+            raw.execute(
+                "insert into api_keys (id, organization_id, name, state, key_id_hash,"
+                " secret_hash, key_suffix, created_at, org_seq) values ('third', ?, 'k3',"
+                " 'enabled', x'0a', x'05', 'ijkl', '2026-01-01T00:00:00Z', 3)",
+                (ORG,),
+            )
     finally:
         raw.close()
