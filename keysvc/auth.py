@@ -3,8 +3,10 @@
 Every non-public route is authenticated (``guarded``, from keysvc's middleware). Missing,
 malformed, unknown and wrong credentials all fail alike: one message, and
 the same hashing work, so the caller cannot tell an unknown key ID from a
-wrong secret. Only once the secret is proven does the answer say that the
-key is disabled, expired, or used from an address outside its IP access list.
+wrong secret. A rotated key's previous key ID and secret work until their
+grace period ends (``Credential.until``), then fail as an unknown key ID does.
+Only once the secret is proven does the answer say that the key is disabled,
+expired, or used from an address outside its IP access list.
 Two exceptions name their problem, as neither says anything about a key: an
 Authorization header sent twice, and one over ``MAX_AUTHORIZATION`` characters.
 
