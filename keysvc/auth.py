@@ -3,8 +3,10 @@
 Every non-public route is authenticated (``guarded``, from keysvc's middleware). Missing,
 malformed, unknown and wrong credentials all fail alike: one message, and
 the same hashing work, so the caller cannot tell an unknown key ID from a
-wrong secret. Only once the secret is proven does the answer say that the
-key is disabled, expired, or used from an address outside its IP access list.
+wrong secret. A rotated key's previous key ID and secret work until their
+grace period ends (``Credential.until``), then fail as an unknown key ID does.
+Only once the secret is proven does the answer say that the key is disabled,
+expired, or used from an address outside its IP access list.
 Two exceptions name their problem, as neither says anything about a key: an
 Authorization header sent twice, and one over ``MAX_AUTHORIZATION`` characters.
 
@@ -61,6 +63,7 @@ from keysvc.state import (
     HASHER,
     LIMITS,
     METRICS,
+    PREVIOUS_CREDENTIAL,
     PROVEN,
     SETTINGS,
     STORE,
@@ -131,9 +134,12 @@ async def _check_credentials(
     hasher: Hasher,
     store: Store,
     address: IPAddress | None,
-    now: float,
+    moment: datetime,
 ) -> tuple[bytes, Credential]:
     """The key-ID hash and credential of the key whose ID and secret ``header`` carries.
+
+    A previous key ID (``Credential.until``) past its end is answered as an unknown
+    one, after the same work: compared against nothing, with the reads of a miss.
 
     Checks from one network run only while those already under way, should they all
     fail, would stay within the failed-login limit (``Limits.begin_check``); others
@@ -148,6 +154,7 @@ async def _check_credentials(
     key_id_hash = hasher.of_plain(key_id)
     metrics = request.app.get(METRICS)
     limits = request.app[LIMITS]
+    now = moment.timestamp()
     network = await limits.begin_check(address, request.app[SETTINGS].auth_failures, now)
     if network is None:
         _refuse_address(request, limits, now)
@@ -157,8 +164,9 @@ async def _check_credentials(
         if found is None:
             found = await store.find_credential(key_id_hash)
         offered = hasher.of_plain(secret)
-        expected = found.secret_hash if found is not None else _ABSENT
-        if not hmac.compare_digest(offered, expected) or found is None:
+        live = found if found is not None and found.usable_at(moment) else None
+        expected = live.secret_hash if live is not None else _ABSENT
+        if not hmac.compare_digest(offered, expected) or live is None:
             # The answer, the recorded reason and the work done are the same, database
             # read included: a cached key runs the read an uncached one made.
             _outcome(request, "invalid_credentials")
@@ -174,7 +182,7 @@ async def _check_credentials(
         if metrics is not None:
             metrics.observe_db(CHECK_CREDENTIALS, time.perf_counter() - started)
         limits.end_check(network)
-    return key_id_hash, found
+    return key_id_hash, live
 
 
 async def authenticate(request: web.Request, address: "IPAddress | None", now: datetime) -> Key:
@@ -190,12 +198,14 @@ async def authenticate(request: web.Request, address: "IPAddress | None", now: d
     hasher, store = app[HASHER], app[STORE]
     proof = hasher.of_header(header) if header else None
     found = store.caches.proven_credential(proof) if proof is not None else None
-    if found is None:
-        key_id_hash, found = await _check_credentials(
-            request, header, hasher, store, address, now.timestamp()
-        )
+    if found is None or not found.usable_at(now):
+        # A proven previous credential past its end is checked in full, and so refused
+        # as an unknown key ID is, by the same path.
+        key_id_hash, found = await _check_credentials(request, header, hasher, store, address, now)
         if proof is not None:
             store.caches.remember_proof(proof, key_id_hash, found)
+    if found.until is not None:
+        request[PREVIOUS_CREDENTIAL] = True
     key = found.key
     minute = to_minute(now)
     request[PROVEN] = (key.id, minute)

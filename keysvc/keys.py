@@ -1,25 +1,26 @@
 """Key operations beyond plain SQL: choosing credentials (generated, or the
 client's own through ``hashData``), refusing to grant roles the caller does
-not hold or to touch a key stronger than the caller, and the signed list cursor.
+not hold or to touch a key stronger than the caller, rotating a key's
+credentials with a grace period for the old ones, and the signed list cursor.
 
-An update or delete reads the key, checks these rules and writes inside one
-transaction of the store's (``Store.transaction``); a create's rule is checked
+An update, rotation or delete reads the key, checks these rules and writes inside
+one transaction of the store's (``Store.transaction``); a create's rule is checked
 before the write and again in its batch's transaction (``_granted_by``)."""
 
 import hmac
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 import aiosqlite
 
 from keysvc.config import ConfigError
-from keysvc.credentials import SUFFIX_LENGTH, Hasher, new_key_id, new_secret, sha256_b64
+from keysvc.credentials import SUFFIX_LENGTH, Hasher, new_key_id, new_secret
 from keysvc.db import keys as key_sql
 from keysvc.db.createbatch import Recheck
 from keysvc.db.store import Store
-from keysvc.errors import BadRequest, Forbidden, NotFound, PreconditionFailed
+from keysvc.errors import BadRequest, Conflict, Forbidden, NotFound, PreconditionFailed
 from keysvc.models import Key, KeyChange, KeyPage, NewKey, Organization, Role
 from keysvc.permissions import cannot_grant, missing
 from keysvc.schemas import MAX_ROLE_IDS, CreateKeySchema, PatchKeySchema, load
@@ -75,32 +76,50 @@ def _grant_refused(caller: Key, roles: Iterable[Role]) -> Forbidden | None:
     return None
 
 
+@dataclass(frozen=True)
+class NewCredentials:
+    """A key's credentials as stored (keyed hashes and suffix), and in plain text when
+    keysvc generated them (shown once); a client's own ``hashData`` has none."""
+
+    key_id_hash: bytes = field(repr=False)
+    secret_hash: bytes = field(repr=False)
+    suffix: str
+    key_id: str | None = field(default=None, repr=False)
+    secret: str | None = field(default=None, repr=False)
+
+
+def new_credentials(hasher: Hasher, hash_data: Mapping[str, str] | None) -> NewCredentials:
+    """Generated credentials, or the client's own from a validated ``hashData``."""
+    if hash_data is not None:
+        return NewCredentials(
+            hasher.keyed(hash_data["keyIdHash"]),
+            hasher.keyed(hash_data["keySecretHash"]),
+            hash_data["keyIdSuffix"],
+        )
+    key_id, secret = new_key_id(), new_secret()
+    return NewCredentials(
+        hasher.of_plain(key_id), hasher.of_plain(secret), key_id[-SUFFIX_LENGTH:], key_id, secret
+    )
+
+
 def _new_key(
     hasher: Hasher, organization_id: str, data: dict[str, Any], roles: list[Role], now: datetime
 ) -> tuple[NewKey, str | None, str | None]:
-    hash_data = data.get("hashData")
-    if hash_data is not None:
-        key_id = secret = None
-        id_hash, secret_hash = hash_data["keyIdHash"], hash_data["keySecretHash"]
-        suffix = hash_data["keyIdSuffix"]
-    else:
-        key_id, secret = new_key_id(), new_secret()
-        id_hash, secret_hash = sha256_b64(key_id), sha256_b64(secret)
-        suffix = key_id[-SUFFIX_LENGTH:]
+    made = new_credentials(hasher, data.get("hashData"))
     new = NewKey(
         organization_id=organization_id,
         name=data["name"],
         state=data.get("state", "enabled"),
-        key_id_hash=hasher.keyed(id_hash),
-        secret_hash=hasher.keyed(secret_hash),
-        key_suffix=suffix,
+        key_id_hash=made.key_id_hash,
+        secret_hash=made.secret_hash,
+        key_suffix=made.suffix,
         created_at=now,
         expire_at=data.get("expireAt"),
         ip_access_list=data.get("ipAccessList") or [],
         role_ids=[role.id for role in roles],
         rate_limit=_rate_limit(data.get("rateLimit")),
     )
-    return new, key_id, secret
+    return new, made.key_id, made.secret
 
 
 def _rate_limit(value: dict[str, int] | None) -> tuple[int, int] | None:
@@ -260,6 +279,63 @@ async def remove_key(
         if deleted:
             await store.authorization_changed(conn)
     return deleted
+
+
+ROTATED_BY_PREVIOUS = (
+    "a key cannot rotate itself with its previous credentials: use its current key ID"
+    " and secret, or another key"
+)
+DISABLED = "the key is disabled: enable it (PATCH state enabled) before rotating it"
+EXPIRED = "the key has expired: extend its expireAt (PATCH) before rotating it, or create a new key"
+
+
+async def rotate_key(
+    store: Store,
+    hasher: Hasher,
+    caller: Key,
+    by_previous: bool,
+    organization_id: str,
+    key_id: str,
+    data: dict[str, Any],
+    now: datetime,
+) -> Issued:
+    """Give a key new credentials, from a validated rotate body; its name, roles, IP
+    access list, limits and expiry stay. The replaced ones keep working for the body's
+    grace period, never past the key's expiry, and any that an earlier rotation kept
+    stop at once. Read, checked and written in one transaction.
+
+    The key must be no stronger than the caller (``may_change``). A key may rotate
+    itself (it gains no access by it), but not with the previous credentials it
+    authenticated with (``by_previous``): their holder would get new ones that outlive
+    the grace period that was meant to end them.
+    """
+    made = new_credentials(hasher, data.get("hashData"))
+    grace = timedelta(seconds=data["gracePeriodSeconds"])
+    async with store.transaction("rotate_key") as conn:
+        current = await key_sql.get_key(conn, organization_id, key_id)
+        if current is None:
+            raise NotFound(NOT_FOUND)
+        may_change(caller, current)
+        if key_id == caller.id and by_previous:
+            raise Forbidden(ROTATED_BY_PREVIOUS)
+        if current.state != "enabled":
+            raise Conflict(DISABLED)
+        if current.expire_at is not None and current.expire_at <= now:
+            raise Conflict(EXPIRED)
+        if await key_sql.key_id_in_use(conn, made.key_id_hash):
+            raise Conflict(key_sql.KEY_ID_TAKEN)
+        until = None
+        if grace:
+            until = now + grace
+            if current.expire_at is not None:
+                until = min(until, current.expire_at)
+        await key_sql.rotate_key(
+            conn, key_id, made.key_id_hash, made.secret_hash, made.suffix, until
+        )
+        await store.authorization_changed(conn)
+        rotated = await key_sql.get_key(conn, organization_id, key_id)
+    assert rotated is not None
+    return Issued(rotated, made.key_id, made.secret)
 
 
 async def _checked(

@@ -61,6 +61,8 @@ class Key:
     # Its place in its organization's creation order (1, 2, ...): what list cursors
     # carry, so that they tell nothing of other organizations' keys.
     org_seq: int = 0
+    # When the credentials its last rotation replaced stop working; None if it kept none.
+    previous_until: datetime | None = None
 
     # Cached: a Key never changes (a change is a new Key), and the hot paths ask each
     # request. cached_property stores beside the fields, so the frozen class allows it.
@@ -87,10 +89,18 @@ class Key:
 
 @dataclass(frozen=True)
 class Credential:
-    """What authentication needs: the key, and the keyed hash of its secret."""
+    """What authentication needs: the key, and the keyed hash of the secret that goes
+    with the key ID it was found by. ``until``: that key ID is the key's previous one,
+    which stops working then (``keysvc.keys.rotate_key``); None for its current one."""
 
     key: Key
     secret_hash: bytes = field(repr=False)
+    until: datetime | None = None
+
+    def usable_at(self, now: datetime) -> bool:
+        """Whether this credential still works at ``now``; the key's own state and
+        expiry are checked apart (``keysvc.auth.authenticate``)."""
+        return self.until is None or now < self.until
 
 
 @dataclass(frozen=True)

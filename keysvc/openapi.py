@@ -235,7 +235,7 @@ def _op(
         operation["description"] = f"Needs the permission `{route.permission}`."
     if route.body:
         operation["requestBody"] = {
-            "required": True,
+            "required": route.body_required,
             "content": {"application/json": {"schema": _ref(_COMPONENT_OF[route.body])}},
         }
     return operation
@@ -434,6 +434,7 @@ def _components(now: datetime) -> tuple[tuple[str, Schema | type[Schema]], ...]:
         ("ApiKeyPostRequest", s.CreateKeySchema(now=now)),
         ("ApiKeyPatchRequest", s.PatchKeySchema(now=now)),
         ("ApiKeyPostResponse", r.CreateKeyResultSchema),
+        ("ApiKeyRotateRequest", s.RotateKeySchema),
         ("RBACPolicyTags", s.PolicyTagsSchema),
         ("RBACPolicy", r.PolicyOutSchema),
         ("RBACPolicyCreateRequest", s.PolicySchema),

@@ -48,6 +48,8 @@ def api_key(key: Key) -> dict[str, Any]:
     out["ipAccessList"] = [_ip_entry(entry) for entry in key.ip_access_list]
     if key.rate_limit is not None:
         out["rateLimit"] = {"limit": key.rate_limit[0], "windowSeconds": key.rate_limit[1]}
+    if key.previous_until is not None:
+        out["previousCredentialExpiresAt"] = to_text(key.previous_until)
     return out
 
 

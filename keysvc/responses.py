@@ -60,6 +60,14 @@ class ApiKeySchema(Schema):
         metadata={"description": IP_ACCESS_LIST_DOC},
     )
     rateLimit = fields.Method("_rate_limit", metadata={**RATE_LIMIT_DOC, **_RATE_REF})
+    previousCredentialExpiresAt = Timestamp(
+        attribute="previous_until",
+        metadata={
+            **ADDITION,
+            "description": "keysvc addition: when the key ID and secret its last rotation "
+            "replaced stop working (past once they have); absent when it kept none.",
+        },
+    )
 
     def _rate_limit(self, key: Any) -> dict[str, int] | None:
         if key.rate_limit is None:
@@ -71,8 +79,9 @@ class ApiKeySchema(Schema):
 
     @post_dump
     def _omit_unused(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        # usedAt is absent, not null, until the key is first used; rateLimit when unset.
-        for name in ("usedAt", "rateLimit"):
+        # usedAt is absent, not null, until the key is first used; rateLimit when unset,
+        # previousCredentialExpiresAt when no rotation kept the credentials it replaced.
+        for name in ("usedAt", "rateLimit", "previousCredentialExpiresAt"):
             if data.get(name) is None:
                 data.pop(name, None)
         return data

@@ -44,6 +44,7 @@ class Route:
     permission: str | None = None
     public: bool = False
     body: type[Schema] | None = None
+    body_required: bool = True  # False: the body may be left out, as if it were {}
     # The 200's result: a schema, many of it when ``paged`` names what totalCount counts.
     response: type[Schema] | None = None
     paged: str | None = None
@@ -153,6 +154,27 @@ KEY_USAGE = Route(
     answer="The key's usage series.",
     statuses=(*AUTHENTICATED, 404),
     description=_USAGE,
+)
+ROTATE_KEY = Route(
+    "POST",
+    KEY_PATH + "/rotate",
+    "keysvcKeyRotate",
+    "Rotate the key's credentials (keysvc addition)",
+    permission="keys:update",
+    body=s.RotateKeySchema,
+    body_required=False,
+    response=r.CreateKeyResultSchema,
+    answer="The key, and its new credentials once.",
+    statuses=(*WRITE, 404, 409),
+    description=(
+        "Needs the permission `keys:update`, and every permission the key holds. Gives the "
+        "key a new key ID and secret (or those of `hashData`); its roles, IP access list, "
+        "limits and name stay. The replaced credentials keep working for "
+        "`gracePeriodSeconds` (default 0, at most 30 days), then fail as unknown ones do; "
+        "the key's `previousCredentialExpiresAt` says when. A rotation during a grace "
+        "period ends that grace at once. A key may rotate itself, with its current "
+        "credentials only. 409 for a disabled or expired key."
+    ),
 )
 LIST_ROLES = Route(
     "GET",
@@ -301,7 +323,7 @@ DOCS_ASSET = Route(
 
 # In the document's order; the routes of one path next to each other.
 ROUTES: tuple[Route, ...] = (
-    LIST_KEYS, CREATE_KEY, GET_KEY, UPDATE_KEY, DELETE_KEY, KEY_USAGE,
+    LIST_KEYS, CREATE_KEY, GET_KEY, UPDATE_KEY, DELETE_KEY, ROTATE_KEY, KEY_USAGE,
     LIST_ROLES, CREATE_ROLE, GET_ROLE, UPDATE_ROLE, DELETE_ROLE,
     WHOAMI, VERIFY, ROOT, HEALTHZ, READYZ, METRICS, OPENAPI_DOCUMENT, DOCS, DOCS_ASSET,
 )  # fmt: skip

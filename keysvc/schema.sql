@@ -62,10 +62,24 @@ create table if not exists api_keys (
     used_at         text,
     rate_limit      integer,               -- this key's own request limit, per rate_window
     rate_window     integer,               -- seconds
-    org_seq         integer not null default 0
+    org_seq         integer not null default 0,
+    -- The credentials a rotation replaced, as keyed hashes like the current ones, and
+    -- when they stop working (keysvc.keys.rotate_key); null when there are none.
+    previous_key_id_hash blob,
+    previous_secret_hash blob,
+    previous_until       text
 ) strict;
 
 create unique index if not exists api_keys_org_position on api_keys (organization_id, org_seq);
+-- A previous key ID is looked up like a current one (keysvc.db.keys.CREDENTIAL).
+create unique index if not exists api_keys_previous_key_id on api_keys (previous_key_id_hash);
+-- Nor may a new key take a key ID that another key's replaced credentials still
+-- answer to (a rotation checks its own new key ID: keysvc.keys.rotate_key).
+create trigger if not exists api_keys_key_id_not_previous before insert on api_keys
+when exists (select 1 from api_keys where previous_key_id_hash = new.key_id_hash)
+begin
+    select raise(abort, 'api_keys.key_id_hash: another key''s previous key ID');
+end;
 
 -- organizations.key_count, so that the per-organization cap and totalCount need
 -- not count the organization's keys: a create batch did, and it grew with them.
@@ -124,6 +138,13 @@ end;
 create trigger if not exists api_keys_access_changed
 after update of id, organization_id, name, state, key_id_hash, secret_hash, key_suffix,
     ip_access_list, created_at, expire_at, rate_limit, rate_window on api_keys
+begin
+    update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+end;
+-- A rotation's previous credentials, by hand included (docs/SECURITY.md, "Emergency
+-- revocation"): a trigger of their own, so that the one above stays as it was.
+create trigger if not exists api_keys_previous_changed
+after update of previous_key_id_hash, previous_secret_hash, previous_until on api_keys
 begin
     update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
 end;

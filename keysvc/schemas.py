@@ -317,6 +317,28 @@ class PatchKeySchema(_KeyFieldsSchema):
     """The PATCH body: every field optional; roles and ipAccessList replace."""
 
 
+# The longest grace period a rotation gives the credentials it replaces: 30 days.
+MAX_GRACE_SECONDS = 30 * 86_400
+
+
+class RotateKeySchema(Schema):
+    """The rotate body (keysvc addition), optional as a whole: how long the replaced
+    credentials keep working, and the new ones as ``hashData``, checked as on create."""
+
+    gracePeriodSeconds = WholeNumber(
+        load_default=0,
+        validate=validate.Range(
+            0, MAX_GRACE_SECONDS, error="must be an integer from {min} to {max} (30 days)"
+        ),
+        metadata={
+            **ADDITION,
+            "description": "How long the replaced credentials keep working, in seconds "
+            "(default 0: they stop at once). A later rotation ends them at once.",
+        },
+    )
+    hashData = fields.Nested(HashDataSchema, metadata=ADDITION)
+
+
 class QueryInteger(fields.Integer):
     """An integer in the query string: ASCII digits only (int() alone takes "5_0", "①")."""
 

@@ -45,3 +45,6 @@ AUTH_OUTCOME: web.RequestKey[AuthReason] = web.RequestKey("auth_outcome")
 # The key whose secret a request proved, and the minute it was checked in, whether the
 # key was then admitted or refused: what its usage is counted under (keysvc.auth).
 PROVEN: web.RequestKey[tuple[str, datetime]] = web.RequestKey("proven")
+# Set when the caller authenticated with its key's previous credentials, in their grace
+# period after a rotation (keysvc.keys.rotate_key); absent otherwise.
+PREVIOUS_CREDENTIAL = web.RequestKey("previous_credential", bool)

@@ -16,6 +16,12 @@ keyed hash of a header already checked (a proof, see ``proven``), and expiry
 against the clock. It saves the round trip and, for a repeated header, the
 parsing and hashing.
 
+A rotated key may be cached twice, under its current key ID and under its
+previous one. The previous one's entry carries its own end (``Credential.until``),
+checked against the clock on every request like expiry, so it stops working then
+in every process without any invalidation; each entry keeps the secret hash
+that goes with its own key ID.
+
 Each entry remembers the database's ``data_version`` it was read at, so a
 reader that needs the very latest row (``usedAt`` included) can tell whether
 anything at all was committed since; a list page is served only at the
@@ -26,7 +32,7 @@ import asyncio
 import hmac
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from keysvc.db.freshness import Freshness
@@ -46,7 +52,8 @@ class CredentialCache:
     def __init__(self, max_entries: int):
         self._max = max_entries
         self._by_hash: OrderedDict[bytes, Entry] = OrderedDict()
-        self._hash_of_id: dict[str, bytes] = {}
+        # A key's cached key-ID hashes: its current one, and its previous one's.
+        self._hashes_of_id: dict[str, set[bytes]] = {}
         # Proofs: the keyed hash of a whole Authorization header whose credentials were
         # checked, with the key-ID hash and secret hash it was found to carry (see proven).
         self._proofs: OrderedDict[bytes, tuple[bytes, bytes]] = OrderedDict()
@@ -61,24 +68,32 @@ class CredentialCache:
         return entry
 
     def by_key(self, key_uuid: str) -> Entry | None:
-        key_id_hash = self._hash_of_id.get(key_uuid)
-        return None if key_id_hash is None else self._by_hash.get(key_id_hash)
+        hashes = self._hashes_of_id.get(key_uuid)
+        # Either entry: a reader serves it only at the data_version it was read at.
+        return self._by_hash.get(next(iter(hashes))) if hashes else None
 
     def put(self, key_id_hash: bytes, credential: Credential, data_version: int) -> None:
         if self._max <= 0:
             return
         self._by_hash[key_id_hash] = Entry(credential, data_version)
         self._by_hash.move_to_end(key_id_hash)
-        self._hash_of_id[credential.key.id] = key_id_hash
+        self._hashes_of_id.setdefault(credential.key.id, set()).add(key_id_hash)
         while len(self._by_hash) > self._max:
-            _, oldest = self._by_hash.popitem(last=False)
-            self._hash_of_id.pop(oldest.credential.key.id, None)
+            dropped, oldest = self._by_hash.popitem(last=False)
+            hashes = self._hashes_of_id.get(oldest.credential.key.id)
+            if hashes is not None:
+                hashes.discard(dropped)
+                if not hashes:
+                    del self._hashes_of_id[oldest.credential.key.id]
 
-    def refresh(self, credential: Credential, data_version: int) -> None:
-        """Replace a cached key's record with a newer read, if it is cached."""
-        key_id_hash = self._hash_of_id.get(credential.key.id)
-        if key_id_hash is not None and key_id_hash in self._by_hash:
-            self._by_hash[key_id_hash] = Entry(credential, data_version)
+    def refresh(self, key: Key, data_version: int) -> None:
+        """Replace a cached key's record with a newer read, in each of its entries, if it
+        is cached. Each entry keeps its own secret hash and end: a newer read at the same
+        authorization generation changed neither."""
+        for key_id_hash in self._hashes_of_id.get(key.id, ()):
+            entry = self._by_hash.get(key_id_hash)
+            if entry is not None:
+                self._by_hash[key_id_hash] = Entry(replace(entry.credential, key=key), data_version)
 
     def proven(self, proof: bytes) -> Credential | None:
         """The cached credential that the header hashed to ``proof`` was shown to carry,
@@ -112,7 +127,7 @@ class CredentialCache:
 
     def clear(self) -> None:
         self._by_hash.clear()
-        self._hash_of_id.clear()
+        self._hashes_of_id.clear()
         self._proofs.clear()
 
 
@@ -271,7 +286,7 @@ class Caches:
         if self.unchanged_since(generation):
             self.credentials.put(key_id_hash, credential, version)
 
-    def refresh_key(self, credential: Credential, version: int, generation: object) -> None:
-        """As ``keep_credential``, for a key read by its UUID (its entry, if cached)."""
+    def refresh_key(self, key: Key, version: int, generation: object) -> None:
+        """As ``keep_credential``, for a key read by its UUID (its entries, if cached)."""
         if self.unchanged_since(generation):
-            self.credentials.refresh(credential, version)
+            self.credentials.refresh(key, version)

@@ -17,36 +17,53 @@ import aiosqlite
 from keysvc.db.connections import fetch_all, fetch_one
 from keysvc.db.rows import keys_with_roles
 from keysvc.errors import Conflict
-from keysvc.models import Key, KeyChange, NewKey
-from keysvc.timeutil import to_text
+from keysvc.models import Credential, Key, KeyChange, NewKey
+from keysvc.timeutil import from_text, to_text
 
 KEY_BY_ID = """
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
-           used_at, ip_access_list, rate_limit, rate_window
+           used_at, ip_access_list, rate_limit, rate_window, previous_until
     from api_keys where id = ? and organization_id = ?
 """
 KEY_PAGE = """
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
-           used_at, ip_access_list, rate_limit, rate_window
+           used_at, ip_access_list, rate_limit, rate_window, previous_until
     from api_keys where organization_id = ? and org_seq > ? order by org_seq limit ?
 """
-# A key's row and its roles' in one statement, one row per role (the key's columns
-# repeated): a point read on the loop (keysvc.db.pointreads) runs one statement per miss.
-_JOINED = """
-    select k.seq, k.org_seq, k.id, k.organization_id, k.name, k.state, k.key_suffix,
-           k.created_at, k.expire_at, k.used_at, k.ip_access_list, k.rate_limit,
-           k.rate_window, k.secret_hash,
+# The key a key ID's keyed hash belongs to, with the keyed hash of the secret that goes
+# with that key ID: its current one, else the previous one a rotation left
+# (credential_until says when that stops working). Both columns are unique, and no key
+# is given another's previous key ID (schema.sql); were one edited in by hand, the
+# current key ID would win.
+CREDENTIAL = """
+    select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
+           used_at, ip_access_list, rate_limit, rate_window, previous_until,
+           secret_hash as credential_secret_hash, null as credential_until, 0 as previous
+    from api_keys where key_id_hash = ?
+    union all
+    select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
+           used_at, ip_access_list, rate_limit, rate_window, previous_until,
+           previous_secret_hash, previous_until, 1
+    from api_keys where previous_key_id_hash = ?
+    order by previous limit 1
+"""
+# The point reads (keysvc.db.pointreads): one statement each, a key's row with its roles'
+# joined in, one row per role (the key's columns repeated; null role columns for a key
+# holding none).
+_WITH_ROLES = """
+    select found.*,
            r.id as role_id, r.name as role_name, r.type as role_type,
            r.permissions as role_permissions, r.created_at as role_created_at,
            r.updated_at as role_updated_at
-    from api_keys k
-    left join key_roles kr on kr.key_id = k.id
+    from found
+    left join key_roles kr on kr.key_id = found.id
     left join roles r on r.id = kr.role_id
-    where {}
     order by r.type = 'custom', r.name
 """
-CREDENTIAL_JOINED = _JOINED.format("k.key_id_hash = ?")
-CREDENTIAL_BY_ID_JOINED = _JOINED.format("k.id = ? and k.organization_id = ?")
+# CREDENTIAL's row, with its key's roles.
+CREDENTIAL_JOINED = "with found as (" + CREDENTIAL + ")" + _WITH_ROLES
+# KEY_BY_ID's row, with its key's roles.
+KEY_BY_ID_JOINED = "with found as (" + KEY_BY_ID + ")" + _WITH_ROLES
 ROLES_OF_KEYS = """
     select kr.key_id, r.id, r.name, r.type, r.permissions, r.created_at, r.updated_at
     from key_roles kr join roles r on r.id = kr.role_id
@@ -55,7 +72,7 @@ ROLES_OF_KEYS = """
 """
 KEYS_WITH_IDS = """
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
-           used_at, ip_access_list, rate_limit, rate_window
+           used_at, ip_access_list, rate_limit, rate_window, previous_until
     from api_keys where id in (select value from json_each(?)) order by seq
 """
 INSERT_KEY = """
@@ -77,6 +94,23 @@ COUNT_KEYS_BY_STATE = """
            end as effective,
            count(*) as n
     from api_keys group by effective
+"""
+
+# Whether a key ID is some key's, current or previous: a rotation's new one must be neither.
+KEY_ID_IN_USE = """
+    select 1 from api_keys where key_id_hash = ? or previous_key_id_hash = ? limit 1
+"""
+# A rotation: the current credentials become the previous ones until ``previous_until``
+# (those kept before go at once), or, with no grace period, go at once themselves.
+ROTATE_KEEPING = """
+    update api_keys set previous_key_id_hash = key_id_hash, previous_secret_hash = secret_hash,
+                        previous_until = ?, key_id_hash = ?, secret_hash = ?, key_suffix = ?
+    where id = ?
+"""
+ROTATE_DROPPING = """
+    update api_keys set previous_key_id_hash = null, previous_secret_hash = null,
+                        previous_until = null, key_id_hash = ?, secret_hash = ?, key_suffix = ?
+    where id = ?
 """
 
 # What a create or an update is told when a constraint refuses its key, by either path.
@@ -106,6 +140,35 @@ async def list_page(
     keys = await keys_from_rows(conn, rows[:limit])
     total = await fetch_one(conn, COUNT_KEYS, (organization_id,))
     return keys, len(rows) > limit, total[0] if total else 0
+
+
+def credential_of(key: Key, row: sqlite3.Row) -> Credential:
+    """The credential that CREDENTIAL's ``row`` describes, for its key read as ``key``."""
+    until = row["credential_until"]
+    return Credential(key, row["credential_secret_hash"], from_text(until) if until else None)
+
+
+async def key_id_in_use(conn: aiosqlite.Connection, key_id_hash: bytes) -> bool:
+    """Whether some key holds this keyed key-ID hash, as its current or previous key ID."""
+    return await fetch_one(conn, KEY_ID_IN_USE, (key_id_hash, key_id_hash)) is not None
+
+
+async def rotate_key(
+    conn: aiosqlite.Connection,
+    key_id: str,
+    key_id_hash: bytes,
+    secret_hash: bytes,
+    key_suffix: str,
+    previous_until: datetime | None,
+) -> None:
+    """Give the key new credentials; its current ones keep working until
+    ``previous_until``, or stop at once when it is None."""
+    if previous_until is None:
+        await conn.execute(ROTATE_DROPPING, (key_id_hash, secret_hash, key_suffix, key_id))
+    else:
+        await conn.execute(
+            ROTATE_KEEPING, (to_text(previous_until), key_id_hash, secret_hash, key_suffix, key_id)
+        )
 
 
 def key_row(key_id: str, org_seq: int, new: NewKey) -> tuple[object, ...]:

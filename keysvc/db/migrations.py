@@ -104,6 +104,25 @@ MIGRATIONS: Sequence[str] = (
         delete from key_usage where key_id = old.id;
     end;
     """,
+    # 8: key rotation: the credentials a rotation replaced, kept (as keyed hashes) until
+    # their grace period ends, whose key ID no new key may take; changing them by hand
+    # moves auth_generation too.
+    """
+    alter table api_keys add column previous_key_id_hash blob;
+    alter table api_keys add column previous_secret_hash blob;
+    alter table api_keys add column previous_until text;
+    create unique index if not exists api_keys_previous_key_id on api_keys (previous_key_id_hash);
+    create trigger if not exists api_keys_key_id_not_previous before insert on api_keys
+    when exists (select 1 from api_keys where previous_key_id_hash = new.key_id_hash)
+    begin
+        select raise(abort, 'api_keys.key_id_hash: another key''s previous key ID');
+    end;
+    create trigger if not exists api_keys_previous_changed
+    after update of previous_key_id_hash, previous_secret_hash, previous_until on api_keys
+    begin
+        update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+    end;
+    """,
 )
 
 

@@ -20,7 +20,7 @@ _T = TypeVar("_T")
 ROLE_COLUMNS = ("id", "name", "type", "permissions", "created_at", "updated_at")
 KEY_COLUMNS = (
     "seq", "org_seq", "id", "organization_id", "name", "state", "key_suffix", "created_at",
-    "expire_at", "used_at", "ip_access_list", "rate_limit", "rate_window",
+    "expire_at", "used_at", "ip_access_list", "rate_limit", "rate_window", "previous_until",
 )  # fmt: skip
 MADE_MAX = 4096
 _roles_made: dict[tuple[object, ...], Role] = {}
@@ -77,6 +77,7 @@ def key_from_row(row: sqlite3.Row, roles: Sequence[Role]) -> Key:
             ip_access_list=json.loads(row["ip_access_list"]),
             roles=tuple(roles),
             rate_limit=(row["rate_limit"], row["rate_window"]) if row["rate_limit"] else None,
+            previous_until=from_text(row["previous_until"]) if row["previous_until"] else None,
         ),
     )
 

@@ -232,11 +232,10 @@ class Store:
             return cached
         version = caches.data_version()  # read before the row, so a later commit is not hidden
         generation = caches.generation
-        rows = await self.points.rows(key_sql.CREDENTIAL_BY_ID_JOINED, (key_id, organization_id))
+        rows = await self.points.rows(key_sql.KEY_BY_ID_JOINED, (key_id, organization_id))
         key = key_from_joined(rows)
-        if key is None:
-            return None
-        caches.refresh_key(Credential(key, rows[0]["secret_hash"]), version, generation)
+        if key is not None:
+            caches.refresh_key(key, version, generation)
         return key
 
     @timed
@@ -247,18 +246,19 @@ class Store:
         return KeyPage(keys=keys, more=more, total=total)
 
     async def find_credential(self, key_id_hash: bytes) -> Credential | None:
-        """The credential for a keyed key-ID hash: cached, unless authorization moved since."""
+        """The credential for a keyed key-ID hash, current or previous (``Credential.until``):
+        cached, unless authorization moved since."""
         caches = self.caches
         version = caches.data_version()
         generation = caches.generation
         entry = caches.credentials.get(key_id_hash)
         if entry is not None:
             return entry.credential
-        rows = await self.points.rows(key_sql.CREDENTIAL_JOINED, (key_id_hash,))
+        rows = await self.points.rows(key_sql.CREDENTIAL_JOINED, (key_id_hash, key_id_hash))
         key = key_from_joined(rows)
         if key is None:
             return None
-        credential = Credential(key=key, secret_hash=rows[0]["secret_hash"])
+        credential = key_sql.credential_of(key, rows[0])
         caches.keep_credential(key_id_hash, credential, version, generation)
         return credential
 
@@ -268,7 +268,7 @@ class Store:
         then costs the caller the same read as an unknown key ID or a wrong secret for
         an uncached key, so that the time of a 401 does not tell them apart
         (docs/SECURITY.md)."""
-        await self.points.rows(key_sql.CREDENTIAL_JOINED, (key_id_hash,))
+        await self.points.rows(key_sql.CREDENTIAL_JOINED, (key_id_hash, key_id_hash))
 
     def needs_touch(self, key: Key, minute: datetime) -> bool:
         """Whether ``key``'s usedAt is behind ``minute``, as far as this process knows

@@ -127,6 +127,13 @@ async def _read_body(request: web.Request) -> bytes:
         raise BadRequest(f"body: could not be read: {parser_error_text(exc.__cause__)}") from None
 
 
+async def read_optional_json_object(request: web.Request) -> dict[str, Any]:
+    """As ``read_json_object``, for a route whose body may be left out: none is ``{}``."""
+    if not request.body_exists:
+        return {}
+    return await read_json_object(request)
+
+
 async def read_json_object(request: web.Request) -> dict[str, Any]:
     """The body as a JSON object, or a 4xx that says what is wrong with it.
 

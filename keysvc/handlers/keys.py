@@ -1,4 +1,4 @@
-"""Key views: list, create, read, update and delete keys of an organization.
+"""Key views: list, create, read, update, rotate and delete keys of an organization.
 
 Keys are answered through ``keysvc.render`` (the hand-written twin of
 ``ApiKeySchema``). A list page is kept as UTF-8 for as long as nothing at all is
@@ -17,11 +17,30 @@ from keysvc import keys, render
 from keysvc.auth import authorize
 from keysvc.envelope import envelope, envelope_bytes, json_body_response, json_response, ok
 from keysvc.errors import NotFound
-from keysvc.handlers.common import path_uuid, query, read_json_object
+from keysvc.handlers.common import (
+    path_uuid,
+    query,
+    read_json_object,
+    read_optional_json_object,
+)
 from keysvc.models import Key
-from keysvc.routes import CREATE_KEY, DELETE_KEY, GET_KEY, LIST_KEYS, UPDATE_KEY, serves
-from keysvc.schemas import CreateKeySchema, ListKeysQuerySchema, PatchKeySchema, load
-from keysvc.state import CLOCK, HASHER, REQUEST_ID, SETTINGS, STORE
+from keysvc.routes import (
+    CREATE_KEY,
+    DELETE_KEY,
+    GET_KEY,
+    LIST_KEYS,
+    ROTATE_KEY,
+    UPDATE_KEY,
+    serves,
+)
+from keysvc.schemas import (
+    CreateKeySchema,
+    ListKeysQuerySchema,
+    PatchKeySchema,
+    RotateKeySchema,
+    load,
+)
+from keysvc.state import CLOCK, HASHER, PREVIOUS_CREDENTIAL, REQUEST_ID, SETTINGS, STORE
 
 _list_query = ListKeysQuerySchema()
 # Built once, not per request: building a marshmallow schema deep-copies its fields,
@@ -30,6 +49,7 @@ _list_query = ListKeysQuerySchema()
 # other request runs in between.
 _create_body = CreateKeySchema(now=datetime.fromtimestamp(0, UTC))
 _patch_body = PatchKeySchema(now=datetime.fromtimestamp(0, UTC))
+_rotate_body = RotateKeySchema()
 
 
 def _load_at(
@@ -99,7 +119,12 @@ async def create_key(request: web.Request) -> web.Response:
         now,
         request.app[SETTINGS].max_keys_per_org,
     )
-    # With hashData the client chose its own credentials: none are echoed.
+    return _issued_response(request, issued)
+
+
+def _issued_response(request: web.Request, issued: keys.Issued) -> web.Response:
+    """The key, and its credentials when keysvc generated them: with hashData the
+    client chose its own, and none are echoed."""
     result = f'{{"key": {render.key_json(issued.key)}'
     if issued.key_id is not None:
         result += f', "keyId": {render.encode(issued.key_id)}'
@@ -132,6 +157,25 @@ async def update_key(request: web.Request) -> web.Response:
     tags = _if_match(request)
     key = await keys.update_key(store, caller, organization_id, key_id, data, tags)
     return _key_response(request, key)
+
+
+@serves(ROTATE_KEY)
+async def rotate_key(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    caller = authorize(request, organization_id, ROTATE_KEY.needs)
+    key_id = path_uuid(request, "keyId")
+    data = load(_rotate_body, await read_optional_json_object(request))
+    issued = await keys.rotate_key(
+        request.app[STORE],
+        request.app[HASHER],
+        caller,
+        request.get(PREVIOUS_CREDENTIAL, False),
+        organization_id,
+        key_id,
+        data,
+        request.app[CLOCK](),
+    )
+    return _issued_response(request, issued)
 
 
 def _if_match(request: web.Request) -> list[str] | None:
