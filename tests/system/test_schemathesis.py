@@ -294,7 +294,7 @@ def test_every_operation_that_needs_credentials_answers_401_without(live: Live) 
         for method, path, operation in operations(document)
         if operation.get("security", document["security"])
     ]
-    assert len(protected) == 15
+    assert len(protected) == 16
     for method, path in protected:
         url = path.format(organizationId=live.organization, keyId=uuid.uuid4(), roleId=uuid.uuid4())
         request = urllib.request.Request(
