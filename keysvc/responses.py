@@ -7,6 +7,7 @@ from typing import Any
 
 from marshmallow import Schema, fields, post_dump
 
+from keysvc.activities import ACTOR_TYPES, ADDED_TYPES, ADDED_UPDATE_TYPES, UPSTREAM_TYPES
 from keysvc.schemas import (
     ACTOR_PREFIX,
     ADDITION,
@@ -143,3 +144,74 @@ class CreateKeyResultSchema(Schema):
     key = fields.Nested(ApiKeySchema)
     keyId = fields.String()
     keySecret = fields.String()
+
+
+# Upstream's enums, which keysvc's extend (its own values listed after upstream's, and
+# named in x-keysvc-enum-additions): a client that knows upstream's values sees them
+# unchanged.
+UPSTREAM_KEY_UPDATE_TYPES = (
+    "created", "deleted", "name-changed", "role-changed", "state-changed", "date-changed",
+    "ip-access-list-changed", "org-role-changed", "default-service-role-changed",
+    "service-role-changed", "roles-v2-changed",
+)  # fmt: skip
+
+
+def _extended(upstream: tuple[str, ...], added: tuple[str, ...], what: str) -> dict[str, Any]:
+    return {
+        "enum": [*upstream, *added],
+        "x-keysvc-enum-additions": list(added),
+        "description": f"{what}. keysvc additions: {', '.join(added)}.",
+    }
+
+
+_CHANGED = {
+    **ADDITION,
+    "type": ["object", "null"],
+    "description": "keysvc addition: the public values of what changed (never a secret "
+    "or a hash), by field name.",
+}
+
+
+class ActivitySchema(Schema):
+    """Upstream's Activity. Only ``None`` values are left out, as upstream leaves out
+    what does not apply (serviceId: keysvc has no services)."""
+
+    id = fields.String(metadata={"description": "Unique activity ID.", **UUID_TEXT})
+    createdAt = Timestamp(attribute="created_at")
+    type = fields.String(metadata=_extended(UPSTREAM_TYPES, ADDED_TYPES, "Type of the activity"))
+    actorType = fields.String(
+        attribute="actor.type",
+        metadata={"enum": ["user", "support", "system", "api"], "description": "Type of the "
+                  f"actor; keysvc records {' and '.join(ACTOR_TYPES)}."},
+    )  # fmt: skip
+    actorId = fields.String(
+        attribute="actor.id", metadata={"description": "For api: the calling key's UUID."}
+    )
+    actorDetails = fields.String(attribute="actor.details")
+    actorIpAddress = fields.String(
+        attribute="actor.ip", metadata={"description": "For api: the client address keysvc "
+                                         "believes (trusted proxies honoured)."}
+    )  # fmt: skip
+    organizationId = fields.String(attribute="organization_id")
+    serviceId = fields.String(attribute="service_id")
+    userAgent = fields.String(
+        attribute="actor.user_agent",
+        metadata={"description": "User agent of the actor, at most 512 characters."},
+    )
+    targetKeyId = fields.String(attribute="target_key_id")
+    keyUpdateType = fields.String(
+        attribute="key_update_type",
+        metadata=_extended(
+            UPSTREAM_KEY_UPDATE_TYPES, ADDED_UPDATE_TYPES, "Type of update (key activities)"
+        ),
+    )
+    targetRoleId = fields.String(
+        attribute="target_role_id",
+        metadata={**ADDITION, "description": "keysvc addition: the role of a role event."},
+    )
+    before = fields.Raw(metadata=_CHANGED)
+    after = fields.Raw(metadata=_CHANGED)
+
+    @post_dump
+    def _omit_unset(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return {name: value for name, value in data.items() if value is not None}

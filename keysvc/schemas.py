@@ -356,6 +356,25 @@ class ListRolesQuerySchema(_PageQuerySchema):
     )
 
 
+class QueryDateTime(fields.Field[datetime]):
+    """A date-time in the query string: ISO-8601 with an offset, normalised to UTC."""
+
+    def _deserialize(
+        self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any
+    ) -> datetime:
+        moment = ExpireAt()._deserialize(value, attr, data, **kwargs)
+        if moment is None:
+            raise ValidationError("must be an ISO-8601 date-time such as 2030-01-01T00:00:00Z")
+        return moment
+
+
+class ListActivitiesQuerySchema(ListKeysQuerySchema):
+    """Upstream's from_date and to_date (both included), and keysvc's paging."""
+
+    from_date = QueryDateTime()
+    to_date = QueryDateTime()
+
+
 def _permission(value: str) -> None:
     if len(value) > MAX_PERMISSION_LENGTH or not PERMISSION.fullmatch(value):
         raise ValidationError(

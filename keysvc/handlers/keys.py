@@ -17,7 +17,7 @@ from keysvc import keys, render
 from keysvc.auth import authorize
 from keysvc.envelope import envelope, envelope_bytes, json_body_response, json_response, ok
 from keysvc.errors import NotFound
-from keysvc.handlers.common import path_uuid, query, read_json_object
+from keysvc.handlers.common import actor, path_uuid, query, read_json_object
 from keysvc.models import Key
 from keysvc.routes import CREATE_KEY, DELETE_KEY, GET_KEY, LIST_KEYS, UPDATE_KEY, serves
 from keysvc.schemas import CreateKeySchema, ListKeysQuerySchema, PatchKeySchema, load
@@ -98,6 +98,7 @@ async def create_key(request: web.Request) -> web.Response:
         data,
         now,
         request.app[SETTINGS].max_keys_per_org,
+        actor(request),
     )
     # With hashData the client chose its own credentials: none are echoed.
     result = f'{{"key": {render.key_json(issued.key)}'
@@ -130,7 +131,7 @@ async def update_key(request: web.Request) -> web.Response:
     await keys.check_update(store, caller, organization_id, key_id, body)
     data = _load_at(_patch_body, request.app[CLOCK](), body)
     tags = _if_match(request)
-    key = await keys.update_key(store, caller, organization_id, key_id, data, tags)
+    key = await keys.update_key(store, caller, organization_id, key_id, data, tags, actor(request))
     return _key_response(request, key)
 
 
@@ -153,5 +154,7 @@ async def delete_key(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
     caller = authorize(request, organization_id, DELETE_KEY.needs)
     key_id = path_uuid(request, "keyId")
-    await keys.delete_key(request.app[STORE], caller, organization_id, key_id, _if_match(request))
+    await keys.delete_key(
+        request.app[STORE], caller, organization_id, key_id, _if_match(request), actor(request)
+    )
     return ok(request)
