@@ -164,7 +164,6 @@ _DATE_PARAMS = [
         "in": "query",
         "name": name,
         "description": f"{what} (included); ISO-8601 with a time zone offset.",
-        "required": False,
         "schema": {"type": "string", "format": "date-time"},
     }
     for name, what in (("from_date", "A starting date for a search"),

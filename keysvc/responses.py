@@ -149,6 +149,29 @@ class CreateKeyResultSchema(Schema):
 # Upstream's enums, which keysvc's extend (its own values listed after upstream's, and
 # named in x-keysvc-enum-additions): a client that knows upstream's values sees them
 # unchanged.
+# Every type upstream lists, of which keysvc records UPSTREAM_TYPES.
+UPSTREAM_ACTIVITY_TYPES = (
+    "create_organization", "organization_update_name", "transfer_service_in",
+    "transfer_service_out", "save_payment_method", "marketplace_subscription",
+    "migrate_marketplace_billing_details_in", "migrate_marketplace_billing_details_out",
+    "organization_update_tier", "organization_invite_create", "organization_invite_delete",
+    "organization_member_join", "organization_member_add", "organization_member_leave",
+    "organization_member_delete", "organization_member_update_role",
+    "organization_member_update_roles", "organization_member_update_mfa_method",
+    "organization_saml_connection_create", "organization_saml_connection_update", "user_login",
+    "user_login_failed", "user_logout", "key_create", "key_delete", "openapi_key_update",
+    "service_create", "service_start", "service_stop", "service_awaken", "service_idle",
+    "service_running", "service_partially_running", "service_delete", "service_update_name",
+    "service_update_ip_access_list", "service_update_autoscaling_memory",
+    "service_update_autoscaling_idling", "service_update_password",
+    "service_update_autoscaling_replicas", "service_update_max_allowable_replicas",
+    "service_update_backup_configuration", "service_update_snapshot_configuration",
+    "service_restore_backup", "service_update_release_channel",
+    "service_update_gpt_usage_consent", "service_update_private_endpoints",
+    "service_import_to_organization", "service_export_from_organization",
+    "service_maintenance_start", "service_maintenance_end", "service_update_core_dump",
+    "backup_delete",
+)  # fmt: skip
 UPSTREAM_KEY_UPDATE_TYPES = (
     "created", "deleted", "name-changed", "role-changed", "state-changed", "date-changed",
     "ip-access-list-changed", "org-role-changed", "default-service-role-changed",
@@ -178,7 +201,13 @@ class ActivitySchema(Schema):
 
     id = fields.String(metadata={"description": "Unique activity ID.", **UUID_TEXT})
     createdAt = Timestamp(attribute="created_at")
-    type = fields.String(metadata=_extended(UPSTREAM_TYPES, ADDED_TYPES, "Type of the activity"))
+    type = fields.String(
+        metadata=_extended(
+            UPSTREAM_ACTIVITY_TYPES,
+            ADDED_TYPES,
+            f"Type of the activity; keysvc records {', '.join(UPSTREAM_TYPES)}",
+        )
+    )
     actorType = fields.String(
         attribute="actor.type",
         metadata={"enum": ["user", "support", "system", "api"], "description": "Type of the "
