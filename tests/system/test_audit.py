@@ -98,3 +98,27 @@ def test_it_needs_the_pepper(tmp_path: Path) -> None:
     (tmp_path / "keysvc.db.pepper").unlink()
     missing = keysvc("audit", "verify", "--db", str(db))
     assert missing.returncode == 2 and "pepper file" in missing.stderr
+
+
+def test_a_database_from_before_the_log_is_upgraded_and_its_organizations_sealed(
+    tmp_path: Path,
+) -> None:
+    """The migration step adds the log to a database that had none: its organization
+    gets an empty chain at the next start, and what is written from then on verifies."""
+    db = tmp_path / "keysvc.db"
+    bootstrap(db)
+    with sqlite3.connect(db) as conn:
+        (version,) = conn.execute("pragma user_version").fetchone()
+    conn = sqlite3.connect(db)
+    conn.executescript(
+        "drop table activities; drop table activity_heads;"
+        f" pragma user_version = {version - 1};"  # the step before this one's
+    )
+    conn.close()
+    old = keysvc("audit", "verify", "--db", str(db))
+    assert old.returncode == 2 and "schema is older" in old.stderr
+    done = keysvc("admin-key", "--db", str(db))
+    assert done.returncode == 0, done.stderr
+    verified = keysvc("audit", "verify", "--db", str(db))
+    assert verified.returncode == 0, verified.stderr
+    assert verified.stdout == "audit log intact: 1 activities in 1 organizations\n"
