@@ -231,8 +231,10 @@ class RevokedUses:
                     pending, self._pending = self._pending, []
                     for activity in pending:
                         await activity_sql.record(conn, self._chain, activity)
+            except InsufficientStorage:
+                self._pending = []  # the full disk has its own log line (keysvc.diskspace)
             except Exception:
                 # Not worth more than a log line: the key was refused all the same,
                 # and its next use after this minute is noted again.
                 self._pending = []  # dropped rather than retried in a loop
-                logger.exception("could not log the use of a revoked key")
+                logger.exception("could not record the use of a revoked key")
