@@ -7,6 +7,7 @@ transaction of the store's (``Store.transaction``); a create's rule is checked
 before the write and again in its batch's transaction (``_granted_by``). Each
 write records its activities (``keysvc.activities``) in its own transaction."""
 
+import functools
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -188,6 +189,7 @@ async def update_key(
     data: dict[str, Any],
     if_match: Collection[str] | None,
     actor: Actor,
+    now: datetime,
 ) -> Key:
     """Apply a validated PATCH body; roles and ipAccessList replace. The target must be
     no stronger than the caller (``may_change``), and a key may only rename itself."""
@@ -213,6 +215,7 @@ async def update_key(
         if_match,
         lambda target: may_change(caller, target),
         actor,
+        now,
     )
     if key is None:
         raise NotFound(NOT_FOUND)
@@ -227,12 +230,14 @@ async def change_key(
     if_match: Collection[str] | None = None,
     check: Callable[[Key], None] | None = None,
     actor: Actor = SYSTEM,
+    now: datetime | None = None,
 ) -> Key | None:
     """Apply ``change`` in one transaction; None if there is no such key. With
     ``if_match``, only if the key's ETag is among them. ``check`` sees the key there as
     it is, then as changed (so roles widened by another write since they were checked
     are caught), and may refuse by raising: the transaction is then rolled back. Each
-    kind of change is recorded as ``actor``'s activity."""
+    kind of change is recorded as ``actor``'s activity at ``now`` (default: the time
+    of the change)."""
     async with store.transaction("update_key") as conn:
         current = await _checked(conn, organization_id, key_id, check, if_match)
         if current is None:
@@ -244,7 +249,7 @@ async def change_key(
             return None
         if check is not None:
             check(changed)
-        for activity in activities.key_changed(current, changed, actor, utcnow()):
+        for activity in activities.key_changed(current, changed, actor, now or utcnow()):
             await store.record(conn, activity)
         return changed
 
@@ -256,14 +261,14 @@ async def delete_key(
     key_id: str,
     if_match: Collection[str] | None,
     actor: Actor,
+    now: datetime,
 ) -> None:
     """Delete another key of the organization, no stronger than the caller; with
     ``if_match``, only if the key's ETag is among them."""
     if key_id == caller.id:
         raise BadRequest("a key cannot delete itself: use another key to delete it")
-    if not await remove_key(
-        store, organization_id, key_id, lambda target: may_change(caller, target), if_match, actor
-    ):
+    check = functools.partial(may_change, caller)
+    if not await remove_key(store, organization_id, key_id, check, if_match, actor, now):
         raise NotFound(NOT_FOUND)
 
 
@@ -274,16 +279,17 @@ async def remove_key(
     check: Callable[[Key], None] | None = None,
     if_match: Collection[str] | None = None,
     actor: Actor = SYSTEM,
+    now: datetime | None = None,
 ) -> bool:
     """Delete the key in one transaction; False if there is none. ``check`` and
     ``if_match`` as for ``change_key``: both are decided in that transaction, which
-    records the delete as ``actor``'s activity, with the key as it was."""
+    records the delete as ``actor``'s activity at ``now``, with the key as it was."""
     async with store.transaction("delete_key") as conn:
         current = await _checked(conn, organization_id, key_id, check, if_match)
         if current is None or not await key_sql.delete_key(conn, organization_id, key_id):
             return False
         await store.authorization_changed(conn)
-        await store.record(conn, activities.key_deleted(current, actor, utcnow()))
+        await store.record(conn, activities.key_deleted(current, actor, now or utcnow()))
     return True
 
 

@@ -129,9 +129,12 @@ async def update_key(request: web.Request) -> web.Response:
     key_id, store = path_uuid(request, "keyId"), request.app[STORE]
     body = await read_json_object(request)
     await keys.check_update(store, caller, organization_id, key_id, body)
-    data = _load_at(_patch_body, request.app[CLOCK](), body)
+    now = request.app[CLOCK]()
+    data = _load_at(_patch_body, now, body)
     tags = _if_match(request)
-    key = await keys.update_key(store, caller, organization_id, key_id, data, tags, actor(request))
+    key = await keys.update_key(
+        store, caller, organization_id, key_id, data, tags, actor(request), now
+    )
     return _key_response(request, key)
 
 
@@ -154,7 +157,8 @@ async def delete_key(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
     caller = authorize(request, organization_id, DELETE_KEY.needs)
     key_id = path_uuid(request, "keyId")
+    tags, now = _if_match(request), request.app[CLOCK]()
     await keys.delete_key(
-        request.app[STORE], caller, organization_id, key_id, _if_match(request), actor(request)
+        request.app[STORE], caller, organization_id, key_id, tags, actor(request), now
     )
     return ok(request)

@@ -7,6 +7,7 @@ from typing import Any
 
 from keysvc.activities import MAX_USER_AGENT, bounded_user_agent
 from keysvc.config import Settings
+from keysvc.timeutil import to_text
 from tests.helpers import (
     FAR_FUTURE,
     UNAUTHORIZED,
@@ -266,3 +267,33 @@ async def test_a_user_agent_cannot_break_the_record(client: Client, admin: Creds
     record = (await listed(client, admin))[-1]
     assert len(record["userAgent"]) == MAX_USER_AGENT
     assert record["userAgent"] == agent[:MAX_USER_AGENT]
+
+
+async def test_dates_select_by_the_time_of_each_write(
+    client: Client, admin: Creds, clock: FakeClock
+) -> None:
+    """Every write records the server's time (its clock): create, PATCH, delete and role
+    writes alike, and from_date and to_date select by it, both ends included."""
+    orgs = f"/v1/organizations/{admin.organization_id}"
+    clock.advance(days=10)
+    key = (await create(client, admin, {"name": "k", "roles": ["developer"]}))["key"]
+    clock.advance(days=10)
+    await assert_ok(
+        await client.patch(f"{orgs}/keys/{key['id']}", json={"name": "k2"}, headers=admin.headers)
+    )
+    clock.advance(days=10)
+    await assert_ok(await client.delete(f"{orgs}/keys/{key['id']}", headers=admin.headers))
+    clock.advance(days=10)
+    await create_role(client, admin, {"name": "r"})
+    _, *writes = await listed(client, admin)
+    assert [w["type"] for w in writes] == [
+        "key_create", "openapi_key_update", "key_delete", "role_create"
+    ]  # fmt: skip
+    times = [w["createdAt"] for w in writes]
+    assert times == sorted(times) and len(set(times)) == 4
+    assert times[-1] == to_text(clock.now)
+    middle = await listed(client, admin, f"&from_date={times[1]}&to_date={times[2]}")
+    assert [w["id"] for w in middle] == [w["id"] for w in writes[1:3]]
+    later = await listed(client, admin, f"&from_date={times[1].replace('Z', '%2B02:00')}")
+    # Two hours before the PATCH, in UTC: the PATCH and what followed, not the create.
+    assert [w["id"] for w in later] == [w["id"] for w in writes[1:]]
