@@ -45,7 +45,7 @@ from keysvc.credentials import Hasher, checksum_fails
 from keysvc.db.store import Store
 from keysvc.errors import BearerUnauthorized, Forbidden, TooManyRequests, Unauthorized
 from keysvc.metrics import AuthReason
-from keysvc.models import Credential, Key
+from keysvc.models import Activity, Credential, Key
 from keysvc.permissions import has_permission
 from keysvc.ratelimit import Decision, Limits
 from keysvc.routes import is_public
@@ -202,8 +202,12 @@ def _note_revoked_use(
 ) -> None:
     """Log that the credentials of a disabled key were used, by that key, at most once
     a minute per key and off this request's path (``Store.note_revoked_use``)."""
-    actor = api_actor(key, address, request.headers.get(hdrs.USER_AGENT))
-    store.note_revoked_use(key.id, key_used_after_revoke(key, actor, now))
+
+    def activity() -> Activity:
+        actor = api_actor(key, address, request.headers.get(hdrs.USER_AGENT))
+        return key_used_after_revoke(key, actor, now)
+
+    store.note_revoked_use(key.id, now, activity)
 
 
 def _address(text: str | None) -> IPAddress | None:

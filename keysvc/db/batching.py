@@ -11,7 +11,7 @@ a client hammering with a disabled key's credentials costs no write per request.
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -212,14 +212,16 @@ class RevokedUses:
         self._pending: list[Activity] = []
         self.flusher: asyncio.Task[None] | None = None
 
-    def note(self, key_id: str, activity: Activity) -> None:
-        minute = to_minute(activity.created_at)
+    def note(self, key_id: str, moment: datetime, make: Callable[[], Activity]) -> None:
+        """Record the activity ``make`` returns, unless this key's use was noted this
+        minute already: then nothing is made, let alone written."""
+        minute = to_minute(moment)
         if minute != self._minute:
             self._noted, self._minute = set(), minute
         if key_id in self._noted:
             return
         self._noted.add(key_id)
-        self._pending.append(activity)
+        self._pending.append(make())
         if self.flusher is None or self.flusher.done():
             self.flusher = asyncio.create_task(self._flush())
 

@@ -20,7 +20,7 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
@@ -243,10 +243,10 @@ class Store:
             key_ids = [found.key.id if found is not None else str(uuid.uuid4())]
             await fetch_all(self.reader, key_sql.ROLES_OF_KEYS, (json.dumps(key_ids),))
 
-    def note_revoked_use(self, key_id: str, activity: Activity) -> None:
-        """Record ``activity``, a use of a revoked key, unless one was this minute
-        (``RevokedUses``); written later, never on the request's path."""
-        self._revoked_uses.note(key_id, activity)
+    def note_revoked_use(self, key_id: str, moment: datetime, make: Callable[[], Activity]) -> None:
+        """Record the activity ``make`` returns, a use of a revoked key, unless one was
+        this minute (``RevokedUses``); written later, never on the request's path."""
+        self._revoked_uses.note(key_id, moment, make)
 
     # The activity log
 
