@@ -22,6 +22,7 @@ from tests.helpers import (
     create,
     create_creds,
     create_role,
+    hash_data,
 )
 
 SECRETS = ("keySecret", "keyId", "secret", "hash", "keyIdHash", "keySecretHash")
@@ -208,6 +209,33 @@ async def test_a_create_refused_in_its_batch_records_nothing(
     assert sorted(a.status for a in answers) == [200, 200, 409, 409, 409]
     created = [a for a in await listed(client, admin) if a["type"] == "key_create"]
     assert len(created) == 3  # bootstrap's and the two made
+
+
+async def test_a_create_refused_by_a_constraint_in_its_batch_records_nothing(
+    client: Client, admin: Creds
+) -> None:
+    """A taken key ID sends the batch a key at a time (each in a savepoint): the refused
+    create's activity goes with its key, the others' stay."""
+    taken = hash_data("same-key-id", "secret")
+    posts = [
+        client.post(
+            f"/v1/organizations/{admin.organization_id}/keys",
+            json={"name": f"k{n}", "roles": ["developer"], "hashData": taken},
+            headers=admin.headers,
+        )
+        for n in range(2)
+    ] + [
+        client.post(
+            f"/v1/organizations/{admin.organization_id}/keys",
+            json={"name": "other", "roles": ["developer"]},
+            headers=admin.headers,
+        )
+    ]
+    answers = await asyncio.gather(*posts)
+    assert sorted(a.status for a in answers) == [200, 200, 409]
+    made = {(await a.json())["result"]["key"]["id"] for a in answers if a.status == 200}
+    created = [a for a in await listed(client, admin) if a["type"] == "key_create"][1:]
+    assert {a["targetKeyId"] for a in created} == made
 
 
 async def test_a_disabled_key_used_is_recorded_once_a_minute(
