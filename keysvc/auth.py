@@ -45,6 +45,7 @@ from typing import NoReturn
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
+from keysvc.activities import api_actor, key_used_after_revoke
 from keysvc.addresses import IPAddress, network_of
 from keysvc.config import IPNetwork
 from keysvc.credentials import Hasher, checksum_fails
@@ -52,13 +53,14 @@ from keysvc.db.store import Store
 from keysvc.db.usage import OUTCOMES
 from keysvc.errors import BearerUnauthorized, Forbidden, TooManyRequests, Unauthorized
 from keysvc.metrics import AuthReason
-from keysvc.models import Credential, Key
+from keysvc.models import Activity, Credential, Key
 from keysvc.permissions import has_permission
 from keysvc.ratelimit import Decision, Limits
 from keysvc.routes import is_public
 from keysvc.state import (
     AUTH_OUTCOME,
     CALLER,
+    CLIENT_ADDRESS,
     CLOCK,
     HASHER,
     LIMITS,
@@ -211,6 +213,7 @@ async def authenticate(request: web.Request, address: "IPAddress | None", now: d
     request[PROVEN] = (key.id, minute)
     if key.state != "enabled":
         _outcome(request, "disabled")
+        _note_revoked_use(request, store, key, address, now)
         raise Unauthorized("key is disabled")
     if key.expire_at is not None and key.expire_at <= now:
         _outcome(request, "expired")
@@ -222,6 +225,19 @@ async def authenticate(request: web.Request, address: "IPAddress | None", now: d
     if store.needs_touch(key, minute):
         await store.touch_used(key.id, minute)
     return key
+
+
+def _note_revoked_use(
+    request: web.Request, store: Store, key: Key, address: IPAddress | None, now: datetime
+) -> None:
+    """Log that the credentials of a disabled key were used, by that key, at most once
+    a minute per key and off this request's path (``Store.note_revoked_use``)."""
+
+    def activity() -> Activity:
+        actor = api_actor(key, address, request.headers.get(hdrs.USER_AGENT))
+        return key_used_after_revoke(key, actor, now)
+
+    store.note_revoked_use(key.id, now, activity)
 
 
 def _address(text: str | None) -> IPAddress | None:
@@ -364,6 +380,7 @@ async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
     # Checked before the credentials, so a blocked address is refused even with valid ones.
     if not limits.failures.allows(address, settings.auth_failures, now):
         _refuse_address(request, limits, now)
+    request[CLIENT_ADDRESS] = None if address is None else str(address)
     try:
         key = await authenticate(request, address, moment)
     except Unauthorized:

@@ -1,4 +1,5 @@
-"""The ``keysvc`` command: ``serve``, ``bootstrap``, ``admin-key`` and ``backup``.
+"""The ``keysvc`` command: ``serve``, ``bootstrap``, ``admin-key``, ``backup`` and
+``audit verify``.
 
 Settings come from flags, then KEYSVC_* environment variables, then defaults
 (the table in ``keysvc.config``). A setting keysvc cannot use stops it with a
@@ -8,7 +9,10 @@ exists, say). A backup whose copy fails its integrity check exits 1.
 Only ``bootstrap`` makes a database; ``serve`` and ``admin-key`` refuse a path
 where there is none, so a mistyped ``--db`` never starts an empty service.
 ``admin-key`` is the way back in when every admin secret is lost: whoever can
-write the database file may mint a key, as they could bootstrap one.
+write the database file may mint a key, as they could bootstrap one; it is
+logged as an activity of actorType ``system``, as bootstrap is. ``audit verify``
+checks the activity log's hash chains (``keysvc.audit``): exit 1 names the first
+bad record.
 """
 
 import argparse
@@ -24,7 +28,7 @@ from pathlib import Path
 
 import uvloop
 
-from keysvc import backup, keys, listeners, workers
+from keysvc import audit, backup, keys, listeners, workers
 from keysvc.app import create_app
 from keysvc.config import OPTIONS, ConfigError, Settings, build_settings
 from keysvc.connections import ServiceRunner
@@ -95,7 +99,25 @@ def _parser() -> argparse.ArgumentParser:
     back.add_argument(
         "out", metavar="OUT", type=Path, help="backup file to create (never overwritten)"
     )
+    audits = commands.add_parser("audit", help="check the activity log").add_subparsers(
+        dest="audit_command", required=True
+    )
+    verify = audits.add_parser(
+        "verify",
+        help="check every organization's activity chain with the pepper: exit 0 and one"
+        " line when intact, 1 naming the first edited or removed record",
+    )
+    _add_options(verify, _BOOTSTRAP_FLAGS)
     return parser
+
+
+def _audit_verify(settings: Settings) -> int:
+    verdict = audit.verify_file(settings)
+    if verdict.problem is not None:
+        print(f"keysvc: audit verify: {verdict.problem}", file=sys.stderr)
+        return 1
+    print(audit.summary(verdict))
+    return 0
 
 
 def _shown(issued: keys.Issued) -> dict[str, str]:
@@ -209,6 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "backup":
             return _backup(settings, args.out)
+        if args.command == "audit":
+            return _audit_verify(settings)
         if args.command == "admin-key":
             print(json.dumps(asyncio.run(_admin_key(settings, args.org, args.name))))
             return 0

@@ -32,6 +32,8 @@ CHECKSUM_LENGTH = 6
 SECRET_PATTERN = rf"{SECRET_PREFIX}[0-9A-Za-z]{{{SECRET_RANDOM_LENGTH + CHECKSUM_LENGTH}}}"
 SUFFIX_LENGTH = 4
 PEPPER_BYTES = 32
+# What the activity log's chain key is derived for (``Hasher.derive``).
+ACTIVITY_CHAIN = "activity chain"
 
 
 def _random_base62(length: int) -> str:
@@ -124,6 +126,10 @@ class Hasher:
         """A short MAC of ``text`` for ``purpose``, so clients cannot forge it."""
         mac = hmac.new(self._pepper, f"{purpose}\0{text}".encode(), hashlib.sha256)
         return base64.urlsafe_b64encode(mac.digest()[:16]).decode().rstrip("=")
+
+    def derive(self, purpose: str) -> bytes:
+        """A key of its own for ``purpose``, derived from the pepper."""
+        return hmac.new(self._pepper, f"keysvc key\0{purpose}".encode(), hashlib.sha256).digest()
 
     def fingerprint(self) -> str:
         """A value stored in the database to catch a start with the wrong pepper."""

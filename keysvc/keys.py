@@ -5,25 +5,31 @@ credentials with a grace period for the old ones, and the signed list cursor.
 
 An update, rotation or delete reads the key, checks these rules and writes inside
 one transaction of the store's (``Store.transaction``); a create's rule is checked
-before the write and again in its batch's transaction (``_granted_by``)."""
+before the write and again in its batch's transaction (``_granted_by``). Each
+write records its activities (``keysvc.activities``) in its own transaction."""
 
-import hmac
+import functools
+import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 import aiosqlite
 
+from keysvc import activities, cursors
+from keysvc.activities import SYSTEM
 from keysvc.config import ConfigError
 from keysvc.credentials import SUFFIX_LENGTH, Hasher, new_key_id, new_secret
 from keysvc.db import keys as key_sql
+from keysvc.db import meta
 from keysvc.db.createbatch import Recheck
 from keysvc.db.store import Store
 from keysvc.errors import BadRequest, Conflict, Forbidden, NotFound, PreconditionFailed
-from keysvc.models import Key, KeyChange, KeyPage, NewKey, Organization, Role
+from keysvc.models import Actor, Key, KeyChange, KeyPage, NewKey, Organization, Role
 from keysvc.permissions import cannot_grant, missing
 from keysvc.schemas import MAX_ROLE_IDS, CreateKeySchema, PatchKeySchema, load
+from keysvc.timeutil import utcnow
 
 NO_ROLE = "roles: a key needs at least one role: give roles or assignedRoleIds"
 TOO_MANY_ROLES = (
@@ -34,7 +40,10 @@ NOT_FOUND = "key not found in this organization"
 # added later included. Otherwise a key could lift the IP access list, expiry or rate
 # limit it was given, or re-role itself.
 OWN_ACCESS = tuple(field for field in PatchKeySchema._declared_fields if field != "name")
-BAD_CURSOR = "cursor: not a cursor from this list; start again without it"
+BAD_CURSOR = cursors.BAD_CURSOR
+# The CLI's writes, by keysvc itself: actorDetails says which command.
+BOOTSTRAP = Actor("system", details="keysvc bootstrap")
+ADMIN_KEY = Actor("system", details="keysvc admin-key")
 
 
 @dataclass(frozen=True)
@@ -134,12 +143,15 @@ async def create_key(
     data: dict[str, Any],
     now: datetime,
     max_keys: int,
+    actor: Actor,
 ) -> Issued:
     """Store a key from a validated create body. Its roles are checked here, and again
     against the caller's permissions in the create's transaction (``_granted_by``)."""
     roles = await grantable_roles(store, caller, organization_id, data)
     new, key_id, secret = _new_key(hasher, organization_id, data, roles, now)
-    return Issued(await store.create_key(new, max_keys, _granted_by(caller)), key_id, secret)
+    announce = activities.announcer(actor, now)
+    key = await store.create_key(new, max_keys, announce, _granted_by(caller))
+    return Issued(key, key_id, secret)
 
 
 def _granted_by(caller: Key) -> Recheck:
@@ -195,6 +207,8 @@ async def update_key(
     key_id: str,
     data: dict[str, Any],
     if_match: Collection[str] | None,
+    actor: Actor,
+    now: datetime,
 ) -> Key:
     """Apply a validated PATCH body; roles and ipAccessList replace. The target must be
     no stronger than the caller (``may_change``), and a key may only rename itself."""
@@ -213,7 +227,14 @@ async def update_key(
         clear_rate_limit="rateLimit" in data and data["rateLimit"] is None,
     )
     key = await change_key(
-        store, organization_id, key_id, change, if_match, lambda target: may_change(caller, target)
+        store,
+        organization_id,
+        key_id,
+        change,
+        if_match,
+        lambda target: may_change(caller, target),
+        actor,
+        now,
     )
     if key is None:
         raise NotFound(NOT_FOUND)
@@ -227,11 +248,15 @@ async def change_key(
     change: KeyChange,
     if_match: Collection[str] | None = None,
     check: Callable[[Key], None] | None = None,
+    actor: Actor = SYSTEM,
+    now: datetime | None = None,
 ) -> Key | None:
     """Apply ``change`` in one transaction; None if there is no such key. With
     ``if_match``, only if the key's ETag is among them. ``check`` sees the key there as
     it is, then as changed (so roles widened by another write since they were checked
-    are caught), and may refuse by raising: the transaction is then rolled back."""
+    are caught), and may refuse by raising: the transaction is then rolled back. Each
+    kind of change is recorded as ``actor``'s activity at ``now`` (default: the time
+    of the change)."""
     async with store.transaction("update_key") as conn:
         current = await _checked(conn, organization_id, key_id, check, if_match)
         if current is None:
@@ -239,8 +264,12 @@ async def change_key(
         await key_sql.update_key(conn, current, change)
         await store.authorization_changed(conn)
         changed = await key_sql.get_key(conn, organization_id, key_id)
-        if check is not None and changed is not None:
+        if changed is None:
+            return None
+        if check is not None:
             check(changed)
+        for activity in activities.key_changed(current, changed, actor, now or utcnow()):
+            await store.record(conn, activity)
         return changed
 
 
@@ -249,15 +278,16 @@ async def delete_key(
     caller: Key,
     organization_id: str,
     key_id: str,
-    if_match: Collection[str] | None = None,
+    if_match: Collection[str] | None,
+    actor: Actor,
+    now: datetime,
 ) -> None:
     """Delete another key of the organization, no stronger than the caller; with
     ``if_match``, only if the key's ETag is among them."""
     if key_id == caller.id:
         raise BadRequest("a key cannot delete itself: use another key to delete it")
-    if not await remove_key(
-        store, organization_id, key_id, lambda target: may_change(caller, target), if_match
-    ):
+    check = functools.partial(may_change, caller)
+    if not await remove_key(store, organization_id, key_id, check, if_match, actor, now):
         raise NotFound(NOT_FOUND)
 
 
@@ -267,18 +297,19 @@ async def remove_key(
     key_id: str,
     check: Callable[[Key], None] | None = None,
     if_match: Collection[str] | None = None,
+    actor: Actor = SYSTEM,
+    now: datetime | None = None,
 ) -> bool:
     """Delete the key in one transaction; False if there is none. ``check`` and
-    ``if_match`` as for ``change_key``: both are decided in that transaction."""
+    ``if_match`` as for ``change_key``: both are decided in that transaction, which
+    records the delete as ``actor``'s activity at ``now``, with the key as it was."""
     async with store.transaction("delete_key") as conn:
-        # Without either, nothing needs the key read: the delete says if it was there.
-        unread = check is None and if_match is None
-        if not unread and await _checked(conn, organization_id, key_id, check, if_match) is None:
+        current = await _checked(conn, organization_id, key_id, check, if_match)
+        if current is None or not await key_sql.delete_key(conn, organization_id, key_id):
             return False
-        deleted = await key_sql.delete_key(conn, organization_id, key_id)
-        if deleted:
-            await store.authorization_changed(conn)
-    return deleted
+        await store.authorization_changed(conn)
+        await store.record(conn, activities.key_deleted(current, actor, now or utcnow()))
+    return True
 
 
 ROTATED_BY_PREVIOUS = (
@@ -374,9 +405,14 @@ async def _new_admin_key(
 async def bootstrap(
     store: Store, hasher: Hasher, org_name: str, now: datetime
 ) -> tuple[Organization, Issued]:
-    """A new organization with a first ``admin`` key: the stand-in for a console."""
+    """A new organization with a first ``admin`` key, in one transaction with the
+    key's activity, whose actor is keysvc itself: the stand-in for a console."""
     new, key_id, secret = await _new_admin_key(store, hasher, "", f"{org_name} admin", now)
-    org, key = await store.bootstrap(org_name, new)
+    org = Organization(id=str(uuid.uuid4()), name=org_name, created_at=now)
+    async with store.transaction("bootstrap") as conn:
+        await meta.insert_organization(conn, org)
+        key = await key_sql.insert_key(conn, replace(new, organization_id=org.id))
+        await store.record(conn, activities.key_created(key, BOOTSTRAP, now))
     return org, Issued(key, key_id, secret)
 
 
@@ -408,7 +444,8 @@ async def admin_key(
     elif organization_id not in known:
         raise ConfigError(f"org: no organization {organization_id[:64]!r} in this database")
     new, key_id, secret = await _new_admin_key(store, hasher, organization_id, name, now)
-    return Issued(await store.create_key(new, max_keys), key_id, secret)
+    key = await store.create_key(new, max_keys, activities.announcer(ADMIN_KEY, now))
+    return Issued(key, key_id, secret)
 
 
 # What a cursor's MAC is made for. Cursors that carried the global row sequence were
@@ -420,20 +457,12 @@ def encode_cursor(hasher: Hasher, organization_id: str, key: Key) -> str:
     """An opaque cursor after ``key``, valid only for this organization's list. It
     carries the key's place in its organization (``Key.org_seq``), which moves only
     with this organization's own creates: nothing of other organizations shows."""
-    return f"{key.org_seq}.{hasher.sign(_CURSOR, f'{organization_id}:{key.org_seq}')}"
+    return cursors.encode(hasher, _CURSOR, organization_id, key.org_seq)
 
 
 def decode_cursor(hasher: Hasher, organization_id: str, cursor: str | None) -> int:
     """The place a cursor stands for; 0 for none. A forged or foreign cursor is a 400."""
-    if cursor is None:
-        return 0
-    seq, _, mac = cursor.partition(".")
-    if not (seq.isascii() and seq.isdigit()) or len(seq) > 18:
-        raise BadRequest(BAD_CURSOR)
-    expected = hasher.sign(_CURSOR, f"{organization_id}:{int(seq)}")
-    if not hmac.compare_digest(expected.encode(), mac.encode()):
-        raise BadRequest(BAD_CURSOR)
-    return int(seq)
+    return cursors.decode(hasher, _CURSOR, organization_id, cursor)
 
 
 def next_cursor(hasher: Hasher, organization_id: str, page: KeyPage) -> str | None:

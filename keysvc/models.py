@@ -2,10 +2,12 @@
 
 import hashlib
 import json
-from collections.abc import Sequence
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
+from typing import Any
 
 from keysvc.timeutil import to_text
 
@@ -135,5 +137,43 @@ class KeyChange:
 @dataclass(frozen=True)
 class KeyPage:
     keys: list[Key]
+    more: bool
+    total: int
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who made a change: a key over the API (``api``: its UUID, the client address
+    keysvc believes and the User-Agent), or keysvc itself (``system``: the CLI)."""
+
+    type: str
+    id: str | None = None
+    ip: str | None = None
+    user_agent: str | None = None
+    details: str | None = None
+
+
+@dataclass(frozen=True)
+class Activity:
+    """One entry of an organization's activity log. ``before`` and ``after`` hold the
+    public values of what changed (never a secret or a hash); ``org_seq`` is its place
+    in the organization's hash chain, given when it is recorded."""
+
+    organization_id: str
+    type: str
+    actor: Actor
+    created_at: datetime
+    key_update_type: str | None = None
+    target_key_id: str | None = None
+    target_role_id: str | None = None
+    before: Mapping[str, Any] | None = None
+    after: Mapping[str, Any] | None = None
+    id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    org_seq: int = 0
+
+
+@dataclass(frozen=True)
+class ActivityPage:
+    activities: list[Activity]
     more: bool
     total: int

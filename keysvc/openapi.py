@@ -31,7 +31,15 @@ from keysvc import schemas as s
 from keysvc.credentials import SUFFIX_LENGTH
 from keysvc.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.render import MAX_PERMISSIONS_HEADER
-from keysvc.routes import KEY_PATH, KEYS_PATH, ROLE_PATH, ROLES_PATH, ROUTES, Route
+from keysvc.routes import (
+    KEY_PATH,
+    KEYS_PATH,
+    LIST_ACTIVITIES,
+    ROLE_PATH,
+    ROLES_PATH,
+    ROUTES,
+    Route,
+)
 from keysvc.timeutil import utcnow
 
 _ERRORS = {
@@ -149,6 +157,18 @@ def _path_param(name: str, description: str) -> dict[str, Any]:
 _ORG_PARAM = _path_param("organizationId", "ID of the requested organization.")
 _KEY_PARAM = _path_param("keyId", "ID of the requested key (its UUID, not the Basic-auth key ID).")
 _ROLE_PARAM = _path_param("roleId", "ID of the requested role.")
+_ACTIVITY_PARAM = _path_param("activityId", "ID of the requested activity.")
+# Upstream's date filters of the activity list.
+_DATE_PARAMS = [
+    {
+        "in": "query",
+        "name": name,
+        "description": f"{what} (included); ISO-8601 with a time zone offset.",
+        "schema": {"type": "string", "format": "date-time"},
+    }
+    for name, what in (("from_date", "A starting date for a search"),
+                       ("to_date", "An ending date for a search"))
+]  # fmt: skip
 _LIST_PARAMS = [
     {
         "in": "query",
@@ -195,7 +215,12 @@ _IF_MATCH = {
     "schema": {"type": "string"},
     "x-keysvc-addition": True,
 }
-_PATH_PARAMS = {"organizationId": _ORG_PARAM, "keyId": _KEY_PARAM, "roleId": _ROLE_PARAM}
+_PATH_PARAMS = {
+    "organizationId": _ORG_PARAM,
+    "keyId": _KEY_PARAM,
+    "roleId": _ROLE_PARAM,
+    "activityId": _ACTIVITY_PARAM,
+}
 _PATH_PARAM = re.compile(r"\{([^}]+)\}")
 
 
@@ -206,6 +231,8 @@ def _params(route: Route) -> list[dict[str, Any]]:
         or {"in": "path", "name": name, "required": True, "schema": {"type": "string"}}
         for name in _PATH_PARAM.findall(route.path)
     ]
+    if route is LIST_ACTIVITIES:
+        params.extend(_DATE_PARAMS)
     if route.paged:
         params.extend(_LIST_PARAMS)
     if route.query:
@@ -444,6 +471,7 @@ def _components(now: datetime) -> tuple[tuple[str, Schema | type[Schema]], ...]:
         ("WhoAmI", r.WhoAmISchema),
         ("KeyUsageBucket", r.UsageBucketSchema),
         ("KeyUsage", r.UsageSchema),
+        ("Activity", r.ActivitySchema),
     )
 
 

@@ -3,8 +3,8 @@
 A permission is ``namespace:action`` (the action may hold further colons, as
 in ``control-plane:organization:view``). ``namespace:*`` grants every action
 of a namespace, and ``*`` grants everything. The management API uses the
-``keys`` and ``roles`` namespaces; any other namespace belongs to the
-services behind keysvc.
+``keys`` and ``roles`` namespaces, and ``activities:read`` for the activity
+log; any other namespace belongs to the services behind keysvc.
 """
 
 import re

@@ -7,6 +7,7 @@ from typing import Any
 
 from marshmallow import Schema, fields, post_dump
 
+from keysvc.activities import ACTOR_TYPES, ADDED_TYPES, ADDED_UPDATE_TYPES, UPSTREAM_TYPES
 from keysvc.schemas import (
     ACTOR_PREFIX,
     ADDITION,
@@ -191,3 +192,103 @@ class UsageSchema(Schema):
         attribute="buckets",
         metadata={"description": "Every bucket in time order, zero-filled."},
     )
+
+
+# Upstream's enums, which keysvc's extend (its own values listed after upstream's, and
+# named in x-keysvc-enum-additions): a client that knows upstream's values sees them
+# unchanged.
+# Every type upstream lists, of which keysvc records UPSTREAM_TYPES.
+UPSTREAM_ACTIVITY_TYPES = (
+    "create_organization", "organization_update_name", "transfer_service_in",
+    "transfer_service_out", "save_payment_method", "marketplace_subscription",
+    "migrate_marketplace_billing_details_in", "migrate_marketplace_billing_details_out",
+    "organization_update_tier", "organization_invite_create", "organization_invite_delete",
+    "organization_member_join", "organization_member_add", "organization_member_leave",
+    "organization_member_delete", "organization_member_update_role",
+    "organization_member_update_roles", "organization_member_update_mfa_method",
+    "organization_saml_connection_create", "organization_saml_connection_update", "user_login",
+    "user_login_failed", "user_logout", "key_create", "key_delete", "openapi_key_update",
+    "service_create", "service_start", "service_stop", "service_awaken", "service_idle",
+    "service_running", "service_partially_running", "service_delete", "service_update_name",
+    "service_update_ip_access_list", "service_update_autoscaling_memory",
+    "service_update_autoscaling_idling", "service_update_password",
+    "service_update_autoscaling_replicas", "service_update_max_allowable_replicas",
+    "service_update_backup_configuration", "service_update_snapshot_configuration",
+    "service_restore_backup", "service_update_release_channel",
+    "service_update_gpt_usage_consent", "service_update_private_endpoints",
+    "service_import_to_organization", "service_export_from_organization",
+    "service_maintenance_start", "service_maintenance_end", "service_update_core_dump",
+    "backup_delete",
+)  # fmt: skip
+UPSTREAM_KEY_UPDATE_TYPES = (
+    "created", "deleted", "name-changed", "role-changed", "state-changed", "date-changed",
+    "ip-access-list-changed", "org-role-changed", "default-service-role-changed",
+    "service-role-changed", "roles-v2-changed",
+)  # fmt: skip
+
+
+def _extended(upstream: tuple[str, ...], added: tuple[str, ...], what: str) -> dict[str, Any]:
+    return {
+        "enum": [*upstream, *added],
+        "x-keysvc-enum-additions": list(added),
+        "description": f"{what}. keysvc additions: {', '.join(added)}.",
+    }
+
+
+_CHANGED = {
+    **ADDITION,
+    "type": ["object", "null"],
+    "description": "keysvc addition: the public values of what changed (never a secret "
+    "or a hash), by field name.",
+}
+
+
+class ActivitySchema(Schema):
+    """Upstream's Activity. Only ``None`` values are left out, as upstream leaves out
+    what does not apply (serviceId: keysvc has no services)."""
+
+    id = fields.String(metadata={"description": "Unique activity ID.", **UUID_TEXT})
+    createdAt = Timestamp(attribute="created_at")
+    type = fields.String(
+        metadata=_extended(
+            UPSTREAM_ACTIVITY_TYPES,
+            ADDED_TYPES,
+            f"Type of the activity; keysvc records {', '.join(UPSTREAM_TYPES)}",
+        )
+    )
+    actorType = fields.String(
+        attribute="actor.type",
+        metadata={"enum": ["user", "support", "system", "api"], "description": "Type of the "
+                  f"actor; keysvc records {' and '.join(ACTOR_TYPES)}."},
+    )  # fmt: skip
+    actorId = fields.String(
+        attribute="actor.id", metadata={"description": "For api: the calling key's UUID."}
+    )
+    actorDetails = fields.String(attribute="actor.details")
+    actorIpAddress = fields.String(
+        attribute="actor.ip", metadata={"description": "For api: the client address keysvc "
+                                         "believes (trusted proxies honoured)."}
+    )  # fmt: skip
+    organizationId = fields.String(attribute="organization_id")
+    serviceId = fields.String(attribute="service_id")
+    userAgent = fields.String(
+        attribute="actor.user_agent",
+        metadata={"description": "User agent of the actor, at most 512 characters."},
+    )
+    targetKeyId = fields.String(attribute="target_key_id")
+    keyUpdateType = fields.String(
+        attribute="key_update_type",
+        metadata=_extended(
+            UPSTREAM_KEY_UPDATE_TYPES, ADDED_UPDATE_TYPES, "Type of update (key activities)"
+        ),
+    )
+    targetRoleId = fields.String(
+        attribute="target_role_id",
+        metadata={**ADDITION, "description": "keysvc addition: the role of a role event."},
+    )
+    before = fields.Raw(metadata=_CHANGED)
+    after = fields.Raw(metadata=_CHANGED)
+
+    @post_dump
+    def _omit_unset(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return {name: value for name, value in data.items() if value is not None}

@@ -10,6 +10,7 @@ it from a key stronger than themselves. System roles never change.
 Each write reads, checks these rules and writes inside one transaction of the
 store's (``Store.transaction``), with ``keysvc.db.roles`` running the SQL: a
 concurrent change to the role or its holders cannot slip between check and write.
+The same transaction records the write's activity (``keysvc.activities``).
 """
 
 import base64
@@ -23,11 +24,12 @@ from typing import Any
 
 import aiosqlite
 
+from keysvc import activities
 from keysvc.credentials import Hasher
 from keysvc.db import roles as role_sql
 from keysvc.db.store import Store
 from keysvc.errors import BadRequest, Conflict, Forbidden, NotFound
-from keysvc.models import Key, Role, RoleDetail, RolePage
+from keysvc.models import Actor, Key, Role, RoleDetail, RolePage
 from keysvc.permissions import has_permission, missing
 from keysvc.schemas import ACTOR_PREFIX, MAX_ROLE_IDS
 
@@ -101,6 +103,7 @@ async def create_role(
     data: dict[str, Any],
     now: datetime,
     max_roles: int,
+    actor: Actor,
 ) -> RoleDetail:
     """Store a custom role from a validated body, unless the organization has
     ``max_roles`` already (counted in the create's transaction)."""
@@ -116,6 +119,7 @@ async def create_role(
         now,
         _may_change(caller),
         max_roles=max_roles,
+        actor=actor,
     )
 
 
@@ -129,6 +133,7 @@ async def _insert_role(
     check: RoleCheck,
     *,
     max_roles: int,
+    actor: Actor = activities.SYSTEM,
 ) -> RoleDetail:
     """A new custom role, unless the organization holds ``max_roles`` already: checked,
     counted and written in one transaction."""
@@ -147,7 +152,8 @@ async def _insert_role(
         if actors:
             await store.authorization_changed(conn)
         detail = await role_sql.get_role(conn, organization_id, role.id)
-    assert detail is not None
+        assert detail is not None
+        await store.record(conn, activities.role_created(detail, actor, now))
     return detail
 
 
@@ -171,6 +177,7 @@ async def update_role(
     current: RoleDetail,
     data: dict[str, Any],
     now: datetime,
+    actor: Actor,
 ) -> RoleDetail:
     """Apply a validated PATCH body to ``current``, as ``changeable_role`` returned it."""
     organization_id, role_id = current.organization_id, current.role.id
@@ -188,6 +195,7 @@ async def update_role(
         permissions,
         actors,
         _may_change(caller),
+        actor,
     )
     if updated is None:
         raise NotFound(NOT_FOUND)
@@ -203,9 +211,11 @@ async def change_role(
     permissions: Sequence[str] | None = None,
     actors: Sequence[str] | None = None,
     check: RoleCheck | None = None,
+    actor: Actor = activities.SYSTEM,
 ) -> RoleDetail | None:
     """Change a custom role of this organization in one transaction, ``check`` passing
-    first there; None if there is no such role."""
+    first there; None if there is no such role. What changed is recorded as ``actor``'s
+    activity; a change to nothing records none."""
     async with store.transaction("update_role") as conn:
         current = await role_sql.get_role(conn, organization_id, role_id)
         if current is None or current.role.type != "custom":
@@ -229,10 +239,16 @@ async def change_role(
         if actors is not None:
             await _set_actors(conn, organization_id, role_id, actors)
         await store.authorization_changed(conn)
-        return await role_sql.get_role(conn, organization_id, role_id)
+        updated = await role_sql.get_role(conn, organization_id, role_id)
+        logged = None if updated is None else activities.role_changed(current, updated, actor, now)
+        if logged is not None:
+            await store.record(conn, logged)
+        return updated
 
 
-async def delete_role(store: Store, caller: Key, organization_id: str, role_id: str) -> None:
+async def delete_role(
+    store: Store, caller: Key, organization_id: str, role_id: str, now: datetime, actor: Actor
+) -> None:
     """Delete a custom role that no key holds, the caller holding all it holds."""
     await _custom_role(store, organization_id, role_id)
     check = _may_change(caller)
@@ -246,6 +262,7 @@ async def delete_role(store: Store, caller: Key, organization_id: str, role_id: 
                 raise Conflict(f"role is assigned to {holders} key(s); unassign it first")
             await role_sql.delete_role(conn, role_id)
             await store.authorization_changed(conn)
+            await store.record(conn, activities.role_deleted(current, actor, now))
     if not deleted:
         raise NotFound(NOT_FOUND)
 

@@ -24,6 +24,7 @@ ORG = "/v1/organizations/{organizationId}"
 KEYS_PATH, KEY_PATH = ORG + "/keys", ORG + "/keys/{keyId}"
 USAGE_PATH = KEY_PATH + "/usage"
 ROLES_PATH, ROLE_PATH = ORG + "/roles", ORG + "/roles/{roleId}"
+ACTIVITIES_PATH, ACTIVITY_PATH = ORG + "/activities", ORG + "/activities/{activityId}"
 
 # What any authenticated operation may answer besides its success; a write may also
 # be refused whole for a full disk.
@@ -235,6 +236,37 @@ DELETE_ROLE = Route(
     answer=_DONE,
     statuses=(*WRITE, 404, 409),
 )
+_ACTIVITIES = (
+    "Needs the permission `activities:read`. Every key and role write, oldest first, in "
+    "pages of `limit` (keysvc addition), created from `from_date` to `to_date` (both "
+    "included; 400 when from_date is after to_date). Role events, key_used_after_revoke "
+    "and the rate-limit-changed keyUpdateType are keysvc additions, as are before, after "
+    "and targetRoleId. The log is kept: there is no retention."
+)
+LIST_ACTIVITIES = Route(
+    "GET",
+    ACTIVITIES_PATH,
+    "activityGetList",
+    "List of organization activities",
+    tag="activities",
+    permission="activities:read",
+    response=r.ActivitySchema,
+    paged="activities",
+    answer="Activities.",
+    statuses=AUTHENTICATED,
+    description=_ACTIVITIES,
+)
+GET_ACTIVITY = Route(
+    "GET",
+    ACTIVITY_PATH,
+    "activityGet",
+    "Organization activity",
+    tag="activities",
+    permission="activities:read",
+    response=r.ActivitySchema,
+    answer="The activity.",
+    statuses=(*AUTHENTICATED, 404),
+)
 WHOAMI = Route(
     "GET",
     "/v1/whoami",
@@ -325,6 +357,7 @@ DOCS_ASSET = Route(
 ROUTES: tuple[Route, ...] = (
     LIST_KEYS, CREATE_KEY, GET_KEY, UPDATE_KEY, DELETE_KEY, ROTATE_KEY, KEY_USAGE,
     LIST_ROLES, CREATE_ROLE, GET_ROLE, UPDATE_ROLE, DELETE_ROLE,
+    LIST_ACTIVITIES, GET_ACTIVITY,
     WHOAMI, VERIFY, ROOT, HEALTHZ, READYZ, METRICS, OPENAPI_DOCUMENT, DOCS, DOCS_ASSET,
 )  # fmt: skip
 

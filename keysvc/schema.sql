@@ -163,3 +163,40 @@ end;
 create trigger if not exists roles_removed after delete on roles begin
     update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
 end;
+-- The activity log (audit log): every key and role write records its activity in
+-- its own transaction. Each organization's records form a hash chain: hash is an
+-- HMAC, keyed from the pepper, over the record's content and prev_hash (the hash of
+-- the record before it in the organization, zero bytes for the first). The head
+-- keeps each organization's count and last hash, with an HMAC of both, so that
+-- removing the last records is caught too (`keysvc audit verify`). before and after
+-- are JSON objects of the public values that changed, never secrets or hashes.
+create table if not exists activities (
+    seq             integer primary key,
+    id              text not null unique,  -- uuid
+    organization_id text not null,
+    org_seq         integer not null,      -- its place in the organization's chain: 1, 2, ...
+    created_at      text not null,
+    type            text not null,
+    key_update_type text,
+    actor_type      text not null,
+    actor_id        text,
+    actor_ip        text,
+    user_agent      text,
+    actor_details   text,
+    target_key_id   text,
+    target_role_id  text,
+    before          text,
+    after           text,
+    prev_hash       blob not null,
+    hash            blob not null
+) strict;
+
+create unique index if not exists activities_org_position
+    on activities (organization_id, org_seq);
+
+create table if not exists activity_heads (
+    organization_id text primary key,
+    count           integer not null,
+    last_hash       blob not null,
+    mac             blob not null
+) strict;

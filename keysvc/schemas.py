@@ -427,6 +427,13 @@ class UsageQuerySchema(Schema):
     )
 
 
+class ListActivitiesQuerySchema(ListKeysQuerySchema):
+    """Upstream's from_date and to_date (both included), and keysvc's paging."""
+
+    from_date = QueryMoment()
+    to_date = QueryMoment()
+
+
 def _permission(value: str) -> None:
     if len(value) > MAX_PERMISSION_LENGTH or not PERMISSION.fullmatch(value):
         raise ValidationError(

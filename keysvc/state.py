@@ -40,6 +40,9 @@ IN_FLIGHT = web.AppKey("in_flight", InFlight)
 
 REQUEST_ID = web.RequestKey("request_id", str)
 CALLER = web.RequestKey("caller", Key)
+# The client address keysvc believes for an admitted caller (keysvc.auth.client_address),
+# for the activities its writes record; None when it is unknown.
+CLIENT_ADDRESS: web.RequestKey[str | None] = web.RequestKey("client_address")
 # Set by keysvc.auth where each outcome is decided; read by the access log and metrics.
 AUTH_OUTCOME: web.RequestKey[AuthReason] = web.RequestKey("auth_outcome")
 # The key whose secret a request proved, and the minute it was checked in, whether the

@@ -1,4 +1,5 @@
-"""Writes that wait to share a transaction: key creates, usedAt and usage counts.
+"""Writes that wait to share a transaction: key creates, usedAt, usage counts, and
+the uses of revoked keys.
 
 Concurrent creates are grouped: one transaction, one fsync, for all the creates
 waiting (``keysvc.db.createbatch`` runs it); each request is answered only
@@ -6,29 +7,36 @@ after that commit. usedAt writes that arrive together likewise share one
 transaction: at the turn of a minute every busy key writes at once. The usage
 counts (``keysvc.db.usage``) ride in that transaction, or in one of their own
 when ``write_counts`` is called (every flush interval, and at close): no
-request waits for them.
+request waits for them. A revoked key's use is logged at most once a minute per
+key, and off the request's path: a client hammering with a disabled key's
+credentials costs no write per request.
 """
 
 import asyncio
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from keysvc.db import activities as activity_sql
 from keysvc.db import createbatch
 from keysvc.db import keys as key_sql
 from keysvc.db import usage as usage_sql
 from keysvc.db.connections import Writer
 from keysvc.diskspace import DiskSpace
 from keysvc.errors import InsufficientStorage
-from keysvc.models import Key, NewKey
-from keysvc.timeutil import to_text
+from keysvc.models import Activity, Key, NewKey
+from keysvc.timeutil import to_minute, to_text
+
+logger = logging.getLogger("keysvc")
 
 
 @dataclass
 class _PendingCreate:
     new: NewKey
     max_keys: int
+    announce: createbatch.Announce
     recheck: createbatch.Recheck | None
     done: "asyncio.Future[Key]" = field(repr=False)
 
@@ -49,8 +57,8 @@ class Creates:
     that arrive while a write runs pile up for the next batch.
     """
 
-    def __init__(self, path: Path, writer: Writer):
-        self.thread = createbatch.CreateThread(path)
+    def __init__(self, path: Path, writer: Writer, chain: activity_sql.Chain):
+        self.thread = createbatch.CreateThread(path, chain)
         self._writer = writer
         self._pending: list[_PendingCreate] = []
         self.flusher: asyncio.Task[None] | None = None
@@ -59,11 +67,17 @@ class Creates:
         await self.thread.open()
 
     async def create(
-        self, new: NewKey, max_keys: int, recheck: createbatch.Recheck | None = None
+        self,
+        new: NewKey,
+        max_keys: int,
+        announce: createbatch.Announce,
+        recheck: createbatch.Recheck | None = None,
     ) -> Key:
         """Store a key; answered only once the transaction holding it has committed.
-        ``recheck`` runs in that transaction (``createbatch.Recheck``)."""
-        pending = _PendingCreate(new, max_keys, recheck, asyncio.get_running_loop().create_future())
+        ``recheck`` runs in that transaction (``createbatch.Recheck``), and so does the
+        record of the activity ``announce`` makes of the key."""
+        done = asyncio.get_running_loop().create_future()
+        pending = _PendingCreate(new, max_keys, announce, recheck, done)
         self._pending.append(pending)
         if self.flusher is None or self.flusher.done():
             self.flusher = asyncio.create_task(self._flush())
@@ -78,7 +92,7 @@ class Creates:
     async def _create_batch(self, batch: list[_PendingCreate]) -> None:
         """One transaction for the whole batch (``CreateThread``); each request is
         answered once it has committed."""
-        work = [(item.new, item.max_keys, item.recheck) for item in batch]
+        work = [(item.new, item.max_keys, item.announce, item.recheck) for item in batch]
         running = asyncio.ensure_future(self.thread.run(work))
         try:
             await asyncio.shield(running)
@@ -209,3 +223,46 @@ class Touches:
                 raise
             if touches is not None:
                 touches.done.set_result(None)
+
+
+class RevokedUses:
+    """Uses of revoked keys waiting to be logged, at most one per key a minute, and
+    the task that writes them in one transaction."""
+
+    def __init__(self, writer: Writer, chain: activity_sql.Chain):
+        self._writer = writer
+        self._chain = chain
+        # Keys whose use was logged (or is waiting) in the minute of _minute.
+        self._noted: set[str] = set()
+        self._minute: datetime | None = None
+        self._pending: list[Activity] = []
+        self.flusher: asyncio.Task[None] | None = None
+
+    def note(self, key_id: str, moment: datetime, make: Callable[[], Activity]) -> None:
+        """Record the activity ``make`` returns, unless this key's use was noted this
+        minute already: then nothing is made, let alone written."""
+        minute = to_minute(moment)
+        if minute != self._minute:
+            self._noted, self._minute = set(), minute
+        if key_id in self._noted:
+            return
+        self._noted.add(key_id)
+        self._pending.append(make())
+        if self.flusher is None or self.flusher.done():
+            self.flusher = asyncio.create_task(self._flush())
+
+    async def _flush(self) -> None:
+        while self._pending:
+            try:
+                async with self._writer.transaction() as conn:
+                    # Taken once the lock is held: uses noted meanwhile join in.
+                    pending, self._pending = self._pending, []
+                    for activity in pending:
+                        await activity_sql.record(conn, self._chain, activity)
+            except InsufficientStorage:
+                self._pending = []  # the full disk has its own log line (keysvc.diskspace)
+            except Exception:
+                # Not worth more than a log line: the key was refused all the same,
+                # and its next use after this minute is noted again.
+                self._pending = []  # dropped rather than retried in a loop
+                logger.exception("could not record the use of a revoked key")

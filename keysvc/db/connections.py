@@ -155,6 +155,13 @@ def connect_point_reader(path: Path) -> sqlite3.Connection:
 
 # One trip to the connection's thread each (execute, fetch and close together), where
 # a cursor would take three: each trip is a queue hand-over and a wake-up of the loop.
+def many_rows(into: str, count: int, width: int) -> str:
+    """``into`` (``insert into t (columns) values``) with ``count`` rows of ``width``
+    placeholders. Only the placeholders are built: the values are parameters."""
+    row = "(" + ", ".join("?" * width) + ")"
+    return into + ", ".join([row] * count)
+
+
 async def fetch_one(
     conn: aiosqlite.Connection, sql: str, params: Sequence[object]
 ) -> sqlite3.Row | None:

@@ -1,10 +1,11 @@
 """The create batches' transaction: its connection, the thread that begins and
-commits it, and the statements that insert a whole batch of keys.
+commits it, and the statements that insert a whole batch of keys and record
+their activities (``keysvc.db.activities.record``) in that same transaction.
 
 Concurrent creates are grouped (``keysvc.db.batching``): one transaction, one
 fsync, for all the creates waiting. Should one be refused, the batch starts
 again a key at a time, each in its own savepoint, so that it fails only its
-own request.
+own request; a create refused so records nothing.
 """
 
 import asyncio
@@ -16,12 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
-from keysvc.db.connections import BUSY_TIMEOUT_MS, connect_now
+from keysvc.db.connections import BUSY_TIMEOUT_MS, connect_now, many_rows
 from keysvc.db.freshness import GENERATION
 from keysvc.db.rows import keys_with_roles, role_from_row
 from keysvc.errors import Conflict, ServiceUnavailable
-from keysvc.models import Key, NewKey, Role
+from keysvc.models import Activity, Key, NewKey, Role
 
 _T = TypeVar("_T")
 
@@ -48,8 +50,11 @@ Made = tuple[Key | None, Exception | None]
 # insert refuses it): why the create is refused now, or None. Another write may have
 # widened a role since the domain checked it before the write.
 Recheck = Callable[[NewKey, Mapping[str, Role]], Exception | None]
-# A create waiting in a batch: the key, its organization's key limit, and its rule.
-Create = tuple[NewKey, int, Recheck | None]
+# The activity a create records, made from its key once inserted.
+Announce = Callable[[Key], Activity]
+# A create waiting in a batch: the key, its organization's key limit, its activity and
+# its rule.
+Create = tuple[NewKey, int, Announce, Recheck | None]
 
 
 def over_limit(max_keys: int) -> Conflict:
@@ -75,8 +80,9 @@ class CreateThread:
     meanwhile (``_on_thread``), and ``close`` takes it too.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, chain: activity_sql.Chain):
         self._path = path
+        self._chain = chain
         self._conn: sqlite3.Connection | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="keysvc-creates")
         self._closed = False
@@ -107,6 +113,14 @@ class CreateThread:
                 conn = await self._on_thread(_begin, self)
             try:
                 outcomes = _stage_batch(conn, batch)
+                made = [
+                    announce(key)
+                    for (_, _, announce, _), (key, _) in zip(batch, outcomes, strict=True)
+                    if key is not None
+                ]
+                # Nothing in it waits: the sqlite3 connection runs each statement now, so
+                # nothing is cancelled between the batch and its records.
+                await activity_sql.record(conn, self._chain, *made)
             except Exception:
                 if conn.in_transaction:  # SQLite may have rolled back already (a full disk)
                     conn.execute("rollback")
@@ -203,7 +217,7 @@ def _insert_batch(conn: sqlite3.Connection, batch: Sequence[Create]) -> list[Mad
     planned: list[tuple[str | None, Exception | None]] = []
     key_rows, role_rows = [], []
     granted = _granted_roles(conn, batch)
-    for new, max_keys, recheck in batch:
+    for new, max_keys, _, recheck in batch:
         org = new.organization_id
         if counts.get(org, 0) >= max_keys:
             planned.append((None, over_limit(max_keys)))
@@ -234,7 +248,9 @@ def _insert_batch(conn: sqlite3.Connection, batch: Sequence[Create]) -> list[Mad
 def _granted_roles(conn: sqlite3.Connection, batch: Sequence[Create]) -> dict[str, Role]:
     """The roles of the batch's rechecked creates, by ID, as they are now."""
     ids = list(
-        dict.fromkeys(r for new, _, recheck in batch if recheck is not None for r in new.role_ids)
+        dict.fromkeys(
+            r for new, _, _, recheck in batch if recheck is not None for r in new.role_ids
+        )
     )
     if not ids:
         return {}
@@ -249,8 +265,7 @@ def _insert_rows(conn: sqlite3.Connection, into: str, rows: Sequence[tuple[objec
     Only the placeholders are built: the values are parameters, as everywhere."""
     for start in range(0, len(rows), ROWS_PER_INSERT):
         chunk = rows[start : start + ROWS_PER_INSERT]
-        row = "(" + ", ".join("?" * len(chunk[0])) + ")"
-        conn.execute(into + ", ".join([row] * len(chunk)), [v for r in chunk for v in r])
+        conn.execute(many_rows(into, len(chunk), len(chunk[0])), [v for r in chunk for v in r])
 
 
 def _insert_alone(conn: sqlite3.Connection, item: Create) -> Made:

@@ -123,6 +123,39 @@ MIGRATIONS: Sequence[str] = (
         update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
     end;
     """,
+    # 9: the activity log and its per-organization hash chains (see schema.sql).
+    """
+    create table if not exists activities (
+        seq             integer primary key,
+        id              text not null unique,  -- uuid
+        organization_id text not null,
+        org_seq         integer not null,      -- its place in the organization's chain: 1, 2, ...
+        created_at      text not null,
+        type            text not null,
+        key_update_type text,
+        actor_type      text not null,
+        actor_id        text,
+        actor_ip        text,
+        user_agent      text,
+        actor_details   text,
+        target_key_id   text,
+        target_role_id  text,
+        before          text,
+        after           text,
+        prev_hash       blob not null,
+        hash            blob not null
+    ) strict;
+
+    create unique index if not exists activities_org_position
+        on activities (organization_id, org_seq);
+
+    create table if not exists activity_heads (
+        organization_id text primary key,
+        count           integer not null,
+        last_hash       blob not null,
+        mac             blob not null
+    ) strict;
+    """,
 )
 
 

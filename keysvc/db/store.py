@@ -21,21 +21,21 @@ import asyncio
 import logging
 import sqlite3
 import time
-import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import aiosqlite
 
 from keysvc.config import ConfigError, Settings
-from keysvc.credentials import Hasher, load_pepper
+from keysvc.credentials import ACTIVITY_CHAIN, Hasher, load_pepper
+from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
 from keysvc.db import meta
 from keysvc.db import usage as usage_sql
-from keysvc.db.batching import Creates, Touches
+from keysvc.db.batching import Creates, RevokedUses, Touches
 from keysvc.db.cache import Caches
 from keysvc.db.connections import (
     Writer,
@@ -44,7 +44,7 @@ from keysvc.db.connections import (
     require_existing,
     unusable,
 )
-from keysvc.db.createbatch import Recheck
+from keysvc.db.createbatch import Announce, Recheck
 from keysvc.db.freshness import Freshness
 from keysvc.db.migrations import migrate
 from keysvc.db.pointreads import PointReader
@@ -52,7 +52,7 @@ from keysvc.db.roles import RoleStore
 from keysvc.db.rows import key_from_joined
 from keysvc.db.timing import Observer, timed
 from keysvc.diskspace import DiskSpace
-from keysvc.models import Credential, Key, KeyPage, NewKey, Organization
+from keysvc.models import Activity, ActivityPage, Credential, Key, KeyPage, NewKey
 from keysvc.timeutil import utcnow
 
 logger = logging.getLogger("keysvc")
@@ -85,8 +85,11 @@ class Store:
         self.writer = Writer(writer, DiskSpace(path), self.caches.authorization_changed)
         # Whether writes find the disk full (keysvc.diskspace), for every write path.
         self.space = self.writer.space
-        self._creates = Creates(path, self.writer)
+        # The activity log's chain key: set once the pepper is loaded (open_checked).
+        self.chain = activity_sql.Chain()
+        self._creates = Creates(path, self.writer, self.chain)
         self._touches = Touches(self.writer)
+        self._revoked_uses = RevokedUses(self.writer, self.chain)
         self.needs_touch = self._touches.needs_touch  # type: ignore[method-assign]
         # Asked on every authenticated request, so bound once (Tally.add).
         self.count_use = self._touches.tally.add  # type: ignore[method-assign]
@@ -145,7 +148,11 @@ class Store:
             await asyncio.gather(self._upkeep, return_exceptions=True)
         # The counts not yet written, so that a clean stop loses none.
         await self._touches.write_counts()
-        flushers = [t for t in (self._creates.flusher, self._touches.flusher) if t is not None]
+        flushers = [
+            t
+            for t in (self._creates.flusher, self._touches.flusher, self._revoked_uses.flusher)
+            if t is not None
+        ]
         await asyncio.gather(*flushers, return_exceptions=True)
         self._freshness.close_connection()
         self.points.close()
@@ -206,22 +213,27 @@ class Store:
         """Every organization's ID, oldest first."""
         return await meta.organization_ids(self.reader)
 
-    @timed
-    async def bootstrap(self, org_name: str, new: NewKey) -> tuple[Organization, Key]:
-        """Create an organization and its first key in one transaction."""
-        org = Organization(id=str(uuid.uuid4()), name=org_name, created_at=new.created_at)
+    async def record(self, conn: aiosqlite.Connection, activity: Activity) -> None:
+        """Inside a write transaction: log ``activity`` (``keysvc.db.activities.record``)."""
+        await activity_sql.record(conn, self.chain, activity)
+
+    async def key_activities(self, key: bytes) -> None:
+        """Key the activity chains (from the pepper), and give each organization
+        without a chain head an empty one."""
+        self.chain.keyed(key)
         async with self.writer.transaction() as conn:
-            await meta.insert_organization(conn, org)
-            key = await key_sql.insert_key(conn, replace(new, organization_id=org.id))
-        return org, key
+            await activity_sql.seal_heads(conn, self.chain)
 
     # Keys
 
     @timed
-    async def create_key(self, new: NewKey, max_keys: int, recheck: Recheck | None = None) -> Key:
+    async def create_key(
+        self, new: NewKey, max_keys: int, announce: Announce, recheck: Recheck | None = None
+    ) -> Key:
         """Store a key; answered only once the transaction holding it has committed
-        (``keysvc.db.batching``), in which ``recheck``, the domain's rule, runs again."""
-        return await self._creates.create(new, max_keys, recheck)
+        (``keysvc.db.batching``), in which ``recheck``, the domain's rule, runs again,
+        and the activity ``announce`` makes of the key is recorded."""
+        return await self._creates.create(new, max_keys, announce, recheck)
 
     @timed
     async def get_key(self, organization_id: str, key_id: str) -> Key | None:
@@ -269,6 +281,29 @@ class Store:
         an uncached key, so that the time of a 401 does not tell them apart
         (docs/SECURITY.md)."""
         await self.points.rows(key_sql.CREDENTIAL_JOINED, (key_id_hash, key_id_hash))
+
+    def note_revoked_use(self, key_id: str, moment: datetime, make: Callable[[], Activity]) -> None:
+        """Record the activity ``make`` returns, a use of a revoked key, unless one was
+        this minute (``RevokedUses``); written later, never on the request's path."""
+        self._revoked_uses.note(key_id, moment, make)
+
+    # The activity log
+
+    @timed
+    async def get_activity(self, organization_id: str, activity_id: str) -> Activity | None:
+        return await activity_sql.get(self.reader, organization_id, activity_id)
+
+    @timed
+    async def list_activities(
+        self,
+        organization_id: str,
+        after: int,
+        limit: int,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> ActivityPage:
+        """Oldest first, after the organization's ``after``-th record (a keyset page)."""
+        return await activity_sql.page(self.reader, organization_id, after, limit, since, until)
 
     def needs_touch(self, key: Key, minute: datetime) -> bool:
         """Whether ``key``'s usedAt is behind ``minute``, as far as this process knows
@@ -343,6 +378,7 @@ async def open_checked(
         pepper = load_pepper(settings.pepper, settings.pepper_path, create=recorded is None)
         hasher = Hasher(pepper)
         await store.check_pepper(hasher.fingerprint())
+        await store.key_activities(hasher.derive(ACTIVITY_CHAIN))
         yield store, hasher
     finally:
         await store.close()

@@ -1,4 +1,5 @@
-"""What every view needs: the JSON body, path UUIDs, the query string."""
+"""What every view needs: the JSON body, path UUIDs, the query string, and who the
+caller is for the activity log."""
 
 import asyncio
 import json
@@ -6,12 +7,14 @@ import math
 import re
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
+from keysvc.activities import api_actor
 from keysvc.errors import BadRequest, RequestTimeout, UnsupportedMediaType
 from keysvc.middleware import parser_error_text
+from keysvc.models import Actor
 from keysvc.schemas import UUID_PATTERN
-from keysvc.state import SETTINGS
+from keysvc.state import CALLER, CLIENT_ADDRESS, SETTINGS
 
 
 def path_uuid(request: web.Request, name: str) -> str:
@@ -22,6 +25,14 @@ def path_uuid(request: web.Request, name: str) -> str:
             f"{name}: must be a lowercase UUID such as 123e4567-e89b-42d3-a456-426614174000"
         )
     return value
+
+
+def actor(request: web.Request) -> Actor:
+    """The admitted caller as the actor of the activities its write records: its key,
+    the client address keysvc believes and its User-Agent (bounded)."""
+    return api_actor(
+        request[CALLER], request.get(CLIENT_ADDRESS), request.headers.get(hdrs.USER_AGENT)
+    )
 
 
 def query(request: web.Request) -> dict[str, str]:

@@ -18,6 +18,7 @@ from keysvc.auth import authorize
 from keysvc.envelope import envelope, envelope_bytes, json_body_response, json_response, ok
 from keysvc.errors import NotFound
 from keysvc.handlers.common import (
+    actor,
     path_uuid,
     query,
     read_json_object,
@@ -118,6 +119,7 @@ async def create_key(request: web.Request) -> web.Response:
         data,
         now,
         request.app[SETTINGS].max_keys_per_org,
+        actor(request),
     )
     return _issued_response(request, issued)
 
@@ -153,9 +155,12 @@ async def update_key(request: web.Request) -> web.Response:
     key_id, store = path_uuid(request, "keyId"), request.app[STORE]
     body = await read_json_object(request)
     await keys.check_update(store, caller, organization_id, key_id, body)
-    data = _load_at(_patch_body, request.app[CLOCK](), body)
+    now = request.app[CLOCK]()
+    data = _load_at(_patch_body, now, body)
     tags = _if_match(request)
-    key = await keys.update_key(store, caller, organization_id, key_id, data, tags)
+    key = await keys.update_key(
+        store, caller, organization_id, key_id, data, tags, actor(request), now
+    )
     return _key_response(request, key)
 
 
@@ -197,5 +202,8 @@ async def delete_key(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
     caller = authorize(request, organization_id, DELETE_KEY.needs)
     key_id = path_uuid(request, "keyId")
-    await keys.delete_key(request.app[STORE], caller, organization_id, key_id, _if_match(request))
+    tags, now = _if_match(request), request.app[CLOCK]()
+    await keys.delete_key(
+        request.app[STORE], caller, organization_id, key_id, tags, actor(request), now
+    )
     return ok(request)

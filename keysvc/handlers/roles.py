@@ -6,7 +6,7 @@ from keysvc import roles
 from keysvc.auth import authorize
 from keysvc.envelope import ok
 from keysvc.errors import NotFound
-from keysvc.handlers.common import path_uuid, query, read_json_object
+from keysvc.handlers.common import actor, path_uuid, query, read_json_object
 from keysvc.responses import RoleSchema
 from keysvc.routes import CREATE_ROLE, DELETE_ROLE, GET_ROLE, LIST_ROLES, UPDATE_ROLE, serves
 from keysvc.schemas import (
@@ -51,6 +51,7 @@ async def create_role(request: web.Request) -> web.Response:
         data,
         request.app[CLOCK](),
         request.app[SETTINGS].max_roles_per_org,
+        actor(request),
     )
     return ok(request, _role.dump(detail))
 
@@ -73,7 +74,9 @@ async def update_role(request: web.Request) -> web.Response:
     body = await read_json_object(request)
     current = await roles.changeable_role(store, caller, organization_id, role_id)
     data = load(_update, body)
-    detail = await roles.update_role(store, caller, current, data, request.app[CLOCK]())
+    detail = await roles.update_role(
+        store, caller, current, data, request.app[CLOCK](), actor(request)
+    )
     return ok(request, _role.dump(detail))
 
 
@@ -82,5 +85,7 @@ async def delete_role(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
     caller = authorize(request, organization_id, DELETE_ROLE.needs)
     role_id = path_uuid(request, "roleId")
-    await roles.delete_role(request.app[STORE], caller, organization_id, role_id)
+    await roles.delete_role(
+        request.app[STORE], caller, organization_id, role_id, request.app[CLOCK](), actor(request)
+    )
     return ok(request)

@@ -62,9 +62,12 @@ def _compare(up_doc: dict[str, Any], ours_doc: dict[str, Any], up: dict[str, Any
     up, ours = _resolve(up_doc, up), _resolve(ours_doc, ours)
     if _types(up) and _types(up) != _types(ours):
         drift.append(f"{where}: type {sorted(_types(up))} != {sorted(_types(ours))}")
-    for facet in ("format", "enum"):
-        if facet in up and up[facet] != ours.get(facet):
-            drift.append(f"{where}: {facet} {up[facet]} != {ours.get(facet)}")
+    if "format" in up and up["format"] != ours.get("format"):
+        drift.append(f"{where}: format {up['format']} != {ours.get('format')}")
+    # An enum may grow only by values listed as keysvc's own, after upstream's in order.
+    added = ours.get("x-keysvc-enum-additions", [])
+    if "enum" in up and up["enum"] + added != ours.get("enum"):
+        drift.append(f"{where}: enum {up['enum']} + {added} != {ours.get('enum')}")
     if up.get("deprecated") and not ours.get("deprecated"):
         drift.append(f"{where}: upstream marks it deprecated")
     if "items" in up:
@@ -90,8 +93,6 @@ async def test_shared_operations_match_upstream(document: dict[str, Any]) -> Non
     drift: list[str] = []
     shared = 0
     for path, up_ops in up_doc["paths"].items():
-        if "/activities" in path:
-            continue  # keysvc has no activity log
         assert path in document["paths"], f"{path}: not served"
         for method, up_op in up_ops.items():
             ours = document["paths"][path].get(method)
@@ -121,12 +122,13 @@ async def test_shared_operations_match_upstream(document: dict[str, Any]) -> Non
                 ours_body = _body_schema(ours["responses"][status])
                 _compare(up_doc, document, _body_schema(response), ours_body,
                          f"{where} {status}", drift)  # fmt: skip
-    assert shared == 10
-    assert drift == []
+    assert shared == 12
+    assert drift == [], "\n".join(drift)
 
 
 def test_comparison_catches_drift() -> None:
-    """The comparison itself can fail: a renamed field and a changed type are caught."""
+    """The comparison itself can fail: a renamed field, a changed type and an enum grown
+    by a value not listed as keysvc's own are caught."""
     up_doc = {"components": {"schemas": {}}}
     drift: list[str] = []
     up = {"properties": {"keyId": {"type": "string"}, "n": {"type": "number"}}}
@@ -137,6 +139,13 @@ def test_comparison_catches_drift() -> None:
         "X.n: type ['number'] != ['string']",
         "X.keyID: not upstream and not marked x-keysvc-addition",
     ]
+    grown: list[str] = []
+    _compare(up_doc, up_doc, {"enum": ["a"]}, {"enum": ["a", "b"]}, "E", grown)
+    assert grown == ["E: enum ['a'] + [] != ['a', 'b']"]
+    listed: list[str] = []
+    added = {"enum": ["a", "b"], "x-keysvc-enum-additions": ["b"]}
+    _compare(up_doc, up_doc, {"enum": ["a"]}, added, "E", listed)
+    assert listed == []
 
 
 async def test_every_route_is_documented_and_every_operation_served(
@@ -252,6 +261,19 @@ async def test_real_responses_match_the_document(
     dev = await create_creds(client, admin, {"name": "dev", "roles": ["developer"]})
     await check(keys, "post", await client.post(f"/v1/organizations/{org}/keys",
                 json={"name": "n", "roles": ["admin"]}, headers=dev.headers))  # fmt: skip
+    activities = "/v1/organizations/{organizationId}/activities"
+    log = await check(activities, "get", await client.get(
+        f"/v1/organizations/{org}/activities?limit=250", headers=h))  # fmt: skip
+    assert {a["type"] for a in log["result"]} >= {"key_create", "role_update", "key_delete"}
+    for entry in log["result"]:
+        await check(activities + "/{activityId}", "get", await client.get(
+            f"/v1/organizations/{org}/activities/{entry['id']}", headers=h))  # fmt: skip
+    up_doc = upstream()
+    activity = {**up_doc["components"]["schemas"]["Activity"], "components": up_doc["components"]}
+    for entry in log["result"]:  # upstream's own schema takes keysvc's activities too
+        upstream_fields = {k: v for k, v in entry.items() if k in activity["properties"]}
+        if entry["type"] in activity["properties"]["type"]["enum"]:
+            assert not list(Draft202012Validator(activity).iter_errors(upstream_fields))
     await check("/v1/whoami", "get", await client.get("/v1/whoami", headers=h))
     await check("/healthz", "get", await client.get("/healthz"))
     await check("/readyz", "get", await client.get("/readyz"))

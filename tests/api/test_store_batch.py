@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from keysvc.activities import SYSTEM, announcer
 from keysvc.db import createbatch as store_module
 from keysvc.db.store import Store
 from keysvc.errors import Conflict
@@ -18,6 +19,9 @@ from keysvc.models import Key, NewKey
 from keysvc.state import CLOCK, HASHER, SETTINGS, STORE
 from keysvc.timeutil import to_minute, to_text
 from tests.helpers import Client, Creds, FakeClock, count_statements
+
+# What a create by keysvc itself records: these tests call the store directly.
+ANNOUNCE = announcer(SYSTEM, FakeClock()())
 
 
 async def new_keys(client: Client, org: str, count: int, prefix: str = "k") -> list[NewKey]:
@@ -40,7 +44,7 @@ async def new_keys(client: Client, org: str, count: int, prefix: str = "k") -> l
 
 async def outcomes(store: Store, news: list[NewKey], max_keys: int) -> list[Key | Exception]:
     results = await asyncio.gather(
-        *(store.create_key(new, max_keys) for new in news), return_exceptions=True
+        *(store.create_key(new, max_keys, ANNOUNCE) for new in news), return_exceptions=True
     )
     assert not [r for r in results if not isinstance(r, Key | Exception)]
     return [r for r in results if isinstance(r, Key | Exception)]
@@ -89,15 +93,19 @@ async def test_a_batch_of_creates_is_one_transaction_of_few_statements(
         "pragma busy_timeout = 5000",
         "savepoint whole_batch",
     ]
-    assert statements[-2:] == ["release whole_batch", "commit"]
+    assert statements[-5] == "release whole_batch" and statements[-1] == "commit"
     # One statement a table, whatever the number of keys; the reads (the authorization
     # generation, the organization's count, the keys and their roles back) once; and the
     # generation put back as it was (the key_roles triggers moved it: see _stage_batch).
+    # Then, in the same transaction, the keys' activities: their chain's head read, one
+    # insert for them all, the head moved.
     assert sum(s.startswith("insert into api_keys") for s in statements) == 1
     assert sum(s.startswith("insert into key_roles") for s in statements) == 1
-    assert sum(s.startswith("select") for s in statements) == 4
-    assert statements[-3].startswith("update meta set value = ")
-    assert len(statements) == 13
+    assert sum(s.startswith("insert into activities") for s in statements) == 1
+    assert sum(s.startswith("insert into activity_heads") for s in statements) == 1
+    assert sum(s.startswith("select") for s in statements) == 5
+    assert statements[-6].startswith("update meta set value = ")
+    assert len(statements) == 16
     assert all(isinstance(key, Key) for key in made)
     keys = [key for key in made if isinstance(key, Key)]
     assert [key.name for key in keys] == [f"k{n}" for n in range(30)]
@@ -110,7 +118,7 @@ async def test_a_batch_of_creates_is_one_transaction_of_few_statements(
 async def test_a_taken_key_id_fails_alone(client: Client, admin: Creds) -> None:
     store = client.app[STORE]
     news = await new_keys(client, admin.organization_id, 6)
-    await store.create_key(news[3], 1000)
+    await store.create_key(news[3], 1000, ANNOUNCE)
     made = await outcomes(store, news, 1000)
     refused = made.pop(3)
     assert isinstance(refused, Conflict)
@@ -271,7 +279,7 @@ async def test_a_rule_that_raises_refuses_its_own_create_alone(
         return None
 
     results = await asyncio.gather(
-        *(store.create_key(new, 1000, recheck) for new in news), return_exceptions=True
+        *(store.create_key(new, 1000, ANNOUNCE, recheck) for new in news), return_exceptions=True
     )
     assert [type(result).__name__ for result in results] == ["Key", "Key", "ValueError", "Key"]
     listed = await store.list_keys(admin.organization_id, 0, 100)

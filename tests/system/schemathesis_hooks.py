@@ -4,7 +4,8 @@ Some of keysvc's rules cannot be written in JSON Schema: an expireAt in the
 future, a source that is an IP network with its host bits clear, role and key
 IDs that exist in the organization, a cursor keysvc issued for that list, the
 permissions of a role and of its policies counted together, a usage query's
-``from`` not after its ``to`` and its buckets within the most allowed. The document
+``from`` not after its ``to`` and its buckets within the most allowed, an
+activity list's from_date no later than its to_date. The document
 states them in prose, so schemathesis sends requests that are valid by the
 schema and break one of them (mostly in its coverage phase, which does not use
 the seeded values), and keysvc rightly answers 400. ``filter_failure`` drops
@@ -66,8 +67,19 @@ def _source(case: Any, match: re.Match[str]) -> object:
 def _forged_cursor(case: Any, match: re.Match[str]) -> bool:
     """Not a cursor keysvc issued for this list (each list's cursor is good for it only)."""
     cursor = (case.query or {}).get("cursor")
-    own = SEEDED["roleCursors" if case.path.endswith("/roles") else "cursors"]
+    lists = {"/roles": "roleCursors", "/activities": "activityCursors"}
+    own = SEEDED[next((v for k, v in lists.items() if case.path.endswith(k)), "cursors")]
     return cursor is not None and cursor not in own
+
+
+def _dates_reversed(case: Any, match: re.Match[str]) -> bool:
+    """from_date after to_date: each a valid date-time alone."""
+    query = case.query or {}
+    try:
+        since, until = (datetime.fromisoformat(query[n]) for n in ("from_date", "to_date"))
+        return since > until
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return False
 
 
 def _past_expiry(case: Any, match: re.Match[str]) -> bool:
@@ -174,6 +186,7 @@ RULES: tuple[tuple[re.Pattern[str], Callable[[Any, re.Match[str]], bool]], ...] 
     (re.compile(r"from, to: out of range; ask for dates from year 1 to 9999"), _out_of_range),
     (re.compile(r"cursor: not a cursor from this list; start again without it"), _forged_cursor),
     (re.compile(r"expireAt: must be in the future"), _past_expiry),
+    (re.compile(r"from_date: must not be after to_date"), _dates_reversed),
     (re.compile(_SOURCE + r"must be an IPv4 or IPv6 address or CIDR"), _not_a_network),
     (re.compile(_SOURCE + r"has host bits set; did you mean \S+\?"), _host_bits),
     (re.compile(_SOURCE + r"must not carry an IPv6 zone ID"), _zone_id),

@@ -133,12 +133,18 @@ def seed(live: Live) -> dict[str, list[str]]:
     actor = live.call("POST", f"{org}/keys", {"name": "actor", "roles": ["developer"]})
     page = live.call("GET", f"{org}/keys?limit=1")  # the admin and the actor: two pages
     role_page = live.call("GET", f"{org}/roles?limit=1")  # three system roles: three pages
+    # The bootstrap's and the actor's create: two activities, two pages.
+    activity_page = live.call("GET", f"{org}/activities?limit=1")
     return {
         "roles": roles,
         "actors": [f"apiKey/{actor['result']['key']['id']}"],
         # Each list's cursor is good for that list only.
         "cursors": [page["nextCursor"]],
         "roleCursors": [role_page["nextCursor"]],
+        "activityCursors": [activity_page["nextCursor"]],
+        # from_date before to_date, which JSON Schema cannot say.
+        "fromDates": ["2000-01-01T00:00:00Z", "2026-01-01T00:00:00.5+02:00"],
+        "toDates": ["2099-12-31T23:59:59Z", "2098-06-30T12:00:00+02:00"],
         "expiries": ["2099-12-31T23:59:59Z", "2098-06-30T12:00:00.5+02:00"],
         "sources": ["127.0.0.1", "10.0.0.0/8", "::1", "2001:db8::/32"],
     }
@@ -178,6 +184,12 @@ phases.coverage.unexpected-methods = []
 [[operations]]
 include-operation-id = "organizationRolesGetList"
 parameters = {{ "query.cursor" = {{ dictionary = "roleCursors" }} }}
+
+[[operations]]
+include-operation-id = "activityGetList"
+parameters."query.cursor" = {{ dictionary = "activityCursors" }}
+parameters."query.from_date" = {{ dictionary = "fromDates" }}
+parameters."query.to_date" = {{ dictionary = "toDates" }}
 
 [[operations]]
 include-operation-id = "openapiKeyUpdate"
@@ -296,7 +308,8 @@ def test_every_operation_that_needs_credentials_answers_401_without(live: Live) 
     ]
     assert len(protected) == 16
     for method, path in protected:
-        url = path.format(organizationId=live.organization, keyId=uuid.uuid4(), roleId=uuid.uuid4())
+        ids = {name: uuid.uuid4() for name in ("keyId", "roleId", "activityId")}
+        url = path.format(organizationId=live.organization, **ids)
         request = urllib.request.Request(
             live.server.base + url,
             method=method,

@@ -1,0 +1,48 @@
+"""``keysvc audit verify``: check every organization's activity chain in a database
+file, with the pepper it was made with (``keysvc.db.activities.verify``).
+
+It reads the file only, so it may run while keysvc serves. Exit codes: 0 when
+every chain holds (one line of summary), 1 naming the first bad record, 2 when it
+cannot check (no such database, an old schema, a missing or wrong pepper).
+"""
+
+import sqlite3
+from contextlib import closing
+
+from keysvc.config import ConfigError, Settings
+from keysvc.credentials import ACTIVITY_CHAIN, Hasher, load_pepper
+from keysvc.db.activities import Chain, Verdict, verify
+from keysvc.db.connections import require_existing
+from keysvc.db.migrations import schema_version
+
+_PEPPER = "select value from meta where name = 'pepper'"
+
+
+def verify_file(settings: Settings) -> Verdict:
+    path = settings.db_path
+    require_existing(path)
+    try:
+        with closing(sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)) as conn:
+            (version,) = conn.execute("pragma user_version").fetchone()
+            if version < schema_version():
+                raise ConfigError(
+                    f"database {path}: its schema is older than this keysvc's; start"
+                    " `keysvc serve` on it once to upgrade it, then verify"
+                )
+            recorded = conn.execute(_PEPPER).fetchone()
+            pepper = load_pepper(settings.pepper, settings.pepper_path, create=False)
+            hasher = Hasher(pepper)
+            if recorded is None or recorded[0] != hasher.fingerprint():
+                raise ConfigError(
+                    "the pepper does not match this database: give the pepper file or"
+                    " KEYSVC_PEPPER that was used with it"
+                )
+            return verify(conn, Chain(hasher.derive(ACTIVITY_CHAIN)))
+    except sqlite3.Error as exc:
+        raise ConfigError(f"database {path}: cannot be read: {exc}") from None
+
+
+def summary(verdict: Verdict) -> str:
+    return (
+        f"audit log intact: {verdict.records} activities in {verdict.organizations} organizations"
+    )

@@ -1,0 +1,300 @@
+"""The activity log's SQL and its hash chains: ``record``, the one function every
+write calls inside its own transaction to log what it did, the reads of the log,
+and ``verify``, which walks every organization's chain.
+
+Each organization's records are chained: a record's hash is an HMAC, keyed with
+a key derived from the pepper (``Chain``), of its content and of the hash of the
+record before it. The organization's head (its count and last hash, with an HMAC
+of both) is rewritten with every record, so that removing the last records is
+caught as well as editing or removing any other. Someone who can write the
+database but not read the pepper cannot make a chain that verifies.
+
+``record`` takes either connection keysvc writes with: the store's (aiosqlite)
+or the create batches' own (``keysvc.db.createbatch``, sqlite3, on the loop).
+The write lock both hold makes one order of records per organization.
+"""
+
+import hashlib
+import hmac
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import aiosqlite
+
+from keysvc.db.connections import fetch_all, fetch_one, many_rows
+from keysvc.models import Activity, ActivityPage, Actor
+from keysvc.timeutil import from_text
+
+GENESIS = bytes(32)  # the prev_hash of an organization's first record
+
+_INSERT = """
+    insert into activities (id, organization_id, org_seq, created_at, type, key_update_type,
+                            actor_type, actor_id, actor_ip, user_agent, actor_details,
+                            target_key_id, target_role_id, before, after, prev_hash, hash)
+    values """
+_WIDTH = 17  # the columns of _INSERT
+ROWS_PER_INSERT = 500  # rows of _INSERT a statement; SQLite takes up to 32,766 parameters
+_HEADS_OF = """
+    select organization_id, count, last_hash from activity_heads
+    where organization_id in (select value from json_each(?))
+"""
+_INSERT_HEADS = "insert into activity_heads (organization_id, count, last_hash, mac) values "
+_ON_CONFLICT = """
+    on conflict (organization_id) do update
+    set count = excluded.count, last_hash = excluded.last_hash, mac = excluded.mac
+"""
+_BY_ID = """
+    select id, organization_id, org_seq, created_at, type, key_update_type, actor_type,
+           actor_id, actor_ip, user_agent, actor_details, target_key_id, target_role_id,
+           before, after
+    from activities where id = ? and organization_id = ?
+"""
+_PAGE = """
+    select id, organization_id, org_seq, created_at, type, key_update_type, actor_type,
+           actor_id, actor_ip, user_agent, actor_details, target_key_id, target_role_id,
+           before, after
+    from activities where organization_id = ? and org_seq > ?
+    and (? is null or created_at >= ?) and (? is null or created_at <= ?)
+    order by org_seq limit ?
+"""
+_COUNT = """
+    select count(*) from activities where organization_id = ?
+    and (? is null or created_at >= ?) and (? is null or created_at <= ?)
+"""
+_HEAD_COUNT = "select count from activity_heads where organization_id = ?"
+_WALK = """
+    select id, organization_id, org_seq, created_at, type, key_update_type, actor_type,
+           actor_id, actor_ip, user_agent, actor_details, target_key_id, target_role_id,
+           before, after, prev_hash, hash
+    from activities order by organization_id, org_seq
+"""
+_HEADS = "select organization_id, count, last_hash, mac from activity_heads"
+_UNHEADED = """
+    select id from organizations
+    where id not in (select organization_id from activity_heads) order by created_at
+"""
+_ORGANIZATIONS = "select id from organizations"
+
+Connection = aiosqlite.Connection | sqlite3.Connection
+
+
+class Chain:
+    """The key the chains are made with, derived from the pepper; set once the pepper
+    is known (``Store.key_activities``)."""
+
+    def __init__(self, key: bytes | None = None):
+        self._key = key
+
+    def keyed(self, key: bytes) -> None:
+        self._key = key
+
+    def _mac(self, *parts: bytes) -> bytes:
+        if self._key is None:
+            raise RuntimeError("the activity chain has no key: the pepper was not loaded")
+        return hmac.new(self._key, b"\0".join(parts), hashlib.sha256).digest()
+
+    def link(self, prev_hash: bytes, content: Sequence[object]) -> bytes:
+        """The hash of a record of ``content`` (its columns, in order) after ``prev_hash``."""
+        text = json.dumps(list(content), ensure_ascii=True, separators=(",", ":"))
+        return self._mac(b"activity", prev_hash, text.encode())
+
+    def head_mac(self, organization_id: str, count: int, last_hash: bytes) -> bytes:
+        return self._mac(b"head", organization_id.encode(), str(count).encode(), last_hash)
+
+
+async def _all(conn: Connection, sql: str, params: Sequence[object]) -> list[Any]:
+    if isinstance(conn, sqlite3.Connection):
+        return conn.execute(sql, params).fetchall()
+    return list(await fetch_all(conn, sql, params))
+
+
+async def _run(conn: Connection, sql: str, params: Sequence[object]) -> None:
+    if isinstance(conn, sqlite3.Connection):
+        conn.execute(sql, params)
+    else:
+        await conn.execute(sql, params)
+
+
+def _stamp(moment: datetime) -> str:
+    """A record's time with its microseconds always written, so that the text sorts in
+    time order and the date filters can compare it (``to_text`` drops a zero fraction,
+    and "...00Z" sorts after "...00.5Z")."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _json(value: object) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _content(activity: Activity, org_seq: int) -> tuple[object, ...]:
+    """The stored columns of ``activity`` at ``org_seq``, in ``_COLUMNS``'s order."""
+    actor = activity.actor
+    return (
+        activity.id, activity.organization_id, org_seq, _stamp(activity.created_at),
+        activity.type, activity.key_update_type, actor.type, actor.id, actor.ip,
+        actor.user_agent, actor.details, activity.target_key_id, activity.target_role_id,
+        _json(activity.before), _json(activity.after),
+    )  # fmt: skip
+
+
+async def record(conn: Connection, chain: Chain, *activities: Activity) -> None:
+    """Inside the write's transaction: append ``activities``, in order, to their
+    organizations' chains and move the heads. The one way an activity is written;
+    a few statements whatever their number (a create batch records its keys' at once)."""
+    if not activities:
+        return
+    orgs = list(dict.fromkeys(activity.organization_id for activity in activities))
+    ends = {
+        row[0]: (int(row[1]), bytes(row[2]))
+        for row in await _all(conn, _HEADS_OF, (json.dumps(orgs),))
+    }
+    rows: list[tuple[object, ...]] = []
+    for activity in activities:
+        count, last = ends.get(activity.organization_id, (0, GENESIS))
+        content = _content(activity, count + 1)
+        digest = chain.link(last, content)
+        rows.append((*content, last, digest))
+        ends[activity.organization_id] = (count + 1, digest)
+    for start in range(0, len(rows), ROWS_PER_INSERT):
+        chunk = rows[start : start + ROWS_PER_INSERT]
+        await _run(conn, many_rows(_INSERT, len(chunk), _WIDTH), [v for r in chunk for v in r])
+    heads = [(org, *ends[org], chain.head_mac(org, *ends[org])) for org in orgs]
+    sql = many_rows(_INSERT_HEADS, len(heads), 4) + _ON_CONFLICT
+    await _run(conn, sql, [v for head in heads for v in head])
+
+
+async def seal_heads(conn: aiosqlite.Connection, chain: Chain) -> None:
+    """Inside a transaction: give every organization without a head an empty one, so
+    that an organization whose records and head were all removed is caught."""
+    for row in await fetch_all(conn, _UNHEADED, ()):
+        mac = chain.head_mac(row[0], 0, GENESIS)
+        await conn.execute(many_rows(_INSERT_HEADS, 1, 4), (row[0], 0, GENESIS, mac))
+
+
+def _activity(row: Sequence[Any]) -> Activity:
+    (id_, org, org_seq, created_at, type_, update_type, actor_type, actor_id, actor_ip,
+     user_agent, details, target_key, target_role, before, after) = row[:15]  # fmt: skip
+    return Activity(
+        organization_id=org,
+        type=type_,
+        actor=Actor(actor_type, actor_id, actor_ip, user_agent, details),
+        created_at=from_text(created_at),
+        key_update_type=update_type,
+        target_key_id=target_key,
+        target_role_id=target_role,
+        before=None if before is None else json.loads(before),
+        after=None if after is None else json.loads(after),
+        id=id_,
+        org_seq=org_seq,
+    )
+
+
+async def get(
+    conn: aiosqlite.Connection, organization_id: str, activity_id: str
+) -> Activity | None:
+    row = await fetch_one(conn, _BY_ID, (activity_id, organization_id))
+    return None if row is None else _activity(row)
+
+
+async def page(
+    conn: aiosqlite.Connection,
+    organization_id: str,
+    after: int,
+    limit: int,
+    since: datetime | None,
+    until: datetime | None,
+) -> ActivityPage:
+    """Oldest first, after the organization's ``after``-th record, created within
+    ``since`` to ``until`` (both included, either open)."""
+    low = None if since is None else _stamp(since)
+    high = None if until is None else _stamp(until)
+    rows = await fetch_all(conn, _PAGE, (organization_id, after, low, low, high, high, limit + 1))
+    if low is None and high is None:  # the head keeps the count: no scan of the log
+        counted = await fetch_one(conn, _HEAD_COUNT, (organization_id,))
+    else:
+        counted = await fetch_one(conn, _COUNT, (organization_id, low, low, high, high))
+    total = 0 if counted is None else int(counted[0])
+    found = [_activity(row) for row in rows[:limit]]
+    return ActivityPage(found, len(rows) > limit, total)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What ``verify`` found: the first problem (None when every chain holds), and
+    how many records and organizations it walked."""
+
+    problem: str | None
+    records: int
+    organizations: int
+
+
+def _walk(conn: sqlite3.Connection, chain: Chain) -> Iterator[tuple[str, int, bytes] | str]:
+    """Each organization's end (its ID, count and last hash) as the records say; or a
+    problem, the first of which ends the walk."""
+    org: str | None = None
+    count, last = 0, GENESIS
+    for row in conn.execute(_WALK):
+        content, prev_hash, digest = tuple(row[:15]), bytes(row[15]), bytes(row[16])
+        if row[1] != org:
+            if org is not None:
+                yield org, count, last
+            org, count, last = row[1], 0, GENESIS
+        where = f"activity {row[0]} (organization {row[1]}, record {row[2]})"
+        if row[2] != count + 1:
+            yield f"{where}: expected record {count + 1} here: records were removed or moved"
+            return
+        if not hmac.compare_digest(prev_hash, last):
+            yield f"{where}: does not follow the record before it"
+            return
+        if not hmac.compare_digest(chain.link(last, content), digest):
+            yield f"{where}: its content does not match its hash: it was edited"
+            return
+        count, last = count + 1, digest
+    if org is not None:
+        yield org, count, last
+
+
+def verify(conn: sqlite3.Connection, chain: Chain) -> Verdict:
+    """Walk every organization's chain and compare its end with its head."""
+    heads = {row[0]: (int(row[1]), bytes(row[2]), bytes(row[3])) for row in conn.execute(_HEADS)}
+    records, seen = 0, set[str]()
+    for end in _walk(conn, chain):
+        if isinstance(end, str):
+            return Verdict(end, records, len(seen))
+        org, count, last = end
+        seen.add(org)
+        records += count
+        problem = _check_head(chain, org, heads.get(org), count, last)
+        if problem is not None:
+            return Verdict(problem, records, len(seen))
+    organizations = {row[0] for row in conn.execute(_ORGANIZATIONS)}
+    for org in sorted((set(heads) | organizations) - seen):
+        problem = _check_head(chain, org, heads.get(org), 0, GENESIS)
+        if problem is not None:
+            return Verdict(problem, records, len(seen))
+        seen.add(org)
+    return Verdict(None, records, len(seen))
+
+
+def _check_head(
+    chain: Chain,
+    org: str,
+    head: tuple[int, bytes, bytes] | None,
+    count: int,
+    last: bytes,
+) -> str | None:
+    if head is None:
+        return f"organization {org}: its chain has no head: records or the head were removed"
+    head_count, head_hash, mac = head
+    if not hmac.compare_digest(chain.head_mac(org, head_count, head_hash), mac):
+        return f"organization {org}: its chain head was edited"
+    if head_count != count or not hmac.compare_digest(head_hash, last):
+        return (
+            f"organization {org}: the chain ends at record {count} but its head says"
+            f" {head_count}: the last records were removed"
+        )
+    return None
