@@ -3,8 +3,8 @@ makes, with the public values before and after (never a secret or a hash), who
 made it (``Actor``), and the log's signed list cursor.
 
 The types and keyUpdateTypes are upstream's where upstream has one; keysvc adds
-the role events, ``key_used_after_revoke`` and the ``rate-limit-changed`` update
-(``ADDED_TYPES``, ``ADDED_UPDATE_TYPES``). A PATCH makes one activity per kind of
+the role events, ``key_used_after_revoke`` and the ``rate-limit-changed`` and
+``key-rotated`` updates (``ADDED_TYPES``, ``ADDED_UPDATE_TYPES``). A PATCH makes one activity per kind of
 change, each with its keyUpdateType; a PATCH that changes nothing makes none.
 Recording is ``Store.record``, inside the write's own transaction.
 """
@@ -25,8 +25,8 @@ ROLE_CREATE, ROLE_UPDATE, ROLE_DELETE = "role_create", "role_update", "role_dele
 KEY_USED_AFTER_REVOKE = "key_used_after_revoke"
 UPSTREAM_TYPES = (KEY_CREATE, KEY_DELETE, KEY_UPDATE)
 ADDED_TYPES = (ROLE_CREATE, ROLE_UPDATE, ROLE_DELETE, KEY_USED_AFTER_REVOKE)
-RATE_LIMIT_CHANGED = "rate-limit-changed"
-ADDED_UPDATE_TYPES = (RATE_LIMIT_CHANGED,)
+RATE_LIMIT_CHANGED, KEY_ROTATED = "rate-limit-changed", "key-rotated"
+ADDED_UPDATE_TYPES = (RATE_LIMIT_CHANGED, KEY_ROTATED)
 ACTOR_TYPES = ("system", "api")
 # The longest User-Agent kept: enough for any browser's, and a bound on what a
 # client can make every record of its writes carry.
@@ -92,6 +92,23 @@ def key_changed(before: Key, after: Key, actor: Actor, now: datetime) -> list[Ac
         for field, update in _KEY_UPDATES.items()
         if old[field] != new[field]
     ]
+
+
+def key_rotated(before: Key, after: Key, actor: Actor, now: datetime) -> Activity:
+    """A rotation: which key ID suffix the key answered to, which it answers to now, and
+    until when the replaced credentials still work (null: no longer)."""
+
+    def view(key: Key) -> dict[str, Any]:
+        until = key.previous_until
+        return {
+            "keySuffix": key.key_suffix,
+            "previousCredentialExpiresAt": None if until is None else to_text(until),
+        }
+
+    return Activity(
+        after.organization_id, KEY_UPDATE, actor, now, KEY_ROTATED, after.id,
+        before=view(before), after=view(after),
+    )  # fmt: skip
 
 
 def key_used_after_revoke(key: Key, actor: Actor, now: datetime) -> Activity:

@@ -328,12 +328,14 @@ async def rotate_key(
     organization_id: str,
     key_id: str,
     data: dict[str, Any],
+    actor: Actor,
     now: datetime,
 ) -> Issued:
     """Give a key new credentials, from a validated rotate body; its name, roles, IP
     access list, limits and expiry stay. The replaced ones keep working for the body's
     grace period, never past the key's expiry, and any that an earlier rotation kept
-    stop at once. Read, checked and written in one transaction.
+    stop at once. Read, checked and written in one transaction, with ``actor``'s
+    activity.
 
     The key must be no stronger than the caller (``may_change``). A key may rotate
     itself (it gains no access by it), but not with the previous credentials it
@@ -365,7 +367,8 @@ async def rotate_key(
         )
         await store.authorization_changed(conn)
         rotated = await key_sql.get_key(conn, organization_id, key_id)
-    assert rotated is not None
+        assert rotated is not None
+        await store.record(conn, activities.key_rotated(current, rotated, actor, now))
     return Issued(rotated, made.key_id, made.secret)
 
 

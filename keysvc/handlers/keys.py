@@ -178,6 +178,7 @@ async def rotate_key(request: web.Request) -> web.Response:
         organization_id,
         key_id,
         data,
+        actor(request),
         request.app[CLOCK](),
     )
     return _issued_response(request, issued)

@@ -3,6 +3,7 @@ named as its actor, the list's paging and date filters, its permission, and the 
 of a disabled key."""
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 from keysvc.activities import MAX_USER_AGENT, bounded_user_agent
@@ -325,3 +326,31 @@ async def test_dates_select_by_the_time_of_each_write(
     later = await listed(client, admin, f"&from_date={times[1].replace('Z', '%2B02:00')}")
     # Two hours before the PATCH, in UTC: the PATCH and what followed, not the create.
     assert [w["id"] for w in later] == [w["id"] for w in writes[1:]]
+
+
+async def test_a_rotation_is_recorded_with_its_suffixes_and_grace(
+    client: Client, admin: Creds, clock: FakeClock
+) -> None:
+    svc = await create_creds(client, admin, {"name": "svc", "roles": ["developer"]})
+    rotate = f"/v1/organizations/{admin.organization_id}/keys/{svc.id}/rotate"
+    first = await assert_ok(
+        await client.post(rotate, json={"gracePeriodSeconds": 60}, headers=admin.headers)
+    )
+    second = await assert_ok(await client.post(rotate, headers=admin.headers))
+    one, two = (await listed(client, admin))[-2:]
+    for activity in (one, two):
+        assert activity["type"] == "openapi_key_update"
+        assert activity["keyUpdateType"] == "key-rotated"
+        assert activity["targetKeyId"] == svc.id and activity["actorId"] == admin.id
+        no_secret_in(activity)
+    grace_end = to_text(clock() + timedelta(seconds=60))
+    assert one["before"] == {"keySuffix": svc.key_id[-4:], "previousCredentialExpiresAt": None}
+    assert one["after"] == {
+        "keySuffix": first["keyId"][-4:],
+        "previousCredentialExpiresAt": grace_end,
+    }
+    assert two["before"] == one["after"]  # the second rotation ends the first's grace
+    assert two["after"] == {
+        "keySuffix": second["keyId"][-4:],
+        "previousCredentialExpiresAt": None,
+    }
