@@ -76,7 +76,8 @@ class Console:
     def __init__(self, browser: Browser, running: Running, viewport: ViewportSize):
         self.server, self.created = running
         self.admin = admin_creds(self.created)
-        self.context = browser.new_context(viewport=viewport)
+        # UTC: the expiry typed in the page's local time is the one the API keeps.
+        self.context = browser.new_context(viewport=viewport, timezone_id="UTC")
         self.context.set_default_timeout(TIMEOUT_MS)
         expect.set_options(timeout=TIMEOUT_MS)
         self.page: Page = self.context.new_page()
@@ -95,11 +96,19 @@ class Console:
         self.page.get_by_label("Secret").fill(secret or self.admin.secret)
         self.page.get_by_role("button", name="Sign in").click()
 
-    def api(self, path: str, pair: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
-        """GET ``path`` (under the organization when it starts with /keys or /roles)."""
+    def api(
+        self,
+        path: str,
+        pair: dict[str, str] | None = None,
+        method: str = "GET",
+        body: dict[str, Any] | None = None,
+    ) -> tuple[int, dict[str, Any]]:
+        """Call ``path`` (under the organization when it starts with /keys or /roles),
+        with the admin key unless ``pair`` is given."""
         if path.startswith(("/keys", "/roles")):
             path = f"/v1/organizations/{self.created['organizationId']}{path}"
-        return call(self.server.base, path, pair or creds(self.admin.key_id, self.admin.secret))
+        pair = pair or creds(self.admin.key_id, self.admin.secret)
+        return call(self.server.base, path, pair, method, body)
 
 
 @pytest.fixture
@@ -108,8 +117,10 @@ def open_console(browser: Browser, server: Running) -> Iterator[Callable[..., Co
     an error."""
     opened: list[Console] = []
 
-    def open_one(viewport: ViewportSize = WIDE, *, signed_in: bool = True) -> Console:
-        console = Console(browser, server, viewport)
+    def open_one(
+        viewport: ViewportSize = WIDE, *, signed_in: bool = True, on: Running | None = None
+    ) -> Console:
+        console = Console(browser, on or server, viewport)
         opened.append(console)
         if signed_in:
             console.sign_in()
@@ -249,6 +260,80 @@ def test_keys_flow_create_use_disable_edit_delete_sign_out(
     assert console.context.cookies() == []
 
 
+def test_name_ip_list_and_expiry_edited_in_the_page(
+    open_console: Callable[..., Console],
+) -> None:
+    console = open_console()
+    page = console.page
+    status, body = console.api(
+        "/keys", method="POST", body={"name": "to edit", "roles": ["developer"]}
+    )
+    assert status == 200, body
+    key = f"/keys/{body['result']['key']['id']}"
+    page.get_by_role("button", name="Keys", exact=True).click()
+    act_on_key(page, "to edit", "Edit")
+    dialog = page.locator("dialog")
+    dialog.get_by_label("Name").fill("edited")
+    dialog.get_by_label("IP access list").fill("192.0.2.0/24 office VPN\n2001:db8::/32")
+    dialog.get_by_label("Expires").fill("2031-02-03T04:05")
+    dialog.get_by_role("button", name="Save").click()
+    expect(key_row(page, "edited")).to_be_visible()
+    status, body = console.api(key)
+    assert status == 200, body
+    assert body["result"]["name"] == "edited"
+    assert body["result"]["expireAt"] == "2031-02-03T04:05:00Z"
+    assert body["result"]["ipAccessList"] == [
+        {"source": "192.0.2.0/24", "description": "office VPN"},
+        {"source": "2001:db8::/32"},
+    ]
+    # A bad entry: the dialog stays open with the API's field error and requestId.
+    act_on_key(page, "edited", "Edit")
+    dialog = page.locator("dialog")
+    dialog.get_by_label("IP access list").fill("10.0.0.1/8")
+    dialog.get_by_role("button", name="Save").click()
+    expect(dialog.locator(".error")).to_contain_text("has host bits set; did you mean 10.0.0.0/8?")
+    expect(dialog.locator(".request-id")).to_contain_text("requestId ")
+
+
+@pytest.fixture
+def other_server(tmp_path: Path) -> Iterator[Running]:
+    """A server of its own, for a test that fills its organization."""
+    db = tmp_path / "k.db"
+    created = bootstrap(db)
+    with Server(db) as running:
+        yield running, created
+
+
+def test_pages_of_keys_and_the_name_filter(
+    open_console: Callable[..., Console], other_server: Running
+) -> None:
+    running, created = other_server
+    admin = admin_creds(created)
+    names = [f"service {n:02}" for n in range(30)]
+    for name in names:
+        status, body = call(running.base, f"/v1/organizations/{created['organizationId']}/keys",
+                            creds(admin.key_id, admin.secret), "POST",
+                            {"name": name, "roles": ["developer"]})  # fmt: skip
+        assert status == 200, body
+    page = open_console(on=other_server).page
+    rows = page.locator("tbody tr")
+    expect(rows).to_have_count(25)  # the admin key and 24 of them, oldest first
+    expect(page.get_by_text("31 in the organization")).to_be_visible()
+    first = set(page.locator("[data-key]").all_inner_texts())
+    page.get_by_role("button", name="Next page").click()
+    expect(rows).to_have_count(6)
+    second = set(page.locator("[data-key]").all_inner_texts())
+    assert first.isdisjoint(second) and set(names) <= first | second
+    expect(page.get_by_role("button", name="Next page")).to_be_disabled()
+    page.get_by_label("Name").fill("service 29")
+    expect(rows).to_have_count(1)
+    # The filter stays as the pages change: service 29 is not on the first.
+    page.get_by_role("button", name="Previous page").click()
+    expect(page.get_by_text("0 of 25 keys on this page")).to_be_visible()
+    page.get_by_label("Name").fill("")
+    expect(rows).to_have_count(25)
+
+
 def test_custom_role_created_edited_and_deleted(open_console: Callable[..., Console]) -> None:
     console = open_console()
     page = console.page
@@ -291,7 +376,12 @@ def test_hash_data_key_made_in_the_browser_works_against_the_api(
     open_console: Callable[..., Console],
 ) -> None:
     console = open_console()
+    console.context.grant_permissions(["clipboard-read", "clipboard-write"])
     key_id, secret = create_key_in_page(console.page, "hashed in browser", hash_data=True)
+    # The copy button puts the secret on the clipboard.
+    console.page.get_by_role("button", name="Copy secret").click()
+    expect(console.page.get_by_role("button", name="Copied")).to_be_visible()
+    assert console.page.evaluate("() => navigator.clipboard.readText()") == secret
     status, body = console.api("/v1/whoami", creds(key_id, secret))
     assert status == 200, body
     assert body["result"]["name"] == "hashed in browser"
