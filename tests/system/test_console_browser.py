@@ -370,6 +370,10 @@ def test_calling_key_cannot_delete_itself_and_the_page_says_why(
     # Escape closes the dialog, and it leaves the page.
     page.keyboard.press("Escape")
     expect(page.locator("dialog")).to_have_count(0)
+    # A reload forgets the key, as closing the tab does: nothing kept it.
+    page.reload()
+    expect(page.get_by_role("button", name="Sign in")).to_be_visible()
+    expect(page.locator("#view")).to_be_hidden()
 
 
 def test_hash_data_key_made_in_the_browser_works_against_the_api(
