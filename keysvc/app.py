@@ -9,6 +9,7 @@ from aiohttp import web
 
 # Imported for their views, each of which binds itself to its route (keysvc.routes.serves).
 import keysvc.handlers.activities
+import keysvc.handlers.console
 import keysvc.handlers.docs
 import keysvc.handlers.health
 import keysvc.handlers.keys

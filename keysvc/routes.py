@@ -352,6 +352,23 @@ DOCS_ASSET = Route(
     "GET", "/docs/assets/{name}", "keysvcDocsAsset", "An asset of the docs page", tag="ops",
     public=True, statuses=(404, 500), media_type="application/octet-stream",
 )  # fmt: skip
+# The console calls the public API above with the key signed in; it has no operation
+# of its own, and its page and files need no credentials.
+CONSOLE = Route(
+    "GET",
+    "/console",
+    "keysvcConsole",
+    "The management console: a web page that calls this API",
+    tag="ops",
+    public=True,
+    statuses=(500,),
+    media_type="text/html",
+)
+CONSOLE_ASSET = Route(
+    "GET", "/console/assets/{version}/{name}", "keysvcConsoleAsset",
+    "A file of the console, at the version the page names", tag="ops", public=True,
+    statuses=(404, 500), media_type="application/octet-stream",
+)  # fmt: skip
 
 # In the document's order; the routes of one path next to each other.
 ROUTES: tuple[Route, ...] = (
@@ -359,6 +376,7 @@ ROUTES: tuple[Route, ...] = (
     LIST_ROLES, CREATE_ROLE, GET_ROLE, UPDATE_ROLE, DELETE_ROLE,
     LIST_ACTIVITIES, GET_ACTIVITY,
     WHOAMI, VERIFY, ROOT, HEALTHZ, READYZ, METRICS, OPENAPI_DOCUMENT, DOCS, DOCS_ASSET,
+    CONSOLE, CONSOLE_ASSET,
 )  # fmt: skip
 
 _HANDLERS: dict[Route, View] = {}

@@ -5,19 +5,18 @@ credentials.
 Swagger UI's assets come from the swagger-ui-py package, so the page works with
 no internet. Only the files listed here are served: nothing else of the
 package's folder is reachable. Text assets go gzipped to a client that accepts
-gzip, compressed once per process.
+gzip (``keysvc.handlers.assets``).
 """
 
-import asyncio
-import gzip
 from functools import cache
 from importlib import resources, util
 from pathlib import Path
 
-from aiohttp import hdrs, web
+from aiohttp import web
 
 from keysvc.envelope import ok
 from keysvc.errors import NotFound
+from keysvc.handlers.assets import file_response
 from keysvc.routes import DOCS, DOCS_ASSET, OPENAPI_DOCUMENT, ROOT, serves
 from keysvc.state import OPENAPI
 
@@ -38,7 +37,6 @@ _ASSETS = {
     "favicon-32x32.png": "image/png",
     "docs.js": "text/javascript",
 }
-_COMPRESSED_TYPES = ("text/css", "text/javascript")
 ROOT_LINKS = {"docs": "/docs", "openapi": "/v1/openapi.json"}
 # The page only loads what it names; nothing may be loaded from elsewhere.
 _CSP = (
@@ -73,43 +71,9 @@ def _asset(name: str) -> bytes:
     return (_swagger_static() / name).read_bytes()
 
 
-@cache
-def _gzipped(name: str) -> bytes:
-    # mtime=0: the same bytes every time, so caches and ETags downstream agree.
-    return gzip.compress(_asset(name), mtime=0)
-
-
-def accepts_gzip(accept_encoding: str) -> bool:
-    """Whether an Accept-Encoding value allows gzip: named, or by ``*``, with q above 0."""
-    weights: dict[str, float] = {}
-    for item in accept_encoding.split(","):
-        coding, *params = (part.strip() for part in item.split(";"))
-        weight = 1.0
-        for param in params:
-            name, _, value = param.partition("=")
-            if name.strip().lower() == "q":
-                try:
-                    weight = float(value)
-                except ValueError:
-                    weight = 0.0
-        if coding:
-            weights[coding.lower()] = weight
-    return weights.get("gzip", weights.get("x-gzip", weights.get("*", 0.0))) > 0
-
-
 @serves(DOCS_ASSET)
 async def docs_asset(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     if name not in _ASSETS:
         raise NotFound("not found: no such docs asset")
-    content_type = _ASSETS[name]
-    headers = {hdrs.CONTENT_TYPE: content_type}
-    if content_type not in _COMPRESSED_TYPES:
-        return web.Response(body=_asset(name), headers=headers)
-    headers[hdrs.VARY] = hdrs.ACCEPT_ENCODING
-    if not accepts_gzip(request.headers.get(hdrs.ACCEPT_ENCODING, "")):
-        return web.Response(body=_asset(name), headers=headers)
-    headers[hdrs.CONTENT_ENCODING] = "gzip"
-    # Off the event loop: the first compression of the bundle takes a moment.
-    body = await asyncio.get_running_loop().run_in_executor(None, _gzipped, name)
-    return web.Response(body=body, headers=headers)
+    return await file_response(request, _asset(name), _ASSETS[name])

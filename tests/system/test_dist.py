@@ -94,6 +94,11 @@ def test_dist_builds_one_file_that_serves_with_plain_python(tmp_path: Path) -> N
 
     names = zipfile.ZipFile(pyz).namelist()
     assert "site-packages/keysvc/schema.sql" in names
+    # The console's page and files, which /console serves from the package.
+    console = {
+        f"site-packages/keysvc/console/{f.name}" for f in (ROOT / "keysvc/console").iterdir()
+    }
+    assert console <= set(names), console - set(names)
     packed = {
         canonicalize_name(match[1]): match[2]
         for name in names

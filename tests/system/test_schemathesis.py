@@ -89,7 +89,7 @@ CHECKS = (
 )
 # positive_data_acceptance's default, plus the 412 of a made-up If-Match.
 ACCEPTED = ["2xx", "3xx", "401", "403", "404", "409", "429", "5xx"]
-PUBLIC = {"/healthz", "/readyz", "/metrics", "/docs", "/v1/openapi.json"}
+PUBLIC = {"/healthz", "/readyz", "/metrics", "/docs", "/console", "/v1/openapi.json"}
 KEY_URL = re.compile(r"/v1/organizations/[^/]+/keys/(?P<id>[^/?]+)$")
 
 
@@ -296,7 +296,7 @@ def credentials(entry: dict[str, Any]) -> str | None:
 
 def is_public(url: str) -> bool:
     path = "/" + url.split("//", 1)[1].split("/", 1)[1].split("?")[0]
-    return path in PUBLIC or path.startswith("/docs/")
+    return path in PUBLIC or path.startswith(("/docs/", "/console/"))
 
 
 def test_every_operation_that_needs_credentials_answers_401_without(live: Live) -> None:
