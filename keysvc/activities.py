@@ -4,8 +4,9 @@ made it (``Actor``), and the log's signed list cursor.
 
 The types and keyUpdateTypes are upstream's where upstream has one; keysvc adds
 the role events, ``key_used_after_revoke`` and the ``rate-limit-changed`` and
-``key-rotated`` updates (``ADDED_TYPES``, ``ADDED_UPDATE_TYPES``). A PATCH makes one activity per kind of
-change, each with its keyUpdateType; a PATCH that changes nothing makes none.
+``key-rotated`` updates (``ADDED_TYPES``, ``ADDED_UPDATE_TYPES``). A PATCH makes
+one activity per kind of change, each with its keyUpdateType; a PATCH that
+changes nothing makes none.
 Recording is ``Store.record``, inside the write's own transaction.
 """
 
