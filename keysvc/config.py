@@ -55,6 +55,12 @@ class Settings:
     max_connections: int = 1000
     # The event loop `keysvc serve` runs on (keysvc.cli): one of LOOPS.
     loop: str = "asyncio"
+    # Webhook delivery (keysvc.delivery) and the targets it may reach (keysvc.targets).
+    webhook_allow_private: bool = False
+    webhook_retry_seconds: float = 30.0
+    webhook_timeout: float = 10.0
+    webhook_concurrency: int = 8
+    webhook_expiry_scan: float = 300.0
 
     @property
     def pepper_path(self) -> Path:
@@ -154,6 +160,16 @@ def _loop(value: str) -> str:
     if name not in LOOPS:
         raise ConfigError(f"{value!r} is not an event loop; use one of {', '.join(LOOPS)}")
     return name
+
+
+def _switch(value: str) -> bool:
+    """1/0 as well as on/off, true/false, yes/no."""
+    switch = value.strip().lower()
+    if switch in ("1", "on", "true", "yes"):
+        return True
+    if switch in ("0", "off", "false", "no"):
+        return False
+    raise ConfigError(f"{value!r} must be 1 or 0 (on or off)")
 
 
 def _on_off(value: str) -> bool:
@@ -303,6 +319,28 @@ OPTIONS = (
     Option(
         "loop", "KEYSVC_LOOP", "asyncio", _loop,
         f"event loop to serve on, one of {', '.join(LOOPS)}",
+    ),
+    Option(
+        "webhook_allow_private", "KEYSVC_WEBHOOK_ALLOW_PRIVATE", "0", _switch,
+        "1: webhooks may target loopback, private and other non-public addresses"
+        " (default 0: refused at create and at delivery)",
+    ),
+    Option(
+        "webhook_retry_seconds", "KEYSVC_WEBHOOK_RETRY_SECONDS", "30", _seconds,
+        "seconds before a failed webhook delivery is tried again, doubled with each"
+        " failure (at most an hour), for a day",
+    ),
+    Option(
+        "webhook_timeout", "KEYSVC_WEBHOOK_TIMEOUT", "10", _seconds,
+        "seconds one webhook delivery attempt may take",
+    ),
+    Option(
+        "webhook_concurrency", "KEYSVC_WEBHOOK_CONCURRENCY", "8", _positive,
+        "webhook delivery attempts under way at once, per process",
+    ),
+    Option(
+        "webhook_expiry_scan", "KEYSVC_WEBHOOK_EXPIRY_SCAN", "300", _seconds,
+        "seconds between scans for keys a key.expiring webhook should warn of",
     ),
 )  # fmt: skip
 

@@ -6,7 +6,6 @@ An update or delete reads the key, checks these rules and writes inside one
 transaction of the store's (``Store.transaction``); a create's rule is checked
 before the write and again in its batch's transaction (``_granted_by``)."""
 
-import hmac
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,14 +13,17 @@ from typing import Any
 
 import aiosqlite
 
+from keysvc import webhooks
 from keysvc.config import ConfigError
 from keysvc.credentials import SUFFIX_LENGTH, Hasher, new_key_id, new_secret, sha256_b64
+from keysvc.cursors import place_of, signed_place
 from keysvc.db import keys as key_sql
 from keysvc.db.createbatch import Recheck
 from keysvc.db.store import Store
 from keysvc.errors import BadRequest, Forbidden, NotFound, PreconditionFailed
 from keysvc.models import Key, KeyChange, KeyPage, NewKey, Organization, Role
 from keysvc.permissions import cannot_grant, missing
+from keysvc.render import api_key
 from keysvc.schemas import MAX_ROLE_IDS, CreateKeySchema, PatchKeySchema, load
 
 NO_ROLE = "roles: a key needs at least one role: give roles or assignedRoleIds"
@@ -33,7 +35,6 @@ NOT_FOUND = "key not found in this organization"
 # added later included. Otherwise a key could lift the IP access list, expiry or rate
 # limit it was given, or re-role itself.
 OWN_ACCESS = tuple(field for field in PatchKeySchema._declared_fields if field != "name")
-BAD_CURSOR = "cursor: not a cursor from this list; start again without it"
 
 
 @dataclass(frozen=True)
@@ -176,6 +177,7 @@ async def update_key(
     key_id: str,
     data: dict[str, Any],
     if_match: Collection[str] | None,
+    now: datetime,
 ) -> Key:
     """Apply a validated PATCH body; roles and ipAccessList replace. The target must be
     no stronger than the caller (``may_change``), and a key may only rename itself."""
@@ -194,7 +196,13 @@ async def update_key(
         clear_rate_limit="rateLimit" in data and data["rateLimit"] is None,
     )
     key = await change_key(
-        store, organization_id, key_id, change, if_match, lambda target: may_change(caller, target)
+        store,
+        organization_id,
+        key_id,
+        change,
+        now,
+        if_match,
+        lambda target: may_change(caller, target),
     )
     if key is None:
         raise NotFound(NOT_FOUND)
@@ -206,13 +214,15 @@ async def change_key(
     organization_id: str,
     key_id: str,
     change: KeyChange,
+    now: datetime,
     if_match: Collection[str] | None = None,
     check: Callable[[Key], None] | None = None,
 ) -> Key | None:
     """Apply ``change`` in one transaction; None if there is no such key. With
     ``if_match``, only if the key's ETag is among them. ``check`` sees the key there as
     it is, then as changed (so roles widened by another write since they were checked
-    are caught), and may refuse by raising: the transaction is then rolled back."""
+    are caught), and may refuse by raising: the transaction is then rolled back. The
+    ``key.updated`` event is sent in the same transaction."""
     async with store.transaction("update_key") as conn:
         current = await _checked(conn, organization_id, key_id, check, if_match)
         if current is None:
@@ -220,8 +230,11 @@ async def change_key(
         await key_sql.update_key(conn, current, change)
         await store.authorization_changed(conn)
         changed = await key_sql.get_key(conn, organization_id, key_id)
-        if check is not None and changed is not None:
+        if changed is None:
+            return None
+        if check is not None:
             check(changed)
+        await webhooks.enqueue(conn, organization_id, "key.updated", api_key(changed), now)
         return changed
 
 
@@ -230,6 +243,7 @@ async def delete_key(
     caller: Key,
     organization_id: str,
     key_id: str,
+    now: datetime,
     if_match: Collection[str] | None = None,
 ) -> None:
     """Delete another key of the organization, no stronger than the caller; with
@@ -237,7 +251,7 @@ async def delete_key(
     if key_id == caller.id:
         raise BadRequest("a key cannot delete itself: use another key to delete it")
     if not await remove_key(
-        store, organization_id, key_id, lambda target: may_change(caller, target), if_match
+        store, organization_id, key_id, now, lambda target: may_change(caller, target), if_match
     ):
         raise NotFound(NOT_FOUND)
 
@@ -246,20 +260,20 @@ async def remove_key(
     store: Store,
     organization_id: str,
     key_id: str,
+    now: datetime,
     check: Callable[[Key], None] | None = None,
     if_match: Collection[str] | None = None,
 ) -> bool:
     """Delete the key in one transaction; False if there is none. ``check`` and
-    ``if_match`` as for ``change_key``: both are decided in that transaction."""
+    ``if_match`` as for ``change_key``: both are decided in that transaction, and so is
+    the ``key.deleted`` event, which carries the key as it was."""
     async with store.transaction("delete_key") as conn:
-        # Without either, nothing needs the key read: the delete says if it was there.
-        unread = check is None and if_match is None
-        if not unread and await _checked(conn, organization_id, key_id, check, if_match) is None:
+        current = await _checked(conn, organization_id, key_id, check, if_match)
+        if current is None or not await key_sql.delete_key(conn, organization_id, key_id):
             return False
-        deleted = await key_sql.delete_key(conn, organization_id, key_id)
-        if deleted:
-            await store.authorization_changed(conn)
-    return deleted
+        await store.authorization_changed(conn)
+        await webhooks.enqueue(conn, organization_id, "key.deleted", api_key(current), now)
+    return True
 
 
 async def _checked(
@@ -344,20 +358,12 @@ def encode_cursor(hasher: Hasher, organization_id: str, key: Key) -> str:
     """An opaque cursor after ``key``, valid only for this organization's list. It
     carries the key's place in its organization (``Key.org_seq``), which moves only
     with this organization's own creates: nothing of other organizations shows."""
-    return f"{key.org_seq}.{hasher.sign(_CURSOR, f'{organization_id}:{key.org_seq}')}"
+    return signed_place(hasher, _CURSOR, organization_id, key.org_seq)
 
 
 def decode_cursor(hasher: Hasher, organization_id: str, cursor: str | None) -> int:
     """The place a cursor stands for; 0 for none. A forged or foreign cursor is a 400."""
-    if cursor is None:
-        return 0
-    seq, _, mac = cursor.partition(".")
-    if not (seq.isascii() and seq.isdigit()) or len(seq) > 18:
-        raise BadRequest(BAD_CURSOR)
-    expected = hasher.sign(_CURSOR, f"{organization_id}:{int(seq)}")
-    if not hmac.compare_digest(expected.encode(), mac.encode()):
-        raise BadRequest(BAD_CURSOR)
-    return int(seq)
+    return 0 if cursor is None else place_of(hasher, _CURSOR, organization_id, cursor)
 
 
 def next_cursor(hasher: Hasher, organization_id: str, page: KeyPage) -> str | None:

@@ -31,7 +31,16 @@ from keysvc import schemas as s
 from keysvc.credentials import SUFFIX_LENGTH
 from keysvc.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.render import MAX_PERMISSIONS_HEADER
-from keysvc.routes import KEY_PATH, KEYS_PATH, ROLE_PATH, ROLES_PATH, ROUTES, Route
+from keysvc.routes import (
+    KEY_PATH,
+    KEYS_PATH,
+    ROLE_PATH,
+    ROLES_PATH,
+    ROUTES,
+    WEBHOOK_PATH,
+    WEBHOOKS_PATH,
+    Route,
+)
 from keysvc.timeutil import utcnow
 
 _ERRORS = {
@@ -149,6 +158,7 @@ def _path_param(name: str, description: str) -> dict[str, Any]:
 _ORG_PARAM = _path_param("organizationId", "ID of the requested organization.")
 _KEY_PARAM = _path_param("keyId", "ID of the requested key (its UUID, not the Basic-auth key ID).")
 _ROLE_PARAM = _path_param("roleId", "ID of the requested role.")
+_WEBHOOK_PARAM = _path_param("webhookId", "ID of the requested webhook.")
 _LIST_PARAMS = [
     {
         "in": "query",
@@ -195,7 +205,12 @@ _IF_MATCH = {
     "schema": {"type": "string"},
     "x-keysvc-addition": True,
 }
-_PATH_PARAMS = {"organizationId": _ORG_PARAM, "keyId": _KEY_PARAM, "roleId": _ROLE_PARAM}
+_PATH_PARAMS = {
+    "organizationId": _ORG_PARAM,
+    "keyId": _KEY_PARAM,
+    "roleId": _ROLE_PARAM,
+    "webhookId": _WEBHOOK_PARAM,
+}
 _PATH_PARAM = re.compile(r"\{([^}]+)\}")
 
 
@@ -246,6 +261,8 @@ def _authenticated(route: Route) -> dict[str, Any]:
     if route.paged:
         page = _envelope({"type": "array", "items": result}, **_paging(route.paged))
         return _op(route, _json(page, route.answer))
+    if route.many:
+        return _op(route, _json(_envelope({"type": "array", "items": result}), route.answer))
     # A key's answer carries its ETag, for a later If-Match.
     headers = _ETAG if route.response is r.ApiKeySchema else {}
     return _op(route, _json(_envelope(result), route.answer, headers=headers))
@@ -275,6 +292,7 @@ def _link(operations: dict[str, dict[str, Any]]) -> None:
     for collection, item, param, created in (
         (KEYS_PATH, KEY_PATH, "keyId", "$response.body#/result/key/id"),
         (ROLES_PATH, ROLE_PATH, "roleId", "$response.body#/result/id"),
+        (WEBHOOKS_PATH, WEBHOOK_PATH, "webhookId", "$response.body#/result/webhook/id"),
     ):
         on_item = operations[item]
         post = operations[collection]["post"]["responses"]
@@ -437,6 +455,11 @@ def _components(now: datetime) -> tuple[tuple[str, Schema | type[Schema]], ...]:
         ("RoleCreateRequest", s.CreateRoleSchema),
         ("RoleUpdateRequest", s.UpdateRoleSchema),
         ("WhoAmI", r.WhoAmISchema),
+        ("Webhook", r.WebhookSchema),
+        ("WebhookCreateRequest", s.CreateWebhookSchema),
+        ("WebhookCreateResponse", r.CreateWebhookResultSchema),
+        ("WebhookDeliveryAttempt", r.AttemptSchema),
+        ("WebhookDelivery", r.DeliverySchema),
     )
 
 

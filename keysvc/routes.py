@@ -23,6 +23,8 @@ View = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ORG = "/v1/organizations/{organizationId}"
 KEYS_PATH, KEY_PATH = ORG + "/keys", ORG + "/keys/{keyId}"
 ROLES_PATH, ROLE_PATH = ORG + "/roles", ORG + "/roles/{roleId}"
+WEBHOOKS_PATH, WEBHOOK_PATH = ORG + "/webhooks", ORG + "/webhooks/{webhookId}"
+DELIVERIES_PATH = WEBHOOK_PATH + "/deliveries"
 
 # What any authenticated operation may answer besides its success; a write may also
 # be refused whole for a full disk.
@@ -46,6 +48,7 @@ class Route:
     # The 200's result: a schema, many of it when ``paged`` names what totalCount counts.
     response: type[Schema] | None = None
     paged: str | None = None
+    many: bool = False  # the 200's result is a whole list of ``response``, unpaged
     answer: str = ""  # what the 200 says it is
     statuses: tuple[int, ...] = ()  # every other status it may answer
     description: str | None = None
@@ -269,6 +272,79 @@ DOCS = Route(
     statuses=(500,),
     media_type="text/html",
 )
+_WEBHOOK = "The webhook."
+_WEBHOOK_CREATE = (
+    "Needs the permission `webhooks:write`. keysvc addition. The URL is http(s), without "
+    "credentials, at most 2048 characters, and its host must be public (not loopback, private, "
+    "link-local, multicast, reserved or unspecified) unless KEYSVC_WEBHOOK_ALLOW_PRIVATE=1. "
+    "409 when the organization already holds 20 webhooks. The signing secret is in this "
+    "answer only."
+)
+_DELIVERIES = (
+    "Needs the permission `webhooks:read`. keysvc addition. Newest first, in pages of `limit`: "
+    "each delivery of an event to this webhook, its attempts (time, HTTP status or error "
+    "class), its next attempt and its state (pending, delivered, or failed once a day has "
+    "passed without a 2xx)."
+)
+LIST_WEBHOOKS = Route(
+    "GET",
+    WEBHOOKS_PATH,
+    "keysvcWebhookList",
+    "Get the organization's webhooks, oldest first (keysvc addition)",
+    tag="webhooks",
+    permission="webhooks:read",
+    response=r.WebhookSchema,
+    many=True,
+    answer="Webhooks.",
+    statuses=AUTHENTICATED,
+)
+CREATE_WEBHOOK = Route(
+    "POST",
+    WEBHOOKS_PATH,
+    "keysvcWebhookCreate",
+    "Create a webhook (keysvc addition)",
+    tag="webhooks",
+    permission="webhooks:write",
+    body=s.CreateWebhookSchema,
+    response=r.CreateWebhookResultSchema,
+    answer="The webhook, and its signing secret once.",
+    statuses=(*WRITE, 409),
+    description=_WEBHOOK_CREATE,
+)
+GET_WEBHOOK = Route(
+    "GET",
+    WEBHOOK_PATH,
+    "keysvcWebhookGet",
+    "Get webhook details (keysvc addition)",
+    tag="webhooks",
+    permission="webhooks:read",
+    response=r.WebhookSchema,
+    answer=_WEBHOOK,
+    statuses=(*AUTHENTICATED, 404),
+)
+DELETE_WEBHOOK = Route(
+    "DELETE",
+    WEBHOOK_PATH,
+    "keysvcWebhookDelete",
+    "Delete a webhook and its pending deliveries (keysvc addition)",
+    tag="webhooks",
+    permission="webhooks:write",
+    answer=_DONE,
+    statuses=(*WRITE, 404),
+)
+LIST_DELIVERIES = Route(
+    "GET",
+    DELIVERIES_PATH,
+    "keysvcWebhookDeliveries",
+    "Get a webhook's deliveries and their attempts, newest first (keysvc addition)",
+    tag="webhooks",
+    permission="webhooks:read",
+    response=r.DeliverySchema,
+    paged="deliveries",
+    answer="Deliveries.",
+    statuses=(*AUTHENTICATED, 404),
+    description=_DELIVERIES,
+)
 DOCS_ASSET = Route(
     "GET", "/docs/assets/{name}", "keysvcDocsAsset", "An asset of the docs page", tag="ops",
     public=True, statuses=(404, 500), media_type="application/octet-stream",
@@ -278,6 +354,7 @@ DOCS_ASSET = Route(
 ROUTES: tuple[Route, ...] = (
     LIST_KEYS, CREATE_KEY, GET_KEY, UPDATE_KEY, DELETE_KEY,
     LIST_ROLES, CREATE_ROLE, GET_ROLE, UPDATE_ROLE, DELETE_ROLE,
+    LIST_WEBHOOKS, CREATE_WEBHOOK, GET_WEBHOOK, DELETE_WEBHOOK, LIST_DELIVERIES,
     WHOAMI, VERIFY, ROOT, HEALTHZ, READYZ, METRICS, OPENAPI_DOCUMENT, DOCS, DOCS_ASSET,
 )  # fmt: skip
 

@@ -128,9 +128,10 @@ async def update_key(request: web.Request) -> web.Response:
     key_id, store = path_uuid(request, "keyId"), request.app[STORE]
     body = await read_json_object(request)
     await keys.check_update(store, caller, organization_id, key_id, body)
-    data = _load_at(_patch_body, request.app[CLOCK](), body)
+    now = request.app[CLOCK]()
+    data = _load_at(_patch_body, now, body)
     tags = _if_match(request)
-    key = await keys.update_key(store, caller, organization_id, key_id, data, tags)
+    key = await keys.update_key(store, caller, organization_id, key_id, data, tags, now)
     return _key_response(request, key)
 
 
@@ -153,5 +154,6 @@ async def delete_key(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
     caller = authorize(request, organization_id, DELETE_KEY.needs)
     key_id = path_uuid(request, "keyId")
-    await keys.delete_key(request.app[STORE], caller, organization_id, key_id, _if_match(request))
+    now, store = request.app[CLOCK](), request.app[STORE]
+    await keys.delete_key(store, caller, organization_id, key_id, now, _if_match(request))
     return ok(request)

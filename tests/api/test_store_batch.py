@@ -91,13 +91,14 @@ async def test_a_batch_of_creates_is_one_transaction_of_few_statements(
     ]
     assert statements[-2:] == ["release whole_batch", "commit"]
     # One statement a table, whatever the number of keys; the reads (the authorization
-    # generation, the organization's count, the keys and their roles back) once; and the
-    # generation put back as it was (the key_roles triggers moved it: see _stage_batch).
+    # generation, the organization's count, the keys and their roles back, the webhooks
+    # subscribed to key.created) once; and the generation put back as it was (the
+    # key_roles triggers moved it: see _stage_batch).
     assert sum(s.startswith("insert into api_keys") for s in statements) == 1
     assert sum(s.startswith("insert into key_roles") for s in statements) == 1
-    assert sum(s.startswith("select") for s in statements) == 4
+    assert sum(s.startswith("select") for s in statements) == 5
     assert statements[-3].startswith("update meta set value = ")
-    assert len(statements) == 13
+    assert len(statements) == 14
     assert all(isinstance(key, Key) for key in made)
     keys = [key for key in made if isinstance(key, Key)]
     assert [key.name for key in keys] == [f"k{n}" for n in range(30)]
