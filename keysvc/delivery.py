@@ -40,7 +40,7 @@ logger = logging.getLogger("keysvc")
 USER_AGENT = f"keysvc-webhooks/{__version__}"
 MAX_RETRY_SECONDS = 3600.0
 # Beyond the attempt's timeout, before another process may take a leased delivery.
-LEASE_MARGIN_SECONDS = 30.0
+LEASE_MARGIN_SECONDS = 5.0
 # How often the task looks for due deliveries when no commit has woken it.
 POLL_SECONDS = 1.0
 # How often it asks whether anything was committed (a cheap read on the event loop).
@@ -181,8 +181,12 @@ class Deliverer:
                 state, next_at = "failed", None
             else:
                 state = "pending"
-        async with self._store.transaction("record_webhook_attempt") as conn:
-            await outbox.record(conn, due, self._owner, at, status, error, state, next_at)
+        try:
+            async with self._store.transaction("record_webhook_attempt") as conn:
+                await outbox.record(conn, due, self._owner, at, status, error, state, next_at)
+        except Exception:
+            # The lease runs out, and the delivery is attempted again: at least once.
+            logger.exception("webhook attempt not recorded; it will be made again")
 
     async def _send(self, due: Due) -> int:
         """One POST of the delivery, signed now; its HTTP status."""

@@ -20,6 +20,7 @@ from tests.server import free_port
 class Received:
     headers: dict[str, str]
     body: bytes
+    status: int  # what the receiver answered
 
     @property
     def event(self) -> dict[str, Any]:
@@ -60,7 +61,7 @@ class Receiver:
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.read()
         async with self._changed:
-            self.received.append(Received(dict(request.headers), body))
+            self.received.append(Received(dict(request.headers), body, self.status))
             self._changed.notify_all()
         if self.hang:
             await self.release.wait()
