@@ -5,9 +5,13 @@ followed; the addresses checked again at delivery; the delivery log, paged; and 
 receiver that hangs does not slow the API's writes."""
 
 import asyncio
+import hashlib
+import hmac
+import re
 import statistics
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +31,7 @@ from tests.helpers import (
 from tests.receiver import Receiver, signature_valid
 
 KEY_EVENTS = ["key.created", "key.updated", "key.deleted"]
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 @pytest.fixture
@@ -278,3 +283,23 @@ async def test_a_hanging_receiver_does_not_slow_writes(
     loaded += await writes(20)
     assert max(loaded) < 5  # far below the attempts' timeout (120 s)
     assert statistics.median(loaded) < 5 * statistics.median(quiet) + 0.05
+
+
+async def test_the_readme_receiver_snippet_verifies_a_delivery(
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock, receiver: Receiver
+) -> None:
+    (snippet,) = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    namespace: dict[str, Any] = {}
+    exec(snippet, namespace)
+    verify = namespace["verify"]
+    client, admin, _, secret = await _setup(aiohttp_client, settings, clock, receiver)
+    await create(client, admin, {"name": "x", "roles": ["developer"]})
+    (got,) = await receiver.wait_for(lambda received: len(received) >= 1)
+    header = got.headers["Keysvc-Signature"]
+    assert verify(secret, header, got.body)
+    assert not verify(secret, header, got.body + b" ")
+    assert not verify(secret[:-1] + "x", header, got.body)
+    # Correctly signed, but more than five minutes ago.
+    then = str(int(time.time()) - 301).encode()
+    mac = hmac.new(secret.encode(), then + b"." + got.body, hashlib.sha256).hexdigest()
+    assert not verify(secret, f"t={then.decode()},v1={mac}", got.body)
