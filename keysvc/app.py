@@ -65,7 +65,7 @@ async def _webhooks(app: web.Application) -> AsyncIterator[None]:
     """After ``_database``, so stopped before it: the delivery task gives its leases
     back through the store."""
     deliverer = Deliverer(app[STORE], app[HASHER], app[SETTINGS], app[CLOCK])
-    deliverer.start()
+    await deliverer.start()
     try:
         yield
     finally:

@@ -23,6 +23,7 @@ import uuid
 from datetime import datetime
 
 import aiohttp
+import aiosqlite
 from yarl import URL
 
 from keysvc import __version__, render, webhooks
@@ -30,6 +31,7 @@ from keysvc.config import Settings
 from keysvc.credentials import Hasher
 from keysvc.db import keys as key_sql
 from keysvc.db import outbox
+from keysvc.db.connections import connect
 from keysvc.db.outbox import Due
 from keysvc.db.store import Store
 from keysvc.targets import BlockedAddress, GuardedResolver, ip_literal, is_public
@@ -97,10 +99,13 @@ class Deliverer:
         self._slots = asyncio.Semaphore(settings.webhook_concurrency)
         self._attempts: set[asyncio.Task[None]] = set()
         self._session: aiohttp.ClientSession | None = None
+        # Its own, so that its reads neither wait behind nor delay the API's.
+        self._reader: aiosqlite.Connection | None = None
         self._task: asyncio.Task[None] | None = None
         self._next_scan = 0.0
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        self._reader = await connect(self._settings.db_path, create=False)
         connector = aiohttp.TCPConnector(
             resolver=GuardedResolver(self._settings.webhook_allow_private),
             limit=self._settings.webhook_concurrency,
@@ -129,6 +134,8 @@ class Deliverer:
             logger.exception("webhook leases not released; they run out by themselves")
         if self._session is not None:
             await self._session.close()
+        if self._reader is not None:
+            await self._reader.close()
 
     async def _run(self) -> None:
         caches = self._store.caches
@@ -151,7 +158,8 @@ class Deliverer:
         """Lease as many due deliveries as there are free slots, and attempt each."""
         free = self._settings.webhook_concurrency - len(self._attempts)
         now = self._clock().timestamp()
-        if free <= 0 or not await outbox.any_due(self._store.reader, now):
+        assert self._reader is not None
+        if free <= 0 or not await outbox.any_due(self._reader, now):
             return
         lease = now + self._settings.webhook_timeout + LEASE_MARGIN_SECONDS
         async with self._store.transaction("claim_webhook_deliveries") as conn:
@@ -217,7 +225,8 @@ class Deliverer:
             return
         self._next_scan = time.monotonic() + self._settings.webhook_expiry_scan
         now = self._clock()
-        found = await outbox.expiring(self._store.reader, now, EXPIRING_PER_SCAN)
+        assert self._reader is not None
+        found = await outbox.expiring(self._reader, now, EXPIRING_PER_SCAN)
         by_key: dict[tuple[str, str, str], list[str]] = {}
         for item in found:
             by_key.setdefault((item.organization_id, item.key_id, item.expire_at), []).append(

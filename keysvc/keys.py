@@ -25,6 +25,7 @@ from keysvc.models import Key, KeyChange, KeyPage, NewKey, Organization, Role
 from keysvc.permissions import cannot_grant, missing
 from keysvc.render import api_key
 from keysvc.schemas import MAX_ROLE_IDS, CreateKeySchema, PatchKeySchema, load
+from keysvc.timeutil import utcnow
 
 NO_ROLE = "roles: a key needs at least one role: give roles or assignedRoleIds"
 TOO_MANY_ROLES = (
@@ -200,9 +201,9 @@ async def update_key(
         organization_id,
         key_id,
         change,
-        now,
         if_match,
         lambda target: may_change(caller, target),
+        now=now,
     )
     if key is None:
         raise NotFound(NOT_FOUND)
@@ -214,9 +215,10 @@ async def change_key(
     organization_id: str,
     key_id: str,
     change: KeyChange,
-    now: datetime,
     if_match: Collection[str] | None = None,
     check: Callable[[Key], None] | None = None,
+    *,
+    now: datetime | None = None,
 ) -> Key | None:
     """Apply ``change`` in one transaction; None if there is no such key. With
     ``if_match``, only if the key's ETag is among them. ``check`` sees the key there as
@@ -234,7 +236,8 @@ async def change_key(
             return None
         if check is not None:
             check(changed)
-        await webhooks.enqueue(conn, organization_id, "key.updated", api_key(changed), now)
+        at = now or utcnow()
+        await webhooks.enqueue(conn, organization_id, "key.updated", api_key(changed), at)
         return changed
 
 
@@ -251,7 +254,7 @@ async def delete_key(
     if key_id == caller.id:
         raise BadRequest("a key cannot delete itself: use another key to delete it")
     if not await remove_key(
-        store, organization_id, key_id, now, lambda target: may_change(caller, target), if_match
+        store, organization_id, key_id, lambda target: may_change(caller, target), if_match, now=now
     ):
         raise NotFound(NOT_FOUND)
 
@@ -260,9 +263,10 @@ async def remove_key(
     store: Store,
     organization_id: str,
     key_id: str,
-    now: datetime,
     check: Callable[[Key], None] | None = None,
     if_match: Collection[str] | None = None,
+    *,
+    now: datetime | None = None,
 ) -> bool:
     """Delete the key in one transaction; False if there is none. ``check`` and
     ``if_match`` as for ``change_key``: both are decided in that transaction, and so is
@@ -272,7 +276,8 @@ async def remove_key(
         if current is None or not await key_sql.delete_key(conn, organization_id, key_id):
             return False
         await store.authorization_changed(conn)
-        await webhooks.enqueue(conn, organization_id, "key.deleted", api_key(current), now)
+        at = now or utcnow()
+        await webhooks.enqueue(conn, organization_id, "key.deleted", api_key(current), at)
     return True
 
 
