@@ -561,7 +561,12 @@ class CreateWebhookSchema(Schema):
             MAX_WEBHOOK_URL,
             error="must be 1 to {max} characters, such as https://example.com/hooks",
         ),
-        metadata={"format": "uri"},
+        metadata={
+            "format": "uri",
+            "pattern": "^https?://",
+            "description": "Where events are POSTed: http(s), no credentials, a public host"
+            " (keysvc.targets).",
+        },
     )
     events = BoundedList(
         fields.String(
@@ -571,6 +576,7 @@ class CreateWebhookSchema(Schema):
         validate=validate.Length(
             1, len(EVENT_TYPES), error="must name 1 to {max} event types, each once"
         ),
+        metadata={"uniqueItems": True},
     )
     expiringDays = WholeNumber(
         load_default=DEFAULT_EXPIRING_DAYS,

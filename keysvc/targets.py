@@ -21,8 +21,10 @@ from yarl import URL
 
 from keysvc.addresses import IPAddress
 from keysvc.errors import BadRequest
+from keysvc.schemas import MAX_WEBHOOK_URL
 
-MAX_URL_LENGTH = 2048
+# How long a create waits for the URL's host to resolve.
+RESOLVE_SECONDS = 5.0
 PRIVATE_TARGET = (
     "url: {host} is, or resolves to, a loopback, private or otherwise non-public address;"
     " give a public host (an operator may allow private targets with"
@@ -59,8 +61,8 @@ def ip_literal(host: str) -> IPAddress | None:
 def parse_url(text: str) -> URL:
     """``text`` as a webhook URL, or the 400 that says what to change. Addresses are
     not checked here (``check_addresses``)."""
-    if len(text) > MAX_URL_LENGTH:
-        raise BadRequest(f"url: must be at most {MAX_URL_LENGTH} characters")
+    if len(text) > MAX_WEBHOOK_URL:
+        raise BadRequest(f"url: must be at most {MAX_WEBHOOK_URL} characters")
     try:
         url = URL(text)
     except ValueError:
@@ -87,10 +89,11 @@ async def check_addresses(url: URL, allow_private: bool) -> None:
         addresses = [literal]
     else:
         try:
-            infos = await asyncio.get_running_loop().getaddrinfo(
-                host, url.port, type=socket.SOCK_STREAM
-            )
-        except (OSError, UnicodeError):
+            async with asyncio.timeout(RESOLVE_SECONDS):
+                infos = await asyncio.get_running_loop().getaddrinfo(
+                    host, url.port, type=socket.SOCK_STREAM
+                )
+        except (OSError, UnicodeError, TimeoutError):
             raise BadRequest(f"url: the host {host[:255]} does not resolve") from None
         addresses = [ipaddress.ip_address(str(info[4][0]).partition("%")[0]) for info in infos]
     if not addresses or not all(is_public(address) for address in addresses):

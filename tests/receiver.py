@@ -60,14 +60,15 @@ class Receiver:
 
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.read()
+        status = self.status  # as recorded, whatever a test sets meanwhile
         async with self._changed:
-            self.received.append(Received(dict(request.headers), body, self.status))
+            self.received.append(Received(dict(request.headers), body, status))
             self._changed.notify_all()
         if self.hang:
             await self.release.wait()
-        if 300 <= self.status < 400:
-            return web.Response(status=self.status, headers={"Location": "http://127.0.0.1:9/"})
-        return web.Response(status=self.status)
+        if 300 <= status < 400:
+            return web.Response(status=status, headers={"Location": "http://127.0.0.1:9/"})
+        return web.Response(status=status)
 
     async def start(self) -> "Receiver":
         app = web.Application()

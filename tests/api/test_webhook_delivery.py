@@ -10,14 +10,19 @@ import hmac
 import re
 import statistics
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from keysvc.config import Settings
-from tests.api.webhooks import create_webhook, deliveries, hooks_url, private_client
+from tests.api.webhooks import (
+    attempted,
+    create_webhook,
+    deliveries,
+    hooks_url,
+    private_client,
+)
 from tests.helpers import (
     Client,
     ClientFactory,
@@ -32,13 +37,6 @@ from tests.receiver import Receiver, signature_valid
 
 KEY_EVENTS = ["key.created", "key.updated", "key.deleted"]
 README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    started = await Receiver().start()
-    yield started
-    await started.stop()
 
 
 async def _setup(
@@ -86,7 +84,7 @@ async def test_key_writes_send_signed_events(
     assert by_type["key.deleted"].event["data"] == updated
     assert len({r.event["id"] for r in received}) == 3
 
-    log = await deliveries(client, admin, webhook_id)
+    log = await attempted(client, admin, webhook_id, count=3)
     assert [d["eventType"] for d in log] == ["key.deleted", "key.updated", "key.created"]
     for entry in log:
         assert entry["state"] == "delivered"
@@ -140,20 +138,19 @@ async def test_failures_are_retried_with_backoff_until_delivered(
     await receiver.wait_for(lambda got: len(got) >= 1)
     await asyncio.sleep(0.5)  # the app's clock stands still: no retry is due yet
     assert len(receiver.received) == 1
-    (entry,) = await deliveries(client, admin, webhook_id)
+    (entry,) = await attempted(client, admin, webhook_id)
     assert entry["state"] == "pending"
     assert [(a["status"], a["error"]) for a in entry["attempts"]] == [(500, None)]
     assert entry["nextAttemptAt"] > entry["attempts"][0]["at"]
 
     clock.advance(seconds=1.1)  # past the first retry (1 s, less jitter), still failing
-    await receiver.wait_for(lambda got: len(got) >= 2)
+    await attempted(client, admin, webhook_id, attempts=2)
     receiver.status = 200
     clock.advance(seconds=2.1)  # the second waits twice as long
     received = await receiver.wait_for(lambda got: len(got) >= 3)
     assert len({r.event["id"] for r in received}) == 1  # one event, attempted three times
     assert all(signature_valid(secret, r) for r in received)
-    await asyncio.sleep(0.3)
-    (entry,) = await deliveries(client, admin, webhook_id)
+    (entry,) = await attempted(client, admin, webhook_id, attempts=3)
     assert entry["state"] == "delivered"
     assert entry["attemptCount"] == 3
     assert [a["status"] for a in entry["attempts"]] == [500, 500, 200]
@@ -165,11 +162,10 @@ async def test_a_delivery_fails_a_day_after_its_event(
     client, admin, webhook_id, _ = await _setup(aiohttp_client, settings, clock, receiver)
     receiver.status = 503
     await create(client, admin, {"name": "x", "roles": ["developer"]})
-    await receiver.wait_for(lambda got: len(got) >= 1)
+    await attempted(client, admin, webhook_id)
     clock.advance(hours=25)
     await receiver.wait_for(lambda got: len(got) >= 2)
-    await asyncio.sleep(0.3)
-    (entry,) = await deliveries(client, admin, webhook_id)
+    (entry,) = await attempted(client, admin, webhook_id, attempts=2)
     assert entry["state"] == "failed"
     assert entry["nextAttemptAt"] is None
     clock.advance(hours=25)
@@ -184,8 +180,7 @@ async def test_a_redirect_is_not_followed(
     receiver.status = 302
     await create(client, admin, {"name": "x", "roles": ["developer"]})
     await receiver.wait_for(lambda got: len(got) >= 1)
-    await asyncio.sleep(0.3)
-    (entry,) = await deliveries(client, admin, webhook_id)
+    (entry,) = await attempted(client, admin, webhook_id)
     assert entry["state"] == "pending"
     assert [(a["status"], a["error"]) for a in entry["attempts"]] == [(302, None)]
 
@@ -208,12 +203,7 @@ async def test_delivery_checks_the_address_again(
     await client.close()
     client = await private_client(aiohttp_client, settings, clock, webhook_allow_private=False)
     await create(client, admin, {"name": "x", "roles": ["developer"]})
-    webhook_id = created["webhook"]["id"]
-    for _ in range(100):
-        log = await deliveries(client, admin, webhook_id)
-        if log and log[0]["attempts"]:
-            break
-        await asyncio.sleep(0.1)
+    log = await attempted(client, admin, created["webhook"]["id"])
     assert [(a["status"], a["error"]) for a in log[0]["attempts"]] == [(None, "blocked_address")]
     assert receiver.received == []
 

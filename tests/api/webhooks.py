@@ -1,6 +1,7 @@
 """What the webhook tests share: their URLs, a create through the API, and a client
 whose app may send webhooks to the loopback receiver quickly."""
 
+import asyncio
 from typing import Any
 
 from keysvc.config import Settings
@@ -33,3 +34,17 @@ async def private_client(
     """A client of an app that may send webhooks to loopback, retrying after a second."""
     changes = {"webhook_allow_private": True, "webhook_retry_seconds": 1.0, **changes}
     return await client_with(aiohttp_client, settings, clock, **changes)
+
+
+async def attempted(
+    client: Client, caller: Creds, webhook_id: str, *, count: int = 1, attempts: int = 1
+) -> list[dict[str, Any]]:
+    """The webhook's delivery log once it holds ``count`` deliveries with ``attempts``
+    attempts recorded each (a receiver sees a request before keysvc records its answer)."""
+    log: list[dict[str, Any]] = []
+    for _ in range(300):
+        log = await deliveries(client, caller, webhook_id)
+        if len(log) >= count and all(len(d["attempts"]) >= attempts for d in log[:count]):
+            return log
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"not attempted {attempts} times: {log}")
