@@ -275,10 +275,10 @@ DOCS = Route(
 _WEBHOOK = "The webhook."
 _WEBHOOK_CREATE = (
     "Needs the permission `webhooks:write`. keysvc addition. The URL is http(s), without "
-    "credentials, at most 2048 characters, and its host must be public (not loopback, private, "
-    "link-local, multicast, reserved or unspecified) unless KEYSVC_WEBHOOK_ALLOW_PRIVATE=1. "
-    "409 when the organization already holds 20 webhooks. The signing secret is in this "
-    "answer only."
+    f"credentials, at most {s.MAX_WEBHOOK_URL} characters, and its host must be public (not "
+    "loopback, private, link-local, multicast, reserved or unspecified) unless "
+    f"KEYSVC_WEBHOOK_ALLOW_PRIVATE=1. 409 when the organization already holds "
+    f"{s.MAX_WEBHOOKS_PER_ORG} webhooks. The signing secret is in this answer only."
 )
 _DELIVERIES = (
     "Needs the permission `webhooks:read`. keysvc addition. Newest first, in pages of `limit`: "

@@ -20,10 +20,9 @@ from keysvc.db import webhooks as webhook_sql
 from keysvc.db.store import Store
 from keysvc.db.webhooks import Delivery, Webhook
 from keysvc.errors import Conflict, NotFound
-from keysvc.schemas import DEFAULT_EXPIRING_DAYS
+from keysvc.schemas import DEFAULT_EXPIRING_DAYS, MAX_WEBHOOKS_PER_ORG
 from keysvc.targets import check_addresses, parse_url
 
-MAX_WEBHOOKS_PER_ORG = 20
 NONCE_BYTES = 32
 NOT_FOUND = "webhook not found in this organization"
 _CURSOR = "webhook deliveries position"

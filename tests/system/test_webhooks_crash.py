@@ -1,17 +1,20 @@
 """Webhook deliveries survive a crash: a real ``keysvc serve`` whose receiver answers
 500 is killed with SIGKILL while every event is still pending; restarted as two
 workers with the receiver answering, it delivers every event, signed, each once (no
-two workers make the same attempt at once)."""
+two workers make the same attempt at once). A receiver that hangs does not hold up
+SIGTERM, and what was being attempted is attempted again at the next start."""
 
 import asyncio
 import signal
 import sqlite3
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from keysvc.cli import SHUTDOWN_SECONDS
 from tests.helpers import Creds
 from tests.receiver import Receiver, signature_valid
 from tests.server import Server, admin_creds, bootstrap
@@ -98,3 +101,38 @@ async def test_pending_deliveries_survive_kill_9(tmp_path: Path) -> None:
         assert entry["state"] == "delivered"
         assert entry["attempts"][-1]["status"] == 204
         assert all(a["status"] == 500 for a in entry["attempts"][:-1])
+
+
+async def test_sigterm_stops_promptly_and_gives_back_what_it_was_attempting(
+    tmp_path: Path,
+) -> None:
+    """A receiver that never answers, attempts allowed a minute: SIGTERM still stops the
+    server within its shutdown time, and the deliveries it held are attempted again as
+    soon as it restarts, not once their leases run out."""
+    db = tmp_path / "keysvc.db"
+    admin = admin_creds(bootstrap(db))
+    receiver = await Receiver().start()
+    receiver.hang = True
+    org = f"/v1/organizations/{admin.organization_id}"
+    env = {**ENV, "KEYSVC_WEBHOOK_TIMEOUT": "60"}
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+            with Server(db, env) as server:
+                body = {"url": receiver.url, "events": ["key.created"]}
+                await _call(session, "POST", server.base + org + "/webhooks", admin, body)
+                key = {"name": "k", "roles": ["developer"]}
+                await _call(session, "POST", server.base + org + "/keys", admin, key)
+                await receiver.wait_for(lambda got: len(got) >= 1)  # held, unanswered
+                took = await asyncio.to_thread(server.stop, signal.SIGTERM, SHUTDOWN_SECONDS + 10)
+                assert server.proc.returncode == 0, server.stderr_text()
+            assert took < SHUTDOWN_SECONDS + 5
+            receiver.hang = False
+            receiver.release.set()
+            started = time.monotonic()
+            with Server(db, env):
+                while {state for _, state in _outbox(db)} != {"delivered"}:
+                    assert time.monotonic() - started < 30  # the lease (65 s) is not waited for
+                    await asyncio.sleep(0.1)
+    finally:
+        await receiver.stop()
+    assert [r.status for r in receiver.received] == [204, 204]  # the one held, then again
