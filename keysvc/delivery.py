@@ -96,7 +96,6 @@ class Deliverer:
         self._settings = settings
         self._clock = clock
         self._owner = str(uuid.uuid4())  # this process's leases
-        self._slots = asyncio.Semaphore(settings.webhook_concurrency)
         self._attempts: set[asyncio.Task[None]] = set()
         self._session: aiohttp.ClientSession | None = None
         # Its own, so that its reads neither wait behind nor delay the API's.
