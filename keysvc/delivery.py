@@ -219,7 +219,7 @@ class Deliverer:
     async def _scan_expiring(self) -> None:
         """Now and then: enqueue ``key.expiring`` for keys a webhook should warn of and
         has not for this expiry date (remembered in the same transaction, so never twice,
-        whichever process scans)."""
+        whichever process scans), and drop the deliveries kept long enough."""
         if time.monotonic() < self._next_scan:
             return
         self._next_scan = time.monotonic() + self._settings.webhook_expiry_scan
@@ -233,7 +233,11 @@ class Deliverer:
             )
         for (organization_id, key_id, expire_at), webhook_ids in by_key.items():
             await self._warn(organization_id, key_id, expire_at, webhook_ids, now)
-        if len(found) == EXPIRING_PER_SCAN:
+        pruned = 0
+        if await outbox.any_to_prune(self._reader, now.timestamp()):
+            async with self._store.transaction("prune_webhook_deliveries") as conn:
+                pruned = await outbox.prune(conn, now.timestamp())
+        if len(found) == EXPIRING_PER_SCAN or pruned == outbox.PRUNED_PER_TRANSACTION:
             self._next_scan = 0.0  # more are waiting
 
     async def _warn(

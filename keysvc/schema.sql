@@ -159,6 +159,8 @@ create table if not exists webhook_deliveries (
 create index if not exists webhook_deliveries_due on webhook_deliveries (next_attempt_at)
     where state = 'pending';
 create index if not exists webhook_deliveries_of on webhook_deliveries (webhook_id, seq);
+create index if not exists webhook_deliveries_done on webhook_deliveries (give_up_at)
+    where state <> 'pending';
 
 create table if not exists webhook_attempts (
     delivery_seq integer not null references webhook_deliveries (seq) on delete cascade,

@@ -24,6 +24,9 @@ from keysvc.timeutil import to_text
 
 # How long a delivery is retried after its event: past it, the delivery has failed.
 RETRY_FOR_SECONDS = 24 * 3600
+# How long a delivered or failed delivery stays in the log after its event.
+KEEP_SECONDS = 30 * 24 * 3600
+PRUNED_PER_TRANSACTION = 1000
 
 SUBSCRIBERS = """
     select id from webhooks
@@ -84,6 +87,16 @@ EXPIRING = """
           where x.webhook_id = w.id and x.key_id = k.id and x.expire_at = k.expire_at)
     order by k.organization_id, k.id
     limit ?
+"""
+# Finished deliveries past KEEP_SECONDS, a bounded number at a time (their attempts go
+# with them: on delete cascade).
+ANY_TO_PRUNE = """
+    select 1 from webhook_deliveries where state <> 'pending' and give_up_at < ? limit 1
+"""
+PRUNE = """
+    delete from webhook_deliveries where seq in (
+        select seq from webhook_deliveries
+        where state <> 'pending' and give_up_at < ? order by give_up_at limit ?)
 """
 WARNED = """
     insert into webhook_expiry_warnings (webhook_id, key_id, expire_at) values (?, ?, ?)
@@ -244,3 +257,18 @@ async def warned(conn: aiosqlite.Connection, webhook_id: str, key_id: str, expir
     """Inside a write transaction: remember the warning; False if it was already sent."""
     cursor = await conn.execute(WARNED, (webhook_id, key_id, expire_at))
     return cursor.rowcount > 0
+
+
+def _prune_cutoff(now: float) -> float:
+    return now - KEEP_SECONDS + RETRY_FOR_SECONDS  # give_up_at is the event's time plus a day
+
+
+async def any_to_prune(conn: aiosqlite.Connection, now: float) -> bool:
+    return await fetch_one(conn, ANY_TO_PRUNE, (_prune_cutoff(now),)) is not None
+
+
+async def prune(conn: aiosqlite.Connection, now: float) -> int:
+    """Inside a write transaction: drop up to PRUNED_PER_TRANSACTION finished deliveries
+    whose event is more than KEEP_SECONDS old; how many went."""
+    cursor = await conn.execute(PRUNE, (_prune_cutoff(now), PRUNED_PER_TRANSACTION))
+    return cursor.rowcount

@@ -293,3 +293,35 @@ async def test_the_readme_receiver_snippet_verifies_a_delivery(
     then = str(int(time.time()) - 301).encode()
     mac = hmac.new(secret.encode(), then + b"." + got.body, hashlib.sha256).hexdigest()
     assert not verify(secret, f"t={then.decode()},v1={mac}", got.body)
+
+
+async def test_finished_deliveries_are_kept_30_days(
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock, receiver: Receiver
+) -> None:
+    client, admin, webhook_id, _ = await _setup(
+        aiohttp_client, settings, clock, receiver, webhook_expiry_scan=0.1
+    )
+    receiver.status = 500
+    await create(client, admin, {"name": "failing", "roles": ["developer"]})
+    await attempted(client, admin, webhook_id)
+    clock.advance(hours=25)  # past its day of retries: failed
+    await attempted(client, admin, webhook_id, attempts=2)
+    receiver.status = 204
+    await create(client, admin, {"name": "delivered", "roles": ["developer"]})
+    await attempted(client, admin, webhook_id)
+    receiver.hang = True
+    await create(client, admin, {"name": "pending", "roles": ["developer"]})
+    await receiver.wait_for(lambda got: len(got) >= 4)
+    log = await deliveries(client, admin, webhook_id)
+    assert [d["state"] for d in log] == ["pending", "delivered", "failed"]
+
+    clock.advance(days=28, hours=12)  # the failed one's event: 29.5 days ago
+    await asyncio.sleep(0.5)
+    assert len(await deliveries(client, admin, webhook_id)) == 3
+    clock.advance(days=1)  # 30.5 days: it goes, with its attempts; the others stay
+    for _ in range(100):
+        log = await deliveries(client, admin, webhook_id)
+        if len(log) < 3:
+            break
+        await asyncio.sleep(0.1)
+    assert [d["state"] for d in log] == ["pending", "delivered"]
