@@ -1,6 +1,6 @@
 """The webhook delivery task: started with the app, it sends the outbox's due deliveries
 (``keysvc.db.outbox``), signed, and schedules the retries; it also enqueues the
-``key.expiring`` warnings.
+``key.expiring`` warnings, and drops deliveries finished long enough ago.
 
 An attempt is leased in one short write transaction (so that another worker process
 does not make the same attempt at once), made outside any transaction, and its outcome
