@@ -17,10 +17,12 @@ import keysvc.handlers.metrics
 import keysvc.handlers.roles
 import keysvc.handlers.usage
 import keysvc.handlers.verify
+import keysvc.handlers.webhooks
 import keysvc.handlers.whoami  # noqa: F401
 from keysvc.access import Access
 from keysvc.config import Settings
 from keysvc.db.store import open_checked
+from keysvc.delivery import Deliverer
 from keysvc.keystates import KeyStates
 from keysvc.metrics import KEYS_COUNTED_EVERY_SECONDS, Metrics
 from keysvc.middleware import (
@@ -62,6 +64,17 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         yield
 
 
+async def _webhooks(app: web.Application) -> AsyncIterator[None]:
+    """After ``_database``, so stopped before it: the delivery task gives its leases
+    back through the store."""
+    deliverer = Deliverer(app[STORE], app[HASHER], app[SETTINGS], app[CLOCK])
+    await deliverer.start()
+    try:
+        yield
+    finally:
+        await deliverer.close()
+
+
 async def _key_states(app: web.Application) -> AsyncIterator[None]:
     """After ``_database``, so closed before it: no count outlives the store."""
     metrics = app[METRICS]
@@ -100,6 +113,7 @@ def create_app(
     app[PARSER_ERROR_LOG] = parser_error_log(logger)
     app[OPENAPI] = build_spec()
     app.cleanup_ctx.append(_database)
+    app.cleanup_ctx.append(_webhooks)
     # /metrics is served only when metrics are on; otherwise it is an ordinary 404.
     register(app.router, tuple(r for r in ROUTES if metrics is not None or r is not METRICS_ROUTE))
     if metrics is not None:

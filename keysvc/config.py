@@ -63,6 +63,12 @@ class Settings:
     # Usage counts (keysvc.db.usage): kept this many days, written this often.
     usage_retention_days: int = 30
     usage_flush_seconds: float = 10.0
+    # Webhook delivery (keysvc.delivery) and the targets it may reach (keysvc.targets).
+    webhook_allow_private: bool = False
+    webhook_retry_seconds: float = 30.0
+    webhook_timeout: float = 10.0
+    webhook_concurrency: int = 8
+    webhook_expiry_scan: float = 300.0
 
     @property
     def pepper_path(self) -> Path:
@@ -171,6 +177,16 @@ def _access_log(value: str) -> str:
             f"{value!r} is not an access log setting; use one of {', '.join(ACCESS_LOGS)}"
         )
     return mode
+
+
+def _switch(value: str) -> bool:
+    """1/0 as well as on/off, true/false, yes/no."""
+    switch = value.strip().lower()
+    if switch in ("1", "on", "true", "yes"):
+        return True
+    if switch in ("0", "off", "false", "no"):
+        return False
+    raise ConfigError(f"{value!r} must be 1 or 0 (on or off)")
 
 
 def _on_off(value: str) -> bool:
@@ -332,6 +348,28 @@ OPTIONS = (
     Option(
         "usage_flush_seconds", "KEYSVC_USAGE_FLUSH_SECONDS", "10", _seconds,
         "seconds between writes of each process's usage counts: what a crash may lose",
+    ),
+    Option(
+        "webhook_allow_private", "KEYSVC_WEBHOOK_ALLOW_PRIVATE", "0", _switch,
+        "1: webhooks may target loopback, private and other non-public addresses"
+        " (default 0: refused at create and at delivery)",
+    ),
+    Option(
+        "webhook_retry_seconds", "KEYSVC_WEBHOOK_RETRY_SECONDS", "30", _seconds,
+        "seconds before a failed webhook delivery is tried again, doubled with each"
+        " failure (at most an hour), for a day",
+    ),
+    Option(
+        "webhook_timeout", "KEYSVC_WEBHOOK_TIMEOUT", "10", _seconds,
+        "seconds one webhook delivery attempt may take",
+    ),
+    Option(
+        "webhook_concurrency", "KEYSVC_WEBHOOK_CONCURRENCY", "8", _positive,
+        "webhook delivery attempts under way at once, per process",
+    ),
+    Option(
+        "webhook_expiry_scan", "KEYSVC_WEBHOOK_EXPIRY_SCAN", "300", _seconds,
+        "seconds between scans for keys a key.expiring webhook should warn of",
     ),
 )  # fmt: skip
 

@@ -97,6 +97,12 @@ def is_sha256_b64(value: str) -> bool:
         return False
 
 
+# The purpose the webhook signing key is derived from the pepper for, and what a
+# webhook secret starts with (so that one found in a log or a paste is recognised).
+WEBHOOK_SIGNING = b"keysvc webhook signing key"
+WEBHOOK_SECRET_PREFIX = "whsec_"  # noqa: S105 - a prefix, not a secret
+
+
 class Hasher:
     """Keyed hashing with the pepper; the only holder of the pepper at run time."""
 
@@ -130,6 +136,14 @@ class Hasher:
     def derive(self, purpose: str) -> bytes:
         """A key of its own for ``purpose``, derived from the pepper."""
         return hmac.new(self._pepper, f"keysvc key\0{purpose}".encode(), hashlib.sha256).digest()
+
+    def webhook_secret(self, nonce: bytes) -> str:
+        """A webhook's signing secret: HMAC-SHA256(K, nonce), K = HMAC-SHA256(pepper,
+        purpose). Only the nonce is stored, so the database without the pepper cannot
+        sign; the secret is remade for each delivery and shown once, at create."""
+        derived = hmac.new(self._pepper, WEBHOOK_SIGNING, hashlib.sha256).digest()
+        secret = hmac.new(derived, nonce, hashlib.sha256).digest()
+        return WEBHOOK_SECRET_PREFIX + base64.urlsafe_b64encode(secret).decode().rstrip("=")
 
     def fingerprint(self) -> str:
         """A value stored in the database to catch a start with the wrong pepper."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import aiosqlite
 
-from keysvc import activities, cursors
+from keysvc import activities, cursors, webhooks
 from keysvc.activities import SYSTEM
 from keysvc.config import ConfigError
 from keysvc.credentials import SUFFIX_LENGTH, Hasher, new_key_id, new_secret
@@ -28,6 +28,7 @@ from keysvc.db.store import Store
 from keysvc.errors import BadRequest, Conflict, Forbidden, NotFound, PreconditionFailed
 from keysvc.models import Actor, Key, KeyChange, KeyPage, NewKey, Organization, Role
 from keysvc.permissions import cannot_grant, missing
+from keysvc.render import api_key
 from keysvc.schemas import MAX_ROLE_IDS, CreateKeySchema, PatchKeySchema, load
 from keysvc.timeutil import utcnow
 
@@ -256,7 +257,7 @@ async def change_key(
     it is, then as changed (so roles widened by another write since they were checked
     are caught), and may refuse by raising: the transaction is then rolled back. Each
     kind of change is recorded as ``actor``'s activity at ``now`` (default: the time
-    of the change)."""
+    of the change), and the ``key.updated`` event is sent, in the same transaction."""
     async with store.transaction("update_key") as conn:
         current = await _checked(conn, organization_id, key_id, check, if_match)
         if current is None:
@@ -268,8 +269,10 @@ async def change_key(
             return None
         if check is not None:
             check(changed)
-        for activity in activities.key_changed(current, changed, actor, now or utcnow()):
+        at = now or utcnow()
+        for activity in activities.key_changed(current, changed, actor, at):
             await store.record(conn, activity)
+        await webhooks.enqueue(conn, organization_id, "key.updated", api_key(changed), at)
         return changed
 
 
@@ -302,13 +305,16 @@ async def remove_key(
 ) -> bool:
     """Delete the key in one transaction; False if there is none. ``check`` and
     ``if_match`` as for ``change_key``: both are decided in that transaction, which
-    records the delete as ``actor``'s activity at ``now``, with the key as it was."""
+    records the delete as ``actor``'s activity at ``now`` and sends the ``key.deleted``
+    event, both with the key as it was."""
     async with store.transaction("delete_key") as conn:
         current = await _checked(conn, organization_id, key_id, check, if_match)
         if current is None or not await key_sql.delete_key(conn, organization_id, key_id):
             return False
         await store.authorization_changed(conn)
-        await store.record(conn, activities.key_deleted(current, actor, now or utcnow()))
+        at = now or utcnow()
+        await store.record(conn, activities.key_deleted(current, actor, at))
+        await webhooks.enqueue(conn, organization_id, "key.deleted", api_key(current), at)
     return True
 
 
@@ -335,7 +341,7 @@ async def rotate_key(
     access list, limits and expiry stay. The replaced ones keep working for the body's
     grace period, never past the key's expiry, and any that an earlier rotation kept
     stop at once. Read, checked and written in one transaction, with ``actor``'s
-    activity.
+    activity and the ``key.rotated`` event.
 
     The key must be no stronger than the caller (``may_change``). A key may rotate
     itself (it gains no access by it), but not with the previous credentials it
@@ -369,6 +375,7 @@ async def rotate_key(
         rotated = await key_sql.get_key(conn, organization_id, key_id)
         assert rotated is not None
         await store.record(conn, activities.key_rotated(current, rotated, actor, now))
+        await webhooks.enqueue(conn, organization_id, "key.rotated", api_key(rotated), now)
     return Issued(rotated, made.key_id, made.secret)
 
 

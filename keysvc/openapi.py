@@ -38,6 +38,8 @@ from keysvc.routes import (
     ROLE_PATH,
     ROLES_PATH,
     ROUTES,
+    WEBHOOK_PATH,
+    WEBHOOKS_PATH,
     Route,
 )
 from keysvc.timeutil import utcnow
@@ -169,6 +171,7 @@ _DATE_PARAMS = [
     for name, what in (("from_date", "A starting date for a search"),
                        ("to_date", "An ending date for a search"))
 ]  # fmt: skip
+_WEBHOOK_PARAM = _path_param("webhookId", "ID of the requested webhook.")
 _LIST_PARAMS = [
     {
         "in": "query",
@@ -220,6 +223,7 @@ _PATH_PARAMS = {
     "keyId": _KEY_PARAM,
     "roleId": _ROLE_PARAM,
     "activityId": _ACTIVITY_PARAM,
+    "webhookId": _WEBHOOK_PARAM,
 }
 _PATH_PARAM = re.compile(r"\{([^}]+)\}")
 
@@ -276,6 +280,8 @@ def _authenticated(route: Route) -> dict[str, Any]:
     if route.paged:
         page = _envelope({"type": "array", "items": result}, **_paging(route.paged))
         return _op(route, _json(page, route.answer))
+    if route.many:
+        return _op(route, _json(_envelope({"type": "array", "items": result}), route.answer))
     # A key's answer carries its ETag, for a later If-Match.
     headers = _ETAG if route.response is r.ApiKeySchema else {}
     return _op(route, _json(_envelope(result), route.answer, headers=headers))
@@ -305,6 +311,7 @@ def _link(operations: dict[str, dict[str, Any]]) -> None:
     for collection, item, param, created in (
         (KEYS_PATH, KEY_PATH, "keyId", "$response.body#/result/key/id"),
         (ROLES_PATH, ROLE_PATH, "roleId", "$response.body#/result/id"),
+        (WEBHOOKS_PATH, WEBHOOK_PATH, "webhookId", "$response.body#/result/webhook/id"),
     ):
         on_item = operations[item]
         post = operations[collection]["post"]["responses"]
@@ -472,6 +479,11 @@ def _components(now: datetime) -> tuple[tuple[str, Schema | type[Schema]], ...]:
         ("KeyUsageBucket", r.UsageBucketSchema),
         ("KeyUsage", r.UsageSchema),
         ("Activity", r.ActivitySchema),
+        ("Webhook", r.WebhookSchema),
+        ("WebhookCreateRequest", s.CreateWebhookSchema),
+        ("WebhookCreateResponse", r.CreateWebhookResultSchema),
+        ("WebhookDeliveryAttempt", r.AttemptSchema),
+        ("WebhookDelivery", r.DeliverySchema),
     )
 
 

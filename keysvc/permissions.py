@@ -3,8 +3,9 @@
 A permission is ``namespace:action`` (the action may hold further colons, as
 in ``control-plane:organization:view``). ``namespace:*`` grants every action
 of a namespace, and ``*`` grants everything. The management API uses the
-``keys`` and ``roles`` namespaces, and ``activities:read`` for the activity
-log; any other namespace belongs to the services behind keysvc.
+``keys``, ``roles`` and ``webhooks`` namespaces (``MANAGEMENT``, the catalogue of
+what its routes ask for), and ``activities:read`` for the activity log; any other
+namespace belongs to the services behind keysvc.
 """
 
 import re
@@ -12,6 +13,14 @@ from collections.abc import Iterable
 
 PERMISSION = re.compile(r"\*|[a-z0-9][a-z0-9_.-]*:(\*|[a-z0-9][a-z0-9_.:-]*)")
 MAX_PERMISSION_LENGTH = 128
+# Every permission the management API's routes need (keysvc.routes); admin holds
+# them all through ``*``.
+MANAGEMENT = (
+    "keys:read", "keys:create", "keys:update", "keys:delete",
+    "roles:read", "roles:write",
+    "activities:read",
+    "webhooks:read", "webhooks:write",
+)  # fmt: skip
 
 
 def has_permission(granted: Iterable[str], needed: str) -> bool:

@@ -11,6 +11,7 @@ from keysvc.activities import ACTOR_TYPES, ADDED_TYPES, ADDED_UPDATE_TYPES, UPST
 from keysvc.schemas import (
     ACTOR_PREFIX,
     ADDITION,
+    EVENT_TYPES,
     IP_ACCESS_LIST_DOC,
     KEY_STATES,
     LEGACY_ROLES,
@@ -292,3 +293,45 @@ class ActivitySchema(Schema):
     @post_dump
     def _omit_unset(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         return {name: value for name, value in data.items() if value is not None}
+
+
+class WebhookSchema(Schema):
+    id = fields.String(metadata=UUID_TEXT)
+    url = fields.String()
+    events = fields.List(fields.String(metadata={"enum": list(EVENT_TYPES)}))
+    expiringDays = fields.Integer(attribute="expiring_days")
+    createdAt = Timestamp(attribute="created_at")
+
+
+class CreateWebhookResultSchema(Schema):
+    webhook = fields.Nested(WebhookSchema)
+    secret = fields.String(
+        metadata={
+            "description": "The signing secret, shown this once: keysvc cannot show it again."
+        }
+    )
+
+
+class AttemptSchema(Schema):
+    at = Timestamp()
+    status = fields.Integer(
+        allow_none=True, metadata={"description": "The receiver's HTTP status."}
+    )
+    error = fields.String(
+        allow_none=True,
+        metadata={
+            "description": "Why there was no status: timeout, connection_refused, dns_error,"
+            " blocked_address, tls_error, disconnected, http_error or error."
+        },
+    )
+
+
+class DeliverySchema(Schema):
+    id = fields.String(metadata=UUID_TEXT)
+    eventId = fields.String(attribute="event_id", metadata=UUID_TEXT)
+    eventType = fields.String(attribute="event_type", metadata={"enum": list(EVENT_TYPES)})
+    createdAt = Timestamp(attribute="created_at")
+    state = fields.String(metadata={"enum": ["pending", "delivered", "failed"]})
+    attemptCount = fields.Function(lambda d: len(d.attempts), metadata={"type": "integer"})
+    attempts = fields.List(fields.Nested(AttemptSchema))
+    nextAttemptAt = Timestamp(attribute="next_attempt_at", allow_none=True)

@@ -25,6 +25,8 @@ KEYS_PATH, KEY_PATH = ORG + "/keys", ORG + "/keys/{keyId}"
 USAGE_PATH = KEY_PATH + "/usage"
 ROLES_PATH, ROLE_PATH = ORG + "/roles", ORG + "/roles/{roleId}"
 ACTIVITIES_PATH, ACTIVITY_PATH = ORG + "/activities", ORG + "/activities/{activityId}"
+WEBHOOKS_PATH, WEBHOOK_PATH = ORG + "/webhooks", ORG + "/webhooks/{webhookId}"
+DELIVERIES_PATH = WEBHOOK_PATH + "/deliveries"
 
 # What any authenticated operation may answer besides its success; a write may also
 # be refused whole for a full disk.
@@ -49,6 +51,7 @@ class Route:
     # The 200's result: a schema, many of it when ``paged`` names what totalCount counts.
     response: type[Schema] | None = None
     paged: str | None = None
+    many: bool = False  # the 200's result is a whole list of ``response``, unpaged
     answer: str = ""  # what the 200 says it is
     statuses: tuple[int, ...] = ()  # every other status it may answer
     description: str | None = None
@@ -348,6 +351,79 @@ DOCS = Route(
     statuses=(500,),
     media_type="text/html",
 )
+_WEBHOOK = "The webhook."
+_WEBHOOK_CREATE = (
+    "Needs the permission `webhooks:write`. keysvc addition. The URL is http(s), without "
+    f"credentials, at most {s.MAX_WEBHOOK_URL} characters, and its host must be public (not "
+    "loopback, private, link-local, multicast, reserved or unspecified) unless "
+    f"KEYSVC_WEBHOOK_ALLOW_PRIVATE=1. 409 when the organization already holds "
+    f"{s.MAX_WEBHOOKS_PER_ORG} webhooks. The signing secret is in this answer only."
+)
+_DELIVERIES = (
+    "Needs the permission `webhooks:read`. keysvc addition. Newest first, in pages of `limit`: "
+    "each delivery of an event to this webhook, its attempts (time, HTTP status or error "
+    "class), its next attempt and its state (pending, delivered, or failed once a day has "
+    "passed without a 2xx)."
+)
+LIST_WEBHOOKS = Route(
+    "GET",
+    WEBHOOKS_PATH,
+    "keysvcWebhookList",
+    "Get the organization's webhooks, oldest first (keysvc addition)",
+    tag="webhooks",
+    permission="webhooks:read",
+    response=r.WebhookSchema,
+    many=True,
+    answer="Webhooks.",
+    statuses=AUTHENTICATED,
+)
+CREATE_WEBHOOK = Route(
+    "POST",
+    WEBHOOKS_PATH,
+    "keysvcWebhookCreate",
+    "Create a webhook (keysvc addition)",
+    tag="webhooks",
+    permission="webhooks:write",
+    body=s.CreateWebhookSchema,
+    response=r.CreateWebhookResultSchema,
+    answer="The webhook, and its signing secret once.",
+    statuses=(*WRITE, 409),
+    description=_WEBHOOK_CREATE,
+)
+GET_WEBHOOK = Route(
+    "GET",
+    WEBHOOK_PATH,
+    "keysvcWebhookGet",
+    "Get webhook details (keysvc addition)",
+    tag="webhooks",
+    permission="webhooks:read",
+    response=r.WebhookSchema,
+    answer=_WEBHOOK,
+    statuses=(*AUTHENTICATED, 404),
+)
+DELETE_WEBHOOK = Route(
+    "DELETE",
+    WEBHOOK_PATH,
+    "keysvcWebhookDelete",
+    "Delete a webhook and its pending deliveries (keysvc addition)",
+    tag="webhooks",
+    permission="webhooks:write",
+    answer=_DONE,
+    statuses=(*WRITE, 404),
+)
+LIST_DELIVERIES = Route(
+    "GET",
+    DELIVERIES_PATH,
+    "keysvcWebhookDeliveries",
+    "Get a webhook's deliveries and their attempts, newest first (keysvc addition)",
+    tag="webhooks",
+    permission="webhooks:read",
+    response=r.DeliverySchema,
+    paged="deliveries",
+    answer="Deliveries.",
+    statuses=(*AUTHENTICATED, 404),
+    description=_DELIVERIES,
+)
 DOCS_ASSET = Route(
     "GET", "/docs/assets/{name}", "keysvcDocsAsset", "An asset of the docs page", tag="ops",
     public=True, statuses=(404, 500), media_type="application/octet-stream",
@@ -375,6 +451,7 @@ ROUTES: tuple[Route, ...] = (
     LIST_KEYS, CREATE_KEY, GET_KEY, UPDATE_KEY, DELETE_KEY, ROTATE_KEY, KEY_USAGE,
     LIST_ROLES, CREATE_ROLE, GET_ROLE, UPDATE_ROLE, DELETE_ROLE,
     LIST_ACTIVITIES, GET_ACTIVITY,
+    LIST_WEBHOOKS, CREATE_WEBHOOK, GET_WEBHOOK, DELETE_WEBHOOK, LIST_DELIVERIES,
     WHOAMI, VERIFY, ROOT, HEALTHZ, READYZ, METRICS, OPENAPI_DOCUMENT, DOCS, DOCS_ASSET,
     CONSOLE, CONSOLE_ASSET,
 )  # fmt: skip

@@ -200,3 +200,64 @@ create table if not exists activity_heads (
     last_hash       blob not null,
     mac             blob not null
 ) strict;
+
+-- Webhooks (keysvc.webhooks): where an organization's key events are POSTed. The
+-- signing secret is not stored: only a random nonce, from which the secret is derived
+-- with a key that comes from the pepper (keysvc.credentials), so the database alone
+-- cannot sign.
+create table if not exists webhooks (
+    seq             integer primary key,
+    id              text not null unique,  -- uuid
+    organization_id text not null references organizations (id) on delete cascade,
+    url             text not null,
+    events          text not null,         -- JSON array of event types
+    expiring_days   integer not null,
+    nonce           blob not null,
+    created_at      text not null
+) strict;
+
+create index if not exists webhooks_org on webhooks (organization_id, seq);
+
+-- The outbox: one row per event and webhook, written in the transaction of the write
+-- that made the event, and delivered by a background task (keysvc.delivery). Instants
+-- the scheduler compares are unix seconds.
+create table if not exists webhook_deliveries (
+    seq             integer primary key,
+    id              text not null unique,  -- uuid
+    webhook_id      text not null references webhooks (id) on delete cascade,
+    event_id        text not null,         -- the same for every webhook the event goes to
+    event_type      text not null,
+    body            text not null,         -- the JSON POSTed, signed as it is
+    created_at      text not null,
+    give_up_at      real not null,
+    state           text not null check (state in ('pending', 'delivered', 'failed')),
+    attempts        integer not null default 0,
+    next_attempt_at real,                  -- null once delivered or failed
+    lease_until     real,                  -- a process is attempting it until then
+    lease_owner     text
+) strict;
+
+create index if not exists webhook_deliveries_due on webhook_deliveries (next_attempt_at)
+    where state = 'pending';
+create index if not exists webhook_deliveries_of on webhook_deliveries (webhook_id, seq);
+create index if not exists webhook_deliveries_done on webhook_deliveries (give_up_at)
+    where state <> 'pending';
+
+create table if not exists webhook_attempts (
+    delivery_seq integer not null references webhook_deliveries (seq) on delete cascade,
+    n            integer not null,         -- 1, 2, ...
+    at           text not null,
+    status       integer,                  -- the receiver's HTTP status
+    error        text,                     -- or why there was none: an error class
+    primary key (delivery_seq, n)
+) strict, without rowid;
+
+-- Which key.expiring warnings were enqueued: one per webhook, key and expiry date.
+create table if not exists webhook_expiry_warnings (
+    webhook_id text not null references webhooks (id) on delete cascade,
+    key_id     text not null references api_keys (id) on delete cascade,
+    expire_at  text not null,
+    primary key (webhook_id, key_id, expire_at)
+) strict, without rowid;
+
+create index if not exists webhook_expiry_warnings_key on webhook_expiry_warnings (key_id);

@@ -613,3 +613,63 @@ def load(schema: Schema, data: Mapping[str, Any]) -> dict[str, Any]:
             shown.append(f"and {len(messages) - MAX_MESSAGES} more")
         raise BadRequest("; ".join(shown)) from None
     return result
+
+
+# Webhooks (keysvc.webhooks): the event types a subscription may name, and its bounds.
+EVENT_TYPES = (
+    "key.created",
+    "key.updated",
+    "key.deleted",
+    "key.rotated",
+    "key.expiring",
+    "key.used_after_revoke",
+)
+MAX_WEBHOOK_URL = 2048
+MAX_WEBHOOKS_PER_ORG = 20
+DEFAULT_EXPIRING_DAYS, MAX_EXPIRING_DAYS = 7, 90
+
+
+class CreateWebhookSchema(Schema):
+    """The create-webhook body. The URL's scheme, host and addresses are checked by
+    ``keysvc.targets``."""
+
+    url = fields.String(
+        required=True,
+        validate=validate.Length(
+            1,
+            MAX_WEBHOOK_URL,
+            error="must be 1 to {max} characters, such as https://example.com/hooks",
+        ),
+        metadata={
+            "format": "uri",
+            "pattern": "^https?://",
+            "description": "Where events are POSTed: http(s), no credentials, a public host"
+            " (keysvc.targets).",
+        },
+    )
+    events = BoundedList(
+        fields.String(
+            validate=validate.OneOf(EVENT_TYPES, error="must be one of: " + ", ".join(EVENT_TYPES))
+        ),
+        required=True,
+        validate=validate.Length(
+            1, len(EVENT_TYPES), error="must name 1 to {max} event types, each once"
+        ),
+        metadata={"uniqueItems": True},
+    )
+    expiringDays = WholeNumber(
+        load_default=DEFAULT_EXPIRING_DAYS,
+        validate=validate.Range(
+            1, MAX_EXPIRING_DAYS, error="must be an integer from {min} to {max}"
+        ),
+        metadata={"description": "How many days before a key's expireAt key.expiring is sent."},
+    )
+
+    @validates("events")
+    def _each_once(self, value: list[str], data_key: str) -> None:
+        if len(set(value)) != len(value):
+            raise ValidationError("must name each event type once")
+
+
+class ListDeliveriesQuerySchema(ListKeysQuerySchema):
+    """A page of a webhook's deliveries: the same limit, and a cursor of the same shape."""

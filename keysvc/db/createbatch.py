@@ -21,9 +21,11 @@ from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
 from keysvc.db.connections import BUSY_TIMEOUT_MS, connect_now, many_rows
 from keysvc.db.freshness import GENERATION
+from keysvc.db.outbox import enqueue_now
 from keysvc.db.rows import keys_with_roles, role_from_row
 from keysvc.errors import Conflict, ServiceUnavailable
 from keysvc.models import Activity, Key, NewKey, Role
+from keysvc.render import api_key
 
 _T = TypeVar("_T")
 
@@ -242,6 +244,9 @@ def _insert_batch(conn: sqlite3.Connection, batch: Sequence[Create]) -> list[Mad
         rows = conn.execute(key_sql.KEYS_WITH_IDS, (ids,)).fetchall()
         role_of_keys = conn.execute(key_sql.ROLES_OF_KEYS, (ids,)).fetchall()
         keys = {key.id: key for key in keys_with_roles(rows, role_of_keys)}
+        # The creates' key.created events, in the transaction that writes their keys.
+        created = [(key.organization_id, api_key(key), key.created_at) for key in keys.values()]
+        enqueue_now(conn, "key.created", created)
     return [(None if key_id is None else keys[key_id], error) for key_id, error in planned]
 
 

@@ -156,6 +156,56 @@ MIGRATIONS: Sequence[str] = (
         mac             blob not null
     ) strict;
     """,
+    # 10: webhooks, their outbox, its attempts and the key.expiring warnings sent (see
+    # schema.sql).
+    """
+    create table if not exists webhooks (
+        seq integer primary key,
+        id text not null unique,
+        organization_id text not null references organizations (id) on delete cascade,
+        url text not null,
+        events text not null,
+        expiring_days integer not null,
+        nonce blob not null,
+        created_at text not null
+    ) strict;
+    create index if not exists webhooks_org on webhooks (organization_id, seq);
+    create table if not exists webhook_deliveries (
+        seq integer primary key,
+        id text not null unique,
+        webhook_id text not null references webhooks (id) on delete cascade,
+        event_id text not null,
+        event_type text not null,
+        body text not null,
+        created_at text not null,
+        give_up_at real not null,
+        state text not null check (state in ('pending', 'delivered', 'failed')),
+        attempts integer not null default 0,
+        next_attempt_at real,
+        lease_until real,
+        lease_owner text
+    ) strict;
+    create index if not exists webhook_deliveries_due on webhook_deliveries (next_attempt_at)
+        where state = 'pending';
+    create index if not exists webhook_deliveries_of on webhook_deliveries (webhook_id, seq);
+    create index if not exists webhook_deliveries_done on webhook_deliveries (give_up_at)
+        where state <> 'pending';
+    create table if not exists webhook_attempts (
+        delivery_seq integer not null references webhook_deliveries (seq) on delete cascade,
+        n integer not null,
+        at text not null,
+        status integer,
+        error text,
+        primary key (delivery_seq, n)
+    ) strict, without rowid;
+    create table if not exists webhook_expiry_warnings (
+        webhook_id text not null references webhooks (id) on delete cascade,
+        key_id text not null references api_keys (id) on delete cascade,
+        expire_at text not null,
+        primary key (webhook_id, key_id, expire_at)
+    ) strict, without rowid;
+    create index if not exists webhook_expiry_warnings_key on webhook_expiry_warnings (key_id);
+    """,
 )
 
 

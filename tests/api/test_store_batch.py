@@ -95,17 +95,17 @@ async def test_a_batch_of_creates_is_one_transaction_of_few_statements(
     ]
     assert statements[-5] == "release whole_batch" and statements[-1] == "commit"
     # One statement a table, whatever the number of keys; the reads (the authorization
-    # generation, the organization's count, the keys and their roles back) once; and the
-    # generation put back as it was (the key_roles triggers moved it: see _stage_batch).
-    # Then, in the same transaction, the keys' activities: their chain's head read, one
-    # insert for them all, the head moved.
+    # generation, the organization's count, the keys and their roles back, the webhooks
+    # subscribed to key.created) once; and the generation put back as it was (the
+    # key_roles triggers moved it: see _stage_batch). Then, in the same transaction, the
+    # keys' activities: their chain's head read, one insert for them all, the head moved.
     assert sum(s.startswith("insert into api_keys") for s in statements) == 1
     assert sum(s.startswith("insert into key_roles") for s in statements) == 1
     assert sum(s.startswith("insert into activities") for s in statements) == 1
     assert sum(s.startswith("insert into activity_heads") for s in statements) == 1
-    assert sum(s.startswith("select") for s in statements) == 5
+    assert sum(s.startswith("select") for s in statements) == 6
     assert statements[-6].startswith("update meta set value = ")
-    assert len(statements) == 16
+    assert len(statements) == 17
     assert all(isinstance(key, Key) for key in made)
     keys = [key for key in made if isinstance(key, Key)]
     assert [key.name for key in keys] == [f"k{n}" for n in range(30)]

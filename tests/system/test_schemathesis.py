@@ -181,6 +181,14 @@ organizationId = "{live.organization}"
 include-path = "/v1/verify"
 phases.coverage.unexpected-methods = []
 
+# Webhooks are left out: with their operations in the document, this seed's stateful
+# phase ends after some 17 scenarios (Hypothesis gives up), not 114, and so deletes
+# and re-reads keys too rarely for the checks below. tests/api/test_webhooks.py checks
+# their answers against the document.
+[[operations]]
+include-path-regex = "/webhooks"
+enabled = false
+
 [[operations]]
 include-operation-id = "organizationRolesGetList"
 parameters = {{ "query.cursor" = {{ dictionary = "roleCursors" }} }}
@@ -238,14 +246,18 @@ def operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]
 
 def test_schemathesis_finds_no_failure(live: Live) -> None:
     done = run_schemathesis(live, seed(live))
+    print(done.stdout[-6000:])
     assert done.returncode == 0, done.stdout[-30000:] + done.stderr[-5000:]
 
     document = live.call("GET", "/v1/openapi.json")
     suite = ET.parse(live.directory / "junit.xml").getroot()
     assert suite.get("failures") == "0" and suite.get("errors") == "0"
     tested = {case.get("name") for case in suite.iter("testcase")}
-    # Schemathesis does not test the operation that serves the document it runs from.
-    documented = {f"{method} {path}" for method, path, _ in operations(document)}
+    # Schemathesis does not test the operation that serves the document it runs from, nor
+    # the webhooks' (left out in the config above).
+    documented = {
+        f"{method} {path}" for method, path, _ in operations(document) if "/webhooks" not in path
+    }
     assert tested >= documented - {"GET /v1/openapi.json"}
 
     entries = json.loads((live.directory / "har.json").read_text())["log"]["entries"]
@@ -306,9 +318,9 @@ def test_every_operation_that_needs_credentials_answers_401_without(live: Live) 
         for method, path, operation in operations(document)
         if operation.get("security", document["security"])
     ]
-    assert len(protected) == 18
+    assert len(protected) == 21
     for method, path in protected:
-        ids = {name: uuid.uuid4() for name in ("keyId", "roleId", "activityId")}
+        ids = {name: uuid.uuid4() for name in ("keyId", "roleId", "activityId", "webhookId")}
         url = path.format(organizationId=live.organization, **ids)
         request = urllib.request.Request(
             live.server.base + url,

@@ -1,0 +1,274 @@
+"""The webhook outbox: events written in the transaction of the write that made them,
+one row per event and subscribed webhook, and the short statements the delivery task
+(``keysvc.delivery``) claims, records and releases them with.
+
+``enqueue`` is the one way an event enters the outbox; ``enqueue_now`` is its
+synchronous twin for the create batches' own connection (``keysvc.db.createbatch``).
+Both build the same rows (``_rows``). Nothing here waits on the network: a claim
+leases deliveries in one short transaction, the attempt happens outside any, and
+its outcome is recorded in another.
+"""
+
+import json
+import sqlite3
+import uuid
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import aiosqlite
+
+from keysvc.db.connections import fetch_all, fetch_one
+from keysvc.timeutil import to_text
+
+# How long a delivery is retried after its event: past it, the delivery has failed.
+RETRY_FOR_SECONDS = 24 * 3600
+# How long a delivered or failed delivery stays in the log after its event.
+KEEP_SECONDS = 30 * 24 * 3600
+PRUNED_PER_TRANSACTION = 1000
+
+SUBSCRIBERS = """
+    select id from webhooks
+    where organization_id = ? and exists (select 1 from json_each(webhooks.events) where value = ?)
+    order by seq
+"""
+SUBSCRIBERS_OF = """
+    select id, organization_id from webhooks
+    where organization_id in (select value from json_each(?))
+      and exists (select 1 from json_each(webhooks.events) where value = ?)
+    order by seq
+"""
+INSERT_DELIVERY = """
+    insert into webhook_deliveries (id, webhook_id, event_id, event_type, body, created_at,
+                                    give_up_at, state, next_attempt_at)
+    values (?, ?, ?, ?, ?, ?, ?, 'pending', ?)
+"""
+ANY_DUE = """
+    select 1 from webhook_deliveries
+    where state = 'pending' and next_attempt_at <= ? and (lease_until is null or lease_until <= ?)
+    limit 1
+"""
+DUE = """
+    select d.seq, d.event_id, d.event_type, d.body, d.attempts, d.give_up_at, w.url, w.nonce
+    from webhook_deliveries d join webhooks w on w.id = d.webhook_id
+    where d.state = 'pending' and d.next_attempt_at <= ?
+      and (d.lease_until is null or d.lease_until <= ?)
+    order by d.next_attempt_at limit ?
+"""
+LEASE = """
+    update webhook_deliveries set lease_until = ?, lease_owner = ?
+    where seq in (select value from json_each(?))
+"""
+RECORD_ATTEMPT = """
+    insert into webhook_attempts (delivery_seq, n, at, status, error)
+    select seq, attempts + 1, ?, ?, ? from webhook_deliveries where seq = ? and lease_owner = ?
+"""
+FINISH_ATTEMPT = """
+    update webhook_deliveries
+    set attempts = attempts + 1, state = ?, next_attempt_at = ?, lease_until = null,
+        lease_owner = null
+    where seq = ? and lease_owner = ?
+"""
+RELEASE = """
+    update webhook_deliveries set lease_until = null, lease_owner = null where lease_owner = ?
+"""
+# Keys that a webhook subscribed to key.expiring should now warn of, and has not for
+# this expiry date: enabled, expiring after ``now`` and within its expiringDays.
+EXPIRING = """
+    select w.id as webhook_id, k.id as key_id, k.organization_id, k.expire_at
+    from webhooks w join api_keys k on k.organization_id = w.organization_id
+    where exists (select 1 from json_each(w.events) where value = 'key.expiring')
+      and k.state = 'enabled' and k.expire_at is not null
+      and julianday(k.expire_at) > julianday(?)
+      and julianday(k.expire_at) <= julianday(?) + w.expiring_days
+      and not exists (
+          select 1 from webhook_expiry_warnings x
+          where x.webhook_id = w.id and x.key_id = k.id and x.expire_at = k.expire_at)
+    order by k.organization_id, k.id
+    limit ?
+"""
+# Finished deliveries past KEEP_SECONDS, a bounded number at a time (their attempts go
+# with them: on delete cascade).
+ANY_TO_PRUNE = """
+    select 1 from webhook_deliveries where state <> 'pending' and give_up_at < ? limit 1
+"""
+PRUNE = """
+    delete from webhook_deliveries where seq in (
+        select seq from webhook_deliveries
+        where state <> 'pending' and give_up_at < ? order by give_up_at limit ?)
+"""
+WARNED = """
+    insert into webhook_expiry_warnings (webhook_id, key_id, expire_at) values (?, ?, ?)
+    on conflict do nothing
+"""
+
+
+@dataclass(frozen=True)
+class Due:
+    """A delivery leased for an attempt, with what the attempt needs."""
+
+    seq: int
+    event_id: str
+    event_type: str
+    body: str
+    attempts: int
+    give_up_at: float
+    url: str
+    nonce: bytes
+
+
+@dataclass(frozen=True)
+class Expiring:
+    webhook_id: str
+    key_id: str
+    organization_id: str
+    expire_at: str
+
+
+def event_body(
+    event_id: str, event_type: str, organization_id: str, data: dict[str, Any], now: datetime
+) -> str:
+    """The JSON a receiver is sent, as it is signed."""
+    return json.dumps(
+        {
+            "id": event_id,
+            "type": event_type,
+            "createdAt": to_text(now),
+            "organizationId": organization_id,
+            "data": data,
+        },
+        separators=(",", ":"),
+    )
+
+
+def _rows(
+    webhook_ids: Sequence[str],
+    organization_id: str,
+    event_type: str,
+    data: dict[str, Any],
+    now: datetime,
+) -> list[tuple[object, ...]]:
+    """One delivery row per webhook, all of one event: due now, given up a day later."""
+    if not webhook_ids:
+        return []
+    event_id = str(uuid.uuid4())
+    body = event_body(event_id, event_type, organization_id, data, now)
+    at = now.timestamp()
+    return [
+        (str(uuid.uuid4()), webhook_id, event_id, event_type, body, to_text(now),
+         at + RETRY_FOR_SECONDS, at)
+        for webhook_id in webhook_ids
+    ]  # fmt: skip
+
+
+async def enqueue(
+    conn: aiosqlite.Connection,
+    organization_id: str,
+    event_type: str,
+    data: dict[str, Any],
+    now: datetime,
+    webhook_ids: Collection[str] | None = None,
+) -> None:
+    """Inside the write's transaction: the event, for each of the organization's
+    webhooks subscribed to ``event_type`` (among ``webhook_ids``, when given)."""
+    subscribed = [
+        row[0] for row in await fetch_all(conn, SUBSCRIBERS, (organization_id, event_type))
+    ]
+    if webhook_ids is not None:
+        subscribed = [webhook_id for webhook_id in subscribed if webhook_id in webhook_ids]
+    rows = _rows(subscribed, organization_id, event_type, data, now)
+    if rows:
+        await conn.executemany(INSERT_DELIVERY, rows)
+
+
+def enqueue_now(
+    conn: sqlite3.Connection,
+    event_type: str,
+    events: Sequence[tuple[str, dict[str, Any], datetime]],
+) -> None:
+    """``enqueue`` on a synchronous connection, inside its transaction, for several
+    events of one type at once, each (organization, data, time): one read and one
+    insert whatever their number, as a create batch needs."""
+    orgs = json.dumps(list(dict.fromkeys(org for org, _, _ in events)))
+    subscribed: dict[str, list[str]] = {}
+    for webhook_id, org in conn.execute(SUBSCRIBERS_OF, (orgs, event_type)):
+        subscribed.setdefault(org, []).append(webhook_id)
+    rows = [
+        row
+        for org, data, now in events
+        for row in _rows(subscribed.get(org, ()), org, event_type, data, now)
+    ]
+    if rows:
+        conn.executemany(INSERT_DELIVERY, rows)
+
+
+async def any_due(conn: aiosqlite.Connection, now: float) -> bool:
+    return await fetch_one(conn, ANY_DUE, (now, now)) is not None
+
+
+async def claim(
+    conn: aiosqlite.Connection, now: float, lease_until: float, owner: str, limit: int
+) -> list[Due]:
+    """Inside a write transaction: up to ``limit`` due deliveries nobody holds, leased
+    to ``owner`` until ``lease_until`` so that no other process attempts them meanwhile."""
+    rows = await fetch_all(conn, DUE, (now, now, limit))
+    if rows:
+        seqs = json.dumps([row["seq"] for row in rows])
+        await conn.execute(LEASE, (lease_until, owner, seqs))
+    return [
+        Due(row["seq"], row["event_id"], row["event_type"], row["body"], row["attempts"],
+            row["give_up_at"], row["url"], row["nonce"])
+        for row in rows
+    ]  # fmt: skip
+
+
+async def record(
+    conn: aiosqlite.Connection,
+    due: Due,
+    owner: str,
+    at: datetime,
+    status: int | None,
+    error: str | None,
+    state: str,
+    next_attempt_at: float | None,
+) -> None:
+    """Inside a write transaction: one attempt's outcome, unless the lease was lost
+    (the webhook deleted meanwhile, or the lease run out and taken by another)."""
+    await conn.execute(RECORD_ATTEMPT, (to_text(at), status, error, due.seq, owner))
+    await conn.execute(FINISH_ATTEMPT, (state, next_attempt_at, due.seq, owner))
+
+
+async def release(conn: aiosqlite.Connection, owner: str) -> None:
+    """Inside a write transaction: give back what ``owner`` leased, for another to attempt."""
+    await conn.execute(RELEASE, (owner,))
+
+
+async def expiring(conn: aiosqlite.Connection, now: datetime, limit: int) -> list[Expiring]:
+    text = to_text(now)
+    rows = await fetch_all(conn, EXPIRING, (text, text, limit))
+    return [
+        Expiring(row["webhook_id"], row["key_id"], row["organization_id"], row["expire_at"])
+        for row in rows
+    ]
+
+
+async def warned(conn: aiosqlite.Connection, webhook_id: str, key_id: str, expire_at: str) -> bool:
+    """Inside a write transaction: remember the warning; False if it was already sent."""
+    cursor = await conn.execute(WARNED, (webhook_id, key_id, expire_at))
+    return cursor.rowcount > 0
+
+
+def _prune_cutoff(now: float) -> float:
+    return now - KEEP_SECONDS + RETRY_FOR_SECONDS  # give_up_at is the event's time plus a day
+
+
+async def any_to_prune(conn: aiosqlite.Connection, now: float) -> bool:
+    return await fetch_one(conn, ANY_TO_PRUNE, (_prune_cutoff(now),)) is not None
+
+
+async def prune(conn: aiosqlite.Connection, now: float) -> int:
+    """Inside a write transaction: drop up to PRUNED_PER_TRANSACTION finished deliveries
+    whose event is more than KEEP_SECONDS old; how many went."""
+    cursor = await conn.execute(PRUNE, (_prune_cutoff(now), PRUNED_PER_TRANSACTION))
+    return cursor.rowcount

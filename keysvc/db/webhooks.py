@@ -1,0 +1,159 @@
+"""All SQL about webhooks and their delivery log, as plain text with ``?`` parameters:
+the subscriptions an organization holds and the deliveries (with their attempts)
+the API shows. The outbox that events are written to, and that the delivery task
+reads, is ``keysvc.db.outbox``'s.
+"""
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import aiosqlite
+
+from keysvc.db.connections import fetch_all, fetch_one
+from keysvc.timeutil import from_text, to_text
+
+
+@dataclass(frozen=True)
+class Webhook:
+    seq: int
+    id: str
+    organization_id: str
+    url: str
+    events: tuple[str, ...]
+    expiring_days: int
+    nonce: bytes
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Attempt:
+    at: datetime
+    status: int | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Delivery:
+    seq: int
+    id: str
+    event_id: str
+    event_type: str
+    created_at: datetime
+    state: str
+    attempts: tuple[Attempt, ...]
+    next_attempt_at: datetime | None
+
+
+WEBHOOK = """
+    select seq, id, organization_id, url, events, expiring_days, nonce, created_at
+    from webhooks where id = ? and organization_id = ?
+"""
+WEBHOOKS_OF = """
+    select seq, id, organization_id, url, events, expiring_days, nonce, created_at
+    from webhooks where organization_id = ? order by seq
+"""
+COUNT_WEBHOOKS = "select count(*) from webhooks where organization_id = ?"
+INSERT_WEBHOOK = """
+    insert into webhooks (id, organization_id, url, events, expiring_days, nonce, created_at)
+    values (?, ?, ?, ?, ?, ?, ?)
+"""
+DELETE_WEBHOOK = "delete from webhooks where id = ? and organization_id = ?"
+# Newest first, before the cursor's delivery (seq); one more than the page, to know
+# whether another follows.
+DELIVERY_PAGE = """
+    select seq, id, event_id, event_type, created_at, state, next_attempt_at
+    from webhook_deliveries where webhook_id = ? and seq < ? order by seq desc limit ?
+"""
+COUNT_DELIVERIES = "select count(*) from webhook_deliveries where webhook_id = ?"
+ATTEMPTS_OF = """
+    select delivery_seq, at, status, error from webhook_attempts
+    where delivery_seq in (select value from json_each(?)) order by delivery_seq, n
+"""
+
+
+def webhook_from_row(row: sqlite3.Row) -> Webhook:
+    return Webhook(
+        seq=row["seq"],
+        id=row["id"],
+        organization_id=row["organization_id"],
+        url=row["url"],
+        events=tuple(json.loads(row["events"])),
+        expiring_days=row["expiring_days"],
+        nonce=row["nonce"],
+        created_at=from_text(row["created_at"]),
+    )
+
+
+def from_unix(seconds: float | None) -> datetime | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
+
+
+async def get_webhook(
+    conn: aiosqlite.Connection, organization_id: str, webhook_id: str
+) -> Webhook | None:
+    row = await fetch_one(conn, WEBHOOK, (webhook_id, organization_id))
+    return None if row is None else webhook_from_row(row)
+
+
+async def list_webhooks(conn: aiosqlite.Connection, organization_id: str) -> list[Webhook]:
+    return [webhook_from_row(row) for row in await fetch_all(conn, WEBHOOKS_OF, (organization_id,))]
+
+
+async def count_webhooks(conn: aiosqlite.Connection, organization_id: str) -> int:
+    row = await fetch_one(conn, COUNT_WEBHOOKS, (organization_id,))
+    return 0 if row is None else int(row[0])
+
+
+async def insert_webhook(
+    conn: aiosqlite.Connection,
+    webhook_id: str,
+    organization_id: str,
+    url: str,
+    events: tuple[str, ...],
+    expiring_days: int,
+    nonce: bytes,
+    created_at: datetime,
+) -> Webhook:
+    params = (webhook_id, organization_id, url, json.dumps(list(events)), expiring_days, nonce)
+    await conn.execute(INSERT_WEBHOOK, (*params, to_text(created_at)))
+    made = await get_webhook(conn, organization_id, webhook_id)
+    assert made is not None  # inserted just now, in this transaction
+    return made
+
+
+async def delete_webhook(conn: aiosqlite.Connection, organization_id: str, webhook_id: str) -> bool:
+    cursor = await conn.execute(DELETE_WEBHOOK, (webhook_id, organization_id))
+    return cursor.rowcount > 0
+
+
+async def delivery_page(
+    conn: aiosqlite.Connection, webhook_id: str, before: int | None, limit: int
+) -> tuple[list[Delivery], bool, int]:
+    """Deliveries of the webhook newest first, before the ``before``-th (none: from the
+    newest), at most ``limit``: those, whether more follow, and how many it has."""
+    upper = before if before is not None else 2**63 - 1
+    rows = await fetch_all(conn, DELIVERY_PAGE, (webhook_id, upper, limit + 1))
+    more, rows = len(rows) > limit, rows[:limit]
+    total_row = await fetch_one(conn, COUNT_DELIVERIES, (webhook_id,))
+    seqs = json.dumps([row["seq"] for row in rows])
+    attempts: dict[int, list[Attempt]] = {}
+    for attempt in await fetch_all(conn, ATTEMPTS_OF, (seqs,)):
+        attempts.setdefault(attempt["delivery_seq"], []).append(
+            Attempt(from_text(attempt["at"]), attempt["status"], attempt["error"])
+        )
+    deliveries = [
+        Delivery(
+            seq=row["seq"],
+            id=row["id"],
+            event_id=row["event_id"],
+            event_type=row["event_type"],
+            created_at=from_text(row["created_at"]),
+            state=row["state"],
+            attempts=tuple(attempts.get(row["seq"], ())),
+            next_attempt_at=from_unix(row["next_attempt_at"]),
+        )
+        for row in rows
+    ]
+    return deliveries, more, 0 if total_row is None else int(total_row[0])

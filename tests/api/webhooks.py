@@ -1,0 +1,50 @@
+"""What the webhook tests share: their URLs, a create through the API, and a client
+whose app may send webhooks to the loopback receiver quickly."""
+
+import asyncio
+from typing import Any
+
+from keysvc.config import Settings
+from tests.helpers import Client, ClientFactory, Creds, FakeClock, assert_ok, client_with
+
+
+def hooks_url(creds: Creds, webhook_id: str | None = None, tail: str = "") -> str:
+    base = f"/v1/organizations/{creds.organization_id}/webhooks"
+    return (base if webhook_id is None else f"{base}/{webhook_id}") + tail
+
+
+async def create_webhook(client: Client, caller: Creds, body: dict[str, Any]) -> dict[str, Any]:
+    """Create a webhook through the API; the whole result (webhook and secret)."""
+    response = await client.post(hooks_url(caller), json=body, headers=caller.headers)
+    result: dict[str, Any] = await assert_ok(response)
+    return result
+
+
+async def deliveries(client: Client, caller: Creds, webhook_id: str) -> list[dict[str, Any]]:
+    response = await client.get(
+        hooks_url(caller, webhook_id, "/deliveries"), headers=caller.headers
+    )
+    result: list[dict[str, Any]] = await assert_ok(response)
+    return result
+
+
+async def private_client(
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock, **changes: Any
+) -> Client:
+    """A client of an app that may send webhooks to loopback, retrying after a second."""
+    changes = {"webhook_allow_private": True, "webhook_retry_seconds": 1.0, **changes}
+    return await client_with(aiohttp_client, settings, clock, **changes)
+
+
+async def attempted(
+    client: Client, caller: Creds, webhook_id: str, *, count: int = 1, attempts: int = 1
+) -> list[dict[str, Any]]:
+    """The webhook's delivery log once it holds ``count`` deliveries with ``attempts``
+    attempts recorded each (a receiver sees a request before keysvc records its answer)."""
+    log: list[dict[str, Any]] = []
+    for _ in range(300):
+        log = await deliveries(client, caller, webhook_id)
+        if len(log) >= count and all(len(d["attempts"]) >= attempts for d in log[:count]):
+            return log
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"not attempted {attempts} times: {log}")

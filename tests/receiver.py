@@ -1,0 +1,96 @@
+"""A real webhook receiver for the tests: an aiohttp server on a loopback port that
+records what it is sent and answers as told (2xx, 500, a redirect, or not at all), and
+a signature check written from the README's description, apart from keysvc's code."""
+
+import asyncio
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from tests.server import free_port
+
+
+@dataclass(frozen=True)
+class Received:
+    headers: dict[str, str]
+    body: bytes
+    status: int  # what the receiver answered
+
+    @property
+    def event(self) -> dict[str, Any]:
+        parsed: dict[str, Any] = json.loads(self.body)
+        return parsed
+
+
+def signature_valid(secret: str, received: Received, tolerance: float = 300) -> bool:
+    """The receiver's check, as the README describes it: t and v1 from Keysvc-Signature,
+    HMAC-SHA256 keyed with the secret over "<t>.<raw body>", compared in constant time,
+    and t within ``tolerance`` seconds of now."""
+    parts = dict(
+        item.split("=", 1)
+        for item in received.headers["Keysvc-Signature"].split(",")
+        if "=" in item
+    )
+    timestamp = int(parts["t"])
+    expected = hmac.new(
+        secret.encode(), str(timestamp).encode() + b"." + received.body, hashlib.sha256
+    ).hexdigest()
+    return abs(time.time() - timestamp) <= tolerance and hmac.compare_digest(expected, parts["v1"])
+
+
+class Receiver:
+    """Answers ``status`` (204 by default); with ``hang`` set, answers nothing until
+    ``release`` is set. Every request is kept in ``received``."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}/hooks"
+        self.status = 204
+        self.hang = False
+        self.release = asyncio.Event()
+        self.received: list[Received] = []
+        self._changed = asyncio.Condition()
+        self._runner: web.AppRunner | None = None
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        status = self.status  # as recorded, whatever a test sets meanwhile
+        async with self._changed:
+            self.received.append(Received(dict(request.headers), body, status))
+            self._changed.notify_all()
+        if self.hang:
+            await self.release.wait()
+        if 300 <= status < 400:
+            return web.Response(status=status, headers={"Location": "http://127.0.0.1:9/"})
+        return web.Response(status=status)
+
+    async def start(self) -> "Receiver":
+        app = web.Application()
+        app.router.add_post("/hooks", self._handle)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.5)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        return self
+
+    async def stop(self) -> None:
+        self.release.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def wait_for(
+        self, done: Callable[[list[Received]], bool], timeout: float = 30
+    ) -> list[Received]:
+        """Wait until ``done(received)``; fail after ``timeout`` seconds."""
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(lambda: done(self.received)), timeout)
+        return list(self.received)
+
+    def events(self, event_type: str | None = None) -> list[dict[str, Any]]:
+        return [r.event for r in self.received if event_type in (None, r.event["type"])]

@@ -1,0 +1,35 @@
+"""The webhook tables' migration step: on a database without them it makes what
+schema.sql makes (tables, indexes, their columns and constraints), so that an
+upgraded database and a new one hold the same outbox."""
+
+import re
+import sqlite3
+from pathlib import Path
+
+from keysvc.db import migrations
+
+TABLES = ("webhooks", "webhook_deliveries", "webhook_attempts", "webhook_expiry_warnings")
+
+
+def _shape(conn: sqlite3.Connection) -> dict[str, str]:
+    """Each webhook table's and index's SQL, whitespace and comments taken out."""
+    rows = conn.execute(
+        "select name, sql from sqlite_master where tbl_name in (?, ?, ?, ?) and sql is not null",
+        TABLES,
+    )
+    return {name: re.sub(r"\s+", " ", re.sub(r"--[^\n]*", "", sql)).strip() for name, sql in rows}
+
+
+def test_the_step_makes_what_schema_sql_makes(tmp_path: Path) -> None:
+    (step,) = [s for s in migrations.MIGRATIONS if "create table if not exists webhooks" in s]
+    fresh = sqlite3.connect(tmp_path / "fresh.db")
+    fresh.executescript(migrations.schema_sql())
+    upgraded = sqlite3.connect(tmp_path / "upgraded.db")
+    upgraded.executescript(migrations.schema_sql())
+    for table in reversed(TABLES):
+        upgraded.execute(f"drop table {table}")
+    assert _shape(upgraded) == {}
+    upgraded.executescript(step)
+    made = _shape(upgraded)
+    assert set(made) >= set(TABLES)
+    assert made == _shape(fresh)
