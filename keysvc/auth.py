@@ -49,13 +49,15 @@ from keysvc.activities import api_actor, key_used_after_revoke
 from keysvc.addresses import IPAddress, network_of
 from keysvc.config import IPNetwork
 from keysvc.credentials import Hasher, checksum_fails
+from keysvc.db.batching import RevokedUse
 from keysvc.db.store import Store
 from keysvc.db.usage import OUTCOMES
 from keysvc.errors import BearerUnauthorized, Forbidden, TooManyRequests, Unauthorized
 from keysvc.metrics import AuthReason
-from keysvc.models import Activity, Credential, Key
+from keysvc.models import Credential, Key
 from keysvc.permissions import has_permission
 from keysvc.ratelimit import Decision, Limits
+from keysvc.render import api_key
 from keysvc.routes import is_public
 from keysvc.state import (
     AUTH_OUTCOME,
@@ -230,14 +232,15 @@ async def authenticate(request: web.Request, address: "IPAddress | None", now: d
 def _note_revoked_use(
     request: web.Request, store: Store, key: Key, address: IPAddress | None, now: datetime
 ) -> None:
-    """Log that the credentials of a disabled key were used, by that key, at most once
-    a minute per key and off this request's path (``Store.note_revoked_use``)."""
+    """Log that the credentials of a disabled key were used, by that key, and send the
+    ``key.used_after_revoke`` event, at most once a minute per key and off this
+    request's path (``Store.note_revoked_use``)."""
 
-    def activity() -> Activity:
+    def use() -> RevokedUse:
         actor = api_actor(key, address, request.headers.get(hdrs.USER_AGENT))
-        return key_used_after_revoke(key, actor, now)
+        return RevokedUse(key_used_after_revoke(key, actor, now), api_key(key))
 
-    store.note_revoked_use(key.id, now, activity)
+    store.note_revoked_use(key.id, now, use)
 
 
 def _address(text: str | None) -> IPAddress | None:

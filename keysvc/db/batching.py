@@ -18,9 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from keysvc.db import activities as activity_sql
-from keysvc.db import createbatch
+from keysvc.db import createbatch, outbox
 from keysvc.db import keys as key_sql
 from keysvc.db import usage as usage_sql
 from keysvc.db.connections import Writer
@@ -225,6 +226,14 @@ class Touches:
                 touches.done.set_result(None)
 
 
+@dataclass(frozen=True)
+class RevokedUse:
+    """A revoked key's use: its activity, and the key's public view for the event."""
+
+    activity: Activity
+    key_view: dict[str, Any]
+
+
 class RevokedUses:
     """Uses of revoked keys waiting to be logged, at most one per key a minute, and
     the task that writes them in one transaction."""
@@ -235,12 +244,13 @@ class RevokedUses:
         # Keys whose use was logged (or is waiting) in the minute of _minute.
         self._noted: set[str] = set()
         self._minute: datetime | None = None
-        self._pending: list[Activity] = []
+        self._pending: list[RevokedUse] = []
         self.flusher: asyncio.Task[None] | None = None
 
-    def note(self, key_id: str, moment: datetime, make: Callable[[], Activity]) -> None:
-        """Record the activity ``make`` returns, unless this key's use was noted this
-        minute already: then nothing is made, let alone written."""
+    def note(self, key_id: str, moment: datetime, make: Callable[[], "RevokedUse"]) -> None:
+        """Record the activity ``make`` returns and send its ``key.used_after_revoke``
+        event, unless this key's use was noted this minute already: then nothing is
+        made, let alone written."""
         minute = to_minute(moment)
         if minute != self._minute:
             self._noted, self._minute = set(), minute
@@ -257,8 +267,13 @@ class RevokedUses:
                 async with self._writer.transaction() as conn:
                     # Taken once the lock is held: uses noted meanwhile join in.
                     pending, self._pending = self._pending, []
-                    for activity in pending:
+                    for use in pending:
+                        activity = use.activity
                         await activity_sql.record(conn, self._chain, activity)
+                        await outbox.enqueue(
+                            conn, activity.organization_id, "key.used_after_revoke",
+                            use.key_view, activity.created_at,
+                        )  # fmt: skip
             except InsufficientStorage:
                 self._pending = []  # the full disk has its own log line (keysvc.diskspace)
             except Exception:

@@ -35,7 +35,7 @@ from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
 from keysvc.db import meta
 from keysvc.db import usage as usage_sql
-from keysvc.db.batching import Creates, RevokedUses, Touches
+from keysvc.db.batching import Creates, RevokedUse, RevokedUses, Touches
 from keysvc.db.cache import Caches
 from keysvc.db.connections import (
     Writer,
@@ -282,9 +282,12 @@ class Store:
         (docs/SECURITY.md)."""
         await self.points.rows(key_sql.CREDENTIAL_JOINED, (key_id_hash, key_id_hash))
 
-    def note_revoked_use(self, key_id: str, moment: datetime, make: Callable[[], Activity]) -> None:
-        """Record the activity ``make`` returns, a use of a revoked key, unless one was
-        this minute (``RevokedUses``); written later, never on the request's path."""
+    def note_revoked_use(
+        self, key_id: str, moment: datetime, make: Callable[[], RevokedUse]
+    ) -> None:
+        """Record the use of a revoked key ``make`` returns (its activity and its
+        ``key.used_after_revoke`` event), unless one was this minute (``RevokedUses``);
+        written later, never on the request's path."""
         self._revoked_uses.note(key_id, moment, make)
 
     # The activity log
