@@ -5,13 +5,15 @@ unprivileged user (``tests.components.unprivileged``: PostgreSQL refuses to run 
 root), started by ``pg_ctl`` on a free loopback port with its unix socket in that
 folder, and durability off (fsync, synchronous_commit, full_page_writes), as nothing
 in it outlives the session. Every test gets a database of its own, copied from a
-template (``CREATE DATABASE ... TEMPLATE``, a file copy), so a test pays for no
-schema and sees nothing another left behind.
+template that keysvc's own migration (``keysvc.db.pgschema``) brought to the current
+schema (``CREATE DATABASE ... TEMPLATE``, a file copy), so a test pays for no schema
+and sees nothing another left behind.
 
 Administration goes through ``psql`` over the unix socket, so that the harness needs
 no driver of its own.
 """
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -21,6 +23,9 @@ from collections.abc import Sequence
 from glob import glob
 from pathlib import Path
 
+import asyncpg
+
+from keysvc.db.pgschema import migrate
 from tests.components import give_to_unprivileged, require_command, unprivileged
 from tests.server import free_port
 
@@ -108,7 +113,15 @@ class Postgres:
             f"--options={' '.join(options)}",
         )
         self.psql("postgres", f"create database {TEMPLATE}")
+        asyncio.run(self._migrate(TEMPLATE))
         return self
+
+    async def _migrate(self, database: str) -> None:
+        conn = await asyncpg.connect(self.url(database))
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
 
     def stop(self) -> None:
         subprocess.run(
@@ -141,10 +154,10 @@ class Postgres:
         )
         return [line.split("\t") for line in out.splitlines() if line]
 
-    def fresh_database(self) -> str:
-        """A new database copied from the template; its name."""
+    def fresh_database(self, template: str = TEMPLATE) -> str:
+        """A new database copied from ``template`` (``template0``: an empty one); its name."""
         name = f"test_{uuid.uuid4().hex}"
-        self.psql("postgres", f"create database {name} template {TEMPLATE}")
+        self.psql("postgres", f"create database {name} template {template}")
         return name
 
     def drop_database(self, name: str) -> None:

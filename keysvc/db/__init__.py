@@ -3,7 +3,8 @@ and the caches of committed data. ``keysvc.db.store.Store`` is its front.
 
 Its modules import one another one way: ``store`` on top; under it ``batching``,
 ``roles`` and ``meta``; then ``createbatch``, ``keys`` and ``cache``; and at the
-bottom ``rows``, ``freshness``, ``connections``, ``migrations`` and ``timing``.
+bottom ``rows``, ``freshness``, ``connections``, ``migrations`` and ``timing``;
+``pgschema`` (PostgreSQL's schema and its versions) sits on ``migrations``.
 Nothing here imports the domain (``keysvc.keys``, ``keysvc.roles``), auth or
 the handlers.
 """
