@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from glob import glob
 from pathlib import Path
 
@@ -113,7 +114,10 @@ class Postgres:
             f"--options={' '.join(options)}",
         )
         self.psql("postgres", f"create database {TEMPLATE}")
-        asyncio.run(self._migrate(TEMPLATE))
+        # On a thread of its own: the first test to ask for the cluster may be running
+        # an event loop already.
+        with ThreadPoolExecutor(max_workers=1) as thread:
+            thread.submit(asyncio.run, self._migrate(TEMPLATE)).result()
         return self
 
     async def _migrate(self, database: str) -> None:

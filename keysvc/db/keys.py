@@ -3,7 +3,8 @@
 Functions here run statements on the connection they are given, inside whatever
 transaction the caller holds, and return records (``keysvc.db.rows``), never
 cursors. Lists of IDs are passed as one JSON parameter and expanded with
-``json_each``, so no SQL is ever built.
+``json_each``, so no SQL is ever built. A statement whose PostgreSQL form differs
+carries it beside it (``keysvc.db.dialect``).
 """
 
 import json
@@ -15,6 +16,7 @@ from datetime import datetime
 import aiosqlite
 
 from keysvc.db.connections import fetch_all, fetch_one
+from keysvc.db.dialect import Sql, with_json_list
 from keysvc.db.rows import keys_with_roles
 from keysvc.errors import Conflict
 from keysvc.models import Credential, Key, KeyChange, NewKey
@@ -64,17 +66,17 @@ _WITH_ROLES = """
 CREDENTIAL_JOINED = "with found as (" + CREDENTIAL + ")" + _WITH_ROLES
 # KEY_BY_ID's row, with its key's roles.
 KEY_BY_ID_JOINED = "with found as (" + KEY_BY_ID + ")" + _WITH_ROLES
-ROLES_OF_KEYS = """
+ROLES_OF_KEYS = with_json_list("""
     select kr.key_id, r.id, r.name, r.type, r.permissions, r.created_at, r.updated_at
     from key_roles kr join roles r on r.id = kr.role_id
-    where kr.key_id in (select value from json_each(?))
+    where kr.key_id in {json_list}
     order by r.type = 'custom', r.name
-"""
-KEYS_WITH_IDS = """
+""")
+KEYS_WITH_IDS = with_json_list("""
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
            used_at, ip_access_list, rate_limit, rate_window, previous_until
-    from api_keys where id in (select value from json_each(?)) order by seq
-"""
+    from api_keys where id in {json_list} order by seq
+""")
 INSERT_KEY = """
     insert into api_keys (id, org_seq, organization_id, name, state, key_id_hash, secret_hash,
                           key_suffix, ip_access_list, created_at, expire_at, rate_limit,
@@ -85,8 +87,10 @@ INSERT_KEY_ROLE = "insert into key_roles (key_id, role_id) values (?, ?)"
 COUNT_KEYS = "select key_count from organizations where id = ?"
 LAST_KEY_SEQ = "select last_key_seq from organizations where id = ?"
 # The effective state, as authentication sees it: expired means enabled but past expireAt.
-# julianday compares the instants, whatever fraction of a second the text carries.
-COUNT_KEYS_BY_STATE = """
+# julianday (PostgreSQL: a cast to timestamptz) compares the instants, whatever
+# fraction of a second the text carries.
+COUNT_KEYS_BY_STATE = Sql(
+    """
     select case
                when state = 'disabled' then 'disabled'
                when expire_at is not null and julianday(expire_at) <= julianday(?) then 'expired'
@@ -94,7 +98,18 @@ COUNT_KEYS_BY_STATE = """
            end as effective,
            count(*) as n
     from api_keys group by effective
-"""
+    """,
+    """
+    select case
+               when state = 'disabled' then 'disabled'
+               when expire_at is not null and expire_at::timestamptz <= ?::text::timestamptz
+               then 'expired'
+               else 'enabled'
+           end as effective,
+           count(*) as n
+    from api_keys group by effective
+    """,
+)
 
 # Whether a key ID is some key's, current or previous: a rotation's new one must be neither.
 KEY_ID_IN_USE = """

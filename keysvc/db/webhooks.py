@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 import aiosqlite
 
 from keysvc.db.connections import fetch_all, fetch_one
+from keysvc.db.dialect import with_json_list
 from keysvc.timeutil import from_text, to_text
 
 
@@ -67,10 +68,16 @@ DELIVERY_PAGE = """
     from webhook_deliveries where webhook_id = ? and seq < ? order by seq desc limit ?
 """
 COUNT_DELIVERIES = "select count(*) from webhook_deliveries where webhook_id = ?"
-ATTEMPTS_OF = """
+ATTEMPTS_OF = with_json_list(
+    """
     select delivery_seq, at, status, error from webhook_attempts
-    where delivery_seq in (select value from json_each(?)) order by delivery_seq, n
-"""
+    where delivery_seq in {json_list} order by delivery_seq, n
+    """,
+    """
+    select delivery_seq, at, status, error from webhook_attempts
+    where delivery_seq::text in {json_list} order by delivery_seq, n
+    """,
+)
 
 
 def webhook_from_row(row: sqlite3.Row) -> Webhook:
