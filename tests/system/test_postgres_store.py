@@ -19,6 +19,7 @@ from keysvc.credentials import ACTIVITY_CHAIN, Hasher
 from keysvc.db.pgstore import Notifications, PgStore
 from keysvc.errors import Conflict
 from keysvc.models import Actor, Key
+from tests.helpers import hash_data
 from tests.postgres import Postgres
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
@@ -187,3 +188,19 @@ def test_while_not_listening_nothing_read_is_current() -> None:
     first, first_generation = notifications.look(), notifications.generation
     assert notifications.look() != first
     assert notifications.generation != first_generation
+
+
+async def test_a_create_refused_records_nothing(
+    postgres: Postgres, pg_database: str, instances: list[PgStore]
+) -> None:
+    a, b = instances
+    caller, issued, _ = await made_on_a(a, "first")
+    assert issued.key_id is not None
+    taken = {"name": "again", "roles": ["developer"], "hashData": hash_data(issued.key_id, "s")}
+    before = postgres.psql(pg_database, "select count(*) from activities")
+    with pytest.raises(Conflict, match="key with this key ID already exists"):
+        await keys.create_key(
+            b, HASHER, caller, caller.organization_id, taken, NOW, 100, Actor("api", caller.id)
+        )
+    assert postgres.psql(pg_database, "select count(*) from activities") == before
+    assert (await a.list_keys(caller.organization_id, 0, 10)).total == 2
