@@ -34,6 +34,8 @@ from tests.server import free_port
 # the test session's own and reachable by no one else's data.
 SUPERUSER = "keysvc"
 TEMPLATE = "keysvc_template"
+# The pepper every test's instances share (PostgreSQL needs KEYSVC_PEPPER).
+PEPPER = bytes(range(32))
 # Server settings for throwaway data: no waiting for the disk, and only loopback.
 SETTINGS = (
     "fsync=off",

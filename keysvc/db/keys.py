@@ -272,6 +272,14 @@ async def write_used_at(conn: aiosqlite.Connection, minutes: Mapping[str, str]) 
     )
 
 
+async def count_keys_by_state_on(conn: aiosqlite.Connection, now: datetime) -> dict[str, int]:
+    """``count_keys_by_state`` on an asynchronous connection (PostgreSQL's pool)."""
+    counts = {"enabled": 0, "disabled": 0, "expired": 0}
+    for row in await fetch_all(conn, COUNT_KEYS_BY_STATE, (to_text(now),)):
+        counts[row["effective"]] = int(row["n"])
+    return counts
+
+
 def count_keys_by_state(conn: sqlite3.Connection, now: datetime) -> dict[str, int]:
     """Keys of all organizations by effective state: enabled, disabled, expired.
 

@@ -49,6 +49,8 @@ from keysvc.render import api_key
 
 logger = logging.getLogger("keysvc")
 
+# What opening a store may raise for an unreachable or refused database.
+CONNECT_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 # The advisory lock every write transaction holds (pgschema's MIGRATION_LOCK is another).
 WRITE_LOCK = 0x6B657977
 DATA_CHANNEL = "keysvc_data"
@@ -61,11 +63,6 @@ _BUMP_GENERATION = (
     "update meta set value = (value::bigint + 1)::text where name = 'auth_generation'"
 )
 _SET_GENERATION = "update meta set value = ? where name = 'auth_generation'"
-
-
-def is_postgres_url(target: str) -> bool:
-    """Whether a --db value names a PostgreSQL database rather than a SQLite file."""
-    return target.startswith(("postgresql://", "postgres://"))
 
 
 class PgReader:

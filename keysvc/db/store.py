@@ -342,7 +342,7 @@ class Store:
         return await usage_sql.series(self.reader, key_id, start, end, width)
 
 
-def _upkeep_of(settings: Settings) -> UsageUpkeep:
+def upkeep_of(settings: Settings) -> UsageUpkeep:
     retention = timedelta(days=settings.usage_retention_days)
     return UsageUpkeep(settings.usage_flush_seconds, retention)
 
@@ -370,7 +370,7 @@ async def open_checked(
             observer=observer,
             cache_size=settings.cache_size,
             create=create,
-            upkeep=_upkeep_of(settings) if serving else None,
+            upkeep=upkeep_of(settings) if serving else None,
         )
     except sqlite3.Error as exc:
         raise unusable(path, exc) from None
