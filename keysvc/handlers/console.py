@@ -29,6 +29,7 @@ ASSETS = {
     "views.js": _JS,
     "keys.js": _JS,
     "roles.js": _JS,
+    "activities.js": _JS,
     "credentials.js": _JS,
 }
 # Where index.html names the assets' folder; the page is served with the current one.

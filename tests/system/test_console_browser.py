@@ -8,7 +8,8 @@ page showed. A page that logs an error or a warning (a script error, a refusal b
 the Content-Security-Policy) fails its test. Screenshots at 1280 and 390 px go to
 test-artifacts/console/ (gitignored), named in the test output; docs/console-keys.png
 is the 1280 px one. The fixtures are tests/system/conftest.py's, the helpers
-tests/console_page.py's.
+tests/console_page.py's; the views of rotation, activities and usage are tested in
+test_console_views_browser.py.
 """
 
 import re
@@ -263,10 +264,12 @@ def test_sign_in_and_dialogs_by_keyboard_alone(open_console: Callable[..., Conso
     page.keyboard.type(console.admin.secret)
     page.keyboard.press("Enter")
     expect(page.get_by_role("heading", name="Keys", exact=True)).to_be_visible()
-    # The focus is on the first view's button; Tab past Roles to New key, Enter opens
-    # its dialog, whose first field takes the focus.
+    # The focus is on the first view's button; Tab past Roles and Activities to New key,
+    # Enter opens its dialog, whose first field takes the focus.
     expect(page.get_by_role("button", name="Keys", exact=True)).to_be_focused()
     page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("button", name="Activities", exact=True)).to_be_focused()
     page.keyboard.press("Tab")
     expect(page.get_by_role("button", name="New key")).to_be_focused()
     page.keyboard.press("Enter")

@@ -4,20 +4,27 @@ headless Chromium driven by Playwright (as tests/system/test_console_browser.py)
 A key rotated in the page with a grace period: the new pair the page shows once works
 against the API, and so does the old one during the grace, which the key's details
 show. The signed-in key rotating itself: the console goes on with the new pair and
-says so, while the old one is refused.
+says so, while the old one is refused. The activities table lists the create and the
+rotation made in the test, by type and target, with their before and after values;
+a key without activities:read sees the API's 403 and requestId in the view.
+Screenshots of the new views at 1280 and 390 px go to test-artifacts/console/.
 """
 
 from collections.abc import Callable
 
-from playwright.sync_api import Page, expect
+import pytest
+from playwright.sync_api import Page, ViewportSize, expect
 
 from tests.console_page import (
+    NARROW,
+    WIDE,
     Console,
     Running,
     act_on_key,
     create_key_in_page,
     creds,
     key_row,
+    screenshot,
 )
 
 
@@ -109,3 +116,78 @@ def test_signed_in_key_rotating_itself_goes_on_with_its_new_pair(
         " document.cookie, document.documentElement.outerHTML])"
     )
     assert secret not in kept and key_id not in kept
+
+
+@pytest.mark.parametrize(("viewport", "width"), [(WIDE, "1280"), (NARROW, "390")])
+def test_activities_list_the_create_and_the_rotation_made_in_the_page(
+    open_console: Callable[..., Console],
+    other_server: Running,
+    capsys: pytest.CaptureFixture[str],
+    viewport: ViewportSize,
+    width: str,
+) -> None:
+    console = open_console(viewport, on=other_server)
+    page = console.page
+    key_id, _ = create_key_in_page(page, "audited")
+    page.get_by_role("button", name="I have stored the secret").click()
+    new_id, _ = rotate_in_page(page, "audited", 60)
+    page.get_by_role("button", name="I have stored the secret").click()
+    status, body = console.api("/keys")
+    assert status == 200, body
+    (key,) = [k["id"] for k in body["result"] if k["name"] == "audited"]
+
+    # By keyboard: the Activities button of the navigation, then Enter.
+    page.get_by_role("button", name="Activities", exact=True).focus()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="Activities", exact=True)).to_be_visible()
+    rows = page.locator("tbody tr", has=page.locator(f"[data-target='{key}']"))
+    expect(rows).to_have_count(2)
+    expect(rows.nth(0)).to_contain_text("key_create: created")
+    expect(rows.nth(0)).to_contain_text('key "audited"')
+    expect(rows.nth(1)).to_contain_text("openapi_key_update: key-rotated")
+    expect(rows.nth(1)).to_contain_text("(you)")
+    # The same two, in the API's order, as the API lists them.
+    status, body = console.api("/activities")
+    assert status == 200, body
+    listed = [
+        (a["type"], a.get("keyUpdateType")) for a in body["result"] if a.get("targetKeyId") == key
+    ]
+    assert listed == [("key_create", "created"), ("openapi_key_update", "key-rotated")]
+    overflow = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0
+    screenshot(page, f"console-activities-{width}.png", capsys)
+
+    # The rotation's before and after: the key ID suffix it answered to, and the new one.
+    rows.nth(1).get_by_role("button", name="Before and after").click()
+    changes = page.locator("dialog")
+    suffix = changes.locator("tr", has_text="keySuffix")
+    expect(suffix).to_contain_text(f'"{key_id[-4:]}"')
+    expect(suffix).to_contain_text(f'"{new_id[-4:]}"')
+    expect(changes.locator("tr", has_text="previousCredentialExpiresAt")).to_be_visible()
+    screenshot(page, f"console-activity-{width}.png", capsys)
+    page.keyboard.press("Escape")
+    expect(page.locator("dialog")).to_have_count(0)
+
+    # Dates after everything: none between them.
+    page.get_by_label("From").fill("2099-01-01T00:00")
+    page.get_by_role("button", name="Show").click()
+    expect(page.get_by_text("0 activities between these dates")).to_be_visible()
+    expect(page.locator("tbody tr")).to_have_count(0)
+
+
+def test_activities_without_the_permission_show_the_apis_403(
+    open_console: Callable[..., Console],
+) -> None:
+    console = open_console(signed_in=False)
+    _, pair = new_key(console, "reads keys only", ["developer"])
+    status, refused = console.api("/activities", pair)
+    assert status == 403, refused
+    console.sign_in(pair["keySecret"], pair["keyId"])
+    page = console.page
+    expect(page.get_by_role("heading", name="Keys", exact=True)).to_be_visible()
+    page.get_by_role("button", name="Activities", exact=True).click()
+    view = page.locator("#view")
+    expect(view.locator(".error")).to_contain_text("HTTP 403")
+    expect(view.locator(".error-message")).to_have_text(refused["error"])
+    expect(view.locator(".request-id")).to_contain_text("requestId ")
+    expect(view).to_contain_text("needs the activities:read permission")
