@@ -1,6 +1,6 @@
-// The keys view: a page of keys with a filter, a key's details, create (the secret
-// shown once), edit, rotate (the new secret shown once), disable/enable and delete.
-// What can be done to a key is the list KEY_ACTIONS.
+// The keys view: a page of keys with a filter, a key's details (with its usage chart,
+// usage.js), create (the secret shown once), edit, rotate (the new secret shown once),
+// disable/enable and delete. What can be done to a key is the list KEY_ACTIONS.
 
 import { call, can, me, orgPath, switchCredentials } from "./api.js";
 import { hashedPair } from "./credentials.js";
@@ -21,6 +21,7 @@ import {
   time,
   toLocalInput,
 } from "./ui.js";
+import { usagePanel } from "./usage.js";
 
 const PAGE_SIZE = 25;
 const MAX_GRACE_SECONDS = 30 * 24 * 3600;
@@ -148,7 +149,7 @@ async function showKey(key, refresh) {
     buttons.push(button);
   }
   if (isSelf(fresh)) reasons.unshift(h("p", { className: "notice", text: "You are signed in with this key." }));
-  const body = h("div", {}, details(fresh), reasons, h("div", { className: "actions" }, buttons));
+  const body = h("div", {}, details(fresh), reasons, h("div", { className: "actions" }, buttons), usagePanel(fresh));
   dialog = openDialog(`Key ${fresh.name}`, body);
 }
 

@@ -30,6 +30,7 @@ ASSETS = {
     "keys.js": _JS,
     "roles.js": _JS,
     "activities.js": _JS,
+    "usage.js": _JS,
     "credentials.js": _JS,
 }
 # Where index.html names the assets' folder; the page is served with the current one.

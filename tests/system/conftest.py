@@ -12,12 +12,15 @@ from tests.components import require_command
 from tests.console_page import WIDE, Console, Running
 from tests.server import Server, bootstrap
 
+# Usage counts written each second: a test sees its requests in the chart soon.
+SERVE_ARGS = ("--usage-flush-seconds", "1")
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     db = tmp_path_factory.mktemp("console") / "k.db"
     created = bootstrap(db)
-    with Server(db) as running:
+    with Server(db, args=SERVE_ARGS) as running:
         yield running, created
 
 
@@ -59,5 +62,5 @@ def other_server(tmp_path: Path) -> Iterator[Running]:
     """A server of its own, for a test that fills its organization or rotates the admin key."""
     db = tmp_path / "k.db"
     created = bootstrap(db)
-    with Server(db) as running:
+    with Server(db, args=SERVE_ARGS) as running:
         yield running, created

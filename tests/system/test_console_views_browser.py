@@ -6,11 +6,14 @@ against the API, and so does the old one during the grace, which the key's detai
 show. The signed-in key rotating itself: the console goes on with the new pair and
 says so, while the old one is refused. The activities table lists the create and the
 rotation made in the test, by type and target, with their before and after values;
-a key without activities:read sees the API's 403 and requestId in the view.
+a key without activities:read sees the API's 403 and requestId in the view. A key's
+usage chart shows the counts the API answers for the requests the test made.
 Screenshots of the new views at 1280 and 390 px go to test-artifacts/console/.
 """
 
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from playwright.sync_api import Page, ViewportSize, expect
@@ -26,6 +29,11 @@ from tests.console_page import (
     key_row,
     screenshot,
 )
+
+OUTCOMES = ("success", "disabled", "expired", "ipDenied", "forbidden", "rateLimited")
+# The usage counts reach the database each second (conftest's SERVE_ARGS); this is
+# how long a test waits for them on a loaded machine.
+COUNTS_DEADLINE = 90.0
 
 
 def rotate_in_page(page: Page, name: str, grace_seconds: int) -> tuple[str, str]:
@@ -191,3 +199,70 @@ def test_activities_without_the_permission_show_the_apis_403(
     expect(view.locator(".error-message")).to_have_text(refused["error"])
     expect(view.locator(".request-id")).to_contain_text("requestId ")
     expect(view).to_contain_text("needs the activities:read permission")
+
+
+def usage_totals(console: Console, key: str, granularity: str) -> dict[str, int]:
+    """The key's counts by outcome over the last hour, summed, at ``granularity``."""
+    start = (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    query = f"granularity={granularity}&from={start}"
+    status, body = console.api(f"/keys/{key}/usage?{query}")
+    assert status == 200, body
+    return {o: sum(bucket[o] for bucket in body["result"]["series"]) for o in OUTCOMES}
+
+
+def wait_for_counts(console: Console, key: str, wanted: dict[str, int]) -> None:
+    deadline = time.monotonic() + COUNTS_DEADLINE
+    while (got := usage_totals(console, key, "minute")) != wanted:
+        assert time.monotonic() < deadline, (got, wanted)
+        time.sleep(0.25)
+
+
+@pytest.mark.parametrize(("viewport", "width"), [(WIDE, "1280"), (NARROW, "390")])
+def test_usage_chart_shows_the_counts_the_api_answers(
+    open_console: Callable[..., Console],
+    capsys: pytest.CaptureFixture[str],
+    viewport: ViewportSize,
+    width: str,
+) -> None:
+    console = open_console(viewport)
+    page = console.page
+    name = f"used {width}"
+    key, pair = new_key(console, name, ["developer"])
+    # Admitted: reading keys; forbidden: the activity log, which developer may not read.
+    for _ in range(3):
+        assert console.api("/keys", pair)[0] == 200
+    for _ in range(2):
+        assert console.api("/activities", pair)[0] == 403
+    wanted = {o: 0 for o in OUTCOMES} | {"success": 3, "forbidden": 2}
+    wait_for_counts(console, key, wanted)
+
+    page.get_by_role("button", name="Keys", exact=True).click()
+    key_row(page, name).click()
+    usage = page.locator("dialog section.usage")
+    for granularity in ("hour", "minute", "day"):
+        answered = usage_totals(console, key, granularity)
+        assert answered == wanted, granularity
+        usage.get_by_label("Granularity").select_option(granularity)
+        summary = usage.locator(".usage-summary")
+        expect(summary).to_contain_text(f"by {granularity}")
+        expect(summary).to_contain_text(f"Admitted {answered['success']},")
+        expect(summary).to_contain_text(f"Forbidden {answered['forbidden']},")
+        totals = usage.locator("tfoot")
+        for outcome, count in answered.items():
+            expect(totals.locator(f"[data-outcome='{outcome}']")).to_have_text(str(count))
+        expect(totals.locator("[data-outcome='total']")).to_have_text(str(sum(answered.values())))
+    # The chart: an image named by the summary, bars for the two outcomes, a legend.
+    chart = usage.locator("svg[role='img']")
+    expect(chart).to_be_visible()
+    expect(chart.locator("rect.outcome-success")).not_to_have_count(0)
+    expect(chart.locator("rect.outcome-forbidden")).not_to_have_count(0)
+    expect(usage.locator(".legend")).to_contain_text("Rate limited")
+    # The table, opened by keyboard, lists the bucket that holds the requests.
+    usage.get_by_text("The counts as a table").focus()
+    page.keyboard.press("Enter")
+    table = usage.locator(".usage-table table")
+    expect(table).to_be_visible()
+    expect(table.locator("tbody tr")).not_to_have_count(0)
+    overflow = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0
+    screenshot(page, f"console-usage-{width}.png", capsys)
