@@ -127,8 +127,9 @@ export function usagePanel(key) {
     latest += 1;
     const mine = latest;
     const granularity = choice.value;
-    const now = new Date();
-    const query = { granularity, from: iso(new Date(now.getTime() - SPANS[granularity].ms)), to: iso(now) };
+    // No "to": the server's now, rounded up to a whole bucket, holds the latest requests
+    // (this clock's, cut to whole seconds, could end just before them).
+    const query = { granularity, from: iso(new Date(Date.now() - SPANS[granularity].ms)) };
     area.setAttribute("aria-busy", "true");
     let shown;
     try {

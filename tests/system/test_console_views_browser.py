@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from playwright.sync_api import Page, ViewportSize, expect
+from playwright.sync_api import Locator, Page, ViewportSize, expect
 
 from tests.console_page import (
     NARROW,
@@ -217,6 +217,19 @@ def wait_for_counts(console: Console, key: str, wanted: dict[str, int]) -> None:
         time.sleep(0.25)
 
 
+def expect_counts(usage: Locator, granularity: str, counts: dict[str, int]) -> None:
+    """Choose ``granularity``; the summary and the table's totals show ``counts``."""
+    usage.get_by_label("Granularity").select_option(granularity)
+    summary = usage.locator(".usage-summary")
+    expect(summary).to_contain_text(f"by {granularity}")
+    expect(summary).to_contain_text(f"Admitted {counts['success']},")
+    expect(summary).to_contain_text(f"Forbidden {counts['forbidden']},")
+    totals = usage.locator("tfoot")
+    for outcome, count in counts.items():
+        expect(totals.locator(f"[data-outcome='{outcome}']")).to_have_text(str(count))
+    expect(totals.locator("[data-outcome='total']")).to_have_text(str(sum(counts.values())))
+
+
 @pytest.mark.parametrize(("viewport", "width"), [(WIDE, "1280"), (NARROW, "390")])
 def test_usage_chart_shows_the_counts_the_api_answers(
     open_console: Callable[..., Console],
@@ -242,15 +255,7 @@ def test_usage_chart_shows_the_counts_the_api_answers(
     for granularity in ("hour", "minute", "day"):
         answered = usage_totals(console, key, granularity)
         assert answered == wanted, granularity
-        usage.get_by_label("Granularity").select_option(granularity)
-        summary = usage.locator(".usage-summary")
-        expect(summary).to_contain_text(f"by {granularity}")
-        expect(summary).to_contain_text(f"Admitted {answered['success']},")
-        expect(summary).to_contain_text(f"Forbidden {answered['forbidden']},")
-        totals = usage.locator("tfoot")
-        for outcome, count in answered.items():
-            expect(totals.locator(f"[data-outcome='{outcome}']")).to_have_text(str(count))
-        expect(totals.locator("[data-outcome='total']")).to_have_text(str(sum(answered.values())))
+        expect_counts(usage, granularity, answered)
     # The chart: an image named by the summary, bars for the two outcomes, a legend.
     chart = usage.locator("svg[role='img']")
     expect(chart).to_be_visible()
@@ -266,3 +271,22 @@ def test_usage_chart_shows_the_counts_the_api_answers(
     overflow = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0
     screenshot(page, f"console-usage-{width}.png", capsys)
+
+
+def test_usage_chart_holds_this_minute_on_a_browser_clock_behind_the_servers(
+    open_console: Callable[..., Console],
+) -> None:
+    """The browser's clock at the very start of the minute of the requests: the chart
+    still holds that minute's bucket, as the server's clock places them."""
+    console = open_console()
+    page = console.page
+    key, pair = new_key(console, "used this minute", ["developer"])
+    for _ in range(2):
+        assert console.api("/keys", pair)[0] == 200
+    minute = datetime.now(UTC).replace(second=0, microsecond=0)
+    wanted = {o: 0 for o in OUTCOMES} | {"success": 2}
+    wait_for_counts(console, key, wanted)
+    page.clock.set_fixed_time(minute)
+    page.get_by_role("button", name="Keys", exact=True).click()
+    key_row(page, "used this minute").click()
+    expect_counts(page.locator("dialog section.usage"), "minute", wanted)
