@@ -140,7 +140,9 @@ DELETE_KEY = Route(
 _USAGE = (
     "Needs the permission `keys:read`. keysvc addition: the key's authentications, counted "
     "per minute by outcome, summed into buckets of a `granularity` (UTC) from `from` (rounded "
-    "down) up to `to` (rounded up), every bucket answered, zeros included; at most "
+    "down) up to `to` (rounded up), every bucket answered, zeros included. Defaults: `to` "
+    "now, `granularity` hour, `from` 24 hours before `to` (for `minute`: 1,440 minutes before "
+    "`to` rounded up, the last 1,440 minutes), so every granularity works with none given. At most "
     f"{s.MAX_USAGE_BUCKETS} buckets (400 past it, or when `from` is after `to`). Counted: "
     "requests whose credentials were right, admitted (`success`) or refused (`disabled`, "
     "`expired`, `ipDenied`, `forbidden`, `rateLimited`); unknown keys and wrong secrets are "
