@@ -90,9 +90,9 @@ class Store:
         self._creates = Creates(path, self.writer, self.chain)
         self._touches = Touches(self.writer)
         self._revoked_uses = RevokedUses(self.writer, self.chain)
-        self.needs_touch = self._touches.needs_touch  # type: ignore[method-assign]
-        # Asked on every authenticated request, so bound once (Tally.add).
-        self.count_use = self._touches.tally.add  # type: ignore[method-assign]
+        # Asked on every authenticated request, so bound once rather than forwarded.
+        self.needs_touch = self._touches.needs_touch
+        self.count_use = self._touches.tally.add
         self._upkeep: asyncio.Task[None] | None = None
         self.observer = observer
         self.roles = RoleStore(reader, observer)
@@ -308,22 +308,18 @@ class Store:
         """Oldest first, after the organization's ``after``-th record (a keyset page)."""
         return await activity_sql.page(self.reader, organization_id, after, limit, since, until)
 
-    def needs_touch(self, key: Key, minute: datetime) -> bool:
-        """Whether ``key``'s usedAt is behind ``minute``, as far as this process knows
-        (``Touches.needs_touch``; bound over this method in ``__init__``, as it is
-        asked on every authenticated request)."""
-        return self._touches.needs_touch(key, minute)
+    needs_touch: Callable[[Key, datetime], bool]
+    """Whether ``key``'s usedAt is behind ``minute``, as far as this process knows
+    (``Touches.needs_touch``, bound in ``__init__``)."""
 
     @timed
     async def touch_used(self, key_id: str, minute: datetime) -> None:
         """Set usedAt to ``minute`` unless it is already there (``Touches.touch``)."""
         await self._touches.touch(key_id, minute)
 
-    def count_use(self, key_id: str, minute: datetime, outcome: int) -> None:
-        """Count one authentication of ``key_id`` in ``minute``, ``outcome`` indexing
-        ``keysvc.db.usage.OUTCOMES``; written later (``Tally.add``; bound over this
-        method in ``__init__``)."""
-        self._touches.tally.add(key_id, minute, outcome)
+    count_use: Callable[[str, datetime, int], None]
+    """Count one authentication of ``key_id`` in ``minute``, ``outcome`` indexing
+    ``keysvc.db.usage.OUTCOMES``; written later (``Tally.add``, bound in ``__init__``)."""
 
     async def write_usage(self) -> None:
         """Write this process's usage counts now, rather than at the next flush."""
