@@ -1,48 +1,36 @@
 """A key's usage series with the query's defaults: every granularity answers with no
 ``from`` or ``to``, within the most buckets a series may hold."""
 
-from datetime import UTC, datetime
-
 import pytest
 
 from keysvc.schemas import MAX_USAGE_BUCKETS
-from keysvc.state import STORE
+from tests.api.usage import clock_at_moment, usage, written
 from tests.helpers import Client, Creds, FakeClock, assert_ok, create_creds
-
-# Inside a minute, so that "24 hours before now" is not a whole number of minutes.
-MOMENT = datetime(2026, 3, 4, 5, 6, 30, tzinfo=UTC)
 
 
 @pytest.fixture
 def clock() -> FakeClock:
-    clock = FakeClock()
-    clock.now = MOMENT
-    return clock
-
-
-async def usage(client: Client, caller: Creds, key_id: str, query: str) -> dict[str, object]:
-    url = f"/v1/organizations/{caller.organization_id}/keys/{key_id}/usage?{query}"
-    result: dict[str, object] = await assert_ok(await client.get(url, headers=caller.headers))
-    return result
+    """Inside a minute, so that 24 hours before now is not a whole number of minutes."""
+    return clock_at_moment()
 
 
 @pytest.mark.parametrize(
     ("query", "start", "end", "count"),
     [
         # The last 1,440 minutes, the one holding now (05:06:30) included.
-        ("granularity=minute", "2026-03-03T05:07:00Z", "2026-03-04T05:07:00Z", 1440),
-        ("", "2026-03-03T05:00:00Z", "2026-03-04T06:00:00Z", 25),
-        ("granularity=hour", "2026-03-03T05:00:00Z", "2026-03-04T06:00:00Z", 25),
-        ("granularity=day", "2026-03-03T00:00:00Z", "2026-03-05T00:00:00Z", 2),
+        ({"granularity": "minute"}, "2026-03-03T05:07:00Z", "2026-03-04T05:07:00Z", 1440),
+        ({}, "2026-03-03T05:00:00Z", "2026-03-04T06:00:00Z", 25),
+        ({"granularity": "hour"}, "2026-03-03T05:00:00Z", "2026-03-04T06:00:00Z", 25),
+        ({"granularity": "day"}, "2026-03-03T00:00:00Z", "2026-03-05T00:00:00Z", 2),
         # A "to" inside a minute, and one on a minute's boundary.
         (
-            "granularity=minute&to=2026-03-02T10:00:01Z",
+            {"granularity": "minute", "to": "2026-03-02T10:00:01Z"},
             "2026-03-01T10:01:00Z",
             "2026-03-02T10:01:00Z",
             1440,
         ),
         (
-            "granularity=minute&to=2026-03-02T10:00:00%2B02:00",
+            {"granularity": "minute", "to": "2026-03-02T10:00:00+02:00"},
             "2026-03-01T08:00:00Z",
             "2026-03-02T08:00:00Z",
             1440,
@@ -50,25 +38,22 @@ async def usage(client: Client, caller: Creds, key_id: str, query: str) -> dict[
     ],
 )
 async def test_every_granularity_works_with_its_defaults(
-    client: Client, admin: Creds, query: str, start: str, end: str, count: int
+    client: Client, admin: Creds, query: dict[str, str], start: str, end: str, count: int
 ) -> None:
-    result = await usage(client, admin, admin.id, query)
+    result = await usage(client, admin, admin.id, **query)
     assert (result["from"], result["to"]) == (start, end)
     series = result["series"]
-    assert isinstance(series, list)
     assert len(series) == count <= MAX_USAGE_BUCKETS
-    assert (series[0]["start"], series[-1]["start"] < end) == (start, True)
+    assert series[0]["start"] == start
+    assert series[-1]["start"] < end
 
 
 async def test_the_default_minute_series_holds_the_latest_requests(
     client: Client, admin: Creds
 ) -> None:
     dev = await create_creds(client, admin, {"name": "dev", "roles": ["developer"]})
-    response = await client.get("/v1/whoami", headers=dev.headers)
-    await assert_ok(response)
-    await client.app[STORE].write_usage()
-    result = await usage(client, admin, dev.id, "granularity=minute")
-    series = result["series"]
-    assert isinstance(series, list)
+    await assert_ok(await client.get("/v1/whoami", headers=dev.headers))
+    await written(client)
+    series = (await usage(client, admin, dev.id, granularity="minute"))["series"]
     assert series[-1]["start"] == "2026-03-04T05:06:00Z"
     assert [bucket["success"] for bucket in series] == [0] * 1439 + [1]
