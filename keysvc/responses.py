@@ -164,7 +164,9 @@ class UsageBucketSchema(Schema):
     """One bucket of a key's usage series (``keysvc.usage``)."""
 
     start = Timestamp(metadata={"description": "The bucket's start (UTC)."})
-    success = fields.Integer(metadata={"description": _COUNT_OF + "admitted."})
+    success = fields.Integer(
+        metadata={"description": _COUNT_OF + "admitted (any answer but a 403)."}
+    )
     disabled = fields.Integer(metadata={"description": _COUNT_OF + "refused: key disabled."})
     expired = fields.Integer(metadata={"description": _COUNT_OF + "refused: key expired."})
     ipDenied = fields.Integer(
@@ -173,7 +175,8 @@ class UsageBucketSchema(Schema):
     )
     forbidden = fields.Integer(
         metadata={
-            "description": _COUNT_OF + "refused: another organization, or a missing permission."
+            "description": _COUNT_OF + "refused with a 403: another organization, a missing"
+            " permission, or a view's own rule (such as a stronger key's)."
         }
     )
     rateLimited = fields.Integer(
