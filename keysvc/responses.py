@@ -67,7 +67,8 @@ class ApiKeySchema(Schema):
         metadata={
             **ADDITION,
             "description": "keysvc addition: when the key ID and secret its last rotation "
-            "replaced stop working (past once they have); absent when it kept none.",
+            "replaced stop working; absent when it kept none, and once they have stopped "
+            "(their hashes are deleted within 5 minutes of the end).",
         },
     )
 
