@@ -18,8 +18,13 @@ so neither the metrics nor the logs say whether a key ID exists.
 
 Once the secret is proven, the request counts in its key's usage (``keysvc.db.usage``),
 once, under the outcome it ends with (``guarded``): success, or the refusal that
-ended it (disabled, expired, ip_denied, rate_limited, or forbidden, wherever the
-permission was refused: ``authorize*`` here, or verify's own checks).
+ended it (disabled, expired, ip_denied, rate_limited, or forbidden). Forbidden is
+any 403 of an admitted key, whatever raised it: ``authorize*`` here, verify's
+checks, or a view's own rule (a key acting on a stronger key, or on its own
+access). Any other answer of an admitted key (a 400 for its query or body, a 404,
+a 409) counts as success: the key authenticated and was let in, and what the
+request asked for is not the key's standing. The record for the access log and
+the metrics is left as it was decided here.
 
 The client address is the TCP peer. Only when the peer is a trusted proxy, or
 the request came in on keysvc's unix socket (``keysvc serve --unix``, which only
@@ -52,7 +57,13 @@ from keysvc.credentials import Hasher, checksum_fails
 from keysvc.db.batching import RevokedUse
 from keysvc.db.store import Store
 from keysvc.db.usage import OUTCOMES
-from keysvc.errors import BearerUnauthorized, Forbidden, TooManyRequests, Unauthorized
+from keysvc.errors import (
+    ApiError,
+    BearerUnauthorized,
+    Forbidden,
+    TooManyRequests,
+    Unauthorized,
+)
 from keysvc.metrics import AuthReason
 from keysvc.models import Credential, Key
 from keysvc.permissions import has_permission
@@ -414,19 +425,26 @@ async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
     match = request.match_info
     if match.http_exception is not None or is_public(match.handler):
         return await handler(request)
+    refused = False
     try:
         request[CALLER], decision = await _admit(request)
         response = await handler(request)
+    except ApiError as exc:
+        refused = exc.status == Forbidden.status
+        raise
     finally:
-        _count_use(request)
+        _count_use(request, refused)
     if decision is not None:
         response.headers.update(decision.headers)
     return response
 
 
-def _count_use(request: web.Request) -> None:
+def _count_use(request: web.Request, refused: bool) -> None:
+    """Count the request in its key's usage, if its secret was proven; ``refused``: its
+    answer is a 403, ``forbidden`` for an admitted key whatever raised it."""
     proven = request.get(PROVEN)
     if proven is not None:
-        outcome = _USAGE_OUTCOME.get(request[AUTH_OUTCOME])
+        reason = request[AUTH_OUTCOME]
+        outcome = _USAGE_OUTCOME.get("permission" if refused and reason == "ok" else reason)
         if outcome is not None:
             request.app[STORE].count_use(proven[0], proven[1], outcome)

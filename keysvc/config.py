@@ -107,6 +107,18 @@ def _positive(value: str) -> int:
     return number
 
 
+# Ten years: far past any retention asked for, and far from where date arithmetic
+# (now minus the retention, at each prune) overflows.
+MAX_USAGE_RETENTION_DAYS = 3650
+
+
+def _retention_days(value: str) -> int:
+    days = _int(value)
+    if not 1 <= days <= MAX_USAGE_RETENTION_DAYS:
+        raise ConfigError(f"{days} must be from 1 to {MAX_USAGE_RETENTION_DAYS} days (ten years)")
+    return days
+
+
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 
 
@@ -342,8 +354,8 @@ OPTIONS = (
         "access lines written: all; errors, every one but a verify's success; or off",
     ),
     Option(
-        "usage_retention_days", "KEYSVC_USAGE_RETENTION_DAYS", "30", _positive,
-        "days the per-minute usage counts of keys are kept",
+        "usage_retention_days", "KEYSVC_USAGE_RETENTION_DAYS", "30", _retention_days,
+        f"days the per-minute usage counts of keys are kept, 1 to {MAX_USAGE_RETENTION_DAYS}",
     ),
     Option(
         "usage_flush_seconds", "KEYSVC_USAGE_FLUSH_SECONDS", "10", _seconds,

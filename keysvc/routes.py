@@ -140,10 +140,13 @@ DELETE_KEY = Route(
 _USAGE = (
     "Needs the permission `keys:read`. keysvc addition: the key's authentications, counted "
     "per minute by outcome, summed into buckets of a `granularity` (UTC) from `from` (rounded "
-    "down) up to `to` (rounded up), every bucket answered, zeros included; at most "
+    "down) up to `to` (rounded up), every bucket answered, zeros included. Defaults: `to` "
+    "now, `granularity` hour, `from` 24 hours before `to` (for `minute`: 1,440 minutes before "
+    "`to` rounded up, the last 1,440 minutes), so every granularity works with none given. At most "
     f"{s.MAX_USAGE_BUCKETS} buckets (400 past it, or when `from` is after `to`). Counted: "
     "requests whose credentials were right, admitted (`success`) or refused (`disabled`, "
-    "`expired`, `ipDenied`, `forbidden`, `rateLimited`); unknown keys and wrong secrets are "
+    "`expired`, `ipDenied`, `rateLimited`, or `forbidden`: any 403, whatever refused it; "
+    "a 400, 404 or 409 of an admitted key is its `success`); unknown keys and wrong secrets are "
     "not. Counts appear once written, within KEYSVC_USAGE_FLUSH_SECONDS (default 10); rows "
     "older than KEYSVC_USAGE_RETENTION_DAYS (default 30) are pruned."
 )

@@ -267,3 +267,18 @@ def count_keys_by_state(conn: sqlite3.Connection, now: datetime) -> dict[str, in
     for row in conn.execute(COUNT_KEYS_BY_STATE, (to_text(now),)).fetchall():
         counts[row["effective"]] = row["n"]
     return counts
+
+
+# A rotation's previous credentials once their grace has ended: refused already (each
+# credential carries its end), so their hashes go; the trigger api_keys_previous_changed
+# moves auth_generation, and the unique index lets the key ID go.
+DROP_ENDED_PREVIOUS = """
+    update api_keys set previous_key_id_hash = null, previous_secret_hash = null,
+                        previous_until = null
+    where previous_until is not null and previous_until <= ?
+"""
+
+
+async def drop_ended_previous(conn: aiosqlite.Connection, now: datetime) -> None:
+    """Forget the previous credentials of every key whose grace ended by ``now``."""
+    await conn.execute(DROP_ENDED_PREVIOUS, (to_text(now),))

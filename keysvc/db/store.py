@@ -9,7 +9,8 @@ I last looked (``keysvc.db.freshness``); and the create batches' own
 (``keysvc.db.createbatch``). The caches are ``caches``'s (``keysvc.db.cache``),
 role SQL is ``roles``'s (``keysvc.db.roles``). Opened to serve, it also keeps the
 usage counts (``keysvc.db.usage``): written every flush interval and at close,
-and pruned past their retention at most every ``PRUNE_EVERY_SECONDS``.
+and pruned past their retention at most every ``PRUNE_EVERY_SECONDS``, when it
+also drops the previous credentials of rotations whose grace has ended.
 
 The domain (``keysvc.keys``, ``keysvc.roles``) runs its writes in
 ``transaction()`` and checks its rules there; the store checks none of them.
@@ -21,7 +22,7 @@ import asyncio
 import logging
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -90,9 +91,9 @@ class Store:
         self._creates = Creates(path, self.writer, self.chain)
         self._touches = Touches(self.writer)
         self._revoked_uses = RevokedUses(self.writer, self.chain)
-        self.needs_touch = self._touches.needs_touch  # type: ignore[method-assign]
-        # Asked on every authenticated request, so bound once (Tally.add).
-        self.count_use = self._touches.tally.add  # type: ignore[method-assign]
+        # Asked on every authenticated request, so bound once rather than forwarded.
+        self.needs_touch = self._touches.needs_touch
+        self.count_use = self._touches.tally.add
         self._upkeep: asyncio.Task[None] | None = None
         self.observer = observer
         self.roles = RoleStore(reader, observer)
@@ -129,18 +130,38 @@ class Store:
 
     async def _keep_usage(self, upkeep: UsageUpkeep) -> None:
         """Write the usage counts every flush interval; prune old rows now, then at
-        most every PRUNE_EVERY_SECONDS. A failure is logged and tried again later."""
+        most every PRUNE_EVERY_SECONDS, and with them drop the previous credentials
+        of rotations whose grace has ended. A failure is logged and tried again later."""
         pruned_at: float | None = None
         while True:
             if pruned_at is None or time.monotonic() - pruned_at >= usage_sql.PRUNE_EVERY_SECONDS:
                 pruned_at = time.monotonic()
-                try:
-                    async with self.transaction("prune_usage") as conn:
-                        await usage_sql.prune(conn, utcnow() - upkeep.retention)
-                except Exception:
-                    logger.exception("pruning old usage counts failed; trying again later")
+                now = utcnow()
+                await self._tidy(
+                    "prune_usage", "pruning old usage counts",
+                    usage_sql.prune, now - upkeep.retention,
+                )  # fmt: skip
+                await self._tidy(
+                    "drop_ended_credentials", "dropping the credentials of ended graces",
+                    key_sql.drop_ended_previous, now,
+                )  # fmt: skip
             await asyncio.sleep(upkeep.flush_seconds)
             await self._touches.write_counts()
+
+    async def _tidy(
+        self,
+        operation: str,
+        doing: str,
+        work: Callable[[aiosqlite.Connection, datetime], Awaitable[None]],
+        moment: datetime,
+    ) -> None:
+        """One upkeep write in its own transaction; a failure is logged, and the next
+        round tries again."""
+        try:
+            async with self.transaction(operation) as conn:
+                await work(conn, moment)
+        except Exception:
+            logger.exception("%s failed; trying again later", doing)
 
     async def close(self) -> None:
         if self._upkeep is not None:
@@ -308,22 +329,18 @@ class Store:
         """Oldest first, after the organization's ``after``-th record (a keyset page)."""
         return await activity_sql.page(self.reader, organization_id, after, limit, since, until)
 
-    def needs_touch(self, key: Key, minute: datetime) -> bool:
-        """Whether ``key``'s usedAt is behind ``minute``, as far as this process knows
-        (``Touches.needs_touch``; bound over this method in ``__init__``, as it is
-        asked on every authenticated request)."""
-        return self._touches.needs_touch(key, minute)
+    needs_touch: Callable[[Key, datetime], bool]
+    """Whether ``key``'s usedAt is behind ``minute``, as far as this process knows
+    (``Touches.needs_touch``, bound in ``__init__``)."""
 
     @timed
     async def touch_used(self, key_id: str, minute: datetime) -> None:
         """Set usedAt to ``minute`` unless it is already there (``Touches.touch``)."""
         await self._touches.touch(key_id, minute)
 
-    def count_use(self, key_id: str, minute: datetime, outcome: int) -> None:
-        """Count one authentication of ``key_id`` in ``minute``, ``outcome`` indexing
-        ``keysvc.db.usage.OUTCOMES``; written later (``Tally.add``; bound over this
-        method in ``__init__``)."""
-        self._touches.tally.add(key_id, minute, outcome)
+    count_use: Callable[[str, datetime, int], None]
+    """Count one authentication of ``key_id`` in ``minute``, ``outcome`` indexing
+    ``keysvc.db.usage.OUTCOMES``; written later (``Tally.add``, bound in ``__init__``)."""
 
     async def write_usage(self) -> None:
         """Write this process's usage counts now, rather than at the next flush."""
