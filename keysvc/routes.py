@@ -177,7 +177,8 @@ ROTATE_KEY = Route(
         "`gracePeriodSeconds` (default 0, at most 30 days), then fail as unknown ones do; "
         "the key's `previousCredentialExpiresAt` says when. A rotation during a grace "
         "period ends that grace at once. A key may rotate itself, with its current "
-        "credentials only. 409 for a disabled or expired key."
+        "credentials only; rotating another key also needs `keys:create`, since its new "
+        "credentials reach the caller. 409 for a disabled or expired key."
     ),
 )
 LIST_ROLES = Route(
