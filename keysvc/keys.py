@@ -324,6 +324,14 @@ ROTATED_BY_PREVIOUS = (
 )
 DISABLED = "the key is disabled: enable it (PATCH state enabled) before rotating it"
 EXPIRED = "the key has expired: extend its expireAt (PATCH) before rotating it, or create a new key"
+# Rotating another key hands its new credentials to the caller, so it asks for the
+# power to mint credentials: keys:update alone would let a key whose own expiry, IP
+# access list or rate limit it may not lift obtain credentials carrying none of them.
+ROTATE_OTHER = "keys:create"
+ROTATE_OTHER_REFUSED = (
+    f"rotating another key also needs the permission {ROTATE_OTHER}, which this key lacks:"
+    " rotate it with a key that holds it (a key may rotate itself with keys:update)"
+)
 
 
 async def rotate_key(
@@ -346,11 +354,14 @@ async def rotate_key(
     The key must be no stronger than the caller (``may_change``). A key may rotate
     itself (it gains no access by it), but not with the previous credentials it
     authenticated with (``by_previous``): their holder would get new ones that outlive
-    the grace period that was meant to end them.
+    the grace period that was meant to end them. Rotating another key also needs
+    ``keys:create`` (``ROTATE_OTHER``): its new credentials reach the caller.
     """
     made = new_credentials(hasher, data.get("hashData"))
     grace = timedelta(seconds=data["gracePeriodSeconds"])
     async with store.transaction("rotate_key") as conn:
+        if key_id != caller.id and missing(caller.permissions, (ROTATE_OTHER,)) is not None:
+            raise Forbidden(ROTATE_OTHER_REFUSED)
         current = await key_sql.get_key(conn, organization_id, key_id)
         if current is None:
             raise NotFound(NOT_FOUND)

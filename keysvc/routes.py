@@ -180,7 +180,8 @@ ROTATE_KEY = Route(
         "`gracePeriodSeconds` (default 0, at most 30 days), then fail as unknown ones do; "
         "the key's `previousCredentialExpiresAt` says when. A rotation during a grace "
         "period ends that grace at once. A key may rotate itself, with its current "
-        "credentials only. 409 for a disabled or expired key."
+        "credentials only; rotating another key also needs `keys:create`, since its new "
+        "credentials reach the caller. 409 for a disabled or expired key."
     ),
 )
 LIST_ROLES = Route(
@@ -356,8 +357,10 @@ DOCS = Route(
 )
 _WEBHOOK = "The webhook."
 _WEBHOOK_CREATE = (
-    "Needs the permission `webhooks:write`. keysvc addition. The URL is http(s), without "
-    f"credentials, at most {s.MAX_WEBHOOK_URL} characters, and its host must be public (not "
+    "Needs the permission `webhooks:write`, and `keys:read` to subscribe to key events "
+    "(every event type is one: their data is a key's view). keysvc addition. The URL is "
+    f"http(s), without credentials, at most {s.MAX_WEBHOOK_URL} characters, and its host "
+    "must be public (not "
     "loopback, private, link-local, multicast, reserved or unspecified) unless "
     f"KEYSVC_WEBHOOK_ALLOW_PRIVATE=1. 409 when the organization already holds "
     f"{s.MAX_WEBHOOKS_PER_ORG} webhooks. The signing secret is in this answer only."
