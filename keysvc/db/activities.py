@@ -20,14 +20,14 @@ import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import aiosqlite
 
 from keysvc.db.connections import fetch_all, fetch_one, many_rows
 from keysvc.models import Activity, ActivityPage, Actor
-from keysvc.timeutil import from_text
+from keysvc.timeutil import from_text, to_text
 
 GENESIS = bytes(32)  # the prev_hash of an organization's first record
 
@@ -123,7 +123,7 @@ def _stamp(moment: datetime) -> str:
     """A record's time with its microseconds always written, so that the text sorts in
     time order and the date filters can compare it (``to_text`` drops a zero fraction,
     and "...00Z" sorts after "...00.5Z")."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return to_text(moment, fraction=True)
 
 
 def _json(value: object) -> str | None:
