@@ -1,7 +1,8 @@
 """``keysvc audit verify``: check every organization's activity chain in a database
 file, with the pepper it was made with (``keysvc.db.activities.verify``).
 
-It reads the file only, so it may run while keysvc serves. Exit codes: 0 when
+It reads the file only, in one read transaction (one snapshot), so it may run while
+keysvc serves. Exit codes: 0 when
 every chain holds (one line of summary), 1 naming the first bad record, 2 when it
 cannot check (no such database, an old schema, a missing or wrong pepper).
 """

@@ -259,7 +259,17 @@ def _walk(conn: sqlite3.Connection, chain: Chain) -> Iterator[tuple[str, int, by
 
 
 def verify(conn: sqlite3.Connection, chain: Chain) -> Verdict:
-    """Walk every organization's chain and compare its end with its head."""
+    """Walk every organization's chain and compare its end with its head, all in one
+    read transaction: keysvc may commit while this runs, and reads of separate
+    snapshots (heads from before a write, records from after it) would disagree."""
+    conn.execute("begin")
+    try:
+        return _verify(conn, chain)
+    finally:
+        conn.execute("rollback")
+
+
+def _verify(conn: sqlite3.Connection, chain: Chain) -> Verdict:
     heads = {row[0]: (int(row[1]), bytes(row[2]), bytes(row[3])) for row in conn.execute(_HEADS)}
     records, seen = 0, set[str]()
     for end in _walk(conn, chain):
