@@ -33,6 +33,8 @@ ACTOR_TYPES = ("system", "api")
 # client can make every record of its writes carry.
 MAX_USER_AGENT = 512
 SYSTEM = Actor("system")
+# What the seal of a database from before the log records its keys and roles as made by.
+PRE_LOG = Actor("system", details="existed before the activity log")
 
 # What a key's public view holds, and the keyUpdateType of a change to each field.
 _KEY_UPDATES = {

@@ -193,6 +193,19 @@ async def to_the_end(awaitable: Awaitable[object]) -> bool:
             cancelled = True
 
 
+async def tentatively(conn: aiosqlite.Connection) -> None:
+    """Inside a transaction: what follows can be undone alone (``settle``), so that a
+    write can be made, read back and compared before deciding to keep it."""
+    await conn.execute("savepoint tentative")
+
+
+async def settle(conn: aiosqlite.Connection, keep: bool) -> None:
+    """End what ``tentatively`` began: kept, or undone as if never written."""
+    if not keep:
+        await conn.execute("rollback to tentative")
+    await conn.execute("release tentative")
+
+
 class Writer:
     """The process's writing connection, and the lock each write transaction holds.
 

@@ -30,11 +30,13 @@ from pathlib import Path
 
 import aiosqlite
 
+from keysvc import activities
 from keysvc.config import ConfigError, Settings
 from keysvc.credentials import ACTIVITY_CHAIN, Hasher, load_pepper
 from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
 from keysvc.db import meta
+from keysvc.db import roles as role_sql
 from keysvc.db import usage as usage_sql
 from keysvc.db.batching import Creates, RevokedUse, RevokedUses, Touches
 from keysvc.db.cache import Caches
@@ -239,11 +241,14 @@ class Store:
         await activity_sql.record(conn, self.chain, activity)
 
     async def key_activities(self, key: bytes) -> None:
-        """Key the activity chains (from the pepper), and give each organization
-        without a chain head an empty one."""
+        """Key the activity chains (from the pepper), and start the chain of each
+        organization without a head: with a create record of each key and custom role
+        it holds (those of a database from before the log), or an empty head."""
         self.chain.keyed(key)
         async with self.writer.transaction() as conn:
-            await activity_sql.seal_heads(conn, self.chain)
+            for organization_id in await activity_sql.unheaded(conn):
+                existing = await _existing(conn, organization_id, utcnow())
+                await activity_sql.seal(conn, self.chain, organization_id, existing)
 
     # Keys
 
@@ -353,6 +358,23 @@ class Store:
         """The key's usage counts from ``start`` up to ``end`` as written, summed by
         bucket (``keysvc.db.usage.series``)."""
         return await usage_sql.series(self.reader, key_id, start, end, width)
+
+
+async def _existing(
+    conn: aiosqlite.Connection, organization_id: str, now: datetime
+) -> list[Activity]:
+    """The create records of what an organization from before the log holds: its
+    custom roles (with their holders), then its keys, oldest first."""
+    found = [
+        activities.role_created(detail, activities.PRE_LOG, now)
+        for detail in await role_sql.custom_roles(conn, organization_id)
+    ]
+    after, more = 0, True
+    while more:
+        keys, more, _ = await key_sql.list_page(conn, organization_id, after, 500)
+        found += [activities.key_created(key, activities.PRE_LOG, now) for key in keys]
+        after = keys[-1].org_seq if keys else after
+    return found
 
 
 def _upkeep_of(settings: Settings) -> UsageUpkeep:
