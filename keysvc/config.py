@@ -57,7 +57,7 @@ class Settings:
     idle_timeout: float = 75.0
     max_connections: int = 1000
     # The event loop `keysvc serve` runs on (keysvc.cli): one of LOOPS.
-    loop: str = "asyncio"
+    loop: str = "uvloop"
     # Which answers get an access line: one of ACCESS_LOGS.
     access_log: str = "errors"
     # Usage counts (keysvc.db.usage): kept this many days, written this often.
@@ -346,7 +346,7 @@ OPTIONS = (
         "connections open at once per process; more are closed at once",
     ),
     Option(
-        "loop", "KEYSVC_LOOP", "asyncio", _loop,
+        "loop", "KEYSVC_LOOP", "uvloop", _loop,
         f"event loop to serve on, one of {', '.join(LOOPS)}",
     ),
     Option(
