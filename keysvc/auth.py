@@ -5,6 +5,8 @@ malformed, unknown and wrong credentials all fail alike: one message, and
 the same hashing work, so the caller cannot tell an unknown key ID from a
 wrong secret. A rotated key's previous key ID and secret work until their
 grace period ends (``Credential.until``), then fail as an unknown key ID does.
+A deleted key's credentials (its tombstone, ``Credential.deleted``) always fail as an
+unknown key ID does, after the same work; its own secret only notes the use.
 Only once the secret is proven does the answer say that the key is disabled,
 expired, or used from an address outside its IP access list.
 Two exceptions name their problem, as neither says anything about a key: an
@@ -50,7 +52,7 @@ from typing import NoReturn
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
-from keysvc.activities import api_actor, key_used_after_revoke
+from keysvc.activities import DELETED, api_actor, key_used_after_revoke
 from keysvc.addresses import IPAddress, network_of
 from keysvc.config import IPNetwork
 from keysvc.credentials import Hasher, checksum_fails
@@ -181,7 +183,8 @@ async def _check_credentials(
         offered = hasher.of_plain(secret)
         live = found if found is not None and found.usable_at(moment) else None
         expected = live.secret_hash if live is not None else _ABSENT
-        if not hmac.compare_digest(offered, expected) or live is None:
+        matched = hmac.compare_digest(offered, expected)
+        if not matched or live is None or live.deleted:
             # The answer, the recorded reason and the work done are the same, database
             # read included: a cached key runs the read an uncached one made.
             _outcome(request, "invalid_credentials")
@@ -190,6 +193,10 @@ async def _check_credentials(
             # Counted before this check leaves the ones under way: a check waiting for
             # room must see it.
             limits.failures.hit(address, now)
+            if matched and live is not None:
+                # A deleted key's own secret: refused as unknown, and logged off this
+                # request's path, as a disabled key's use is.
+                _note_revoked_use(request, store, live.key, address, moment)
             raise Unauthorized()
     finally:
         # One observation per check, cached or not, found or not: a count of store
@@ -243,13 +250,15 @@ async def authenticate(request: web.Request, address: "IPAddress | None", now: d
 def _note_revoked_use(
     request: web.Request, store: Store, key: Key, address: IPAddress | None, now: datetime
 ) -> None:
-    """Log that the credentials of a disabled key were used, by that key, and send the
-    ``key.used_after_revoke`` event, at most once a minute per key and off this
-    request's path (``Store.note_revoked_use``)."""
+    """Log that the credentials of a disabled or deleted key were used, by that key,
+    and send the ``key.used_after_revoke`` event, at most once a minute per key and
+    off this request's path (``Store.note_revoked_use``). A deleted key's event
+    carries only its UUID and the state ``deleted``: nothing else of it is kept."""
 
     def use() -> RevokedUse:
         actor = api_actor(key, address, request.headers.get(hdrs.USER_AGENT))
-        return RevokedUse(key_used_after_revoke(key, actor, now), api_key(key))
+        view = {"id": key.id, "state": key.state} if key.state == DELETED else api_key(key)
+        return RevokedUse(key_used_after_revoke(key, actor, now), view)
 
     store.note_revoked_use(key.id, now, use)
 

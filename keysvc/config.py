@@ -355,7 +355,8 @@ OPTIONS = (
     ),
     Option(
         "usage_retention_days", "KEYSVC_USAGE_RETENTION_DAYS", "30", _retention_days,
-        f"days the per-minute usage counts of keys are kept, 1 to {MAX_USAGE_RETENTION_DAYS}",
+        "days the per-minute usage counts of keys, and deleted keys' tombstones, are kept,"
+        f" 1 to {MAX_USAGE_RETENTION_DAYS}",
     ),
     Option(
         "usage_flush_seconds", "KEYSVC_USAGE_FLUSH_SECONDS", "10", _seconds,

@@ -10,7 +10,8 @@ I last looked (``keysvc.db.freshness``); and the create batches' own
 role SQL is ``roles``'s (``keysvc.db.roles``). Opened to serve, it also keeps the
 usage counts (``keysvc.db.usage``): written every flush interval and at close,
 and pruned past their retention at most every ``PRUNE_EVERY_SECONDS``, when it
-also drops the previous credentials of rotations whose grace has ended.
+also drops the previous credentials of rotations whose grace has ended and the
+tombstones of keys deleted longer ago than that retention.
 
 The domain (``keysvc.keys``, ``keysvc.roles``) runs its writes in
 ``transaction()`` and checks its rules there; the store checks none of them.
@@ -133,7 +134,8 @@ class Store:
     async def _keep_usage(self, upkeep: UsageUpkeep) -> None:
         """Write the usage counts every flush interval; prune old rows now, then at
         most every PRUNE_EVERY_SECONDS, and with them drop the previous credentials
-        of rotations whose grace has ended. A failure is logged and tried again later."""
+        of rotations whose grace has ended and the tombstones of keys deleted before the
+        retention. A failure is logged and tried again later."""
         pruned_at: float | None = None
         while True:
             if pruned_at is None or time.monotonic() - pruned_at >= usage_sql.PRUNE_EVERY_SECONDS:
@@ -146,6 +148,10 @@ class Store:
                 await self._tidy(
                     "drop_ended_credentials", "dropping the credentials of ended graces",
                     key_sql.drop_ended_previous, now,
+                )  # fmt: skip
+                await self._tidy(
+                    "prune_tombstones", "pruning the tombstones of deleted keys",
+                    key_sql.prune_tombstones, now - upkeep.retention,
                 )  # fmt: skip
             await asyncio.sleep(upkeep.flush_seconds)
             await self._touches.write_counts()
@@ -292,12 +298,15 @@ class Store:
         entry = caches.credentials.get(key_id_hash)
         if entry is not None:
             return entry.credential
-        rows = await self.points.rows(key_sql.CREDENTIAL_JOINED, (key_id_hash, key_id_hash))
+        rows = await self.points.rows(
+            key_sql.CREDENTIAL_JOINED, key_sql.credential_params(key_id_hash)
+        )
         key = key_from_joined(rows)
         if key is None:
             return None
         credential = key_sql.credential_of(key, rows[0])
-        caches.keep_credential(key_id_hash, credential, version, generation)
+        if not credential.deleted:  # a tombstone is never cached as a credential
+            caches.keep_credential(key_id_hash, credential, version, generation)
         return credential
 
     async def read_as_uncached(self, key_id_hash: bytes) -> None:
@@ -306,7 +315,7 @@ class Store:
         then costs the caller the same read as an unknown key ID or a wrong secret for
         an uncached key, so that the time of a 401 does not tell them apart
         (docs/SECURITY.md)."""
-        await self.points.rows(key_sql.CREDENTIAL_JOINED, (key_id_hash, key_id_hash))
+        await self.points.rows(key_sql.CREDENTIAL_JOINED, key_sql.credential_params(key_id_hash))
 
     def note_revoked_use(
         self, key_id: str, moment: datetime, make: Callable[[], RevokedUse]
