@@ -24,6 +24,8 @@ from keysvc.timeutil import to_text
 KEY_CREATE, KEY_DELETE, KEY_UPDATE = "key_create", "key_delete", "openapi_key_update"
 ROLE_CREATE, ROLE_UPDATE, ROLE_DELETE = "role_create", "role_update", "role_delete"
 KEY_USED_AFTER_REVOKE = "key_used_after_revoke"
+# The state a deleted key's use is recorded with (keysvc.db.keys.CREDENTIAL's tombstones).
+DELETED = "deleted"
 UPSTREAM_TYPES = (KEY_CREATE, KEY_DELETE, KEY_UPDATE)
 ADDED_TYPES = (ROLE_CREATE, ROLE_UPDATE, ROLE_DELETE, KEY_USED_AFTER_REVOKE)
 RATE_LIMIT_CHANGED, KEY_ROTATED = "rate-limit-changed", "key-rotated"
@@ -33,6 +35,8 @@ ACTOR_TYPES = ("system", "api")
 # client can make every record of its writes carry.
 MAX_USER_AGENT = 512
 SYSTEM = Actor("system")
+# What the seal of a database from before the log records its keys and roles as made by.
+PRE_LOG = Actor("system", details="existed before the activity log")
 
 # What a key's public view holds, and the keyUpdateType of a change to each field.
 _KEY_UPDATES = {
@@ -113,7 +117,8 @@ def key_rotated(before: Key, after: Key, actor: Actor, now: datetime) -> Activit
 
 
 def key_used_after_revoke(key: Key, actor: Actor, now: datetime) -> Activity:
-    """A request with valid credentials of a disabled key: the actor is that key."""
+    """A request with valid credentials of a disabled or deleted key (``after``'s state
+    says which): the actor is that key."""
     return Activity(
         key.organization_id, KEY_USED_AFTER_REVOKE, actor, now, target_key_id=key.id,
         after={"state": key.state},

@@ -1,9 +1,11 @@
 """``keysvc audit verify``: check every organization's activity chain in a database
-file, with the pepper it was made with (``keysvc.db.activities.verify``).
+file, with the pepper it was made with, and that the keys and custom roles are as
+their records leave them (``keysvc.db.activities.verify``, ``keysvc.db.replay``).
 
-It reads the file only, so it may run while keysvc serves. Exit codes: 0 when
-every chain holds (one line of summary), 1 naming the first bad record, 2 when it
-cannot check (no such database, an old schema, a missing or wrong pepper).
+It reads the file only, in one read transaction (one snapshot), so it may run while
+keysvc serves. Exit codes: 0 when every chain holds and matches the tables (one
+line of summary), 1 naming the first bad record or mismatched key or role, 2 when
+it cannot check (no such database, an old schema, a missing or wrong pepper).
 """
 
 import sqlite3

@@ -5,6 +5,8 @@ malformed, unknown and wrong credentials all fail alike: one message, and
 the same hashing work, so the caller cannot tell an unknown key ID from a
 wrong secret. A rotated key's previous key ID and secret work until their
 grace period ends (``Credential.until``), then fail as an unknown key ID does.
+A deleted key's credentials (its tombstone, ``Credential.deleted``) always fail as an
+unknown key ID does, after the same work; its own secret only notes the use.
 Only once the secret is proven does the answer say that the key is disabled,
 expired, or used from an address outside its IP access list.
 Two exceptions name their problem, as neither says anything about a key: an
@@ -18,8 +20,13 @@ so neither the metrics nor the logs say whether a key ID exists.
 
 Once the secret is proven, the request counts in its key's usage (``keysvc.db.usage``),
 once, under the outcome it ends with (``guarded``): success, or the refusal that
-ended it (disabled, expired, ip_denied, rate_limited, or forbidden, wherever the
-permission was refused: ``authorize*`` here, or verify's own checks).
+ended it (disabled, expired, ip_denied, rate_limited, or forbidden). Forbidden is
+any 403 of an admitted key, whatever raised it: ``authorize*`` here, verify's
+checks, or a view's own rule (a key acting on a stronger key, or on its own
+access). Any other answer of an admitted key (a 400 for its query or body, a 404,
+a 409) counts as success: the key authenticated and was let in, and what the
+request asked for is not the key's standing. The record for the access log and
+the metrics is left as it was decided here.
 
 The client address is the TCP peer. Only when the peer is a trusted proxy, or
 the request came in on keysvc's unix socket (``keysvc serve --unix``, which only
@@ -45,14 +52,20 @@ from typing import NoReturn
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
-from keysvc.activities import api_actor, key_used_after_revoke
+from keysvc.activities import DELETED, api_actor, key_used_after_revoke
 from keysvc.addresses import IPAddress, network_of
 from keysvc.config import IPNetwork
 from keysvc.credentials import Hasher, checksum_fails
 from keysvc.db.batching import RevokedUse
 from keysvc.db.store import Store
 from keysvc.db.usage import OUTCOMES
-from keysvc.errors import BearerUnauthorized, Forbidden, TooManyRequests, Unauthorized
+from keysvc.errors import (
+    ApiError,
+    BearerUnauthorized,
+    Forbidden,
+    TooManyRequests,
+    Unauthorized,
+)
 from keysvc.metrics import AuthReason
 from keysvc.models import Credential, Key
 from keysvc.permissions import has_permission
@@ -170,7 +183,8 @@ async def _check_credentials(
         offered = hasher.of_plain(secret)
         live = found if found is not None and found.usable_at(moment) else None
         expected = live.secret_hash if live is not None else _ABSENT
-        if not hmac.compare_digest(offered, expected) or live is None:
+        matched = hmac.compare_digest(offered, expected)
+        if not matched or live is None or live.deleted:
             # The answer, the recorded reason and the work done are the same, database
             # read included: a cached key runs the read an uncached one made.
             _outcome(request, "invalid_credentials")
@@ -179,6 +193,10 @@ async def _check_credentials(
             # Counted before this check leaves the ones under way: a check waiting for
             # room must see it.
             limits.failures.hit(address, now)
+            if matched and live is not None:
+                # A deleted key's own secret: refused as unknown, and logged off this
+                # request's path, as a disabled key's use is.
+                _note_revoked_use(request, store, live.key, address, moment)
             raise Unauthorized()
     finally:
         # One observation per check, cached or not, found or not: a count of store
@@ -232,13 +250,15 @@ async def authenticate(request: web.Request, address: "IPAddress | None", now: d
 def _note_revoked_use(
     request: web.Request, store: Store, key: Key, address: IPAddress | None, now: datetime
 ) -> None:
-    """Log that the credentials of a disabled key were used, by that key, and send the
-    ``key.used_after_revoke`` event, at most once a minute per key and off this
-    request's path (``Store.note_revoked_use``)."""
+    """Log that the credentials of a disabled or deleted key were used, by that key,
+    and send the ``key.used_after_revoke`` event, at most once a minute per key and
+    off this request's path (``Store.note_revoked_use``). A deleted key's event
+    carries only its UUID and the state ``deleted``: nothing else of it is kept."""
 
     def use() -> RevokedUse:
         actor = api_actor(key, address, request.headers.get(hdrs.USER_AGENT))
-        return RevokedUse(key_used_after_revoke(key, actor, now), api_key(key))
+        view = {"id": key.id, "state": key.state} if key.state == DELETED else api_key(key)
+        return RevokedUse(key_used_after_revoke(key, actor, now), view)
 
     store.note_revoked_use(key.id, now, use)
 
@@ -414,19 +434,26 @@ async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
     match = request.match_info
     if match.http_exception is not None or is_public(match.handler):
         return await handler(request)
+    refused = False
     try:
         request[CALLER], decision = await _admit(request)
         response = await handler(request)
+    except ApiError as exc:
+        refused = exc.status == Forbidden.status
+        raise
     finally:
-        _count_use(request)
+        _count_use(request, refused)
     if decision is not None:
         response.headers.update(decision.headers)
     return response
 
 
-def _count_use(request: web.Request) -> None:
+def _count_use(request: web.Request, refused: bool) -> None:
+    """Count the request in its key's usage, if its secret was proven; ``refused``: its
+    answer is a 403, ``forbidden`` for an admitted key whatever raised it."""
     proven = request.get(PROVEN)
     if proven is not None:
-        outcome = _USAGE_OUTCOME.get(request[AUTH_OUTCOME])
+        reason = request[AUTH_OUTCOME]
+        outcome = _USAGE_OUTCOME.get("permission" if refused and reason == "ok" else reason)
         if outcome is not None:
             request.app[STORE].count_use(proven[0], proven[1], outcome)

@@ -60,7 +60,7 @@ class Settings:
     idle_timeout: float = 75.0
     max_connections: int = 1000
     # The event loop `keysvc serve` runs on (keysvc.cli): one of LOOPS.
-    loop: str = "asyncio"
+    loop: str = "uvloop"
     # Which answers get an access line: one of ACCESS_LOGS.
     access_log: str = "errors"
     # Usage counts (keysvc.db.usage): kept this many days, written this often.
@@ -113,6 +113,18 @@ def _positive(value: str) -> int:
     if number < 1:
         raise ConfigError(f"{number} must be at least 1")
     return number
+
+
+# Ten years: far past any retention asked for, and far from where date arithmetic
+# (now minus the retention, at each prune) overflows.
+MAX_USAGE_RETENTION_DAYS = 3650
+
+
+def _retention_days(value: str) -> int:
+    days = _int(value)
+    if not 1 <= days <= MAX_USAGE_RETENTION_DAYS:
+        raise ConfigError(f"{days} must be from 1 to {MAX_USAGE_RETENTION_DAYS} days (ten years)")
+    return days
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
@@ -345,7 +357,7 @@ OPTIONS = (
         "connections open at once per process; more are closed at once",
     ),
     Option(
-        "loop", "KEYSVC_LOOP", "asyncio", _loop,
+        "loop", "KEYSVC_LOOP", "uvloop", _loop,
         f"event loop to serve on, one of {', '.join(LOOPS)}",
     ),
     Option(
@@ -353,8 +365,9 @@ OPTIONS = (
         "access lines written: all; errors, every one but a verify's success; or off",
     ),
     Option(
-        "usage_retention_days", "KEYSVC_USAGE_RETENTION_DAYS", "30", _positive,
-        "days the per-minute usage counts of keys are kept",
+        "usage_retention_days", "KEYSVC_USAGE_RETENTION_DAYS", "30", _retention_days,
+        "days the per-minute usage counts of keys, and deleted keys' tombstones, are kept,"
+        f" 1 to {MAX_USAGE_RETENTION_DAYS}",
     ),
     Option(
         "usage_flush_seconds", "KEYSVC_USAGE_FLUSH_SECONDS", "10", _seconds,

@@ -22,7 +22,7 @@ import resource
 from typing import Any
 
 from aiohttp import web
-from aiohttp.streams import EMPTY_PAYLOAD
+from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
 
 from keysvc.config import Settings
 from keysvc.logs import Throttled
@@ -79,13 +79,16 @@ class GuardedHandler(web.RequestHandler):
     each request's head: from the moment the connection is made, and from the
     first byte of each later request."""
 
-    __slots__ = ("_counted", "_guard", "_head_deadline")
+    __slots__ = ("_body", "_counted", "_guard", "_head_deadline")
 
     def __init__(self, manager: web.Server, *, guard: Guard, **kwargs: Any):
         super().__init__(manager, **kwargs)
         self._guard = guard
         self._head_deadline: asyncio.TimerHandle | None = None
         self._counted = False
+        # The body of the last request whose head arrived: bytes that come while it is
+        # still being received are its, not the start of another head.
+        self._body: StreamReader | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         guard = self._guard
@@ -101,16 +104,19 @@ class GuardedHandler(web.RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         heads = self._request_count
+        # Asked before the bytes are parsed: those that end a body are still its.
+        in_body = self._body is not None and not self._body.is_eof()
         super().data_received(data)
         if not data:
             return
         if self._request_count != heads:
+            self._body = self._messages[-1][1] if self._messages else None
             self._stop_head_deadline()
             if self._next_head_begun(data):
                 self._start_head_deadline()
-        elif self._head_deadline is None and (
-            self._waiting_for_request() or self._answering_bodiless()
-        ):
+        elif self._head_deadline is None and not in_body:
+            # No request's body is coming: these bytes begin the next head, whether the
+            # handler waits for it, answers a request or has just sent an answer.
             self._start_head_deadline()
 
     def _next_head_begun(self, data: bytes) -> bool:
@@ -122,12 +128,6 @@ class GuardedHandler(web.RequestHandler):
             return False
         payload = self._messages[-1][1]
         return payload is EMPTY_PAYLOAD and not data.endswith((b"\r\n\r\n", b"\n\n"))
-
-    def _answering_bodiless(self) -> bool:
-        """Whether a request with no body is being answered: bytes arriving meanwhile
-        can only begin the next request's head."""
-        request = self._current_request
-        return request is not None and request.content is EMPTY_PAYLOAD
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._stop_head_deadline()

@@ -23,10 +23,11 @@ from keysvc.config import ConfigError
 from keysvc.credentials import SUFFIX_LENGTH, Hasher, new_key_id, new_secret
 from keysvc.db import keys as key_sql
 from keysvc.db import meta
+from keysvc.db.connections import settle, tentatively
 from keysvc.db.createbatch import Recheck
 from keysvc.db.store import Store
 from keysvc.errors import BadRequest, Conflict, Forbidden, NotFound, PreconditionFailed
-from keysvc.models import Actor, Key, KeyChange, KeyPage, NewKey, Organization, Role
+from keysvc.models import Activity, Actor, Key, KeyChange, KeyPage, NewKey, Organization, Role
 from keysvc.permissions import cannot_grant, missing
 from keysvc.render import api_key
 from keysvc.schemas import MAX_ROLE_IDS, CreateKeySchema, PatchKeySchema, load
@@ -257,23 +258,39 @@ async def change_key(
     it is, then as changed (so roles widened by another write since they were checked
     are caught), and may refuse by raising: the transaction is then rolled back. Each
     kind of change is recorded as ``actor``'s activity at ``now`` (default: the time
-    of the change), and the ``key.updated`` event is sent, in the same transaction."""
+    of the change), and the ``key.updated`` event is sent, in the same transaction. A
+    change to nothing writes nothing, records nothing and sends nothing."""
     async with store.transaction("update_key") as conn:
         current = await _checked(conn, organization_id, key_id, check, if_match)
         if current is None:
             return None
+        await tentatively(conn)
         await key_sql.update_key(conn, current, change)
-        await store.authorization_changed(conn)
         changed = await key_sql.get_key(conn, organization_id, key_id)
         if changed is None:
             return None
         if check is not None:
             check(changed)
         at = now or utcnow()
-        for activity in activities.key_changed(current, changed, actor, at):
-            await store.record(conn, activity)
-        await webhooks.enqueue(conn, organization_id, "key.updated", api_key(changed), at)
+        logged = activities.key_changed(current, changed, actor, at)
+        await settle(conn, keep=bool(logged))
+        if not logged:
+            return current
+        await store.authorization_changed(conn)
+        await announce_change(store, conn, changed, logged, at)
         return changed
+
+
+async def announce_change(
+    store: Store, conn: aiosqlite.Connection, key: Key, logged: list[Activity], at: datetime
+) -> None:
+    """Inside the write's transaction: record a change to ``key`` (now as given) and
+    send its ``key.updated`` event; nothing when ``logged`` is empty (nothing changed)."""
+    if not logged:
+        return
+    for activity in logged:
+        await store.record(conn, activity)
+    await webhooks.enqueue(conn, key.organization_id, "key.updated", api_key(key), at)
 
 
 async def delete_key(
@@ -324,6 +341,14 @@ ROTATED_BY_PREVIOUS = (
 )
 DISABLED = "the key is disabled: enable it (PATCH state enabled) before rotating it"
 EXPIRED = "the key has expired: extend its expireAt (PATCH) before rotating it, or create a new key"
+# Rotating another key hands its new credentials to the caller, so it asks for the
+# power to mint credentials: keys:update alone would let a key whose own expiry, IP
+# access list or rate limit it may not lift obtain credentials carrying none of them.
+ROTATE_OTHER = "keys:create"
+ROTATE_OTHER_REFUSED = (
+    f"rotating another key also needs the permission {ROTATE_OTHER}, which this key lacks:"
+    " rotate it with a key that holds it (a key may rotate itself with keys:update)"
+)
 
 
 async def rotate_key(
@@ -346,11 +371,14 @@ async def rotate_key(
     The key must be no stronger than the caller (``may_change``). A key may rotate
     itself (it gains no access by it), but not with the previous credentials it
     authenticated with (``by_previous``): their holder would get new ones that outlive
-    the grace period that was meant to end them.
+    the grace period that was meant to end them. Rotating another key also needs
+    ``keys:create`` (``ROTATE_OTHER``): its new credentials reach the caller.
     """
     made = new_credentials(hasher, data.get("hashData"))
     grace = timedelta(seconds=data["gracePeriodSeconds"])
     async with store.transaction("rotate_key") as conn:
+        if key_id != caller.id and missing(caller.permissions, (ROTATE_OTHER,)) is not None:
+            raise Forbidden(ROTATE_OTHER_REFUSED)
         current = await key_sql.get_key(conn, organization_id, key_id)
         if current is None:
             raise NotFound(NOT_FOUND)

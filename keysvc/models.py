@@ -93,11 +93,14 @@ class Key:
 class Credential:
     """What authentication needs: the key, and the keyed hash of the secret that goes
     with the key ID it was found by. ``until``: that key ID is the key's previous one,
-    which stops working then (``keysvc.keys.rotate_key``); None for its current one."""
+    which stops working then (``keysvc.keys.rotate_key``); None for its current one.
+    ``deleted``: a deleted key's tombstone, never a working credential (``key`` then
+    carries only its UUID and organization, and the state ``deleted``)."""
 
     key: Key
     secret_hash: bytes = field(repr=False)
     until: datetime | None = None
+    deleted: bool = False
 
     def usable_at(self, now: datetime) -> bool:
         """Whether this credential still works at ``now``; the key's own state and

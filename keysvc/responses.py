@@ -67,7 +67,8 @@ class ApiKeySchema(Schema):
         metadata={
             **ADDITION,
             "description": "keysvc addition: when the key ID and secret its last rotation "
-            "replaced stop working (past once they have); absent when it kept none.",
+            "replaced stop working; absent when it kept none, and once they have stopped "
+            "(their hashes are deleted within 5 minutes of the end).",
         },
     )
 
@@ -164,7 +165,9 @@ class UsageBucketSchema(Schema):
     """One bucket of a key's usage series (``keysvc.usage``)."""
 
     start = Timestamp(metadata={"description": "The bucket's start (UTC)."})
-    success = fields.Integer(metadata={"description": _COUNT_OF + "admitted."})
+    success = fields.Integer(
+        metadata={"description": _COUNT_OF + "admitted (any answer but a 403)."}
+    )
     disabled = fields.Integer(metadata={"description": _COUNT_OF + "refused: key disabled."})
     expired = fields.Integer(metadata={"description": _COUNT_OF + "refused: key expired."})
     ipDenied = fields.Integer(
@@ -173,7 +176,8 @@ class UsageBucketSchema(Schema):
     )
     forbidden = fields.Integer(
         metadata={
-            "description": _COUNT_OF + "refused: another organization, or a missing permission."
+            "description": _COUNT_OF + "refused with a 403: another organization, a missing"
+            " permission, or a view's own rule (such as a stronger key's)."
         }
     )
     rateLimited = fields.Integer(

@@ -10,7 +10,11 @@ it from a key stronger than themselves. System roles never change.
 Each write reads, checks these rules and writes inside one transaction of the
 store's (``Store.transaction``), with ``keysvc.db.roles`` running the SQL: a
 concurrent change to the role or its holders cannot slip between check and write.
-The same transaction records the write's activity (``keysvc.activities``).
+The same transaction records the write's activity (``keysvc.activities``) and, for
+each key given or relieved of the role through ``actors``, that key's role-changed
+activity and ``key.updated`` event; a change of the role's name or permissions is
+the role's one ``role_update``, not one per holder. A PATCH that changes nothing
+writes, records and sends nothing.
 """
 
 import base64
@@ -24,9 +28,11 @@ from typing import Any
 
 import aiosqlite
 
-from keysvc import activities
+from keysvc import activities, keys
 from keysvc.credentials import Hasher
+from keysvc.db import keys as key_sql
 from keysvc.db import roles as role_sql
+from keysvc.db.connections import settle, tentatively
 from keysvc.db.store import Store
 from keysvc.errors import BadRequest, Conflict, Forbidden, NotFound
 from keysvc.models import Actor, Key, Role, RoleDetail, RolePage
@@ -147,6 +153,7 @@ async def _insert_role(
                 " delete one it no longer needs"
             )
         await _check_name(conn, organization_id, name)
+        given = await _keys(conn, organization_id, moved)
         await role_sql.insert_role(conn, organization_id, role)
         await _set_actors(conn, organization_id, role.id, actors)
         if actors:
@@ -154,6 +161,7 @@ async def _insert_role(
         detail = await role_sql.get_role(conn, organization_id, role.id)
         assert detail is not None
         await store.record(conn, activities.role_created(detail, actor, now))
+        await _announce_moved(store, conn, given, actor, now)
     return detail
 
 
@@ -235,14 +243,19 @@ async def change_role(
             permissions=current.role.permissions if permissions is None else tuple(permissions),
             updated_at=now,
         )
+        shifted = await _keys(conn, organization_id, set(current.actors) ^ set(actors or ()))
+        await tentatively(conn)
         await role_sql.update_role(conn, changed)
         if actors is not None:
             await _set_actors(conn, organization_id, role_id, actors)
-        await store.authorization_changed(conn)
         updated = await role_sql.get_role(conn, organization_id, role_id)
         logged = None if updated is None else activities.role_changed(current, updated, actor, now)
-        if logged is not None:
-            await store.record(conn, logged)
+        await settle(conn, keep=logged is not None)
+        if updated is None or logged is None:
+            return current
+        await store.authorization_changed(conn)
+        await store.record(conn, logged)
+        await _announce_moved(store, conn, shifted, actor, now)
         return updated
 
 
@@ -291,6 +304,25 @@ async def _set_actors(
             " a key may hold; take one from it first"
         )
     await role_sql.set_actors(conn, role_id, wanted)
+
+
+async def _keys(conn: aiosqlite.Connection, organization_id: str, key_ids: set[str]) -> list[Key]:
+    """The keys of ``key_ids`` as they are now, oldest first; those not in the
+    organization left out (``_set_actors`` refuses them)."""
+    found = [await key_sql.get_key(conn, organization_id, key_id) for key_id in key_ids]
+    return sorted((key for key in found if key is not None), key=lambda key: key.seq)
+
+
+async def _announce_moved(
+    store: Store, conn: aiosqlite.Connection, moved: list[Key], actor: Actor, now: datetime
+) -> None:
+    """Each key given or relieved of a role through its ``actors``, as it was before:
+    its role-changed activity and ``key.updated`` event, as a PATCH of the key sends."""
+    for before in moved:
+        after = await key_sql.get_key(conn, before.organization_id, before.id)
+        if after is not None:
+            logged = activities.key_changed(before, after, actor, now)
+            await keys.announce_change(store, conn, after, logged, now)
 
 
 async def _custom_role(store: Store, organization_id: str, role_id: str) -> RoleDetail:

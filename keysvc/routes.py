@@ -140,10 +140,13 @@ DELETE_KEY = Route(
 _USAGE = (
     "Needs the permission `keys:read`. keysvc addition: the key's authentications, counted "
     "per minute by outcome, summed into buckets of a `granularity` (UTC) from `from` (rounded "
-    "down) up to `to` (rounded up), every bucket answered, zeros included; at most "
+    "down) up to `to` (rounded up), every bucket answered, zeros included. Defaults: `to` "
+    "now, `granularity` hour, `from` 24 hours before `to` (for `minute`: 1,440 minutes before "
+    "`to` rounded up, the last 1,440 minutes), so every granularity works with none given. At most "
     f"{s.MAX_USAGE_BUCKETS} buckets (400 past it, or when `from` is after `to`). Counted: "
     "requests whose credentials were right, admitted (`success`) or refused (`disabled`, "
-    "`expired`, `ipDenied`, `forbidden`, `rateLimited`); unknown keys and wrong secrets are "
+    "`expired`, `ipDenied`, `rateLimited`, or `forbidden`: any 403, whatever refused it; "
+    "a 400, 404 or 409 of an admitted key is its `success`); unknown keys and wrong secrets are "
     "not. Counts appear once written, within KEYSVC_USAGE_FLUSH_SECONDS (default 10); rows "
     "older than KEYSVC_USAGE_RETENTION_DAYS (default 30) are pruned."
 )
@@ -177,7 +180,8 @@ ROTATE_KEY = Route(
         "`gracePeriodSeconds` (default 0, at most 30 days), then fail as unknown ones do; "
         "the key's `previousCredentialExpiresAt` says when. A rotation during a grace "
         "period ends that grace at once. A key may rotate itself, with its current "
-        "credentials only. 409 for a disabled or expired key."
+        "credentials only; rotating another key also needs `keys:create`, since its new "
+        "credentials reach the caller. 409 for a disabled or expired key."
     ),
 )
 LIST_ROLES = Route(
@@ -353,8 +357,10 @@ DOCS = Route(
 )
 _WEBHOOK = "The webhook."
 _WEBHOOK_CREATE = (
-    "Needs the permission `webhooks:write`. keysvc addition. The URL is http(s), without "
-    f"credentials, at most {s.MAX_WEBHOOK_URL} characters, and its host must be public (not "
+    "Needs the permission `webhooks:write`, and `keys:read` to subscribe to key events "
+    "(every event type is one: their data is a key's view). keysvc addition. The URL is "
+    f"http(s), without credentials, at most {s.MAX_WEBHOOK_URL} characters, and its host "
+    "must be public (not "
     "loopback, private, link-local, multicast, reserved or unspecified) unless "
     f"KEYSVC_WEBHOOK_ALLOW_PRIVATE=1. 409 when the organization already holds "
     f"{s.MAX_WEBHOOKS_PER_ORG} webhooks. The signing secret is in this answer only."

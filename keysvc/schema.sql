@@ -107,6 +107,31 @@ create trigger if not exists api_keys_roles_dropped after delete on api_keys beg
     delete from key_roles where key_id = old.id;
 end;
 
+-- Tombstones: the credentials of deleted keys, as the same keyed hashes, so that a
+-- deleted key's use is logged (keysvc.auth) while it fails as an unknown key ID
+-- does; pruned after the usage retention (keysvc.db.store). The trigger also runs
+-- for a delete by hand. A rotation's previous key ID is kept while its grace runs.
+create table if not exists deleted_credentials (
+    key_id_hash     blob primary key,
+    secret_hash     blob not null,
+    key_id          text not null,         -- the deleted api_keys.id (uuid)
+    organization_id text not null,
+    deleted_at      text not null
+) strict, without rowid;
+
+create trigger if not exists api_keys_tombstoned after delete on api_keys begin
+    insert or replace into deleted_credentials
+        (key_id_hash, secret_hash, key_id, organization_id, deleted_at)
+    values (old.key_id_hash, old.secret_hash, old.id, old.organization_id,
+            strftime('%Y-%m-%dT%H:%M:%SZ', 'now'));
+    insert or replace into deleted_credentials
+        (key_id_hash, secret_hash, key_id, organization_id, deleted_at)
+    select old.previous_key_id_hash, old.previous_secret_hash, old.id, old.organization_id,
+           strftime('%Y-%m-%dT%H:%M:%SZ', 'now')
+    where old.previous_key_id_hash is not null and old.previous_secret_hash is not null
+      and julianday(old.previous_until) > julianday('now');
+end;
+
 -- Authentications of each key per minute, by outcome (keysvc.db.usage): written by
 -- each process in batches, as upserts that add. No foreign key: a key's rows go with
 -- it by the trigger below, which also runs for a delete by hand with foreign keys

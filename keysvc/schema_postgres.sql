@@ -115,6 +115,41 @@ create table if not exists key_roles (
 
 create index if not exists key_roles_role on key_roles (role_id);
 
+-- Tombstones, as in schema.sql: a deleted key's credentials (and its rotation's
+-- previous ones while their grace runs), kept until pruned (keysvc.db.store).
+create table if not exists deleted_credentials (
+    key_id_hash     bytea primary key,
+    secret_hash     bytea not null,
+    key_id          text collate "C" not null,
+    organization_id text collate "C" not null,
+    deleted_at      text collate "C" not null
+);
+
+create or replace function keysvc_key_tombstoned() returns trigger
+language plpgsql as $$
+declare
+    stamp text := to_char(now() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"');
+begin
+    insert into deleted_credentials (key_id_hash, secret_hash, key_id, organization_id, deleted_at)
+    values (old.key_id_hash, old.secret_hash, old.id, old.organization_id, stamp)
+    on conflict (key_id_hash) do update
+        set secret_hash = excluded.secret_hash, key_id = excluded.key_id,
+            organization_id = excluded.organization_id, deleted_at = excluded.deleted_at;
+    if old.previous_key_id_hash is not null and old.previous_secret_hash is not null
+       and old.previous_until::timestamptz > now() then
+        insert into deleted_credentials
+            (key_id_hash, secret_hash, key_id, organization_id, deleted_at)
+        values (old.previous_key_id_hash, old.previous_secret_hash, old.id,
+                old.organization_id, stamp)
+        on conflict (key_id_hash) do update
+            set secret_hash = excluded.secret_hash, key_id = excluded.key_id,
+                organization_id = excluded.organization_id, deleted_at = excluded.deleted_at;
+    end if;
+    return null;
+end $$;
+create or replace trigger api_keys_tombstoned after delete on api_keys
+    for each row execute function keysvc_key_tombstoned();
+
 create table if not exists key_usage (
     key_id       text collate "C" not null,
     minute       text collate "C" not null,

@@ -396,14 +396,16 @@ MAX_USAGE_BUCKETS = 1440
 
 
 class UsageQuerySchema(Schema):
-    """A key's usage query (``keysvc.usage``): from (default: 24 hours before to), to
-    (default: now) and granularity (default: hour)."""
+    """A key's usage query (``keysvc.usage``): from (default: 24 hours before to; for
+    minute, 1,440 minutes before to rounded up), to (default: now) and granularity
+    (default: hour)."""
 
     start = QueryMoment(
         data_key="from",
         metadata={
             "description": "Start of the series, rounded down to its granularity;"
-            " default: 24 hours before `to`.",
+            " default: 24 hours before `to`, or for `minute` 1,440 minutes before `to`"
+            " rounded up to a whole minute (the last 1,440 minutes, `to`'s included).",
             "examples": ["2026-01-02T00:00:00Z"],
         },
     )

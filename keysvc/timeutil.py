@@ -1,7 +1,9 @@
 """UTC timestamps: the one text form keysvc stores and answers with.
 
 ISO-8601 in UTC with a trailing ``Z``; fractions of a second appear only when
-the value has them. The text sorts in time order, so SQL can compare it.
+the value has them. The year always has four digits (strftime's ``%Y`` does not pad
+years before 1000 on every platform), so that the text sorts in time order and SQL
+can compare it.
 """
 
 from collections.abc import Callable
@@ -14,11 +16,14 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def to_text(moment: datetime) -> str:
-    moment = moment.astimezone(UTC)
-    if moment.microsecond:
-        return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+def to_text(moment: datetime, fraction: bool = False) -> str:
+    """``moment`` as stored and answered; with ``fraction``, its microseconds are
+    written even when zero (the activity log's stamps, which must all sort alike)."""
+    m = moment.astimezone(UTC)
+    text = f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}"
+    if m.microsecond or fraction:
+        return f"{text}.{m.microsecond:06d}Z"
+    return f"{text}Z"
 
 
 def from_text(text: str) -> datetime:

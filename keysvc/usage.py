@@ -3,7 +3,10 @@
 The counts are kept by ``keysvc.db.usage`` (what is counted, and when it is
 written); here a query becomes buckets. ``from`` is rounded down and ``to`` up to
 whole buckets, in UTC; every bucket between is answered, zero-filled, so a
-series has no gaps to guess at. Counts reach the series once written: within one
+series has no gaps to guess at. Without ``from``, an hour's or a day's series
+starts 24 hours before ``to``, a minute's 1,440 minutes before ``to`` rounded up
+(``default_start``): every granularity answers its defaults within
+MAX_USAGE_BUCKETS. Counts reach the series once written: within one
 flush interval (``KEYSVC_USAGE_FLUSH_SECONDS``) of the request.
 """
 
@@ -46,6 +49,16 @@ def _floor(moment: datetime, granularity: str) -> datetime:
     return moment if granularity == "hour" else moment.replace(hour=0)
 
 
+def default_start(end: datetime, granularity: str) -> datetime:
+    """Where a series ending at ``end`` starts when the query names no ``from``."""
+    if granularity != "minute":
+        return end - DEFAULT_SPAN
+    # 24 hours before a ``to`` inside a minute would round out to one bucket too many.
+    step = _STEPS[granularity][0]
+    last = _floor(end, granularity)
+    return (last if last == end else last + step) - MAX_USAGE_BUCKETS * step
+
+
 def bucket_range(params: Mapping[str, Any], now: datetime) -> tuple[datetime, datetime, int]:
     """The first bucket's start, the last one's end and how many buckets the query
     ``params`` (``UsageQuerySchema``) asks for, at ``now``."""
@@ -53,7 +66,7 @@ def bucket_range(params: Mapping[str, Any], now: datetime) -> tuple[datetime, da
     step = _STEPS[granularity][0]
     try:
         end = params.get("end") or now
-        asked = params.get("start") or end - DEFAULT_SPAN
+        asked = params.get("start") or default_start(end, granularity)
         if asked > end:
             raise BadRequest("from: must not be after to")
         start = _floor(asked, granularity)

@@ -19,13 +19,22 @@ from keysvc.db import outbox
 from keysvc.db import webhooks as webhook_sql
 from keysvc.db.store import Store
 from keysvc.db.webhooks import Delivery, Webhook
-from keysvc.errors import Conflict, NotFound
+from keysvc.errors import Conflict, Forbidden, NotFound
+from keysvc.models import Key
+from keysvc.permissions import has_permission
 from keysvc.schemas import DEFAULT_EXPIRING_DAYS, MAX_WEBHOOKS_PER_ORG
 from keysvc.targets import check_addresses, parse_url
 
 NONCE_BYTES = 32
 NOT_FOUND = "webhook not found in this organization"
 _CURSOR = "webhook deliveries position"
+# A key event's data is the key's public view: a subscription to one reads keys, so
+# it asks for what reading them asks for.
+KEY_EVENTS_NEED = "keys:read"
+KEY_EVENTS_REFUSED = (
+    f"events: subscribing to key events also needs the permission {KEY_EVENTS_NEED},"
+    " which this key lacks: create the webhook with a key that holds it"
+)
 
 
 @dataclass(frozen=True)
@@ -53,13 +62,19 @@ enqueue = outbox.enqueue
 async def create_webhook(
     store: Store,
     hasher: Hasher,
+    caller: Key,
     organization_id: str,
     data: dict[str, Any],
     now: datetime,
     allow_private: bool,
 ) -> Created:
     """Store a webhook from a validated body; its URL's host must be public unless
-    ``allow_private`` (``keysvc.targets``)."""
+    ``allow_private`` (``keysvc.targets``). Its events' data must be data ``caller``
+    may read (``KEY_EVENTS_NEED``)."""
+    if any(event.startswith("key.") for event in data["events"]) and not has_permission(
+        caller.permissions, KEY_EVENTS_NEED
+    ):
+        raise Forbidden(KEY_EVENTS_REFUSED)
     url = parse_url(data["url"])
     await check_addresses(url, allow_private)
     events = tuple(dict.fromkeys(data["events"]))

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import aiosqlite
@@ -181,3 +182,14 @@ async def create(client: Client, caller: Creds, body: dict[str, Any]) -> dict[st
 async def create_creds(client: Client, caller: Creds, body: dict[str, Any]) -> Creds:
     result = await create(client, caller, body)
     return Creds(caller.organization_id, result["key"]["id"], result["keyId"], result["keySecret"])
+
+
+def write_sql(db: Path, statement: str, *params: object) -> None:
+    """One statement committed on the database file, as an operator's (or an
+    attacker's) ``sqlite3`` shell would."""
+    conn = sqlite3.connect(db)
+    try:
+        with conn:
+            conn.execute(statement, params)
+    finally:
+        conn.close()

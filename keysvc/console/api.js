@@ -70,6 +70,13 @@ export async function signIn(keyId, secret) {
   return caller;
 }
 
+// After the signed-in key rotated itself: its new pair replaces the old one, in the
+// same variable, and the old one is forgotten.
+export function switchCredentials(keyId, secret) {
+  if (!caller) throw new ApiError(401, "signed out: sign in again", null);
+  authorization = basic(keyId, secret);
+}
+
 export function signOut() {
   authorization = null;
   caller = null;

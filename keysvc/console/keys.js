@@ -1,8 +1,8 @@
-// The keys view: a page of keys with a filter, a key's details, create (the secret
-// shown once), edit, disable/enable and delete. What can be done to a key is the
-// list KEY_ACTIONS: another action (rotate, say) is one more entry.
+// The keys view: a page of keys with a filter, a key's details (with its usage chart,
+// usage.js), create (the secret shown once), edit, rotate (the new secret shown once),
+// disable/enable and delete. What can be done to a key is the list KEY_ACTIONS.
 
-import { call, can, me, orgPath } from "./api.js";
+import { call, can, me, orgPath, switchCredentials } from "./api.js";
 import { hashedPair } from "./credentials.js";
 import { allRoles } from "./roles.js";
 import {
@@ -21,8 +21,10 @@ import {
   time,
   toLocalInput,
 } from "./ui.js";
+import { usagePanel } from "./usage.js";
 
 const PAGE_SIZE = 25;
+const MAX_GRACE_SECONDS = 30 * 24 * 3600;
 const isSelf = (key) => key.id === me().id;
 const roleNames = (key) => key.assignedRoles.map((role) => role.roleName);
 
@@ -36,6 +38,13 @@ export const KEY_ACTIONS = [
     needs: "keys:update",
     refusal: () => null,
     run: (key, etag, refresh) => editKey(key, etag, refresh),
+  },
+  {
+    id: "rotate",
+    label: () => "Rotate",
+    needs: "keys:update",
+    refusal: (key) => (key.state === "disabled" ? "A disabled key cannot be rotated: enable it first." : null),
+    run: (key, etag, refresh) => rotateKey(key, refresh),
   },
   {
     id: "state",
@@ -96,6 +105,9 @@ function details(key) {
     ["Rate limit", key.rateLimit ? `${key.rateLimit.limit} requests per ${key.rateLimit.windowSeconds} s` : "the server's"],
     ["Created", time(key.createdAt)],
   ];
+  if (key.previousCredentialExpiresAt) {
+    rows.push(["Previous key ID and secret work until", time(key.previousCredentialExpiresAt)]);
+  }
   return h("dl", { className: "details" }, rows.map(([name, value]) => [h("dt", { text: name }), h("dd", { text: value })]));
 }
 
@@ -137,7 +149,8 @@ async function showKey(key, refresh) {
     buttons.push(button);
   }
   if (isSelf(fresh)) reasons.unshift(h("p", { className: "notice", text: "You are signed in with this key." }));
-  dialog = openDialog(`Key ${fresh.name}`, h("div", {}, details(fresh), reasons, h("div", { className: "actions" }, buttons)));
+  const body = h("div", {}, details(fresh), reasons, h("div", { className: "actions" }, buttons), usagePanel(fresh));
+  dialog = openDialog(`Key ${fresh.name}`, body);
 }
 
 function roleChoices(roles, chosen, disabled) {
@@ -236,7 +249,60 @@ async function createKey(refresh) {
     const keyId = pair ? pair.keyId : answer.result.keyId;
     const secret = pair ? pair.secret : answer.result.keySecret;
     pair = null;
-    showSecret(answer.result.key, keyId, secret);
+    showSecret(answer.result.key, keyId, secret, "Key created");
+    refresh();
+  });
+}
+
+function rotateFields(key, self) {
+  const grace = h("input", { name: "grace", type: "number", min: 0, max: MAX_GRACE_SECONDS, step: 1, value: "0", required: true, autofocus: true });
+  return [
+    h("p", {
+      text: `The key gets a new key ID and secret; its name, roles, IP access list, rate limit and expiry stay. Programs using "${key.name}" need the new pair.`,
+    }),
+    self
+      ? h("p", {
+          className: "notice",
+          text: "You are signed in with this key: the console switches to its new key ID and secret (kept in this tab's memory only) and shows them once.",
+        })
+      : null,
+    field(
+      "Grace period (seconds)",
+      grace,
+      "How long the current key ID and secret keep working: 0 (they stop at once) to 2592000 (30 days). 3600 is an hour, 86400 a day.",
+    ),
+    h(
+      "label",
+      { className: "choice" },
+      h("input", { type: "checkbox", name: "hashData" }),
+      " Make the new key ID and secret in this browser (hashData): keysvc receives only their SHA-256 hashes",
+    ),
+  ];
+}
+
+async function rotateKey(key, refresh) {
+  const self = isSelf(key);
+  formDialog(`Rotate key ${key.name}`, rotateFields(key, self), "Rotate key", async (form, dialog) => {
+    const body = { gracePeriodSeconds: Number(form.elements.grace.value) };
+    let pair = null;
+    if (form.elements.hashData.checked) {
+      pair = await hashedPair();
+      body.hashData = pair.hashData;
+    }
+    const answer = await call("POST", orgPath(`/keys/${key.id}/rotate`), { body });
+    const keyId = pair ? pair.keyId : answer.result.keyId;
+    const secret = pair ? pair.secret : answer.result.keySecret;
+    pair = null;
+    // Its old pair may stop at once: the console's next call must use the new one.
+    if (self) switchCredentials(keyId, secret);
+    dialog.close();
+    const until = answer.result.key.previousCredentialExpiresAt;
+    const notes = [
+      until ? `The previous key ID and secret work until ${time(until)}.` : "The previous key ID and secret no longer work.",
+      self ? "This is the key you are signed in with: the console now uses the new key ID and secret, in this tab's memory only." : null,
+    ];
+    showSecret(answer.result.key, keyId, secret, "Key rotated", notes);
+    if (self) showNotice("You rotated the key you are signed in with: the console now uses its new key ID and secret.");
     refresh();
   });
 }
@@ -256,8 +322,9 @@ function copyButton(label, target) {
   return button;
 }
 
-// The new credentials, this once. Closing the dialog removes them from the page.
-function showSecret(key, keyId, secret) {
+// The new credentials, this once, with any notes. Closing the dialog removes them
+// from the page.
+function showSecret(key, keyId, secret, title, notes = []) {
   const idNode = h("code", { id: "new-key-id", text: keyId });
   const secretNode = h("code", { id: "new-key-secret", text: secret });
   const done = h("button", { type: "button", className: "primary", text: "I have stored the secret" });
@@ -265,10 +332,11 @@ function showSecret(key, keyId, secret) {
     "div",
     {},
     h("p", { className: "warning", text: "Copy the secret now: it is shown this once. keysvc keeps only a hash of it and cannot show it again. Anyone holding the key ID and secret can act as this key." }),
+    notes.filter((note) => note).map((note) => h("p", { className: "notice", text: note })),
     h("dl", { className: "details" }, h("dt", { text: "Key" }), h("dd", { text: key.name }), h("dt", { text: "Key ID" }), h("dd", {}, idNode, " ", copyButton("Copy key ID", idNode)), h("dt", { text: "Secret" }), h("dd", {}, secretNode, " ", copyButton("Copy secret", secretNode))),
     h("div", { className: "actions" }, done),
   );
-  const dialog = openDialog("Key created", body, {
+  const dialog = openDialog(title, body, {
     className: "secret",
     onClose: () => {
       idNode.textContent = "";

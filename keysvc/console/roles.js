@@ -6,7 +6,17 @@ import { Pages, clearMessages, confirmDialog, field, formDialog, h, pager, showE
 
 const PAGE_SIZE = 50;
 // The management API's own permissions, offered as boxes; any other goes in the text field.
-const MANAGEMENT = ["keys:read", "keys:create", "keys:update", "keys:delete", "roles:read", "roles:write"];
+const MANAGEMENT = [
+  "keys:read",
+  "keys:create",
+  "keys:update",
+  "keys:delete",
+  "roles:read",
+  "roles:write",
+  "activities:read",
+  "webhooks:read",
+  "webhooks:write",
+];
 
 // Every role of the organization, page after page (for the key form's choices).
 export async function allRoles() {

@@ -200,6 +200,10 @@ export class Pages {
   back() {
     if (this.cursors.length > 1) this.cursors.pop();
   }
+
+  reset() {
+    this.cursors = [null];
+  }
 }
 
 export function pager(pages, nextCursor, reload) {

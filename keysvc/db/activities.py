@@ -1,6 +1,7 @@
 """The activity log's SQL and its hash chains: ``record``, the one function every
 write calls inside its own transaction to log what it did, the reads of the log,
-and ``verify``, which walks every organization's chain.
+and ``verify``, which walks every organization's chain and then replays it against
+the live tables (``keysvc.db.replay``).
 
 Each organization's records are chained: a record's hash is an HMAC, keyed with
 a key derived from the pepper (``Chain``), of its content and of the hash of the
@@ -20,15 +21,16 @@ import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import aiosqlite
 
+from keysvc.db import replay
 from keysvc.db.connections import fetch_all, fetch_one, many_rows
 from keysvc.db.dialect import Sql, with_json_list
 from keysvc.models import Activity, ActivityPage, Actor
-from keysvc.timeutil import from_text
+from keysvc.timeutil import from_text, to_text
 
 GENESIS = bytes(32)  # the prev_hash of an organization's first record
 
@@ -126,7 +128,7 @@ def _stamp(moment: datetime) -> str:
     """A record's time with its microseconds always written, so that the text sorts in
     time order and the date filters can compare it (``to_text`` drops a zero fraction,
     and "...00Z" sorts after "...00.5Z")."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return to_text(moment, fraction=True)
 
 
 def _json(value: object) -> str | None:
@@ -170,12 +172,23 @@ async def record(conn: Connection, chain: Chain, *activities: Activity) -> None:
     await _run(conn, sql, [v for head in heads for v in head])
 
 
-async def seal_heads(conn: aiosqlite.Connection, chain: Chain) -> None:
-    """Inside a transaction: give every organization without a head an empty one, so
-    that an organization whose records and head were all removed is caught."""
-    for row in await fetch_all(conn, _UNHEADED, ()):
-        mac = chain.head_mac(row[0], 0, GENESIS)
-        await conn.execute(many_rows(_INSERT_HEADS, 1, 4), (row[0], 0, GENESIS, mac))
+async def unheaded(conn: aiosqlite.Connection) -> list[str]:
+    """The organizations without a chain head: those from before the log."""
+    return [row[0] for row in await fetch_all(conn, _UNHEADED, ())]
+
+
+async def seal(
+    conn: aiosqlite.Connection, chain: Chain, organization_id: str, existing: Sequence[Activity]
+) -> None:
+    """Inside a transaction: start an organization's chain with ``existing``, the records
+    of the keys and roles it holds already, or with an empty head when it holds none;
+    so that an organization whose records and head were all removed is caught, and
+    that what existed before the log replays (``keysvc.db.replay``)."""
+    if existing:
+        await record(conn, chain, *existing)
+        return
+    mac = chain.head_mac(organization_id, 0, GENESIS)
+    await conn.execute(many_rows(_INSERT_HEADS, 1, 4), (organization_id, 0, GENESIS, mac))
 
 
 def _activity(row: Sequence[Any]) -> Activity:
@@ -262,7 +275,17 @@ def _walk(conn: sqlite3.Connection, chain: Chain) -> Iterator[tuple[str, int, by
 
 
 def verify(conn: sqlite3.Connection, chain: Chain) -> Verdict:
-    """Walk every organization's chain and compare its end with its head."""
+    """Walk every organization's chain and compare its end with its head, all in one
+    read transaction: keysvc may commit while this runs, and reads of separate
+    snapshots (heads from before a write, records from after it) would disagree."""
+    conn.execute("begin")
+    try:
+        return _verify(conn, chain)
+    finally:
+        conn.execute("rollback")
+
+
+def _verify(conn: sqlite3.Connection, chain: Chain) -> Verdict:
     heads = {row[0]: (int(row[1]), bytes(row[2]), bytes(row[3])) for row in conn.execute(_HEADS)}
     records, seen = 0, set[str]()
     for end in _walk(conn, chain):
@@ -280,7 +303,7 @@ def verify(conn: sqlite3.Connection, chain: Chain) -> Verdict:
         if problem is not None:
             return Verdict(problem, records, len(seen))
         seen.add(org)
-    return Verdict(None, records, len(seen))
+    return Verdict(replay.check(conn), records, len(seen))
 
 
 def _check_head(

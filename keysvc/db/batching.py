@@ -180,13 +180,18 @@ class Touches:
 
     async def write_counts(self) -> None:
         """Write the usage counts of this process now (with any usedAt waiting), unless
-        a flush under way takes them. A failed write keeps them for the next call."""
+        a flush under way takes them. A failed write keeps them for the next call.
+
+        The flush is waited for, never cancelled with its caller (``Store.close``
+        cancels the upkeep that calls this): cancelled in its commit, it could not
+        tell whether its counts were written, and the counts it gave back would be
+        written again."""
         running = self.flusher
         if running is not None and not running.done():
-            await asyncio.gather(running, return_exceptions=True)
+            await asyncio.wait((running,))
         if self.tally or self._touches is not None:
             self.flusher = asyncio.create_task(self._flush())
-            await asyncio.gather(self.flusher, return_exceptions=True)
+            await asyncio.wait((self.flusher,))
 
     async def _flush(self) -> None:
         # After a failed write the counts wait for write_counts: retried here, a full

@@ -19,7 +19,7 @@ import logging
 import os
 import sqlite3
 import stat
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -175,6 +175,37 @@ async def fetch_all(
     return list(await conn.execute_fetchall(sql, params))
 
 
+async def to_the_end(awaitable: Awaitable[object]) -> bool:
+    """Await ``awaitable`` to its end even when the caller is cancelled meanwhile, and
+    say whether it was. A commit runs on aiosqlite's thread whatever happens to the
+    coroutine awaiting it: cancelled there, the transaction would be taken for
+    uncommitted (a rollback queued behind the commit, its caches' invalidation
+    skipped) while it is in the database."""
+    task = asyncio.ensure_future(awaitable)
+    cancelled = False
+    while True:
+        try:
+            await asyncio.shield(task)
+            return cancelled
+        except asyncio.CancelledError:
+            if task.cancelled():
+                raise
+            cancelled = True
+
+
+async def tentatively(conn: aiosqlite.Connection) -> None:
+    """Inside a transaction: what follows can be undone alone (``settle``), so that a
+    write can be made, read back and compared before deciding to keep it."""
+    await conn.execute("savepoint tentative")
+
+
+async def settle(conn: aiosqlite.Connection, keep: bool) -> None:
+    """End what ``tentatively`` began: kept, or undone as if never written."""
+    if not keep:
+        await conn.execute("rollback to tentative")
+    await conn.execute("release tentative")
+
+
 class Writer:
     """The process's writing connection, and the lock each write transaction holds.
 
@@ -202,11 +233,12 @@ class Writer:
         """One write transaction; holds the process's write lock throughout."""
         async with self.lock:
             self._authorization_changed = False
+            cancelled = False
             try:
                 await self.conn.execute("begin immediate")
                 try:
                     yield self.conn
-                    await self.conn.execute("commit")
+                    cancelled = await to_the_end(self.conn.execute("commit"))
                 except BaseException:
                     # SQLite may have rolled back already (a full disk does).
                     if self.conn.in_transaction:
@@ -220,6 +252,8 @@ class Writer:
             self.space.succeeded()
             if self._authorization_changed:
                 self._on_authorization_changed()
+            if cancelled:
+                raise asyncio.CancelledError
 
     async def authorization_changed(self, conn: aiosqlite.Connection) -> None:
         """Inside a transaction: what some key may do has changed. Bumps the generation."""

@@ -36,7 +36,9 @@ KEY_PAGE = """
 # with that key ID: its current one, else the previous one a rotation left
 # (credential_until says when that stops working). Both columns are unique, and no key
 # is given another's previous key ID (schema.sql); were one edited in by hand, the
-# current key ID would win.
+# current key ID would win. Last, a deleted key's tombstone (previous = 2): its UUID,
+# organization and secret hash, with placeholders for the columns a Key needs, so that
+# a deleted key ID costs the same one statement as any other (docs/SECURITY.md).
 CREDENTIAL = """
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
            used_at, ip_access_list, rate_limit, rate_window, previous_until,
@@ -47,6 +49,11 @@ CREDENTIAL = """
            used_at, ip_access_list, rate_limit, rate_window, previous_until,
            previous_secret_hash, previous_until, 1
     from api_keys where previous_key_id_hash = ?
+    union all
+    select 0, 0, key_id, organization_id, '', 'deleted', '', deleted_at, null,
+           null, '[]', null, null, null,
+           secret_hash, null, 2
+    from deleted_credentials where key_id_hash = ?
     order by previous limit 1
 """
 # The point reads (keysvc.db.pointreads): one statement each, a key's row with its roles'
@@ -128,6 +135,14 @@ ROTATE_DROPPING = """
     where id = ?
 """
 
+# CREDENTIAL's ``previous`` for a deleted key's tombstone.
+_TOMBSTONE = 2
+# Tombstones past their retention (deleted_credentials, schema.sql).
+PRUNE_TOMBSTONES = Sql(
+    "delete from deleted_credentials where julianday(deleted_at) < julianday(?)",
+    "delete from deleted_credentials where deleted_at::timestamptz < ?::text::timestamptz",
+)
+
 # What a create or an update is told when a constraint refuses its key, by either path.
 KEY_ID_TAKEN = "hashData.keyIdHash: a key with this key ID already exists"
 ROLE_GONE = "a role was deleted while this request ran; try again"
@@ -160,7 +175,17 @@ async def list_page(
 def credential_of(key: Key, row: sqlite3.Row) -> Credential:
     """The credential that CREDENTIAL's ``row`` describes, for its key read as ``key``."""
     until = row["credential_until"]
-    return Credential(key, row["credential_secret_hash"], from_text(until) if until else None)
+    return Credential(
+        key,
+        row["credential_secret_hash"],
+        from_text(until) if until else None,
+        deleted=row["previous"] == _TOMBSTONE,
+    )
+
+
+def credential_params(key_id_hash: bytes) -> tuple[bytes, bytes, bytes]:
+    """CREDENTIAL's parameters: the key-ID hash, for each of its branches."""
+    return key_id_hash, key_id_hash, key_id_hash
 
 
 async def key_id_in_use(conn: aiosqlite.Connection, key_id_hash: bytes) -> bool:
@@ -290,3 +315,23 @@ def count_keys_by_state(conn: sqlite3.Connection, now: datetime) -> dict[str, in
     for row in conn.execute(COUNT_KEYS_BY_STATE, (to_text(now),)).fetchall():
         counts[row["effective"]] = row["n"]
     return counts
+
+
+# A rotation's previous credentials once their grace has ended: refused already (each
+# credential carries its end), so their hashes go; the trigger api_keys_previous_changed
+# moves auth_generation, and the unique index lets the key ID go.
+DROP_ENDED_PREVIOUS = """
+    update api_keys set previous_key_id_hash = null, previous_secret_hash = null,
+                        previous_until = null
+    where previous_until is not null and previous_until <= ?
+"""
+
+
+async def drop_ended_previous(conn: aiosqlite.Connection, now: datetime) -> None:
+    """Forget the previous credentials of every key whose grace ended by ``now``."""
+    await conn.execute(DROP_ENDED_PREVIOUS, (to_text(now),))
+
+
+async def prune_tombstones(conn: aiosqlite.Connection, before: datetime) -> None:
+    """Forget the credentials of keys deleted before ``before``."""
+    await conn.execute(PRUNE_TOMBSTONES, (to_text(before),))

@@ -206,6 +206,29 @@ MIGRATIONS: Sequence[str] = (
     ) strict, without rowid;
     create index if not exists webhook_expiry_warnings_key on webhook_expiry_warnings (key_id);
     """,
+    # 11: deleted keys' credentials, kept a while as tombstones (see schema.sql).
+    """
+    create table if not exists deleted_credentials (
+        key_id_hash     blob primary key,
+        secret_hash     blob not null,
+        key_id          text not null,
+        organization_id text not null,
+        deleted_at      text not null
+    ) strict, without rowid;
+
+    create trigger if not exists api_keys_tombstoned after delete on api_keys begin
+        insert or replace into deleted_credentials
+            (key_id_hash, secret_hash, key_id, organization_id, deleted_at)
+        values (old.key_id_hash, old.secret_hash, old.id, old.organization_id,
+                strftime('%Y-%m-%dT%H:%M:%SZ', 'now'));
+        insert or replace into deleted_credentials
+            (key_id_hash, secret_hash, key_id, organization_id, deleted_at)
+        select old.previous_key_id_hash, old.previous_secret_hash, old.id, old.organization_id,
+               strftime('%Y-%m-%dT%H:%M:%SZ', 'now')
+        where old.previous_key_id_hash is not null and old.previous_secret_hash is not null
+          and julianday(old.previous_until) > julianday('now');
+    end;
+    """,
 )
 
 

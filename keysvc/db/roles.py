@@ -54,6 +54,10 @@ _ROLE_IN_ORG = """
     select id, name, type, permissions, created_at, updated_at from roles
     where (organization_id is null or organization_id = ?) and id = ?
 """
+_CUSTOM_ROLES_OF = """
+    select id, name, type, permissions, created_at, updated_at from roles
+    where organization_id = ? and type = 'custom' order by name
+"""
 _ROLE_NAMED_IN_ORG = """
     select id from roles where (organization_id is null or organization_id = ?) and name = ?
 """
@@ -154,6 +158,12 @@ async def get_role(
     """A role the organization sees, with the keys holding it; None if there is none."""
     row = await fetch_one(conn, _ROLE_IN_ORG, (organization_id, role_id))
     return None if row is None else (await _details(conn, organization_id, [row]))[0]
+
+
+async def custom_roles(conn: aiosqlite.Connection, organization_id: str) -> list[RoleDetail]:
+    """Every custom role of the organization, with the keys holding each."""
+    rows = await fetch_all(conn, _CUSTOM_ROLES_OF, (organization_id,))
+    return await _details(conn, organization_id, rows)
 
 
 async def _details(

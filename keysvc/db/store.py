@@ -9,7 +9,9 @@ I last looked (``keysvc.db.freshness``); and the create batches' own
 (``keysvc.db.createbatch``). The caches are ``caches``'s (``keysvc.db.cache``),
 role SQL is ``roles``'s (``keysvc.db.roles``). Opened to serve, it also keeps the
 usage counts (``keysvc.db.usage``): written every flush interval and at close,
-and pruned past their retention at most every ``PRUNE_EVERY_SECONDS``.
+and pruned past their retention at most every ``PRUNE_EVERY_SECONDS``, when it
+also drops the previous credentials of rotations whose grace has ended and the
+tombstones of keys deleted longer ago than that retention.
 
 The domain (``keysvc.keys``, ``keysvc.roles``) runs its writes in
 ``transaction()`` and checks its rules there; the store checks none of them.
@@ -21,7 +23,7 @@ import asyncio
 import logging
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -29,11 +31,13 @@ from pathlib import Path
 
 import aiosqlite
 
+from keysvc import activities
 from keysvc.config import ConfigError, Settings
 from keysvc.credentials import ACTIVITY_CHAIN, Hasher, load_pepper
 from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
 from keysvc.db import meta
+from keysvc.db import roles as role_sql
 from keysvc.db import usage as usage_sql
 from keysvc.db.batching import Creates, RevokedUse, RevokedUses, Touches
 from keysvc.db.cache import Caches
@@ -94,9 +98,9 @@ class Store:
         self.chain = activity_sql.Chain()
         self._touches = Touches(self.writer)
         self._revoked_uses = RevokedUses(self.writer, self.chain)
-        self.needs_touch = self._touches.needs_touch  # type: ignore[method-assign]
-        # Asked on every authenticated request, so bound once (Tally.add).
-        self.count_use = self._touches.tally.add  # type: ignore[method-assign]
+        # Asked on every authenticated request, so bound once rather than forwarded.
+        self.needs_touch = self._touches.needs_touch
+        self.count_use = self._touches.tally.add
         self._upkeep: asyncio.Task[None] | None = None
         self.observer = observer
         self.roles = RoleStore(self.reader, observer)
@@ -133,18 +137,43 @@ class Store:
 
     async def _keep_usage(self, upkeep: UsageUpkeep) -> None:
         """Write the usage counts every flush interval; prune old rows now, then at
-        most every PRUNE_EVERY_SECONDS. A failure is logged and tried again later."""
+        most every PRUNE_EVERY_SECONDS, and with them drop the previous credentials
+        of rotations whose grace has ended and the tombstones of keys deleted before the
+        retention. A failure is logged and tried again later."""
         pruned_at: float | None = None
         while True:
             if pruned_at is None or time.monotonic() - pruned_at >= usage_sql.PRUNE_EVERY_SECONDS:
                 pruned_at = time.monotonic()
-                try:
-                    async with self.transaction("prune_usage") as conn:
-                        await usage_sql.prune(conn, utcnow() - upkeep.retention)
-                except Exception:
-                    logger.exception("pruning old usage counts failed; trying again later")
+                now = utcnow()
+                await self._tidy(
+                    "prune_usage", "pruning old usage counts",
+                    usage_sql.prune, now - upkeep.retention,
+                )  # fmt: skip
+                await self._tidy(
+                    "drop_ended_credentials", "dropping the credentials of ended graces",
+                    key_sql.drop_ended_previous, now,
+                )  # fmt: skip
+                await self._tidy(
+                    "prune_tombstones", "pruning the tombstones of deleted keys",
+                    key_sql.prune_tombstones, now - upkeep.retention,
+                )  # fmt: skip
             await asyncio.sleep(upkeep.flush_seconds)
             await self._touches.write_counts()
+
+    async def _tidy(
+        self,
+        operation: str,
+        doing: str,
+        work: Callable[[aiosqlite.Connection, datetime], Awaitable[None]],
+        moment: datetime,
+    ) -> None:
+        """One upkeep write in its own transaction; a failure is logged, and the next
+        round tries again."""
+        try:
+            async with self.transaction(operation) as conn:
+                await work(conn, moment)
+        except Exception:
+            logger.exception("%s failed; trying again later", doing)
 
     async def close(self) -> None:
         await self._finish_writes(self._creates.flusher)
@@ -222,11 +251,14 @@ class Store:
         await activity_sql.record(conn, self.chain, activity)
 
     async def key_activities(self, key: bytes) -> None:
-        """Key the activity chains (from the pepper), and give each organization
-        without a chain head an empty one."""
+        """Key the activity chains (from the pepper), and start the chain of each
+        organization without a head: with a create record of each key and custom role
+        it holds (those of a database from before the log), or an empty head."""
         self.chain.keyed(key)
         async with self.writer.transaction() as conn:
-            await activity_sql.seal_heads(conn, self.chain)
+            for organization_id in await activity_sql.unheaded(conn):
+                existing = await _existing(conn, organization_id, utcnow())
+                await activity_sql.seal(conn, self.chain, organization_id, existing)
 
     # Keys
 
@@ -270,12 +302,15 @@ class Store:
         entry = caches.credentials.get(key_id_hash)
         if entry is not None:
             return entry.credential
-        rows = await self.points.rows(key_sql.CREDENTIAL_JOINED, (key_id_hash, key_id_hash))
+        rows = await self.points.rows(
+            key_sql.CREDENTIAL_JOINED, key_sql.credential_params(key_id_hash)
+        )
         key = key_from_joined(rows)
         if key is None:
             return None
         credential = key_sql.credential_of(key, rows[0])
-        caches.keep_credential(key_id_hash, credential, version, generation)
+        if not credential.deleted:  # a tombstone is never cached as a credential
+            caches.keep_credential(key_id_hash, credential, version, generation)
         return credential
 
     async def read_as_uncached(self, key_id_hash: bytes) -> None:
@@ -284,7 +319,7 @@ class Store:
         then costs the caller the same read as an unknown key ID or a wrong secret for
         an uncached key, so that the time of a 401 does not tell them apart
         (docs/SECURITY.md)."""
-        await self.points.rows(key_sql.CREDENTIAL_JOINED, (key_id_hash, key_id_hash))
+        await self.points.rows(key_sql.CREDENTIAL_JOINED, key_sql.credential_params(key_id_hash))
 
     def note_revoked_use(
         self, key_id: str, moment: datetime, make: Callable[[], RevokedUse]
@@ -312,22 +347,18 @@ class Store:
         """Oldest first, after the organization's ``after``-th record (a keyset page)."""
         return await activity_sql.page(self.reader, organization_id, after, limit, since, until)
 
-    def needs_touch(self, key: Key, minute: datetime) -> bool:
-        """Whether ``key``'s usedAt is behind ``minute``, as far as this process knows
-        (``Touches.needs_touch``; bound over this method in ``__init__``, as it is
-        asked on every authenticated request)."""
-        return self._touches.needs_touch(key, minute)
+    needs_touch: Callable[[Key, datetime], bool]
+    """Whether ``key``'s usedAt is behind ``minute``, as far as this process knows
+    (``Touches.needs_touch``, bound in ``__init__``)."""
 
     @timed
     async def touch_used(self, key_id: str, minute: datetime) -> None:
         """Set usedAt to ``minute`` unless it is already there (``Touches.touch``)."""
         await self._touches.touch(key_id, minute)
 
-    def count_use(self, key_id: str, minute: datetime, outcome: int) -> None:
-        """Count one authentication of ``key_id`` in ``minute``, ``outcome`` indexing
-        ``keysvc.db.usage.OUTCOMES``; written later (``Tally.add``; bound over this
-        method in ``__init__``)."""
-        self._touches.tally.add(key_id, minute, outcome)
+    count_use: Callable[[str, datetime, int], None]
+    """Count one authentication of ``key_id`` in ``minute``, ``outcome`` indexing
+    ``keysvc.db.usage.OUTCOMES``; written later (``Tally.add``, bound in ``__init__``)."""
 
     async def write_usage(self) -> None:
         """Write this process's usage counts now, rather than at the next flush."""
@@ -340,6 +371,23 @@ class Store:
         """The key's usage counts from ``start`` up to ``end`` as written, summed by
         bucket (``keysvc.db.usage.series``)."""
         return await usage_sql.series(self.reader, key_id, start, end, width)
+
+
+async def _existing(
+    conn: aiosqlite.Connection, organization_id: str, now: datetime
+) -> list[Activity]:
+    """The create records of what an organization from before the log holds: its
+    custom roles (with their holders), then its keys, oldest first."""
+    found = [
+        activities.role_created(detail, activities.PRE_LOG, now)
+        for detail in await role_sql.custom_roles(conn, organization_id)
+    ]
+    after, more = 0, True
+    while more:
+        keys, more, _ = await key_sql.list_page(conn, organization_id, after, 500)
+        found += [activities.key_created(key, activities.PRE_LOG, now) for key in keys]
+        after = keys[-1].org_seq if keys else after
+    return found
 
 
 def upkeep_of(settings: Settings) -> UsageUpkeep:

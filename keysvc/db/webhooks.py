@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import aiosqlite
 
 from keysvc.db.connections import fetch_all, fetch_one
-from keysvc.db.dialect import with_json_list
+from keysvc.db.dialect import Sql
 from keysvc.timeutil import from_text, to_text
 
 
@@ -62,22 +62,23 @@ INSERT_WEBHOOK = """
 """
 DELETE_WEBHOOK = "delete from webhooks where id = ? and organization_id = ?"
 # Newest first, before the cursor's delivery (seq); one more than the page, to know
-# whether another follows.
-DELIVERY_PAGE = """
-    select seq, id, event_id, event_type, created_at, state, next_attempt_at
-    from webhook_deliveries where webhook_id = ? and seq < ? order by seq desc limit ?
+# whether another follows. One statement, so one snapshot: an attempt and its
+# delivery's new state are committed together, and separate reads could show one
+# without the other. The count's row comes first so that an empty page still has one.
+_DELIVERY_PAGE = """
+    with page as (
+        select seq, id, event_id, event_type, created_at, state, next_attempt_at
+        from webhook_deliveries where webhook_id = ? and seq < ? order by seq desc limit ?
+    )
+    select total.n as total, p.seq, p.id, p.event_id, p.event_type, p.created_at, p.state,
+           p.next_attempt_at, a.at, a.status, a.error
+    from (select count(*) as n from webhook_deliveries where webhook_id = ?) as total
+    left join page as p on 1
+    left join webhook_attempts as a on a.delivery_seq = p.seq
+    order by p.seq desc, a.n
 """
-COUNT_DELIVERIES = "select count(*) from webhook_deliveries where webhook_id = ?"
-ATTEMPTS_OF = with_json_list(
-    """
-    select delivery_seq, at, status, error from webhook_attempts
-    where delivery_seq in {json_list} order by delivery_seq, n
-    """,
-    """
-    select delivery_seq, at, status, error from webhook_attempts
-    where delivery_seq::text in {json_list} order by delivery_seq, n
-    """,
-)
+# PostgreSQL joins on a boolean only.
+DELIVERY_PAGE = Sql(_DELIVERY_PAGE, _DELIVERY_PAGE.replace("as p on 1", "as p on true"))
 
 
 def webhook_from_row(row: sqlite3.Row) -> Webhook:
@@ -141,15 +142,14 @@ async def delivery_page(
     """Deliveries of the webhook newest first, before the ``before``-th (none: from the
     newest), at most ``limit``: those, whether more follow, and how many it has."""
     upper = before if before is not None else 2**63 - 1
-    rows = await fetch_all(conn, DELIVERY_PAGE, (webhook_id, upper, limit + 1))
-    more, rows = len(rows) > limit, rows[:limit]
-    total_row = await fetch_one(conn, COUNT_DELIVERIES, (webhook_id,))
-    seqs = json.dumps([row["seq"] for row in rows])
-    attempts: dict[int, list[Attempt]] = {}
-    for attempt in await fetch_all(conn, ATTEMPTS_OF, (seqs,)):
-        attempts.setdefault(attempt["delivery_seq"], []).append(
-            Attempt(from_text(attempt["at"]), attempt["status"], attempt["error"])
-        )
+    rows = await fetch_all(conn, DELIVERY_PAGE, (webhook_id, upper, limit + 1, webhook_id))
+    found: dict[int, tuple[sqlite3.Row, list[Attempt]]] = {}
+    for row in rows:
+        if row["seq"] is None:
+            continue  # the count's row of an empty page
+        _, attempts = found.setdefault(row["seq"], (row, []))
+        if row["at"] is not None:
+            attempts.append(Attempt(from_text(row["at"]), row["status"], row["error"]))
     deliveries = [
         Delivery(
             seq=row["seq"],
@@ -158,9 +158,9 @@ async def delivery_page(
             event_type=row["event_type"],
             created_at=from_text(row["created_at"]),
             state=row["state"],
-            attempts=tuple(attempts.get(row["seq"], ())),
+            attempts=tuple(attempts),
             next_attempt_at=from_unix(row["next_attempt_at"]),
         )
-        for row in rows
+        for row, attempts in found.values()
     ]
-    return deliveries, more, 0 if total_row is None else int(total_row[0])
+    return deliveries[:limit], len(deliveries) > limit, int(rows[0]["total"])

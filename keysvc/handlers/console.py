@@ -29,6 +29,8 @@ ASSETS = {
     "views.js": _JS,
     "keys.js": _JS,
     "roles.js": _JS,
+    "activities.js": _JS,
+    "usage.js": _JS,
     "credentials.js": _JS,
 }
 # Where index.html names the assets' folder; the page is served with the current one.

@@ -39,11 +39,11 @@ async def list_webhooks(request: web.Request) -> web.Response:
 @serves(CREATE_WEBHOOK)
 async def create_webhook(request: web.Request) -> web.Response:
     organization_id = path_uuid(request, "organizationId")
-    authorize(request, organization_id, CREATE_WEBHOOK.needs)
+    caller = authorize(request, organization_id, CREATE_WEBHOOK.needs)
     data = load(_create, await read_json_object(request))
     app = request.app
     created = await webhooks.create_webhook(
-        app[STORE], app[HASHER], organization_id, data, app[CLOCK](),
+        app[STORE], app[HASHER], caller, organization_id, data, app[CLOCK](),
         app[SETTINGS].webhook_allow_private,
     )  # fmt: skip
     return ok(request, _created.dump(created))

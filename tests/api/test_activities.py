@@ -8,6 +8,7 @@ from typing import Any
 
 from keysvc.activities import MAX_USER_AGENT, bounded_user_agent
 from keysvc.config import Settings
+from keysvc.credentials import new_secret
 from keysvc.timeutil import to_text
 from tests.helpers import (
     FAR_FUTURE,
@@ -267,7 +268,7 @@ async def test_a_disabled_key_used_is_recorded_once_a_minute(
         await asyncio.sleep(0.05)
     assert len(await uses()) == 2
     # A wrong secret for the same key is no activity (a failed authentication).
-    wrong = Creds(dev.organization_id, dev.id, dev.key_id, dev.secret[:-1] + "Q")
+    wrong = Creds(dev.organization_id, dev.id, dev.key_id, new_secret())  # another valid secret
     await assert_error(await client.get("/v1/whoami", headers=wrong.headers), 401, UNAUTHORIZED)
     clock.advance(minutes=1)
     await asyncio.sleep(0.2)

@@ -210,6 +210,9 @@ async def test_unknown_key_and_wrong_secret_do_the_same_work(
     (its row joined with its roles'): a cached key runs it too, as docs/SECURITY.md
     says."""
     other = await create_creds(client, admin, {"name": "other", "roles": ["developer"]})
+    gone = await create_creds(client, admin, {"name": "gone", "roles": ["developer"]})
+    gone_path = f"/v1/organizations/{admin.organization_id}/keys/{gone.id}"
+    await assert_ok(await client.delete(gone_path, headers=admin.headers))
     work = Work(monkeypatch, client)
     reads = count_reads(client.app[STORE], monkeypatch)
 
@@ -227,12 +230,17 @@ async def test_unknown_key_and_wrong_secret_do_the_same_work(
     cached = await refused(basic(other.key_id, new_secret()))
     cached_reads = list(reads)
     unknown_again = await refused(basic("B" * 20, other.secret))
+    # A deleted key's tombstone, with its own secret (a use to log) or a wrong one.
+    deleted = await refused(gone.headers)
+    deleted_reads = list(reads)
+    deleted_wrong = await refused(basic(gone.key_id, new_secret()))
     # The same statement each time: the key's row by key-ID hash, with its roles.
     assert len(uncached_reads) == 1
-    assert unknown_reads == uncached_reads == cached_reads == reads
+    assert unknown_reads == uncached_reads == cached_reads == deleted_reads == reads
     # Three keyed hashes (the header's proof, key ID, secret); two compares (the
     # checksum, the secret); two lookups (the proof, never found; the key ID).
     assert unknown == uncached == cached == unknown_again == (3, 2, 2)
+    assert deleted == deleted_wrong == (3, 2, 2)
 
 
 def test_generated_characters_are_uniform_base62() -> None:

@@ -8,6 +8,7 @@ import re
 from importlib import resources
 
 from keysvc.handlers.console import ASSETS
+from keysvc.permissions import MANAGEMENT
 from tests.helpers import Client, assert_error
 
 CONSOLE_FILES = resources.files("keysvc").joinpath("console")
@@ -83,3 +84,14 @@ async def test_other_versions_and_names_are_not_found(client: Client) -> None:
         await assert_error(
             await client.get(f"{folder}/{name}"), 404, "not found: no such console file"
         )
+
+
+async def test_the_role_form_offers_every_permission_the_api_asks_for(client: Client) -> None:
+    """The role form's boxes are the management API's permissions (keysvc.permissions),
+    as served: none missing, none the API does not know."""
+    app_js = next(p for p in await _assets(client) if p.endswith("/app.js"))
+    served = await client.get(app_js.rsplit("/", 1)[0] + "/roles.js")
+    assert served.status == 200
+    listed = re.search(r"const MANAGEMENT = \[(.*?)\];", await served.text(), re.S)
+    assert listed is not None
+    assert re.findall(r'"([a-z:]+)"', listed.group(1)) == list(MANAGEMENT)

@@ -230,7 +230,9 @@ async def test_rotation_needs_keys_update_and_a_key_no_stronger(
         await post_rotate(client, dev, target.id), 403, "this key lacks the permission keys:update"
     )
     rotator_role = await create_role(
-        client, admin, {"name": "rotator", "permissions": ["keys:update", "keys:read"]}
+        client,
+        admin,
+        {"name": "rotator", "permissions": ["keys:update", "keys:create", "keys:read"]},
     )
     rotator = await create_creds(
         client, admin, {"name": "rotator", "assignedRoleIds": [rotator_role["id"]]}

@@ -6,11 +6,9 @@ import dataclasses
 import json
 import sqlite3
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
-from prometheus_client.parser import text_string_to_metric_families
 
 from keysvc import render
 from keysvc.config import Settings
@@ -18,43 +16,17 @@ from keysvc.credentials import new_key_id, new_secret
 from keysvc.models import Key, Role
 from keysvc.responses import ApiKeySchema
 from keysvc.state import HASHER, STORE
+from tests.api.refusals import invalid_credentials, refusal
 from tests.api.rotation import post_rotate, rotate, works
 from tests.helpers import (
-    UNAUTHORIZED,
     Client,
     Creds,
     FakeClock,
-    assert_error,
     count_reads,
     create_creds,
 )
 
 ROTATE_PATH = "/v1/organizations/{organizationId}/keys/{keyId}/rotate"
-
-
-async def invalid_credentials(client: Client) -> float:
-    """The metrics' count of authentications refused as unknown key or wrong secret."""
-    text = await (await client.get("/metrics")).text()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "keysvc_auth_outcomes_total" and sample.labels == {
-                "reason": "invalid_credentials"
-            }:
-                return sample.value
-    return 0.0
-
-
-async def refusal(client: Client, creds: Creds) -> tuple[int, dict[str, Any], dict[str, str]]:
-    """The 401 for ``creds``: status, body without its requestId, and the headers that
-    are not the request's own."""
-    response = await client.get("/v1/whoami", headers=creds.headers)
-    body = await assert_error(response, 401, UNAUTHORIZED)
-    headers = {
-        name.lower(): value
-        for name, value in response.headers.items()
-        if name.lower() not in ("x-request-id", "date", "content-length")
-    }
-    return response.status, {k: v for k, v in body.items() if k != "requestId"}, headers
 
 
 async def test_an_ended_previous_credential_answers_as_an_unknown_key(

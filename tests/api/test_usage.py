@@ -7,12 +7,21 @@ import sqlite3
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from keysvc.config import Settings
 from keysvc.state import STORE
+from tests.api.usage import (
+    MOMENT,
+    NOTHING,
+    OUTCOMES,
+    clock_at_moment,
+    totals,
+    usage,
+    usage_url,
+    written,
+)
 from tests.helpers import (
     Client,
     ClientFactory,
@@ -26,41 +35,10 @@ from tests.helpers import (
     create_creds,
 )
 
-MOMENT = datetime(2026, 3, 4, 5, 6, 30, tzinfo=UTC)
-OUTCOMES = ("success", "disabled", "expired", "ipDenied", "forbidden", "rateLimited")
-NOTHING = dict.fromkeys(OUTCOMES, 0)
-
 
 @pytest.fixture
 def clock() -> FakeClock:
-    clock = FakeClock()
-    clock.now = MOMENT
-    return clock
-
-
-def usage_url(creds: Creds, key_id: str) -> str:
-    return f"/v1/organizations/{creds.organization_id}/keys/{key_id}/usage"
-
-
-async def written(client: Client) -> None:
-    """This app's counts written now, rather than at its next flush."""
-    await client.app[STORE].write_usage()
-
-
-async def usage(client: Client, caller: Creds, key_id: str, **params: str) -> dict[str, Any]:
-    response = await client.get(usage_url(caller, key_id), params=params, headers=caller.headers)
-    result: dict[str, Any] = await assert_ok(response)
-    return result
-
-
-async def totals(client: Client, caller: Creds, key_id: str) -> dict[str, int]:
-    """The key's counts over the day of MOMENT, by outcome."""
-    await written(client)
-    day = {"from": "2026-03-04T00:00:00Z", "to": "2026-03-05T00:00:00Z", "granularity": "day"}
-    result = await usage(client, caller, key_id, **day)
-    (bucket,) = result["series"]
-    assert bucket["start"] == "2026-03-04T00:00:00Z"
-    return {name: bucket[name] for name in OUTCOMES}
+    return clock_at_moment()
 
 
 async def status(client: Client, path: str, headers: dict[str, str], method: str = "GET") -> int:

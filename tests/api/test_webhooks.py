@@ -11,7 +11,14 @@ from aiohttp import ClientResponse
 from jsonschema import Draft202012Validator
 
 from keysvc.config import Settings
-from tests.api.webhooks import attempted, create_webhook, hooks_url, private_client
+from tests.api.webhooks import (
+    ALL_EVENTS,
+    PRIVATE,
+    attempted,
+    create_webhook,
+    hooks_url,
+    private_client,
+)
 from tests.helpers import (
     Client,
     ClientFactory,
@@ -27,14 +34,6 @@ from tests.receiver import Receiver
 
 MAX_WEBHOOKS_PER_ORG = 20  # as the README and the OpenAPI document say
 PUBLIC = "https://93.184.215.14/hooks"  # a public address: no name to resolve
-ALL_EVENTS = [
-    "key.created", "key.updated", "key.deleted", "key.rotated", "key.expiring",
-    "key.used_after_revoke",
-]  # fmt: skip
-PRIVATE = (
-    "url: {} is, or resolves to, a loopback, private or otherwise non-public address; give a"
-    " public host (an operator may allow private targets with KEYSVC_WEBHOOK_ALLOW_PRIVATE=1)"
-)
 
 
 async def test_create_shows_the_secret_once_then_list_get_delete(

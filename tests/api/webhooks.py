@@ -7,6 +7,17 @@ from typing import Any
 from keysvc.config import Settings
 from tests.helpers import Client, ClientFactory, Creds, FakeClock, assert_ok, client_with
 
+# The create's refusal of a non-public host, as the README describes it.
+PRIVATE = (
+    "url: {} is, or resolves to, a loopback, private or otherwise non-public address; give a"
+    " public host (an operator may allow private targets with KEYSVC_WEBHOOK_ALLOW_PRIVATE=1)"
+)
+# Every event type, as the README lists them.
+ALL_EVENTS = [
+    "key.created", "key.updated", "key.deleted", "key.rotated", "key.expiring",
+    "key.used_after_revoke",
+]  # fmt: skip
+
 
 def hooks_url(creds: Creds, webhook_id: str | None = None, tail: str = "") -> str:
     base = f"/v1/organizations/{creds.organization_id}/webhooks"

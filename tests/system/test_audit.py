@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from keysvc.db.migrations import MIGRATIONS
+from tests.helpers import write_sql as sql
 from tests.server import bootstrap, keysvc
 
 
@@ -23,15 +24,6 @@ def made(tmp_path: Path) -> tuple[Path, list[str]]:
     with sqlite3.connect(db) as conn:
         ids = [row[0] for row in conn.execute("select id from activities order by org_seq")]
     return db, ids
-
-
-def sql(db: Path, statement: str, *params: object) -> None:
-    conn = sqlite3.connect(db)
-    try:
-        with conn:
-            conn.execute(statement, params)
-    finally:
-        conn.close()
 
 
 def test_an_intact_log_passes_with_a_summary(tmp_path: Path) -> None:
@@ -104,8 +96,9 @@ def test_it_needs_the_pepper(tmp_path: Path) -> None:
 def test_a_database_from_before_the_log_is_upgraded_and_its_organizations_sealed(
     tmp_path: Path,
 ) -> None:
-    """The migration step adds the log to a database that had none: its organization
-    gets an empty chain at the next start, and what is written from then on verifies."""
+    """The migration step adds the log to a database that had none: at the next start
+    its organization's chain begins with a create record of each key it holds, and
+    what is written from then on verifies."""
     db = tmp_path / "keysvc.db"
     bootstrap(db)
     with sqlite3.connect(db) as conn:
@@ -126,4 +119,8 @@ def test_a_database_from_before_the_log_is_upgraded_and_its_organizations_sealed
     assert done.returncode == 0, done.stderr
     verified = keysvc("audit", "verify", "--db", str(db))
     assert verified.returncode == 0, verified.stderr
-    assert verified.stdout == "audit log intact: 1 activities in 1 organizations\n"
+    # The seal records the key that existed before the log, then admin-key its own.
+    assert verified.stdout == "audit log intact: 2 activities in 1 organizations\n"
+    with sqlite3.connect(db) as conn:
+        actors = [row[0] for row in conn.execute("select actor_details from activities")]
+    assert actors == ["existed before the activity log", "keysvc admin-key"]

@@ -7,180 +7,38 @@ signs in with the admin key ``bootstrap`` printed, works the page as a person wo
 page showed. A page that logs an error or a warning (a script error, a refusal by
 the Content-Security-Policy) fails its test. Screenshots at 1280 and 390 px go to
 test-artifacts/console/ (gitignored), named in the test output; docs/console-keys.png
-is the 1280 px one.
+is the 1280 px one. The fixtures are tests/system/conftest.py's, the helpers
+tests/console_page.py's; the views of rotation, activities and usage are tested in
+test_console_views_browser.py.
 """
 
 import re
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
 
 import pytest
-from playwright.sync_api import (
-    Browser,
-    ConsoleMessage,
-    Locator,
-    Page,
-    ViewportSize,
-    expect,
-    sync_playwright,
+from playwright.sync_api import ViewportSize, expect
+
+from tests.console_page import (
+    NARROW,
+    WIDE,
+    Console,
+    Running,
+    act_on_key,
+    create_key_in_page,
+    create_role_in_page,
+    creds,
+    key_row,
+    role_row,
+    screenshot,
 )
+from tests.server import admin_creds, call
 
-from tests.components import require_command
-from tests.server import Server, admin_creds, bootstrap, call
-
-ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "test-artifacts" / "console"
-WIDE = ViewportSize(width=1280, height=900)
-NARROW = ViewportSize(width=390, height=844)
-# Chromium's own line for any answer that is not 2xx; the page shows those itself.
-FAILED_LOAD = "Failed to load resource"
-TIMEOUT_MS = 30_000
 # Keys of every kind for the screenshots: roles, an expiry, an IP list, one disabled.
 SCREENSHOT_KEYS = (
     {"name": "ci deploy", "roles": ["developer"], "ipAccessList": [{"source": "10.0.0.0/8"}]},
     {"name": "billing reports", "roles": ["query_endpoints"], "expireAt": "2031-06-30T00:00:00Z"},
     {"name": "old integration", "roles": ["developer"], "state": "disabled"},
 )
-
-Running = tuple[Server, dict[str, Any]]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    db = tmp_path_factory.mktemp("console") / "k.db"
-    created = bootstrap(db)
-    with Server(db) as running:
-        yield running, created
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    chromium = require_command("chromium", package="chromium")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=chromium, args=["--no-sandbox", "--disable-gpu"]
-        )
-        yield launched
-        launched.close()
-
-
-def creds(key_id: str, secret: str) -> dict[str, str]:
-    return {"keyId": key_id, "keySecret": secret}
-
-
-class Console:
-    """/console in a fresh browser context, what its page logged, and the API beside it
-    with the admin key."""
-
-    def __init__(self, browser: Browser, running: Running, viewport: ViewportSize):
-        self.server, self.created = running
-        self.admin = admin_creds(self.created)
-        # UTC: the expiry typed in the page's local time is the one the API keeps.
-        self.context = browser.new_context(viewport=viewport, timezone_id="UTC")
-        self.context.set_default_timeout(TIMEOUT_MS)
-        expect.set_options(timeout=TIMEOUT_MS)
-        self.page: Page = self.context.new_page()
-        self.problems: list[str] = []
-        self.page.on("console", self._console)
-        self.page.on("pageerror", lambda error: self.problems.append(f"page error: {error}"))
-        self.page.goto(self.server.base + "/console")
-
-    def _console(self, message: ConsoleMessage) -> None:
-        if message.type in ("error", "warning") and FAILED_LOAD not in message.text:
-            self.problems.append(f"{message.type}: {message.text}")
-
-    def sign_in(self, secret: str | None = None) -> None:
-        """Sign in with the admin key, or with its key ID and ``secret``."""
-        self.page.get_by_label("Key ID").fill(self.admin.key_id)
-        self.page.get_by_label("Secret").fill(secret or self.admin.secret)
-        self.page.get_by_role("button", name="Sign in").click()
-
-    def api(
-        self,
-        path: str,
-        pair: dict[str, str] | None = None,
-        method: str = "GET",
-        body: dict[str, Any] | None = None,
-    ) -> tuple[int, dict[str, Any]]:
-        """Call ``path`` (under the organization when it starts with /keys or /roles),
-        with the admin key unless ``pair`` is given."""
-        if path.startswith(("/keys", "/roles")):
-            path = f"/v1/organizations/{self.created['organizationId']}{path}"
-        pair = pair or creds(self.admin.key_id, self.admin.secret)
-        return call(self.server.base, path, pair, method, body)
-
-
-@pytest.fixture
-def open_console(browser: Browser, server: Running) -> Iterator[Callable[..., Console]]:
-    """Opens consoles; each is closed after the test, which fails if its page logged
-    an error."""
-    opened: list[Console] = []
-
-    def open_one(
-        viewport: ViewportSize = WIDE, *, signed_in: bool = True, on: Running | None = None
-    ) -> Console:
-        console = Console(browser, on or server, viewport)
-        opened.append(console)
-        if signed_in:
-            console.sign_in()
-            expect(console.page.get_by_role("heading", name="Keys", exact=True)).to_be_visible()
-        return console
-
-    yield open_one
-    for console in opened:
-        console.context.close()
-        assert console.problems == []
-
-
-def screenshot(page: Page, name: str, capsys: pytest.CaptureFixture[str]) -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / name
-    page.screenshot(path=str(path), full_page=True)
-    with capsys.disabled():
-        print(f"\nscreenshot: {path}")
-    assert path.stat().st_size > 0
-    return path
-
-
-def key_row(page: Page, name: str) -> Locator:
-    return page.get_by_role("button", name=name, exact=True)
-
-
-def role_row(page: Page, name: str) -> Locator:
-    return page.locator("tr", has=page.locator(f"[data-role='{name}']"))
-
-
-def create_key_in_page(page: Page, name: str, *, hash_data: bool = False) -> tuple[str, str]:
-    """Create a key with the developer role through the form; the key ID and secret
-    the page shows once."""
-    page.get_by_role("button", name="New key").click()
-    dialog = page.locator("dialog")
-    dialog.get_by_label("Name").fill(name)
-    dialog.get_by_label("developer").check()
-    if hash_data:
-        dialog.get_by_label("hashData").check()
-    dialog.get_by_role("button", name="Create key").click()
-    expect(page.locator("dialog.secret")).to_contain_text("shown this once")
-    return page.locator("#new-key-id").inner_text(), page.locator("#new-key-secret").inner_text()
-
-
-def create_role_in_page(page: Page, name: str, permission: str, other: str = "") -> None:
-    page.get_by_role("button", name="Roles", exact=True).click()
-    page.get_by_role("button", name="New role").click()
-    dialog = page.locator("dialog")
-    dialog.get_by_label("Name").fill(name)
-    dialog.get_by_label(permission).check()
-    dialog.get_by_label("Other permissions").fill(other)
-    dialog.get_by_role("button", name="Create role").click()
-    expect(role_row(page, name)).to_contain_text(permission)
-
-
-def act_on_key(page: Page, name: str, action: str) -> None:
-    """Open the key's details and press one of its actions."""
-    page.get_by_role("button", name="Keys", exact=True).click()
-    key_row(page, name).click()
-    page.locator("dialog").get_by_role("button", name=action, exact=True).click()
 
 
 def test_keys_flow_create_use_disable_edit_delete_sign_out(
@@ -295,15 +153,6 @@ def test_name_ip_list_and_expiry_edited_in_the_page(
     expect(dialog.locator(".request-id")).to_contain_text("requestId ")
 
 
-@pytest.fixture
-def other_server(tmp_path: Path) -> Iterator[Running]:
-    """A server of its own, for a test that fills its organization."""
-    db = tmp_path / "k.db"
-    created = bootstrap(db)
-    with Server(db) as running:
-        yield running, created
-
-
 def test_pages_of_keys_and_the_name_filter(
     open_console: Callable[..., Console], other_server: Running
 ) -> None:
@@ -415,10 +264,12 @@ def test_sign_in_and_dialogs_by_keyboard_alone(open_console: Callable[..., Conso
     page.keyboard.type(console.admin.secret)
     page.keyboard.press("Enter")
     expect(page.get_by_role("heading", name="Keys", exact=True)).to_be_visible()
-    # The focus is on the first view's button; Tab past Roles to New key, Enter opens
-    # its dialog, whose first field takes the focus.
+    # The focus is on the first view's button; Tab past Roles and Activities to New key,
+    # Enter opens its dialog, whose first field takes the focus.
     expect(page.get_by_role("button", name="Keys", exact=True)).to_be_focused()
     page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("button", name="Activities", exact=True)).to_be_focused()
     page.keyboard.press("Tab")
     expect(page.get_by_role("button", name="New key")).to_be_focused()
     page.keyboard.press("Enter")

@@ -93,7 +93,7 @@ async def test_keys(conn: Any) -> None:
     assert await key_sql.key_id_in_use(conn, b"a" * 32)  # the previous key ID
     assert await key_sql.key_id_in_use(conn, b"c" * 32)
     assert not await key_sql.key_id_in_use(conn, b"d" * 32)
-    rows = await conn.execute_fetchall(key_sql.CREDENTIAL, (b"a" * 32, b"a" * 32))
+    rows = await conn.execute_fetchall(key_sql.CREDENTIAL, key_sql.credential_params(b"a" * 32))
     assert [(row["id"], bytes(row["credential_secret_hash"])) for row in rows] == [
         (first.id, b"s" * 32)
     ]
@@ -106,7 +106,9 @@ async def test_keys(conn: Any) -> None:
 
     joined = await conn.execute_fetchall(key_sql.KEY_BY_ID_JOINED, (second.id, ORG))
     assert key_from_joined(joined) == used
-    joined = await conn.execute_fetchall(key_sql.CREDENTIAL_JOINED, (b"c" * 32, b"c" * 32))
+    joined = await conn.execute_fetchall(
+        key_sql.CREDENTIAL_JOINED, key_sql.credential_params(b"c" * 32)
+    )
     assert key_from_joined(joined) == changed_again
     states = await conn.execute_fetchall(key_sql.COUNT_KEYS_BY_STATE, (to_text(NOW),))
     assert {row["effective"]: row["n"] for row in states} == {"disabled": 1, "expired": 1}
