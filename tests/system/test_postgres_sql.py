@@ -17,7 +17,7 @@ from keysvc.db import meta, outbox
 from keysvc.db import roles as role_sql
 from keysvc.db import usage as usage_sql
 from keysvc.db import webhooks as webhook_sql
-from keysvc.db.connections import connect
+from keysvc.db.connections import connect, settle, tentatively
 from keysvc.db.migrations import migrate
 from keysvc.db.pgconn import connect_postgres
 from keysvc.db.rows import key_from_joined
@@ -118,6 +118,60 @@ async def test_keys(conn: Any) -> None:
     assert await meta.organization_ids(conn) == [ORG]
 
 
+async def test_a_deleted_keys_tombstone(conn: Any) -> None:
+    """The trigger keeps a deleted key's credentials, and its rotation's previous ones
+    while their grace runs; CREDENTIAL reads them last; the upkeep prunes them."""
+    now = datetime.now(UTC)
+    key = await key_sql.insert_key(conn, new_key("k", b"a" * 32))
+    await key_sql.rotate_key(conn, key.id, b"c" * 32, b"t" * 32, "wxyz", now + timedelta(hours=1))
+    ended = await key_sql.insert_key(conn, new_key("ended", b"e" * 32))
+    await key_sql.rotate_key(conn, ended.id, b"f" * 32, b"u" * 32, "wxyz", NOW)
+    assert await key_sql.delete_key(conn, ORG, key.id)
+    assert await key_sql.delete_key(conn, ORG, ended.id)
+
+    def tombstone(rows: list[Any]) -> tuple[str, bytes, int]:
+        (row,) = rows
+        return row["id"], bytes(row["credential_secret_hash"]), row["previous"]
+
+    for key_id_hash, secret_hash in ((b"c" * 32, b"t" * 32), (b"a" * 32, b"s" * 32)):
+        rows = await conn.execute_fetchall(
+            key_sql.CREDENTIAL, key_sql.credential_params(key_id_hash)
+        )
+        assert tombstone(rows) == (key.id, secret_hash, 2)
+    assert tombstone(
+        await conn.execute_fetchall(key_sql.CREDENTIAL, key_sql.credential_params(b"f" * 32))
+    ) == (ended.id, b"u" * 32, 2)
+    # The ended grace's previous key ID is not kept.
+    assert not await conn.execute_fetchall(key_sql.CREDENTIAL, key_sql.credential_params(b"e" * 32))
+
+    await key_sql.prune_tombstones(conn, now - timedelta(days=1))
+    assert await conn.execute_fetchall(key_sql.CREDENTIAL, key_sql.credential_params(b"c" * 32))
+    await key_sql.prune_tombstones(conn, now + timedelta(days=1))
+    assert not await conn.execute_fetchall(key_sql.CREDENTIAL, key_sql.credential_params(b"c" * 32))
+
+
+async def test_ended_previous_credentials_are_dropped(conn: Any) -> None:
+    ending = await key_sql.insert_key(conn, new_key("ending", b"a" * 32))
+    running = await key_sql.insert_key(conn, new_key("running", b"b" * 32))
+    await key_sql.rotate_key(conn, ending.id, b"c" * 32, b"t" * 32, "wxyz", NOW)
+    await key_sql.rotate_key(
+        conn, running.id, b"d" * 32, b"t" * 32, "wxyz", NOW + timedelta(hours=1)
+    )
+    await key_sql.drop_ended_previous(conn, NOW)
+    assert not await key_sql.key_id_in_use(conn, b"a" * 32)
+    assert await key_sql.key_id_in_use(conn, b"b" * 32)
+
+
+async def test_a_tentative_write_is_undone_or_kept(conn: Any) -> None:
+    for keep in (False, True):
+        await conn.execute("begin")
+        await tentatively(conn)
+        await key_sql.insert_key(conn, new_key(f"k{keep}", b"a" * 32))
+        await settle(conn, keep)
+        await conn.execute("commit")
+        assert await key_sql.key_id_in_use(conn, b"a" * 32) == keep
+
+
 async def test_roles(conn: Any) -> None:
     key = await key_sql.insert_key(conn, new_key("k", b"a" * 32, DEVELOPER))
     other = await key_sql.insert_key(conn, new_key("o", b"b" * 32, DEVELOPER, ADMIN))
@@ -211,3 +265,10 @@ async def test_webhooks_and_their_outbox(conn: Any) -> None:
     assert await outbox.expiring(conn, NOW, 10) == []
     assert await webhook_sql.delete_webhook(conn, ORG, "w1")
     assert not await webhook_sql.delete_webhook(conn, ORG, "w1")
+
+
+async def test_an_empty_delivery_log(conn: Any) -> None:
+    await webhook_sql.insert_webhook(
+        conn, "w1", ORG, "https://example.com/h", ("key.created",), 7, b"n", NOW
+    )
+    assert await webhook_sql.delivery_page(conn, "w1", None, 10) == ([], False, 0)
