@@ -204,3 +204,23 @@ async def test_a_create_refused_records_nothing(
         )
     assert postgres.psql(pg_database, "select count(*) from activities") == before
     assert (await a.list_keys(caller.organization_id, 0, 10)).total == 2
+
+
+async def test_a_key_deleted_on_one_instance_is_a_tombstone_on_the_other(
+    instances: list[PgStore],
+) -> None:
+    """The trigger keeps its credentials: the other instance finds them as deleted,
+    never from its cache."""
+    a, b = instances
+    caller, issued, key_id_hash = await made_on_a(a, "k")
+    assert await b.find_credential(key_id_hash) is not None
+    await keys.delete_key(
+        a, caller, caller.organization_id, issued.key.id, None, Actor("api", caller.id), NOW
+    )
+
+    async def tombstoned() -> bool:
+        found = await b.find_credential(key_id_hash)
+        return found is not None and found.deleted and found.key.id == issued.key.id
+
+    await until(tombstoned, "a tombstone on b")
+    assert b.caches.cached_credential(key_id_hash) is None
