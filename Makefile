@@ -17,10 +17,12 @@ HOST := $(or $(KEYSVC_HOST),127.0.0.1)
 PORT := $(or $(KEYSVC_PORT),8080)
 
 # Real components that tests drive, from Debian's packages, as command:package:
-# systemd only for systemd-analyze on the unit file. Installed when missing, where
+# systemd only for systemd-analyze on the unit file; PostgreSQL's initdb is looked for
+# where Debian puts it, off PATH (PG_BIN). Installed when missing, where
 # this user may (root, or sudo without a password); else make says what to install
 # and goes on, and the tests that need one report it as not run (failed under CI=true).
-SYSTEM_DEPS ?= chromium:chromium nginx:nginx systemd-analyze:systemd
+SYSTEM_DEPS ?= chromium:chromium nginx:nginx systemd-analyze:systemd initdb:postgresql
+PG_BIN := $(subst $(eval) ,:,$(wildcard /usr/lib/postgresql/*/bin))
 
 .PHONY: install system-deps run test lint fmt bench soak dist constraints clean
 
@@ -42,7 +44,7 @@ $(TEST_STAMP): $(STAMP)
 install: $(TEST_STAMP)
 
 system-deps:
-	@PATH="$$PATH:/usr/sbin:/sbin"; commands=""; packages=""; \
+	@PATH="$$PATH:/usr/sbin:/sbin:$(PG_BIN)"; commands=""; packages=""; \
 	for dep in $(SYSTEM_DEPS); do command -v "$${dep%%:*}" >/dev/null 2>&1 || { \
 		commands="$$commands $${dep%%:*}"; packages="$$packages $${dep#*:}"; }; done; \
 	[ -z "$$packages" ] && exit 0; \

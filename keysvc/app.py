@@ -21,7 +21,7 @@ import keysvc.handlers.webhooks
 import keysvc.handlers.whoami  # noqa: F401
 from keysvc.access import Access
 from keysvc.config import Settings
-from keysvc.db.store import open_checked
+from keysvc.db.backends import open_store
 from keysvc.delivery import Deliverer
 from keysvc.keystates import KeyStates
 from keysvc.metrics import KEYS_COUNTED_EVERY_SECONDS, Metrics
@@ -58,7 +58,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     metrics = app.get(METRICS)
     observer = metrics.observe_db if metrics else None
-    async with open_checked(settings, observer=observer, serving=True) as (store, hasher):
+    async with open_store(settings, observer=observer, serving=True) as (store, hasher):
         app[STORE] = store
         app[HASHER] = hasher
         yield
@@ -79,7 +79,10 @@ async def _key_states(app: web.Application) -> AsyncIterator[None]:
     """After ``_database``, so closed before it: no count outlives the store."""
     metrics = app[METRICS]
     every = timedelta(seconds=KEYS_COUNTED_EVERY_SECONDS)
-    states = KeyStates(app[SETTINGS].db_path, every=every, observer=metrics.observe_db)
+    settings = app[SETTINGS]
+    # On PostgreSQL the count runs on the store's pool: the server is not this process's.
+    reader = app[STORE].reader if settings.db_url is not None else None
+    states = KeyStates(settings.db_path, every=every, observer=metrics.observe_db, reader=reader)
     app[KEY_STATES] = states
     try:
         yield

@@ -32,7 +32,7 @@ from keysvc import audit, backup, keys, listeners, workers
 from keysvc.app import create_app
 from keysvc.config import OPTIONS, ConfigError, Settings, build_settings
 from keysvc.connections import ServiceRunner
-from keysvc.db.store import open_checked
+from keysvc.db.backends import open_store
 from keysvc.errors import ApiError
 from keysvc.logs import configure_logging
 from keysvc.ratelimit import FailureSketch
@@ -111,6 +111,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What the commands that read SQLite's file say on PostgreSQL.
+SQLITE_ONLY = {
+    "backup": "backup copies a SQLite file; back a PostgreSQL database up with pg_dump",
+    "audit": "audit verify reads a SQLite file; on PostgreSQL it is not available yet",
+}
+
+
 def _audit_verify(settings: Settings) -> int:
     verdict = audit.verify_file(settings)
     if verdict.problem is not None:
@@ -132,7 +139,7 @@ def _shown(issued: keys.Issued) -> dict[str, str]:
 
 
 async def _bootstrap(settings: Settings, org_name: str, if_empty: bool) -> dict[str, str] | None:
-    async with open_checked(settings) as (store, hasher):
+    async with open_store(settings) as (store, hasher):
         if if_empty and await store.has_organization():
             return None
         _, issued = await keys.bootstrap(store, hasher, org_name, utcnow())
@@ -140,7 +147,7 @@ async def _bootstrap(settings: Settings, org_name: str, if_empty: bool) -> dict[
 
 
 async def _admin_key(settings: Settings, org: str | None, name: str) -> dict[str, str]:
-    async with open_checked(settings, create=False) as (store, hasher):
+    async with open_store(settings, create=False) as (store, hasher):
         issued = await keys.admin_key(store, hasher, org, name, utcnow(), settings.max_keys_per_org)
     return _shown(issued)
 
@@ -229,6 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 asyncio.run(workers.prepare(settings))
                 serve(settings)
             return 0
+        if args.command in ("backup", "audit") and settings.db_url is not None:
+            raise ConfigError(SQLITE_ONLY[args.command])
         if args.command == "backup":
             return _backup(settings, args.out)
         if args.command == "audit":

@@ -28,6 +28,9 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class Settings:
     db_path: Path = Path("var/keysvc.db")
+    # A PostgreSQL database's URL, given as --db or KEYSVC_DB: it then stands in for
+    # db_path, which is not used (keysvc.db.backends).
+    db_url: str | None = field(default=None, repr=False)
     host: str = "127.0.0.1"
     port: int = 8080
     max_keys_per_org: int = 1000
@@ -78,6 +81,11 @@ class Settings:
 def pepper_path_of(db_path: Path) -> Path:
     """Where the pepper file of the database (or backup) at ``db_path`` lives."""
     return db_path.with_name(db_path.name + ".pepper")
+
+
+def is_postgres_url(value: str) -> bool:
+    """Whether a --db value names a PostgreSQL database rather than a SQLite file."""
+    return value.startswith(("postgresql://", "postgres://"))
 
 
 def _db_path(value: str) -> Path:
@@ -264,7 +272,10 @@ class Option:
 
 
 OPTIONS = (
-    Option("db_path", "KEYSVC_DB", "var/keysvc.db", _db_path, "SQLite database file"),
+    Option(
+        "db_path", "KEYSVC_DB", "var/keysvc.db", _db_path,
+        "SQLite database file, or a PostgreSQL URL (postgresql://user@host/dbname)",
+    ),
     Option("host", "KEYSVC_HOST", "127.0.0.1", str, "address to bind"),
     Option("port", "KEYSVC_PORT", "8080", _port, "port to bind"),
     Option(
@@ -398,6 +409,9 @@ def build_settings(
         raw = flags.get(option.field)
         if raw is None or raw == "":
             raw = env.get(option.env) or option.default
+        if option.field == "db_path" and is_postgres_url(str(raw)):
+            values["db_url"] = str(raw)  # db_path keeps its default, unused
+            continue
         try:
             values[option.field] = option.parse(str(raw))
         except ConfigError as exc:

@@ -104,7 +104,11 @@ class Deliverer:
         self._next_scan = 0.0
 
     async def start(self) -> None:
-        self._reader = await connect(self._settings.db_path, create=False)
+        # On PostgreSQL, the store's pool: the server keeps reads from waiting on writes.
+        if self._settings.db_url is not None:
+            self._reader = self._store.reader
+        else:
+            self._reader = await connect(self._settings.db_path, create=False)
         connector = aiohttp.TCPConnector(
             resolver=GuardedResolver(self._settings.webhook_allow_private),
             limit=self._settings.webhook_concurrency,
@@ -133,7 +137,7 @@ class Deliverer:
             logger.exception("webhook leases not released; they run out by themselves")
         if self._session is not None:
             await self._session.close()
-        if self._reader is not None:
+        if self._reader is not None and self._settings.db_url is None:
             await self._reader.close()
 
     async def _run(self) -> None:

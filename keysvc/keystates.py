@@ -18,9 +18,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from keysvc.db.connections import connect_now
-from keysvc.db.keys import count_keys_by_state
+from keysvc.db.keys import count_keys_by_state, count_keys_by_state_on
 from keysvc.db.timing import Observer
 from keysvc.errors import ServiceUnavailable
 
@@ -30,8 +31,18 @@ OPERATION = "count_keys_by_state"
 
 
 class KeyStates:
-    def __init__(self, path: Path, *, every: timedelta, observer: Observer | None = None):
+    def __init__(
+        self,
+        path: Path,
+        *,
+        every: timedelta,
+        observer: Observer | None = None,
+        reader: Any = None,
+    ):
+        """``reader``: count there instead (PostgreSQL's pool), not on a connection of
+        this module's own to the file at ``path``."""
         self._path = path
+        self._reader = reader
         self._every = every
         self.observer = observer
         # One thread, which alone opens, uses and closes the connection.
@@ -58,8 +69,11 @@ class KeyStates:
     async def _count(self, now: datetime) -> Counts:
         started = time.perf_counter()
         try:
-            loop = asyncio.get_running_loop()
-            counts = await loop.run_in_executor(self._thread, self._count_on_thread, now)
+            if self._reader is not None:
+                counts = await count_keys_by_state_on(self._reader, now)
+            else:
+                loop = asyncio.get_running_loop()
+                counts = await loop.run_in_executor(self._thread, self._count_on_thread, now)
         finally:
             self._running = None
             if self.observer is not None:

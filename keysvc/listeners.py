@@ -79,7 +79,7 @@ async def start(
         logger.info(
             "Running on %s with database %s, event loop %s (Press CTRL+C to quit)",
             site.name,
-            settings.db_path.absolute(),
+            "PostgreSQL" if settings.db_url is not None else settings.db_path.absolute(),
             loop,
         )
     return sites

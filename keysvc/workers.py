@@ -22,8 +22,8 @@ from collections.abc import Callable
 from types import FrameType
 
 from keysvc.config import Settings
+from keysvc.db.backends import open_store
 from keysvc.db.connections import warn_if_exposed
-from keysvc.db.store import open_checked
 from keysvc.ratelimit import FailureSketch
 
 logger = logging.getLogger("keysvc")
@@ -35,9 +35,10 @@ async def prepare(settings: Settings) -> None:
     """Open the database once before serving: migrate it, check that it can be
     written and that the pepper matches. One ``bootstrap`` has not made is refused;
     one that others may read is served, with a warning."""
-    async with open_checked(settings, create=False):
+    async with open_store(settings, create=False):
         pass
-    warn_if_exposed(settings.db_path)
+    if settings.db_url is None:
+        warn_if_exposed(settings.db_path)
 
 
 def _signal_all(children: list[int], signum: int) -> None:

@@ -1,5 +1,5 @@
-"""The real system components some tests drive (nginx, Chromium, systemd-analyze), and an
-unprivileged user to run commands as.
+"""The real system components some tests drive (nginx, Chromium, PostgreSQL,
+systemd-analyze), and an unprivileged user to run commands as.
 
 They come from Debian's packages: `make system-deps` installs them where it may (root,
 or sudo without a password) and otherwise says what to install. A test that needs
@@ -31,11 +31,14 @@ def missing_reason(command: str, package: str) -> str:
     return f"{command} is missing: install it with `sudo apt-get install {package}`"
 
 
-def require_command(command: str, package: str) -> str:
+def require_command(command: str, package: str, also: str = "") -> str:
     """The path of ``command``; when it is missing, the calling test is skipped with the
-    package to install, or fails under CI."""
-    path = os.environ.get("PATH", os.defpath)
-    found = shutil.which(command, path=f"{path}{os.pathsep}{SBIN}")
+    package to install, or fails under CI. ``also``: more folders to look in, as in PATH
+    (Debian keeps PostgreSQL's server commands off it)."""
+    path = os.pathsep.join(
+        part for part in (os.environ.get("PATH", os.defpath), SBIN, also) if part
+    )
+    found = shutil.which(command, path=path)
     if found:
         return found
     reason = missing_reason(command, package)

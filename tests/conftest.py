@@ -1,7 +1,9 @@
 """The fixtures every API test shares: settings on a temporary database file, a fake
-clock, the app from create_app, its client, and the admins of two organizations. The
-helpers they use live in tests/helpers.py."""
+clock, the app from create_app, its client, and the admins of two organizations; and
+the session's PostgreSQL server, with a fresh database per test. The helpers they use
+live in tests/helpers.py and tests/postgres.py."""
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ from aiohttp import web
 from keysvc.app import create_app
 from keysvc.config import Settings
 from tests.helpers import Client, ClientFactory, Creds, FakeClock, bootstrap
+from tests.postgres import Postgres, start_postgres, stop_postgres
 
 
 @pytest.fixture
@@ -41,3 +44,19 @@ async def admin(client: Client) -> Creds:
 async def other_admin(client: Client) -> Creds:
     """The admin of a second organization."""
     return await bootstrap(client.app, "other")
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """The session's PostgreSQL cluster, started on first use (tests/postgres.py)."""
+    cluster = start_postgres()
+    yield cluster
+    stop_postgres(cluster)
+
+
+@pytest.fixture
+def pg_database(postgres: Postgres) -> Iterator[str]:
+    """The name of a database of this test's own, copied from the template."""
+    name = postgres.fresh_database()
+    yield name
+    postgres.drop_database(name)

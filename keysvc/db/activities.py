@@ -28,6 +28,7 @@ import aiosqlite
 
 from keysvc.db import replay
 from keysvc.db.connections import fetch_all, fetch_one, many_rows
+from keysvc.db.dialect import Sql, with_json_list
 from keysvc.models import Activity, ActivityPage, Actor
 from keysvc.timeutil import from_text, to_text
 
@@ -40,10 +41,10 @@ _INSERT = """
     values """
 _WIDTH = 17  # the columns of _INSERT
 ROWS_PER_INSERT = 500  # rows of _INSERT a statement; SQLite takes up to 32,766 parameters
-_HEADS_OF = """
+_HEADS_OF = with_json_list("""
     select organization_id, count, last_hash from activity_heads
-    where organization_id in (select value from json_each(?))
-"""
+    where organization_id in {json_list}
+""")
 _INSERT_HEADS = "insert into activity_heads (organization_id, count, last_hash, mac) values "
 _ON_CONFLICT = """
     on conflict (organization_id) do update
@@ -55,18 +56,20 @@ _BY_ID = """
            before, after
     from activities where id = ? and organization_id = ?
 """
-_PAGE = """
+# PostgreSQL needs the type of a parameter only tested for null.
+_SINCE_UNTIL = "(? is null or created_at >= ?) and (? is null or created_at <= ?)"
+_SINCE_UNTIL_PG = "(?::text is null or created_at >= ?) and (?::text is null or created_at <= ?)"
+_PAGE_HEAD = """
     select id, organization_id, org_seq, created_at, type, key_update_type, actor_type,
            actor_id, actor_ip, user_agent, actor_details, target_key_id, target_role_id,
            before, after
-    from activities where organization_id = ? and org_seq > ?
-    and (? is null or created_at >= ?) and (? is null or created_at <= ?)
-    order by org_seq limit ?
-"""
-_COUNT = """
-    select count(*) from activities where organization_id = ?
-    and (? is null or created_at >= ?) and (? is null or created_at <= ?)
-"""
+    from activities where organization_id = ? and org_seq > ? and """
+_PAGE = Sql(
+    _PAGE_HEAD + _SINCE_UNTIL + " order by org_seq limit ?",
+    _PAGE_HEAD + _SINCE_UNTIL_PG + " order by org_seq limit ?",
+)
+_COUNT_HEAD = "select count(*) from activities where organization_id = ? and "
+_COUNT = Sql(_COUNT_HEAD + _SINCE_UNTIL, _COUNT_HEAD + _SINCE_UNTIL_PG)
 _HEAD_COUNT = "select count from activity_heads where organization_id = ?"
 _WALK = """
     select id, organization_id, org_seq, created_at, type, key_update_type, actor_type,

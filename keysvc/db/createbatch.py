@@ -20,6 +20,7 @@ from typing import TypeVar
 from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
 from keysvc.db.connections import BUSY_TIMEOUT_MS, connect_now, many_rows
+from keysvc.db.dialect import with_json_list
 from keysvc.db.freshness import GENERATION
 from keysvc.db.outbox import enqueue_now
 from keysvc.db.rows import keys_with_roles, role_from_row
@@ -36,10 +37,10 @@ _INSERT_KEYS = key_sql.INSERT_KEY[: key_sql.INSERT_KEY.index("values")] + "value
 _INSERT_KEY_ROLES = "insert into key_roles (key_id, role_id) values "
 ROWS_PER_INSERT = 500
 # The roles a batch of creates assigns, as they are inside its transaction.
-_GRANTED_ROLES = """
+GRANTED_ROLES = with_json_list("""
     select id, name, type, permissions, created_at, updated_at from roles
-    where id in (select value from json_each(?))
-"""
+    where id in {json_list}
+""")
 _COUNT_KEYS_OF = """
     select id, key_count, last_key_seq from organizations
     where id in (select value from json_each(?))
@@ -261,7 +262,7 @@ def _granted_roles(conn: sqlite3.Connection, batch: Sequence[Create]) -> dict[st
         return {}
     return {
         role.id: role
-        for role in map(role_from_row, conn.execute(_GRANTED_ROLES, (json.dumps(ids),)))
+        for role in map(role_from_row, conn.execute(GRANTED_ROLES, (json.dumps(ids),)))
     }
 
 

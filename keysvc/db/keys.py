@@ -3,7 +3,8 @@
 Functions here run statements on the connection they are given, inside whatever
 transaction the caller holds, and return records (``keysvc.db.rows``), never
 cursors. Lists of IDs are passed as one JSON parameter and expanded with
-``json_each``, so no SQL is ever built.
+``json_each``, so no SQL is ever built. A statement whose PostgreSQL form differs
+carries it beside it (``keysvc.db.dialect``).
 """
 
 import json
@@ -15,6 +16,7 @@ from datetime import datetime
 import aiosqlite
 
 from keysvc.db.connections import fetch_all, fetch_one
+from keysvc.db.dialect import Sql, with_json_list
 from keysvc.db.rows import keys_with_roles
 from keysvc.errors import Conflict
 from keysvc.models import Credential, Key, KeyChange, NewKey
@@ -71,17 +73,17 @@ _WITH_ROLES = """
 CREDENTIAL_JOINED = "with found as (" + CREDENTIAL + ")" + _WITH_ROLES
 # KEY_BY_ID's row, with its key's roles.
 KEY_BY_ID_JOINED = "with found as (" + KEY_BY_ID + ")" + _WITH_ROLES
-ROLES_OF_KEYS = """
+ROLES_OF_KEYS = with_json_list("""
     select kr.key_id, r.id, r.name, r.type, r.permissions, r.created_at, r.updated_at
     from key_roles kr join roles r on r.id = kr.role_id
-    where kr.key_id in (select value from json_each(?))
+    where kr.key_id in {json_list}
     order by r.type = 'custom', r.name
-"""
-KEYS_WITH_IDS = """
+""")
+KEYS_WITH_IDS = with_json_list("""
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
            used_at, ip_access_list, rate_limit, rate_window, previous_until
-    from api_keys where id in (select value from json_each(?)) order by seq
-"""
+    from api_keys where id in {json_list} order by seq
+""")
 INSERT_KEY = """
     insert into api_keys (id, org_seq, organization_id, name, state, key_id_hash, secret_hash,
                           key_suffix, ip_access_list, created_at, expire_at, rate_limit,
@@ -92,8 +94,10 @@ INSERT_KEY_ROLE = "insert into key_roles (key_id, role_id) values (?, ?)"
 COUNT_KEYS = "select key_count from organizations where id = ?"
 LAST_KEY_SEQ = "select last_key_seq from organizations where id = ?"
 # The effective state, as authentication sees it: expired means enabled but past expireAt.
-# julianday compares the instants, whatever fraction of a second the text carries.
-COUNT_KEYS_BY_STATE = """
+# julianday (PostgreSQL: a cast to timestamptz) compares the instants, whatever
+# fraction of a second the text carries.
+COUNT_KEYS_BY_STATE = Sql(
+    """
     select case
                when state = 'disabled' then 'disabled'
                when expire_at is not null and julianday(expire_at) <= julianday(?) then 'expired'
@@ -101,7 +105,18 @@ COUNT_KEYS_BY_STATE = """
            end as effective,
            count(*) as n
     from api_keys group by effective
-"""
+    """,
+    """
+    select case
+               when state = 'disabled' then 'disabled'
+               when expire_at is not null and expire_at::timestamptz <= ?::text::timestamptz
+               then 'expired'
+               else 'enabled'
+           end as effective,
+           count(*) as n
+    from api_keys group by effective
+    """,
+)
 
 # Whether a key ID is some key's, current or previous: a rotation's new one must be neither.
 KEY_ID_IN_USE = """
@@ -123,7 +138,10 @@ ROTATE_DROPPING = """
 # CREDENTIAL's ``previous`` for a deleted key's tombstone.
 _TOMBSTONE = 2
 # Tombstones past their retention (deleted_credentials, schema.sql).
-PRUNE_TOMBSTONES = "delete from deleted_credentials where julianday(deleted_at) < julianday(?)"
+PRUNE_TOMBSTONES = Sql(
+    "delete from deleted_credentials where julianday(deleted_at) < julianday(?)",
+    "delete from deleted_credentials where deleted_at::timestamptz < ?::text::timestamptz",
+)
 
 # What a create or an update is told when a constraint refuses its key, by either path.
 KEY_ID_TAKEN = "hashData.keyIdHash: a key with this key ID already exists"
@@ -277,6 +295,14 @@ async def write_used_at(conn: aiosqlite.Connection, minutes: Mapping[str, str]) 
         "update api_keys set used_at = ? where id = ? and (used_at is null or used_at < ?)",
         [(text, key_id, text) for key_id, text in minutes.items()],
     )
+
+
+async def count_keys_by_state_on(conn: aiosqlite.Connection, now: datetime) -> dict[str, int]:
+    """``count_keys_by_state`` on an asynchronous connection (PostgreSQL's pool)."""
+    counts = {"enabled": 0, "disabled": 0, "expired": 0}
+    for row in await fetch_all(conn, COUNT_KEYS_BY_STATE, (to_text(now),)):
+        counts[row["effective"]] = int(row["n"])
+    return counts
 
 
 def count_keys_by_state(conn: sqlite3.Connection, now: datetime) -> dict[str, int]:

@@ -20,6 +20,7 @@ from typing import Any
 import aiosqlite
 
 from keysvc.db.connections import fetch_all, fetch_one
+from keysvc.db.dialect import Sql, with_json_list
 from keysvc.timeutil import to_text
 
 # How long a delivery is retried after its event: past it, the delivery has failed.
@@ -28,17 +29,33 @@ RETRY_FOR_SECONDS = 24 * 3600
 KEEP_SECONDS = 30 * 24 * 3600
 PRUNED_PER_TRANSACTION = 1000
 
-SUBSCRIBERS = """
+# The webhooks subscribed to an event type: their events (a JSON array) hold it.
+SUBSCRIBERS = Sql(
+    """
     select id from webhooks
     where organization_id = ? and exists (select 1 from json_each(webhooks.events) where value = ?)
     order by seq
-"""
-SUBSCRIBERS_OF = """
+    """,
+    """
+    select id from webhooks
+    where organization_id = ? and webhooks.events::jsonb @> jsonb_build_array(?::text)
+    order by seq
+    """,
+)
+SUBSCRIBERS_OF = with_json_list(
+    """
     select id, organization_id from webhooks
-    where organization_id in (select value from json_each(?))
+    where organization_id in {json_list}
       and exists (select 1 from json_each(webhooks.events) where value = ?)
     order by seq
-"""
+    """,
+    """
+    select id, organization_id from webhooks
+    where organization_id in {json_list}
+      and webhooks.events::jsonb @> jsonb_build_array(?::text)
+    order by seq
+    """,
+)
 INSERT_DELIVERY = """
     insert into webhook_deliveries (id, webhook_id, event_id, event_type, body, created_at,
                                     give_up_at, state, next_attempt_at)
@@ -56,14 +73,21 @@ DUE = """
       and (d.lease_until is null or d.lease_until <= ?)
     order by d.next_attempt_at limit ?
 """
-LEASE = """
-    update webhook_deliveries set lease_until = ?, lease_owner = ?
-    where seq in (select value from json_each(?))
-"""
-RECORD_ATTEMPT = """
+LEASE = with_json_list(
+    "update webhook_deliveries set lease_until = ?, lease_owner = ? where seq in {json_list}",
+    "update webhook_deliveries set lease_until = ?, lease_owner = ? where seq::text in {json_list}",
+)
+RECORD_ATTEMPT = Sql(
+    """
     insert into webhook_attempts (delivery_seq, n, at, status, error)
     select seq, attempts + 1, ?, ?, ? from webhook_deliveries where seq = ? and lease_owner = ?
-"""
+    """,
+    """
+    insert into webhook_attempts (delivery_seq, n, at, status, error)
+    select seq, attempts + 1, ?::text, ?::bigint, ?::text from webhook_deliveries
+    where seq = ? and lease_owner = ?
+    """,
+)
 FINISH_ATTEMPT = """
     update webhook_deliveries
     set attempts = attempts + 1, state = ?, next_attempt_at = ?, lease_until = null,
@@ -75,7 +99,8 @@ RELEASE = """
 """
 # Keys that a webhook subscribed to key.expiring should now warn of, and has not for
 # this expiry date: enabled, expiring after ``now`` and within its expiringDays.
-EXPIRING = """
+EXPIRING = Sql(
+    """
     select w.id as webhook_id, k.id as key_id, k.organization_id, k.expire_at
     from webhooks w join api_keys k on k.organization_id = w.organization_id
     where exists (select 1 from json_each(w.events) where value = 'key.expiring')
@@ -87,7 +112,22 @@ EXPIRING = """
           where x.webhook_id = w.id and x.key_id = k.id and x.expire_at = k.expire_at)
     order by k.organization_id, k.id
     limit ?
-"""
+    """,
+    """
+    select w.id as webhook_id, k.id as key_id, k.organization_id, k.expire_at
+    from webhooks w join api_keys k on k.organization_id = w.organization_id
+    where w.events::jsonb @> '["key.expiring"]'::jsonb
+      and k.state = 'enabled' and k.expire_at is not null
+      and k.expire_at::timestamptz > ?::text::timestamptz
+      and k.expire_at::timestamptz
+          <= ?::text::timestamptz + make_interval(days => w.expiring_days::int)
+      and not exists (
+          select 1 from webhook_expiry_warnings x
+          where x.webhook_id = w.id and x.key_id = k.id and x.expire_at = k.expire_at)
+    order by k.organization_id, k.id
+    limit ?
+    """,
+)
 # Finished deliveries past KEEP_SECONDS, a bounded number at a time (their attempts go
 # with them: on delete cascade).
 ANY_TO_PRUNE = """

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import aiosqlite
 
 from keysvc.db.connections import fetch_all, fetch_one
+from keysvc.db.dialect import Sql, with_json_list
 from keysvc.db.rows import role_from_row
 from keysvc.db.timing import Observer, timed
 from keysvc.models import Role, RoleDetail, RolePage
@@ -20,26 +21,35 @@ from keysvc.timeutil import to_text
 # A role is visible in an organization if it is a system role or that organization's own.
 # A page of them: system roles first, then custom roles, each by name, after a position
 # (is custom, name); names are unique among the roles an organization sees. The
-# coalesce is the one roles_org_name indexes.
-_ROLE_PAGE = """
+# coalesce is the one roles_org_name indexes. PostgreSQL compares the position's
+# "is custom" (0 or 1) as a number.
+_ROLE_PAGE = Sql(
+    """
     select id, name, type, permissions, created_at, updated_at from roles
     where coalesce(organization_id, '') in ('', ?) and (type = 'custom', name) > (?, ?)
     order by type = 'custom', name limit ?
-"""
+    """,
+    """
+    select id, name, type, permissions, created_at, updated_at from roles
+    where coalesce(organization_id, '') in ('', ?)
+      and ((type = 'custom')::int, name) > (?::int, ?::text)
+    order by type = 'custom', name limit ?
+    """,
+)
 _COUNT_ROLES_IN_ORG = "select count(*) from roles where coalesce(organization_id, '') in ('', ?)"
 _COUNT_CUSTOM_ROLES = "select count(*) from roles where coalesce(organization_id, '') = ?"
 # The keys of the organization holding each of the given roles, oldest first.
-_ACTORS_OF_ROLES = """
+_ACTORS_OF_ROLES = with_json_list("""
     select kr.role_id, k.id from key_roles kr join api_keys k on k.id = kr.key_id
-    where kr.role_id in (select value from json_each(?)) and k.organization_id = ?
+    where kr.role_id in {json_list} and k.organization_id = ?
     order by k.seq
-"""
+""")
 # A key, of those given, that holds ``limit`` roles or more besides the given one.
-_KEY_WITH_ROLES_BESIDES = """
+_KEY_WITH_ROLES_BESIDES = with_json_list("""
     select key_id from key_roles
-    where key_id in (select value from json_each(?)) and role_id != ?
+    where key_id in {json_list} and role_id != ?
     group by key_id having count(*) >= ? limit 1
-"""
+""")
 _ROLE_IN_ORG = """
     select id, name, type, permissions, created_at, updated_at from roles
     where (organization_id is null or organization_id = ?) and id = ?
@@ -51,22 +61,47 @@ _CUSTOM_ROLES_OF = """
 _ROLE_NAMED_IN_ORG = """
     select id from roles where (organization_id is null or organization_id = ?) and name = ?
 """
-_ROLES_WITH_IDS_IN_ORG = """
+_ROLES_WITH_IDS_IN_ORG = with_json_list("""
     select id, name, type, permissions, created_at, updated_at from roles
     where (organization_id is null or organization_id = ?)
-      and id in (select value from json_each(?))
-"""
+      and id in {json_list}
+""")
 # Every permission that any of the given keys of the organization holds.
-_PERMISSIONS_OF_KEYS = """
+_PERMISSIONS_OF_KEYS = with_json_list(
+    """
     select distinct p.value from api_keys k
     join key_roles kr on kr.key_id = k.id
     join roles r on r.id = kr.role_id, json_each(r.permissions) p
-    where k.organization_id = ? and k.id in (select value from json_each(?))
-"""
-_SYSTEM_ROLES_NAMED = """
+    where k.organization_id = ? and k.id in {json_list}
+    """,
+    """
+    select distinct p.value from api_keys k
+    join key_roles kr on kr.key_id = k.id
+    join roles r on r.id = kr.role_id, jsonb_array_elements_text(r.permissions::jsonb) p
+    where k.organization_id = ? and k.id in {json_list}
+    """,
+)
+_SYSTEM_ROLES_NAMED = with_json_list("""
     select id, name, type, permissions, created_at, updated_at from roles
-    where organization_id is null and name in (select value from json_each(?))
-"""
+    where organization_id is null and name in {json_list}
+""")
+
+_KEYS_IN_ORG = with_json_list(
+    "select id from api_keys where organization_id = ? and id in {json_list}"
+)
+# A key that holds the role and no other, and is not among the given ones.
+_STRANDED = with_json_list("""
+    select kr.key_id from key_roles kr where kr.role_id = ? and kr.key_id not in {json_list}
+    and not exists (select 1 from key_roles other
+                    where other.key_id = kr.key_id and other.role_id != kr.role_id)
+""")
+_DROP_ACTORS_BUT = with_json_list(
+    "delete from key_roles where role_id = ? and key_id not in {json_list}"
+)
+_ADD_ACTOR = Sql(
+    "insert or ignore into key_roles (key_id, role_id) values (?, ?)",
+    "insert into key_roles (key_id, role_id) values (?, ?) on conflict do nothing",
+)
 
 
 class RoleStore:
@@ -206,12 +241,7 @@ async def keys_in_organization(
     conn: aiosqlite.Connection, organization_id: str, key_ids: Sequence[str]
 ) -> set[str]:
     """Those of ``key_ids`` that are keys of the organization."""
-    found = await fetch_all(
-        conn,
-        "select id from api_keys where organization_id = ?"
-        " and id in (select value from json_each(?))",
-        (organization_id, json.dumps(list(key_ids))),
-    )
+    found = await fetch_all(conn, _KEYS_IN_ORG, (organization_id, json.dumps(list(key_ids))))
     return {row["id"] for row in found}
 
 
@@ -220,14 +250,7 @@ async def stranded_key(
 ) -> str | None:
     """A key that holds the role and no other, and is not among ``key_ids``: one that
     making exactly ``key_ids`` hold the role would leave with no role."""
-    stranded = await fetch_one(
-        conn,
-        "select kr.key_id from key_roles kr where kr.role_id = ?"
-        " and kr.key_id not in (select value from json_each(?))"
-        " and not exists (select 1 from key_roles other"
-        "                 where other.key_id = kr.key_id and other.role_id != kr.role_id)",
-        (role_id, json.dumps(list(key_ids))),
-    )
+    stranded = await fetch_one(conn, _STRANDED, (role_id, json.dumps(list(key_ids))))
     return None if stranded is None else str(stranded["key_id"])
 
 
@@ -243,12 +266,5 @@ async def key_with_roles_besides(
 
 async def set_actors(conn: aiosqlite.Connection, role_id: str, key_ids: Sequence[str]) -> None:
     """Make exactly ``key_ids`` hold the role."""
-    await conn.execute(
-        "delete from key_roles where role_id = ?"
-        " and key_id not in (select value from json_each(?))",
-        (role_id, json.dumps(list(key_ids))),
-    )
-    await conn.executemany(
-        "insert or ignore into key_roles (key_id, role_id) values (?, ?)",
-        [(key_id, role_id) for key_id in key_ids],
-    )
+    await conn.execute(_DROP_ACTORS_BUT, (role_id, json.dumps(list(key_ids))))
+    await conn.executemany(_ADD_ACTOR, [(key_id, role_id) for key_id in key_ids])

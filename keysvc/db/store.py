@@ -87,11 +87,15 @@ class Store:
         self._freshness = Freshness(watcher, path)
         self.caches = Caches(self._freshness, cache_size)
         self.writer = Writer(writer, DiskSpace(path), self.caches.authorization_changed)
+        self._on_writer(observer)
+        self._creates = Creates(path, self.writer, self.chain)
+
+    def _on_writer(self, observer: Observer | None) -> None:
+        """What the store builds on ``reader`` and ``writer``, whatever the backend."""
         # Whether writes find the disk full (keysvc.diskspace), for every write path.
         self.space = self.writer.space
         # The activity log's chain key: set once the pepper is loaded (open_checked).
         self.chain = activity_sql.Chain()
-        self._creates = Creates(path, self.writer, self.chain)
         self._touches = Touches(self.writer)
         self._revoked_uses = RevokedUses(self.writer, self.chain)
         # Asked on every authenticated request, so bound once rather than forwarded.
@@ -99,7 +103,7 @@ class Store:
         self.count_use = self._touches.tally.add
         self._upkeep: asyncio.Task[None] | None = None
         self.observer = observer
-        self.roles = RoleStore(reader, observer)
+        self.roles = RoleStore(self.reader, observer)
 
     @classmethod
     async def open(
@@ -172,23 +176,23 @@ class Store:
             logger.exception("%s failed; trying again later", doing)
 
     async def close(self) -> None:
-        if self._upkeep is not None:
-            self._upkeep.cancel()
-            await asyncio.gather(self._upkeep, return_exceptions=True)
-        # The counts not yet written, so that a clean stop loses none.
-        await self._touches.write_counts()
-        flushers = [
-            t
-            for t in (self._creates.flusher, self._touches.flusher, self._revoked_uses.flusher)
-            if t is not None
-        ]
-        await asyncio.gather(*flushers, return_exceptions=True)
+        await self._finish_writes(self._creates.flusher)
         self._freshness.close_connection()
         self.points.close()
         await self.reader.close()
         await self.writer.close()
         await self._creates.thread.close()
         self._freshness.release()  # last: sooner would drop SQLite's locks (freshness)
+
+    async def _finish_writes(self, *flushers: asyncio.Task[None] | None) -> None:
+        """Stop the upkeep, write the counts not yet written (so that a clean stop loses
+        none), and wait for every write under way, ``flushers`` too."""
+        if self._upkeep is not None:
+            self._upkeep.cancel()
+            await asyncio.gather(self._upkeep, return_exceptions=True)
+        await self._touches.write_counts()
+        running = (*flushers, self._touches.flusher, self._revoked_uses.flusher)
+        await asyncio.gather(*(t for t in running if t is not None), return_exceptions=True)
 
     @asynccontextmanager
     async def transaction(self, operation: str) -> AsyncIterator[aiosqlite.Connection]:
@@ -386,7 +390,7 @@ async def _existing(
     return found
 
 
-def _upkeep_of(settings: Settings) -> UsageUpkeep:
+def upkeep_of(settings: Settings) -> UsageUpkeep:
     retention = timedelta(days=settings.usage_retention_days)
     return UsageUpkeep(settings.usage_flush_seconds, retention)
 
@@ -414,7 +418,7 @@ async def open_checked(
             observer=observer,
             cache_size=settings.cache_size,
             create=create,
-            upkeep=_upkeep_of(settings) if serving else None,
+            upkeep=upkeep_of(settings) if serving else None,
         )
     except sqlite3.Error as exc:
         raise unusable(path, exc) from None

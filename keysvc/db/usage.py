@@ -17,6 +17,7 @@ from datetime import datetime
 import aiosqlite
 
 from keysvc.db.connections import fetch_all
+from keysvc.db.dialect import Sql
 from keysvc.timeutil import to_text
 
 # The outcomes counted, in the columns' order. Only requests whose credentials were
@@ -27,7 +28,10 @@ PRUNE_EVERY_SECONDS = 300.0
 # (key UUID, minute) -> counts in OUTCOMES' order.
 Counts = dict[tuple[str, datetime], list[int]]
 
-ADD_COUNTS = """
+# PostgreSQL types the selected parameters by their casts, and reads the row's own
+# columns by the table's name.
+ADD_COUNTS = Sql(
+    """
     insert into key_usage (key_id, minute, success, disabled, expired, ip_denied, forbidden,
                            rate_limited)
     select ?, ?, ?, ?, ?, ?, ?, ? where exists (select 1 from api_keys where id = ?)
@@ -38,7 +42,21 @@ ADD_COUNTS = """
         ip_denied = ip_denied + excluded.ip_denied,
         forbidden = forbidden + excluded.forbidden,
         rate_limited = rate_limited + excluded.rate_limited
-"""
+    """,
+    """
+    insert into key_usage (key_id, minute, success, disabled, expired, ip_denied, forbidden,
+                           rate_limited)
+    select ?::text, ?::text, ?::bigint, ?::bigint, ?::bigint, ?::bigint, ?::bigint, ?::bigint
+    where exists (select 1 from api_keys where id = ?)
+    on conflict (key_id, minute) do update set
+        success = key_usage.success + excluded.success,
+        disabled = key_usage.disabled + excluded.disabled,
+        expired = key_usage.expired + excluded.expired,
+        ip_denied = key_usage.ip_denied + excluded.ip_denied,
+        forbidden = key_usage.forbidden + excluded.forbidden,
+        rate_limited = key_usage.rate_limited + excluded.rate_limited
+    """,
+)
 # Buckets are the leading characters of the minute's text: 16 for a minute
 # (2026-01-02T03:04), 13 for an hour, 10 for a day.
 SERIES = """

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 import aiosqlite
 
 from keysvc.db.connections import fetch_all, fetch_one
+from keysvc.db.dialect import Sql
 from keysvc.timeutil import from_text, to_text
 
 
@@ -64,7 +65,7 @@ DELETE_WEBHOOK = "delete from webhooks where id = ? and organization_id = ?"
 # whether another follows. One statement, so one snapshot: an attempt and its
 # delivery's new state are committed together, and separate reads could show one
 # without the other. The count's row comes first so that an empty page still has one.
-DELIVERY_PAGE = """
+_DELIVERY_PAGE = """
     with page as (
         select seq, id, event_id, event_type, created_at, state, next_attempt_at
         from webhook_deliveries where webhook_id = ? and seq < ? order by seq desc limit ?
@@ -76,6 +77,8 @@ DELIVERY_PAGE = """
     left join webhook_attempts as a on a.delivery_seq = p.seq
     order by p.seq desc, a.n
 """
+# PostgreSQL joins on a boolean only.
+DELIVERY_PAGE = Sql(_DELIVERY_PAGE, _DELIVERY_PAGE.replace("as p on 1", "as p on true"))
 
 
 def webhook_from_row(row: sqlite3.Row) -> Webhook:

@@ -174,4 +174,5 @@ def test_system_deps_names_every_component_the_tests_use() -> None:
         "chromium": "chromium",
         "nginx": "nginx",
         "systemd-analyze": "systemd",
+        "initdb": "postgresql",
     }

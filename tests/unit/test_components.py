@@ -61,3 +61,17 @@ def test_a_command_in_sbin_is_found_off_the_path(
     monkeypatch.setattr(components, "SBIN", str(sbin))
     monkeypatch.setenv("PATH", str(tmp_path))
     assert require_command("nginx", package="nginx") == str(sbin / "nginx")
+
+
+def test_a_command_in_a_named_folder_is_found_off_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Debian's initdb lives in /usr/lib/postgresql/<version>/bin, off every PATH."""
+    versioned = tmp_path / "15" / "bin"
+    versioned.mkdir(parents=True)
+    (versioned / "initdb").write_text("#!/bin/sh\n")
+    (versioned / "initdb").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert require_command("initdb", package="postgresql", also=str(versioned)) == str(
+        versioned / "initdb"
+    )

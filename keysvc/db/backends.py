@@ -1,0 +1,65 @@
+"""Which backend a setting names, and the store opened on it: SQLite's file
+(``keysvc.db.store``), the default, or a PostgreSQL database (``keysvc.db.pgstore``)
+when ``--db`` is a URL.
+
+PostgreSQL's driver is an extra (``pip install keysvc[postgres]``): it is imported
+only when a URL asks for it, so that serving on SQLite needs none.
+"""
+
+import importlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from keysvc.config import ConfigError, Settings
+from keysvc.credentials import ACTIVITY_CHAIN, Hasher
+from keysvc.db.store import Store, open_checked, upkeep_of
+from keysvc.db.timing import Observer
+
+NEEDS_PEPPER = (
+    "a PostgreSQL database needs KEYSVC_PEPPER: every instance serving it must have the"
+    " same pepper, and there is no file beside the database to keep it in"
+)
+
+
+@asynccontextmanager
+async def open_store(
+    settings: Settings,
+    *,
+    observer: Observer | None = None,
+    create: bool = True,
+    serving: bool = False,
+) -> AsyncIterator[tuple[Store, Hasher]]:
+    """``open_checked`` on the backend ``settings`` names."""
+    if settings.db_url is None:
+        async with open_checked(settings, observer=observer, create=create, serving=serving) as (
+            store,
+            hasher,
+        ):
+            yield store, hasher
+        return
+    if settings.pepper is None:
+        raise ConfigError(NEEDS_PEPPER)
+    try:
+        pgstore = importlib.import_module("keysvc.db.pgstore")
+    except ImportError:
+        raise ConfigError(
+            "PostgreSQL needs its driver: pip install 'keysvc[postgres]' (asyncpg)"
+        ) from None
+    try:
+        store = await pgstore.PgStore.open_url(
+            settings.db_url,
+            observer=observer,
+            cache_size=settings.cache_size,
+            create=create,
+            upkeep=upkeep_of(settings) if serving else None,
+        )
+    except pgstore.CONNECT_ERRORS as exc:
+        raise ConfigError(f"cannot use the PostgreSQL database: {exc}") from None
+    try:
+        await store.check_writable()
+        hasher = Hasher(settings.pepper)
+        await store.check_pepper(hasher.fingerprint())
+        await store.key_activities(hasher.derive(ACTIVITY_CHAIN))
+        yield store, hasher
+    finally:
+        await store.close()

@@ -1,0 +1,92 @@
+"""The schema on PostgreSQL, and how a database gets it: the counterpart of
+``keysvc.db.migrations`` for the second backend.
+
+``schema_postgres.sql`` is the current schema, the PostgreSQL form of ``schema.sql``,
+applied whole to a new database. Versions are numbered as SQLite's
+(``keysvc.db.migrations.schema_version``), recorded in meta's ``schema_version`` row
+rather than a pragma. A database made by an older keysvc is brought up by the steps
+in ``POSTGRES_MIGRATIONS``: the PostgreSQL form of each SQLite step added since
+PostgreSQL's first schema, keyed by the version it makes. A database newer than this
+code, or one with a step missing, is refused.
+
+Several instances may start on one database at once: the whole upgrade runs in one
+transaction under a transaction-level advisory lock, so one applies it and the
+others find it done.
+"""
+
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+from keysvc.config import ConfigError
+from keysvc.db.migrations import schema_version
+
+# POSTGRES_MIGRATIONS[n] takes a PostgreSQL database from version n - 1 to n; add one
+# with each step appended to keysvc.db.migrations.MIGRATIONS, and change
+# schema_postgres.sql to match.
+POSTGRES_MIGRATIONS: Mapping[int, str] = {}
+
+# The advisory lock that serializes schema changes between instances (any constant
+# no other lock of keysvc's uses).
+MIGRATION_LOCK = 0x6B657973
+
+_VERSION = "select value from meta where name = 'schema_version'"
+
+
+def postgres_schema_sql() -> str:
+    return resources.files("keysvc").joinpath("schema_postgres.sql").read_text()
+
+
+async def recorded_version(conn: Any) -> int:
+    """The version the database is at; 0 when keysvc has not made it."""
+    if await conn.fetchval("select to_regclass('meta') is null"):
+        return 0
+    value = await conn.fetchval(_VERSION)
+    return 0 if value is None else int(value)
+
+
+async def migrate(
+    conn: Any, *, create: bool = True, steps: Mapping[int, str] = POSTGRES_MIGRATIONS
+) -> int:
+    """Bring the database to the current version; returns the version it was at.
+
+    ``conn`` is an asyncpg connection. ``create=False`` refuses a database keysvc has
+    not made (version 0) instead of writing the schema into it.
+    """
+    target = schema_version()
+    async with conn.transaction():
+        await conn.execute("select pg_advisory_xact_lock($1)", MIGRATION_LOCK)
+        current = await recorded_version(conn)
+        if current > target:
+            raise ConfigError(
+                f"database schema version {current} is newer than this keysvc supports ({target})"
+            )
+        if current == target:
+            return current
+        if current == 0:
+            if not create:
+                raise ConfigError(
+                    "the database has no keysvc schema: make one with `keysvc bootstrap`,"
+                    " or correct the URL"
+                )
+            await conn.execute(postgres_schema_sql())
+        else:
+            missing = [n for n in range(current + 1, target + 1) if n not in steps]
+            if missing:
+                raise ConfigError(
+                    f"this keysvc cannot upgrade a PostgreSQL database from schema version"
+                    f" {current}: it has no PostgreSQL step for version {missing[0]}"
+                )
+            for version in range(current + 1, target + 1):
+                await conn.execute(steps[version])
+        await conn.execute(
+            "insert into meta (name, value) values ('schema_version', $1)"
+            " on conflict (name) do update set value = excluded.value",
+            str(target),
+        )
+    return current
+
+
+async def schema_is_current(conn: Any) -> bool:
+    """True when the database answers and its schema is the one this code expects."""
+    return await recorded_version(conn) == schema_version()

@@ -1,0 +1,188 @@
+"""A real PostgreSQL server for the tests, from Debian's packages (tests/components.py).
+
+One cluster per test session: ``initdb`` into a temporary folder owned by the
+unprivileged user (``tests.components.unprivileged``: PostgreSQL refuses to run as
+root), started by ``pg_ctl`` on a free loopback port with its unix socket in that
+folder, and durability off (fsync, synchronous_commit, full_page_writes), as nothing
+in it outlives the session. Every test gets a database of its own, copied from a
+template that keysvc's own migration (``keysvc.db.pgschema``) brought to the current
+schema (``CREATE DATABASE ... TEMPLATE``, a file copy), so a test pays for no schema
+and sees nothing another left behind.
+
+Administration goes through ``psql`` over the unix socket, so that the harness needs
+no driver of its own.
+"""
+
+import asyncio
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from glob import glob
+from pathlib import Path
+
+import asyncpg
+
+from keysvc.db.pgschema import migrate
+from tests.components import give_to_unprivileged, require_command, unprivileged
+from tests.server import free_port
+
+# The superuser initdb makes; trusted on loopback and the socket, as the cluster is
+# the test session's own and reachable by no one else's data.
+SUPERUSER = "keysvc"
+TEMPLATE = "keysvc_template"
+# The pepper every test's instances share (PostgreSQL needs KEYSVC_PEPPER).
+PEPPER = bytes(range(32))
+# Server settings for throwaway data: no waiting for the disk, and only loopback.
+SETTINGS = (
+    "fsync=off",
+    "synchronous_commit=off",
+    "full_page_writes=off",
+    "listen_addresses=127.0.0.1",
+    "max_connections=200",
+)
+
+
+def server_bin() -> Path:
+    """The folder of PostgreSQL's server commands (initdb, pg_ctl, psql). Debian keeps
+    them in /usr/lib/postgresql/<version>/bin, off PATH: the newest version there."""
+    versioned = sorted(
+        glob("/usr/lib/postgresql/*/bin"), key=lambda path: int(Path(path).parent.name)
+    )
+    initdb = require_command("initdb", package="postgresql", also=os.pathsep.join(versioned))
+    return Path(initdb).resolve().parent
+
+
+class Postgres:
+    """A running cluster: ``url`` names a database in it, ``psql`` runs SQL as the
+    superuser, ``fresh_database`` copies the template."""
+
+    def __init__(self, root: Path, bindir: Path, port: int):
+        self.root = root
+        self.bindir = bindir
+        self.port = port
+        self.data = root / "data"
+        self.socket_dir = root / "socket"
+        self.log = root / "server.log"
+
+    def command(self, name: str, *args: str) -> list[str]:
+        return [*unprivileged(), str(self.bindir / name), *args]
+
+    def run(self, name: str, *args: str, stdin: str | None = None) -> str:
+        done = subprocess.run(
+            self.command(name, *args),
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, f"{name} failed: {done.stderr}{self.log_text()}"
+        return done.stdout
+
+    def log_text(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def start(self) -> "Postgres":
+        for folder in (self.data, self.socket_dir):
+            folder.mkdir()
+            give_to_unprivileged(folder, 0o700)
+        self.log.touch()
+        give_to_unprivileged(self.log, 0o600)
+        self.run(
+            "initdb",
+            f"--pgdata={self.data}",
+            f"--username={SUPERUSER}",
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--no-locale",
+            "--no-sync",
+        )
+        options = [f"-p {self.port}", f"-k {self.socket_dir}"]
+        options += [f"-c {setting}" for setting in SETTINGS]
+        self.run(
+            "pg_ctl",
+            "start",
+            "--wait",
+            "--timeout=60",
+            f"--pgdata={self.data}",
+            f"--log={self.log}",
+            f"--options={' '.join(options)}",
+        )
+        self.psql("postgres", f"create database {TEMPLATE}")
+        # On a thread of its own: the first test to ask for the cluster may be running
+        # an event loop already.
+        with ThreadPoolExecutor(max_workers=1) as thread:
+            thread.submit(asyncio.run, self._migrate(TEMPLATE)).result()
+        return self
+
+    async def _migrate(self, database: str) -> None:
+        conn = await asyncpg.connect(self.url(database))
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
+
+    def stop(self) -> None:
+        subprocess.run(
+            self.command("pg_ctl", "stop", "--mode=immediate", f"--pgdata={self.data}"),
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+
+    def url(self, database: str) -> str:
+        """A libpq URL of ``database`` over loopback TCP, as a keysvc instance reaches it."""
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
+
+    def psql(self, database: str, sql: str) -> list[Sequence[str]]:
+        """Run ``sql`` (one or more statements, in one transaction unless they say
+        otherwise) and return the rows of the last, as text."""
+        out = self.run(
+            "psql",
+            f"--host={self.socket_dir}",
+            f"--port={self.port}",
+            f"--username={SUPERUSER}",
+            f"--dbname={database}",
+            "--no-psqlrc",
+            "--quiet",
+            "--tuples-only",
+            "--no-align",
+            "--field-separator=\t",
+            "--set=ON_ERROR_STOP=1",
+            stdin=sql,
+        )
+        return [line.split("\t") for line in out.splitlines() if line]
+
+    def fresh_database(self, template: str = TEMPLATE) -> str:
+        """A new database copied from ``template`` (``template0``: an empty one); its name."""
+        name = f"test_{uuid.uuid4().hex}"
+        self.psql("postgres", f"create database {name} template {template}")
+        return name
+
+    def drop_database(self, name: str) -> None:
+        self.psql("postgres", f"drop database if exists {name} with (force)")
+
+
+def start_postgres() -> Postgres:
+    """A new cluster, running; stop it with ``stop_postgres``."""
+    bindir = server_bin()
+    root = Path(tempfile.mkdtemp(prefix="keysvc-postgres-"))
+    give_to_unprivileged(root, 0o700)
+    cluster = Postgres(root, bindir, free_port())
+    try:
+        return cluster.start()
+    except BaseException:
+        stop_postgres(cluster)
+        raise
+
+
+def stop_postgres(cluster: Postgres) -> None:
+    cluster.stop()
+    shutil.rmtree(cluster.root, ignore_errors=True)

@@ -1,0 +1,274 @@
+"""The data layer's SQL functions on both backends: the same calls, on a SQLite
+connection and on a PostgreSQL one (keysvc.db.pgconn, a real server from
+tests/postgres.py), give the same answers. Each statement whose PostgreSQL form
+differs (keysvc.db.dialect) is run here on both."""
+
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keysvc.db import activities as activity_sql
+from keysvc.db import keys as key_sql
+from keysvc.db import meta, outbox
+from keysvc.db import roles as role_sql
+from keysvc.db import usage as usage_sql
+from keysvc.db import webhooks as webhook_sql
+from keysvc.db.connections import connect, settle, tentatively
+from keysvc.db.migrations import migrate
+from keysvc.db.pgconn import connect_postgres
+from keysvc.db.rows import key_from_joined
+from keysvc.errors import Conflict
+from keysvc.models import Activity, Actor, KeyChange, NewKey, Organization, Role
+from keysvc.timeutil import to_text
+from tests.postgres import Postgres
+
+ORG = "00000000-0000-4000-8000-000000000001"
+ADMIN = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000001"
+DEVELOPER = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002"
+NOW = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def conn(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    if request.param == "sqlite":
+        made: Any = await connect(tmp_path / "keysvc.db", create=True)
+        await migrate(made)
+    else:
+        postgres: Postgres = request.getfixturevalue("postgres")
+        made = await connect_postgres(postgres.url(request.getfixturevalue("pg_database")))
+    await meta.insert_organization(made, Organization(ORG, "acme", NOW))
+    yield made
+    await made.close()
+
+
+def new_key(
+    name: str, key_id_hash: bytes, *roles: str, expire_at: datetime | None = None
+) -> NewKey:
+    return NewKey(
+        organization_id=ORG,
+        name=name,
+        state="enabled",
+        key_id_hash=key_id_hash,
+        secret_hash=b"s" * 32,
+        key_suffix="abcd",
+        created_at=NOW,
+        expire_at=expire_at,
+        ip_access_list=[{"source": "10.0.0.0/8", "description": "office"}],
+        role_ids=roles,
+        rate_limit=(10, 60),
+    )
+
+
+async def test_keys(conn: Any) -> None:
+    first = await key_sql.insert_key(conn, new_key("first", b"a" * 32, ADMIN))
+    second = await key_sql.insert_key(
+        conn, new_key("second", b"b" * 32, DEVELOPER, ADMIN, expire_at=NOW)
+    )
+    assert (first.org_seq, second.org_seq) == (1, 2)
+    assert [role.name for role in second.roles] == ["admin", "developer"]
+    assert first.rate_limit == (10, 60)
+    assert await key_sql.get_key(conn, ORG, first.id) == first
+    assert await key_sql.get_key(conn, "another", first.id) is None
+
+    keys, more, total = await key_sql.list_page(conn, ORG, 0, 1)
+    assert (keys, more, total) == ([first], True, 2)
+    keys, more, total = await key_sql.list_page(conn, ORG, 1, 5)
+    assert (keys, more, total) == ([second], False, 2)
+
+    with pytest.raises(Conflict, match="already exists"):
+        await key_sql.insert_key(conn, new_key("taken", b"a" * 32))
+    with pytest.raises(Conflict, match="role was deleted"):
+        await key_sql.insert_key_roles(conn, first.id, ["no-such-role"])
+
+    await key_sql.update_key(conn, first, KeyChange(state="disabled", role_ids=[DEVELOPER]))
+    changed = await key_sql.get_key(conn, ORG, first.id)
+    assert changed is not None and changed.state == "disabled"
+    assert [role.name for role in changed.roles] == ["developer"]
+
+    await key_sql.rotate_key(conn, first.id, b"c" * 32, b"t" * 32, "wxyz", NOW)
+    assert await key_sql.key_id_in_use(conn, b"a" * 32)  # the previous key ID
+    assert await key_sql.key_id_in_use(conn, b"c" * 32)
+    assert not await key_sql.key_id_in_use(conn, b"d" * 32)
+    rows = await conn.execute_fetchall(key_sql.CREDENTIAL, key_sql.credential_params(b"a" * 32))
+    assert [(row["id"], bytes(row["credential_secret_hash"])) for row in rows] == [
+        (first.id, b"s" * 32)
+    ]
+
+    changed_again = await key_sql.get_key(conn, ORG, first.id)
+    await key_sql.write_used_at(conn, {second.id: "2026-03-04T05:06:00Z"})
+    await key_sql.write_used_at(conn, {second.id: "2026-03-04T05:05:00Z"})  # never back
+    used = await key_sql.get_key(conn, ORG, second.id)
+    assert used is not None and used.used_at == datetime(2026, 3, 4, 5, 6, tzinfo=UTC)
+
+    joined = await conn.execute_fetchall(key_sql.KEY_BY_ID_JOINED, (second.id, ORG))
+    assert key_from_joined(joined) == used
+    joined = await conn.execute_fetchall(
+        key_sql.CREDENTIAL_JOINED, key_sql.credential_params(b"c" * 32)
+    )
+    assert key_from_joined(joined) == changed_again
+    states = await conn.execute_fetchall(key_sql.COUNT_KEYS_BY_STATE, (to_text(NOW),))
+    assert {row["effective"]: row["n"] for row in states} == {"disabled": 1, "expired": 1}
+
+    assert await key_sql.delete_key(conn, ORG, second.id)
+    assert not await key_sql.delete_key(conn, ORG, second.id)
+    assert await meta.organization_ids(conn) == [ORG]
+
+
+async def test_a_deleted_keys_tombstone(conn: Any) -> None:
+    """The trigger keeps a deleted key's credentials, and its rotation's previous ones
+    while their grace runs; CREDENTIAL reads them last; the upkeep prunes them."""
+    now = datetime.now(UTC)
+    key = await key_sql.insert_key(conn, new_key("k", b"a" * 32))
+    await key_sql.rotate_key(conn, key.id, b"c" * 32, b"t" * 32, "wxyz", now + timedelta(hours=1))
+    ended = await key_sql.insert_key(conn, new_key("ended", b"e" * 32))
+    await key_sql.rotate_key(conn, ended.id, b"f" * 32, b"u" * 32, "wxyz", NOW)
+    assert await key_sql.delete_key(conn, ORG, key.id)
+    assert await key_sql.delete_key(conn, ORG, ended.id)
+
+    def tombstone(rows: list[Any]) -> tuple[str, bytes, int]:
+        (row,) = rows
+        return row["id"], bytes(row["credential_secret_hash"]), row["previous"]
+
+    for key_id_hash, secret_hash in ((b"c" * 32, b"t" * 32), (b"a" * 32, b"s" * 32)):
+        rows = await conn.execute_fetchall(
+            key_sql.CREDENTIAL, key_sql.credential_params(key_id_hash)
+        )
+        assert tombstone(rows) == (key.id, secret_hash, 2)
+    assert tombstone(
+        await conn.execute_fetchall(key_sql.CREDENTIAL, key_sql.credential_params(b"f" * 32))
+    ) == (ended.id, b"u" * 32, 2)
+    # The ended grace's previous key ID is not kept.
+    assert not await conn.execute_fetchall(key_sql.CREDENTIAL, key_sql.credential_params(b"e" * 32))
+
+    await key_sql.prune_tombstones(conn, now - timedelta(days=1))
+    assert await conn.execute_fetchall(key_sql.CREDENTIAL, key_sql.credential_params(b"c" * 32))
+    await key_sql.prune_tombstones(conn, now + timedelta(days=1))
+    assert not await conn.execute_fetchall(key_sql.CREDENTIAL, key_sql.credential_params(b"c" * 32))
+
+
+async def test_ended_previous_credentials_are_dropped(conn: Any) -> None:
+    ending = await key_sql.insert_key(conn, new_key("ending", b"a" * 32))
+    running = await key_sql.insert_key(conn, new_key("running", b"b" * 32))
+    await key_sql.rotate_key(conn, ending.id, b"c" * 32, b"t" * 32, "wxyz", NOW)
+    await key_sql.rotate_key(
+        conn, running.id, b"d" * 32, b"t" * 32, "wxyz", NOW + timedelta(hours=1)
+    )
+    await key_sql.drop_ended_previous(conn, NOW)
+    assert not await key_sql.key_id_in_use(conn, b"a" * 32)
+    assert await key_sql.key_id_in_use(conn, b"b" * 32)
+
+
+async def test_a_tentative_write_is_undone_or_kept(conn: Any) -> None:
+    for keep in (False, True):
+        await conn.execute("begin")
+        await tentatively(conn)
+        await key_sql.insert_key(conn, new_key(f"k{keep}", b"a" * 32))
+        await settle(conn, keep)
+        await conn.execute("commit")
+        assert await key_sql.key_id_in_use(conn, b"a" * 32) == keep
+
+
+async def test_roles(conn: Any) -> None:
+    key = await key_sql.insert_key(conn, new_key("k", b"a" * 32, DEVELOPER))
+    other = await key_sql.insert_key(conn, new_key("o", b"b" * 32, DEVELOPER, ADMIN))
+    custom = Role(
+        "00000000-0000-4000-8000-0000000000aa", "auditor", "custom", ("x:read",), NOW, NOW
+    )
+    await role_sql.insert_role(conn, ORG, custom)
+    store = role_sql.RoleStore(conn, None)
+    page = await store.list_roles(ORG, (-1, ""), 10)
+    assert [detail.role.name for detail in page.roles] == [
+        "admin",
+        "developer",
+        "query_endpoints",
+        "auditor",
+    ]
+    later = await store.list_roles(ORG, (0, "developer"), 10)
+    assert [detail.role.name for detail in later.roles] == ["query_endpoints", "auditor"]
+    resolved = await store.resolve_roles(ORG, ["admin"], [custom.id])
+    assert sorted(role.name for role in resolved) == ["admin", "auditor"]
+
+    await role_sql.set_actors(conn, custom.id, [key.id, other.id])
+    await role_sql.set_actors(conn, custom.id, [key.id, other.id])  # already held: ignored
+    assert await role_sql.count_holders(conn, custom.id) == 2
+    assert await role_sql.keys_in_organization(conn, ORG, [key.id, "nope"]) == {key.id}
+    assert await role_sql.key_with_roles_besides(conn, [key.id, other.id], custom.id, 2) == (
+        other.id
+    )
+    assert await role_sql.stranded_key(conn, DEVELOPER, [other.id]) is None
+    await role_sql.set_actors(conn, DEVELOPER, [other.id])
+    assert await role_sql.permissions_of_keys(conn, ORG, [key.id]) == {"x:read"}
+    assert await role_sql.stranded_key(conn, custom.id, []) == key.id
+
+
+async def test_usage(conn: Any) -> None:
+    key = await key_sql.insert_key(conn, new_key("k", b"a" * 32))
+    minute = NOW.replace(second=0)
+    counts = {(key.id, minute): [1, 0, 0, 0, 0, 2], ("gone", minute): [5, 0, 0, 0, 0, 0]}
+    await usage_sql.add_counts(conn, counts)
+    await usage_sql.add_counts(conn, {(key.id, minute): [3, 1, 0, 0, 0, 0]})
+    series = await usage_sql.series(conn, key.id, minute, minute + timedelta(hours=1), 13)
+    assert dict(series) == {"2026-03-04T05": [4, 1, 0, 0, 0, 2]}
+    await usage_sql.prune(conn, minute + timedelta(minutes=1))
+    assert await usage_sql.series(conn, key.id, minute, minute + timedelta(hours=1), 13) == {}
+
+
+async def test_activities(conn: Any) -> None:
+    chain = activity_sql.Chain(b"k" * 32)
+    actor = Actor("system", details="test")
+    made = [
+        Activity(ORG, "openapi_key_create", actor, NOW + timedelta(minutes=n), after={"n": n})
+        for n in range(3)
+    ]
+    await activity_sql.record(conn, chain, *made)
+    page = await activity_sql.page(conn, ORG, 0, 2, None, None)
+    assert ([a.after for a in page.activities], page.more, page.total) == (
+        [{"n": 0}, {"n": 1}],
+        True,
+        3,
+    )
+    since = await activity_sql.page(conn, ORG, 0, 10, NOW + timedelta(minutes=1), None)
+    assert ([a.org_seq for a in since.activities], since.total) == ([2, 3], 2)
+    found = await activity_sql.get(conn, ORG, made[1].id)
+    assert found is not None and found.org_seq == 2 and found.actor == actor
+
+
+async def test_webhooks_and_their_outbox(conn: Any) -> None:
+    hook = await webhook_sql.insert_webhook(
+        conn, "w1", ORG, "https://example.com/h", ("key.created", "key.expiring"), 7, b"n", NOW
+    )
+    assert await webhook_sql.list_webhooks(conn, ORG) == [hook]
+    await outbox.enqueue(conn, ORG, "key.created", {"id": "k"}, NOW)
+    await outbox.enqueue(conn, ORG, "key.deleted", {"id": "k"}, NOW)  # not subscribed
+    at = NOW.timestamp()
+    assert await outbox.any_due(conn, at)
+    (due,) = await outbox.claim(conn, at, at + 30, "me", 10)
+    assert json.loads(due.body)["type"] == "key.created"
+    assert not await outbox.any_due(conn, at)  # leased
+    await outbox.record(conn, due, "me", NOW, 500, None, "pending", at + 60)
+    deliveries, more, total = await webhook_sql.delivery_page(conn, "w1", None, 10)
+    assert (len(deliveries), more, total) == (1, False, 1)
+    assert [(a.status, a.error) for a in deliveries[0].attempts] == [(500, None)]
+
+    soon = await key_sql.insert_key(
+        conn, new_key("soon", b"a" * 32, expire_at=NOW + timedelta(days=3))
+    )
+    await key_sql.insert_key(conn, new_key("later", b"b" * 32, expire_at=NOW + timedelta(days=30)))
+    (warn,) = await outbox.expiring(conn, NOW, 10)
+    assert (warn.webhook_id, warn.key_id) == ("w1", soon.id)
+    assert await outbox.warned(conn, "w1", soon.id, warn.expire_at)
+    assert not await outbox.warned(conn, "w1", soon.id, warn.expire_at)
+    assert await outbox.expiring(conn, NOW, 10) == []
+    assert await webhook_sql.delete_webhook(conn, ORG, "w1")
+    assert not await webhook_sql.delete_webhook(conn, ORG, "w1")
+
+
+async def test_an_empty_delivery_log(conn: Any) -> None:
+    await webhook_sql.insert_webhook(
+        conn, "w1", ORG, "https://example.com/h", ("key.created",), 7, b"n", NOW
+    )
+    assert await webhook_sql.delivery_page(conn, "w1", None, 10) == ([], False, 0)
