@@ -26,6 +26,7 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from marshmallow import Schema
 
 from keysvc import __version__
+from keysvc import queries as q
 from keysvc import responses as r
 from keysvc import schemas as s
 from keysvc.credentials import SUFFIX_LENGTH
@@ -437,7 +438,7 @@ def build_spec() -> dict[str, Any]:
     # apispec does not annotate this method; it maps our datetime fields.
     plugin.map_to_openapi_type(s.Timestamp, "string", "date-time")  # type: ignore[no-untyped-call]
     plugin.map_to_openapi_type(s.ExpireAt, "string", "date-time")  # type: ignore[no-untyped-call]
-    plugin.map_to_openapi_type(s.QueryMoment, "string", "date-time")  # type: ignore[no-untyped-call]
+    plugin.map_to_openapi_type(q.QueryMoment, "string", "date-time")  # type: ignore[no-untyped-call]
     spec.components.security_scheme(
         "basicAuth",
         {"type": "http", "scheme": "basic", "description": "Key ID and key secret."},

@@ -8,6 +8,7 @@ from typing import Any
 from marshmallow import Schema, fields, post_dump
 
 from keysvc.activities import ACTOR_TYPES, ADDED_TYPES, ADDED_UPDATE_TYPES, UPSTREAM_TYPES
+from keysvc.queries import USAGE_GRANULARITIES
 from keysvc.schemas import (
     ACTOR_PREFIX,
     ADDITION,
@@ -17,7 +18,6 @@ from keysvc.schemas import (
     LEGACY_ROLES,
     RATE_LIMIT_DOC,
     ROLE_TYPES,
-    USAGE_GRANULARITIES,
     UUID_TEXT,
     IpAccessListEntrySchema,
     PolicyTagsSchema,

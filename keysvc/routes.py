@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from marshmallow import Schema
 
+from keysvc import queries as q
 from keysvc import responses as r
 from keysvc import schemas as s
 
@@ -143,7 +144,7 @@ _USAGE = (
     "down) up to `to` (rounded up), every bucket answered, zeros included. Defaults: `to` "
     "now, `granularity` hour, `from` 24 hours before `to` (for `minute`: 1,440 minutes before "
     "`to` rounded up, the last 1,440 minutes), so every granularity works with none given. At most "
-    f"{s.MAX_USAGE_BUCKETS} buckets (400 past it, or when `from` is after `to`). Counted: "
+    f"{q.MAX_USAGE_BUCKETS} buckets (400 past it, or when `from` is after `to`). Counted: "
     "requests whose credentials were right, admitted (`success`) or refused (`disabled`, "
     "`expired`, `ipDenied`, `rateLimited`, or `forbidden`: any 403, whatever refused it; "
     "a 400, 404 or 409 of an admitted key is its `success`); unknown keys and wrong secrets are "
@@ -156,7 +157,7 @@ KEY_USAGE = Route(
     "keysvcKeyUsage",
     "Authentications of a key over time (keysvc addition)",
     permission="keys:read",
-    query=s.UsageQuerySchema,
+    query=q.UsageQuerySchema,
     response=r.UsageSchema,
     answer="The key's usage series.",
     statuses=(*AUTHENTICATED, 404),

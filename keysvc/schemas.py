@@ -1,4 +1,5 @@
-"""Marshmallow schemas of requests: one per request body and query.
+"""Marshmallow schemas of request bodies, and the fields they share with the query
+strings' (``keysvc.queries``).
 
 They reject unknown fields (marshmallow's default) and say, per field, what is
 wrong; ``load`` turns those messages into one readable ``BadRequest`` such as
@@ -124,10 +125,10 @@ class ExpireAt(fields.Field[datetime | None]):
             return None
         if not isinstance(value, str):
             raise ValidationError("must be an ISO-8601 date-time string, null or empty")
-        return _in_utc(value, "2030-01-01T00:00:00Z")
+        return in_utc(value, "2030-01-01T00:00:00Z")
 
 
-def _in_utc(text: str, example: str) -> datetime:
+def in_utc(text: str, example: str) -> datetime:
     """The ISO-8601 date-time ``text``, which must carry an offset, in UTC."""
     try:
         moment = datetime.fromisoformat(text)
@@ -337,103 +338,6 @@ class RotateKeySchema(Schema):
         },
     )
     hashData = fields.Nested(HashDataSchema, metadata=ADDITION)
-
-
-class QueryInteger(fields.Integer):
-    """An integer in the query string: ASCII digits only (int() alone takes "5_0", "①")."""
-
-    def _deserialize(
-        self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any
-    ) -> int:
-        if not (isinstance(value, str) and value.isascii() and value.isdigit()):
-            raise self.make_error("invalid")
-        return super()._deserialize(value, attr, data, **kwargs)
-
-
-class _PageQuerySchema(Schema):
-    limit = QueryInteger(
-        load_default=MAX_PAGE,
-        strict=False,
-        validate=validate.Range(1, MAX_PAGE, error="must be an integer from {min} to {max}"),
-        error_messages={"invalid": f"must be an integer from 1 to {MAX_PAGE}"},
-    )
-
-
-class ListKeysQuerySchema(_PageQuerySchema):
-    # Only the shape here (keysvc.keys.decode_cursor checks the signature): text
-    # such as "²" passes str.isdigit() but not int().
-    cursor = fields.String(
-        validate=validate.Regexp(
-            r"[0-9]{1,18}\.[0-9A-Za-z_-]+\Z",
-            error="not a cursor from this list; start again without it",
-        )
-    )
-
-
-class ListRolesQuerySchema(_PageQuerySchema):
-    # Only the shape here (keysvc.roles.decode_cursor checks the signature): a role's
-    # position is its name, up to MAX_NAME characters of up to 4 bytes, in base64.
-    cursor = fields.String(
-        validate=validate.Regexp(
-            r"[0-9A-Za-z_-]{2,1400}\.[0-9A-Za-z_-]+\Z",
-            error="not a cursor from this list; start again without it",
-        )
-    )
-
-
-class QueryMoment(fields.Field[datetime]):
-    """A date-time in the query string: ISO-8601 with an offset, in UTC."""
-
-    def _deserialize(
-        self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any
-    ) -> datetime:
-        return _in_utc(str(value), "2026-01-02T03:04:05Z")
-
-
-USAGE_GRANULARITIES = ("minute", "hour", "day")
-# The most buckets one usage query may ask for: a day of minutes.
-MAX_USAGE_BUCKETS = 1440
-
-
-class UsageQuerySchema(Schema):
-    """A key's usage query (``keysvc.usage``): from (default: 24 hours before to; for
-    minute, 1,440 minutes before to rounded up), to (default: now) and granularity
-    (default: hour)."""
-
-    start = QueryMoment(
-        data_key="from",
-        metadata={
-            "description": "Start of the series, rounded down to its granularity;"
-            " default: 24 hours before `to`, or for `minute` 1,440 minutes before `to`"
-            " rounded up to a whole minute (the last 1,440 minutes, `to`'s included).",
-            "examples": ["2026-01-02T00:00:00Z"],
-        },
-    )
-    end = QueryMoment(
-        data_key="to",
-        metadata={
-            "description": "End of the series, rounded up to its granularity; default: now.",
-            "examples": ["2026-01-03T00:00:00Z"],
-        },
-    )
-    granularity = fields.String(
-        load_default="hour",
-        validate=validate.OneOf(
-            USAGE_GRANULARITIES, error="must be one of: " + ", ".join(USAGE_GRANULARITIES)
-        ),
-        metadata={
-            "description": "Width of each bucket (default: hour); at most "
-            f"{MAX_USAGE_BUCKETS} buckets in all.",
-            "enum": list(USAGE_GRANULARITIES),
-        },
-    )
-
-
-class ListActivitiesQuerySchema(ListKeysQuerySchema):
-    """Upstream's from_date and to_date (both included), and keysvc's paging."""
-
-    from_date = QueryMoment()
-    to_date = QueryMoment()
 
 
 def _permission(value: str) -> None:
@@ -671,7 +575,3 @@ class CreateWebhookSchema(Schema):
     def _each_once(self, value: list[str], data_key: str) -> None:
         if len(set(value)) != len(value):
             raise ValidationError("must name each event type once")
-
-
-class ListDeliveriesQuerySchema(ListKeysQuerySchema):
-    """A page of a webhook's deliveries: the same limit, and a cursor of the same shape."""

@@ -19,7 +19,7 @@ from keysvc.db.store import Store
 from keysvc.db.usage import OUTCOMES
 from keysvc.errors import BadRequest, NotFound
 from keysvc.keys import NOT_FOUND
-from keysvc.schemas import MAX_USAGE_BUCKETS
+from keysvc.queries import MAX_USAGE_BUCKETS
 from keysvc.timeutil import to_text
 
 DEFAULT_SPAN = timedelta(hours=24)

@@ -7,9 +7,10 @@ from keysvc.auth import authorize
 from keysvc.envelope import ok
 from keysvc.errors import NotFound
 from keysvc.handlers.common import path_uuid, query
+from keysvc.queries import ListActivitiesQuerySchema
 from keysvc.responses import ActivitySchema
 from keysvc.routes import GET_ACTIVITY, LIST_ACTIVITIES, serves
-from keysvc.schemas import ListActivitiesQuerySchema, load
+from keysvc.schemas import load
 from keysvc.state import HASHER, STORE
 
 NOT_FOUND = "activity not found in this organization"

@@ -25,6 +25,7 @@ from keysvc.handlers.common import (
     read_optional_json_object,
 )
 from keysvc.models import Key
+from keysvc.queries import ListKeysQuerySchema
 from keysvc.routes import (
     CREATE_KEY,
     DELETE_KEY,
@@ -36,7 +37,6 @@ from keysvc.routes import (
 )
 from keysvc.schemas import (
     CreateKeySchema,
-    ListKeysQuerySchema,
     PatchKeySchema,
     RotateKeySchema,
     load,

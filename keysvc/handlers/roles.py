@@ -7,11 +7,11 @@ from keysvc.auth import authorize
 from keysvc.envelope import ok
 from keysvc.errors import NotFound
 from keysvc.handlers.common import actor, path_uuid, query, read_json_object
+from keysvc.queries import ListRolesQuerySchema
 from keysvc.responses import RoleSchema
 from keysvc.routes import CREATE_ROLE, DELETE_ROLE, GET_ROLE, LIST_ROLES, UPDATE_ROLE, serves
 from keysvc.schemas import (
     CreateRoleSchema,
-    ListRolesQuerySchema,
     UpdateRoleSchema,
     load,
 )

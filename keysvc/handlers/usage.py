@@ -6,9 +6,10 @@ from keysvc import usage
 from keysvc.auth import authorize
 from keysvc.envelope import ok
 from keysvc.handlers.common import path_uuid, query
+from keysvc.queries import UsageQuerySchema
 from keysvc.responses import UsageSchema
 from keysvc.routes import KEY_USAGE, serves
-from keysvc.schemas import UsageQuerySchema, load
+from keysvc.schemas import load
 from keysvc.state import CLOCK, STORE
 
 _query = UsageQuerySchema()

@@ -7,6 +7,7 @@ from keysvc import webhooks
 from keysvc.auth import authorize
 from keysvc.envelope import ok
 from keysvc.handlers.common import path_uuid, query, read_json_object
+from keysvc.queries import ListDeliveriesQuerySchema
 from keysvc.responses import CreateWebhookResultSchema, DeliverySchema, WebhookSchema
 from keysvc.routes import (
     CREATE_WEBHOOK,
@@ -16,7 +17,7 @@ from keysvc.routes import (
     LIST_WEBHOOKS,
     serves,
 )
-from keysvc.schemas import CreateWebhookSchema, ListDeliveriesQuerySchema, load
+from keysvc.schemas import CreateWebhookSchema, load
 from keysvc.state import CLOCK, HASHER, SETTINGS, STORE
 
 _webhook = WebhookSchema()
