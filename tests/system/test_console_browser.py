@@ -78,9 +78,9 @@ def test_keys_flow_create_use_disable_edit_delete_sign_out(
     assert status == 200, body
     assert [r["roleName"] for r in body["result"]["assignedRoles"]] == ["auditors"]
     # The filter by role finds it, and only it.
-    page.get_by_label("Role").select_option("auditors")
+    page.get_by_label("Role", exact=True).select_option("auditors")
     expect(page.locator("tbody tr")).to_have_count(1)
-    page.get_by_label("Role").select_option("")
+    page.get_by_label("Role", exact=True).select_option("")
 
     # The role a key holds cannot go: the page shows the API's 409 and what to do.
     page.get_by_role("button", name="Roles", exact=True).click()
