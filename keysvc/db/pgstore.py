@@ -123,6 +123,7 @@ class Notifications:
         try:
             await conn.add_listener(DATA_CHANNEL, self._heard)
             await conn.add_listener(AUTH_CHANNEL, self._heard)
+            conn.add_termination_listener(self._lost)
             # Listening before the generation is read: a move in between is heard.
             self.generation = await conn.fetchval(GENERATION)
         except BaseException:
@@ -173,6 +174,18 @@ class Notifications:
         conn, self._conn = self._conn, None
         if conn is not None:
             await conn.close()
+
+    # A listening connection lost between two probes.
+
+    def _lost(self, conn: Any) -> None:
+        """The listening connection closed (its server process ended, the network
+        reset it): the caches are cold from now on, not from the next probe, as the
+        notifications sent meanwhile are lost. ``_watch`` listens again."""
+        if conn is not self._conn or not self.listening.is_set():
+            return  # closed here (``_drop``, ``close``), or already counted
+        self.losses += 1
+        logger.warning("lost the PostgreSQL notification connection; caches off")
+        self.listening.clear()
 
 
 class AlwaysRoom:
