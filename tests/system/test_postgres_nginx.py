@@ -4,9 +4,10 @@ docs/nginx-auth-request.conf (tests/system/test_nginx.py starts it): round robin
 over both instances' unix sockets, for keysvc's API and for the auth subrequest
 in front of a protected upstream. Every request goes through nginx, and each
 instance's access log shows it served its share. Whatever one instance changes,
-the next request is answered accordingly by either; one instance killed, nginx
-sends everything to the other; one instance's notification connection killed,
-its caches are cold and it still answers right.
+both answer accordingly once its notification has arrived, and never go back;
+one instance killed, nginx sends everything to the other; one instance's
+notification connection killed, its caches are cold at once and it answers right
+from its very next request.
 """
 
 import json
