@@ -19,6 +19,9 @@ What stands in for SQLite's machinery:
   trigger, for changes by hand too). While that connection is down the caches are
   cold: every look is a new version and a new generation, so nothing cached is
   served and nothing read is kept, until it is back and listening again.
+- The writer's commit, as SQLite's (``to_the_end``): a transaction cancelled while its
+  COMMIT is under way waits for the answer; committed, it tells the caches, then lets
+  the cancellation through.
 - The disk-full answer (507) and the file-mode checks are SQLite's: PostgreSQL's
   server owns its storage, and a write it refuses is a 500 like any failed statement.
 """
@@ -36,7 +39,7 @@ from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
 from keysvc.db import pgschema
 from keysvc.db.cache import Caches
-from keysvc.db.connections import fetch_all, fetch_one
+from keysvc.db.connections import fetch_all, fetch_one, to_the_end
 from keysvc.db.createbatch import GRANTED_ROLES, Announce, Recheck, over_limit
 from keysvc.db.freshness import GENERATION
 from keysvc.db.outbox import enqueue
@@ -120,6 +123,7 @@ class Notifications:
         try:
             await conn.add_listener(DATA_CHANNEL, self._heard)
             await conn.add_listener(AUTH_CHANNEL, self._heard)
+            conn.add_termination_listener(self._lost)
             # Listening before the generation is read: a move in between is heard.
             self.generation = await conn.fetchval(GENERATION)
         except BaseException:
@@ -171,6 +175,18 @@ class Notifications:
         if conn is not None:
             await conn.close()
 
+    # A listening connection lost between two probes.
+
+    def _lost(self, conn: Any) -> None:
+        """The listening connection closed (its server process ended, the network
+        reset it): the caches are cold from now on, not from the next probe, as the
+        notifications sent meanwhile are lost. ``_watch`` listens again."""
+        if conn is not self._conn or not self.listening.is_set():
+            return  # closed here (``_drop``, ``close``), or already counted
+        self.losses += 1
+        logger.warning("lost the PostgreSQL notification connection; caches off")
+        self.listening.clear()
+
 
 class AlwaysRoom:
     """The disk-space watch SQLite needs (keysvc.diskspace), which PostgreSQL's server
@@ -208,19 +224,44 @@ class PgWriter:
         async with self.lock, self._pool.acquire() as raw:
             self._authorization_changed = False
             try:
-                async with raw.transaction():
+                async with self._committed_to_the_end(raw):
                     await raw.execute("select pg_advisory_xact_lock($1)", WRITE_LOCK)
                     yield PgConnection(raw)
                     await raw.execute("select pg_notify($1, '')", DATA_CHANNEL)
             except asyncpg.IntegrityConstraintViolationError as exc:
                 raise refusal(exc) from None
-            self._notifications.committed()
-            if self._authorization_changed:
-                self._on_authorization_changed()
+            self._committed()
 
     async def authorization_changed(self, conn: PgConnection) -> None:
         await conn.execute(_BUMP_GENERATION)
         self._authorization_changed = True
+
+    # A transaction cancelled while its COMMIT is under way.
+
+    @asynccontextmanager
+    async def _committed_to_the_end(self, raw: Any) -> AsyncIterator[None]:
+        """``raw.transaction()``, but a COMMIT once sent is awaited to its end even if
+        the caller is cancelled meanwhile. Cancelled there, asyncpg would stop waiting
+        for an answer the server may have given already: a transaction in the database
+        that this process took for uncommitted, its caches left serving what it
+        changed until the notification came back. Committed, the caches are told here
+        and the cancellation is let through."""
+        transaction = raw.transaction()
+        await transaction.start()
+        try:
+            yield
+        except BaseException:
+            await transaction.rollback()
+            raise
+        if await to_the_end(transaction.commit()):
+            self._committed()
+            raise asyncio.CancelledError
+
+    def _committed(self) -> None:
+        """What a commit tells this process's caches."""
+        self._notifications.committed()
+        if self._authorization_changed:
+            self._on_authorization_changed()
 
 
 class PgStore(Store):

@@ -1,0 +1,380 @@
+"""Two real `keysvc serve` processes on one PostgreSQL database (tests/postgres.py)
+behind a real nginx, run with docs/nginx-two-instances.conf beside the shipped
+docs/nginx-auth-request.conf (tests/system/test_nginx.py starts it): round robin
+over both instances' unix sockets, for keysvc's API and for the auth subrequest
+in front of a protected upstream. Every request goes through nginx, and each
+instance's access log shows it served its share. Whatever one instance changes,
+both answer accordingly once its notification has arrived, and never go back;
+one instance killed, nginx sends everything to the other; one instance's
+notification connection killed, its caches are cold at once and it answers right
+from its very next request.
+"""
+
+import json
+import re
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import Creds
+from tests.postgres import PEPPER, Postgres
+from tests.server import Server, admin_creds, free_port, keysvc
+from tests.system.test_nginx import (
+    CLIENT,
+    PLACEHOLDER,
+    Answer,
+    Nginx,
+    Upstream,
+    call,
+    nginx_binary,
+    render,
+    wrap,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+TWO_INSTANCES = ROOT / "docs" / "nginx-two-instances.conf"
+# What docs/nginx-two-instances.conf says to change in the shipped config.
+SOCKET_VERIFY = "proxy_pass http://unix:{keysvc_socket}:/v1/verify;"
+SHARED_VERIFY = "proxy_pass http://keysvc/v1/verify;"
+# Each instance names its PostgreSQL connections (asyncpg passes the URL's query on
+# as server settings), so that the test can find them in pg_stat_activity.
+NAMES = ("keysvc_a", "keysvc_b")
+# The listening connection's probe (keysvc.db.pgstore.Notifications): no other
+# statement keysvc runs is this one.
+PROBE = "select 1"
+# Generous, for a loaded machine.
+WAIT_SECONDS = 30.0
+READS = 20
+KEY_ROUTE = "/v1/organizations/{organizationId}/keys/{keyId}"
+AFTER = 50
+
+
+def filled(text: str, values: dict[str, str]) -> str:
+    unknown = set(PLACEHOLDER.findall(text)) - set(values)
+    assert not unknown, f"placeholders the test does not fill: {sorted(unknown)}"
+    return PLACEHOLDER.sub(lambda match: values[match[1]], text)
+
+
+def two_instance_config(
+    nginx: Nginx, api_port: int, sockets: tuple[Path, Path], upstream: str, organization: str
+) -> str:
+    """The shipped config with its auth subrequest sent to the ``keysvc`` upstream, as
+    docs/nginx-two-instances.conf says, and that file beside it."""
+    two = TWO_INSTANCES.read_text()
+    assert SOCKET_VERIFY in two and SHARED_VERIFY in two  # the change the file asks for
+    socket = Path("/keysvc-is-an-upstream.sock")
+    shipped = render(nginx.port, socket, upstream, organization)
+    verify = SOCKET_VERIFY.replace("{keysvc_socket}", str(socket))
+    assert shipped.count(verify) == 1
+    shipped = shipped.replace(verify, SHARED_VERIFY)
+    values = {
+        "keysvc_socket_a": str(sockets[0]),
+        "keysvc_socket_b": str(sockets[1]),
+        "api_port": str(api_port),
+        "keysvc_socket": "{keysvc_socket}",  # the shipped config's, named in a comment
+    }
+    return wrap(nginx.directory, filled(two, values) + "\n" + shipped)
+
+
+def access_lines(server: Server) -> list[dict[str, Any]]:
+    lines = [json.loads(line) for line in server.stderr_text().splitlines() if line.strip()]
+    return [line for line in lines if line.get("logger") == "keysvc.access"]
+
+
+@dataclass
+class Stack:
+    nginx: Nginx
+    api_port: int
+    instances: tuple[Server, Server]
+    upstream: Upstream
+    admin: Creds
+    postgres: Postgres
+    database: str
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        """keysvc's API through nginx, as the admin; the answer's result."""
+        url = f"/v1/organizations/{self.admin.organization_id}{path}"
+        answer = call(
+            self.api_port, url, method=method, headers=self.admin.headers, body=body, source=CLIENT
+        )
+        assert answer.status == 200, (answer.status, answer.body, self.nginx.log()[-2000:])
+        return answer.json().get("result")
+
+    def create_key(self, **fields: Any) -> Creds:
+        result = self.api("POST", "/keys", {"name": "behind nginx", **fields})
+        return Creds(
+            self.admin.organization_id, result["key"]["id"], result["keyId"], result["keySecret"]
+        )
+
+    def get(self, creds: Creds, path: str = "/orders") -> Answer:
+        """A request to the protected upstream through nginx, from the client's address."""
+        return call(self.nginx.port, path, headers=creds.headers, source=CLIENT)
+
+    def statuses(self, creds: Creds, count: int, path: str = "/orders") -> list[int]:
+        return [self.get(creds, path).status for _ in range(count)]
+
+    def seen_by_both(self, creds: Creds, status: int, path: str = "/orders") -> None:
+        """Requests until two in a row, one to each instance (round robin), answer
+        ``status``, then AFTER more that all do. The instance that made the change
+        answers it at once; the other as soon as its notification has arrived, which
+        may be after the next request reaches it (docs/SECURITY.md)."""
+        before = self.verified()
+        deadline = time.monotonic() + WAIT_SECONDS
+        streak = 0
+        while streak < 2:
+            assert time.monotonic() < deadline, f"not {status} on both after {WAIT_SECONDS} s"
+            streak = streak + 1 if self.get(creds, path).status == status else 0
+        assert self.statuses(creds, AFTER, path) == [status] * AFTER
+        self.both_answered(before, status)
+
+    def verified(self) -> list[list[int]]:
+        """The statuses each instance has answered /v1/verify with so far."""
+        return [
+            [line["status"] for line in access_lines(server) if line["route"] == "/v1/verify"]
+            for server in self.instances
+        ]
+
+    def both_answered(self, before: list[list[int]], status: int) -> None:
+        """Each instance answered some verify since ``before`` with ``status`` (waited
+        for: an instance writes its access lines in batches)."""
+        deadline = time.monotonic() + WAIT_SECONDS
+        while not all(
+            status in now[len(seen) :] for seen, now in zip(before, self.verified(), strict=True)
+        ):
+            assert time.monotonic() < deadline, (status, before, self.verified())
+            time.sleep(0.1)
+
+    def terminate_after_probe(self, pid: int) -> None:
+        self.postgres.psql(self.database, TERMINATE_AFTER_PROBE.format(pid=int(pid)))
+
+    def listener_pid(self, name: str) -> int:
+        """The server process of the named instance's listening connection."""
+        sql = (
+            "select pid from pg_stat_activity"
+            f" where application_name = '{name}' and query = '{PROBE}'"
+        )
+        deadline = time.monotonic() + WAIT_SECONDS
+        while not (rows := self.postgres.psql(self.database, sql)):
+            assert time.monotonic() < deadline, f"no listening connection of {name}"
+            time.sleep(0.1)
+        (pid,) = [int(row[0]) for row in rows]
+        return pid
+
+
+# Waits for the listening connection's next probe to begin, then ends its server
+# process at once (and waits for it to be gone): the next probe is a whole
+# PROBE_SECONDS away, so only the connection's closing can tell the instance.
+TERMINATE_AFTER_PROBE = """
+do $$
+declare
+    seen timestamptz := (select query_start from pg_stat_activity where pid = {pid});
+begin
+    loop
+        perform pg_stat_clear_snapshot();
+        exit when (select query_start from pg_stat_activity where pid = {pid}) <> seen;
+        perform pg_sleep(0.005);
+    end loop;
+    perform pg_terminate_backend({pid}, 10000);
+end $$;
+"""
+
+
+@contextmanager
+def started(
+    postgres: Postgres, database: str, directory: Path, b_env: dict[str, str]
+) -> Iterator[Stack]:
+    """Both instances, nginx and the protected upstream; ``b_env`` is more settings for
+    the second instance."""
+    url = postgres.url(database)
+    env = {
+        "KEYSVC_PEPPER": PEPPER.hex(),
+        # nginx's X-Forwarded-For is believed on the sockets alone; no default rate
+        # limit, and room for the refusals the tests count; an access line for every
+        # answer, to tell which instance served what.
+        "KEYSVC_TRUSTED_PROXIES": "",
+        "KEYSVC_RATE_LIMIT": "off",
+        "KEYSVC_AUTH_FAILURES": "100000",
+        "KEYSVC_ACCESS_LOG": "all",
+    }
+    done = keysvc("bootstrap", "--db", url, env=env)
+    assert done.returncode == 0, done.stderr
+    admin = admin_creds(json.loads(done.stdout))
+    sockets = (directory / "a.sock", directory / "b.sock")
+    with ExitStack() as resources:
+        upstream = Upstream()
+        resources.callback(upstream.stop)
+        a, b = (
+            resources.enter_context(
+                Server(f"{url}?application_name={name}", env=more, unix=socket, tcp=False)  # type: ignore[arg-type]
+            )
+            for name, socket, more in zip(NAMES, sockets, (env, {**env, **b_env}), strict=True)
+        )
+        nginx = Nginx(nginx_binary(), directory, sockets[0], upstream.base, admin.organization_id)
+        api_port = free_port()
+        nginx.conf.write_text(
+            two_instance_config(nginx, api_port, sockets, upstream.base, admin.organization_id)
+        )
+        nginx.test_config()
+        resources.callback(nginx.stop)
+        nginx.start()
+        yield Stack(nginx, api_port, (a, b), upstream, admin, postgres, database)
+
+
+@pytest.fixture
+def stack(postgres: Postgres, pg_database: str, tmp_path: Path) -> Iterator[Stack]:
+    with started(postgres, pg_database, tmp_path, {}) as made:
+        yield made
+
+
+@pytest.fixture
+def b_uncached(postgres: Postgres, pg_database: str, tmp_path: Path) -> Iterator[Stack]:
+    """The second instance keeps no credentials in memory: it reads every one."""
+    with started(postgres, pg_database, tmp_path, {"KEYSVC_CACHE_SIZE": "0"}) as made:
+        yield made
+
+
+def test_the_readme_shows_the_two_instance_config_that_is_tested() -> None:
+    shown = re.findall(
+        r"```\n(# Two keysvc instances.*?)```", (ROOT / "README.md").read_text(), re.S
+    )
+    assert shown == [TWO_INSTANCES.read_text()]
+
+
+def test_nginx_accepts_the_two_instance_config_and_both_instances_are_ready(
+    stack: Stack,
+) -> None:
+    output = stack.nginx.test_config()
+    assert "[warn]" not in output and "[emerg]" not in output, output
+    for server in stack.instances:  # the active health check the README shows
+        status, _, body = server.unix_request("GET", "/readyz")
+        assert status == 200, body
+        assert json.loads(body)["result"] == {"status": "ready"}
+
+
+def test_a_key_created_through_one_is_read_and_verified_through_both_at_once(
+    stack: Stack,
+) -> None:
+    before = stack.verified()
+    reads = [len(access_lines(server)) for server in stack.instances]
+    key = stack.create_key(roles=["developer"])
+    # One after another (round robin counts the API's requests and the auth
+    # subrequests alike: interleaved, each kind would go to one instance).
+    for _ in range(READS):
+        assert stack.api("GET", f"/keys/{key.id}")["name"] == "behind nginx"
+    for _ in range(READS):
+        answer = stack.get(key)
+        assert answer.status == 200, answer.body
+        assert answer.json()["headers"]["X-Key-Id"] == key.id
+    stack.both_answered(before, 200)
+    # And each served some of the reads.
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not all(
+        KEY_ROUTE in [line["route"] for line in access_lines(server)[count:]]
+        for server, count in zip(stack.instances, reads, strict=True)
+    ):
+        assert time.monotonic() < deadline, "one instance served none of the reads"
+        time.sleep(0.1)
+
+
+def test_a_disabled_key_is_refused_by_both_and_stays_refused(stack: Stack) -> None:
+    key = stack.create_key(roles=["developer"])
+    assert stack.statuses(key, 4) == [200] * 4  # cached by both
+    assert stack.api("PATCH", f"/keys/{key.id}", {"state": "disabled"})["state"] == "disabled"
+    stack.seen_by_both(key, 401)
+
+
+def test_a_key_rotated_without_grace_works_only_with_its_new_secret(stack: Stack) -> None:
+    old = stack.create_key(roles=["developer"])
+    assert stack.statuses(old, 4) == [200] * 4
+    rotated = stack.api("POST", f"/keys/{old.id}/rotate", {"gracePeriodSeconds": 0})
+    new = Creds(old.organization_id, old.id, rotated["keyId"], rotated["keySecret"])
+    # The new key ID was never cached anywhere: accepted by both from the first request.
+    before = stack.verified()
+    assert stack.statuses(new, 10) == [200] * 10
+    stack.both_answered(before, 200)
+    stack.seen_by_both(old, 401)
+    assert stack.statuses(new, 10) == [200] * 10
+
+
+def test_a_deleted_key_is_refused_everywhere(stack: Stack) -> None:
+    key = stack.create_key(roles=["developer"])
+    assert stack.statuses(key, 4) == [200] * 4
+    stack.api("DELETE", f"/keys/{key.id}")
+    stack.seen_by_both(key, 401)
+
+
+def test_a_role_permission_change_is_seen_by_both(stack: Stack) -> None:
+    role = stack.api("POST", "/roles", {"name": "orders", "permissions": ["orders:read"]})
+    key = stack.create_key(assignedRoleIds=[role["id"]])
+    assert stack.statuses(key, 4, "/reports/q1") == [403] * 4
+    granted = ["orders:read", "reports:read"]
+    stack.api("PATCH", f"/roles/{role['id']}", {"permissions": granted})
+    stack.seen_by_both(key, 200, "/reports/q1")
+    stack.api("PATCH", f"/roles/{role['id']}", {"permissions": ["orders:read"]})
+    stack.seen_by_both(key, 403, "/reports/q1")
+
+
+def test_one_instance_killed_the_other_answers_everything_right(stack: Stack) -> None:
+    a, _ = stack.instances
+    key = stack.create_key(roles=["developer"])
+    assert stack.statuses(key, 4) == [200] * 4
+    a.proc.send_signal(signal.SIGKILL)
+    assert a.proc.wait(timeout=WAIT_SECONDS) == -signal.SIGKILL  # b answers from now on
+    assert stack.statuses(key, 10) == [200] * 10
+    assert stack.api("GET", f"/keys/{key.id}")["state"] == "enabled"
+    assert stack.api("PATCH", f"/keys/{key.id}", {"state": "disabled"})["state"] == "disabled"
+    assert stack.statuses(key, 10) == [401] * 10
+    later = stack.create_key(roles=["developer"])
+    assert stack.statuses(later, 10) == [200] * 10
+
+
+def test_a_killed_notification_connection_leaves_no_stale_answer(b_uncached: Stack) -> None:
+    # b reads every credential, so any stale answer would be a's, whose listening
+    # connection is killed: its caches must turn cold at once.
+    stack = b_uncached
+    a, _ = stack.instances
+    key = stack.create_key(roles=["developer"])
+    assert stack.statuses(key, 4) == [200] * 4  # cached by a
+    listener = stack.listener_pid(NAMES[0])
+    # Requests keep flowing meanwhile: each with when it started and its status.
+    flowing: list[tuple[float, int]] = []
+    stop = threading.Event()
+
+    def flow() -> None:
+        while not stop.is_set():
+            started = time.monotonic()
+            flowing.append((started, stack.get(key).status))
+
+    thread = threading.Thread(target=flow, name="flow", daemon=True)
+    thread.start()
+    try:
+        stack.terminate_after_probe(listener)
+        before = stack.verified()
+        # Disabled by hand, as an operator would: neither instance made the change,
+        # so a can only learn of it from the database.
+        disable = f"update api_keys set state = 'disabled' where id = '{key.id}'"
+        stack.postgres.psql(stack.database, disable)
+        disabled_at = time.monotonic()
+        # The very next request, and every one after, to either instance.
+        assert stack.statuses(key, 1 + AFTER) == [401] * (1 + AFTER)
+        stack.both_answered(before, 401)
+    finally:
+        stop.set()
+        thread.join(WAIT_SECONDS)
+    stale = [status for started, status in flowing if started > disabled_at and status != 401]
+    assert not stale, stale
+    # The connection was lost, and a new one listens.
+    deadline = time.monotonic() + WAIT_SECONDS
+    while "PostgreSQL notifications back" not in a.stderr_text():
+        assert time.monotonic() < deadline, a.stderr_text()[-2000:]
+        time.sleep(0.1)
+    assert "lost the PostgreSQL notification connection" in a.stderr_text()
+    assert stack.listener_pid(NAMES[0]) != listener
+    assert stack.statuses(key, 10) == [401] * 10
