@@ -12,12 +12,13 @@ where there is none, so a mistyped ``--db`` never starts an empty service.
 write the database file may mint a key, as they could bootstrap one; it is
 logged as an activity of actorType ``system``, as bootstrap is. ``audit verify``
 checks the activity log's hash chains (``keysvc.audit``): exit 1 names the first
-bad record.
+bad record, on SQLite's file or a PostgreSQL database.
 """
 
 import argparse
 import asyncio
 import functools
+import importlib
 import json
 import logging
 import signal
@@ -25,6 +26,7 @@ import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 
 import uvloop
 
@@ -111,15 +113,24 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-# What the commands that read SQLite's file say on PostgreSQL.
-SQLITE_ONLY = {
-    "backup": "backup copies a SQLite file; back a PostgreSQL database up with pg_dump",
-    "audit": "audit verify reads a SQLite file; on PostgreSQL it is not available yet",
-}
+# What backup says on PostgreSQL.
+SQLITE_ONLY = "backup copies a SQLite file; back a PostgreSQL database up with pg_dump"
+NEEDS_DRIVER = "PostgreSQL needs its driver: pip install 'keysvc[postgres]' (asyncpg)"
+
+
+def _with_driver(module: str) -> ModuleType:
+    """A module of keysvc's that needs PostgreSQL's driver, an extra."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(NEEDS_DRIVER) from None
 
 
 def _audit_verify(settings: Settings) -> int:
-    verdict = audit.verify_file(settings)
+    if settings.db_url is None:
+        verdict = audit.verify_file(settings)
+    else:
+        verdict = _with_driver("keysvc.pgaudit").verify_url(settings)
     if verdict.problem is not None:
         print(f"keysvc: audit verify: {verdict.problem}", file=sys.stderr)
         return 1
@@ -236,8 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 asyncio.run(workers.prepare(settings))
                 serve(settings)
             return 0
-        if args.command in ("backup", "audit") and settings.db_url is not None:
-            raise ConfigError(SQLITE_ONLY[args.command])
+        if args.command == "backup" and settings.db_url is not None:
+            raise ConfigError(SQLITE_ONLY)
         if args.command == "backup":
             return _backup(settings, args.out)
         if args.command == "audit":
