@@ -1,5 +1,5 @@
-"""The ``keysvc`` command: ``serve``, ``bootstrap``, ``admin-key``, ``backup`` and
-``audit verify``.
+"""The ``keysvc`` command: ``serve``, ``bootstrap``, ``admin-key``, ``backup``,
+``audit verify`` and ``migrate``.
 
 Settings come from flags, then KEYSVC_* environment variables, then defaults
 (the table in ``keysvc.config``). A setting keysvc cannot use stops it with a
@@ -12,7 +12,9 @@ where there is none, so a mistyped ``--db`` never starts an empty service.
 write the database file may mint a key, as they could bootstrap one; it is
 logged as an activity of actorType ``system``, as bootstrap is. ``audit verify``
 checks the activity log's hash chains (``keysvc.audit``): exit 1 names the first
-bad record, on SQLite's file or a PostgreSQL database.
+bad record, on SQLite's file or a PostgreSQL database. ``migrate`` copies a SQLite
+database into an empty PostgreSQL one (``keysvc.migrate``): exit 2 when refused,
+1 when the copy failed or its counts differ (then nothing is kept).
 """
 
 import argparse
@@ -32,7 +34,7 @@ import uvloop
 
 from keysvc import audit, backup, keys, listeners, workers
 from keysvc.app import create_app
-from keysvc.config import OPTIONS, ConfigError, Settings, build_settings
+from keysvc.config import OPTIONS, ConfigError, Settings, build_settings, is_postgres_url
 from keysvc.connections import ServiceRunner
 from keysvc.db.backends import open_store
 from keysvc.errors import ApiError
@@ -110,6 +112,28 @@ def _parser() -> argparse.ArgumentParser:
         " line when intact, 1 naming the first edited or removed record",
     )
     _add_options(verify, _BOOTSTRAP_FLAGS)
+    move = commands.add_parser(
+        "migrate",
+        help="copy a SQLite database whole into an empty PostgreSQL database, checking"
+        " every table's row count; prints one line per table. The pepper stays the same:"
+        " serve the copy with KEYSVC_PEPPER set to the SQLite pepper file's contents",
+    )
+    move.add_argument(
+        "--from",
+        dest="source",
+        metavar="PATH",
+        type=Path,
+        required=True,
+        help="the SQLite database file (read only; stop its server first, or the copy is"
+        " of the moment the migration began)",
+    )
+    move.add_argument(
+        "--to",
+        dest="target",
+        metavar="URL",
+        required=True,
+        help="the PostgreSQL database, postgresql://...: a new one, or one holding nothing",
+    )
     return parser
 
 
@@ -135,6 +159,20 @@ def _audit_verify(settings: Settings) -> int:
         print(f"keysvc: audit verify: {verdict.problem}", file=sys.stderr)
         return 1
     print(audit.summary(verdict))
+    return 0
+
+
+def _migrate(settings: Settings, source: Path, target: str) -> int:
+    if is_postgres_url(str(source)) or not is_postgres_url(target):
+        raise ConfigError(
+            "migrate copies a SQLite file (--from PATH) into PostgreSQL (--to postgresql://...)"
+        )
+    migrate = _with_driver("keysvc.migrate")
+    try:
+        asyncio.run(migrate.migrate(source, target, settings.pepper, print))
+    except migrate.MigrateError as exc:
+        print(f"keysvc: migrate: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
     return 0
 
 
@@ -249,6 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "backup" and settings.db_url is not None:
             raise ConfigError(SQLITE_ONLY)
+        if args.command == "migrate":
+            return _migrate(settings, args.source, args.target)
         if args.command == "backup":
             return _backup(settings, args.out)
         if args.command == "audit":
