@@ -10,6 +10,7 @@ import asyncio
 import json
 import shutil
 import sqlite3
+import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,7 +24,7 @@ from keysvc.migrate import TABLES
 from tests.helpers import hash_data
 from tests.postgres import PEPPER, Postgres
 from tests.receiver import Receiver, signature_valid
-from tests.server import Server, call, free_port, keysvc
+from tests.server import Server, bootstrap, call, free_port, keysvc
 
 ENV = {
     "KEYSVC_WEBHOOK_ALLOW_PRIVATE": "1",
@@ -419,3 +420,34 @@ async def test_every_row_and_column_is_copied_as_it_was(
     for table in TABLES:
         assert sorted(after[table], key=repr) == sorted(before[table], key=repr), table
     assert all(before[t] for t in TABLES)  # every table has rows to copy
+
+
+def test_a_serving_database_is_copied_as_of_one_moment(tmp_path: Path, url: str) -> None:
+    """While a server creates keys (each with its activity and its chain's head), the
+    copy reads one snapshot: its counts match, and the moved log verifies, which
+    tables read at different moments would not."""
+    db = tmp_path / "keysvc.db"
+    admin = bootstrap(db)
+    keys = f"/v1/organizations/{admin['organizationId']}/keys"
+    made, stop = threading.Semaphore(0), threading.Event()
+
+    def write() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            call(server.base, keys, admin, "POST", {"name": f"w{n}", "roles": ["developer"]})
+            made.release()
+
+    with Server(db, ENV) as server:
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            for _ in range(20):  # writes are under way before and during the copy
+                assert made.acquire(timeout=30)
+            done = migrate(db, url)
+        finally:
+            stop.set()
+            writer.join(timeout=30)
+    assert done.returncode == 0, done.stderr
+    audited = keysvc("audit", "verify", "--db", url, env={"KEYSVC_PEPPER": pepper_of(db)})
+    assert audited.returncode == 0, audited.stderr
