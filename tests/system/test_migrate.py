@@ -451,3 +451,14 @@ def test_a_serving_database_is_copied_as_of_one_moment(tmp_path: Path, url: str)
     assert done.returncode == 0, done.stderr
     audited = keysvc("audit", "verify", "--db", url, env={"KEYSVC_PEPPER": pepper_of(db)})
     assert audited.returncode == 0, audited.stderr
+
+
+@pytest.mark.parametrize("to", ["elsewhere.db", "sqlite:///elsewhere.db"])
+def test_it_copies_a_file_into_a_url_only(source: Source, tmp_path: Path, to: str) -> None:
+    done = migrate(copy_of(source, tmp_path), to)
+    assert done.returncode == 2
+    assert done.stderr == (
+        "keysvc: migrate copies a SQLite file (--from PATH) into PostgreSQL"
+        " (--to postgresql://...)\n"
+    )
+    assert not (tmp_path / "elsewhere.db").exists()
