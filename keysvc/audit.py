@@ -1,6 +1,7 @@
 """``keysvc audit verify``: check every organization's activity chain in a database
 file, with the pepper it was made with, and that the keys and custom roles are as
-their records leave them (``keysvc.db.activities.verify``, ``keysvc.db.replay``).
+their records leave them (``keysvc.db.activities.verify``, ``keysvc.db.replay``). On a
+PostgreSQL database the same checks run through ``keysvc.pgaudit``.
 
 It reads the file only, in one read transaction (one snapshot), so it may run while
 keysvc serves. Exit codes: 0 when every chain holds and matches the tables (one
@@ -18,6 +19,15 @@ from keysvc.db.connections import require_existing
 from keysvc.db.migrations import schema_version
 
 _PEPPER = "select value from meta where name = 'pepper'"
+# What both backends' checks say (``keysvc.pgaudit`` is PostgreSQL's).
+OLD_SCHEMA = (
+    "its schema is older than this keysvc's; start `keysvc serve` on it once to"
+    " upgrade it, then verify"
+)
+WRONG_PEPPER = (
+    "the pepper does not match this database: give the pepper file or"
+    " KEYSVC_PEPPER that was used with it"
+)
 
 
 def verify_file(settings: Settings) -> Verdict:
@@ -27,18 +37,12 @@ def verify_file(settings: Settings) -> Verdict:
         with closing(sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)) as conn:
             (version,) = conn.execute("pragma user_version").fetchone()
             if version < schema_version():
-                raise ConfigError(
-                    f"database {path}: its schema is older than this keysvc's; start"
-                    " `keysvc serve` on it once to upgrade it, then verify"
-                )
+                raise ConfigError(f"database {path}: {OLD_SCHEMA}")
             recorded = conn.execute(_PEPPER).fetchone()
             pepper = load_pepper(settings.pepper, settings.pepper_path, create=False)
             hasher = Hasher(pepper)
             if recorded is None or recorded[0] != hasher.fingerprint():
-                raise ConfigError(
-                    "the pepper does not match this database: give the pepper file or"
-                    " KEYSVC_PEPPER that was used with it"
-                )
+                raise ConfigError(WRONG_PEPPER)
             return verify(conn, Chain(hasher.derive(ACTIVITY_CHAIN)))
     except sqlite3.Error as exc:
         raise ConfigError(f"database {path}: cannot be read: {exc}") from None

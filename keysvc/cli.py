@@ -1,5 +1,5 @@
-"""The ``keysvc`` command: ``serve``, ``bootstrap``, ``admin-key``, ``backup`` and
-``audit verify``.
+"""The ``keysvc`` command: ``serve``, ``bootstrap``, ``admin-key``, ``backup``,
+``audit verify`` and ``migrate``.
 
 Settings come from flags, then KEYSVC_* environment variables, then defaults
 (the table in ``keysvc.config``). A setting keysvc cannot use stops it with a
@@ -12,12 +12,15 @@ where there is none, so a mistyped ``--db`` never starts an empty service.
 write the database file may mint a key, as they could bootstrap one; it is
 logged as an activity of actorType ``system``, as bootstrap is. ``audit verify``
 checks the activity log's hash chains (``keysvc.audit``): exit 1 names the first
-bad record.
+bad record, on SQLite's file or a PostgreSQL database. ``migrate`` copies a SQLite
+database into an empty PostgreSQL one (``keysvc.migrate``): exit 2 when refused,
+1 when the copy failed or its counts differ (then nothing is kept).
 """
 
 import argparse
 import asyncio
 import functools
+import importlib
 import json
 import logging
 import signal
@@ -25,12 +28,13 @@ import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 
 import uvloop
 
 from keysvc import audit, backup, keys, listeners, workers
 from keysvc.app import create_app
-from keysvc.config import OPTIONS, ConfigError, Settings, build_settings
+from keysvc.config import OPTIONS, ConfigError, Settings, build_settings, is_postgres_url
 from keysvc.connections import ServiceRunner
 from keysvc.db.backends import open_store
 from keysvc.errors import ApiError
@@ -108,22 +112,67 @@ def _parser() -> argparse.ArgumentParser:
         " line when intact, 1 naming the first edited or removed record",
     )
     _add_options(verify, _BOOTSTRAP_FLAGS)
+    move = commands.add_parser(
+        "migrate",
+        help="copy a SQLite database whole into an empty PostgreSQL database, checking"
+        " every table's row count; prints one line per table. The pepper stays the same:"
+        " serve the copy with KEYSVC_PEPPER set to the SQLite pepper file's contents",
+    )
+    move.add_argument(
+        "--from",
+        dest="source",
+        metavar="PATH",
+        type=Path,
+        required=True,
+        help="the SQLite database file (read only; stop its server first, or the copy is"
+        " of the moment the migration began)",
+    )
+    move.add_argument(
+        "--to",
+        dest="target",
+        metavar="URL",
+        required=True,
+        help="the PostgreSQL database, postgresql://...: a new one, or one holding nothing",
+    )
     return parser
 
 
-# What the commands that read SQLite's file say on PostgreSQL.
-SQLITE_ONLY = {
-    "backup": "backup copies a SQLite file; back a PostgreSQL database up with pg_dump",
-    "audit": "audit verify reads a SQLite file; on PostgreSQL it is not available yet",
-}
+# What backup says on PostgreSQL.
+SQLITE_ONLY = "backup copies a SQLite file; back a PostgreSQL database up with pg_dump"
+NEEDS_DRIVER = "PostgreSQL needs its driver: pip install 'keysvc[postgres]' (asyncpg)"
+
+
+def _with_driver(module: str) -> ModuleType:
+    """A module of keysvc's that needs PostgreSQL's driver, an extra."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(NEEDS_DRIVER) from None
 
 
 def _audit_verify(settings: Settings) -> int:
-    verdict = audit.verify_file(settings)
+    if settings.db_url is None:
+        verdict = audit.verify_file(settings)
+    else:
+        verdict = _with_driver("keysvc.pgaudit").verify_url(settings)
     if verdict.problem is not None:
         print(f"keysvc: audit verify: {verdict.problem}", file=sys.stderr)
         return 1
     print(audit.summary(verdict))
+    return 0
+
+
+def _migrate(settings: Settings, source: Path, target: str) -> int:
+    if is_postgres_url(str(source)) or not is_postgres_url(target):
+        raise ConfigError(
+            "migrate copies a SQLite file (--from PATH) into PostgreSQL (--to postgresql://...)"
+        )
+    migrate = _with_driver("keysvc.migrate")
+    try:
+        asyncio.run(migrate.migrate(source, target, settings.pepper, print))
+    except migrate.MigrateError as exc:
+        print(f"keysvc: migrate: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
     return 0
 
 
@@ -236,8 +285,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 asyncio.run(workers.prepare(settings))
                 serve(settings)
             return 0
-        if args.command in ("backup", "audit") and settings.db_url is not None:
-            raise ConfigError(SQLITE_ONLY[args.command])
+        if args.command == "backup" and settings.db_url is not None:
+            raise ConfigError(SQLITE_ONLY)
+        if args.command == "migrate":
+            return _migrate(settings, args.source, args.target)
         if args.command == "backup":
             return _backup(settings, args.out)
         if args.command == "audit":

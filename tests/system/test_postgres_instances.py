@@ -87,13 +87,7 @@ def test_without_a_shared_pepper_postgresql_is_refused(url: str) -> None:
     assert "a PostgreSQL database needs KEYSVC_PEPPER" in done.stderr
 
 
-@pytest.mark.parametrize(
-    ("command", "says"),
-    [(("backup", "/tmp/keysvc-unused.db"), "pg_dump"), (("audit", "verify"), "audit verify")],
-)
-def test_sqlite_file_commands_say_what_to_use_instead(
-    url: str, command: tuple[str, ...], says: str
-) -> None:
-    done = keysvc(*command, "--db", url, env=ENV)
+def test_backup_says_what_to_use_instead(url: str) -> None:
+    done = keysvc("backup", "/tmp/keysvc-unused.db", "--db", url, env=ENV)
     assert done.returncode != 0
-    assert says in done.stderr
+    assert "pg_dump" in done.stderr
