@@ -291,3 +291,27 @@ create table if not exists webhook_expiry_warnings (
 );
 
 create index if not exists webhook_expiry_warnings_key on webhook_expiry_warnings (key_id);
+
+-- Every commit that changes a table is announced on keysvc_data, hand edits included,
+-- as SQLite's data_version tells its own connections: an instance hearing it reads
+-- again what it had cached (keysvc.db.pgstore). Within a transaction the
+-- notifications are one.
+create or replace function keysvc_data_changed() returns trigger
+language plpgsql as $$
+begin
+    perform pg_notify('keysvc_data', '');
+    return null;
+end $$;
+do $$
+declare
+    name text;
+begin
+    foreach name in array array['meta', 'organizations', 'roles', 'api_keys', 'key_roles',
+        'deleted_credentials', 'key_usage', 'activities', 'activity_heads', 'webhooks',
+        'webhook_deliveries', 'webhook_attempts', 'webhook_expiry_warnings'] loop
+        execute format('create or replace trigger %I'
+            ' after insert or update or delete or truncate on %I'
+            ' for each statement execute function keysvc_data_changed()',
+            name || '_data_changed', name);
+    end loop;
+end $$;

@@ -67,6 +67,7 @@ class Postgres:
         self.data = root / "data"
         self.socket_dir = root / "socket"
         self.log = root / "server.log"
+        self._retired: list[str] = []
 
     def command(self, name: str, *args: str) -> list[str]:
         return [*unprivileged(), str(self.bindir / name), *args]
@@ -161,10 +162,19 @@ class Postgres:
         return [line.split("\t") for line in out.splitlines() if line]
 
     def fresh_database(self, template: str = TEMPLATE) -> str:
-        """A new database copied from ``template`` (``template0``: an empty one); its name."""
+        """A new database copied from ``template`` (``template0``: an empty one); its name.
+        The databases retired since the last call are dropped first."""
+        while self._retired:
+            self.drop_database(self._retired.pop())
         name = f"test_{uuid.uuid4().hex}"
         self.psql("postgres", f"create database {name} template {template}")
         return name
+
+    def retire(self, name: str) -> None:
+        """Drop ``name`` when the next test asks for a database. Not at once: a test's
+        fixtures may be torn down in any order, and an app still closing on it (its
+        last usage flush, its webhook leases) must not find it gone."""
+        self._retired.append(name)
 
     def drop_database(self, name: str) -> None:
         self.psql("postgres", f"drop database if exists {name} with (force)")

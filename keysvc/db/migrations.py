@@ -229,6 +229,9 @@ MIGRATIONS: Sequence[str] = (
           and julianday(old.previous_until) > julianday('now');
     end;
     """,
+    # 12: nothing on SQLite, whose data_version announces every commit already; on
+    # PostgreSQL, triggers that announce each change (keysvc.db.pgschema).
+    "",
 )
 
 

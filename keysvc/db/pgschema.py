@@ -24,7 +24,34 @@ from keysvc.db.migrations import schema_version
 # POSTGRES_MIGRATIONS[n] takes a PostgreSQL database from version n - 1 to n; add one
 # with each step appended to keysvc.db.migrations.MIGRATIONS, and change
 # schema_postgres.sql to match.
-POSTGRES_MIGRATIONS: Mapping[int, str] = {}
+POSTGRES_MIGRATIONS: Mapping[int, str] = {
+    # 12: every change to a table, by hand included, is announced (see schema_postgres.sql).
+    12: """
+    -- Every commit that changes a table is announced on keysvc_data, hand edits included,
+    -- as SQLite's data_version tells its own connections: an instance hearing it reads
+    -- again what it had cached (keysvc.db.pgstore). Within a transaction the
+    -- notifications are one.
+    create or replace function keysvc_data_changed() returns trigger
+    language plpgsql as $$
+    begin
+        perform pg_notify('keysvc_data', '');
+        return null;
+    end $$;
+    do $$
+    declare
+        name text;
+    begin
+        foreach name in array array['meta', 'organizations', 'roles', 'api_keys', 'key_roles',
+            'deleted_credentials', 'key_usage', 'activities', 'activity_heads', 'webhooks',
+            'webhook_deliveries', 'webhook_attempts', 'webhook_expiry_warnings'] loop
+            execute format('create or replace trigger %I'
+                ' after insert or update or delete or truncate on %I'
+                ' for each statement execute function keysvc_data_changed()',
+                name || '_data_changed', name);
+        end loop;
+    end $$;
+    """,
+}
 
 # The advisory lock that serializes schema changes between instances (any constant
 # no other lock of keysvc's uses).

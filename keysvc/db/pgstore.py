@@ -29,6 +29,7 @@ What stands in for SQLite's machinery:
 import asyncio
 import json
 import logging
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -76,12 +77,15 @@ class PgReader:
         self._pool = pool
 
     async def execute_fetchall(self, sql: str, params: Any = ()) -> list[Any]:
-        async with self._pool.acquire() as raw:
-            return await PgConnection(raw).execute_fetchall(sql, params)
+        return await self._fetch(sql, params)
 
     async def rows(self, sql: str, params: Any) -> list[Any]:
         """A point read (``keysvc.db.pointreads.PointReader.rows``)."""
-        return await self.execute_fetchall(sql, params)
+        return await self._fetch(sql, params)
+
+    async def _fetch(self, sql: str, params: Any) -> list[Any]:
+        async with self._pool.acquire() as raw:
+            return await PgConnection(raw).execute_fetchall(sql, params)
 
 
 class Notifications:
@@ -324,8 +328,13 @@ class PgStore(Store):
                 await transaction.rollback()
 
     async def schema_is_current(self) -> bool:
-        async with self._pool.acquire() as raw:
-            return await pgschema.schema_is_current(raw)
+        """As ``Store.schema_is_current``: a database that does not answer raises
+        sqlite3.OperationalError, the error the readiness check knows."""
+        try:
+            async with self._pool.acquire() as raw:
+                return await pgschema.schema_is_current(raw)
+        except CONNECT_ERRORS as exc:
+            raise sqlite3.OperationalError(f"PostgreSQL does not answer: {exc}") from None
 
     async def create_key(
         self, new: NewKey, max_keys: int, announce: Announce, recheck: Recheck | None = None

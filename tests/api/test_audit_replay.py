@@ -3,15 +3,14 @@
 key and role write replays to what the tables hold, and a key or role changed in the
 tables behind the log's back is named."""
 
-import sqlite3
-from pathlib import Path
+import os
 from typing import Any
 
 import pytest
 
-from keysvc.audit import verify_file
 from keysvc.config import Settings
 from tests.api.rotation import rotate
+from tests.handsql import audit_verdict, hand_sql, hand_transaction
 from tests.helpers import (
     FAR_FUTURE,
     Client,
@@ -20,13 +19,12 @@ from tests.helpers import (
     create_creds,
     create_role,
 )
-from tests.helpers import write_sql as sql
 
 ADMIN_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000001"
 
 
 def problem(settings: Settings) -> str | None:
-    return verify_file(settings).problem
+    return audit_verdict(settings).problem
 
 
 async def every_kind_of_write(client: Client, admin: Creds) -> dict[str, Any]:
@@ -76,27 +74,27 @@ async def test_every_kind_of_write_replays_to_the_tables(
     assert problem(settings) is None
 
 
-def _new_admin_key(db: Path, made: dict[str, Any]) -> tuple[str, str]:
+def _new_admin_key(settings: Settings, made: dict[str, Any]) -> tuple[str, str]:
     """A key inserted straight into the tables: a copy of one's row under a new UUID,
     with the admin role."""
     key_id = "11111111-2222-4333-8444-555555555555"
-    conn = sqlite3.connect(db)
-    with conn:
-        conn.execute(
+    hand_transaction(
+        settings,
+        (
             "insert into api_keys (id, organization_id, name, state, key_id_hash, secret_hash,"
             " key_suffix, created_at, org_seq) select ?, organization_id, 'x', 'enabled',"
-            " randomblob(32), secret_hash, 'abcd', created_at, 999 from api_keys where id = ?",
-            (key_id, made["one"].id),
-        )
-        conn.execute("insert into key_roles (key_id, role_id) values (?, ?)", (key_id, ADMIN_ROLE))
-    conn.close()
+            " ?, secret_hash, 'abcd', created_at, 999 from api_keys where id = ?",
+            (key_id, os.urandom(32), made["one"].id),
+        ),
+        ("insert into key_roles (key_id, role_id) values (?, ?)", (key_id, ADMIN_ROLE)),
+    )
     return key_id, f"key {key_id} has no key_create record in its organization"
 
 
-def _role_added(db: Path, made: dict[str, Any]) -> tuple[str, str]:
+def _role_added(settings: Settings, made: dict[str, Any]) -> tuple[str, str]:
     role_id = "66666666-7777-4888-8999-000000000000"
-    sql(
-        db,
+    hand_sql(
+        settings,
         "insert into roles (id, organization_id, name, type, permissions, created_at, updated_at)"
         " select ?, organization_id, 'sneaky', 'custom', '[\"*\"]', created_at, updated_at"
         " from roles where id = ?",
@@ -125,9 +123,9 @@ EDITS = [
 
 
 def _edit(statement: str, target: str, message: str) -> Any:
-    def tamper(db: Path, made: dict[str, Any]) -> tuple[str, str]:
+    def tamper(settings: Settings, made: dict[str, Any]) -> tuple[str, str]:
         found = made[target] if target == "kept" else made[target].id
-        sql(db, statement, found)
+        hand_sql(settings, statement, found)
         return found, message.format(found)
 
     return tamper
@@ -142,6 +140,6 @@ async def test_a_change_behind_the_logs_back_is_named(
 ) -> None:
     made = await every_kind_of_write(client, admin)
     assert problem(settings) is None
-    _, named = tamper(settings.db_path, made)
+    _, named = tamper(settings, made)
     found = problem(settings)
     assert found is not None and found.startswith(named), found

@@ -1,7 +1,6 @@
 """The credential cache: no database round trip on a hit, never a stale answer."""
 
 import asyncio
-import sqlite3
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,6 +14,7 @@ from keysvc.errors import Unauthorized
 from keysvc.keys import change_key, remove_key
 from keysvc.models import Credential, Key, KeyChange
 from keysvc.state import HASHER, STORE
+from tests.handsql import hand_transaction
 from tests.helpers import (
     UNAUTHORIZED,
     Client,
@@ -131,18 +131,15 @@ async def test_every_kind_of_write_takes_effect_on_the_next_request(
 async def test_a_write_by_another_connection_is_seen(
     client: Client, admin: Creds, settings: Settings
 ) -> None:
-    """As another process would: a plain sqlite3 connection disables the key and bumps
+    """As another process would: a connection of its own disables the key and bumps
     the generation; the very next request here is refused."""
     svc = await create_creds(client, admin, {"name": "svc", "roles": ["developer"]})
     await warm(client, svc)
-    other = sqlite3.connect(settings.db_path, isolation_level=None)
-    other.execute("begin immediate")
-    other.execute("update api_keys set state = 'disabled' where id = ?", (svc.id,))
-    other.execute(
-        "update meta set value = cast(value as integer) + 1 where name = 'auth_generation'"
+    hand_transaction(
+        settings,
+        ("update api_keys set state = 'disabled' where id = ?", (svc.id,)),
+        ("update meta set value = cast(value as integer) + 1 where name = 'auth_generation'", ()),
     )
-    other.execute("commit")
-    other.close()
     await assert_error(await client.get(VERIFY, headers=svc.headers), 401, "key is disabled")
 
 
@@ -268,6 +265,7 @@ def test_a_proof_holds_only_while_its_key_is_cached_with_the_same_secret() -> No
     assert off.proven(proof) is None and off._proofs == {}
 
 
+@pytest.mark.sqlite_only  # SQLite's create batches (keysvc.db.createbatch)
 async def test_concurrent_creates_share_transactions(
     client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
 ) -> None:

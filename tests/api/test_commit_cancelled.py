@@ -14,6 +14,9 @@ from keysvc.models import KeyChange
 from keysvc.state import HASHER, STORE
 from tests.helpers import Client, Creds, assert_ok, create_creds
 
+# SQLite's writer (aiosqlite's thread); PostgreSQL's: tests/system/test_postgres_cancel.py
+pytestmark = pytest.mark.sqlite_only
+
 
 async def test_a_cancelled_commit_still_counts_as_committed(
     client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch

@@ -6,18 +6,16 @@ possible (``deleted_credentials``) is left by any delete, by hand included, and
 pruned after the usage retention."""
 
 import asyncio
-import sqlite3
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from keysvc.audit import verify_file
 from keysvc.config import Settings
 from keysvc.credentials import new_key_id, new_secret
 from tests.api.refusals import invalid_credentials, refusal
 from tests.api.rotation import rotate
 from tests.api.test_activities import listed
 from tests.api.webhooks import create_webhook, private_client
+from tests.handsql import audit_verdict, hand_sql
 from tests.helpers import (
     Client,
     ClientFactory,
@@ -27,7 +25,6 @@ from tests.helpers import (
     bootstrap,
     client_with,
     create_creds,
-    write_sql,
 )
 from tests.receiver import Receiver, signature_valid
 
@@ -55,25 +52,18 @@ async def uses_until(
     return await uses(client, admin)
 
 
-def tombstones(db: Path) -> list[tuple[str, int, int, str]]:
+def tombstones(settings: Settings) -> list[tuple[Any, ...]]:
     """(key UUID, key-ID hash length, secret hash length, deleted_at) of each tombstone."""
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(
-            "select key_id, length(key_id_hash), length(secret_hash), deleted_at"
-            " from deleted_credentials order by key_id, deleted_at"
-        ).fetchall()
-    finally:
-        conn.close()
+    return hand_sql(
+        settings,
+        "select key_id, length(key_id_hash), length(secret_hash), deleted_at"
+        " from deleted_credentials order by key_id, deleted_at",
+    )
 
 
-def stored_bytes(db: Path) -> bytes:
+def stored_bytes(settings: Settings) -> bytes:
     """Every byte of the tombstone table's values, to look for plain credentials in."""
-    conn = sqlite3.connect(db)
-    try:
-        rows = conn.execute("select * from deleted_credentials").fetchall()
-    finally:
-        conn.close()
+    rows = hand_sql(settings, "select * from deleted_credentials")
     return b"".join(v if isinstance(v, bytes) else str(v).encode() for row in rows for v in row)
 
 
@@ -108,8 +98,8 @@ async def test_a_deleted_keys_use_answers_as_unknown_and_is_logged_once_a_minute
     await asyncio.sleep(0.3)
     assert len(await uses(client, admin)) == 2
     # The activities are chained like any other, and replay against the tables.
-    assert verify_file(settings).problem is None
-    stored = stored_bytes(settings.db_path)
+    assert audit_verdict(settings).problem is None
+    stored = stored_bytes(settings)
     assert dev.key_id.encode() not in stored and dev.secret.encode() not in stored
 
 
@@ -138,19 +128,19 @@ async def test_a_deleted_keys_use_sends_its_event(
 async def test_a_hand_delete_leaves_tombstones_for_both_credentials_of_a_rotation(
     client: Client, admin: Creds, settings: Settings
 ) -> None:
-    """Deleted in the sqlite3 shell, foreign keys off: the trigger keeps the key's
+    """Deleted by hand (in SQLite, in its shell, foreign keys off): the trigger keeps the key's
     credentials, and a rotation's previous ones while their grace runs."""
     dev = await create_creds(client, admin, {"name": "dev", "roles": ["developer"]})
     rotated, _ = await rotate(client, admin, dev, {"gracePeriodSeconds": 3600})
-    write_sql(settings.db_path, "delete from api_keys where id = ?", dev.id)
-    assert [row[:3] for row in tombstones(settings.db_path)] == [(dev.id, 32, 32)] * 2
+    hand_sql(settings, "delete from api_keys where id = ?", dev.id)
+    assert [row[:3] for row in tombstones(settings)] == [(dev.id, 32, 32)] * 2
 
     unknown = Creds(dev.organization_id, dev.id, new_key_id(), new_secret())
     assert await refusal(client, dev) == await refusal(client, unknown)
     (use,) = await uses_until(client, admin, lambda found: len(found) >= 1)
     assert use["targetKeyId"] == dev.id and use["after"] == {"state": "deleted"}
     assert await refusal(client, rotated) == await refusal(client, unknown)
-    stored = stored_bytes(settings.db_path)
+    stored = stored_bytes(settings)
     for plain in (dev.key_id, dev.secret, rotated.key_id, rotated.secret):
         assert plain.encode() not in stored
 
@@ -166,19 +156,19 @@ async def test_tombstones_past_the_retention_are_pruned(
     recent = await create_creds(client, admin, {"name": "recent", "roles": ["developer"]})
     await delete(client, admin, old)
     await delete(client, admin, recent)
-    write_sql(
-        settings.db_path,
+    hand_sql(
+        settings,
         "update deleted_credentials set deleted_at = '2000-01-01T00:00:00Z' where key_id = ?",
         old.id,
     )
-    assert {row[0] for row in tombstones(settings.db_path)} == {old.id, recent.id}
+    assert {row[0] for row in tombstones(settings)} == {old.id, recent.id}
     # Another serving process on the same database prunes as it starts.
     await client_with(aiohttp_client, settings, clock, usage_retention_days=30)
     for _ in range(400):
-        if len(tombstones(settings.db_path)) < 2:
+        if len(tombstones(settings)) < 2:
             break
         await asyncio.sleep(0.05)
-    assert [row[0] for row in tombstones(settings.db_path)] == [recent.id]
+    assert [row[0] for row in tombstones(settings)] == [recent.id]
 
 
 async def test_a_deleted_keys_use_counts_as_a_failed_authentication(

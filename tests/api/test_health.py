@@ -4,6 +4,7 @@ import sqlite3
 
 from keysvc.config import Settings
 from keysvc.state import STORE
+from tests.handsql import hand_sql
 from tests.helpers import Client, assert_error, assert_ok
 
 
@@ -16,9 +17,12 @@ async def test_readyz(client: Client) -> None:
 
 
 async def test_readyz_503_when_schema_is_not_current(client: Client, settings: Settings) -> None:
-    raw = sqlite3.connect(settings.db_path)
-    raw.execute("pragma user_version = 99")
-    raw.close()
+    if settings.db_url is None:
+        raw = sqlite3.connect(settings.db_path)
+        raw.execute("pragma user_version = 99")
+        raw.close()
+    else:  # PostgreSQL keeps the version in meta (keysvc.db.pgschema)
+        hand_sql(settings, "update meta set value = '99' where name = 'schema_version'")
     response = await client.get("/readyz")
     await assert_error(response, 503, "not ready: the database schema is not current")
 

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 
 from keysvc.db import keys as store
+from keysvc.db.dialect import Sql
 from keysvc.metrics import KEYS_COUNTED_EVERY_SECONDS
 from keysvc.state import IN_FLIGHT
 from tests.api.test_metrics import scrape, status_of, value
@@ -53,7 +54,7 @@ async def test_concurrent_scrapes_share_one_count_per_interval(
 
 
 # The store's count, made to take seconds (a scan of millions of rows does) by a
-# subquery SQLite computes once; the counts it returns are the real ones.
+# subquery computed once; the counts it returns are the real ones.
 _SLOW = 8_000_000
 
 
@@ -63,7 +64,11 @@ def slow_count(monkeypatch: pytest.MonkeyPatch) -> None:
         "with recursive spin(i) as (select 1 union all select i + 1 from spin"
         f" where i < {_SLOW}) select count(*) from spin"
     )
-    slow = f"select effective, n from ({store.COUNT_KEYS_BY_STATE}) where ({spin}) > 0"
+    count = store.COUNT_KEYS_BY_STATE
+    slow = Sql(
+        f"select effective, n from ({count}) as counted where ({spin}) > 0",
+        f"select effective, n from ({count.postgres}) as counted where ({spin}) > 0",
+    )
     monkeypatch.setattr(store, "COUNT_KEYS_BY_STATE", slow)
 
 

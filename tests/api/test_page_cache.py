@@ -1,7 +1,6 @@
 """A page of keys is kept as text while nothing is committed: repeating it runs no
 query, and any commit (here or by another process) is in the very next answer."""
 
-import sqlite3
 from collections import OrderedDict
 from typing import Any
 
@@ -10,6 +9,7 @@ import pytest
 from keysvc.config import Settings
 from keysvc.handlers import keys as keys_handlers
 from keysvc.state import STORE
+from tests.handsql import hand_sql
 from tests.helpers import (
     Client,
     ClientFactory,
@@ -70,10 +70,8 @@ async def test_every_commit_is_in_the_next_page(
     used = {k["id"]: k.get("usedAt") for k in (await listed(client, admin))["result"]}
     assert used[dev.id] == clock.now.strftime("%Y-%m-%dT%H:%M:00Z")
 
-    # another process's commit: a plain sqlite3 connection renames the key
-    other = sqlite3.connect(settings.db_path, isolation_level=None)
-    other.execute("update api_keys set name = 'renamed elsewhere' where id = ?", (dev.id,))
-    other.close()
+    # another process's commit: a connection of its own renames the key
+    hand_sql(settings, "update api_keys set name = 'renamed elsewhere' where id = ?", dev.id)
     assert [k["name"] for k in (await listed(client, admin))["result"]][1] == "renamed elsewhere"
 
     await assert_ok(await client.delete(keys_url(admin, f"/{dev.id}"), headers=admin.headers))

@@ -43,6 +43,7 @@ class _Refusing:
         return self.conn.execute(sql, params)  # type: ignore[arg-type]
 
 
+@pytest.mark.sqlite_only  # SQLite's busy reader
 async def test_a_busy_database_is_read_on_the_readers_thread(
     client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -61,6 +62,7 @@ async def test_a_busy_database_is_read_on_the_readers_thread(
         await store.find_credential(b"x" * 32)
 
 
+@pytest.mark.sqlite_only  # SQLite's write lock
 async def test_the_point_reader_never_waits_for_a_lock(client: Client) -> None:
     store: Store = client.app[STORE]
     (timeout,) = store.points.conn.execute("pragma busy_timeout").fetchone()

@@ -3,11 +3,11 @@ and sends nothing; one that moves a role onto or off keys through ``actors`` rec
 each key's role-changed activity and sends its ``key.updated`` event, in the same
 transaction as the role's own record."""
 
-import sqlite3
 from typing import Any
 
 from keysvc.config import Settings
 from tests.api.webhooks import create_webhook, deliveries, private_client
+from tests.handsql import hand_value
 from tests.helpers import (
     Client,
     ClientFactory,
@@ -46,9 +46,7 @@ async def sent(client: Client, admin: Creds, webhook_id: str, event: str) -> lis
 
 
 def generation(settings: Settings) -> str:
-    with sqlite3.connect(settings.db_path) as conn:
-        (value,) = conn.execute("select value from meta where name = 'auth_generation'").fetchone()
-    return str(value)
+    return str(hand_value(settings, "select value from meta where name = 'auth_generation'"))
 
 
 async def test_a_key_patch_that_changes_nothing_sends_nothing(

@@ -4,7 +4,6 @@ database reads), and the rotation as the OpenAPI document and the renderer descr
 
 import dataclasses
 import json
-import sqlite3
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,6 +17,7 @@ from keysvc.responses import ApiKeySchema
 from keysvc.state import HASHER, STORE
 from tests.api.refusals import invalid_credentials, refusal
 from tests.api.rotation import post_rotate, rotate, works
+from tests.handsql import hand_sql, hand_value
 from tests.helpers import (
     Client,
     Creds,
@@ -138,18 +138,13 @@ async def test_hand_edits_of_previous_credentials_move_the_generation(
     svc = await create_creds(client, admin, {"name": "svc", "roles": ["developer"]})
     await rotate(client, admin, svc, {"gracePeriodSeconds": 600})
     assert await works(client, svc)
-    raw = sqlite3.connect(settings.db_path)
     generation = "select cast(value as integer) from meta where name = 'auth_generation'"
-    try:
-        for edit in HAND_EDITS:
-            (before,) = raw.execute(generation).fetchone()
-            raw.execute(edit, (svc.id,))
-            raw.commit()
-            assert raw.execute(generation).fetchone() == (before + 1,), edit
-            if edit == HAND_EDITS[0]:
-                assert not await works(client, svc)
-    finally:
-        raw.close()
+    for edit in HAND_EDITS:
+        before = hand_value(settings, generation)
+        hand_sql(settings, edit, svc.id)
+        assert hand_value(settings, generation) == before + 1, edit
+        if edit == HAND_EDITS[0]:
+            assert not await works(client, svc)
     assert not await works(client, svc)
 
 

@@ -3,12 +3,12 @@ upkeep (at start, then every few minutes) drops their hashes, so the key no long
 shows previousCredentialExpiresAt and no dead hash is kept."""
 
 import asyncio
-import sqlite3
 from datetime import UTC, datetime
 
 from keysvc.config import Settings
 from keysvc.timeutil import from_text
 from tests.api.rotation import rotate, works
+from tests.handsql import hand_sql
 from tests.helpers import (
     Client,
     ClientFactory,
@@ -26,12 +26,8 @@ GENERATION = "select cast(value as integer) from meta where name = 'auth_generat
 
 
 def read(settings: Settings, sql: str, *params: str) -> tuple[object, ...]:
-    db = sqlite3.connect(settings.db_path)
-    try:
-        row: tuple[object, ...] = db.execute(sql, params).fetchone()
-        return row
-    finally:
-        db.close()
+    (row,) = hand_sql(settings, sql, *params)
+    return row
 
 
 async def test_ended_previous_credentials_are_dropped(

@@ -73,6 +73,7 @@ def count_batches(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return batches
 
 
+@pytest.mark.sqlite_only  # SQLite's create batches (keysvc.db.createbatch)
 async def test_a_batch_of_creates_is_one_transaction_of_few_statements(
     client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -144,6 +145,7 @@ async def test_creates_beyond_the_limit_fail_in_arrival_order(
     assert (await store.list_keys(other_admin.organization_id, 0, 100)).total == 3
 
 
+@pytest.mark.sqlite_only  # counts the statements of SQLite's writer connection
 async def test_used_at_writes_that_arrive_together_share_a_transaction(
     client: Client, admin: Creds, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -162,6 +164,7 @@ async def test_used_at_writes_that_arrive_together_share_a_transaction(
     assert {found[key.id] for key in keys} == {to_text(minute)}
 
 
+@pytest.mark.sqlite_only  # SQLite's create batches (keysvc.db.createbatch)
 async def test_a_batch_waits_for_another_processs_write_lock_off_the_loop(
     client: Client, admin: Creds
 ) -> None:
@@ -201,6 +204,7 @@ def _fails_at_commit(conn: sqlite3.Connection, batch: Any) -> object:
     return _STAGE(conn, batch)
 
 
+@pytest.mark.sqlite_only  # SQLite's create batches (keysvc.db.createbatch)
 @pytest.mark.parametrize(
     ("broken", "error"),
     [(_fails_staging, sqlite3.OperationalError), (_fails_at_commit, sqlite3.IntegrityError)],
@@ -231,6 +235,7 @@ async def test_a_batch_that_fails_answers_each_of_its_requests(
     assert all(isinstance(key, Key) for key in again)
 
 
+@pytest.mark.sqlite_only  # SQLite's create batches (keysvc.db.createbatch)
 async def test_a_batch_whose_flusher_is_cancelled_still_ends_before_the_next_begins(
     client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
 ) -> None:

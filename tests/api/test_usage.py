@@ -3,7 +3,6 @@ outcome and minute, the buckets answered, who may read them, and the rows that g
 (a deleted key's, and those past the retention)."""
 
 import asyncio
-import sqlite3
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,6 +21,7 @@ from tests.api.usage import (
     usage_url,
     written,
 )
+from tests.handsql import hand_sql, hand_value
 from tests.helpers import (
     Client,
     ClientFactory,
@@ -152,17 +152,12 @@ async def test_counts_are_written_by_the_flush_alone(
     dev = await create_creds(client, admin, {"name": "dev", "roles": ["developer"]})
     for _ in range(3):
         assert await status(client, "/v1/whoami", dev.headers) == 200
-    db = sqlite3.connect(settings.db_path)
-    try:
-        for _ in range(400):
-            row = db.execute("select sum(success) from key_usage where key_id = ?", (dev.id,))
-            if row.fetchone()[0] == 3:
-                break
-            await asyncio.sleep(0.05)
-        row = db.execute("select minute, success from key_usage where key_id = ?", (dev.id,))
-        assert row.fetchall() == [("2026-03-04T05:06:00Z", 3)]
-    finally:
-        db.close()
+    for _ in range(400):
+        if hand_value(settings, "select sum(success) from key_usage where key_id = ?", dev.id) == 3:
+            break
+        await asyncio.sleep(0.05)
+    rows = hand_sql(settings, "select minute, success from key_usage where key_id = ?", dev.id)
+    assert rows == [("2026-03-04T05:06:00Z", 3)]
 
 
 @pytest.mark.parametrize(
@@ -228,32 +223,20 @@ async def test_a_deleted_keys_rows_go_with_it(
     for creds in (gone, hand, gone):
         assert await status(client, "/v1/whoami", creds.headers) == 200
     await written(client)
-    db = sqlite3.connect(settings.db_path)
-    try:
-        counted = "select key_id, sum(success) from key_usage group by key_id"
-        assert {gone.id: 2, hand.id: 1}.items() <= dict(db.execute(counted).fetchall()).items()
-        response = await client.delete(
-            f"/v1/organizations/{admin.organization_id}/keys/{gone.id}", headers=admin.headers
-        )
-        await assert_ok(response)
-        # The sqlite3 shell's way: foreign keys off.
-        db.execute("pragma foreign_keys = off")
-        db.execute("delete from api_keys where id = ?", (hand.id,))
-        db.commit()
-        assert set(dict(db.execute(counted).fetchall())) == {admin.id}
-    finally:
-        db.close()
+    counted = "select key_id, sum(success) from key_usage group by key_id"
+    assert {gone.id: 2, hand.id: 1}.items() <= dict(hand_sql(settings, counted)).items()
+    response = await client.delete(
+        f"/v1/organizations/{admin.organization_id}/keys/{gone.id}", headers=admin.headers
+    )
+    await assert_ok(response)
+    # By hand (on SQLite, the shell's way: foreign keys off).
+    hand_sql(settings, "delete from api_keys where id = ?", hand.id)
+    assert set(dict(hand_sql(settings, counted))) == {admin.id}
     # Counted after the key went: never written.
     assert await status(client, "/v1/whoami", gone.headers) == 401
     client.app[STORE].count_use(gone.id, MOMENT, 0)
     await written(client)
-    db = sqlite3.connect(settings.db_path)
-    try:
-        assert db.execute(
-            "select count(*) from key_usage where key_id = ?", (gone.id,)
-        ).fetchone() == (0,)
-    finally:
-        db.close()
+    assert hand_value(settings, "select count(*) from key_usage where key_id = ?", gone.id) == 0
 
 
 async def test_rows_past_the_retention_are_pruned(
@@ -271,15 +254,11 @@ async def test_rows_past_the_retention_are_pruned(
     await written(client)
 
     def ages() -> list[int]:
-        db = sqlite3.connect(settings.db_path)
-        try:
-            minutes = db.execute("select minute from key_usage where key_id = ?", (dev.id,))
-            return sorted(
-                round((now - datetime.fromisoformat(minute)) / timedelta(days=1))
-                for (minute,) in minutes
-            )
-        finally:
-            db.close()
+        minutes = hand_sql(settings, "select minute from key_usage where key_id = ?", dev.id)
+        return sorted(
+            round((now - datetime.fromisoformat(minute)) / timedelta(days=1))
+            for (minute,) in minutes
+        )
 
     assert ages() == [0, 20, 40]
     # Another serving process on the same database prunes as it starts.
