@@ -26,6 +26,7 @@ POSTGRES_ONLY_TRIGGERS = {"meta_auth_announced"}
 
 ORG = "00000000-0000-4000-8000-000000000001"
 ADMIN_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000001"
+TABLES = "select tablename from pg_tables where schemaname = 'public'"
 
 
 @pytest.fixture
@@ -81,7 +82,11 @@ async def test_the_tables_and_columns_are_sqlites(pg: Any, tmp_path: Path) -> No
     sqlite_columns, sqlite_triggers = await sqlite_schema(tmp_path / "keysvc.db")
     pg_columns, pg_triggers = await postgres_schema(pg)
     assert pg_columns == sqlite_columns
-    assert pg_triggers - POSTGRES_ONLY_TRIGGERS == sqlite_triggers - SQLITE_ONLY_TRIGGERS
+    # PostgreSQL announces every table's changes (SQLite's data_version does it there).
+    announced = {f"{table}_data_changed" for table in pg_columns}
+    assert announced <= pg_triggers
+    only = POSTGRES_ONLY_TRIGGERS | announced
+    assert pg_triggers - only == sqlite_triggers - SQLITE_ONLY_TRIGGERS
 
 
 async def test_the_version_is_numbered_as_sqlites(pg: Any) -> None:
@@ -104,7 +109,7 @@ async def test_an_older_database_without_a_step_is_refused_untouched(pg: Any) ->
     older = str(schema_version() - 1)
     await pg.execute("update meta set value = $1 where name = 'schema_version'", older)
     with pytest.raises(ConfigError, match="no PostgreSQL step for version"):
-        await migrate(pg)
+        await migrate(pg, steps={})
     assert await recorded_version(pg) == schema_version() - 1
 
 
@@ -214,3 +219,26 @@ async def test_a_generation_move_is_announced_at_commit(postgres: Postgres, pg: 
         assert await asyncio.wait_for(heard.get(), timeout=30) == str(moved)
     finally:
         await listener.close()
+
+
+async def test_step_12_makes_a_database_at_11_announce_changes_by_hand(
+    pg: Any, postgres: Postgres, pg_database: str
+) -> None:
+    """A database made before the data triggers (version 11) gets them from its step,
+    and then a change by hand on any table is heard on keysvc_data."""
+    names = await pg.fetch("select tgname from pg_trigger where tgname like '%_data_changed'")
+    for (name,) in names:
+        table = name.removesuffix("_data_changed")
+        await pg.execute(f'drop trigger "{name}" on "{table}"')
+    await pg.execute("update meta set value = '11' where name = 'schema_version'")
+    assert await migrate(pg) == 11 and await schema_is_current(pg)
+    again = await pg.fetch("select tgname from pg_trigger where tgname like '%_data_changed'")
+    assert len(names) == len(again) == len(await pg.fetch(TABLES))
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    await pg.add_listener("keysvc_data", lambda *args: heard.put_nowait(args[2]))
+    other = await asyncpg.connect(postgres.url(pg_database))
+    try:
+        await other.execute("update roles set updated_at = updated_at where type = 'system'")
+    finally:
+        await other.close()
+    assert await asyncio.wait_for(heard.get(), 10) == "keysvc_data"
