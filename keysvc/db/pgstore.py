@@ -34,7 +34,7 @@ import asyncpg
 
 from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
-from keysvc.db import pgschema
+from keysvc.db import pgschema, sharedcounts
 from keysvc.db.cache import Caches
 from keysvc.db.connections import fetch_all, fetch_one
 from keysvc.db.createbatch import GRANTED_ROLES, Announce, Recheck, over_limit
@@ -310,3 +310,15 @@ class PgStore(Store):
             await activity_sql.record(conn, self.chain, announce(key))
             await enqueue(conn, org, "key.created", api_key(key), key.created_at)
             return key
+
+    # The counts the instances share (keysvc.sharedlimits): one statement each, on a
+    # pooled connection, committed alone, outside WRITE_LOCK: they check no rule of
+    # the domain's and must not wait behind its transactions.
+
+    async def add_shared_counts(self, rows: list[sharedcounts.Added]) -> dict[tuple[str, int], int]:
+        async with self._pool.acquire() as raw:
+            return await sharedcounts.add(PgConnection(raw), rows)
+
+    async def prune_shared_counts(self, now: float) -> None:
+        async with self._pool.acquire() as raw:
+            await sharedcounts.prune(PgConnection(raw), now)
