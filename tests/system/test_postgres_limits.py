@@ -1,10 +1,12 @@
 """Request limits and the failed-login throttle shared by two instances on one
 PostgreSQL database (keysvc.sharedlimits): two apps from create_app on the same
 database (tests/postgres.py), each with its own counters, as two `keysvc serve`
-processes have. With --shared-limits off each counts on its own, so the same traffic
-passes each limit twice: what shows that the shared counts are what hold it."""
+processes have, and two real `keysvc serve --workers 2` once. With --shared-limits
+off each counts on its own, so the same traffic passes each limit twice: what shows
+that the shared counts are what hold it."""
 
 import asyncio
+import json
 import logging
 import math
 import time
@@ -24,6 +26,7 @@ from keysvc.sharedlimits import BUDGET_SHARE, SharedCounts, budget_of
 from keysvc.state import LIMITS
 from tests.helpers import Client, ClientFactory, Creds, FakeClock, basic, bootstrap, create_creds
 from tests.postgres import PEPPER, Postgres
+from tests.server import Server, call, keysvc
 
 # A window far longer than a test, begun after the real clock's now (FakeClock
 # below): the counts' windows end only after the test.
@@ -223,6 +226,34 @@ async def test_without_the_counts_table_each_instance_counts_alone_then_shares_a
     back = [r for r in caplog.records if "answers again" in r.getMessage()]
     assert len(back) == 2
     assert not shared_of(a).local and not shared_of(b).local
+
+
+def test_two_real_instances_of_two_workers_share_a_keys_limit(url: str) -> None:
+    env = {"KEYSVC_PEPPER": PEPPER.hex()}
+    done = keysvc("bootstrap", "--db", url, env=env)
+    assert done.returncode == 0, done.stderr
+    admin = json.loads(done.stdout)
+    limit, processes = 30, 4
+    # The longest window there is: a test does not straddle two.
+    body = {
+        "name": "ci",
+        "roles": ["developer"],
+        "rateLimit": {"limit": limit, "windowSeconds": 86_400},
+    }
+    with (
+        Server(url, env=env, args=["--workers", "2"]) as a,  # type: ignore[arg-type]
+        Server(url, env=env, args=["--workers", "2"]) as b,  # type: ignore[arg-type]
+    ):
+        status, made = call(
+            a.base, f"/v1/organizations/{admin['organizationId']}/keys", admin, "POST", body
+        )
+        assert status == 200, made
+        creds = {"keyId": made["result"]["keyId"], "keySecret": made["result"]["keySecret"]}
+        seen = [call((a, b)[i % 2].base, "/v1/whoami", creds)[0] for i in range(3 * limit)]
+        assert limit <= seen.count(200) <= limit + overshoot(limit, processes), seen
+        assert set(seen) == {200, 429}
+        for server in (a, b):
+            assert server.stop() < 10
 
 
 def test_shared_limits_default_on_and_can_be_turned_off() -> None:
