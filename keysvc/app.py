@@ -96,7 +96,13 @@ async def _shared_limits(app: web.Application) -> AsyncIterator[None]:
     store = app[STORE]
     if not isinstance(store, CountStore):
         raise TypeError("shared limits need PostgreSQL's store")
-    shared = SharedCounts(store, app[HASHER].derive(NETWORK_PURPOSE), app[SETTINGS].auth_failures)
+    clock = app[CLOCK]
+    shared = SharedCounts(
+        store,
+        app[HASHER].derive(NETWORK_PURPOSE),
+        app[SETTINGS].auth_failures,
+        clock=lambda: clock().timestamp(),
+    )
     shared.start()
     app[LIMITS].shared = shared
     try:

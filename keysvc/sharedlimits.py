@@ -21,11 +21,15 @@ rare. While the database does not answer (a statement failing or taking longer t
 STATEMENT_TIMEOUT), each process counts on its own, logged once, from the totals it
 last read: a key may then be served up to its limit by each process. The counts are
 kept and added once it answers; a statement that failed after it committed is added
-again, a count too high rather than too low.
+again, a count too high rather than too low (the one way a request may be refused
+a little early).
 
 Failed logins are counted per client network under a name that is a keyed hash of
 the network (HMAC with a key derived from the pepper, the same in every instance),
 never the address; the process's ``FailureSketch`` still counts its workers' alike.
+A network is followed from its first failure in a process; besides, each process
+reads the networks at the limit once a second (one statement), so that a network
+blocked through one instance is refused by all, valid credentials included.
 """
 
 import asyncio
@@ -35,6 +39,7 @@ import hmac
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -47,6 +52,10 @@ STATEMENT_TIMEOUT = 2.0
 PRUNE_SECONDS = 60.0
 # A process may hold this share of a limit's counts (1/BUDGET_SHARE) not yet in the table.
 BUDGET_SHARE = 10
+# Names a process follows at once. Past it a network not followed yet is left to the
+# process's FailureSketch, which is bounded: failures from ever new networks must not
+# grow this table, nor the statement that sends it.
+MAX_NAMES = 100_000
 # What the network key is derived from the pepper for (Hasher.derive).
 NETWORK_PURPOSE = "shared failed-login networks"
 
@@ -65,6 +74,8 @@ class CountStore(Protocol):
     ) -> dict[tuple[str, int], int]: ...
 
     async def prune_shared_counts(self, now: float) -> None: ...
+
+    async def blocked_networks(self, start: int, limit: int, most: int) -> dict[str, int]: ...
 
 
 @dataclass
@@ -89,9 +100,21 @@ class _Count:
 class SharedCounts:
     """This process's side of the shared counts (see the module)."""
 
-    def __init__(self, store: CountStore, network_key: bytes, failure_limit: int):
+    def __init__(
+        self,
+        store: CountStore,
+        network_key: bytes,
+        failure_limit: int,
+        max_names: int = MAX_NAMES,
+        clock: Callable[[], float] = time.time,
+    ):
+        """``clock``: the seconds of the app's clock, the windows' (Limits take theirs
+        from it)."""
         self._store = store
+        self._clock = clock
+        self._max_names = max_names
         self._network_key = network_key
+        self._failure_limit = failure_limit
         self._failure_budget = budget_of(failure_limit)
         self._counts: dict[tuple[str, int], _Count] = {}
         self._wake = asyncio.Event()
@@ -113,6 +136,9 @@ class SharedCounts:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         await self._flush()
+        # Nothing waits for a flush that will not come.
+        self.local = True
+        self._flushed.set()
 
     async def hit(self, key_id: str, limit: int, window: int, now: float) -> Decision:
         """Count one request of key ``key_id``; allowed while the window's count, as far
@@ -130,19 +156,32 @@ class SharedCounts:
         """Whether ``network`` (``FailureSketch.network_key``) is under ``limit`` failed
         logins in this window, counted by every instance."""
         name = self._network_name(network)
+        if (name, _start(now, FAILURE_WINDOW)) not in self._counts:
+            # No failure from it here, and no instance had it blocked at the last read.
+            return True
         return await self._room(name, limit, FAILURE_WINDOW, now, self._failure_budget) is not None
 
     def failed(self, network: bytes, now: float) -> None:
         """Count one failed login from ``network``."""
-        count = self._count(self._network_name(network), FAILURE_WINDOW, now)
-        self._add(count, self._failure_budget)
+        name = self._network_name(network)
+        if not self._full(name, FAILURE_WINDOW, now):
+            self._add(self._count(name, FAILURE_WINDOW, now), self._failure_budget)
+
+    def __len__(self) -> int:
+        """Names followed in their current window."""
+        return len(self._counts)
+
+    def _full(self, name: str, window: int, now: float) -> bool:
+        """Whether ``name`` is not followed and no more can be."""
+        full = len(self._counts) >= self._max_names
+        return full and (name, _start(now, window)) not in self._counts
 
     def _network_name(self, network: bytes) -> str:
         digest = hmac.new(self._network_key, network, hashlib.sha256).hexdigest()
         return "n:" + digest[:32]
 
     def _count(self, name: str, window: int, now: float) -> _Count:
-        start = math.floor(now / window) * window
+        start = _start(now, window)
         count = self._counts.get((name, start))
         if count is None:
             count = self._counts[(name, start)] = _Count(float(start + window))
@@ -170,12 +209,15 @@ class SharedCounts:
             self._wake.set()
 
     async def _run(self) -> None:
-        pruned_at = time.monotonic()
+        pruned_at = read_at = time.monotonic()
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), FLUSH_SECONDS)
             self._wake.clear()
             await self._flush()
+            if time.monotonic() - read_at >= FLUSH_SECONDS:
+                read_at = time.monotonic()
+                await self._read_blocked()
             if time.monotonic() - pruned_at >= PRUNE_SECONDS:
                 pruned_at = time.monotonic()
                 await self._prune()
@@ -183,7 +225,7 @@ class SharedCounts:
     async def _flush(self) -> None:
         """Add the counts not in the table yet, in one statement, and read back their
         totals; then wake whoever waits for room."""
-        now = time.time()
+        now = self._clock()
         for slot in [s for s, c in self._counts.items() if c.expires_at <= now and not c.sending]:
             del self._counts[slot]
         batch = [(slot, count) for slot, count in self._counts.items() if count.pending]
@@ -225,12 +267,37 @@ class SharedCounts:
             self.local = False
             logger.warning("shared limits: PostgreSQL answers again; counting shared")
 
+    async def _read_blocked(self) -> None:
+        """Learn the networks other instances blocked, so that this one refuses them
+        too, valid credentials included, though none failed here."""
+        now = self._clock()
+        start = _start(now, FAILURE_WINDOW)
+        try:
+            blocked = await asyncio.wait_for(
+                self._store.blocked_networks(start, self._failure_limit, self._max_names),
+                STATEMENT_TIMEOUT,
+            )
+        except Exception as exc:
+            # A failed flush logs the outage; read again next time.
+            logger.debug("shared limits: reading blocked networks failed: %s", type(exc).__name__)
+            return
+        for name, total in blocked.items():
+            if not self._full(name, FAILURE_WINDOW, now):
+                count = self._count(name, FAILURE_WINDOW, now)
+                count.shared = max(count.shared, total)
+
     async def _prune(self) -> None:
         try:
-            await asyncio.wait_for(self._store.prune_shared_counts(time.time()), STATEMENT_TIMEOUT)
+            await asyncio.wait_for(
+                self._store.prune_shared_counts(self._clock()), STATEMENT_TIMEOUT
+            )
         except Exception as exc:
             # A failed flush logs the outage; ended windows are pruned next time.
             logger.debug("shared limits: pruning failed: %s", type(exc).__name__)
+
+
+def _start(now: float, window: int) -> int:
+    return math.floor(now / window) * window
 
 
 def _reset(count: _Count, now: float) -> int:

@@ -322,3 +322,7 @@ class PgStore(Store):
     async def prune_shared_counts(self, now: float) -> None:
         async with self._pool.acquire() as raw:
             await sharedcounts.prune(PgConnection(raw), now)
+
+    async def blocked_networks(self, start: int, limit: int, most: int) -> dict[str, int]:
+        async with self._pool.acquire() as raw:
+            return await sharedcounts.blocked(PgConnection(raw), start, limit, most)

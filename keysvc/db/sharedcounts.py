@@ -15,6 +15,12 @@ on conflict (name, starts_at) do update set count = shared_limits.count + exclud
 returning name, starts_at, count
 """
 _PRUNE = "delete from shared_limits where expires_at < ?"
+# The failed-login counts of one window at or past a limit: the networks to refuse.
+_BLOCKED = """
+select name, count from shared_limits
+where name like 'n:%' and starts_at = ? and count >= ?
+order by count desc limit ?
+"""
 
 # (name, window start, window end, count): one row of counts to add.
 Added = tuple[str, int, float, int]
@@ -31,3 +37,10 @@ async def add(conn: Any, rows: Sequence[Added]) -> dict[tuple[str, int], int]:
 async def prune(conn: Any, now: float) -> None:
     """Drop the counts of windows that ended before ``now``."""
     await conn.execute(_PRUNE, (now,))
+
+
+async def blocked(conn: Any, start: int, limit: int, most: int) -> dict[str, int]:
+    """The networks (by name) with ``limit`` failed logins or more in the window that
+    began at ``start``, at most ``most`` of them, and their counts."""
+    rows = await conn.execute_fetchall(_BLOCKED, (start, limit, most))
+    return {row["name"]: row["count"] for row in rows}
