@@ -291,6 +291,25 @@ async def test_failures_from_ever_new_networks_do_not_grow_the_table(url: str, p
         await store.close()
 
 
+async def test_adding_counts_announces_no_change_to_the_instances(url: str, pg: Any) -> None:
+    """Counts are no data the caches hold: sending them must not turn every
+    instance's caches cold (keysvc_data, keysvc.db.pgstore) once a second."""
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    await pg.add_listener("keysvc_data", lambda *args: heard.put_nowait(args[2]))
+    store = await PgStore.open_url(url)
+    try:
+        shared = SharedCounts(store, bytes(32), FAILURES)
+        now = time.time()
+        await shared.hit("a-key", 5, WINDOW, now)
+        shared.failed(b"4net", now)
+        await shared.close()
+        assert shared.flushes == 1 and await table_count(pg, "") == 2
+    finally:
+        await store.close()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(heard.get(), 1.0)
+
+
 def test_shared_limits_default_on_and_can_be_turned_off() -> None:
     assert build_settings({}, {}).shared_limits is True
     assert build_settings({}, {"KEYSVC_SHARED_LIMITS": "off"}).shared_limits is False
