@@ -35,6 +35,7 @@ from keysvc.openapi import build_spec
 from keysvc.ratelimit import FailureSketch, Limits
 from keysvc.routes import METRICS as METRICS_ROUTE
 from keysvc.routes import ROUTES, register
+from keysvc.sharedlimits import NETWORK_PURPOSE, CountStore, SharedCounts
 from keysvc.state import (
     CLOCK,
     HASHER,
@@ -90,6 +91,27 @@ async def _key_states(app: web.Application) -> AsyncIterator[None]:
         await states.close()
 
 
+async def _shared_limits(app: web.Application) -> AsyncIterator[None]:
+    """After ``_database``, so closed before it: the last counts go through its store."""
+    store = app[STORE]
+    if not isinstance(store, CountStore):
+        raise TypeError("shared limits need PostgreSQL's store")
+    clock = app[CLOCK]
+    shared = SharedCounts(
+        store,
+        app[HASHER].derive(NETWORK_PURPOSE),
+        app[SETTINGS].auth_failures,
+        clock=lambda: clock().timestamp(),
+    )
+    shared.start()
+    app[LIMITS].shared = shared
+    try:
+        yield
+    finally:
+        app[LIMITS].shared = None
+        await shared.close()
+
+
 def create_app(
     settings: Settings, *, clock: Clock = utcnow, failures: FailureSketch | None = None
 ) -> web.Application:
@@ -117,6 +139,8 @@ def create_app(
     app[OPENAPI] = build_spec()
     app.cleanup_ctx.append(_database)
     app.cleanup_ctx.append(_webhooks)
+    if settings.db_url is not None and settings.shared_limits:
+        app.cleanup_ctx.append(_shared_limits)
     # /metrics is served only when metrics are on; otherwise it is an ordinary 404.
     register(app.router, tuple(r for r in ROUTES if metrics is not None or r is not METRICS_ROUTE))
     if metrics is not None:

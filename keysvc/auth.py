@@ -192,7 +192,7 @@ async def _check_credentials(
                 await store.read_as_uncached(key_id_hash)
             # Counted before this check leaves the ones under way: a check waiting for
             # room must see it.
-            limits.failures.hit(address, now)
+            limits.failed(address, now)
             if matched and live is not None:
                 # A deleted key's own secret: refused as unknown, and logged off this
                 # request's path, as a disabled key's use is.
@@ -401,7 +401,7 @@ async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
     from_proxy = forwarded is not None and _over_unix(request)
     address = client_address(request.remote, forwarded, settings.trusted_proxies, from_proxy)
     # Checked before the credentials, so a blocked address is refused even with valid ones.
-    if not limits.failures.allows(address, settings.auth_failures, now):
+    if not await limits.failures_allow(address, settings.auth_failures, now):
         _refuse_address(request, limits, now)
     request[CLIENT_ADDRESS] = None if address is None else str(address)
     try:
@@ -409,12 +409,12 @@ async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
     except Unauthorized:
         # Wrong credentials were counted where they were checked (_check_credentials).
         if request.get(AUTH_OUTCOME) == "malformed":
-            limits.failures.hit(address, now)
+            limits.failed(address, now)
         raise
     limit = key.rate_limit or settings.rate_limit
     if limit is None:
         return key, None
-    decision = limits.requests.hit(key.id, limit[0], limit[1], now)
+    decision = await limits.request(key.id, limit[0], limit[1], now)
     if not decision.allowed:
         _outcome(request, "rate_limited")
         raise TooManyRequests(

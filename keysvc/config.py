@@ -72,6 +72,9 @@ class Settings:
     webhook_timeout: float = 10.0
     webhook_concurrency: int = 8
     webhook_expiry_scan: float = 300.0
+    # On PostgreSQL: request limits and failed logins counted with every instance on
+    # the database (keysvc.sharedlimits). Nothing to share on SQLite.
+    shared_limits: bool = True
 
     @property
     def pepper_path(self) -> Path:
@@ -394,6 +397,11 @@ OPTIONS = (
     Option(
         "webhook_expiry_scan", "KEYSVC_WEBHOOK_EXPIRY_SCAN", "300", _seconds,
         "seconds between scans for keys a key.expiring webhook should warn of",
+    ),
+    Option(
+        "shared_limits", "KEYSVC_SHARED_LIMITS", "on", _on_off,
+        "on a PostgreSQL database, count request limits and failed logins with every"
+        " instance on it: on, or off for each process to count its own (SQLite: unused)",
     ),
 )  # fmt: skip
 

@@ -5,7 +5,9 @@ multiple of W since the epoch, and its count starts again at zero.
 
 Requests per key are counted in this process's memory. With ``--workers N``
 each process counts on its own, so a key can be served up to N times its limit
-in one window; run one worker where the limit must be exact. A key whose window
+in one window; run one worker where the limit must be exact. On PostgreSQL, with
+shared limits on (the default), both counters are also counted with every other
+instance on the database (``Limits.shared``, keysvc.sharedlimits). A key whose window
 length changes starts counting again. The table is bounded: windows that have
 ended are dropped first, then the oldest entries.
 
@@ -28,6 +30,7 @@ import os
 import struct
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Protocol
 
 from keysvc.addresses import IPAddress
 from keysvc.config import Settings
@@ -185,17 +188,50 @@ def _window_start(now: float) -> int:
     return math.floor(now / FAILURE_WINDOW) * FAILURE_WINDOW
 
 
+class Shared(Protocol):
+    """Counts shared with other instances (``keysvc.sharedlimits.SharedCounts``)."""
+
+    async def hit(self, key_id: str, limit: int, window: int, now: float) -> Decision: ...
+
+    async def allows_failures(self, network: bytes, limit: int, now: float) -> bool: ...
+
+    def failed(self, network: bytes, now: float) -> None: ...
+
+
 class Limits:
     """The two counters: requests per key (this process's), failed logins per
-    network (shared with the other workers when ``failures`` was made before the fork)."""
+    network (shared with the other workers when ``failures`` was made before the fork);
+    with ``shared`` set, both are also counted with the other instances on the same
+    database, and requests per key only there."""
 
     def __init__(self, failures: FailureSketch, max_entries: int = 100_000):
         self.requests = WindowCounter(max_entries)
         self.failures = failures
+        self.shared: Shared | None = None
         # Credential checks under way in this process, per network, and what each
         # network's waiting checks wait on (begin_check).
         self._checking: dict[bytes, int] = {}
         self._settled: dict[bytes, asyncio.Event] = {}
+
+    async def request(self, key_id: str, limit: int, window: int, now: float) -> Decision:
+        """Count one request of key ``key_id`` against ``limit`` per ``window`` seconds."""
+        if self.shared is None:
+            return self.requests.hit(key_id, limit, window, now)
+        return await self.shared.hit(key_id, limit, window, now)
+
+    async def failures_allow(self, address: IPAddress | None, limit: int, now: float) -> bool:
+        """Whether ``address``'s network is still under ``limit`` failed logins."""
+        if not self.failures.allows(address, limit, now):
+            return False
+        if self.shared is None:
+            return True
+        return await self.shared.allows_failures(self.failures.network_key(address), limit, now)
+
+    def failed(self, address: IPAddress | None, now: float) -> None:
+        """Count one failed login from ``address``'s network."""
+        self.failures.hit(address, now)
+        if self.shared is not None:
+            self.shared.failed(self.failures.network_key(address), now)
 
     async def begin_check(self, address: IPAddress | None, limit: int, now: float) -> bytes | None:
         """Room for one more credential check from ``address``'s network: None if the
@@ -210,10 +246,10 @@ class Limits:
         to N times the rest of the limit may be checked at once."""
         network = self.failures.network_key(address)
         while True:
-            if not self.failures.allows(address, limit, now):
+            if not await self.failures_allow(address, limit, now):
                 return None
             under_way = self._checking.get(network, 0)
-            if not under_way or self.failures.allows(address, limit - under_way, now):
+            if not under_way or await self.failures_allow(address, limit - under_way, now):
                 break
             settled = self._settled.get(network)
             if settled is None:

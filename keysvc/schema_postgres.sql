@@ -315,3 +315,18 @@ begin
             name || '_data_changed', name);
     end loop;
 end $$;
+
+-- Request and failed-login counts shared by the instances (keysvc.sharedlimits), per
+-- name ('k:' and a key's id and window length, or 'n:' and a keyed hash of a client
+-- network, never its address) and window start. PostgreSQL only: on SQLite one
+-- instance serves a file and counts in its own memory. Unlogged: a crash empties it,
+-- which forgets at most the windows under way, as restarting an instance always did.
+create unlogged table if not exists shared_limits (
+    name       text collate "C" not null,
+    starts_at  bigint not null,
+    expires_at double precision not null,
+    count      bigint not null,
+    primary key (name, starts_at)
+);
+
+create index if not exists shared_limits_expiry on shared_limits (expires_at);

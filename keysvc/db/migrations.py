@@ -13,6 +13,11 @@ import aiosqlite
 
 from keysvc.config import ConfigError
 
+# The shared rate counters' step: a table on PostgreSQL only (keysvc.db.pgschema keys
+# its PostgreSQL form by this step's place), nothing on SQLite, where one instance
+# serves a file and counts in its own memory; kept so both number their versions alike.
+SHARED_LIMITS_STEP = "-- shared rate counters: PostgreSQL only\n"
+
 # MIGRATIONS[n] takes a database from version n + 1 to n + 2. Version 1 is the
 # first release of schema.sql; append steps here and change schema.sql to match.
 MIGRATIONS: Sequence[str] = (
@@ -232,6 +237,8 @@ MIGRATIONS: Sequence[str] = (
     # 12: nothing on SQLite, whose data_version announces every commit already; on
     # PostgreSQL, triggers that announce each change (keysvc.db.pgschema).
     "",
+    # 13: the shared rate counters, a table on PostgreSQL only (see SHARED_LIMITS_STEP).
+    SHARED_LIMITS_STEP,
 )
 
 

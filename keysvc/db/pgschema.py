@@ -19,7 +19,7 @@ from importlib import resources
 from typing import Any
 
 from keysvc.config import ConfigError
-from keysvc.db.migrations import schema_version
+from keysvc.db.migrations import MIGRATIONS, SHARED_LIMITS_STEP, schema_version
 
 # POSTGRES_MIGRATIONS[n] takes a PostgreSQL database from version n - 1 to n; add one
 # with each step appended to keysvc.db.migrations.MIGRATIONS, and change
@@ -50,6 +50,17 @@ POSTGRES_MIGRATIONS: Mapping[int, str] = {
                 name || '_data_changed', name);
         end loop;
     end $$;
+    """,
+    # The version SQLite's no-op step makes, wherever the lead's merge puts it.
+    schema_version(MIGRATIONS[: MIGRATIONS.index(SHARED_LIMITS_STEP) + 1]): """
+    create unlogged table if not exists shared_limits (
+        name       text collate "C" not null,
+        starts_at  bigint not null,
+        expires_at double precision not null,
+        count      bigint not null,
+        primary key (name, starts_at)
+    );
+    create index if not exists shared_limits_expiry on shared_limits (expires_at);
     """,
 }
 

@@ -38,7 +38,7 @@ import asyncpg
 
 from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
-from keysvc.db import pgschema
+from keysvc.db import pgschema, sharedcounts
 from keysvc.db.cache import Caches
 from keysvc.db.connections import fetch_all, fetch_one, to_the_end
 from keysvc.db.createbatch import GRANTED_ROLES, Announce, Recheck, over_limit
@@ -360,3 +360,19 @@ class PgStore(Store):
             await activity_sql.record(conn, self.chain, announce(key))
             await enqueue(conn, org, "key.created", api_key(key), key.created_at)
             return key
+
+    # The counts the instances share (keysvc.sharedlimits): one statement each, on a
+    # pooled connection, committed alone, outside WRITE_LOCK: they check no rule of
+    # the domain's and must not wait behind its transactions.
+
+    async def add_shared_counts(self, rows: list[sharedcounts.Added]) -> dict[tuple[str, int], int]:
+        async with self._pool.acquire() as raw:
+            return await sharedcounts.add(PgConnection(raw), rows)
+
+    async def prune_shared_counts(self, now: float) -> None:
+        async with self._pool.acquire() as raw:
+            await sharedcounts.prune(PgConnection(raw), now)
+
+    async def blocked_networks(self, start: int, limit: int, most: int) -> dict[str, int]:
+        async with self._pool.acquire() as raw:
+            return await sharedcounts.blocked(PgConnection(raw), start, limit, most)
