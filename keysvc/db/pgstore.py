@@ -251,16 +251,16 @@ class Notifications:
             self._unacknowledged = None
             conn = self._conn
             if conn is None:
-                return  # listening again acknowledges what it reads
+                continue  # listening again acknowledges what it reads
             try:
                 async with asyncio.timeout(PROBE_TIMEOUT), self._using:
                     await conn.execute(
                         "select pg_notify($1, $2)", SEEN_CHANNEL, f"{self.instance}:{generation}"
                     )
             except Exception as exc:
-                # The probe finds a dead connection; the writers waiting give up in time.
+                # The probe finds a dead connection, and the writers waiting give up in
+                # time; what a new one read meanwhile is still to be sent.
                 logger.debug("could not acknowledge a generation: %s", type(exc).__name__)
-                return
 
     def _heard_seen(self, payload: str) -> None:
         instance, _, generation = payload.rpartition(":")

@@ -254,5 +254,5 @@ def test_a_stopped_listening_connection_holds_the_writer_up_no_longer_than_the_b
     finally:
         os.kill(stuck, signal.SIGCONT)
     # Listening again, b acknowledges the next change at once.
-    changed(a, admin, "PATCH", f"/keys/{key}", {"state": "enabled"})
+    assert timed_change(a, admin, key, "enabled") < PROBE_SECONDS + PROBE_TIMEOUT
     assert b.whoami(creds) == 200
