@@ -19,6 +19,15 @@ What stands in for SQLite's machinery:
   trigger, for changes by hand too). While that connection is down the caches are
   cold: every look is a new version and a new generation, so nothing cached is
   served and nothing read is kept, until it is back and listening again.
+- What SQLite's shared file gives for free, that a change is seen by every process
+  before its writer answers: each listening connection is named
+  ``keysvc-listen/<instance>`` (``application_name``) and, once it has heard a new
+  generation, acknowledges it on keysvc_seen. A write that moved the generation
+  returns only when every other listening connection on the database (as
+  ``pg_stat_activity`` lists them) has acknowledged it, or after the bound within
+  which a silent one's own probe turns its caches cold (PROBE_SECONDS +
+  PROBE_TIMEOUT). An instance not listening itself cannot hear the acknowledgements
+  and does not wait; changes by hand have no writer to wait.
 - The writer's commit, as SQLite's (``to_the_end``): a transaction cancelled while its
   COMMIT is under way waits for the answer; committed, it tells the caches, then lets
   the cancellation through.
@@ -29,6 +38,8 @@ What stands in for SQLite's machinery:
 import asyncio
 import json
 import logging
+import os
+import secrets
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -59,6 +70,16 @@ CONNECT_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 WRITE_LOCK = 0x6B657977
 DATA_CHANNEL = "keysvc_data"
 AUTH_CHANNEL = "keysvc_auth"
+# Where each instance acknowledges a generation it has heard: '<instance>:<generation>'.
+SEEN_CHANNEL = "keysvc_seen"
+# Each listening connection's application_name: this prefix and its instance.
+LISTENER_PREFIX = "keysvc-listen/"
+# The other instances listening on this database now, by their connections' names.
+LISTENERS = (
+    "select application_name from pg_stat_activity"
+    " where datname = current_database() and application_name like $1"
+    " and application_name <> $2"
+)
 # How often the listening connection is checked, and a lost one tried again: the
 # longest a dead connection can go unnoticed is about this plus PROBE_TIMEOUT.
 PROBE_SECONDS = 1.0
@@ -101,6 +122,20 @@ class Notifications:
         self.listening = asyncio.Event()
         # Listening connections lost so far.
         self.losses = 0
+        # The process id tells the operator which process it is; the random part keeps
+        # instances on different hosts apart.
+        self.instance = f"{os.getpid()}.{secrets.token_hex(4)}"
+        self.name = LISTENER_PREFIX + self.instance
+        # One statement at a time on the listening connection: probes and acknowledgements.
+        self._using = asyncio.Lock()
+        # The newest generation heard and not yet acknowledged, and the task sending it.
+        self._unacknowledged: str | None = None
+        self._acknowledging: asyncio.Task[None] | None = None
+        # The newest generation each other instance has acknowledged (an entry for each
+        # instance heard since this one started); ``_acknowledged`` is set (and
+        # replaced) at each acknowledgement heard.
+        self._seen: dict[str, int] = {}
+        self._acknowledged = asyncio.Event()
 
     def look(self) -> int:
         if not self.listening.is_set():
@@ -114,28 +149,38 @@ class Notifications:
         self._version += 1
 
     def _heard(self, conn: Any, pid: int, channel: str, payload: str) -> None:
+        if channel == SEEN_CHANNEL:
+            self._heard_seen(payload)
+            return
         self._version += 1
         if channel == AUTH_CHANNEL:
             self.generation = payload
+            # The caches now drop what they hold before answering anything more.
+            self._acknowledge(payload)
 
     async def start(self) -> None:
         await self._listen()
         self._task = asyncio.create_task(self._watch(), name="keysvc-notifications")
 
     async def _listen(self) -> None:
-        conn = await asyncpg.connect(self._url)
+        conn = await asyncpg.connect(self._url, server_settings={"application_name": self.name})
         try:
             await conn.add_listener(DATA_CHANNEL, self._heard)
             await conn.add_listener(AUTH_CHANNEL, self._heard)
+            await conn.add_listener(SEEN_CHANNEL, self._heard)
             conn.add_termination_listener(self._lost)
             # Listening before the generation is read: a move in between is heard.
-            self.generation = await conn.fetchval(GENERATION)
+            generation = await conn.fetchval(GENERATION)
         except BaseException:
             await conn.close()
             raise
+        self.generation = generation
         self._conn = conn
         self._version += 1
         self.listening.set()
+        # A writer may be waiting for a generation this connection never heard of, as it
+        # was committed before it listened: what was just read is at least as new.
+        self._acknowledge(generation)
 
     async def _watch(self) -> None:
         """Check the listening connection every PROBE_SECONDS; a lost one makes the
@@ -145,7 +190,8 @@ class Notifications:
             try:
                 if self._conn is None or self._conn.is_closed():
                     raise ConnectionError("the listening connection is closed")
-                await self._conn.fetchval("select 1", timeout=PROBE_TIMEOUT)
+                async with asyncio.timeout(PROBE_TIMEOUT), self._using:
+                    await self._conn.fetchval("select 1")
             except Exception:
                 if self.listening.is_set():
                     self.losses += 1
@@ -171,9 +217,10 @@ class Notifications:
         return None if self._conn is None else int(self._conn.get_server_pid())
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        tasks = [task for task in (self._task, self._acknowledging) if task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         self.listening.clear()
         conn, self._conn = self._conn, None
         if conn is not None:
@@ -190,6 +237,69 @@ class Notifications:
         self.losses += 1
         logger.warning("lost the PostgreSQL notification connection; caches off")
         self.listening.clear()
+
+    # Acknowledgements: this instance's, and the others' a writer waits for.
+
+    def _acknowledge(self, generation: str) -> None:
+        """Tell the other instances, on keysvc_seen, that this one has heard
+        ``generation``. Sent from a task of its own, the newest first: generations
+        are announced in commit order, so one acknowledgement covers the older ones."""
+        self._unacknowledged = generation
+        if self._acknowledging is None or self._acknowledging.done():
+            self._acknowledging = asyncio.create_task(
+                self._send_acknowledgements(), name="keysvc-acknowledgements"
+            )
+
+    async def _send_acknowledgements(self) -> None:
+        while (generation := self._unacknowledged) is not None:
+            self._unacknowledged = None
+            conn = self._conn
+            if conn is None:
+                continue  # listening again acknowledges what it reads
+            try:
+                async with asyncio.timeout(PROBE_TIMEOUT), self._using:
+                    await conn.execute(
+                        "select pg_notify($1, $2)", SEEN_CHANNEL, f"{self.instance}:{generation}"
+                    )
+            except Exception as exc:
+                # The probe finds a dead connection, and the writers waiting give up in
+                # time; what a new one read meanwhile is still to be sent.
+                logger.debug("could not acknowledge a generation: %s", type(exc).__name__)
+
+    def _heard_seen(self, payload: str) -> None:
+        instance, _, generation = payload.rpartition(":")
+        try:
+            seen = int(generation)
+        except ValueError:
+            return  # not an acknowledgement keysvc sent
+        if instance != self.instance and seen > self._seen.get(instance, -1):
+            self._seen[instance] = seen
+            self._acknowledged.set()
+            self._acknowledged = asyncio.Event()
+
+    async def seen_everywhere(self, generation: int, listeners: list[str]) -> None:
+        """Return once every instance whose listening connection is named in
+        ``listeners`` has acknowledged ``generation`` or a later one, or after
+        PROBE_SECONDS + PROBE_TIMEOUT: by then one that has not has a dead or stuck
+        connection, and its own probe has turned its caches cold."""
+        if not self.listening.is_set():
+            # Cold here, and deaf to the acknowledgements: nothing to wait for.
+            logger.debug("not listening: the other instances are not waited for")
+            return
+        waited_for = {name.removeprefix(LISTENER_PREFIX) for name in listeners}
+        deadline = asyncio.get_running_loop().time() + PROBE_SECONDS + PROBE_TIMEOUT
+        while missing := sorted(i for i in waited_for if self._seen.get(i, -1) < generation):
+            acknowledged = self._acknowledged
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await acknowledged.wait()
+            except TimeoutError:
+                logger.warning(
+                    "instances did not acknowledge an authorization change in time;"
+                    " their own probes turn their caches off: %s",
+                    ", ".join(LISTENER_PREFIX + name for name in missing),
+                )
+                return
 
 
 class AlwaysRoom:
@@ -225,6 +335,10 @@ class PgWriter:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[PgConnection]:
+        """One write transaction. One that moved the generation returns once the other
+        instances have heard of it (``Notifications.seen_everywhere``), waited for
+        after the lock is let go."""
+        moved: int | None = None
         async with self.lock, self._pool.acquire() as raw:
             self._authorization_changed = False
             try:
@@ -232,9 +346,27 @@ class PgWriter:
                     await raw.execute("select pg_advisory_xact_lock($1)", WRITE_LOCK)
                     yield PgConnection(raw)
                     await raw.execute("select pg_notify($1, '')", DATA_CHANNEL)
+                    if self._authorization_changed:
+                        # The triggers may have moved it further than the domain's bump.
+                        moved = int(await raw.fetchval(GENERATION))
             except asyncpg.IntegrityConstraintViolationError as exc:
                 raise refusal(exc) from None
             self._committed()
+            # Listed after the commit: a listening connection made later reads a
+            # generation at least as new when it starts.
+            listeners = [] if moved is None else await self._listeners(raw)
+        if moved is not None and listeners:
+            await self._notifications.seen_everywhere(moved, listeners)
+
+    async def _listeners(self, raw: Any) -> list[str]:
+        """The other instances' listening connections, by name. Committed already, a
+        write that cannot list them answers as committed, unwaited."""
+        try:
+            rows = await raw.fetch(LISTENERS, LISTENER_PREFIX + "%", self._notifications.name)
+        except CONNECT_ERRORS as exc:
+            logger.warning("could not list the other instances: %s", type(exc).__name__)
+            return []
+        return [str(row[0]) for row in rows]
 
     async def authorization_changed(self, conn: PgConnection) -> None:
         await conn.execute(_BUMP_GENERATION)

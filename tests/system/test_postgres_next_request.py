@@ -1,0 +1,258 @@
+"""Two real `keysvc serve` processes on one PostgreSQL database (tests/postgres.py):
+a change that moves the authorization generation, made through one instance, is
+answered by the other from the very next request, with no tolerance; and a second
+instance whose listening connection is stuck holds the writer up no longer than the
+bound (keysvc.db.pgstore.Notifications.seen_everywhere).
+
+The requests go over kept-alive connections, so that the next one reaches the other
+instance as soon as the client has read the writer's answer: the narrowest window a
+client can make."""
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from keysvc.db.pgstore import LISTENER_PREFIX, PROBE_SECONDS, PROBE_TIMEOUT
+from tests.helpers import basic
+from tests.postgres import PEPPER, Postgres
+from tests.server import Server, keysvc
+
+# No rate limit, and room for the refusals the tests count.
+ENV = {"KEYSVC_PEPPER": PEPPER.hex(), "KEYSVC_RATE_LIMIT": "off", "KEYSVC_AUTH_FAILURES": "100000"}
+ITERATIONS = 100
+# Generous, for a loaded machine.
+WAIT_SECONDS = 30.0
+SLACK_SECONDS = 5.0
+
+
+class Client:
+    """A kept-alive HTTP connection to one instance."""
+
+    def __init__(self, server: Server):
+        self.server = server
+        self._conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=WAIT_SECONDS)
+
+    def request(
+        self, method: str, path: str, creds: dict[str, str], body: Any = None
+    ) -> tuple[int, dict[str, Any]]:
+        headers = {**basic(creds["keyId"], creds["keySecret"]), "Content-Type": "application/json"}
+        data = None if body is None else json.dumps(body)
+        self._conn.request(method, path, body=data, headers=headers)
+        response = self._conn.getresponse()
+        raw = response.read()
+        return response.status, json.loads(raw) if raw else {}
+
+    def whoami(self, creds: dict[str, str]) -> int:
+        return self.request("GET", "/v1/whoami", creds)[0]
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+@pytest.fixture
+def admin(postgres: Postgres, pg_database: str) -> dict[str, str]:
+    """The database bootstrapped: its first admin key's credentials."""
+    done = keysvc("bootstrap", "--db", postgres.url(pg_database), env=ENV)
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+@pytest.fixture
+def two(
+    postgres: Postgres, pg_database: str, admin: dict[str, str]
+) -> Iterator[tuple[Client, Client]]:
+    url = postgres.url(pg_database)
+    with Server(url, env=ENV) as a, Server(url, env=ENV) as b:  # type: ignore[arg-type]
+        clients = Client(a), Client(b)
+        yield clients
+        for client in clients:
+            client.close()
+
+
+def org_path(admin: dict[str, str], path: str) -> str:
+    return f"/v1/organizations/{admin['organizationId']}{path}"
+
+
+def made_on(
+    client: Client, admin: dict[str, str], body: dict[str, Any]
+) -> tuple[str, dict[str, str]]:
+    """A key created through ``client``: its UUID and its credentials."""
+    status, made = client.request("POST", org_path(admin, "/keys"), admin, body)
+    assert status == 200, made
+    result = made["result"]
+    return result["key"]["id"], {"keyId": result["keyId"], "keySecret": result["keySecret"]}
+
+
+def changed(client: Client, admin: dict[str, str], method: str, path: str, body: Any) -> None:
+    status, answer = client.request(method, org_path(admin, path), admin, body)
+    assert status == 200, answer
+
+
+def made_role(client: Client, admin: dict[str, str], name: str, permission: str) -> str:
+    body = {"name": name, "permissions": [permission]}
+    status, made = client.request("POST", org_path(admin, "/roles"), admin, body)
+    assert status == 200, made
+    role: str = made["result"]["id"]
+    return role
+
+
+def cached_on_both(two: tuple[Client, Client], admin: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """A key created through the first instance and used on the second (which caches it)."""
+    a, b = two
+    key, creds = made_on(a, admin, {"name": "cached", "roles": ["developer"]})
+    assert b.whoami(creds) == 200
+    return key, creds
+
+
+def timed_change(client: Client, admin: dict[str, str], key: str, state: str) -> float:
+    """How long the key's change of state took to be answered."""
+    started = time.monotonic()
+    changed(client, admin, "PATCH", f"/keys/{key}", {"state": state})
+    return time.monotonic() - started
+
+
+def lines_with(server: Server, text: str) -> list[str]:
+    """The log lines holding ``text``, once there is one (written from a queue)."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not (found := [line for line in server.stderr_text().splitlines() if text in line]):
+        assert time.monotonic() < deadline, f"never logged: {text}"
+        time.sleep(0.05)
+    return found
+
+
+def listener_pid(postgres: Postgres, database: str, server: Server) -> int:
+    """The server process of ``server``'s listening connection (named after its pid)."""
+    name = f"{LISTENER_PREFIX}{server.proc.pid}.%"
+    sql = f"select pid from pg_stat_activity where application_name like '{name}'"
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not (rows := postgres.psql(database, sql)):
+        assert time.monotonic() < deadline, "no listening connection"
+        time.sleep(0.05)
+    (pid,) = [int(row[0]) for row in rows]
+    return pid
+
+
+def test_disabled_on_one_is_refused_by_the_other_on_the_very_next_request(
+    two: tuple[Client, Client], admin: dict[str, str]
+) -> None:
+    a, b = two
+    key, creds = made_on(a, admin, {"name": "next", "roles": ["developer"]})
+    path = f"/keys/{key}"
+    missed: list[tuple[int, str, int]] = []
+    for iteration in range(ITERATIONS):
+        changed(a, admin, "PATCH", path, {"state": "enabled"})
+        if (status := b.whoami(creds)) != 200:  # and b holds it in memory again
+            missed.append((iteration, "enabled", status))
+        changed(a, admin, "PATCH", path, {"state": "disabled"})
+        if (status := b.whoami(creds)) != 401:
+            missed.append((iteration, "disabled", status))
+    assert not missed, f"{len(missed)} stale answers in {ITERATIONS} iterations: {missed}"
+
+
+@pytest.mark.parametrize("change", ["delete", "rotate", "revoke a permission", "unassign"])
+def test_every_authorization_change_on_one_holds_on_the_other_at_once(
+    two: tuple[Client, Client], admin: dict[str, str], change: str
+) -> None:
+    a, b = two
+    role, other = (
+        made_role(a, admin, name, permission)
+        for name, permission in (("orders", "orders:read"), ("reports", "reports:read"))
+    )
+    missed: list[tuple[int, int]] = []
+    for iteration in range(ITERATIONS // 2):
+        # Each instance's cache holds the key before the change.
+        changed(a, admin, "PATCH", f"/roles/{role}", {"permissions": ["orders:read"]})
+        key, creds = made_on(a, admin, {"name": "next", "assignedRoleIds": [role]})
+        assert (a.whoami(creds), b.whoami(creds)) == (200, 200)
+        if change == "delete":
+            status, answer = a.request("DELETE", org_path(admin, f"/keys/{key}"), admin)
+            assert status == 200, answer
+        elif change == "rotate":
+            body = {"gracePeriodSeconds": 0}
+            changed(a, admin, "POST", f"/keys/{key}/rotate", body)
+        elif change == "revoke a permission":
+            changed(a, admin, "PATCH", f"/roles/{role}", {"permissions": ["reports:read"]})
+        else:
+            changed(a, admin, "PATCH", f"/keys/{key}", {"assignedRoleIds": [other]})
+        if change in ("delete", "rotate"):
+            if (status := b.whoami(creds)) != 401:
+                missed.append((iteration, status))
+            continue
+        status, answer = b.request("GET", "/v1/verify?permission=orders:read", creds)
+        if status != 403:
+            missed.append((iteration, status))
+    assert not missed, f"{change}: {len(missed)} stale answers: {missed}"
+
+
+@contextmanager
+def ghost(postgres: Postgres, database: str) -> Iterator[str]:
+    """A connection named as a listening one that acknowledges nothing: an instance
+    stuck, from the writer's side. Its name is yielded."""
+    name = f"{LISTENER_PREFIX}ghost"
+    uri = f"{postgres.url(database)}?application_name={quote(name, safe='')}"
+    command = postgres.command("psql", "--no-psqlrc", "--quiet", uri)
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    try:
+        sql = f"select 1 from pg_stat_activity where application_name = '{name}'"
+        deadline = time.monotonic() + WAIT_SECONDS
+        while not postgres.psql(database, sql):
+            assert proc.poll() is None and time.monotonic() < deadline, "psql did not connect"
+            time.sleep(0.05)
+        yield name
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=WAIT_SECONDS)
+
+
+def test_an_instance_that_never_acknowledges_holds_the_writer_up_for_the_bound_only(
+    postgres: Postgres, pg_database: str, two: tuple[Client, Client], admin: dict[str, str]
+) -> None:
+    a, b = two
+    key, creds = cached_on_both(two, admin)
+    with ghost(postgres, pg_database) as name:
+        took = timed_change(a, admin, key, "disabled")
+        # The live instance has heard of it all the same.
+        assert b.whoami(creds) == 401
+    bound = PROBE_SECONDS + PROBE_TIMEOUT
+    assert bound - 0.1 < took < bound + SLACK_SECONDS, took
+    (warned,) = lines_with(a.server, "did not acknowledge")
+    assert name in warned and f"{LISTENER_PREFIX}{b.server.proc.pid}." not in warned
+    logged = a.server.stderr_text()
+    assert creds["keySecret"] not in logged and creds["keyId"] not in logged
+    # Gone, it is waited for no more.
+    assert timed_change(a, admin, key, "enabled") < bound
+    assert b.whoami(creds) == 200
+
+
+def test_a_stopped_listening_connection_holds_the_writer_up_no_longer_than_the_bound(
+    postgres: Postgres, pg_database: str, two: tuple[Client, Client], admin: dict[str, str]
+) -> None:
+    a, b = two
+    key, creds = cached_on_both(two, admin)
+    stuck = listener_pid(postgres, pg_database, b.server)
+    os.kill(stuck, signal.SIGSTOP)
+    try:
+        took = timed_change(a, admin, key, "disabled")
+        assert took < PROBE_SECONDS + PROBE_TIMEOUT + SLACK_SECONDS, took
+        # b's probe turns its caches cold within the same bound (give or take the
+        # scheduling of two processes), and it listens again on a new connection.
+        deadline = time.monotonic() + WAIT_SECONDS
+        while (status := b.whoami(creds)) != 401:
+            assert status == 200 and time.monotonic() < deadline, status
+            time.sleep(0.05)
+        lines_with(b.server, "PostgreSQL notifications back")
+    finally:
+        os.kill(stuck, signal.SIGCONT)
+    # Listening again, b acknowledges the next change at once.
+    assert timed_change(a, admin, key, "enabled") < PROBE_SECONDS + PROBE_TIMEOUT
+    assert b.whoami(creds) == 200
