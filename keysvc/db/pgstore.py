@@ -26,6 +26,7 @@ What stands in for SQLite's machinery:
 import asyncio
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -94,6 +95,8 @@ class Notifications:
         self.listening = asyncio.Event()
         # Listening connections lost so far.
         self.losses = 0
+        # Carried by this instance's own announcements (see is_own_commit).
+        self.token = uuid.uuid4().hex
 
     def look(self) -> int:
         if not self.listening.is_set():
@@ -107,6 +110,8 @@ class Notifications:
         self._version += 1
 
     def _heard(self, conn: Any, pid: int, channel: str, payload: str) -> None:
+        if self.is_own_commit(channel, payload):
+            return
         self._version += 1
         if channel == AUTH_CHANNEL:
             self.generation = payload
@@ -171,6 +176,13 @@ class Notifications:
         if conn is not None:
             await conn.close()
 
+    def is_own_commit(self, channel: str, payload: str) -> bool:
+        """Whether a notification is this instance's own commit heard back, which
+        moved the version already (``committed``, called by the writer after every
+        transaction that may have committed): counted again, it would make everything
+        read since that commit look stale, and read again, once more."""
+        return channel == DATA_CHANNEL and payload == self.token
+
 
 class AlwaysRoom:
     """The disk-space watch SQLite needs (keysvc.diskspace), which PostgreSQL's server
@@ -207,13 +219,20 @@ class PgWriter:
     async def transaction(self) -> AsyncIterator[PgConnection]:
         async with self.lock, self._pool.acquire() as raw:
             self._authorization_changed = False
+            committing = False
             try:
                 async with raw.transaction():
                     await raw.execute("select pg_advisory_xact_lock($1)", WRITE_LOCK)
                     yield PgConnection(raw)
-                    await raw.execute("select pg_notify($1, '')", DATA_CHANNEL)
+                    token = self._notifications.token
+                    await raw.execute("select pg_notify($1, $2)", DATA_CHANNEL, token)
+                    committing = True
             except asyncpg.IntegrityConstraintViolationError as exc:
                 raise refusal(exc) from None
+            except BaseException:
+                if committing:  # the commit failed, or did it? (is_own_commit)
+                    self._notifications.committed()
+                raise
             self._notifications.committed()
             if self._authorization_changed:
                 self._on_authorization_changed()
@@ -251,7 +270,7 @@ class PgStore(Store):
         create: bool = True,
         upkeep: UsageUpkeep | None = None,
     ) -> "PgStore":
-        pool = await asyncpg.create_pool(url, min_size=1, max_size=10)
+        pool = await asyncpg.create_pool(url, min_size=1, max_size=10, reset=keep_session)
         try:
             async with pool.acquire() as conn:
                 await pgschema.migrate(conn, create=create)
@@ -310,3 +329,12 @@ class PgStore(Store):
             await activity_sql.record(conn, self.chain, announce(key))
             await enqueue(conn, org, "key.created", api_key(key), key.created_at)
             return key
+
+
+async def keep_session(conn: Any) -> None:
+    """The pool's reset of a connection given back: nothing beyond asyncpg's own (which
+    rolls back a transaction left open). keysvc leaves no session state on a pooled
+    connection (no SET, LISTEN, cursor or session-level lock: WRITE_LOCK and the
+    migration's lock are transaction-level), so the default reset statement would only
+    cost every read and write one more round trip."""
+    return None
