@@ -84,9 +84,13 @@ test: $(TEST_STAMP) system-deps lint
 # baseline's at the same rate. Prints the table and writes it to docs/PERFORMANCE.md.
 # SCALE=1: keysvc on 1,000 vs 1,000,000 keys. LOOP=uvloop: every app on uvloop (its own
 # section). Exits 1 if a scenario answers more than 1% non-2xx.
+# With PostgreSQL installed, a third app, keysvc on a throwaway PostgreSQL cluster
+# (durability at its defaults) seeded with the same keys, takes its turn in every
+# round; its section compares it with SQLite's. BACKEND=sqlite leaves it out;
+# BACKEND=postgres fails without PostgreSQL rather than leave it out.
 # Options: .venv/bin/python -m bench.run --help.
 bench: $(TEST_STAMP)
-	$(BIN)/python -m bench.run $(if $(SCALE),--keys 1000000)$(if $(LOOP), --loop $(LOOP))
+	$(BIN)/python -m bench.run $(if $(SCALE),--keys 1000000)$(if $(LOOP), --loop $(LOOP))$(if $(BACKEND), --backend $(BACKEND))
 
 # The full soak: 60 s of mixed load against a real server; no 5xx, RSS growth under
 # 10% from the 20th to the 60th second, no descriptor growth. make test runs 9 s of it

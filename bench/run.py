@@ -8,8 +8,15 @@ scale check instead: keysvc on 1,000 keys against keysvc on N keys, for GET
 and verify. ``--loop uvloop`` (``make bench LOOP=uvloop``) runs every app on
 uvloop, so the ratios compare apps on the same loop; it has its own section.
 
+``--backend postgres`` adds C, keysvc on PostgreSQL (bench/postgres.py: a throwaway
+cluster, durability at PostgreSQL's defaults), seeded with B's keys; it takes its
+turn in every round after B, and a section of its own compares it with B (C/B),
+with the target that verify and GET on a cache hit stay within 10% of SQLite.
+The default, ``auto``, runs it whenever PostgreSQL is installed; ``sqlite`` never.
+The scale check is SQLite's only.
+
 Within a scenario every app gets a short unrecorded warm-up, then the apps take
-turns, round by round (A, B, A, B, ...), with the same wrk settings; the table
+turns, round by round (A, B, C, A, B, C, ...), with the same wrk settings; the table
 shows medians over the rounds. The paced scenario follows verify's and reuses
 its result: hey sends verify at half the rate wrk measured for keysvc, to each
 app in turn, and the table compares their p99. The table is printed and
@@ -20,6 +27,7 @@ broken scenario cannot pass for a slow one.
 
 import argparse
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -29,7 +37,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import hey, report, scenarios, seed, wrk
+from bench import hey, postgres, report, scenarios, seed, wrk
 from bench.report import Cell, CellGrid, Column
 from bench.scenarios import Scenario
 from bench.servers import ROOT, Server, start_baseline, start_keysvc, stop_servers_on_sigterm
@@ -41,6 +49,10 @@ DEFAULT_KEYS = 1000
 DEFAULT_OTHERS = 2 * Settings().cache_size
 PACED_SHARE = 0.5  # the paced rate, as a share of keysvc's peak measured by wrk
 SCALE_SCENARIOS = ("get", "verify")
+BACKENDS = ("auto", "sqlite", "postgres")
+# The PostgreSQL target: C/B of these scenarios (a cache hit) at least this.
+POSTGRES_TARGET = 0.90
+POSTGRES_TARGETED = ("verify", "get")
 DOC = ROOT / "docs" / "PERFORMANCE.md"
 
 
@@ -84,6 +96,13 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
         + ", ".join(s.name for s in scenarios.SCENARIOS)
         + "); all by default; verify-paced needs verify",
     )
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="auto",
+        help="sqlite: A and B; postgres: C too, keysvc on PostgreSQL; auto (the default):"
+        " postgres when PostgreSQL's initdb is installed, else sqlite",
+    )
     parser.add_argument("--workdir", type=Path, help="keep databases and logs here")
     parser.add_argument("--doc", type=Path, default=DOC, help="Markdown file to update")
     return parser.parse_args(argv)
@@ -92,22 +111,30 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
 def _command(argv: Sequence[str], args: argparse.Namespace) -> str:
     options = " SCALE=1" if "--keys" in argv else ""
     options += f" LOOP={args.loop}" if "--loop" in argv else ""
+    options += f" BACKEND={args.backend}" if "--backend" in argv else ""
     return report.command("bench.run", argv, options)
 
 
-def _seed(work: Path, keys: int, rotate: int, others: int = 0) -> tuple[seed.Seeded, float]:
-    folder = work / f"keys-{keys}"
+def _seed(
+    work: Path, keys: int, rotate: int, others: int = 0, url: str = ""
+) -> tuple[seed.Seeded, float]:
+    """Seed a file in its own folder of ``work``, or the PostgreSQL database at ``url``
+    (its request files in a folder of ``work`` all the same)."""
+    folder = work / (f"postgres-keys-{keys}" if url else f"keys-{keys}")
     folder.mkdir(parents=True)
     started = time.monotonic()
-    seeded = seed.seed(folder / "keysvc.db", keys, rotate, others=others)
+    if url:
+        seeded = seed.seed_postgres(url, postgres.PEPPER, keys, rotate, others=others)
+    else:
+        seeded = seed.seed(folder / "keysvc.db", keys, rotate, others=others)
     seed.write(seeded, folder)
     elapsed = time.monotonic() - started
-    print(f"bench: seeded {keys:,} keys in {elapsed:.1f}s", flush=True)
+    where = " on PostgreSQL" if url else ""
+    print(f"bench: seeded {keys:,} keys{where} in {elapsed:.1f}s", flush=True)
     return seeded, elapsed
 
 
-def _files(seeded: seed.Seeded, chosen: Sequence[Scenario]) -> dict[str, Path]:
-    folder = seeded.db.parent
+def _files(seeded: seed.Seeded, chosen: Sequence[Scenario], folder: Path) -> dict[str, Path]:
     return {s.name: scenarios.write_requests(s, seeded, folder / f"{s.name}.tsv") for s in chosen}
 
 
@@ -197,12 +224,51 @@ def _main_apps(stack: ExitStack, work: Path, args: argparse.Namespace) -> tuple[
     keysvc = stack.enter_context(start_keysvc(seeded.db, work / "keysvc.log", loop))
     shapes_file = scenarios.capture_shapes(keysvc.base, seeded, work / "shapes.json")
     baseline = stack.enter_context(start_baseline(shapes_file, work / "baseline.log", args.loop))
-    files = _files(seeded, scenarios.SCENARIOS)
+    files = _files(seeded, scenarios.SCENARIOS, work / f"keys-{DEFAULT_KEYS}")
     a = Column("A", "bare aiohttp baseline, bench/baseline.py", False)
     b = Column("B", f"`keysvc serve` on 1,000 seeded keys and {others:,} only read", True)
     apps = [App(a, baseline, seeded, files), App(b, keysvc, seeded, files)]
     seeding = f"{DEFAULT_KEYS:,} keys and {others:,} only read seeded in {seconds:.1f}s"
     return apps, seeding
+
+
+@dataclass(frozen=True)
+class OnPostgres:
+    """App C, and what the PostgreSQL section says of its cluster and seeding."""
+
+    app: App
+    version: str
+    seeding: str
+
+
+def _postgres_app(
+    stack: ExitStack, work: Path, args: argparse.Namespace, bindir: Path
+) -> OnPostgres:
+    """C: ``keysvc serve`` on a throwaway cluster, seeded with B's keys (the same seed)."""
+    cluster = stack.enter_context(postgres.Cluster(bindir))
+    others = max(args.others, 1)
+    seeded, seconds = _seed(work, DEFAULT_KEYS, args.rotate, others, cluster.url)
+    settings = {"KEYSVC_LOOP": args.loop, "KEYSVC_PEPPER": postgres.PEPPER}
+    log = work / "keysvc-postgres.log"
+    server = stack.enter_context(start_keysvc(seeded.db, log, settings, "keysvc (PostgreSQL)"))
+    scenarios.touch(server.base, seeded)  # as B's were, before its answers were captured
+    files = _files(seeded, scenarios.SCENARIOS, work / f"postgres-keys-{DEFAULT_KEYS}")
+    title = f"`keysvc serve` on PostgreSQL, the same 1,000 keys and {others:,} only read"
+    app = App(Column("C", title, True), server, seeded, files)
+    seeding = f"{DEFAULT_KEYS:,} keys and {others:,} only read seeded in {seconds:.1f}s"
+    return OnPostgres(app, cluster.version(), seeding)
+
+
+def _postgres_bin(args: argparse.Namespace) -> Path | None:
+    """PostgreSQL's server commands when the run has a C; None when it has none."""
+    if args.backend == "sqlite" or args.keys != DEFAULT_KEYS:
+        if args.backend == "postgres":
+            raise SystemExit("bench: --backend postgres: the scale check (--keys) is SQLite's")
+        return None
+    bindir = postgres.server_bin()
+    if bindir is None and args.backend == "postgres":
+        raise SystemExit("bench: --backend postgres: install PostgreSQL (initdb is missing)")
+    return bindir
 
 
 def _scale_apps(stack: ExitStack, work: Path, args: argparse.Namespace) -> tuple[list[App], str]:
@@ -215,7 +281,8 @@ def _scale_apps(stack: ExitStack, work: Path, args: argparse.Namespace) -> tuple
         server = stack.enter_context(start_keysvc(seeded.db, log, {"KEYSVC_LOOP": args.loop}))
         scenarios.touch(server.base, seeded)
         title = f"`keysvc serve` on {seeded.keys:,} seeded keys"
-        apps.append(App(Column(label, title, True), server, seeded, _files(seeded, chosen)))
+        files = _files(seeded, chosen, work / f"keys-{seeded.keys}")
+        apps.append(App(Column(label, title, True), server, seeded, files))
     return apps, f"{args.keys:,} keys seeded in {seconds:.1f}s"
 
 
@@ -252,6 +319,54 @@ def _section(
     return "\n".join(lines) + "\n"
 
 
+def _target(grid: CellGrid, sqlite: str, chosen: Sequence[Scenario]) -> str:
+    """Whether C/B of each targeted scenario run is at least ``POSTGRES_TARGET``."""
+    seen = []
+    for name in POSTGRES_TARGETED:
+        if name not in {s.name for s in chosen}:
+            continue
+        b_cell, c_cell = grid[name][sqlite], grid[name]["C"]
+        b = b_cell.median(lambda r: r.rps)
+        ratio = c_cell.median(lambda r: r.rps) / b if b else 0.0
+        # B and C ran back to back in each round: the rounds' own ratios drift less
+        # with the machine's other load than the ratio of the two medians.
+        paired = [c.rps / b.rps for b, c in zip(b_cell.rounds, c_cell.rounds, strict=True) if b.rps]
+        each = f" (median of the rounds' C/B {statistics.median(paired):.2f})" if paired else ""
+        met = "met" if ratio >= POSTGRES_TARGET else "MISSED"
+        seen.append(f"{name} {ratio:.2f}{each}, {met}")
+    return (
+        f"verify and GET on a cache hit (get: each key reading itself) within 10% of SQLite,"
+        f" C/B >= {POSTGRES_TARGET:.2f}: " + ("; ".join(seen) or "not run")
+    )
+
+
+def _postgres_section(
+    heading: str,
+    sqlite: App,
+    on_postgres: OnPostgres,
+    chosen: Sequence[Scenario],
+    grid: CellGrid,
+    facts: list[tuple[str, str]],
+) -> str:
+    """B and C side by side from the same run as the section of A and B, C/B ratios."""
+    label = sqlite.column.label
+    extra = [
+        ("target", _target(grid, label, chosen)),
+        (
+            "PostgreSQL",
+            f"{on_postgres.version}: a throwaway cluster the run starts in a temporary folder"
+            " (as nobody when root), on 127.0.0.1; durability at PostgreSQL's defaults"
+            " (fsync, synchronous_commit, full_page_writes on), as B runs SQLite with"
+            " synchronous=FULL; C's RSS is keysvc's, not PostgreSQL's",
+        ),
+    ]
+    mine = [(name, on_postgres.seeding if name == "seeding" else value) for name, value in facts]
+    heading = heading.replace(
+        "Baseline (A) vs keysvc (B)", "keysvc on SQLite (B) vs PostgreSQL (C)"
+    )
+    return _section(heading, [sqlite, on_postgres.app], chosen, grid, extra + mine)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _args(argv)
@@ -273,6 +388,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if scenario.paced and scenario.calls not in names:
             raise SystemExit(f"bench: {scenario.name} paces {scenario.calls}: choose both")
     pacing = any(s.paced for s in chosen)
+    pg_bin = _postgres_bin(args)
+    on_postgres: OnPostgres | None = None
     plan = Plan(
         wrk.ensure_wrk(),
         settings,
@@ -290,8 +407,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             apps, seeding = _scale_apps(stack, work, args)
         else:
             apps, seeding = _main_apps(stack, work, args)
-        grid = measure(plan, apps, chosen)
-    order = ", ".join([c.column.label for c in apps] * 2) + ", ..."
+            if pg_bin is not None:
+                on_postgres = _postgres_app(stack, work, args, pg_bin)
+        grid = measure(plan, [*apps, *([on_postgres.app] if on_postgres else [])], chosen)
+    every = [*apps, *([on_postgres.app] if on_postgres else [])]
+    order = ", ".join([c.column.label for c in every] * 2) + ", ..."
     facts = [
         *report.head_facts(date, revision, _command(argv, args)),
         ("event loop", f"{args.loop}, every app (`--loop`; keysvc's `KEYSVC_LOOP`)"),
@@ -329,11 +449,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = _section(heading, apps, chosen, grid, facts)
     print("\n" + text, flush=True)
     report.write_section(args.doc, key, text)
+    if on_postgres is not None:
+        pg_key = "postgres" + key.removeprefix("main")
+        pg_text = _postgres_section(heading, apps[1], on_postgres, chosen, grid, facts)
+        print("\n" + pg_text, flush=True)
+        report.write_section(args.doc, pg_key, pg_text)
     print(f"bench: wrote {args.doc}", flush=True)
     broken = [
         (scenario.name, app.column.label, grid[scenario.name][app.column.label])
         for scenario in chosen
-        for app in apps
+        for app in every
         if grid[scenario.name][app.column.label].broken
     ]
     for name, label, cell in broken:

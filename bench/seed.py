@@ -2,10 +2,12 @@
 
 ``keysvc bootstrap`` creates the database, its schema, pepper, organization and
 admin key through keysvc's own code; the benchmark keys are then inserted with
-sqlite3 in one transaction, hashed with keysvc's own ``Hasher``, each holding
-the developer system role. The credentials of a random sample of them (all of
-them up to ``--rotate``) are written to ``keys.tsv`` (``uuid<TAB>keyId<TAB>secret``)
-and the organization and admin key to ``seed.json``, for the wrk scripts.
+sqlite3 in one transaction (``seed_postgres``: on PostgreSQL, the same keys
+through keysvc's own connection, ``keysvc.db.pgconn``), hashed with keysvc's
+own ``Hasher``, each holding the developer system role. The credentials of a
+random sample of them (all of them up to ``--rotate``) are written to ``keys.tsv``
+(``uuid<TAB>keyId<TAB>secret``) and the organization and admin key to ``seed.json``,
+for the wrk scripts.
 
 ``--others N`` adds N more keys that never authenticate: the admin reads them
 (bench/scenarios.py, "get-other"). Their ``usedAt`` is set to this minute, as
@@ -17,6 +19,7 @@ throwaway benchmark data, and a million of them must take seconds, not minutes.
 """
 
 import argparse
+import asyncio
 import json
 import os
 import random
@@ -26,7 +29,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from keysvc.credentials import (
@@ -40,6 +43,7 @@ from keysvc.credentials import (
     load_pepper,
     sha256_b64,
 )
+from keysvc.db.pgconn import connect_postgres
 from keysvc.timeutil import to_minute, to_text, utcnow
 
 DEVELOPER_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002"
@@ -62,7 +66,7 @@ class Credential:
 
 @dataclass(frozen=True)
 class Seeded:
-    db: Path
+    db: str  # what keysvc serve --db names: a file, or a PostgreSQL URL
     organization_id: str
     admin: Credential
     keys: int  # seeded keys, the admin key and the others not counted
@@ -75,13 +79,15 @@ def keysvc_env() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if not name.startswith("KEYSVC_")}
 
 
-def bootstrap(db: Path) -> tuple[str, Credential]:
+def bootstrap(db: Path | str, settings: dict[str, str] | None = None) -> tuple[str, Credential]:
+    """``keysvc bootstrap`` of ``db`` (a file or a PostgreSQL URL), with ``settings``
+    (KEYSVC_* variables) on top of the bench's environment."""
     done = subprocess.run(  # noqa: S603 - keysvc from this interpreter, no shell
         [sys.executable, "-m", "keysvc", "bootstrap", "--db", str(db), "--org-name", "bench"],
         capture_output=True,
         text=True,
         timeout=120,
-        env=keysvc_env(),
+        env={**keysvc_env(), **(settings or {})},
         check=False,
     )
     if done.returncode != 0:
@@ -101,6 +107,59 @@ def _credentials(rng: random.Random, count: int) -> Iterator[Credential]:
         )
 
 
+KeyRow = tuple[str, str, str, bytes, bytes, str, str, str | None, int]
+RoleRow = tuple[str, str]
+
+
+@dataclass
+class _Rows:
+    """The rows of ``keys`` developer keys and ``others`` more, made batch by batch;
+    ``sample`` and ``unused`` fill as the batches are taken."""
+
+    organization_id: str
+    hasher: Hasher
+    keys: int
+    rotate: int
+    others: int
+    seed_value: int
+    sample: list[Credential] = field(default_factory=list)
+    unused: list[str] = field(default_factory=list)
+
+    def batches(self) -> Iterator[tuple[list[KeyRow], list[RoleRow]]]:
+        rng = random.Random(self.seed_value)  # noqa: S311 - benchmark data, see the module
+        chosen = set(rng.sample(range(self.keys), min(self.rotate, self.keys)))
+        created_at = to_text(utcnow())
+        used_at = to_text(to_minute(utcnow()))
+        key_rows: list[KeyRow] = []
+        role_rows: list[RoleRow] = []
+        for index, cred in enumerate(_credentials(rng, self.keys + self.others)):
+            if index in chosen:
+                self.sample.append(cred)
+            if index >= self.keys:
+                self.unused.append(cred.id)
+            key_rows.append(
+                (
+                    cred.id,
+                    self.organization_id,
+                    f"bench-{index:07d}",  # one width: every answer the same size
+                    self.hasher.keyed(sha256_b64(cred.key_id)),
+                    self.hasher.keyed(sha256_b64(cred.secret)),
+                    cred.key_id[-SUFFIX_LENGTH:],
+                    created_at,
+                    used_at if index >= self.keys else None,
+                    index + 2,
+                )
+            )
+            role_rows.append((cred.id, DEVELOPER_ROLE))
+            if len(key_rows) >= BATCH:
+                yield key_rows, role_rows
+                key_rows, role_rows = [], []
+        yield key_rows, role_rows
+
+    def seeded(self, db: str, admin: Credential) -> Seeded:
+        return Seeded(db, self.organization_id, admin, self.keys, self.sample, self.unused)
+
+
 def seed(db: Path, keys: int, rotate: int = 1000, seed_value: int = 1, others: int = 0) -> Seeded:
     """Create ``db`` (which must not exist) with an admin key, ``keys`` developer keys
     and ``others`` more that only the admin reads."""
@@ -109,50 +168,44 @@ def seed(db: Path, keys: int, rotate: int = 1000, seed_value: int = 1, others: i
     organization_id, admin = bootstrap(db)
     # The pepper file that keysvc serve will read: <db>.pepper (no KEYSVC_PEPPER is passed).
     hasher = Hasher(load_pepper(None, db.with_name(db.name + ".pepper")))
-    rng = random.Random(seed_value)  # noqa: S311 - benchmark data, see the module docstring
-    chosen = set(rng.sample(range(keys), min(rotate, keys)))
-    created_at = to_text(utcnow())
-    used_at = to_text(to_minute(utcnow()))
-    sample: list[Credential] = []
-    unused: list[str] = []
+    rows = _Rows(organization_id, hasher, keys, rotate, others, seed_value)
     conn = sqlite3.connect(db, isolation_level=None)
     try:
         # A throwaway benchmark database: durability while seeding buys nothing.
         conn.execute("pragma synchronous = off")
         conn.execute("pragma cache_size = -262144")
         conn.execute("begin immediate")
-        key_rows: list[tuple[str, str, str, bytes, bytes, str, str, str | None, int]] = []
-        role_rows: list[tuple[str, str]] = []
-        for index, cred in enumerate(_credentials(rng, keys + others)):
-            if index in chosen:
-                sample.append(cred)
-            if index >= keys:
-                unused.append(cred.id)
-            key_rows.append(
-                (
-                    cred.id,
-                    organization_id,
-                    f"bench-{index:07d}",  # one width: every answer the same size
-                    hasher.keyed(sha256_b64(cred.key_id)),
-                    hasher.keyed(sha256_b64(cred.secret)),
-                    cred.key_id[-SUFFIX_LENGTH:],
-                    created_at,
-                    used_at if index >= keys else None,
-                    index + 2,
-                )
-            )
-            role_rows.append((cred.id, DEVELOPER_ROLE))
-            if len(key_rows) >= BATCH:
-                conn.executemany(_INSERT_KEY, key_rows)
-                conn.executemany(_INSERT_ROLE, role_rows)
-                key_rows, role_rows = [], []
-        conn.executemany(_INSERT_KEY, key_rows)
-        conn.executemany(_INSERT_ROLE, role_rows)
+        for key_rows, role_rows in rows.batches():
+            conn.executemany(_INSERT_KEY, key_rows)
+            conn.executemany(_INSERT_ROLE, role_rows)
         conn.execute("commit")
         conn.execute("pragma wal_checkpoint(truncate)")
     finally:
         conn.close()
-    return Seeded(db, organization_id, admin, keys, sample, unused)
+    return rows.seeded(str(db), admin)
+
+
+def seed_postgres(
+    url: str, pepper: str, keys: int, rotate: int = 1000, seed_value: int = 1, others: int = 0
+) -> Seeded:
+    """``seed`` on the empty PostgreSQL database at ``url``, whose instances run with
+    KEYSVC_PEPPER ``pepper``: the same keys (the same ``seed_value``), bootstrapped by
+    keysvc and inserted in one transaction, its triggers counting them as on SQLite."""
+    organization_id, admin = bootstrap(url, {"KEYSVC_PEPPER": pepper})
+    rows = _Rows(organization_id, Hasher(pepper.encode()), keys, rotate, others, seed_value)
+    asyncio.run(_insert_postgres(url, rows))
+    return rows.seeded(url, admin)
+
+
+async def _insert_postgres(url: str, rows: _Rows) -> None:
+    conn = await connect_postgres(url)
+    try:
+        async with conn.raw.transaction():
+            for key_rows, role_rows in rows.batches():
+                await conn.executemany(_INSERT_KEY, key_rows)
+                await conn.executemany(_INSERT_ROLE, role_rows)
+    finally:
+        await conn.close()
 
 
 def write(seeded: Seeded, out: Path) -> None:
@@ -161,7 +214,7 @@ def write(seeded: Seeded, out: Path) -> None:
     lines = (f"{c.id}\t{c.key_id}\t{c.secret}\n" for c in seeded.sample)
     (out / "keys.tsv").write_text("".join(lines))
     about = {
-        "db": str(seeded.db),
+        "db": seeded.db,
         "organizationId": seeded.organization_id,
         "admin": asdict(seeded.admin),
         "keys": seeded.keys,

@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import FrameType, TracebackType
+from typing import Self
 
 from bench.seed import keysvc_env
 
@@ -42,7 +43,25 @@ def free_port() -> int:
         return port
 
 
-class Server:
+class StopsOnExit:
+    """A context manager whose exit always calls ``stop``."""
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class Server(StopsOnExit):
     """A started server; a context manager that always stops it."""
 
     def __init__(self, name: str, command: list[str], log: Path, env: dict[str, str]):
@@ -103,27 +122,19 @@ class Server:
             self.proc.kill()
             self.proc.wait()
 
-    def __enter__(self) -> "Server":
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
 
 def _python(name: str, args: list[str], log: Path, env: dict[str, str]) -> Server:
     return Server(name, [sys.executable, *args], log, env)
 
 
-def start_keysvc(db: Path, log: Path, settings: dict[str, str] | None = None) -> Server:
-    """``keysvc serve``: one process, default settings (but ``settings``, KEYSVC_*
-    variables), no per-organization key cap to hit."""
+def start_keysvc(
+    db: Path | str, log: Path, settings: dict[str, str] | None = None, name: str = ""
+) -> Server:
+    """``keysvc serve`` of ``db`` (a file or a PostgreSQL URL): one process, default
+    settings (but ``settings``, KEYSVC_* variables), no per-organization key cap to hit."""
     env = {**keysvc_env(), "KEYSVC_MAX_KEYS_PER_ORG": "10000000", **(settings or {})}
-    return _python(f"keysvc ({db.name})", ["-m", "keysvc", "serve", "--db", str(db)], log, env)
+    name = name or f"keysvc ({Path(db).name})"
+    return _python(name, ["-m", "keysvc", "serve", "--db", str(db)], log, env)
 
 
 def start_baseline(shapes: Path, log: Path, loop: str = "asyncio") -> Server:

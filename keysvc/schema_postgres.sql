@@ -295,11 +295,12 @@ create index if not exists webhook_expiry_warnings_key on webhook_expiry_warning
 -- Every commit that changes a table is announced on keysvc_data, hand edits included,
 -- as SQLite's data_version tells its own connections: an instance hearing it reads
 -- again what it had cached (keysvc.db.pgstore). Within a transaction the
--- notifications are one.
+-- notifications are one. A keysvc writer sets keysvc.token for its transaction: its
+-- instance knows its own commits heard back by it, the other instances do not.
 create or replace function keysvc_data_changed() returns trigger
 language plpgsql as $$
 begin
-    perform pg_notify('keysvc_data', '');
+    perform pg_notify('keysvc_data', coalesce(current_setting('keysvc.token', true), ''));
     return null;
 end $$;
 do $$

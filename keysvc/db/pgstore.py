@@ -41,6 +41,7 @@ import logging
 import os
 import secrets
 import sqlite3
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -136,6 +137,8 @@ class Notifications:
         # replaced) at each acknowledgement heard.
         self._seen: dict[str, int] = {}
         self._acknowledged = asyncio.Event()
+        # Carried by this instance's own announcements (see is_own_commit).
+        self.token = uuid.uuid4().hex
 
     def look(self) -> int:
         if not self.listening.is_set():
@@ -151,6 +154,8 @@ class Notifications:
     def _heard(self, conn: Any, pid: int, channel: str, payload: str) -> None:
         if channel == SEEN_CHANNEL:
             self._heard_seen(payload)
+            return
+        if self.is_own_commit(channel, payload):
             return
         self._version += 1
         if channel == AUTH_CHANNEL:
@@ -301,6 +306,13 @@ class Notifications:
                 )
                 return
 
+    def is_own_commit(self, channel: str, payload: str) -> bool:
+        """Whether a notification is this instance's own commit heard back, which
+        moved the version already (``committed``, called by the writer after every
+        transaction that may have committed): counted again, it would make everything
+        read since that commit look stale, and read again, once more."""
+        return channel == DATA_CHANNEL and payload == self.token
+
 
 class AlwaysRoom:
     """The disk-space watch SQLite needs (keysvc.diskspace), which PostgreSQL's server
@@ -341,16 +353,29 @@ class PgWriter:
         moved: int | None = None
         async with self.lock, self._pool.acquire() as raw:
             self._authorization_changed = False
+            committing = False
             try:
                 async with self._committed_to_the_end(raw):
-                    await raw.execute("select pg_advisory_xact_lock($1)", WRITE_LOCK)
+                    # The tables' triggers announce this transaction's changes with
+                    # the same token as the writer (keysvc_data_changed).
+                    await raw.execute(
+                        "select pg_advisory_xact_lock($1), set_config('keysvc.token', $2, true)",
+                        WRITE_LOCK,
+                        self._notifications.token,
+                    )
                     yield PgConnection(raw)
-                    await raw.execute("select pg_notify($1, '')", DATA_CHANNEL)
+                    token = self._notifications.token
+                    await raw.execute("select pg_notify($1, $2)", DATA_CHANNEL, token)
                     if self._authorization_changed:
                         # The triggers may have moved it further than the domain's bump.
                         moved = int(await raw.fetchval(GENERATION))
+                    committing = True
             except asyncpg.IntegrityConstraintViolationError as exc:
                 raise refusal(exc) from None
+            except BaseException:
+                if committing:  # the commit failed, or did it? (is_own_commit)
+                    self._notifications.committed()
+                raise
             self._committed()
             # Listed after the commit: a listening connection made later reads a
             # generation at least as new when it starts.
@@ -428,7 +453,7 @@ class PgStore(Store):
         create: bool = True,
         upkeep: UsageUpkeep | None = None,
     ) -> "PgStore":
-        pool = await asyncpg.create_pool(url, min_size=1, max_size=10)
+        pool = await asyncpg.create_pool(url, min_size=1, max_size=10, reset=keep_session)
         try:
             async with pool.acquire() as conn:
                 await pgschema.migrate(conn, create=create)
@@ -508,3 +533,12 @@ class PgStore(Store):
     async def blocked_networks(self, start: int, limit: int, most: int) -> dict[str, int]:
         async with self._pool.acquire() as raw:
             return await sharedcounts.blocked(PgConnection(raw), start, limit, most)
+
+
+async def keep_session(conn: Any) -> None:
+    """The pool's reset of a connection given back: nothing beyond asyncpg's own (which
+    rolls back a transaction left open). keysvc leaves no session state on a pooled
+    connection (no SET, LISTEN, cursor or session-level lock: WRITE_LOCK and the
+    migration's lock are transaction-level), so the default reset statement would only
+    cost every read and write one more round trip."""
+    return None

@@ -1,0 +1,80 @@
+"""keysvc.db.pgstore on a real server (tests/postgres.py): what a read or a commit costs
+beyond its own statements. A pooled connection goes back to the pool without a reset
+statement (keysvc leaves no session state on one), and an instance's own commit,
+announced and heard back on its listening connection, moves the data version once,
+not twice: else every key read since that commit would be read again."""
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from keysvc.db.pgstore import PgStore
+from tests.postgres import Postgres
+
+# Generous, for a loaded machine.
+WAIT_SECONDS = 30.0
+
+
+@pytest.fixture
+def url(postgres: Postgres, pg_database: str) -> str:
+    return postgres.url(pg_database)
+
+
+@pytest.fixture
+async def store(url: str) -> AsyncIterator[PgStore]:
+    opened = await PgStore.open_url(url)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def test_a_pooled_read_gives_its_connection_back_without_a_reset_statement(
+    store: PgStore, url: str
+) -> None:
+    assert await store.get_key(str(uuid.uuid4()), str(uuid.uuid4())) is None  # read, not cached
+    async with store.transaction("round_trip_test"):
+        pass
+    watcher = await asyncpg.connect(url)
+    try:
+        last = await watcher.fetch(
+            "select query from pg_stat_activity"
+            " where datname = current_database() and pid <> pg_backend_pid()"
+            " and backend_type = 'client backend'"
+        )
+    finally:
+        await watcher.close()
+    queries = [row["query"] for row in last]
+    assert queries  # the pooled connections and the listening one
+    assert not [query for query in queries if "pg_advisory_unlock_all" in query], queries
+
+
+async def test_its_own_commit_heard_back_does_not_move_the_version_again(
+    store: PgStore, url: str
+) -> None:
+    before = store.caches.data_version()
+    async with store.transaction("round_trip_test"):
+        pass
+    # Another session's announcement, committed after the store's: one queue delivers
+    # them in commit order, so once the store has heard this one it has heard its own.
+    marker = f"marker-{uuid.uuid4().hex}"
+    other = await asyncpg.connect(url)
+    try:
+        await other.execute("select pg_notify('keysvc_auth', $1)", marker)
+    finally:
+        await other.close()
+
+    def heard() -> bool:
+        store.caches.data_version()  # takes in the generation last announced
+        return store.caches.generation == marker
+
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not heard():
+        assert time.monotonic() < deadline, f"the store never heard {marker}"
+        await asyncio.sleep(0.02)
+    # One move for its commit, one for the other session's announcement.
+    assert store.caches.data_version() == before + 2
