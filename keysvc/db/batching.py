@@ -194,10 +194,14 @@ class Touches:
             await asyncio.wait((self.flusher,))
 
     async def _flush(self) -> None:
-        # After a failed write the counts wait for write_counts: retried here, a full
-        # disk would be retried without end.
-        counts_failed = False
-        while self._touches is not None or (self.tally and not counts_failed):
+        # The counts are written by the first transaction (and join any later one for
+        # usedAt): gone on while counts were waiting, a flush would never end under
+        # steady traffic, each commit making every cache read again what it holds.
+        # After a failed write they wait for write_counts: retried here, a full disk
+        # would be retried without end.
+        counts_wanted = True
+        while self._touches is not None or (self.tally and counts_wanted):
+            counts_wanted = False
             touches = None
             counts: usage_sql.Counts = {}
             try:
@@ -211,7 +215,6 @@ class Touches:
                         await usage_sql.add_counts(conn, counts)
             except Exception as exc:
                 self.tally.give_back(counts)
-                counts_failed = counts_failed or bool(counts)
                 if touches is None:  # failed before taking them: they fail all the same
                     touches, self._touches = self._touches, None
                 if touches is not None and not touches.done.done():
