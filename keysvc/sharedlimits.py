@@ -228,7 +228,12 @@ class SharedCounts:
         now = self._clock()
         for slot in [s for s, c in self._counts.items() if c.expires_at <= now and not c.sending]:
             del self._counts[slot]
-        batch = [(slot, count) for slot, count in self._counts.items() if count.pending]
+        # In one order in every process: the statement locks its rows in this order, and
+        # two processes locking the same rows in different orders could deadlock.
+        batch = sorted(
+            ((slot, count) for slot, count in self._counts.items() if count.pending),
+            key=lambda item: item[0],
+        )
         flushed, self._flushed = self._flushed, asyncio.Event()
         try:
             if batch:

@@ -32,6 +32,18 @@ POSTGRES_MIGRATIONS: Mapping[int, str] = {
     -- again what it had cached (keysvc.db.pgstore). Within a transaction the
     -- notifications are one. A keysvc writer sets keysvc.token for its transaction: its
     -- instance knows its own commits heard back by it, the other instances do not.
+    -- A new key's role rows leave the generation where it is (keysvc.db.pgstore's
+    -- create_key sets keysvc.new_key for them): nothing cached can hold a key not yet
+    -- made, and the generation only ever moves forward, as the instances' acknowledgements
+    -- of it need.
+    create or replace function keysvc_auth_changed() returns trigger
+    language plpgsql as $$
+    begin
+        if coalesce(current_setting('keysvc.new_key', true), '') <> 'on' then
+            update meta set value = (value::bigint + 1)::text where name = 'auth_generation';
+        end if;
+        return null;
+    end $$;
     create or replace function keysvc_data_changed() returns trigger
     language plpgsql as $$
     begin

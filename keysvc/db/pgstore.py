@@ -88,7 +88,8 @@ PROBE_TIMEOUT = 2.0
 _BUMP_GENERATION = (
     "update meta set value = (value::bigint + 1)::text where name = 'auth_generation'"
 )
-_SET_GENERATION = "update meta set value = ? where name = 'auth_generation'"
+# Set around a new key's inserts: its role rows do not move the generation.
+_NEW_KEY = "select set_config('keysvc.new_key', ?, true)"
 
 
 class PgReader:
@@ -419,9 +420,12 @@ class PgWriter:
             raise asyncio.CancelledError
 
     def _committed(self) -> None:
-        """What a commit tells this process's caches."""
+        """What a commit tells this process's caches. One that moved the generation
+        also stands for a new generation until its own announcement comes back: a read
+        begun before the commit and ended after it must not keep what it read."""
         self._notifications.committed()
         if self._authorization_changed:
+            self._notifications.generation = object()
             self._on_authorization_changed()
 
 
@@ -498,11 +502,12 @@ class PgStore(Store):
     ) -> Key:
         """One transaction: the key cap counted and the domain's rule run again under
         the write lock, the key and its roles inserted, its activity and its
-        key.created event written. Its key_roles rows move the generation, which is
-        put back: no cache can hold a key not yet committed."""
+        key.created event written. Its key_roles rows leave the generation where it
+        is (``keysvc.new_key``, which the schema's trigger reads): no cache can hold a
+        key not yet committed, and the generation only moves forward, as the other
+        instances' acknowledgements of it need (``Notifications.seen_everywhere``)."""
         async with self.transaction("create_key") as conn:
             org = new.organization_id
-            generation = await fetch_one(conn, GENERATION, ())
             counted = await fetch_one(conn, key_sql.COUNT_KEYS, (org,))
             if counted is not None and counted[0] >= max_keys:
                 raise over_limit(max_keys)
@@ -512,8 +517,9 @@ class PgStore(Store):
                 refused = recheck(new, {row["id"]: role_from_row(row) for row in rows})
                 if refused is not None:
                     raise refused
+            await conn.execute(_NEW_KEY, ("on",))
             key = await key_sql.insert_key(conn, new)
-            await conn.execute(_SET_GENERATION, (generation[0] if generation else "0",))
+            await conn.execute(_NEW_KEY, ("",))
             await activity_sql.record(conn, self.chain, announce(key))
             await enqueue(conn, org, "key.created", api_key(key), key.created_at)
             return key
