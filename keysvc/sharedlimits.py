@@ -134,7 +134,7 @@ class SharedCounts:
         """Stop, after one last flush: a stopping instance's counts still count."""
         if self._task is not None:
             self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await asyncio.wait((self._task,), timeout=STATEMENT_TIMEOUT)
         await self._flush()
         # Nothing waits for a flush that will not come.
         self.local = True

@@ -85,6 +85,8 @@ LISTENERS = (
 # longest a dead connection can go unnoticed is about this plus PROBE_TIMEOUT.
 PROBE_SECONDS = 1.0
 PROBE_TIMEOUT = 2.0
+# How long closing waits for the pool's connections to be given back.
+CLOSE_SECONDS = 10.0
 _BUMP_GENERATION = (
     "update meta set value = (value::bigint + 1)::text where name = 'auth_generation'"
 )
@@ -230,7 +232,10 @@ class Notifications:
         self.listening.clear()
         conn, self._conn = self._conn, None
         if conn is not None:
-            await conn.close()
+            try:
+                await conn.close(timeout=PROBE_TIMEOUT)
+            except Exception:
+                conn.terminate()  # a server that does not answer: closed all the same
 
     # A listening connection lost between two probes.
 
@@ -473,7 +478,13 @@ class PgStore(Store):
     async def close(self) -> None:
         await self._finish_writes()
         await self.notifications.close()
-        await self._pool.close()
+        # The pool waits for every connection to be given back; one that never is (a
+        # server that stopped answering) must not keep a stopping process for ever.
+        try:
+            await asyncio.wait_for(self._pool.close(), CLOSE_SECONDS)
+        except TimeoutError:
+            logger.warning("PostgreSQL connections still busy at close; closed by force")
+            self._pool.terminate()
 
     async def check_writable(self) -> None:
         """Fail now if this role cannot write keysvc's tables; nothing is kept."""
