@@ -85,7 +85,7 @@ LISTENERS = (
 # longest a dead connection can go unnoticed is about this plus PROBE_TIMEOUT.
 PROBE_SECONDS = 1.0
 PROBE_TIMEOUT = 2.0
-# How long closing waits for the pool's connections to be given back.
+# How long closing waits for the writes under way, then for the pool's connections.
 CLOSE_SECONDS = 10.0
 _BUMP_GENERATION = (
     "update meta set value = (value::bigint + 1)::text where name = 'auth_generation'"
@@ -476,7 +476,10 @@ class PgStore(Store):
         return store
 
     async def close(self) -> None:
-        await self._finish_writes()
+        try:
+            await asyncio.wait_for(self._finish_writes(), CLOSE_SECONDS)
+        except TimeoutError:
+            logger.warning("PostgreSQL writes still under way at close; left unfinished")
         await self.notifications.close()
         # The pool waits for every connection to be given back; one that never is (a
         # server that stopped answering) must not keep a stopping process for ever.
