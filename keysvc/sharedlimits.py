@@ -34,6 +34,7 @@ blocked through one instance is refused by all, valid credentials included.
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import hmac
 import logging
@@ -56,6 +57,8 @@ BUDGET_SHARE = 10
 # process's FailureSketch, which is bounded: failures from ever new networks must not
 # grow this table, nor the statement that sends it.
 MAX_NAMES = 100_000
+# Network names (keyed hashes) remembered, to hash each network once while it is active.
+NAMES_REMEMBERED = 4096
 # What the network key is derived from the pepper for (Hasher.derive).
 NETWORK_PURPOSE = "shared failed-login networks"
 
@@ -117,6 +120,9 @@ class SharedCounts:
         self._failure_limit = failure_limit
         self._failure_budget = budget_of(failure_limit)
         self._counts: dict[tuple[str, int], _Count] = {}
+        # Every credential check names its network (a keyed hash): remembered for the
+        # networks seen most lately, so that a request does not hash again.
+        self._names = functools.lru_cache(maxsize=NAMES_REMEMBERED)(self._network_name)
         self._wake = asyncio.Event()
         # Set, and replaced, as each flush ends: what a request over its budget waits on.
         self._flushed = asyncio.Event()
@@ -155,7 +161,7 @@ class SharedCounts:
     async def allows_failures(self, network: bytes, limit: int, now: float) -> bool:
         """Whether ``network`` (``FailureSketch.network_key``) is under ``limit`` failed
         logins in this window, counted by every instance."""
-        name = self._network_name(network)
+        name = self._names(network)
         if (name, _start(now, FAILURE_WINDOW)) not in self._counts:
             # No failure from it here, and no instance had it blocked at the last read.
             return True
@@ -163,7 +169,7 @@ class SharedCounts:
 
     def failed(self, network: bytes, now: float) -> None:
         """Count one failed login from ``network``."""
-        name = self._network_name(network)
+        name = self._names(network)
         if not self._full(name, FAILURE_WINDOW, now):
             self._add(self._count(name, FAILURE_WINDOW, now), self._failure_budget)
 
