@@ -69,6 +69,7 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff check keysvc tests bench
 	$(BIN)/ruff format --check keysvc tests bench
 	$(BIN)/mypy keysvc bench
+	$(BIN)/lint-imports --no-cache
 
 fmt: $(TEST_STAMP)
 	$(BIN)/ruff format keysvc tests bench

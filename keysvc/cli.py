@@ -11,9 +11,9 @@ where there is none, so a mistyped ``--db`` never starts an empty service.
 ``admin-key`` is the way back in when every admin secret is lost: whoever can
 write the database file may mint a key, as they could bootstrap one; it is
 logged as an activity of actorType ``system``, as bootstrap is. ``audit verify``
-checks the activity log's hash chains (``keysvc.audit``): exit 1 names the first
+checks the activity log's hash chains (``keysvc.ops.audit``): exit 1 names the first
 bad record, on SQLite's file or a PostgreSQL database. ``migrate`` copies a SQLite
-database into an empty PostgreSQL one (``keysvc.migrate``): exit 2 when refused,
+database into an empty PostgreSQL one (``keysvc.ops.migrate``): exit 2 when refused,
 1 when the copy failed or its counts differ (then nothing is kept).
 """
 
@@ -32,15 +32,17 @@ from types import ModuleType
 
 import uvloop
 
-from keysvc import audit, backup, keys, listeners, workers
-from keysvc.app import create_app
 from keysvc.config import OPTIONS, ConfigError, Settings, build_settings, is_postgres_url
-from keysvc.connections import ServiceRunner
 from keysvc.db.backends import open_store
+from keysvc.domain import keys
+from keysvc.domain.ratelimit import FailureSketch
 from keysvc.errors import ApiError
+from keysvc.http import listeners
+from keysvc.http.app import create_app
+from keysvc.http.connections import ServiceRunner
+from keysvc.http.state import IN_FLIGHT
 from keysvc.logs import configure_logging
-from keysvc.ratelimit import FailureSketch
-from keysvc.state import IN_FLIGHT
+from keysvc.ops import audit, backup, workers
 from keysvc.timeutil import utcnow
 
 SHUTDOWN_SECONDS = 5.0
@@ -154,7 +156,7 @@ def _audit_verify(settings: Settings) -> int:
     if settings.db_url is None:
         verdict = audit.verify_file(settings)
     else:
-        verdict = _with_driver("keysvc.pgaudit").verify_url(settings)
+        verdict = _with_driver("keysvc.ops.pgaudit").verify_url(settings)
     if verdict.problem is not None:
         print(f"keysvc: audit verify: {verdict.problem}", file=sys.stderr)
         return 1
@@ -167,7 +169,7 @@ def _migrate(settings: Settings, source: Path, target: str) -> int:
         raise ConfigError(
             "migrate copies a SQLite file (--from PATH) into PostgreSQL (--to postgresql://...)"
         )
-    migrate = _with_driver("keysvc.migrate")
+    migrate = _with_driver("keysvc.ops.migrate")
     try:
         asyncio.run(migrate.migrate(source, target, settings.pepper, print))
     except migrate.MigrateError as exc:

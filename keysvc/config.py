@@ -16,7 +16,7 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 MAX_BODY_BYTES = 64 * 1024
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOOPS = ("asyncio", "uvloop")
-# Which requests get an access line (keysvc.access): every one, all but the verify
+# Which requests get an access line (keysvc.http.access): every one, all but the verify
 # successes, or none.
 ACCESS_LOGS = ("all", "errors", "off")
 
@@ -45,7 +45,7 @@ class Settings:
     max_body_bytes: int = MAX_BODY_BYTES
     log_level: str = "info"
     metrics: bool = True
-    # Failed logins are counted per address prefix of these lengths (keysvc.ratelimit).
+    # Failed logins are counted per address prefix of these lengths (keysvc.domain.ratelimit).
     throttle_prefix_v4: int = 32
     throttle_prefix_v6: int = 64
     # The bearer token /metrics requires; None: /metrics answers anyone who reaches it.
@@ -55,7 +55,7 @@ class Settings:
     unix_group: int | None = None
     tcp: bool = True
     max_roles_per_org: int = 1000
-    # The connection layer of `keysvc serve` (keysvc.connections).
+    # The connection layer of `keysvc serve` (keysvc.http.connections).
     header_timeout: float = 10.0
     idle_timeout: float = 75.0
     max_connections: int = 1000
@@ -66,14 +66,14 @@ class Settings:
     # Usage counts (keysvc.db.usage): kept this many days, written this often.
     usage_retention_days: int = 30
     usage_flush_seconds: float = 10.0
-    # Webhook delivery (keysvc.delivery) and the targets it may reach (keysvc.targets).
+    # Webhook delivery (keysvc.ops.delivery) and the targets it may reach (keysvc.domain.targets).
     webhook_allow_private: bool = False
     webhook_retry_seconds: float = 30.0
     webhook_timeout: float = 10.0
     webhook_concurrency: int = 8
     webhook_expiry_scan: float = 300.0
     # On PostgreSQL: request limits and failed logins counted with every instance on
-    # the database (keysvc.sharedlimits). Nothing to share on SQLite.
+    # the database (keysvc.domain.sharedlimits). Nothing to share on SQLite.
     shared_limits: bool = True
 
     @property

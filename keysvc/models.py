@@ -93,7 +93,7 @@ class Key:
 class Credential:
     """What authentication needs: the key, and the keyed hash of the secret that goes
     with the key ID it was found by. ``until``: that key ID is the key's previous one,
-    which stops working then (``keysvc.keys.rotate_key``); None for its current one.
+    which stops working then (``keysvc.domain.keys.rotate_key``); None for its current one.
     ``deleted``: a deleted key's tombstone, never a working credential (``key`` then
     carries only its UUID and organization, and the state ``deleted``)."""
 
@@ -104,7 +104,7 @@ class Credential:
 
     def usable_at(self, now: datetime) -> bool:
         """Whether this credential still works at ``now``; the key's own state and
-        expiry are checked apart (``keysvc.auth.authenticate``)."""
+        expiry are checked apart (``keysvc.http.auth.authenticate``)."""
         return self.until is None or now < self.until
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from keysvc.app import create_app
 from keysvc.config import Settings
+from keysvc.http.app import create_app
 from tests.helpers import Client, ClientFactory, Creds, FakeClock, bootstrap
 from tests.postgres import PEPPER, Postgres, start_postgres, stop_postgres
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import asyncpg
 
-from keysvc.audit import verify_file
 from keysvc.config import Settings
 from keysvc.db.activities import Verdict
 from keysvc.db.dialect import postgres_text
-from keysvc.pgaudit import verify_url
+from keysvc.ops.audit import verify_file
+from keysvc.ops.pgaudit import verify_url
 
 Statement = tuple[str, Sequence[Any]]
 

@@ -16,12 +16,12 @@ import pytest
 from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient
 
-from keysvc import keys
-from keysvc.app import create_app
 from keysvc.config import Settings
 from keysvc.credentials import sha256_b64
 from keysvc.db.store import Store
-from keysvc.state import CLOCK, HASHER, STORE
+from keysvc.domain import keys
+from keysvc.http.app import create_app
+from keysvc.http.state import CLOCK, HASHER, STORE
 
 _seen_request_ids: set[str] = set()
 

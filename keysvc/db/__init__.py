@@ -10,6 +10,6 @@ over ``store`` on top; under it ``batching``, ``roles`` and ``meta``; then
 Every statement is written in SQLite's dialect; ``dialect`` holds the PostgreSQL
 forms of those that differ beside them, and ``pgconn`` runs the same SQL functions
 on a PostgreSQL connection (asyncpg), so that one set of functions serves both.
-Nothing here imports the domain (``keysvc.keys``, ``keysvc.roles``), auth or
+Nothing here imports the domain (``keysvc.domain.keys``, ``keysvc.domain.roles``), auth or
 the handlers.
 """

@@ -25,7 +25,7 @@ from keysvc.db import createbatch, outbox
 from keysvc.db import keys as key_sql
 from keysvc.db import usage as usage_sql
 from keysvc.db.connections import Writer
-from keysvc.diskspace import DiskSpace
+from keysvc.db.diskspace import DiskSpace
 from keysvc.errors import InsufficientStorage
 from keysvc.models import Activity, Key, NewKey
 from keysvc.timeutil import to_minute, to_text
@@ -283,7 +283,7 @@ class RevokedUses:
                             use.key_view, activity.created_at,
                         )  # fmt: skip
             except InsufficientStorage:
-                self._pending = []  # the full disk has its own log line (keysvc.diskspace)
+                self._pending = []  # the full disk has its own log line (keysvc.db.diskspace)
             except Exception:
                 # Not worth more than a log line: the key was refused all the same,
                 # and its next use after this minute is noted again.

@@ -26,7 +26,7 @@ from pathlib import Path
 import aiosqlite
 
 from keysvc.config import ConfigError
-from keysvc.diskspace import DiskSpace
+from keysvc.db.diskspace import DiskSpace
 
 logger = logging.getLogger("keysvc")
 
@@ -221,7 +221,7 @@ class Writer:
         on_authorization_changed: Callable[[], None],
     ):
         self.conn = conn
-        # Whether writes find the disk full (keysvc.diskspace), for every write path.
+        # Whether writes find the disk full (keysvc.db.diskspace), for every write path.
         self.space = space
         self.lock = asyncio.Lock()
         self._on_authorization_changed = on_authorization_changed

@@ -25,8 +25,8 @@ from keysvc.db.freshness import GENERATION
 from keysvc.db.outbox import enqueue_now
 from keysvc.db.rows import keys_with_roles, role_from_row
 from keysvc.errors import Conflict, ServiceUnavailable
+from keysvc.http.render import api_key
 from keysvc.models import Activity, Key, NewKey, Role
-from keysvc.render import api_key
 
 _T = TypeVar("_T")
 

@@ -1,6 +1,6 @@
 """The webhook outbox: events written in the transaction of the write that made them,
 one row per event and subscribed webhook, and the short statements the delivery task
-(``keysvc.delivery``) claims, records and releases them with.
+(``keysvc.ops.delivery``) claims, records and releases them with.
 
 ``enqueue`` is the one way an event enters the outbox; ``enqueue_now`` is its
 synchronous twin for the create batches' own connection (``keysvc.db.createbatch``).

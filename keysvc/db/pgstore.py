@@ -60,8 +60,8 @@ from keysvc.db.pgconn import PgConnection, refusal
 from keysvc.db.rows import role_from_row
 from keysvc.db.store import Store, UsageUpkeep
 from keysvc.db.timing import Observer
+from keysvc.http.render import api_key
 from keysvc.models import Key, NewKey
-from keysvc.render import api_key
 
 logger = logging.getLogger("keysvc")
 
@@ -321,7 +321,7 @@ class Notifications:
 
 
 class AlwaysRoom:
-    """The disk-space watch SQLite needs (keysvc.diskspace), which PostgreSQL's server
+    """The disk-space watch SQLite needs (keysvc.db.diskspace), which PostgreSQL's server
     does for itself: a refused write is an error like any other."""
 
     full = False
@@ -538,7 +538,7 @@ class PgStore(Store):
             await enqueue(conn, org, "key.created", api_key(key), key.created_at)
             return key
 
-    # The counts the instances share (keysvc.sharedlimits): one statement each, on a
+    # The counts the instances share (keysvc.domain.sharedlimits): one statement each, on a
     # pooled connection, committed alone, outside WRITE_LOCK: they check no rule of
     # the domain's and must not wait behind its transactions.
 

@@ -1,7 +1,7 @@
 """All SQL about roles: system and custom roles, and which keys hold them.
 
 ``RoleStore`` reads through the Store's reader. The writes are functions run on the
-connection of a transaction the domain holds (``keysvc.roles``), which checks its
+connection of a transaction the domain holds (``keysvc.domain.roles``), which checks its
 rules there between their reads and writes; they check nothing themselves.
 """
 
@@ -109,7 +109,7 @@ class RoleStore:
         self._reader = reader
         self.observer = observer
         # System roles by name, as read: they come with the schema and no request can
-        # change or delete them (keysvc.roles), so a process reads each one once.
+        # change or delete them (keysvc.domain.roles), so a process reads each one once.
         self._system: dict[str, Role] = {}
 
     @timed

@@ -1,7 +1,7 @@
 """Rows to records: ``Role`` and ``Key`` dataclasses from ``sqlite3.Row``s.
 
 Records made from rows are kept by the rows' values: a row read again unchanged
-gives back the object made before (with the JSON text keysvc.render keeps on it) rather
+gives back the object made before (with the JSON text keysvc.http.render keeps on it) rather
 than a new one. A list page read again after one key's usedAt moved rebuilds
 only that key. Records are immutable, so sharing them is safe; each table is
 emptied whole when full.

@@ -1,5 +1,5 @@
 """The SQL of the counts the instances on one PostgreSQL database share
-(``keysvc.sharedlimits``): each process's counts added in one statement that reads
+(``keysvc.domain.sharedlimits``): each process's counts added in one statement that reads
 back the totals, and ended windows pruned. PostgreSQL only: schema_postgres.sql's
 ``shared_limits`` table has no SQLite counterpart."""
 

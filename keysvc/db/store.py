@@ -13,7 +13,7 @@ and pruned past their retention at most every ``PRUNE_EVERY_SECONDS``, when it
 also drops the previous credentials of rotations whose grace has ended and the
 tombstones of keys deleted longer ago than that retention.
 
-The domain (``keysvc.keys``, ``keysvc.roles``) runs its writes in
+The domain (``keysvc.domain.keys``, ``keysvc.domain.roles``) runs its writes in
 ``transaction()`` and checks its rules there; the store checks none of them.
 It returns dataclasses, never cursors, and knows nothing of HTTP beyond
 raising keysvc's own errors.
@@ -31,7 +31,6 @@ from pathlib import Path
 
 import aiosqlite
 
-from keysvc import activities
 from keysvc.config import ConfigError, Settings
 from keysvc.credentials import ACTIVITY_CHAIN, Hasher, load_pepper
 from keysvc.db import activities as activity_sql
@@ -49,13 +48,14 @@ from keysvc.db.connections import (
     unusable,
 )
 from keysvc.db.createbatch import Announce, Recheck
+from keysvc.db.diskspace import DiskSpace
 from keysvc.db.freshness import Freshness
 from keysvc.db.migrations import migrate
 from keysvc.db.pointreads import PointReader
 from keysvc.db.roles import RoleStore
 from keysvc.db.rows import key_from_joined
 from keysvc.db.timing import Observer, timed
-from keysvc.diskspace import DiskSpace
+from keysvc.domain import activities
 from keysvc.models import Activity, ActivityPage, Credential, Key, KeyPage, NewKey
 from keysvc.timeutil import utcnow
 
@@ -92,7 +92,7 @@ class Store:
 
     def _on_writer(self, observer: Observer | None) -> None:
         """What the store builds on ``reader`` and ``writer``, whatever the backend."""
-        # Whether writes find the disk full (keysvc.diskspace), for every write path.
+        # Whether writes find the disk full (keysvc.db.diskspace), for every write path.
         self.space = self.writer.space
         # The activity log's chain key: set once the pepper is loaded (open_checked).
         self.chain = activity_sql.Chain()

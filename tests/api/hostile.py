@@ -10,9 +10,9 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
-from keysvc.auth import MAX_AUTHORIZATION
 from keysvc.config import MAX_BODY_BYTES
-from keysvc.middleware import MAX_LINE_BYTES
+from keysvc.http.auth import MAX_AUTHORIZATION
+from keysvc.http.middleware import MAX_LINE_BYTES
 from tests.helpers import Client, Creds, assert_error
 
 UUID_RULE = "must be a lowercase UUID such as 123e4567-e89b-42d3-a456-426614174000"

@@ -6,9 +6,9 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-from keysvc.activities import MAX_USER_AGENT, bounded_user_agent
 from keysvc.config import Settings
 from keysvc.credentials import new_secret
+from keysvc.domain.activities import MAX_USER_AGENT, bounded_user_agent
 from keysvc.timeutil import to_text
 from tests.helpers import (
     FAR_FUTURE,

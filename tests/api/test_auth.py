@@ -6,10 +6,10 @@ from collections import Counter
 
 import pytest
 
-from keysvc.auth import parse_basic
 from keysvc.credentials import BASE62, SECRET_PREFIX, Hasher, new_secret
-from keysvc.permissions import has_permission
-from keysvc.state import STORE
+from keysvc.domain.permissions import has_permission
+from keysvc.http.auth import parse_basic
+from keysvc.http.state import STORE
 from tests.helpers import (
     UNAUTHORIZED,
     Client,

@@ -10,10 +10,10 @@ from keysvc.config import Settings
 from keysvc.credentials import Hasher, new_secret
 from keysvc.db.cache import CredentialCache
 from keysvc.db.store import Store
+from keysvc.domain.keys import change_key, remove_key
 from keysvc.errors import Unauthorized
-from keysvc.keys import change_key, remove_key
+from keysvc.http.state import HASHER, STORE
 from keysvc.models import Credential, Key, KeyChange
-from keysvc.state import HASHER, STORE
 from tests.handsql import hand_transaction
 from tests.helpers import (
     UNAUTHORIZED,

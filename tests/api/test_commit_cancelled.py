@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from keysvc.db.store import Store
-from keysvc.keys import change_key
+from keysvc.domain.keys import change_key
+from keysvc.http.state import HASHER, STORE
 from keysvc.models import KeyChange
-from keysvc.state import HASHER, STORE
 from tests.helpers import Client, Creds, assert_ok, create_creds
 
 # SQLite's writer (aiosqlite's thread); PostgreSQL's: tests/system/test_postgres_cancel.py

@@ -7,8 +7,8 @@ import gzip
 import re
 from importlib import resources
 
-from keysvc.handlers.console import ASSETS
-from keysvc.permissions import MANAGEMENT
+from keysvc.domain.permissions import MANAGEMENT
+from keysvc.http.views.console import ASSETS
 from tests.helpers import Client, assert_error
 
 CONSOLE_FILES = resources.files("keysvc").joinpath("console")
@@ -87,7 +87,7 @@ async def test_other_versions_and_names_are_not_found(client: Client) -> None:
 
 
 async def test_the_role_form_offers_every_permission_the_api_asks_for(client: Client) -> None:
-    """The role form's boxes are the management API's permissions (keysvc.permissions),
+    """The role form's boxes are the management API's permissions (keysvc.domain.permissions),
     as served: none missing, none the API does not know."""
     app_js = next(p for p in await _assets(client) if p.endswith("/app.js"))
     served = await client.get(app_js.rsplit("/", 1)[0] + "/roles.js")

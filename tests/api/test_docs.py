@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from keysvc.handlers.assets import accepts_gzip
+from keysvc.http.views.assets import accepts_gzip
 from tests.helpers import Client, assert_ok
 
 

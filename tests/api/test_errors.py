@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from keysvc.config import Settings
-from keysvc.middleware import REQUEST_IDS_PER_POOL, new_request_id
+from keysvc.http.middleware import REQUEST_IDS_PER_POOL, new_request_id
 from tests.helpers import (
     Client,
     ClientFactory,

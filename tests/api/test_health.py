@@ -3,7 +3,7 @@
 import sqlite3
 
 from keysvc.config import Settings
-from keysvc.state import STORE
+from keysvc.http.state import STORE
 from tests.handsql import hand_sql
 from tests.helpers import Client, assert_error, assert_ok
 

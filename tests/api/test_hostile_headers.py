@@ -4,8 +4,8 @@ naming the problem, never a 500, a plain-text answer or a hang."""
 
 import pytest
 
-from keysvc.auth import MAX_AUTHORIZATION
-from keysvc.state import SETTINGS
+from keysvc.http.auth import MAX_AUTHORIZATION
+from keysvc.http.state import SETTINGS
 from tests.api.hostile import (
     AUTH_TOO_LONG,
     PARSER_REFUSALS,

@@ -4,7 +4,7 @@ it runs, its parameters included)."""
 
 import uuid
 
-from keysvc.roles import ROLE_NAME_TAKEN
+from keysvc.domain.roles import ROLE_NAME_TAKEN
 from tests.helpers import Client, Creds, assert_error, create_role
 
 

@@ -5,9 +5,9 @@ from typing import Any
 
 import pytest
 
-from keysvc.app import create_app
 from keysvc.config import Settings
-from keysvc.state import HASHER
+from keysvc.http.app import create_app
+from keysvc.http.state import HASHER
 from tests.helpers import (
     UNAUTHORIZED,
     Client,

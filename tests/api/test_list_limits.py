@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from marshmallow import Schema, fields, validate
 
-from keysvc import schemas
-from keysvc.keys import STRONGER_KEY
-from keysvc.roles import STRONGER_ROLE, SYSTEM
+from keysvc.domain.keys import STRONGER_KEY
+from keysvc.domain.roles import STRONGER_ROLE, SYSTEM
+from keysvc.http import schemas
 from tests.helpers import Client, Creds, assert_error, assert_ok, create, create_creds, create_role
 
 REQUEST_SCHEMAS = {

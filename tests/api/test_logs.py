@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from keysvc.credentials import new_key_id, new_secret
+from keysvc.http.state import STORE
 from keysvc.logs import (
     configure_logging,
 )
-from keysvc.state import STORE
 from tests.helpers import Client, Creds, basic, create_creds
 from tests.logs import (
     KEY,

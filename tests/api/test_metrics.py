@@ -11,9 +11,10 @@ import prometheus_client
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from keysvc.app import create_app
 from keysvc.config import ConfigError, Settings, build_settings
 from keysvc.credentials import new_key_id, new_secret
+from keysvc.http.app import create_app
+from keysvc.http.state import METRICS, STORE
 from keysvc.metrics import (
     AUTH,
     AUTH_REASONS,
@@ -23,7 +24,6 @@ from keysvc.metrics import (
     REQUESTS,
     RequestTallies,
 )
-from keysvc.state import METRICS, STORE
 from tests.helpers import (
     Client,
     ClientFactory,

@@ -10,8 +10,8 @@ import pytest
 
 from keysvc.db import keys as store
 from keysvc.db.dialect import Sql
+from keysvc.http.state import IN_FLIGHT
 from keysvc.metrics import KEYS_COUNTED_EVERY_SECONDS
-from keysvc.state import IN_FLIGHT
 from tests.api.test_metrics import scrape, status_of, value
 from tests.helpers import Client, Creds, FakeClock, create_creds
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from keysvc import schemas
+from keysvc.http import schemas
 from tests.helpers import Client, Creds, assert_error, assert_ok, create, create_role
 
 # Bidi embeddings and overrides, bidi isolates, zero-width space, non-joiner and joiner,

@@ -9,7 +9,7 @@ import pytest
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
-from keysvc.routes import is_public
+from keysvc.http.routes import is_public
 from tests.helpers import Client, Creds, create, create_creds, hash_data
 
 # The contract as shared with the project, and the copy kept here so the test runs in any

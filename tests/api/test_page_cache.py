@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from keysvc.config import Settings
-from keysvc.handlers import keys as keys_handlers
-from keysvc.state import STORE
+from keysvc.http.state import STORE
+from keysvc.http.views import keys as keys_handlers
 from tests.handsql import hand_sql
 from tests.helpers import (
     Client,

@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from keysvc.db.store import Store
-from keysvc.state import STORE
+from keysvc.http.state import STORE
 from tests.helpers import Client, Creds, assert_ok, count_reads, count_statements, create_creds
 
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from keysvc.config import build_settings
-from keysvc.schemas import MAX_PERMISSIONS, MAX_ROLE_IDS
-from keysvc.state import STORE
+from keysvc.http.schemas import MAX_PERMISSIONS, MAX_ROLE_IDS
+from keysvc.http.state import STORE
 from tests.api.roles import keys_url, roles_url
 from tests.helpers import (
     Client,

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from keysvc.roles import ROLE_NAME_TAKEN
+from keysvc.domain.roles import ROLE_NAME_TAKEN
 from tests.api.roles import (
     ADMIN_ROLE,
     BAD_PERMISSION,

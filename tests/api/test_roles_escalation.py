@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from keysvc.roles import STRONGER_ROLE
+from keysvc.domain.roles import STRONGER_ROLE
 from tests.api.roles import (
     ADMIN_ROLE,
     MANAGER,

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from keysvc.domain.keys import STRONGER_KEY, change_key
+from keysvc.domain.roles import OWN_ROLES, STRONGER_ACTOR, STRONGER_ROLE, change_role
 from keysvc.errors import Forbidden
-from keysvc.keys import STRONGER_KEY, change_key
+from keysvc.http.state import STORE
 from keysvc.models import KeyChange
-from keysvc.roles import OWN_ROLES, STRONGER_ACTOR, STRONGER_ROLE, change_role
-from keysvc.state import STORE
 from keysvc.timeutil import utcnow
 from tests.api.roles import (
     ADMIN_ROLE,

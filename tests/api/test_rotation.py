@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from keysvc.credentials import new_key_id, new_secret
-from keysvc.keys import DISABLED, EXPIRED, ROTATED_BY_PREVIOUS, STRONGER_KEY
-from keysvc.schemas import MAX_GRACE_SECONDS
-from keysvc.state import STORE
+from keysvc.domain.keys import DISABLED, EXPIRED, ROTATED_BY_PREVIOUS, STRONGER_KEY
+from keysvc.http.schemas import MAX_GRACE_SECONDS
+from keysvc.http.state import STORE
 from keysvc.timeutil import from_text, to_text
 from tests.api.rotation import post_rotate, rotate, rotate_url, works
 from tests.helpers import (

@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from jsonschema import Draft202012Validator
 
-from keysvc import render
 from keysvc.config import Settings
 from keysvc.credentials import new_key_id, new_secret
+from keysvc.http import render
+from keysvc.http.responses import ApiKeySchema
+from keysvc.http.state import HASHER, STORE
 from keysvc.models import Key, Role
-from keysvc.responses import ApiKeySchema
-from keysvc.state import HASHER, STORE
 from tests.api.refusals import invalid_credentials, refusal
 from tests.api.rotation import post_rotate, rotate, works
 from tests.handsql import hand_sql, hand_value

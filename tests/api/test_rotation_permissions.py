@@ -5,7 +5,7 @@ limit it may not lift on itself through a sibling's fresh credentials."""
 
 from datetime import timedelta
 
-from keysvc.keys import ROTATE_OTHER_REFUSED
+from keysvc.domain.keys import ROTATE_OTHER_REFUSED
 from tests.api.rotation import post_rotate, rotate, works
 from tests.helpers import Client, Creds, FakeClock, assert_error, create_creds, create_role
 

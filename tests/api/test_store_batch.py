@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from keysvc.activities import SYSTEM, announcer
 from keysvc.db import createbatch as store_module
 from keysvc.db.store import Store
+from keysvc.domain.activities import SYSTEM, announcer
 from keysvc.errors import Conflict
+from keysvc.http.state import CLOCK, HASHER, SETTINGS, STORE
 from keysvc.models import Key, NewKey
-from keysvc.state import CLOCK, HASHER, SETTINGS, STORE
 from keysvc.timeutil import to_minute, to_text
 from tests.helpers import Client, Creds, FakeClock, count_statements
 

@@ -5,7 +5,7 @@ body dead and its docstring describing code that never runs."""
 import inspect
 
 from keysvc.db.store import Store
-from keysvc.state import STORE
+from keysvc.http.state import STORE
 from tests.helpers import Client, Creds
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from keysvc.config import Settings
-from keysvc.state import STORE
+from keysvc.http.state import STORE
 from tests.api.usage import (
     MOMENT,
     NOTHING,

@@ -3,7 +3,7 @@
 
 import pytest
 
-from keysvc.queries import MAX_USAGE_BUCKETS
+from keysvc.http.queries import MAX_USAGE_BUCKETS
 from tests.api.usage import clock_at_moment, usage, written
 from tests.helpers import Client, Creds, FakeClock, assert_ok, create_creds
 

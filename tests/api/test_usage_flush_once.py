@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from keysvc.db import usage as usage_sql
-from keysvc.state import STORE
+from keysvc.http.state import STORE
 from tests.helpers import Client, Creds
 
 

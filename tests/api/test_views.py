@@ -1,4 +1,4 @@
-"""The hand-written key answers (keysvc.render) are exactly what the marshmallow
+"""The hand-written key answers (keysvc.http.render) are exactly what the marshmallow
 schemas dump, and the envelopes byte for byte what json.dumps makes of the body."""
 
 import dataclasses
@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from keysvc import envelope, render
+from keysvc.http import envelope, render
+from keysvc.http.responses import ApiKeySchema, CreateKeyResultSchema
+from keysvc.http.state import STORE
 from keysvc.models import Key, Role
-from keysvc.responses import ApiKeySchema, CreateKeyResultSchema
-from keysvc.state import STORE
 from tests.helpers import Client, Creds, create, create_role, hash_data
 
 ROLE_AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

@@ -3,7 +3,7 @@ public view, so creating one needs keys:read besides webhooks:write; listing web
 and their deliveries shows no event body, so webhooks:read is enough there."""
 
 from keysvc.config import Settings
-from keysvc.webhooks import KEY_EVENTS_REFUSED
+from keysvc.domain.webhooks import KEY_EVENTS_REFUSED
 from tests.api.webhooks import ALL_EVENTS, attempted, create_webhook, hooks_url, private_client
 from tests.helpers import (
     Client,

@@ -4,7 +4,7 @@ minute, the outcomes answered, and reading a key's series."""
 from datetime import UTC, datetime
 from typing import Any
 
-from keysvc.state import STORE
+from keysvc.http.state import STORE
 from tests.helpers import Client, Creds, FakeClock, assert_ok
 
 # Inside a minute, so that rounding to whole buckets shows.

@@ -24,7 +24,7 @@ from typing import IO, Any
 
 import pytest
 
-from keysvc.backup import BackupDamaged, make_backup
+from keysvc.ops.backup import BackupDamaged, make_backup
 from tests.helpers import Creds, basic
 from tests.server import Server, admin_creds, bootstrap, free_port, integrity, keysvc
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from keysvc.config import Settings, build_settings
-from keysvc.connections import LOG_INTERVAL_SECONDS, SPARE_DESCRIPTORS
 from keysvc.errors import BadFraming
+from keysvc.http.connections import LOG_INTERVAL_SECONDS, SPARE_DESCRIPTORS
 from tests.server import Server, admin_creds, bootstrap
 
 

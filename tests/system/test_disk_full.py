@@ -1,6 +1,6 @@
 """A full disk: writes answer 507 "database disk is full" with a short log line now
 and then, reads go on, /readyz is not ready, and writes resume by themselves once
-there is space, with every acknowledged key still there (keysvc.diskspace).
+there is space, with every acknowledged key still there (keysvc.db.diskspace).
 
 The database lives on a small tmpfs mounted for the test (it runs as root), filled
 to the last byte, then grown with a remount."""
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from keysvc.app import create_app
 from keysvc.config import Settings
+from keysvc.http.app import create_app
 from tests.helpers import ClientFactory, FakeClock, assert_error, assert_ok, bootstrap, create_creds
 from tests.server import integrity
 

@@ -20,7 +20,7 @@ import asyncpg
 import pytest
 
 from keysvc.db.migrations import schema_version
-from keysvc.migrate import TABLES
+from keysvc.ops.migrate import TABLES
 from tests.helpers import hash_data
 from tests.postgres import PEPPER, Postgres
 from tests.receiver import Receiver, signature_valid

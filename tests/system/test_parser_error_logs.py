@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from keysvc.middleware import PARSER_ERROR_LINES, PARSER_ERROR_SECONDS
+from keysvc.http.middleware import PARSER_ERROR_LINES, PARSER_ERROR_SECONDS
 from tests.server import Server, bootstrap
 
 

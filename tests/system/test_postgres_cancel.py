@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from keysvc import keys
 from keysvc.credentials import ACTIVITY_CHAIN, Hasher
 from keysvc.db.pgstore import PgStore
+from keysvc.domain import keys
 from keysvc.models import Actor, Key
 from tests.postgres import Postgres
 

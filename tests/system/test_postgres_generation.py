@@ -14,10 +14,10 @@ from typing import Any
 import asyncpg
 import pytest
 
-from keysvc.app import create_app
 from keysvc.config import Settings
 from keysvc.db.freshness import GENERATION
-from keysvc.state import STORE
+from keysvc.http.app import create_app
+from keysvc.http.state import STORE
 from tests.helpers import Client, ClientFactory, assert_ok, bootstrap, create_creds
 from tests.postgres import PEPPER, Postgres
 

@@ -1,5 +1,5 @@
 """Request limits and the failed-login throttle shared by two instances on one
-PostgreSQL database (keysvc.sharedlimits): two apps from create_app on the same
+PostgreSQL database (keysvc.domain.sharedlimits): two apps from create_app on the same
 database (tests/postgres.py), each with its own counters, as two `keysvc serve`
 processes have, and two real `keysvc serve --workers 2` once. With --shared-limits
 off each counts on its own, so the same traffic passes each limit twice: what shows
@@ -17,14 +17,14 @@ from typing import Any
 import asyncpg
 import pytest
 
-from keysvc.app import create_app
 from keysvc.config import Settings, build_settings
 from keysvc.credentials import new_secret
 from keysvc.db.migrations import MIGRATIONS, SHARED_LIMITS_STEP, schema_version
 from keysvc.db.pgschema import POSTGRES_MIGRATIONS
 from keysvc.db.pgstore import PgStore
-from keysvc.sharedlimits import BUDGET_SHARE, SharedCounts, budget_of
-from keysvc.state import LIMITS
+from keysvc.domain.sharedlimits import BUDGET_SHARE, SharedCounts, budget_of
+from keysvc.http.app import create_app
+from keysvc.http.state import LIMITS
 from tests.helpers import Client, ClientFactory, Creds, FakeClock, basic, bootstrap, create_creds
 from tests.postgres import PEPPER, Postgres
 from tests.server import Server, call, keysvc

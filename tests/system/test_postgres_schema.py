@@ -24,7 +24,7 @@ TYPES = {"text": "text", "integer": "bigint", "blob": "bytea", "real": "double p
 SQLITE_ONLY_TRIGGERS = {"api_keys_roles_dropped"}
 POSTGRES_ONLY_TRIGGERS = {"meta_auth_announced"}
 # The instances' shared rate counters: SQLite's one instance counts in memory
-# (keysvc.sharedlimits); its numbered step there is a no-op.
+# (keysvc.domain.sharedlimits); its numbered step there is a no-op.
 POSTGRES_ONLY_TABLES = {"shared_limits"}
 
 ORG = "00000000-0000-4000-8000-000000000001"

@@ -1,4 +1,4 @@
-"""keysvc.db.pgstore: the domain (keysvc.keys) on PostgreSQL, and several instances
+"""keysvc.db.pgstore: the domain (keysvc.domain.keys) on PostgreSQL, and several instances
 (stores) on one database, on a real server (tests/postgres.py). Writes are serial
 across instances (the key cap and the activity chains hold under concurrent
 creates), a change made through one is seen by the other's next read, and a lost
@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 import asyncpg
 import pytest
 
-from keysvc import keys
 from keysvc.credentials import ACTIVITY_CHAIN, Hasher
 from keysvc.db.pgstore import Notifications, PgStore
+from keysvc.domain import keys
 from keysvc.errors import Conflict
 from keysvc.models import Actor, Key
 from tests.helpers import hash_data

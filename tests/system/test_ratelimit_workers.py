@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from keysvc.credentials import new_key_id, new_secret
-from keysvc.ratelimit import FAILURE_WINDOW
+from keysvc.domain.ratelimit import FAILURE_WINDOW
 from tests.helpers import basic
 from tests.server import Server, bootstrap
 

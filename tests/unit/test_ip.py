@@ -5,7 +5,7 @@ import ipaddress
 
 import pytest
 
-from keysvc.auth import address_allowed, client_address
+from keysvc.http.auth import address_allowed, client_address
 
 NETS = ipaddress.ip_network
 TRUSTED = (NETS("127.0.0.0/8"), NETS("10.0.0.0/8"))

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from keysvc import access
 from keysvc import logs as logs_module
 from keysvc.config import ConfigError, build_settings
+from keysvc.http import access
 from keysvc.logs import (
     AccessLines,
     JsonFormatter,

@@ -7,7 +7,7 @@ import sqlite3
 
 from keysvc.db.migrations import schema_sql
 from keysvc.db.pgschema import postgres_schema_sql
-from keysvc.migrate import TABLES
+from keysvc.ops.migrate import TABLES
 
 
 def _sqlite_schema() -> sqlite3.Connection:

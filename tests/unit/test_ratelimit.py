@@ -6,7 +6,7 @@ import ipaddress
 import pytest
 
 from keysvc.config import ConfigError, build_settings
-from keysvc.ratelimit import FAILURE_WINDOW, FailureSketch, WindowCounter
+from keysvc.domain.ratelimit import FAILURE_WINDOW, FailureSketch, WindowCounter
 
 
 def test_window_counter_counts_resets_and_stays_bounded() -> None:

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from keysvc import keys
 from keysvc.config import Settings
 from keysvc.db.store import open_checked
+from keysvc.domain import keys
 from keysvc.timeutil import to_minute, utcnow
 
 # Long enough that the close, asked for once the commit has run, comes before the

@@ -1,0 +1,201 @@
+"""What the activity log says of each write: the activities a key or role change
+makes, with the public values before and after (never a secret or a hash), who
+made it (``Actor``), and the log's signed list cursor.
+
+The types and keyUpdateTypes are upstream's where upstream has one; keysvc adds
+the role events, ``key_used_after_revoke`` and the ``rate-limit-changed`` and
+``key-rotated`` updates (``ADDED_TYPES``, ``ADDED_UPDATE_TYPES``). A PATCH makes
+one activity per kind of change, each with its keyUpdateType; a PATCH that
+changes nothing makes none.
+Recording is ``Store.record``, inside the write's own transaction.
+"""
+
+import unicodedata
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from keysvc.credentials import Hasher
+from keysvc.domain import cursors
+from keysvc.errors import BadRequest
+from keysvc.models import Activity, ActivityPage, Actor, Key, RoleDetail
+from keysvc.timeutil import to_text
+
+KEY_CREATE, KEY_DELETE, KEY_UPDATE = "key_create", "key_delete", "openapi_key_update"
+ROLE_CREATE, ROLE_UPDATE, ROLE_DELETE = "role_create", "role_update", "role_delete"
+KEY_USED_AFTER_REVOKE = "key_used_after_revoke"
+# The state a deleted key's use is recorded with (keysvc.db.keys.CREDENTIAL's tombstones).
+DELETED = "deleted"
+UPSTREAM_TYPES = (KEY_CREATE, KEY_DELETE, KEY_UPDATE)
+ADDED_TYPES = (ROLE_CREATE, ROLE_UPDATE, ROLE_DELETE, KEY_USED_AFTER_REVOKE)
+RATE_LIMIT_CHANGED, KEY_ROTATED = "rate-limit-changed", "key-rotated"
+ADDED_UPDATE_TYPES = (RATE_LIMIT_CHANGED, KEY_ROTATED)
+ACTOR_TYPES = ("system", "api")
+# The longest User-Agent kept: enough for any browser's, and a bound on what a
+# client can make every record of its writes carry.
+MAX_USER_AGENT = 512
+SYSTEM = Actor("system")
+# What the seal of a database from before the log records its keys and roles as made by.
+PRE_LOG = Actor("system", details="existed before the activity log")
+
+# What a key's public view holds, and the keyUpdateType of a change to each field.
+_KEY_UPDATES = {
+    "name": "name-changed",
+    "state": "state-changed",
+    "expireAt": "date-changed",
+    "ipAccessList": "ip-access-list-changed",
+    "assignedRoles": "role-changed",
+    "rateLimit": RATE_LIMIT_CHANGED,
+}
+
+
+def key_view(key: Key) -> dict[str, Any]:
+    """The values of a key an activity keeps: what a PATCH can change."""
+    return {
+        "name": key.name,
+        "state": key.state,
+        "expireAt": None if key.expire_at is None else to_text(key.expire_at),
+        "ipAccessList": key.ip_access_list,
+        "assignedRoles": [{"roleId": r.id, "roleName": r.name} for r in key.roles],
+        "rateLimit": None
+        if key.rate_limit is None
+        else {"limit": key.rate_limit[0], "windowSeconds": key.rate_limit[1]},
+    }
+
+
+def key_created(key: Key, actor: Actor, now: datetime) -> Activity:
+    return Activity(
+        key.organization_id, KEY_CREATE, actor, now, "created", key.id, after=key_view(key)
+    )
+
+
+def announcer(actor: Actor, now: datetime) -> Callable[[Key], Activity]:
+    """The activity of a create by ``actor``, once its key is made (``Store.create_key``)."""
+    return lambda key: key_created(key, actor, now)
+
+
+def key_deleted(key: Key, actor: Actor, now: datetime) -> Activity:
+    return Activity(
+        key.organization_id, KEY_DELETE, actor, now, "deleted", key.id, before=key_view(key)
+    )
+
+
+def key_changed(before: Key, after: Key, actor: Actor, now: datetime) -> list[Activity]:
+    """One activity per kind of change from ``before`` to ``after``; none if none changed."""
+    old, new = key_view(before), key_view(after)
+    return [
+        Activity(
+            after.organization_id,
+            KEY_UPDATE,
+            actor,
+            now,
+            update,
+            after.id,
+            before={field: old[field]},
+            after={field: new[field]},
+        )
+        for field, update in _KEY_UPDATES.items()
+        if old[field] != new[field]
+    ]
+
+
+def key_rotated(before: Key, after: Key, actor: Actor, now: datetime) -> Activity:
+    """A rotation: which key ID suffix the key answered to, which it answers to now, and
+    until when the replaced credentials still work (null: no longer)."""
+
+    def view(key: Key) -> dict[str, Any]:
+        until = key.previous_until
+        return {
+            "keySuffix": key.key_suffix,
+            "previousCredentialExpiresAt": None if until is None else to_text(until),
+        }
+
+    return Activity(
+        after.organization_id, KEY_UPDATE, actor, now, KEY_ROTATED, after.id,
+        before=view(before), after=view(after),
+    )  # fmt: skip
+
+
+def key_used_after_revoke(key: Key, actor: Actor, now: datetime) -> Activity:
+    """A request with valid credentials of a disabled or deleted key (``after``'s state
+    says which): the actor is that key."""
+    return Activity(
+        key.organization_id, KEY_USED_AFTER_REVOKE, actor, now, target_key_id=key.id,
+        after={"state": key.state},
+    )  # fmt: skip
+
+
+def role_view(detail: RoleDetail) -> dict[str, Any]:
+    return {
+        "name": detail.role.name,
+        "permissions": list(detail.role.permissions),
+        "actors": list(detail.actors),
+    }
+
+
+def role_created(detail: RoleDetail, actor: Actor, now: datetime) -> Activity:
+    return Activity(
+        detail.organization_id, ROLE_CREATE, actor, now, target_role_id=detail.role.id,
+        after=role_view(detail),
+    )  # fmt: skip
+
+
+def role_changed(
+    before: RoleDetail, after: RoleDetail, actor: Actor, now: datetime
+) -> Activity | None:
+    """The activity of a role change, with only the fields that changed; None if none did."""
+    old, new = role_view(before), role_view(after)
+    changed = [field for field in old if old[field] != new[field]]
+    if not changed:
+        return None
+    return Activity(
+        after.organization_id, ROLE_UPDATE, actor, now, target_role_id=after.role.id,
+        before={f: old[f] for f in changed}, after={f: new[f] for f in changed},
+    )  # fmt: skip
+
+
+def role_deleted(detail: RoleDetail, actor: Actor, now: datetime) -> Activity:
+    return Activity(
+        detail.organization_id, ROLE_DELETE, actor, now, target_role_id=detail.role.id,
+        before=role_view(detail),
+    )  # fmt: skip
+
+
+def bounded_user_agent(value: str | None) -> str | None:
+    """The User-Agent as kept: at most MAX_USER_AGENT characters, with control
+    characters and what cannot be stored as UTF-8 (a lone surrogate from a header's
+    undecodable bytes) replaced by U+FFFD, so that neither a log line nor the JSON it
+    is rendered in can be broken by it."""
+    if not value:
+        return None
+    text = value[:MAX_USER_AGENT].encode("utf-8", "replace").decode("utf-8")
+    return "".join("\ufffd" if unicodedata.category(ch) == "Cc" else ch for ch in text)
+
+
+def api_actor(key: Key, address: object | None, user_agent: str | None) -> Actor:
+    """A key calling over the API, from the client ``address`` keysvc believes."""
+    return Actor(
+        "api", key.id, None if address is None else str(address), bounded_user_agent(user_agent)
+    )
+
+
+BAD_CURSOR = cursors.BAD_CURSOR
+BAD_RANGE = "from_date: must not be after to_date"
+_CURSOR = "activity cursor"
+
+
+def decode_cursor(hasher: Hasher, organization_id: str, cursor: str | None) -> int:
+    """The place in the chain a cursor stands for; 0 for none; a forged one is a 400."""
+    return cursors.decode(hasher, _CURSOR, organization_id, cursor)
+
+
+def next_cursor(hasher: Hasher, organization_id: str, page: ActivityPage) -> str | None:
+    if not page.more:
+        return None
+    return cursors.encode(hasher, _CURSOR, organization_id, page.activities[-1].org_seq)
+
+
+def check_range(params: Mapping[str, Any]) -> None:
+    since, until = params.get("from_date"), params.get("to_date")
+    if since is not None and until is not None and since > until:
+        raise BadRequest(BAD_RANGE)

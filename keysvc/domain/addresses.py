@@ -1,0 +1,37 @@
+"""IP access list sources: the networks they name, in the one form keysvc keeps
+and matches them in.
+
+A client seen as an IPv4-mapped IPv6 address (``::ffff:a.b.c.d``) is that IPv4
+client (``keysvc.http.auth``), so a source written in the mapped form means the
+IPv4 network and is kept as such; an IPv4 netmask or hostmask
+(``127.0.0.0/255.0.0.0``, ``127.0.0.0/0.255.255.255``) is kept as the prefix
+length it means (``127.0.0.0/8``). Any other source is kept as written.
+"""
+
+import ipaddress
+
+from keysvc.config import IPNetwork
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+_MAPPED_PREFIX = 96  # ::ffff:0:0/96 holds the IPv4-mapped addresses
+
+
+def network_of(source: str) -> IPNetwork:
+    """The network ``source`` names, an IPv4-mapped one as IPv4; ValueError if it
+    names none, or has host bits set."""
+    network = ipaddress.ip_network(source, strict=True)
+    if isinstance(network, ipaddress.IPv6Network) and network.prefixlen >= _MAPPED_PREFIX:
+        mapped = network.network_address.ipv4_mapped
+        if mapped is not None:
+            return ipaddress.IPv4Network((mapped, network.prefixlen - _MAPPED_PREFIX))
+    return network
+
+
+def kept_source(source: str) -> str:
+    """``source`` as it is stored: see the module docstring. ``source`` names a network."""
+    network = network_of(source)
+    address, slash, length = source.partition("/")
+    mapped = network.version == 4 and ":" in address
+    if not mapped and "." not in length:
+        return source
+    return network.with_prefixlen if slash else str(network.network_address)

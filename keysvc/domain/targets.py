@@ -1,0 +1,171 @@
+"""Where webhooks may be sent: the URL rules checked at create, and the resolver that
+checks every address again at delivery (server-side request forgery).
+
+A webhook URL is http or https, carries no credentials, and (unless
+KEYSVC_WEBHOOK_ALLOW_PRIVATE is on) names a host that is, and resolves only to,
+public addresses: not loopback, private, link-local, multicast, reserved or
+unspecified, IPv4 or IPv6, an IPv4-mapped IPv6 address judged as its IPv4 one, and
+a 6to4 or Teredo one refused unless the IPv4 addresses it wraps are public too. A
+host that is no address is a DNS name: labels of letters, digits, ``-`` and ``_``,
+none empty or longer than 63 characters, and valid IDNA where it says it is. A
+name resolved again at delivery may answer differently (DNS rebinding): the
+delivery's connector resolves through ``GuardedResolver``, which drops such
+addresses, so the connection goes to an address that was checked.
+"""
+
+import asyncio
+import ipaddress
+import re
+import socket
+from typing import Any
+
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
+from yarl import URL
+
+from keysvc.domain.addresses import IPAddress
+from keysvc.errors import BadRequest
+from keysvc.http.schemas import MAX_WEBHOOK_URL
+
+# How long a create waits for the URL's host to resolve.
+RESOLVE_SECONDS = 5.0
+NOT_A_URL = "url: is not a URL; give one such as https://example.com/hooks"
+# A DNS name as a host: at most 253 characters, in labels of 1 to 63 (RFC 1035); ``_``
+# is allowed, as some service names hold it.
+MAX_NAME, LABEL = 253, re.compile(r"[a-z0-9_-]{1,63}")
+# Ranges Python's ``is_global`` counts as global that reach no public host: the IETF
+# protocol assignments (192.0.0.0/24, beyond its /29 and /31 that ``is_private``
+# names) and the 6to4 relay anycast prefix.
+NOT_PUBLIC = (ipaddress.ip_network("192.0.0.0/24"), ipaddress.ip_network("192.88.99.0/24"))
+PRIVATE_TARGET = (
+    "url: {host} is, or resolves to, a loopback, private or otherwise non-public address;"
+    " give a public host (an operator may allow private targets with"
+    " KEYSVC_WEBHOOK_ALLOW_PRIVATE=1)"
+)
+
+
+class BlockedAddress(OSError):
+    """The host resolved only to addresses a webhook may not be sent to."""
+
+
+def is_public(address: IPAddress) -> bool:
+    """Whether a webhook may be sent to ``address``. An IPv4-mapped address is its IPv4
+    one; a 6to4 or Teredo address is public only if the IPv4 addresses it carries are
+    too, as a relay would deliver to them."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return is_public(address.ipv4_mapped)
+        wrapped = [address.sixtofour, *(address.teredo or ())]
+        if not all(is_public(inner) for inner in wrapped if inner is not None):
+            return False
+    return (
+        address.is_global
+        and not (
+            address.is_loopback
+            or address.is_private
+            or address.is_link_local
+            or address.is_multicast
+            or address.is_reserved
+            or address.is_unspecified
+        )
+        and not any(address in network for network in NOT_PUBLIC)
+    )
+
+
+def ip_literal(host: str) -> IPAddress | None:
+    """The address ``host`` is written as, if it is one. yarl gives an IPv6 literal
+    unbracketed, the only host with a ``:``; only there does ``%`` start a zone ID, left
+    out. Anywhere else ``%`` makes the host no address."""
+    if ":" in host:
+        host = host.partition("%")[0]
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def _valid_host(url: URL) -> bool:
+    """Whether ``url``'s host is an IPv6 literal, or a name (an IPv4 literal is one)
+    whose labels are well formed and whose IDNA labels decode."""
+    host = url.raw_host or ""
+    if ":" in host:
+        return ip_literal(host) is not None
+    name = host.removesuffix(".")
+    if len(name) > MAX_NAME or not all(LABEL.fullmatch(label) for label in name.split(".")):
+        return False
+    try:
+        return bool(url.host)  # decodes the IDNA labels
+    except UnicodeError:
+        return False
+
+
+def parse_url(text: str) -> URL:
+    """``text`` as a webhook URL, or the 400 that says what to change. Addresses are
+    not checked here (``check_addresses``)."""
+    if len(text) > MAX_WEBHOOK_URL:
+        raise BadRequest(f"url: must be at most {MAX_WEBHOOK_URL} characters")
+    try:
+        url = URL(text)
+    except ValueError:
+        raise BadRequest(NOT_A_URL) from None
+    if url.scheme not in ("http", "https"):
+        raise BadRequest("url: must start with https:// or http://")
+    if not url.raw_host:
+        raise BadRequest("url: has no host; give one such as https://example.com/hooks")
+    if not _valid_host(url):
+        raise BadRequest(NOT_A_URL)
+    if url.user is not None or url.password is not None:
+        raise BadRequest("url: must not carry a user name or password")
+    if url.fragment:
+        raise BadRequest("url: must not have a #fragment")
+    return url
+
+
+async def check_addresses(url: URL, allow_private: bool) -> None:
+    """Refuse ``url`` (400) when its host is, or resolves to, a non-public address, or
+    does not resolve; with ``allow_private``, anything goes."""
+    if allow_private:
+        return
+    host = url.raw_host or ""
+    literal = ip_literal(host)
+    if literal is not None:
+        addresses = [literal]
+    else:
+        try:
+            async with asyncio.timeout(RESOLVE_SECONDS):
+                infos = await asyncio.get_running_loop().getaddrinfo(
+                    host, url.port, type=socket.SOCK_STREAM
+                )
+        except (OSError, UnicodeError, TimeoutError):
+            raise BadRequest(f"url: the host {host[:255]} does not resolve") from None
+        addresses = [ipaddress.ip_address(str(info[4][0]).partition("%")[0]) for info in infos]
+    if not addresses or not all(is_public(address) for address in addresses):
+        raise BadRequest(PRIVATE_TARGET.format(host=host[:255]))
+
+
+class GuardedResolver(AbstractResolver):
+    """aiohttp's resolver, less the addresses a webhook may not be sent to; none left
+    is a ``BlockedAddress``. The connector then connects to what this returned."""
+
+    def __init__(self, allow_private: bool) -> None:
+        self._inner = DefaultResolver()
+        self._allow_private = allow_private
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        found = await self._inner.resolve(host, port, family)
+        if self._allow_private:
+            return found
+        kept = [entry for entry in found if _public_entry(entry)]
+        if not kept:
+            raise BlockedAddress(f"{host} resolves to no public address")
+        return kept
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+def _public_entry(entry: ResolveResult | dict[str, Any]) -> bool:
+    literal = ip_literal(str(entry["host"]))
+    return literal is not None and is_public(literal)

@@ -1,0 +1,130 @@
+"""Webhook subscriptions and the events keysvc sends them: the rules of a subscription
+(its URL, events and limits), its signing secret, shown once, the delivery log's
+signed cursor, and ``enqueue``, the one call a write makes, inside its transaction,
+to send an event.
+
+A webhook's secret is not stored: the webhook keeps a random nonce, and the secret
+is derived from it with a key that comes from the pepper (``Hasher.webhook_secret``).
+"""
+
+import secrets
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from keysvc.credentials import Hasher
+from keysvc.db import outbox
+from keysvc.db import webhooks as webhook_sql
+from keysvc.db.store import Store
+from keysvc.db.webhooks import Delivery, Webhook
+from keysvc.domain import cursors
+from keysvc.domain.permissions import has_permission
+from keysvc.domain.targets import check_addresses, parse_url
+from keysvc.errors import Conflict, Forbidden, NotFound
+from keysvc.http.schemas import DEFAULT_EXPIRING_DAYS, MAX_WEBHOOKS_PER_ORG
+from keysvc.models import Key
+
+NONCE_BYTES = 32
+NOT_FOUND = "webhook not found in this organization"
+_CURSOR = "webhook deliveries position"
+# A key event's data is the key's public view: a subscription to one reads keys, so
+# it asks for what reading them asks for.
+KEY_EVENTS_NEED = "keys:read"
+KEY_EVENTS_REFUSED = (
+    f"events: subscribing to key events also needs the permission {KEY_EVENTS_NEED},"
+    " which this key lacks: create the webhook with a key that holds it"
+)
+
+
+@dataclass(frozen=True)
+class Created:
+    """A stored webhook, and its signing secret (shown once)."""
+
+    webhook: Webhook
+    secret: str
+
+
+@dataclass(frozen=True)
+class DeliveryPage:
+    deliveries: list[Delivery]
+    more: bool
+    total: int
+
+
+# The one call a write makes, inside its transaction, to send an event: the event goes
+# to the organization's webhooks subscribed to its type (among ``webhook_ids``, when
+# given), and is delivered only if that transaction commits, then at least once. Its
+# data holds public fields only, never a secret or a hash.
+enqueue = outbox.enqueue
+
+
+async def create_webhook(
+    store: Store,
+    hasher: Hasher,
+    caller: Key,
+    organization_id: str,
+    data: dict[str, Any],
+    now: datetime,
+    allow_private: bool,
+) -> Created:
+    """Store a webhook from a validated body; its URL's host must be public unless
+    ``allow_private`` (``keysvc.domain.targets``). Its events' data must be data ``caller``
+    may read (``KEY_EVENTS_NEED``)."""
+    if any(event.startswith("key.") for event in data["events"]) and not has_permission(
+        caller.permissions, KEY_EVENTS_NEED
+    ):
+        raise Forbidden(KEY_EVENTS_REFUSED)
+    url = parse_url(data["url"])
+    await check_addresses(url, allow_private)
+    events = tuple(dict.fromkeys(data["events"]))
+    nonce = secrets.token_bytes(NONCE_BYTES)
+    async with store.transaction("create_webhook") as conn:
+        if await webhook_sql.count_webhooks(conn, organization_id) >= MAX_WEBHOOKS_PER_ORG:
+            raise Conflict(
+                f"this organization has reached its limit of {MAX_WEBHOOKS_PER_ORG} webhooks;"
+                " delete one first"
+            )
+        webhook = await webhook_sql.insert_webhook(
+            conn,
+            str(uuid.uuid4()),
+            organization_id,
+            str(url),
+            events,
+            data.get("expiringDays", DEFAULT_EXPIRING_DAYS),
+            nonce,
+            now,
+        )
+    return Created(webhook, hasher.webhook_secret(nonce))
+
+
+async def list_webhooks(store: Store, organization_id: str) -> list[Webhook]:
+    return await webhook_sql.list_webhooks(store.reader, organization_id)
+
+
+async def get_webhook(store: Store, organization_id: str, webhook_id: str) -> Webhook:
+    webhook = await webhook_sql.get_webhook(store.reader, organization_id, webhook_id)
+    if webhook is None:
+        raise NotFound(NOT_FOUND)
+    return webhook
+
+
+async def delete_webhook(store: Store, organization_id: str, webhook_id: str) -> None:
+    """Delete the webhook, and with it its deliveries, pending ones included."""
+    async with store.transaction("delete_webhook") as conn:
+        if not await webhook_sql.delete_webhook(conn, organization_id, webhook_id):
+            raise NotFound(NOT_FOUND)
+
+
+async def deliveries(
+    store: Store, hasher: Hasher, organization_id: str, webhook_id: str, cursor: str | None,
+    limit: int,
+) -> tuple[DeliveryPage, str | None]:  # fmt: skip
+    """A page of the webhook's deliveries, newest first, and the next page's cursor."""
+    await get_webhook(store, organization_id, webhook_id)
+    before = None if cursor is None else cursors.decode(hasher, _CURSOR, webhook_id, cursor)
+    found, more, total = await webhook_sql.delivery_page(store.reader, webhook_id, before, limit)
+    following = None
+    if more:
+        following = cursors.encode(hasher, _CURSOR, webhook_id, found[-1].seq)
+    return DeliveryPage(found, more, total), following

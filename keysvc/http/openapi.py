@@ -1,0 +1,580 @@
+"""The OpenAPI 3.1 document, generated from the marshmallow schemas by apispec.
+
+Components carry the upstream names (ApiKey, ApiKeyPostRequest, RBACRole, …)
+and operations the upstream operationIds, so a client generated from either
+document works against keysvc. What keysvc adds to an upstream shape is
+marked ``x-keysvc-addition`` and says so in its description. Every operation
+lists every status it can answer, each with the error envelope.
+
+Request schemas say in JSON Schema what the marshmallow validators check in
+Python (name trimming, permission syntax, hash encoding, …), so that a body
+the document allows is one keysvc accepts and the other way round; what no
+JSON Schema can say (expireAt in the future, IDs that must exist, a cursor
+keysvc issued) is in the descriptions. One known difference goes the other way:
+``expireAt`` is ``date-time`` (RFC 3339) here, and keysvc also accepts the other
+ISO-8601 forms Python's ``datetime.fromisoformat`` reads, as the specification
+says ISO-8601. Responses carry OpenAPI links from
+each create to the operations on what it created.
+"""
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from apispec import APISpec
+from apispec.ext.marshmallow import MarshmallowPlugin
+from marshmallow import Schema
+
+from keysvc import __version__
+from keysvc.credentials import SUFFIX_LENGTH
+from keysvc.domain.permissions import MAX_PERMISSION_LENGTH, PERMISSION
+from keysvc.http import queries as q
+from keysvc.http import responses as r
+from keysvc.http import schemas as s
+from keysvc.http.render import MAX_PERMISSIONS_HEADER
+from keysvc.http.routes import (
+    KEY_PATH,
+    KEYS_PATH,
+    LIST_ACTIVITIES,
+    ROLE_PATH,
+    ROLES_PATH,
+    ROUTES,
+    WEBHOOK_PATH,
+    WEBHOOKS_PATH,
+    Route,
+)
+from keysvc.timeutil import utcnow
+
+_ERRORS = {
+    400: "The request cannot be processed due to a client error: `error` names the field and why.",
+    401: "Missing, malformed, unknown or wrong credentials (one message for all), or a key "
+    "that is disabled or expired.",
+    403: "The key may not do this: another organization, a missing permission, a grant beyond "
+    "its own, or a client address outside its IP access list.",
+    404: "No such object in this organization.",
+    409: "The request clashes with existing state.",
+    412: "If-Match does not match the key's current ETag.",
+    429: "Over a rate limit: the key's requests per window, or failed authentications from "
+    "this client address. Retry-After and X-RateLimit-Reset say when to come back.",
+    413: "The body is larger than 64 KiB.",
+    415: "The body is not `application/json`.",
+    500: "An internal server error has occurred; the server log has it under the requestId.",
+    503: "Not ready: the database does not answer, its schema is not current, or its disk is full.",
+    507: "The database's disk is full: nothing was written. Reads still work; retry later.",
+}
+_WITH_BODY = (413, 415)
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _envelope(result: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
+    properties: dict[str, Any] = {
+        "status": {"type": "number", "description": "HTTP status code.", "example": 200},
+        "requestId": {
+            "type": "string",
+            "format": "uuid",
+            "description": "Unique id assigned to every request. UUIDv4",
+        },
+    }
+    if result is not None:
+        properties["result"] = result
+    properties.update(extra)
+    return {"type": "object", "properties": properties, "required": ["status", "requestId"]}
+
+
+_HEADERS = {"X-Request-Id": {"description": "The requestId", "schema": {"type": "string"}}}
+_RATE_HEADERS = {
+    "X-RateLimit-Limit": {
+        "description": "Requests allowed per window",
+        "schema": {"type": "integer"},
+    },
+    "X-RateLimit-Remaining": {"description": "Left in this window", "schema": {"type": "integer"}},
+    "X-RateLimit-Reset": {
+        "description": "Seconds until the window ends",
+        "schema": {"type": "integer"},
+    },
+}
+
+
+def _json(schema: dict[str, Any], description: str, **more: Any) -> dict[str, Any]:
+    return {
+        "description": description,
+        "headers": {**_HEADERS, **more.pop("headers", {})},
+        "content": {"application/json": {"schema": schema}},
+        **more,
+    }
+
+
+def _responses(ok: dict[str, Any], statuses: tuple[int, ...]) -> dict[str, Any]:
+    responses: dict[str, Any] = {"200": ok}
+    for status in sorted(set(statuses)):
+        name = "InternalError" if status == 500 else "Error"
+        headers: dict[str, Any] = {}
+        if status == 401:
+            headers["WWW-Authenticate"] = {"schema": {"type": "string"}}
+        if status == 429:
+            headers.update({**_RATE_HEADERS, "Retry-After": {"schema": {"type": "integer"}}})
+        responses[str(status)] = _json(_ref(name), _ERRORS[status], headers=headers)
+    return responses
+
+
+# Control characters (category Cc); what names and descriptions must not hold (those,
+# and the characters not shown as themselves, keysvc.http.schemas.INVISIBLE); and the
+# whitespace str.strip() removes from both ends of a name before it is checked.
+_CC = r"\x00-\x1f\x7f-\x9f"
+_HIDDEN = _CC + s.INVISIBLE
+_WS = r"\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+_NAME = {
+    "type": "string",
+    "pattern": f"^[{_WS}]*[^{_WS}{_HIDDEN}](?:[^{_HIDDEN}]{{0,{s.MAX_NAME - 2}}}"
+    f"[^{_WS}{_HIDDEN}])?[{_WS}]*$",
+    "description": f"1 to {s.MAX_NAME} characters once leading and trailing whitespace "
+    "is trimmed, no control, invisible or formatting characters.",
+}
+_PERMISSION = {
+    "type": "string",
+    "maxLength": MAX_PERMISSION_LENGTH,
+    "pattern": f"^(?:{PERMISSION.pattern})$",
+}
+# Canonical lowercase, the only form keysvc accepts in a path or an actor.
+_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_SHA256_B64 = {
+    "type": "string",
+    "pattern": "^[A-Za-z0-9+/]{43}=$",
+    "description": "Base64 of a SHA-256 digest (44 characters).",
+}
+
+
+def _path_param(name: str, description: str) -> dict[str, Any]:
+    return {
+        "in": "path",
+        "name": name,
+        "description": description,
+        "required": True,
+        "schema": {"type": "string", "format": "uuid", "pattern": f"^{_UUID}$"},
+    }
+
+
+_ORG_PARAM = _path_param("organizationId", "ID of the requested organization.")
+_KEY_PARAM = _path_param("keyId", "ID of the requested key (its UUID, not the Basic-auth key ID).")
+_ROLE_PARAM = _path_param("roleId", "ID of the requested role.")
+_ACTIVITY_PARAM = _path_param("activityId", "ID of the requested activity.")
+# Upstream's date filters of the activity list.
+_DATE_PARAMS = [
+    {
+        "in": "query",
+        "name": name,
+        "description": f"{what} (included); ISO-8601 with a time zone offset.",
+        "schema": {"type": "string", "format": "date-time"},
+    }
+    for name, what in (("from_date", "A starting date for a search"),
+                       ("to_date", "An ending date for a search"))
+]  # fmt: skip
+_WEBHOOK_PARAM = _path_param("webhookId", "ID of the requested webhook.")
+_LIST_PARAMS = [
+    {
+        "in": "query",
+        "name": "limit",
+        "description": "keysvc addition: page size, 1 to 250 (default 250).",
+        "required": False,
+        "schema": {"type": "integer", "minimum": 1, "maximum": s.MAX_PAGE, "default": s.MAX_PAGE},
+        "x-keysvc-addition": True,
+    },
+    {
+        "in": "query",
+        "name": "cursor",
+        "description": "keysvc addition: the nextCursor of the previous page.",
+        "required": False,
+        "schema": {"type": "string"},
+        "x-keysvc-addition": True,
+    },
+]
+
+
+def _paging(counted: str) -> dict[str, Any]:
+    """The envelope's paging fields, for a list of ``counted``."""
+    return {
+        "nextCursor": {
+            "type": ["string", "null"],
+            "description": "keysvc addition: cursor of the next page; null on the last page.",
+            "x-keysvc-addition": True,
+        },
+        "totalCount": {
+            "type": "integer",
+            "description": f"keysvc addition: {counted} in the organization.",
+            "x-keysvc-addition": True,
+        },
+    }
+
+
+_ETAG = {"ETag": {"description": "Version of the key, for If-Match", "schema": {"type": "string"}}}
+_IF_MATCH = {
+    "in": "header",
+    "name": "If-Match",
+    "required": False,
+    "description": "keysvc addition: apply only if the key's ETag is one of these, or `*` "
+    "(else 412). The ETag covers the key's roles' permissions too.",
+    "schema": {"type": "string"},
+    "x-keysvc-addition": True,
+}
+_PATH_PARAMS = {
+    "organizationId": _ORG_PARAM,
+    "keyId": _KEY_PARAM,
+    "roleId": _ROLE_PARAM,
+    "activityId": _ACTIVITY_PARAM,
+    "webhookId": _WEBHOOK_PARAM,
+}
+_PATH_PARAM = re.compile(r"\{([^}]+)\}")
+
+
+def _params(route: Route) -> list[dict[str, Any]]:
+    """The route's path parameters, then its query and header ones."""
+    params = [
+        _PATH_PARAMS.get(name)
+        or {"in": "path", "name": name, "required": True, "schema": {"type": "string"}}
+        for name in _PATH_PARAM.findall(route.path)
+    ]
+    if route is LIST_ACTIVITIES:
+        params.extend(_DATE_PARAMS)
+    if route.paged:
+        params.extend(_LIST_PARAMS)
+    if route.query:
+        # apispec makes one parameter of each of the schema's fields.
+        params.append({"in": "query", "schema": route.query})
+    if route.if_match:
+        params.append(_IF_MATCH)
+    return params
+
+
+def _op(
+    route: Route,
+    ok: dict[str, Any],
+    operation_id: str | None = None,
+    params: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    operation: dict[str, Any] = {
+        "operationId": operation_id or route.operation_id,
+        "summary": route.summary,
+        "tags": [route.tag],
+        "parameters": _params(route) if params is None else params,
+        "responses": _responses(ok, route.statuses + (_WITH_BODY if route.body else ())),
+    }
+    if route.description:
+        operation["description"] = route.description
+    elif route.permission:
+        operation["description"] = f"Needs the permission `{route.permission}`."
+    if route.body:
+        operation["requestBody"] = {
+            "required": route.body_required,
+            "content": {"application/json": {"schema": _ref(_COMPONENT_OF[route.body])}},
+        }
+    return operation
+
+
+def _authenticated(route: Route) -> dict[str, Any]:
+    """An operation whose success is the envelope around the route's response."""
+    if route.response is None:
+        return _op(route, _json(_envelope(None), route.answer))
+    result = _ref(_COMPONENT_OF[route.response])
+    if route.paged:
+        page = _envelope({"type": "array", "items": result}, **_paging(route.paged))
+        return _op(route, _json(page, route.answer))
+    if route.many:
+        return _op(route, _json(_envelope({"type": "array", "items": result}), route.answer))
+    # A key's answer carries its ETag, for a later If-Match.
+    headers = _ETAG if route.response is r.ApiKeySchema else {}
+    return _op(route, _json(_envelope(result), route.answer, headers=headers))
+
+
+def _operations() -> dict[str, dict[str, Any]]:
+    operations: dict[str, dict[str, Any]] = {}
+    for route in ROUTES:
+        on_path = operations.setdefault(route.path, {})
+        if route.method == "*":
+            on_path.update({method: _verify(route, method) for method in ("get", "head", "post")})
+        elif route.media_type:
+            on_path[route.method.lower()] = _plain(route, route.media_type)
+        elif route.public:
+            on_path[route.method.lower()] = _public(route)
+        else:
+            on_path[route.method.lower()] = _authenticated(route)
+    return operations
+
+
+def _link(operations: dict[str, dict[str, Any]]) -> None:
+    """OpenAPI links from a create, and from each call on one object, to the calls on it.
+
+    A client (and a stateful test) can follow them: create a key, read it, delete it,
+    then read it again and get the 404.
+    """
+    for collection, item, param, created in (
+        (KEYS_PATH, KEY_PATH, "keyId", "$response.body#/result/key/id"),
+        (ROLES_PATH, ROLE_PATH, "roleId", "$response.body#/result/id"),
+        (WEBHOOKS_PATH, WEBHOOK_PATH, "webhookId", "$response.body#/result/webhook/id"),
+    ):
+        on_item = operations[item]
+        post = operations[collection]["post"]["responses"]
+        post["200"] = {**post["200"], "links": _links(on_item, param, created)}
+        for operation in on_item.values():
+            # Response objects are shared between operations; links belong to one.
+            ok = operation["responses"]["200"]
+            operation["responses"]["200"] = {
+                **ok,
+                "links": _links(on_item, param, f"$request.path.{param}"),
+            }
+
+
+def _links(on_item: dict[str, Any], param: str, value: str) -> dict[str, Any]:
+    noun = param.removesuffix("Id").capitalize()
+    return {
+        f"{method.capitalize()}{noun}": {
+            "operationId": operation["operationId"],
+            "parameters": {"organizationId": "$request.path.organizationId", param: value},
+        }
+        for method, operation in on_item.items()
+    }
+
+
+def _verify(route: Route, method: str) -> dict[str, Any]:
+    """Forward auth (keysvc addition): any method; these three are the ones proxies use."""
+    ok = {
+        "description": "Allowed: no body; the headers say who the caller is.",
+        "headers": {
+            **_HEADERS,
+            **_RATE_HEADERS,
+            "X-Key-Id": {"description": "The key's UUID", "schema": {"type": "string"}},
+            "X-Organization-Id": {"description": "Its organization", "schema": {"type": "string"}},
+            "X-Key-Permissions": {
+                "description": "Its effective permissions, comma-separated and sorted; at "
+                f"most {MAX_PERMISSIONS_HEADER} characters, past which the entries that fit "
+                "are followed by one such as +12 more, which is no permission",
+                "schema": {"type": "string"},
+            },
+        },
+    }
+    return _op(
+        route,
+        ok,
+        f"{route.operation_id}{method.capitalize()}",
+        [
+            {
+                "in": "header",
+                "name": "X-Required-Permission",
+                "required": False,
+                "description": "A permission the key must hold; wildcards apply. Empty is "
+                "the same as absent.",
+                # Empty is allowed: the view falls back to the query parameter.
+                "schema": {**_PERMISSION, "pattern": f"^(?:|{PERMISSION.pattern})$"},
+            },
+            {
+                "in": "query",
+                "name": "permission",
+                "required": False,
+                "description": "The same, for proxies that cannot set a header; when both "
+                "are given, the key must hold both.",
+                "schema": _PERMISSION,
+            },
+            {
+                "in": "header",
+                "name": "X-Required-Organization",
+                "required": False,
+                "description": "The organization the key must belong to (its ID). Empty is "
+                "the same as absent.",
+                "schema": {"type": "string", "pattern": f"^(?:|{_UUID})$"},
+            },
+            {
+                "in": "query",
+                "name": "organization",
+                "required": False,
+                "description": "The same, for proxies that cannot set a header; when both "
+                "are given, the key must belong to both (so they must be the same).",
+                "schema": {"type": "string", "format": "uuid", "pattern": f"^{_UUID}$"},
+            },
+        ],
+    )
+
+
+def _plain(route: Route, media_type: str) -> dict[str, Any]:
+    """A public operation whose success is not an envelope."""
+    operation = _op(route, {})
+    operation["responses"]["200"] = {
+        "description": route.summary,
+        "headers": _HEADERS,
+        "content": {media_type: {"schema": {"type": "string"} if "json" not in media_type
+                                 else {"type": "object"}}},
+    }  # fmt: skip
+    operation["security"] = []
+    return operation
+
+
+def _public(route: Route) -> dict[str, Any]:
+    """A public operation whose result is an object of the route's string ``fields``."""
+    result = {
+        "type": "object",
+        "properties": {name: {"type": "string"} for name in route.fields},
+        "required": list(route.fields),
+    }
+    operation = _op(route, _json(_envelope(result), route.summary))
+    operation["security"] = []
+    return operation
+
+
+def build_spec() -> dict[str, Any]:
+    """The whole document as a dict. Pure: safe to build once at app creation."""
+    plugin = MarshmallowPlugin()
+    spec = APISpec(
+        title="keysvc",
+        version=__version__,
+        openapi_version="3.1.0",
+        plugins=[plugin],
+        info={
+            "description": "Self-hosted API key management, wire-compatible with the keys "
+            "and roles operations of the hosted API it was cut from."
+        },
+        security=[{"basicAuth": []}],
+    )
+    # apispec does not annotate this method; it maps our datetime fields.
+    plugin.map_to_openapi_type(s.Timestamp, "string", "date-time")  # type: ignore[no-untyped-call]
+    plugin.map_to_openapi_type(s.ExpireAt, "string", "date-time")  # type: ignore[no-untyped-call]
+    plugin.map_to_openapi_type(q.QueryMoment, "string", "date-time")  # type: ignore[no-untyped-call]
+    spec.components.security_scheme(
+        "basicAuth",
+        {"type": "http", "scheme": "basic", "description": "Key ID and key secret."},
+    )
+    now = utcnow()
+    for name, schema in _components(now):
+        spec.components.schema(name, schema=schema)
+    for status_type, name in (("number", "Error"), ("integer", "InternalError")):
+        spec.components.schema(name, _error_schema(status_type))
+    operations = _operations()
+    _link(operations)
+    for path, path_operations in operations.items():
+        spec.path(path=path, operations=path_operations)
+    document = spec.to_dict()
+    _tighten(document["components"]["schemas"])
+    return document
+
+
+def _components(now: datetime) -> tuple[tuple[str, Schema | type[Schema]], ...]:
+    """The schema components by their upstream names; the request schemas check
+    expireAt against ``now``."""
+    return (
+        ("AssignedRole", r.AssignedRoleSchema),
+        ("IpAccessListEntry", s.IpAccessListEntrySchema),
+        ("ApiKeyHashData", s.HashDataSchema),
+        ("RateLimit", s.RateLimitSchema),
+        ("ApiKey", r.ApiKeySchema),
+        ("ApiKeyPostRequest", s.CreateKeySchema(now=now)),
+        ("ApiKeyPatchRequest", s.PatchKeySchema(now=now)),
+        ("ApiKeyPostResponse", r.CreateKeyResultSchema),
+        ("ApiKeyRotateRequest", s.RotateKeySchema),
+        ("RBACPolicyTags", s.PolicyTagsSchema),
+        ("RBACPolicy", r.PolicyOutSchema),
+        ("RBACPolicyCreateRequest", s.PolicySchema),
+        ("RBACRole", r.RoleSchema),
+        ("RoleCreateRequest", s.CreateRoleSchema),
+        ("RoleUpdateRequest", s.UpdateRoleSchema),
+        ("WhoAmI", r.WhoAmISchema),
+        ("KeyUsageBucket", r.UsageBucketSchema),
+        ("KeyUsage", r.UsageSchema),
+        ("Activity", r.ActivitySchema),
+        ("Webhook", r.WebhookSchema),
+        ("WebhookCreateRequest", s.CreateWebhookSchema),
+        ("WebhookCreateResponse", r.CreateWebhookResultSchema),
+        ("WebhookDeliveryAttempt", r.AttemptSchema),
+        ("WebhookDelivery", r.DeliverySchema),
+    )
+
+
+# A route's body or response schema by its component name.
+_COMPONENT_OF: dict[type[Schema], str] = {
+    schema if isinstance(schema, type) else type(schema): name
+    for name, schema in _components(datetime.fromtimestamp(0, UTC))
+}
+
+
+_ONE_ROLE = "A key needs at least one role: a non-empty roles or assignedRoleIds."
+_EXPIRE_AT = 'When the key stops working: a date-time in the future; null or "" mean never.'
+_ROLE_IDS = (
+    f"Custom or system roles of this organization, by ID: at most {s.MAX_ROLE_IDS} roles, "
+    "those named in roles included."
+)
+_DEVELOPER = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002"  # the system role's fixed ID (schema.sql)
+_ACTOR = {"type": "string", "pattern": f"^apiKey/{_UUID}$"}
+_ACTORS = (
+    "The keys that hold the role, as apiKey/<key UUID> of keys in this organization; a key "
+    f"holds at most {s.MAX_ROLE_IDS} roles (409 past it)."
+)
+_ROLE_PERMISSIONS = (
+    f"At most {s.MAX_PERMISSIONS} entries here and in every policy's permissions together."
+)
+
+
+def _tighten(schemas: dict[str, Any]) -> None:
+    """Add the rules the request schemas check in Python functions, which apispec cannot see."""
+    for name in ("ApiKeyPostRequest", "ApiKeyPatchRequest", "RoleCreateRequest",
+                 "RoleUpdateRequest"):  # fmt: skip
+        schemas[name]["properties"]["name"].update(_NAME)
+    for name in ("ApiKeyPostRequest", "ApiKeyPatchRequest"):
+        properties = schemas[name]["properties"]
+        properties["expireAt"].update(description=_EXPIRE_AT, examples=["2099-12-31T23:59:59Z"])
+        properties["assignedRoleIds"].update(description=_ROLE_IDS, examples=[[_DEVELOPER]])
+    with_roles = {"required": ["roles"], "properties": {"roles": {"minItems": 1}}}
+    with_ids = {"required": ["assignedRoleIds"], "properties": {"assignedRoleIds": {"minItems": 1}}}
+    schemas["ApiKeyPostRequest"]["anyOf"] = [with_roles, with_ids]
+    schemas["ApiKeyPostRequest"]["description"] = _ONE_ROLE
+    # A PATCH need not touch the roles; when it does, they replace, and must not be empty.
+    untouched = {"not": {"anyOf": [{"required": ["roles"]}, {"required": ["assignedRoleIds"]}]}}
+    schemas["ApiKeyPatchRequest"]["anyOf"] = [untouched, with_roles, with_ids]
+    schemas["ApiKeyPatchRequest"]["description"] = "Only the fields given change. " + _ONE_ROLE
+    hash_data = schemas["ApiKeyHashData"]["properties"]
+    hash_data["keyIdHash"].update(_SHA256_B64)
+    hash_data["keySecretHash"].update(_SHA256_B64)
+    hash_data["keyIdSuffix"]["pattern"] = f"^[^{_CC}]{{{SUFFIX_LENGTH}}}$"
+    entry = schemas["IpAccessListEntry"]["properties"]
+    entry["source"].update(
+        description="An IPv4 or IPv6 address or CIDR, host bits clear.",
+        examples=["192.0.2.0/24", "2001:db8::1"],
+    )
+    entry["description"]["pattern"] = f"^[^{_HIDDEN}]*$"
+    for name in ("RoleCreateRequest", "RoleUpdateRequest"):
+        properties = schemas[name]["properties"]
+        properties["permissions"]["items"] = dict(_PERMISSION)
+        properties["actors"]["items"] = dict(_ACTOR)
+        properties["actors"]["description"] = _ACTORS
+        for field in ("permissions", "policies"):
+            properties[field]["description"] = " ".join(
+                filter(None, (properties[field].get("description"), _ROLE_PERMISSIONS))
+            )
+    policy = schemas["RBACPolicyCreateRequest"]["properties"]
+    policy["allowDeny"]["not"] = {"const": "DENY"}
+    policy["permissions"]["items"] = dict(_PERMISSION)
+    policy["resources"].update(
+        minItems=1, maxItems=1, description='keysvc grants on every resource: ["*"].'
+    )
+    policy["resources"]["items"]["enum"] = ["*"]
+    # Inline rather than a $ref with siblings, which generators skip: the same properties,
+    # none of which keysvc accepts.
+    policy["tags"] = {
+        **schemas["RBACPolicyTags"],
+        "maxProperties": 0,
+        "description": "keysvc has no database grants: only {} is accepted.",
+    }
+
+
+def _error_schema(status_type: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["status", "error", "requestId"],
+        "properties": {
+            "status": {"type": status_type, "description": "HTTP status code."},
+            "error": {"type": "string", "description": "Detailed error description."},
+            "requestId": {
+                "type": "string",
+                "format": "uuid",
+                "description": "Unique id assigned to every request. UUIDv4",
+            },
+        },
+    }

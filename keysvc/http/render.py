@@ -1,0 +1,108 @@
+"""Key answers for the hot paths, written by hand rather than through marshmallow.
+
+``api_key`` builds exactly what ``responses.ApiKeySchema`` dumps (the same fields,
+the same order, the same omissions; tests/api/test_views.py holds the two together),
+at a fraction of the cost. The schema stays the contract: the OpenAPI document
+is built from it.
+
+A ``Key`` is immutable, and the store hands out the same object for as long as
+nothing about the key is committed, so its JSON text is made once per object
+and kept on it (as ``functools.cached_property`` keeps a value); ``keysvc.http.envelope``
+puts the envelope around it.
+"""
+
+import json
+from typing import Any
+
+from keysvc.models import Key
+from keysvc.timeutil import to_text
+
+# json.dumps's defaults, as web.json_response uses them: ", " and ": ", ASCII only
+# (for a string, encode_basestring_ascii, which the encoder calls).
+_ENCODER = json.JSONEncoder()
+_MEMO = "_api_json"
+_PERMISSIONS_MEMO = "_permissions_header"
+# Longest X-Key-Permissions verify sends: with the rest of its headers it fits in one
+# 4 KiB page, nginx's default proxy_buffer_size, which a longer answer overflows (nginx
+# then fails the auth subrequest, and so the request, with a 500).
+MAX_PERMISSIONS_HEADER = 3072
+
+
+def api_key(key: Key) -> dict[str, Any]:
+    """The ApiKey object of the API document."""
+    out: dict[str, Any] = {
+        "id": key.id,
+        "name": key.name,
+        "state": key.state,
+        "roles": [role.name for role in key.roles if role.type == "system"],
+        "assignedRoles": [
+            {"roleId": role.id, "roleName": role.name, "roleType": role.type} for role in key.roles
+        ],
+        "keySuffix": key.key_suffix,
+        "createdAt": to_text(key.created_at),
+        "expireAt": None if key.expire_at is None else to_text(key.expire_at),
+    }
+    # usedAt is absent, not null, until the key is first used; rateLimit when unset.
+    if key.used_at is not None:
+        out["usedAt"] = to_text(key.used_at)
+    out["ipAccessList"] = [_ip_entry(entry) for entry in key.ip_access_list]
+    if key.rate_limit is not None:
+        out["rateLimit"] = {"limit": key.rate_limit[0], "windowSeconds": key.rate_limit[1]}
+    if key.previous_until is not None:
+        out["previousCredentialExpiresAt"] = to_text(key.previous_until)
+    return out
+
+
+def _ip_entry(entry: dict[str, str]) -> dict[str, str]:
+    out = {"source": entry["source"]}
+    if "description" in entry:
+        out["description"] = entry["description"]
+    return out
+
+
+def key_json(key: Key) -> str:
+    """``api_key(key)`` as JSON text, made once per ``Key`` object."""
+    memo: str | None = key.__dict__.get(_MEMO)
+    if memo is None:
+        memo = _ENCODER.encode(api_key(key))
+        # Beside the dataclass fields, as cached_property would store it: a frozen
+        # Key cannot change, so neither can its text.
+        key.__dict__[_MEMO] = memo
+    return memo
+
+
+def permissions_header(key: Key) -> str:
+    """The key's permissions, sorted and comma-separated (verify's X-Key-Permissions),
+    bounded by ``MAX_PERMISSIONS_HEADER`` (see ``bounded_permissions``)."""
+    memo: str | None = key.__dict__.get(_PERMISSIONS_MEMO)
+    if memo is None:
+        memo = bounded_permissions(sorted(key.permissions))
+        key.__dict__[_PERMISSIONS_MEMO] = memo
+    return memo
+
+
+def bounded_permissions(permissions: list[str]) -> str:
+    """``permissions`` comma-separated, in at most ``MAX_PERMISSIONS_HEADER`` characters.
+    A longer list keeps the whole entries that fit, in order, then one entry such as
+    ``+12 more`` that says how many were left out: no permission looks like it, so an
+    upstream that looks for one it needs among them finds it or refuses, never more."""
+    joined = ",".join(permissions)
+    if len(joined) <= MAX_PERMISSIONS_HEADER:
+        return joined
+    room = MAX_PERMISSIONS_HEADER - len(f",+{len(permissions)} more")
+    kept: list[str] = []
+    size = -1  # no comma before the first entry
+    for permission in permissions:
+        size += 1 + len(permission)
+        if size > room:
+            break
+        kept.append(permission)
+    return ",".join([*kept, f"+{len(permissions) - len(kept)} more"])
+
+
+def keys_json(keys: list[Key]) -> str:
+    return "[" + ", ".join(key_json(key) for key in keys) + "]"
+
+
+def encode(value: object) -> str:
+    return _ENCODER.encode(value)

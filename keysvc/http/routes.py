@@ -1,0 +1,503 @@
+"""Every operation keysvc serves, declared once: its path and method, its operation ID,
+the permission it needs or that it is public, its body and response schemas, and what
+the OpenAPI document says of it.
+
+The app registers each declared route's handler (``serves`` binds one), the
+middleware lets a request to a public route through without credentials
+(``keysvc.http.auth.guarded``), the handlers ask ``authorize`` for the route's permission,
+and ``keysvc.http.openapi`` documents the same declarations: none keeps a table of its
+own (flask-smorest's habit, without the framework).
+"""
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+from marshmallow import Schema
+
+from keysvc.http import queries as q
+from keysvc.http import responses as r
+from keysvc.http import schemas as s
+
+View = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+ORG = "/v1/organizations/{organizationId}"
+KEYS_PATH, KEY_PATH = ORG + "/keys", ORG + "/keys/{keyId}"
+USAGE_PATH = KEY_PATH + "/usage"
+ROLES_PATH, ROLE_PATH = ORG + "/roles", ORG + "/roles/{roleId}"
+ACTIVITIES_PATH, ACTIVITY_PATH = ORG + "/activities", ORG + "/activities/{activityId}"
+WEBHOOKS_PATH, WEBHOOK_PATH = ORG + "/webhooks", ORG + "/webhooks/{webhookId}"
+DELIVERIES_PATH = WEBHOOK_PATH + "/deliveries"
+
+# What any authenticated operation may answer besides its success; a write may also
+# be refused whole for a full disk.
+AUTHENTICATED = (400, 401, 403, 429, 500)
+WRITE = (*AUTHENTICATED, 507)
+
+
+@dataclass(frozen=True, eq=False)
+class Route:
+    """One operation. ``permission`` None with ``public`` False: any admitted key may
+    call it (whoami, verify, which checks what the proxy asks for itself)."""
+
+    method: str  # "*" for any method
+    path: str
+    operation_id: str
+    summary: str
+    tag: str = "keys"
+    permission: str | None = None
+    public: bool = False
+    body: type[Schema] | None = None
+    body_required: bool = True  # False: the body may be left out, as if it were {}
+    # The 200's result: a schema, many of it when ``paged`` names what totalCount counts.
+    response: type[Schema] | None = None
+    paged: str | None = None
+    many: bool = False  # the 200's result is a whole list of ``response``, unpaged
+    answer: str = ""  # what the 200 says it is
+    statuses: tuple[int, ...] = ()  # every other status it may answer
+    description: str | None = None
+    if_match: bool = False  # takes If-Match against the key's ETag
+    # A public envelope whose result is an object of these string fields.
+    fields: tuple[str, ...] = ()
+    # A success that is no envelope, of this media type.
+    media_type: str | None = None
+    # The query parameters it takes besides a list's paging, as a schema.
+    query: type[Schema] | None = None
+
+    @property
+    def needs(self) -> str:
+        """The permission this route's handler checks."""
+        if self.permission is None:
+            raise TypeError(f"{self.operation_id} declares no permission")
+        return self.permission
+
+
+_ROLES_LIST = (
+    "Needs the permission `roles:read`. System roles first, then custom roles, each by name "
+    "(code point order), in pages of `limit` (keysvc addition; upstream answers one list). "
+    "An organization holds at most KEYSVC_MAX_ROLES_PER_ORG custom roles (default 1000)."
+)
+_ROLE_CREATE = (
+    "Needs the permission `roles:write`. 409 when the organization already holds "
+    "KEYSVC_MAX_ROLES_PER_ORG custom roles (default 1000), or when an actor already holds "
+    f"{s.MAX_ROLE_IDS} roles."
+)
+_KEY, _ROLE, _DONE = "The key.", "The role.", "Done: the envelope has no result."
+
+LIST_KEYS = Route(
+    "GET",
+    KEYS_PATH,
+    "openapiKeyGetList",
+    "Get list of all keys, oldest first",
+    permission="keys:read",
+    response=r.ApiKeySchema,
+    paged="keys",
+    answer="Keys.",
+    statuses=AUTHENTICATED,
+)
+CREATE_KEY = Route(
+    "POST",
+    KEYS_PATH,
+    "openapiKeyCreate",
+    "Create key",
+    permission="keys:create",
+    body=s.CreateKeySchema,
+    response=r.CreateKeyResultSchema,
+    answer="The key, and its credentials once.",
+    statuses=(*WRITE, 409),
+)
+GET_KEY = Route(
+    "GET",
+    KEY_PATH,
+    "openapiKeyGet",
+    "Get key details",
+    permission="keys:read",
+    response=r.ApiKeySchema,
+    answer=_KEY,
+    statuses=(*AUTHENTICATED, 404),
+)
+UPDATE_KEY = Route(
+    "PATCH",
+    KEY_PATH,
+    "openapiKeyUpdate",
+    "Update key",
+    permission="keys:update",
+    body=s.PatchKeySchema,
+    response=r.ApiKeySchema,
+    answer=_KEY,
+    statuses=(*WRITE, 404, 412),
+    if_match=True,
+)
+DELETE_KEY = Route(
+    "DELETE",
+    KEY_PATH,
+    "openapiKeyDelete",
+    "Delete key (not the one making the request)",
+    permission="keys:delete",
+    answer=_DONE,
+    statuses=(*WRITE, 404, 412),
+    if_match=True,
+)
+_USAGE = (
+    "Needs the permission `keys:read`. keysvc addition: the key's authentications, counted "
+    "per minute by outcome, summed into buckets of a `granularity` (UTC) from `from` (rounded "
+    "down) up to `to` (rounded up), every bucket answered, zeros included. Defaults: `to` "
+    "now, `granularity` hour, `from` 24 hours before `to` (for `minute`: 1,440 minutes before "
+    "`to` rounded up, the last 1,440 minutes), so every granularity works with none given. At most "
+    f"{q.MAX_USAGE_BUCKETS} buckets (400 past it, or when `from` is after `to`). Counted: "
+    "requests whose credentials were right, admitted (`success`) or refused (`disabled`, "
+    "`expired`, `ipDenied`, `rateLimited`, or `forbidden`: any 403, whatever refused it; "
+    "a 400, 404 or 409 of an admitted key is its `success`); unknown keys and wrong secrets are "
+    "not. Counts appear once written, within KEYSVC_USAGE_FLUSH_SECONDS (default 10); rows "
+    "older than KEYSVC_USAGE_RETENTION_DAYS (default 30) are pruned."
+)
+KEY_USAGE = Route(
+    "GET",
+    USAGE_PATH,
+    "keysvcKeyUsage",
+    "Authentications of a key over time (keysvc addition)",
+    permission="keys:read",
+    query=q.UsageQuerySchema,
+    response=r.UsageSchema,
+    answer="The key's usage series.",
+    statuses=(*AUTHENTICATED, 404),
+    description=_USAGE,
+)
+ROTATE_KEY = Route(
+    "POST",
+    KEY_PATH + "/rotate",
+    "keysvcKeyRotate",
+    "Rotate the key's credentials (keysvc addition)",
+    permission="keys:update",
+    body=s.RotateKeySchema,
+    body_required=False,
+    response=r.CreateKeyResultSchema,
+    answer="The key, and its new credentials once.",
+    statuses=(*WRITE, 404, 409),
+    description=(
+        "Needs the permission `keys:update`, and every permission the key holds. Gives the "
+        "key a new key ID and secret (or those of `hashData`); its roles, IP access list, "
+        "limits and name stay. The replaced credentials keep working for "
+        "`gracePeriodSeconds` (default 0, at most 30 days), then fail as unknown ones do; "
+        "the key's `previousCredentialExpiresAt` says when. A rotation during a grace "
+        "period ends that grace at once. A key may rotate itself, with its current "
+        "credentials only; rotating another key also needs `keys:create`, since its new "
+        "credentials reach the caller. 409 for a disabled or expired key."
+    ),
+)
+LIST_ROLES = Route(
+    "GET",
+    ROLES_PATH,
+    "organizationRolesGetList",
+    "Get list of system and custom roles",
+    tag="roles",
+    permission="roles:read",
+    response=r.RoleSchema,
+    paged="roles",
+    answer="Roles.",
+    statuses=AUTHENTICATED,
+    description=_ROLES_LIST,
+)
+CREATE_ROLE = Route(
+    "POST",
+    ROLES_PATH,
+    "organizationRolePost",
+    "Create a custom role",
+    tag="roles",
+    permission="roles:write",
+    body=s.CreateRoleSchema,
+    response=r.RoleSchema,
+    answer=_ROLE,
+    statuses=(*WRITE, 409),
+    description=_ROLE_CREATE,
+)
+GET_ROLE = Route(
+    "GET",
+    ROLE_PATH,
+    "organizationRoleGet",
+    "Get role details",
+    tag="roles",
+    permission="roles:read",
+    response=r.RoleSchema,
+    answer=_ROLE,
+    statuses=(*AUTHENTICATED, 404),
+)
+UPDATE_ROLE = Route(
+    "PATCH",
+    ROLE_PATH,
+    "organizationRolePatch",
+    "Update a custom role",
+    tag="roles",
+    permission="roles:write",
+    body=s.UpdateRoleSchema,
+    response=r.RoleSchema,
+    answer=_ROLE,
+    statuses=(*WRITE, 404, 409),
+)
+DELETE_ROLE = Route(
+    "DELETE",
+    ROLE_PATH,
+    "organizationRoleDelete",
+    "Delete a custom role no key holds",
+    tag="roles",
+    permission="roles:write",
+    answer=_DONE,
+    statuses=(*WRITE, 404, 409),
+)
+_ACTIVITIES = (
+    "Needs the permission `activities:read`. Every key and role write, oldest first, in "
+    "pages of `limit` (keysvc addition), created from `from_date` to `to_date` (both "
+    "included; 400 when from_date is after to_date). Role events, key_used_after_revoke "
+    "and the rate-limit-changed keyUpdateType are keysvc additions, as are before, after "
+    "and targetRoleId. The log is kept: there is no retention."
+)
+LIST_ACTIVITIES = Route(
+    "GET",
+    ACTIVITIES_PATH,
+    "activityGetList",
+    "List of organization activities",
+    tag="activities",
+    permission="activities:read",
+    response=r.ActivitySchema,
+    paged="activities",
+    answer="Activities.",
+    statuses=AUTHENTICATED,
+    description=_ACTIVITIES,
+)
+GET_ACTIVITY = Route(
+    "GET",
+    ACTIVITY_PATH,
+    "activityGet",
+    "Organization activity",
+    tag="activities",
+    permission="activities:read",
+    response=r.ActivitySchema,
+    answer="The activity.",
+    statuses=(*AUTHENTICATED, 404),
+)
+WHOAMI = Route(
+    "GET",
+    "/v1/whoami",
+    "keysvcWhoAmI",
+    "The calling key (keysvc addition)",
+    tag="keysvc",
+    response=r.WhoAmISchema,
+    answer="The calling key.",
+    statuses=(401, 403, 429, 500),
+)
+# Any method, documented as the three proxies use, each operation ID with its method.
+VERIFY = Route(
+    "*",
+    "/v1/verify",
+    "keysvcVerify",
+    "Is this caller allowed? (forward auth; keysvc addition)",
+    tag="keysvc",
+    statuses=(400, 401, 403, 429, 500),
+)
+ROOT = Route(
+    "GET",
+    "/",
+    "keysvcRoot",
+    "Where to start: the docs page and this document",
+    tag="ops",
+    public=True,
+    statuses=(500,),
+    fields=("docs", "openapi"),
+)
+HEALTHZ = Route(
+    "GET",
+    "/healthz",
+    "keysvcHealthz",
+    "The process is alive",
+    tag="ops",
+    public=True,
+    statuses=(500,),
+    fields=("status",),
+)
+READYZ = Route(
+    "GET",
+    "/readyz",
+    "keysvcReadyz",
+    "The database answers",
+    tag="ops",
+    public=True,
+    statuses=(500, 503),
+    fields=("status",),
+)
+# Public to keys: with a metrics token set, the handler asks for it as a bearer token.
+METRICS = Route(
+    "GET",
+    "/metrics",
+    "keysvcMetrics",
+    "Prometheus metrics (401 without the bearer token when KEYSVC_METRICS_TOKEN is set;"
+    " 404 when KEYSVC_METRICS=off)",
+    tag="ops",
+    public=True,
+    statuses=(401, 404, 500),
+    media_type="text/plain",
+)
+OPENAPI_DOCUMENT = Route(
+    "GET",
+    "/v1/openapi.json",
+    "keysvcOpenApi",
+    "This document",
+    tag="ops",
+    public=True,
+    statuses=(500,),
+    media_type="application/json",
+)
+DOCS = Route(
+    "GET",
+    "/docs",
+    "keysvcDocs",
+    "This document, rendered",
+    tag="ops",
+    public=True,
+    statuses=(500,),
+    media_type="text/html",
+)
+_WEBHOOK = "The webhook."
+_WEBHOOK_CREATE = (
+    "Needs the permission `webhooks:write`, and `keys:read` to subscribe to key events "
+    "(every event type is one: their data is a key's view). keysvc addition. The URL is "
+    f"http(s), without credentials, at most {s.MAX_WEBHOOK_URL} characters, and its host "
+    "must be public (not "
+    "loopback, private, link-local, multicast, reserved or unspecified) unless "
+    f"KEYSVC_WEBHOOK_ALLOW_PRIVATE=1. 409 when the organization already holds "
+    f"{s.MAX_WEBHOOKS_PER_ORG} webhooks. The signing secret is in this answer only."
+)
+_DELIVERIES = (
+    "Needs the permission `webhooks:read`. keysvc addition. Newest first, in pages of `limit`: "
+    "each delivery of an event to this webhook, its attempts (time, HTTP status or error "
+    "class), its next attempt and its state (pending, delivered, or failed once a day has "
+    "passed without a 2xx)."
+)
+LIST_WEBHOOKS = Route(
+    "GET",
+    WEBHOOKS_PATH,
+    "keysvcWebhookList",
+    "Get the organization's webhooks, oldest first (keysvc addition)",
+    tag="webhooks",
+    permission="webhooks:read",
+    response=r.WebhookSchema,
+    many=True,
+    answer="Webhooks.",
+    statuses=AUTHENTICATED,
+)
+CREATE_WEBHOOK = Route(
+    "POST",
+    WEBHOOKS_PATH,
+    "keysvcWebhookCreate",
+    "Create a webhook (keysvc addition)",
+    tag="webhooks",
+    permission="webhooks:write",
+    body=s.CreateWebhookSchema,
+    response=r.CreateWebhookResultSchema,
+    answer="The webhook, and its signing secret once.",
+    statuses=(*WRITE, 409),
+    description=_WEBHOOK_CREATE,
+)
+GET_WEBHOOK = Route(
+    "GET",
+    WEBHOOK_PATH,
+    "keysvcWebhookGet",
+    "Get webhook details (keysvc addition)",
+    tag="webhooks",
+    permission="webhooks:read",
+    response=r.WebhookSchema,
+    answer=_WEBHOOK,
+    statuses=(*AUTHENTICATED, 404),
+)
+DELETE_WEBHOOK = Route(
+    "DELETE",
+    WEBHOOK_PATH,
+    "keysvcWebhookDelete",
+    "Delete a webhook and its pending deliveries (keysvc addition)",
+    tag="webhooks",
+    permission="webhooks:write",
+    answer=_DONE,
+    statuses=(*WRITE, 404),
+)
+LIST_DELIVERIES = Route(
+    "GET",
+    DELIVERIES_PATH,
+    "keysvcWebhookDeliveries",
+    "Get a webhook's deliveries and their attempts, newest first (keysvc addition)",
+    tag="webhooks",
+    permission="webhooks:read",
+    response=r.DeliverySchema,
+    paged="deliveries",
+    answer="Deliveries.",
+    statuses=(*AUTHENTICATED, 404),
+    description=_DELIVERIES,
+)
+DOCS_ASSET = Route(
+    "GET", "/docs/assets/{name}", "keysvcDocsAsset", "An asset of the docs page", tag="ops",
+    public=True, statuses=(404, 500), media_type="application/octet-stream",
+)  # fmt: skip
+# The console calls the public API above with the key signed in; it has no operation
+# of its own, and its page and files need no credentials.
+CONSOLE = Route(
+    "GET",
+    "/console",
+    "keysvcConsole",
+    "The management console: a web page that calls this API",
+    tag="ops",
+    public=True,
+    statuses=(500,),
+    media_type="text/html",
+)
+CONSOLE_ASSET = Route(
+    "GET", "/console/assets/{version}/{name}", "keysvcConsoleAsset",
+    "A file of the console, at the version the page names", tag="ops", public=True,
+    statuses=(404, 500), media_type="application/octet-stream",
+)  # fmt: skip
+
+# In the document's order; the routes of one path next to each other.
+ROUTES: tuple[Route, ...] = (
+    LIST_KEYS, CREATE_KEY, GET_KEY, UPDATE_KEY, DELETE_KEY, ROTATE_KEY, KEY_USAGE,
+    LIST_ROLES, CREATE_ROLE, GET_ROLE, UPDATE_ROLE, DELETE_ROLE,
+    LIST_ACTIVITIES, GET_ACTIVITY,
+    LIST_WEBHOOKS, CREATE_WEBHOOK, GET_WEBHOOK, DELETE_WEBHOOK, LIST_DELIVERIES,
+    WHOAMI, VERIFY, ROOT, HEALTHZ, READYZ, METRICS, OPENAPI_DOCUMENT, DOCS, DOCS_ASSET,
+    CONSOLE, CONSOLE_ASSET,
+)  # fmt: skip
+
+_HANDLERS: dict[Route, View] = {}
+# The views of public routes: asked on every request, so one set lookup.
+_PUBLIC_VIEWS: set[object] = set()
+
+
+def serves(route: Route) -> Callable[[View], View]:
+    """Bind the decorated view to ``route``: one view per route."""
+
+    def bind(view: View) -> View:
+        if route in _HANDLERS:
+            raise ValueError(f"{route.operation_id} already has a view")
+        _HANDLERS[route] = view
+        if route.public:
+            _PUBLIC_VIEWS.add(view)
+        return view
+
+    return bind
+
+
+def handler_of(route: Route) -> View:
+    """The view bound to ``route`` (its handler module must have been imported)."""
+    return _HANDLERS[route]
+
+
+def is_public(view: object) -> bool:
+    """Whether ``view`` serves a route that needs no credentials; an undeclared view
+    is never public."""
+    return view in _PUBLIC_VIEWS
+
+
+def register(router: web.UrlDispatcher, routes: tuple[Route, ...]) -> None:
+    """Add ``routes`` to ``router``, each with its view; a GET answers HEAD too."""
+    for route in routes:
+        view = handler_of(route)
+        if route.method == "GET":
+            router.add_get(route.path, view)
+        else:
+            router.add_route(route.method, route.path, view)

@@ -1,0 +1,578 @@
+"""Marshmallow schemas of request bodies, and the fields they share with the query
+strings' (``keysvc.http.queries``).
+
+They reject unknown fields (marshmallow's default) and say, per field, what is
+wrong; ``load`` turns those messages into one readable ``BadRequest`` such as
+``name: must be 1 to 255 characters``. The response shapes are in
+``keysvc.http.responses``.
+"""
+
+import ipaddress
+import re
+import unicodedata
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from marshmallow import (
+    Schema,
+    ValidationError,
+    fields,
+    pre_load,
+    validate,
+    validates,
+    validates_schema,
+)
+
+from keysvc.credentials import SUFFIX_LENGTH, is_sha256_b64
+from keysvc.domain.addresses import kept_source
+from keysvc.domain.permissions import MAX_PERMISSION_LENGTH, PERMISSION
+from keysvc.errors import BadRequest
+from keysvc.timeutil import to_text
+
+LEGACY_ROLES = ("admin", "developer", "query_endpoints")
+KEY_STATES = ("enabled", "disabled")
+MAX_NAME = 255
+MAX_DESCRIPTION = 255
+MAX_IP_ENTRIES = 100
+MAX_ROLE_IDS = 100
+MAX_PERMISSIONS = 100
+MAX_ACTORS = 1000
+MAX_PAGE = 250
+# Upstream's database grants, which keysvc refuses whatever their number: the bound
+# only keeps a long list from being read entry by entry before it is refused.
+MAX_GRANTS = 100
+# Longest field name an error message quotes.
+MAX_FIELD_NAME = 64
+MAX_MESSAGES = 10  # field errors listed in one answer
+ACTOR_PREFIX = "apiKey/"
+ROLE_TYPES = ("system", "custom")
+# Metadata for the OpenAPI document (keysvc.http.openapi): formats as the upstream
+# contract spells them, and ``x-keysvc-addition`` on fields upstream lacks.
+UUID_TEXT = {"format": "uuid"}
+ADDITION = {"x-keysvc-addition": True}
+
+
+# A UUID in canonical lowercase form: the only form keysvc accepts in paths and actors.
+UUID_PATTERN = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _has_control(value: str) -> bool:
+    return any(unicodedata.category(ch) == "Cc" for ch in value)
+
+
+# Characters that are not shown, or not as themselves, but change how the text around
+# them reads: format characters (category Cf: bidi marks, embeddings, overrides and
+# isolates, zero-width characters, the soft hyphen, tags), line and paragraph
+# separators (Zl, Zp), the combining grapheme joiner and the Hangul fillers, which show
+# as blank. "\u202eadmin" would show as "nimda", and "ad\u200bmin" as "admin".
+# INVISIBLE is those of the Basic Multilingual Plane as a character class in the
+# syntax both Python and JSON Schema read, so that the OpenAPI document says the same
+# (tests/api/test_names.py checks it against unicodedata); the check itself also refuses
+# the format characters beyond that plane, by category.
+INVISIBLE = (
+    r"\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160\u180e"
+    r"\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufeff\uffa0"
+    r"\ufff9-\ufffb"
+)
+_INVISIBLE = re.compile(f"[{INVISIBLE}]")
+_HIDDEN_CATEGORIES = frozenset(("Cf", "Zl", "Zp"))
+
+
+def _hidden(value: str) -> str | None:
+    """The first character of ``value`` that is not shown as itself, or None."""
+    found = _INVISIBLE.search(value)
+    if found is not None:
+        return found.group()
+    if value.isascii():
+        return None
+    return next((ch for ch in value if unicodedata.category(ch) in _HIDDEN_CATEGORIES), None)
+
+
+def _unshowable(value: str) -> str | None:
+    """Why ``value`` cannot be shown as it is, or None."""
+    if _has_control(value):
+        return "must not contain control characters"
+    hidden = _hidden(value)
+    if hidden is not None:
+        return f"must not contain invisible or formatting characters such as U+{ord(hidden):04X}"
+    return None
+
+
+class Name(fields.String):
+    """A name: trimmed, 1 to 255 characters, nothing that is not shown as itself."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> str:
+        text = super()._deserialize(value, attr, data, **kwargs).strip()
+        if not 1 <= len(text) <= MAX_NAME:
+            raise ValidationError(f"must be 1 to {MAX_NAME} characters")
+        refusal = _unshowable(text)
+        if refusal is not None:
+            raise ValidationError(refusal)
+        return text
+
+
+class ExpireAt(fields.Field[datetime | None]):
+    """An ISO-8601 date-time with an offset, normalised to UTC; null or "" mean never."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(allow_none=True, **kwargs)
+
+    def _deserialize(
+        self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any
+    ) -> datetime | None:
+        if value == "":
+            return None
+        if not isinstance(value, str):
+            raise ValidationError("must be an ISO-8601 date-time string, null or empty")
+        return in_utc(value, "2030-01-01T00:00:00Z")
+
+
+def in_utc(text: str, example: str) -> datetime:
+    """The ISO-8601 date-time ``text``, which must carry an offset, in UTC."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValidationError(f"must be an ISO-8601 date-time such as {example}") from None
+    if moment.tzinfo is None:
+        raise ValidationError("must include a time zone offset, such as Z or +02:00")
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        raise ValidationError("is out of range") from None
+
+
+class Timestamp(fields.Field[datetime]):
+    """Dumps a datetime in keysvc's one text form (UTC, trailing Z)."""
+
+    def _serialize(self, value: datetime | None, attr: str | None, obj: Any, **kwargs: Any) -> Any:
+        return None if value is None else to_text(value)
+
+
+class IpSource(fields.String):
+    """An IPv4 or IPv6 address or CIDR, loaded in the form it is kept in
+    (``keysvc.domain.addresses``): ``::ffff:10.0.0.0/104`` and ``10.0.0.0/255.0.0.0``
+    as ``10.0.0.0/8``."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> str:
+        text = super()._deserialize(value, attr, data, **kwargs)
+        if "%" in text:
+            raise ValidationError("must not carry an IPv6 zone ID")
+        try:
+            return kept_source(text)
+        except ValueError:
+            try:
+                network = ipaddress.ip_network(text, strict=False)
+            except ValueError:
+                raise ValidationError("must be an IPv4 or IPv6 address or CIDR") from None
+        raise ValidationError(f"has host bits set; did you mean {kept_source(str(network))}?")
+
+
+def _no_control(value: str) -> None:
+    refusal = _unshowable(value)
+    if refusal is not None:
+        raise ValidationError(refusal)
+
+
+def _sha256_b64(value: str) -> None:
+    if not is_sha256_b64(value):
+        raise ValidationError("Not a sha256sum")
+
+
+def _suffix(value: str) -> None:
+    if len(value) != SUFFIX_LENGTH or _has_control(value):
+        raise ValidationError(f"must be the last {SUFFIX_LENGTH} characters of the key ID")
+
+
+class BoundedList(fields.List[Any]):
+    """A list whose length is checked before its entries: ten thousand bad
+    entries get one error that names the limit, not ten thousand errors."""
+
+    def _deserialize(
+        self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any
+    ) -> list[Any]:
+        if isinstance(value, list):
+            for validator in self.validators:
+                if isinstance(validator, validate.Length):
+                    validator(value)
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
+# The hosted API's description, and what keysvc makes of an empty list, which it leaves unsaid.
+IP_ACCESS_LIST_DOC = (
+    "List of IP addresses allowed to access the API using this key. An empty or absent "
+    "list means no IP restriction (keysvc's reading; the hosted API's document does not say)."
+)
+
+
+class IpAccessListEntrySchema(Schema):
+    source = IpSource(required=True)
+    description = fields.String(
+        validate=[
+            validate.Length(max=MAX_DESCRIPTION, error="must be at most {max} characters"),
+            _no_control,
+        ]
+    )
+
+
+class HashDataSchema(Schema):
+    keyIdHash = fields.String(required=True, validate=_sha256_b64)
+    keyIdSuffix = fields.String(required=True, validate=_suffix)
+    keySecretHash = fields.String(required=True, validate=_sha256_b64)
+
+
+class WholeNumber(fields.Integer):
+    """An integer as JSON Schema has it: 5 and 5.0 alike, never "5" or true."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(strict=True, **kwargs)
+
+    def _validated(self, value: Any) -> int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return super()._validated(value)
+
+
+class RateLimitSchema(Schema):
+    """keysvc addition: this key's own request limit, instead of the server's."""
+
+    limit = WholeNumber(
+        required=True,
+        validate=validate.Range(1, 1_000_000, error="must be an integer from {min} to {max}"),
+    )
+    windowSeconds = WholeNumber(
+        required=True,
+        validate=validate.Range(1, 86_400, error="must be an integer from {min} to {max}"),
+    )
+
+
+RATE_LIMIT_DOC = {
+    **ADDITION,
+    "description": "keysvc addition: this key's own request limit; null on PATCH clears it.",
+}
+
+
+_LEGACY_ROLE = fields.String(
+    validate=validate.OneOf(LEGACY_ROLES, error="must be one of: " + ", ".join(LEGACY_ROLES))
+)
+# Each legacy role once: there are only so many.
+_LEGACY_ROLES_LENGTH = validate.Length(
+    max=len(LEGACY_ROLES), error="must have at most {max} entries"
+)
+
+
+class _KeyFieldsSchema(Schema):
+    """Fields that create and PATCH share. ``now`` is the clock reading that
+    expireAt must be after."""
+
+    name = Name()
+    expireAt = ExpireAt()
+    state = fields.String(
+        validate=validate.OneOf(KEY_STATES, error="must be one of: enabled, disabled"),
+    )
+    roles = BoundedList(
+        _LEGACY_ROLE,
+        validate=_LEGACY_ROLES_LENGTH,
+        metadata={"deprecated": True},
+    )
+    assignedRoleIds = BoundedList(
+        fields.UUID(error_messages={"invalid_uuid": "must be a role UUID"}),
+        validate=validate.Length(max=MAX_ROLE_IDS, error="must have at most {max} entries"),
+    )
+    ipAccessList = BoundedList(
+        fields.Nested(IpAccessListEntrySchema),
+        validate=validate.Length(max=MAX_IP_ENTRIES, error="must have at most {max} entries"),
+        metadata={"description": IP_ACCESS_LIST_DOC},
+    )
+    rateLimit = fields.Nested(RateLimitSchema, allow_none=True, metadata=RATE_LIMIT_DOC)
+
+    def __init__(self, *, now: datetime, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.now = now
+
+    @validates("expireAt")
+    def _in_future(self, value: datetime | None, data_key: str) -> None:
+        if value is not None and value <= self.now:
+            raise ValidationError("must be in the future")
+
+
+class CreateKeySchema(_KeyFieldsSchema):
+    """The create-key body."""
+
+    name = Name(required=True)
+    state = fields.String(
+        load_default="enabled",
+        validate=validate.OneOf(KEY_STATES, error="must be one of: enabled, disabled"),
+    )
+    hashData = fields.Nested(HashDataSchema)
+    roles = BoundedList(
+        _LEGACY_ROLE,
+        validate=[
+            _LEGACY_ROLES_LENGTH,
+            validate.Length(min=1, error="must contain at least 1 element"),
+        ],
+        metadata={"deprecated": True},
+    )
+
+
+class PatchKeySchema(_KeyFieldsSchema):
+    """The PATCH body: every field optional; roles and ipAccessList replace."""
+
+
+# The longest grace period a rotation gives the credentials it replaces: 30 days.
+MAX_GRACE_SECONDS = 30 * 86_400
+
+
+class RotateKeySchema(Schema):
+    """The rotate body (keysvc addition), optional as a whole: how long the replaced
+    credentials keep working, and the new ones as ``hashData``, checked as on create."""
+
+    gracePeriodSeconds = WholeNumber(
+        load_default=0,
+        validate=validate.Range(
+            0, MAX_GRACE_SECONDS, error="must be an integer from {min} to {max} (30 days)"
+        ),
+        metadata={
+            **ADDITION,
+            "description": "How long the replaced credentials keep working, in seconds "
+            "(default 0: they stop at once). A later rotation ends them at once.",
+        },
+    )
+    hashData = fields.Nested(HashDataSchema, metadata=ADDITION)
+
+
+def _permission(value: str) -> None:
+    if len(value) > MAX_PERMISSION_LENGTH or not PERMISSION.fullmatch(value):
+        raise ValidationError(
+            "must be *, namespace:* or namespace:action in lowercase, such as reports:read"
+        )
+
+
+def _actor(value: str) -> None:
+    rest = value.removeprefix(ACTOR_PREFIX)
+    if rest == value or not UUID_PATTERN.fullmatch(rest):
+        raise ValidationError("must be apiKey/<key UUID>; keysvc has no users")
+
+
+_STAR_ONLY = 'keysvc grants permissions on every resource: use ["*"]'
+
+
+def _star_only(value: list[str]) -> None:
+    if value != ["*"]:
+        raise ValidationError(_STAR_ONLY)
+
+
+def _allow_only(value: str) -> None:
+    if value != "ALLOW":
+        raise ValidationError("only ALLOW is supported: keysvc roles grant")
+
+
+class PolicyTagsSchema(Schema):
+    """Upstream's database grants for a policy: keysvc has none, so only {} is accepted."""
+
+    grants = BoundedList(
+        fields.String(),
+        validate=validate.Length(max=MAX_GRANTS, error="must have at most {max} entries"),
+    )
+    roleV2 = fields.String(metadata={"enum": ["sql-console-readonly", "sql-console-admin"]})
+
+    @validates_schema
+    def _empty(self, data: dict[str, Any], **kwargs: Any) -> None:
+        if data:
+            raise ValidationError("are not supported by keysvc: send {} or leave tags out")
+
+
+class PolicySchema(Schema):
+    """An upstream policy. keysvc roles only grant, on every resource."""
+
+    allowDeny = fields.String(
+        required=True,
+        validate=_allow_only,
+        metadata={
+            "enum": ["ALLOW", "DENY"],
+            "description": "keysvc roles only grant: DENY is refused with a 400.",
+        },
+    )
+    permissions = BoundedList(
+        fields.String(validate=_permission),
+        required=True,
+        validate=validate.Length(max=MAX_PERMISSIONS, error="must have at most {max} entries"),
+    )
+    # At most one entry, "*": the bound says the same as _star_only, before the entries.
+    resources = BoundedList(
+        fields.String(),
+        required=True,
+        validate=[validate.Length(max=1, error=_STAR_ONLY), _star_only],
+    )
+    tags = fields.Nested(PolicyTagsSchema)
+
+
+_AT_MOST_PERMISSIONS = f"must have at most {MAX_PERMISSIONS} entries"
+
+
+class _RoleFieldsSchema(Schema):
+    name = Name()
+    permissions = BoundedList(
+        fields.String(validate=_permission),
+        validate=validate.Length(max=MAX_PERMISSIONS, error=_AT_MOST_PERMISSIONS),
+        metadata={**ADDITION, "description": "keysvc addition: the permissions the role grants"},
+    )
+    policies = BoundedList(
+        fields.Nested(PolicySchema),
+        validate=validate.Length(max=MAX_PERMISSIONS, error="must have at most {max} entries"),
+    )
+    actors = BoundedList(
+        fields.String(validate=_actor),
+        validate=validate.Length(max=MAX_ACTORS, error="must have at most {max} entries"),
+    )
+
+    @pre_load
+    def _permissions_in_all(self, data: Any, **kwargs: Any) -> Any:
+        """A role grants at most MAX_PERMISSIONS, its policies' included: counted as sent,
+        before any entry is read, so that many policies cannot make up a long list."""
+        if isinstance(data, Mapping):
+            sent = _entries(data.get("permissions")) + sum(
+                _entries(policy.get("permissions"))
+                # Past this many the policies are refused anyway; their length is not read.
+                for policy in _listed(data.get("policies"))[: MAX_PERMISSIONS + 1]
+                if isinstance(policy, Mapping)
+            )
+            if _entries(data.get("permissions")) > MAX_PERMISSIONS:
+                raise ValidationError(_AT_MOST_PERMISSIONS, field_name="permissions")
+            if sent > MAX_PERMISSIONS:
+                raise ValidationError(
+                    f"a role grants at most {MAX_PERMISSIONS} permissions, its policies'"
+                    f" included; this body has {sent}",
+                    field_name="permissions",
+                )
+        return data
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _entries(value: Any) -> int:
+    return len(_listed(value))
+
+
+class CreateRoleSchema(_RoleFieldsSchema):
+    name = Name(required=True)
+
+
+class UpdateRoleSchema(_RoleFieldsSchema):
+    """Every field optional; permissions/policies and actors replace."""
+
+
+# marshmallow's stock messages, said the way the rest of keysvc says things.
+_PLAIN = {
+    "Missing data for required field.": "is required",
+    "Unknown field.": "is not a known field",
+    "Field may not be null.": "must not be null",
+    "Not a valid string.": "must be a string",
+    "Not a valid list.": "must be an array",
+    "Invalid input type.": "must be an object",
+}
+
+
+def _flatten(messages: Any, prefix: str = "") -> list[str]:
+    if isinstance(messages, Mapping):
+        out: list[str] = []
+        for name, inner in messages.items():
+            name = str(name)[:MAX_FIELD_NAME]  # a client's unknown field name is its own text
+            path = prefix if name == "_schema" else f"{prefix}.{name}" if prefix else name
+            out.extend(_flatten(inner, path))
+        return out
+    if isinstance(messages, list | tuple):
+        texts = [
+            _PLAIN.get(str(m), str(m))
+            for m in messages
+            if not isinstance(m, Mapping | list | tuple)
+        ]
+        nested = [m for m in messages if isinstance(m, Mapping | list | tuple)]
+        out = [f"{prefix}: {text}" if prefix else text for text in texts]
+        for inner in nested:
+            out.extend(_flatten(inner, prefix))
+        return out
+    return [f"{prefix}: {messages}" if prefix else str(messages)]
+
+
+def _entries_in_order(message: str) -> list[tuple[int, str]]:
+    """Sort key: "roles.2" before "roles.10". Digit runs compare by length, then
+    text, never through int(): a field name may hold thousands of digits."""
+    parts = re.split(r"([0-9]+)", message)  # odd places hold the digit runs
+    key: list[tuple[int, str]] = []
+    for index, part in enumerate(parts):
+        digits = part.lstrip("0") if index % 2 else None
+        key.append((len(digits), digits) if digits is not None else (-1, part))
+    return key
+
+
+def load(schema: Schema, data: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate ``data``; every problem, field by field, becomes one BadRequest."""
+    try:
+        result: dict[str, Any] = schema.load(data)
+    except ValidationError as exc:
+        messages = sorted(_flatten(exc.messages), key=_entries_in_order)
+        # A body of many bad entries must not get an answer many times its size.
+        shown = messages[:MAX_MESSAGES]
+        if len(messages) > MAX_MESSAGES:
+            shown.append(f"and {len(messages) - MAX_MESSAGES} more")
+        raise BadRequest("; ".join(shown)) from None
+    return result
+
+
+# Webhooks (keysvc.domain.webhooks): the event types a subscription may name, and its bounds.
+EVENT_TYPES = (
+    "key.created",
+    "key.updated",
+    "key.deleted",
+    "key.rotated",
+    "key.expiring",
+    "key.used_after_revoke",
+)
+MAX_WEBHOOK_URL = 2048
+MAX_WEBHOOKS_PER_ORG = 20
+DEFAULT_EXPIRING_DAYS, MAX_EXPIRING_DAYS = 7, 90
+
+
+class CreateWebhookSchema(Schema):
+    """The create-webhook body. The URL's scheme, host and addresses are checked by
+    ``keysvc.domain.targets``."""
+
+    url = fields.String(
+        required=True,
+        validate=validate.Length(
+            1,
+            MAX_WEBHOOK_URL,
+            error="must be 1 to {max} characters, such as https://example.com/hooks",
+        ),
+        metadata={
+            "format": "uri",
+            "pattern": "^https?://",
+            "description": "Where events are POSTed: http(s), no credentials, a public host"
+            " (keysvc.domain.targets).",
+        },
+    )
+    events = BoundedList(
+        fields.String(
+            validate=validate.OneOf(EVENT_TYPES, error="must be one of: " + ", ".join(EVENT_TYPES))
+        ),
+        required=True,
+        validate=validate.Length(
+            1, len(EVENT_TYPES), error="must name 1 to {max} event types, each once"
+        ),
+        metadata={"uniqueItems": True},
+    )
+    expiringDays = WholeNumber(
+        load_default=DEFAULT_EXPIRING_DAYS,
+        validate=validate.Range(
+            1, MAX_EXPIRING_DAYS, error="must be an integer from {min} to {max}"
+        ),
+        metadata={"description": "How many days before a key's expireAt key.expiring is sent."},
+    )
+
+    @validates("events")
+    def _each_once(self, value: list[str], data_key: str) -> None:
+        if len(set(value)) != len(value):
+            raise ValidationError("must name each event type once")

@@ -1,0 +1,53 @@
+"""Typed keys for what the application and each request carry."""
+
+from datetime import datetime
+from typing import Any
+
+from aiohttp import web
+
+from keysvc.config import Settings
+from keysvc.credentials import Hasher
+from keysvc.db.store import Store
+from keysvc.domain.ratelimit import Limits
+from keysvc.logs import Throttled
+from keysvc.metrics import AuthReason, Metrics
+from keysvc.models import Key
+from keysvc.ops.keystates import KeyStates
+from keysvc.timeutil import Clock
+
+SETTINGS = web.AppKey("settings", Settings)
+STORE = web.AppKey("store", Store)
+HASHER = web.AppKey("hasher", Hasher)
+CLOCK: web.AppKey[Clock] = web.AppKey("clock")
+# Present only when metrics are on (KEYSVC_METRICS).
+METRICS = web.AppKey("metrics", Metrics)
+# Present only when metrics are on: the counts behind the keys-by-state gauge.
+KEY_STATES = web.AppKey("key_states", KeyStates)
+OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("openapi")
+LIMITS = web.AppKey("limits", Limits)
+# The log of requests aiohttp's parser refuses (keysvc.http.middleware).
+PARSER_ERROR_LOG = web.AppKey("parser_error_log", Throttled)
+
+
+class InFlight:
+    """How many requests are being handled now, so a shutdown can wait for them."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+IN_FLIGHT = web.AppKey("in_flight", InFlight)
+
+REQUEST_ID = web.RequestKey("request_id", str)
+CALLER = web.RequestKey("caller", Key)
+# The client address keysvc believes for an admitted caller (keysvc.http.auth.client_address),
+# for the activities its writes record; None when it is unknown.
+CLIENT_ADDRESS: web.RequestKey[str | None] = web.RequestKey("client_address")
+# Set by keysvc.http.auth where each outcome is decided; read by the access log and metrics.
+AUTH_OUTCOME: web.RequestKey[AuthReason] = web.RequestKey("auth_outcome")
+# The key whose secret a request proved, and the minute it was checked in, whether the
+# key was then admitted or refused: what its usage is counted under (keysvc.http.auth).
+PROVEN: web.RequestKey[tuple[str, datetime]] = web.RequestKey("proven")
+# Set when the caller authenticated with its key's previous credentials, in their grace
+# period after a rotation (keysvc.domain.keys.rotate_key); absent otherwise.
+PREVIOUS_CREDENTIAL = web.RequestKey("previous_credential", bool)

@@ -1,0 +1,211 @@
+"""Key views: list, create, read, update, rotate and delete keys of an organization.
+
+Keys are answered through ``keysvc.http.render`` (the hand-written twin of
+``ApiKeySchema``). A list page is kept as UTF-8 for as long as nothing at all is
+committed (``keysvc.db.cache.Caches.page``), so repeating it costs no query.
+"""
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any
+
+from aiohttp import hdrs, web
+
+from keysvc.domain import keys
+from keysvc.errors import NotFound
+from keysvc.http import render
+from keysvc.http.auth import authorize
+from keysvc.http.envelope import envelope, envelope_bytes, json_body_response, json_response, ok
+from keysvc.http.queries import ListKeysQuerySchema
+from keysvc.http.routes import (
+    CREATE_KEY,
+    DELETE_KEY,
+    GET_KEY,
+    LIST_KEYS,
+    ROTATE_KEY,
+    UPDATE_KEY,
+    serves,
+)
+from keysvc.http.schemas import (
+    CreateKeySchema,
+    PatchKeySchema,
+    RotateKeySchema,
+    load,
+)
+from keysvc.http.state import CLOCK, HASHER, PREVIOUS_CREDENTIAL, REQUEST_ID, SETTINGS, STORE
+from keysvc.http.views.common import (
+    actor,
+    path_uuid,
+    query,
+    read_json_object,
+    read_optional_json_object,
+)
+from keysvc.models import Key
+
+_list_query = ListKeysQuerySchema()
+# Built once, not per request: building a marshmallow schema deep-copies its fields,
+# which costs more than loading a body. Only the clock reading they check expireAt
+# against changes; it is set right before each load, which is synchronous, so no
+# other request runs in between.
+_create_body = CreateKeySchema(now=datetime.fromtimestamp(0, UTC))
+_patch_body = PatchKeySchema(now=datetime.fromtimestamp(0, UTC))
+_rotate_body = RotateKeySchema()
+
+
+def _load_at(
+    schema: CreateKeySchema | PatchKeySchema, now: datetime, body: dict[str, Any]
+) -> dict[str, Any]:
+    schema.now = now
+    return load(schema, body)
+
+
+# The list's validated parameters by query string, as sent. Validating them is a pure
+# function of that string, and costs a marshmallow load (about 8% of a list request
+# under load); most calls ask for the same few pages, the first above all. A query
+# that fails validation is never kept, and neither is one over _MEMO_QUERY_LENGTH.
+_LIST_PARAMS: OrderedDict[str, Mapping[str, Any]] = OrderedDict()
+LIST_PARAMS_KEPT = 256
+_MEMO_QUERY_LENGTH = 512
+
+
+def _list_params(request: web.Request) -> Mapping[str, Any]:
+    # As sent: request.query_string is decoded, and two queries that parse apart
+    # (cursor=%2541 and cursor=%41) may decode alike.
+    raw = request.rel_url.raw_query_string
+    params = _LIST_PARAMS.get(raw)
+    if params is not None:
+        _LIST_PARAMS.move_to_end(raw)
+        return params
+    params = MappingProxyType(load(_list_query, query(request)))  # read-only when shared
+    if len(raw) <= _MEMO_QUERY_LENGTH:
+        _LIST_PARAMS[raw] = params
+        while len(_LIST_PARAMS) > LIST_PARAMS_KEPT:
+            _LIST_PARAMS.popitem(last=False)
+    return params
+
+
+@serves(LIST_KEYS)
+async def list_keys(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    authorize(request, organization_id, LIST_KEYS.needs)
+    params = _list_params(request)
+    hasher = request.app[HASHER]
+    after = keys.decode_cursor(hasher, organization_id, params.get("cursor"))
+    store = request.app[STORE]
+    limit = params["limit"]
+
+    async def page_text() -> tuple[bytes, bytes]:
+        page = await store.list_keys(organization_id, after, limit)
+        cursor = keys.next_cursor(hasher, organization_id, page)
+        rest = f', "nextCursor": {render.encode(cursor)}, "totalCount": {render.encode(page.total)}'
+        return render.keys_json(page.keys).encode(), rest.encode()
+
+    rendered = await store.caches.page(("keys", organization_id, after, limit), page_text)
+    return json_body_response(envelope_bytes(request[REQUEST_ID], *rendered))
+
+
+@serves(CREATE_KEY)
+async def create_key(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    caller = authorize(request, organization_id, CREATE_KEY.needs)
+    now = request.app[CLOCK]()
+    data = _load_at(_create_body, now, await read_json_object(request))
+    issued = await keys.create_key(
+        request.app[STORE],
+        request.app[HASHER],
+        caller,
+        organization_id,
+        data,
+        now,
+        request.app[SETTINGS].max_keys_per_org,
+        actor(request),
+    )
+    return _issued_response(request, issued)
+
+
+def _issued_response(request: web.Request, issued: keys.Issued) -> web.Response:
+    """The key, and its credentials when keysvc generated them: with hashData the
+    client chose its own, and none are echoed."""
+    result = f'{{"key": {render.key_json(issued.key)}'
+    if issued.key_id is not None:
+        result += f', "keyId": {render.encode(issued.key_id)}'
+        result += f', "keySecret": {render.encode(issued.secret)}'
+    return json_response(envelope(request[REQUEST_ID], result + "}"))
+
+
+@serves(GET_KEY)
+async def get_key(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    authorize(request, organization_id, GET_KEY.needs)
+    key_id, store = path_uuid(request, "keyId"), request.app[STORE]
+    # A cache hit is read synchronously: no coroutine, no timer (misses are timed).
+    key = store.caches.cached_key(organization_id, key_id) or await store.get_key(
+        organization_id, key_id
+    )
+    if key is None:
+        raise NotFound(keys.NOT_FOUND)
+    return _key_response(request, key)
+
+
+@serves(UPDATE_KEY)
+async def update_key(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    caller = authorize(request, organization_id, UPDATE_KEY.needs)
+    key_id, store = path_uuid(request, "keyId"), request.app[STORE]
+    body = await read_json_object(request)
+    await keys.check_update(store, caller, organization_id, key_id, body)
+    now = request.app[CLOCK]()
+    data = _load_at(_patch_body, now, body)
+    tags = _if_match(request)
+    key = await keys.update_key(
+        store, caller, organization_id, key_id, data, tags, actor(request), now
+    )
+    return _key_response(request, key)
+
+
+@serves(ROTATE_KEY)
+async def rotate_key(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    caller = authorize(request, organization_id, ROTATE_KEY.needs)
+    key_id = path_uuid(request, "keyId")
+    data = load(_rotate_body, await read_optional_json_object(request))
+    issued = await keys.rotate_key(
+        request.app[STORE],
+        request.app[HASHER],
+        caller,
+        request.get(PREVIOUS_CREDENTIAL, False),
+        organization_id,
+        key_id,
+        data,
+        actor(request),
+        request.app[CLOCK](),
+    )
+    return _issued_response(request, issued)
+
+
+def _if_match(request: web.Request) -> list[str] | None:
+    """The entity tags of If-Match, or None without one."""
+    if_match = request.headers.get(hdrs.IF_MATCH)
+    return None if if_match is None else [tag.strip() for tag in if_match.split(",")]
+
+
+def _key_response(request: web.Request, key: Key) -> web.Response:
+    """The key in the envelope, with its ETag for a later If-Match."""
+    response = json_response(envelope(request[REQUEST_ID], render.key_json(key)))
+    # Quoted hex already, as the ETag setter would write it: set as it is.
+    response.headers[hdrs.ETAG] = key.etag
+    return response
+
+
+@serves(DELETE_KEY)
+async def delete_key(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    caller = authorize(request, organization_id, DELETE_KEY.needs)
+    key_id = path_uuid(request, "keyId")
+    tags, now = _if_match(request), request.app[CLOCK]()
+    await keys.delete_key(
+        request.app[STORE], caller, organization_id, key_id, tags, actor(request), now
+    )
+    return ok(request)

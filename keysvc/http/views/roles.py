@@ -1,0 +1,91 @@
+"""Role views: the organization's system and custom roles."""
+
+from aiohttp import web
+
+from keysvc.domain import roles
+from keysvc.errors import NotFound
+from keysvc.http.auth import authorize
+from keysvc.http.envelope import ok
+from keysvc.http.queries import ListRolesQuerySchema
+from keysvc.http.responses import RoleSchema
+from keysvc.http.routes import CREATE_ROLE, DELETE_ROLE, GET_ROLE, LIST_ROLES, UPDATE_ROLE, serves
+from keysvc.http.schemas import (
+    CreateRoleSchema,
+    UpdateRoleSchema,
+    load,
+)
+from keysvc.http.state import CLOCK, HASHER, SETTINGS, STORE
+from keysvc.http.views.common import actor, path_uuid, query, read_json_object
+
+_role = RoleSchema()
+_roles = RoleSchema(many=True)
+_create = CreateRoleSchema()
+_update = UpdateRoleSchema()
+_list_query = ListRolesQuerySchema()
+
+
+@serves(LIST_ROLES)
+async def list_roles(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    authorize(request, organization_id, LIST_ROLES.needs)
+    params, hasher = load(_list_query, query(request)), request.app[HASHER]
+    after = roles.decode_cursor(hasher, organization_id, params.get("cursor"))
+    page = await request.app[STORE].roles.list_roles(organization_id, after, params["limit"])
+    return ok(
+        request,
+        _roles.dump(page.roles),
+        nextCursor=roles.next_cursor(hasher, organization_id, page),
+        totalCount=page.total,
+    )
+
+
+@serves(CREATE_ROLE)
+async def create_role(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    caller = authorize(request, organization_id, CREATE_ROLE.needs)
+    data = load(_create, await read_json_object(request))
+    detail = await roles.create_role(
+        request.app[STORE],
+        caller,
+        organization_id,
+        data,
+        request.app[CLOCK](),
+        request.app[SETTINGS].max_roles_per_org,
+        actor(request),
+    )
+    return ok(request, _role.dump(detail))
+
+
+@serves(GET_ROLE)
+async def get_role(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    authorize(request, organization_id, GET_ROLE.needs)
+    detail = await request.app[STORE].roles.get_role(organization_id, path_uuid(request, "roleId"))
+    if detail is None:
+        raise NotFound(roles.NOT_FOUND)
+    return ok(request, _role.dump(detail))
+
+
+@serves(UPDATE_ROLE)
+async def update_role(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    caller = authorize(request, organization_id, UPDATE_ROLE.needs)
+    role_id, store = path_uuid(request, "roleId"), request.app[STORE]
+    body = await read_json_object(request)
+    current = await roles.changeable_role(store, caller, organization_id, role_id)
+    data = load(_update, body)
+    detail = await roles.update_role(
+        store, caller, current, data, request.app[CLOCK](), actor(request)
+    )
+    return ok(request, _role.dump(detail))
+
+
+@serves(DELETE_ROLE)
+async def delete_role(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    caller = authorize(request, organization_id, DELETE_ROLE.needs)
+    role_id = path_uuid(request, "roleId")
+    await roles.delete_role(
+        request.app[STORE], caller, organization_id, role_id, request.app[CLOCK](), actor(request)
+    )
+    return ok(request)

@@ -1,0 +1,84 @@
+"""Webhook views: an organization's webhooks (create, list, read, delete) and each
+one's delivery log."""
+
+from aiohttp import web
+
+from keysvc.domain import webhooks
+from keysvc.http.auth import authorize
+from keysvc.http.envelope import ok
+from keysvc.http.queries import ListDeliveriesQuerySchema
+from keysvc.http.responses import CreateWebhookResultSchema, DeliverySchema, WebhookSchema
+from keysvc.http.routes import (
+    CREATE_WEBHOOK,
+    DELETE_WEBHOOK,
+    GET_WEBHOOK,
+    LIST_DELIVERIES,
+    LIST_WEBHOOKS,
+    serves,
+)
+from keysvc.http.schemas import CreateWebhookSchema, load
+from keysvc.http.state import CLOCK, HASHER, SETTINGS, STORE
+from keysvc.http.views.common import path_uuid, query, read_json_object
+
+_webhook = WebhookSchema()
+_webhooks = WebhookSchema(many=True)
+_created = CreateWebhookResultSchema()
+_deliveries = DeliverySchema(many=True)
+_create = CreateWebhookSchema()
+_deliveries_query = ListDeliveriesQuerySchema()
+
+
+@serves(LIST_WEBHOOKS)
+async def list_webhooks(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    authorize(request, organization_id, LIST_WEBHOOKS.needs)
+    return ok(
+        request, _webhooks.dump(await webhooks.list_webhooks(request.app[STORE], organization_id))
+    )
+
+
+@serves(CREATE_WEBHOOK)
+async def create_webhook(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    caller = authorize(request, organization_id, CREATE_WEBHOOK.needs)
+    data = load(_create, await read_json_object(request))
+    app = request.app
+    created = await webhooks.create_webhook(
+        app[STORE], app[HASHER], caller, organization_id, data, app[CLOCK](),
+        app[SETTINGS].webhook_allow_private,
+    )  # fmt: skip
+    return ok(request, _created.dump(created))
+
+
+@serves(GET_WEBHOOK)
+async def get_webhook(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    authorize(request, organization_id, GET_WEBHOOK.needs)
+    webhook_id = path_uuid(request, "webhookId")
+    return ok(
+        request,
+        _webhook.dump(await webhooks.get_webhook(request.app[STORE], organization_id, webhook_id)),
+    )
+
+
+@serves(DELETE_WEBHOOK)
+async def delete_webhook(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    authorize(request, organization_id, DELETE_WEBHOOK.needs)
+    await webhooks.delete_webhook(
+        request.app[STORE], organization_id, path_uuid(request, "webhookId")
+    )
+    return ok(request)
+
+
+@serves(LIST_DELIVERIES)
+async def list_deliveries(request: web.Request) -> web.Response:
+    organization_id = path_uuid(request, "organizationId")
+    authorize(request, organization_id, LIST_DELIVERIES.needs)
+    webhook_id = path_uuid(request, "webhookId")
+    params = load(_deliveries_query, query(request))
+    page, cursor = await webhooks.deliveries(
+        request.app[STORE], request.app[HASHER], organization_id, webhook_id,
+        params.get("cursor"), params["limit"],
+    )  # fmt: skip
+    return ok(request, _deliveries.dump(page.deliveries), nextCursor=cursor, totalCount=page.total)

@@ -1,0 +1,1 @@
+"""Operators' tools and background jobs: backup, migrate, audit, workers, webhook delivery."""

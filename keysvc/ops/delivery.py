@@ -1,0 +1,260 @@
+"""The webhook delivery task: started with the app, it sends the outbox's due deliveries
+(``keysvc.db.outbox``), signed, and schedules the retries; it also enqueues the
+``key.expiring`` warnings, and drops deliveries finished long enough ago.
+
+An attempt is leased in one short write transaction (so that another worker process
+does not make the same attempt at once), made outside any transaction, and its outcome
+recorded in another: the API's writes never wait on a receiver. At most
+``webhook_concurrency`` attempts run at once, each within ``webhook_timeout``, no
+redirect followed, every address resolved and checked again (``keysvc.domain.targets``). A
+2xx is delivered; anything else is retried after ``webhook_retry_seconds``, doubled
+with each failure (with jitter, at most an hour), until a day after the event, then
+failed. A lease outlives its attempt's timeout, so a process killed mid-attempt leaves
+the delivery to be attempted again once its lease runs out: at least once.
+"""
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import random
+import time
+import uuid
+from datetime import datetime
+
+import aiohttp
+import aiosqlite
+from yarl import URL
+
+from keysvc import __version__
+from keysvc.config import Settings
+from keysvc.credentials import Hasher
+from keysvc.db import keys as key_sql
+from keysvc.db import outbox
+from keysvc.db.connections import connect
+from keysvc.db.outbox import Due
+from keysvc.db.store import Store
+from keysvc.domain import webhooks
+from keysvc.domain.targets import BlockedAddress, GuardedResolver, ip_literal, is_public
+from keysvc.http import render
+from keysvc.timeutil import Clock, to_text
+
+logger = logging.getLogger("keysvc")
+
+USER_AGENT = f"keysvc-webhooks/{__version__}"
+MAX_RETRY_SECONDS = 3600.0
+# Beyond the attempt's timeout, before another process may take a leased delivery.
+LEASE_MARGIN_SECONDS = 5.0
+# How often the task looks for due deliveries when no commit has woken it.
+POLL_SECONDS = 1.0
+# How often it asks whether anything was committed (a cheap read on the event loop).
+WATCH_SECONDS = 0.1
+EXPIRING_PER_SCAN = 500
+
+
+def signature(secret: str, timestamp: int, body: str) -> str:
+    """The Keysvc-Signature header: ``t=<unix seconds>,v1=<hex HMAC-SHA256(secret,
+    "<t>.<body>")>``, Stripe's scheme."""
+    signed = f"{timestamp}.{body}".encode()
+    mac = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={mac}"
+
+
+def retry_delay(base: float, attempts: int) -> float:
+    """Seconds before the next attempt, after ``attempts`` failed: ``base`` doubled
+    with each, at most an hour, less up to a fifth at random, so that deliveries
+    failed together do not come back together."""
+    delay: float = min(base * 2.0 ** min(attempts - 1, 32), MAX_RETRY_SECONDS)
+    return delay * random.uniform(0.8, 1.0)  # noqa: S311 - jitter, not a secret
+
+
+def error_class(exc: BaseException) -> str:
+    """What the delivery log says of an attempt that got no HTTP status."""
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError | aiohttp.ServerTimeoutError):
+        return "timeout"
+    if isinstance(exc, BlockedAddress) or (
+        isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, BlockedAddress)
+    ):
+        return "blocked_address"
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return "dns_error"
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return "tls_error"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "connection_refused"
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        return "disconnected"
+    if isinstance(exc, aiohttp.ClientError):
+        return "http_error"
+    return "error"
+
+
+class Deliverer:
+    """The app's delivery task and its HTTP client session."""
+
+    def __init__(self, store: Store, hasher: Hasher, settings: Settings, clock: Clock):
+        self._store = store
+        self._hasher = hasher
+        self._settings = settings
+        self._clock = clock
+        self._owner = str(uuid.uuid4())  # this process's leases
+        self._attempts: set[asyncio.Task[None]] = set()
+        self._session: aiohttp.ClientSession | None = None
+        # Its own, so that its reads neither wait behind nor delay the API's.
+        self._reader: aiosqlite.Connection | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._next_scan = 0.0
+
+    async def start(self) -> None:
+        # On PostgreSQL, the store's pool: the server keeps reads from waiting on writes.
+        if self._settings.db_url is not None:
+            self._reader = self._store.reader
+        else:
+            self._reader = await connect(self._settings.db_path, create=False)
+        connector = aiohttp.TCPConnector(
+            resolver=GuardedResolver(self._settings.webhook_allow_private),
+            limit=self._settings.webhook_concurrency,
+            use_dns_cache=False,  # each attempt resolves, and is checked, again
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=self._settings.webhook_timeout),
+            cookie_jar=aiohttp.DummyCookieJar(),
+            headers={"User-Agent": USER_AGENT},
+            trust_env=False,
+        )
+        self._task = asyncio.create_task(self._run(), name="keysvc-webhooks")
+
+    async def close(self) -> None:
+        """Stop: attempts under way are cancelled, and their leases given back (they are
+        attempted again later), before the store closes."""
+        tasks = [t for t in (self._task, *self._attempts) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            async with self._store.transaction("release_webhook_leases") as conn:
+                await outbox.release(conn, self._owner)
+        except Exception:
+            logger.exception("webhook leases not released; they run out by themselves")
+        if self._session is not None:
+            await self._session.close()
+        if self._reader is not None and self._settings.db_url is None:
+            await self._reader.close()
+
+    async def _run(self) -> None:
+        caches = self._store.caches
+        seen, polled = -1, 0.0
+        while True:
+            try:
+                version = caches.data_version()
+                if version != seen or time.monotonic() - polled >= POLL_SECONDS:
+                    seen, polled = version, time.monotonic()
+                    await self._scan_expiring()
+                    await self._start_due()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("webhook delivery failed to read or claim; trying again")
+                await asyncio.sleep(POLL_SECONDS)
+            await asyncio.sleep(WATCH_SECONDS)
+
+    async def _start_due(self) -> None:
+        """Lease as many due deliveries as there are free slots, and attempt each."""
+        free = self._settings.webhook_concurrency - len(self._attempts)
+        now = self._clock().timestamp()
+        assert self._reader is not None
+        if free <= 0 or not await outbox.any_due(self._reader, now):
+            return
+        lease = now + self._settings.webhook_timeout + LEASE_MARGIN_SECONDS
+        async with self._store.transaction("claim_webhook_deliveries") as conn:
+            claimed = await outbox.claim(conn, now, lease, self._owner, free)
+        for due in claimed:
+            task = asyncio.create_task(self._attempt(due))
+            self._attempts.add(task)
+            task.add_done_callback(self._attempts.discard)
+
+    async def _attempt(self, due: Due) -> None:
+        status: int | None = None
+        error: str | None = None
+        try:
+            status = await self._send(due)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            error = error_class(exc)
+        at = self._clock()
+        delivered = status is not None and 200 <= status < 300
+        state, next_at = "delivered", None
+        if not delivered:
+            next_at = at.timestamp() + retry_delay(
+                self._settings.webhook_retry_seconds, due.attempts + 1
+            )
+            if next_at > due.give_up_at:
+                state, next_at = "failed", None
+            else:
+                state = "pending"
+        try:
+            async with self._store.transaction("record_webhook_attempt") as conn:
+                await outbox.record(conn, due, self._owner, at, status, error, state, next_at)
+        except Exception:
+            # The lease runs out, and the delivery is attempted again: at least once.
+            logger.exception("webhook attempt not recorded; it will be made again")
+
+    async def _send(self, due: Due) -> int:
+        """One POST of the delivery, signed now; its HTTP status."""
+        assert self._session is not None
+        # A literal address is never resolved, so the resolver never sees it: check it here.
+        literal = ip_literal(URL(due.url).raw_host or "")
+        private = self._settings.webhook_allow_private
+        if literal is not None and not private and not is_public(literal):
+            raise BlockedAddress(f"{literal} is not a public address")
+        secret = self._hasher.webhook_secret(due.nonce)
+        headers = {
+            "Content-Type": "application/json",
+            "Keysvc-Event-Id": due.event_id,
+            "Keysvc-Event-Type": due.event_type,
+            "Keysvc-Signature": signature(secret, int(time.time()), due.body),
+        }
+        async with self._session.post(
+            due.url, data=due.body.encode(), headers=headers, allow_redirects=False
+        ) as response:
+            await response.content.read(64 * 1024)  # the answer itself is not kept
+            return response.status
+
+    async def _scan_expiring(self) -> None:
+        """Now and then: enqueue ``key.expiring`` for keys a webhook should warn of and
+        has not for this expiry date (remembered in the same transaction, so never twice,
+        whichever process scans), and drop the deliveries kept long enough."""
+        if time.monotonic() < self._next_scan:
+            return
+        self._next_scan = time.monotonic() + self._settings.webhook_expiry_scan
+        now = self._clock()
+        assert self._reader is not None
+        found = await outbox.expiring(self._reader, now, EXPIRING_PER_SCAN)
+        by_key: dict[tuple[str, str, str], list[str]] = {}
+        for item in found:
+            by_key.setdefault((item.organization_id, item.key_id, item.expire_at), []).append(
+                item.webhook_id
+            )
+        for (organization_id, key_id, expire_at), webhook_ids in by_key.items():
+            await self._warn(organization_id, key_id, expire_at, webhook_ids, now)
+        pruned = 0
+        if await outbox.any_to_prune(self._reader, now.timestamp()):
+            async with self._store.transaction("prune_webhook_deliveries") as conn:
+                pruned = await outbox.prune(conn, now.timestamp())
+        if len(found) == EXPIRING_PER_SCAN or pruned == outbox.PRUNED_PER_TRANSACTION:
+            self._next_scan = 0.0  # more are waiting
+
+    async def _warn(
+        self, organization_id: str, key_id: str, expire_at: str, webhook_ids: list[str],
+        now: datetime,
+    ) -> None:  # fmt: skip
+        async with self._store.transaction("enqueue_key_expiring") as conn:
+            key = await key_sql.get_key(conn, organization_id, key_id)
+            if key is None or key.expire_at is None or to_text(key.expire_at) != expire_at:
+                return  # deleted or changed since it was read: the next scan decides
+            warn = [w for w in webhook_ids if await outbox.warned(conn, w, key_id, expire_at)]
+            if warn:
+                data = render.api_key(key)
+                await webhooks.enqueue(conn, organization_id, "key.expiring", data, now, warn)
