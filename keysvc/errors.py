@@ -111,6 +111,17 @@ class ServiceUnavailable(ApiError):
     default_message = "service unavailable"
 
 
+class DatabaseUnavailable(ServiceUnavailable):
+    """The database does not answer (stopped, unreachable, its connections dropped):
+    nothing was done; Retry-After says when to try again."""
+
+    default_message = "database unavailable"
+    retry_after = 5
+
+    def __init__(self, message: str | None = None):
+        super().__init__(message, headers={"Retry-After": str(self.retry_after)})
+
+
 class InsufficientStorage(ApiError):
     """The database's disk is full: nothing was written, and reads still work."""
 

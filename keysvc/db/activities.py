@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import aiosqlite
-
 from keysvc.db import replay
 from keysvc.db.connections import fetch_all, fetch_one, many_rows
+from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql, with_json_list
 from keysvc.models import Activity, ActivityPage, Actor
 from keysvc.timeutil import from_text, to_text
@@ -84,7 +83,7 @@ _UNHEADED = """
 """
 _ORGANIZATIONS = "select id from organizations"
 
-Connection = aiosqlite.Connection | sqlite3.Connection
+Writing = Connection | sqlite3.Connection
 
 
 class Chain:
@@ -111,13 +110,13 @@ class Chain:
         return self._mac(b"head", organization_id.encode(), str(count).encode(), last_hash)
 
 
-async def _all(conn: Connection, sql: str, params: Sequence[object]) -> list[Any]:
+async def _all(conn: Writing, sql: str, params: Sequence[object]) -> list[Any]:
     if isinstance(conn, sqlite3.Connection):
         return conn.execute(sql, params).fetchall()
     return list(await fetch_all(conn, sql, params))
 
 
-async def _run(conn: Connection, sql: str, params: Sequence[object]) -> None:
+async def _run(conn: Writing, sql: str, params: Sequence[object]) -> None:
     if isinstance(conn, sqlite3.Connection):
         conn.execute(sql, params)
     else:
@@ -146,7 +145,7 @@ def _content(activity: Activity, org_seq: int) -> tuple[object, ...]:
     )  # fmt: skip
 
 
-async def record(conn: Connection, chain: Chain, *activities: Activity) -> None:
+async def record(conn: Writing, chain: Chain, *activities: Activity) -> None:
     """Inside the write's transaction: append ``activities``, in order, to their
     organizations' chains and move the heads. The one way an activity is written;
     a few statements whatever their number (a create batch records its keys' at once)."""
@@ -172,13 +171,13 @@ async def record(conn: Connection, chain: Chain, *activities: Activity) -> None:
     await _run(conn, sql, [v for head in heads for v in head])
 
 
-async def unheaded(conn: aiosqlite.Connection) -> list[str]:
+async def unheaded(conn: Connection) -> list[str]:
     """The organizations without a chain head: those from before the log."""
     return [row[0] for row in await fetch_all(conn, _UNHEADED, ())]
 
 
 async def seal(
-    conn: aiosqlite.Connection, chain: Chain, organization_id: str, existing: Sequence[Activity]
+    conn: Connection, chain: Chain, organization_id: str, existing: Sequence[Activity]
 ) -> None:
     """Inside a transaction: start an organization's chain with ``existing``, the records
     of the keys and roles it holds already, or with an empty head when it holds none;
@@ -209,15 +208,13 @@ def _activity(row: Sequence[Any]) -> Activity:
     )
 
 
-async def get(
-    conn: aiosqlite.Connection, organization_id: str, activity_id: str
-) -> Activity | None:
+async def get(conn: Connection, organization_id: str, activity_id: str) -> Activity | None:
     row = await fetch_one(conn, _BY_ID, (activity_id, organization_id))
     return None if row is None else _activity(row)
 
 
 async def page(
-    conn: aiosqlite.Connection,
+    conn: Connection,
     organization_id: str,
     after: int,
     limit: int,

@@ -26,6 +26,7 @@ from pathlib import Path
 import aiosqlite
 
 from keysvc.config import ConfigError
+from keysvc.db.contract import Connection
 from keysvc.db.diskspace import DiskSpace
 
 logger = logging.getLogger("keysvc")
@@ -162,16 +163,12 @@ def many_rows(into: str, count: int, width: int) -> str:
     return into + ", ".join([row] * count)
 
 
-async def fetch_one(
-    conn: aiosqlite.Connection, sql: str, params: Sequence[object]
-) -> sqlite3.Row | None:
+async def fetch_one(conn: Connection, sql: str, params: Sequence[object]) -> sqlite3.Row | None:
     rows = await conn.execute_fetchall(sql, params)
     return next(iter(rows), None)
 
 
-async def fetch_all(
-    conn: aiosqlite.Connection, sql: str, params: Sequence[object]
-) -> list[sqlite3.Row]:
+async def fetch_all(conn: Connection, sql: str, params: Sequence[object]) -> list[sqlite3.Row]:
     return list(await conn.execute_fetchall(sql, params))
 
 
@@ -193,13 +190,13 @@ async def to_the_end(awaitable: Awaitable[object]) -> bool:
             cancelled = True
 
 
-async def tentatively(conn: aiosqlite.Connection) -> None:
+async def tentatively(conn: Connection) -> None:
     """Inside a transaction: what follows can be undone alone (``settle``), so that a
     write can be made, read back and compared before deciding to keep it."""
     await conn.execute("savepoint tentative")
 
 
-async def settle(conn: aiosqlite.Connection, keep: bool) -> None:
+async def settle(conn: Connection, keep: bool) -> None:
     """End what ``tentatively`` began: kept, or undone as if never written."""
     if not keep:
         await conn.execute("rollback to tentative")
@@ -255,7 +252,7 @@ class Writer:
             if cancelled:
                 raise asyncio.CancelledError
 
-    async def authorization_changed(self, conn: aiosqlite.Connection) -> None:
+    async def authorization_changed(self, conn: Connection) -> None:
         """Inside a transaction: what some key may do has changed. Bumps the generation."""
         await conn.execute(
             "update meta set value = cast(value as integer) + 1 where name = 'auth_generation'"

@@ -13,9 +13,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-import aiosqlite
-
 from keysvc.db.connections import fetch_all, fetch_one
+from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql, with_json_list
 from keysvc.db.rows import keys_with_roles
 from keysvc.errors import Conflict
@@ -148,7 +147,7 @@ KEY_ID_TAKEN = "hashData.keyIdHash: a key with this key ID already exists"
 ROLE_GONE = "a role was deleted while this request ran; try again"
 
 
-async def keys_from_rows(conn: aiosqlite.Connection, rows: Sequence[sqlite3.Row]) -> list[Key]:
+async def keys_from_rows(conn: Connection, rows: Sequence[sqlite3.Row]) -> list[Key]:
     """Keys with their roles, read with one query for the whole batch."""
     if not rows:
         return []
@@ -156,13 +155,13 @@ async def keys_from_rows(conn: aiosqlite.Connection, rows: Sequence[sqlite3.Row]
     return keys_with_roles(rows, await fetch_all(conn, ROLES_OF_KEYS, (ids,)))
 
 
-async def get_key(conn: aiosqlite.Connection, organization_id: str, key_id: str) -> Key | None:
+async def get_key(conn: Connection, organization_id: str, key_id: str) -> Key | None:
     row = await fetch_one(conn, KEY_BY_ID, (key_id, organization_id))
     return None if row is None else (await keys_from_rows(conn, [row]))[0]
 
 
 async def list_page(
-    conn: aiosqlite.Connection, organization_id: str, after: int, limit: int
+    conn: Connection, organization_id: str, after: int, limit: int
 ) -> tuple[list[Key], bool, int]:
     """Up to ``limit`` keys after ``after`` (``Key.org_seq``), whether there are more,
     and how many the organization holds."""
@@ -188,13 +187,13 @@ def credential_params(key_id_hash: bytes) -> tuple[bytes, bytes, bytes]:
     return key_id_hash, key_id_hash, key_id_hash
 
 
-async def key_id_in_use(conn: aiosqlite.Connection, key_id_hash: bytes) -> bool:
+async def key_id_in_use(conn: Connection, key_id_hash: bytes) -> bool:
     """Whether some key holds this keyed key-ID hash, as its current or previous key ID."""
     return await fetch_one(conn, KEY_ID_IN_USE, (key_id_hash, key_id_hash)) is not None
 
 
 async def rotate_key(
-    conn: aiosqlite.Connection,
+    conn: Connection,
     key_id: str,
     key_id_hash: bytes,
     secret_hash: bytes,
@@ -230,9 +229,7 @@ def key_row(key_id: str, org_seq: int, new: NewKey) -> tuple[object, ...]:
     )
 
 
-async def insert_key_roles(
-    conn: aiosqlite.Connection, key_id: str, role_ids: Sequence[str]
-) -> None:
+async def insert_key_roles(conn: Connection, key_id: str, role_ids: Sequence[str]) -> None:
     try:
         await conn.executemany(
             INSERT_KEY_ROLE, [(key_id, role_id) for role_id in dict.fromkeys(role_ids)]
@@ -241,7 +238,7 @@ async def insert_key_roles(
         raise Conflict(ROLE_GONE) from None
 
 
-async def insert_key(conn: aiosqlite.Connection, new: NewKey) -> Key:
+async def insert_key(conn: Connection, new: NewKey) -> Key:
     """One key, outside the create batches (bootstrap's first key)."""
     key_id = str(uuid.uuid4())
     last = await fetch_one(conn, LAST_KEY_SEQ, (new.organization_id,))
@@ -258,7 +255,7 @@ async def insert_key(conn: aiosqlite.Connection, new: NewKey) -> Key:
     return key
 
 
-async def update_key(conn: aiosqlite.Connection, current: Key, change: KeyChange) -> None:
+async def update_key(conn: Connection, current: Key, change: KeyChange) -> None:
     """Write ``change`` over ``current``, its roles included when it names them."""
     expire_at = None if change.clear_expiry else change.expire_at or current.expire_at
     rate = None if change.clear_rate_limit else change.rate_limit or current.rate_limit
@@ -281,7 +278,7 @@ async def update_key(conn: aiosqlite.Connection, current: Key, change: KeyChange
         await insert_key_roles(conn, current.id, change.role_ids)
 
 
-async def delete_key(conn: aiosqlite.Connection, organization_id: str, key_id: str) -> bool:
+async def delete_key(conn: Connection, organization_id: str, key_id: str) -> bool:
     """Delete the key; False if there was none."""
     cursor = await conn.execute(
         "delete from api_keys where id = ? and organization_id = ?", (key_id, organization_id)
@@ -289,7 +286,7 @@ async def delete_key(conn: aiosqlite.Connection, organization_id: str, key_id: s
     return cursor.rowcount > 0
 
 
-async def write_used_at(conn: aiosqlite.Connection, minutes: Mapping[str, str]) -> None:
+async def write_used_at(conn: Connection, minutes: Mapping[str, str]) -> None:
     """usedAt for each key UUID of ``minutes``, unless it is there already or later."""
     await conn.executemany(
         "update api_keys set used_at = ? where id = ? and (used_at is null or used_at < ?)",
@@ -297,7 +294,7 @@ async def write_used_at(conn: aiosqlite.Connection, minutes: Mapping[str, str]) 
     )
 
 
-async def count_keys_by_state_on(conn: aiosqlite.Connection, now: datetime) -> dict[str, int]:
+async def count_keys_by_state_on(conn: Connection, now: datetime) -> dict[str, int]:
     """``count_keys_by_state`` on an asynchronous connection (PostgreSQL's pool)."""
     counts = {"enabled": 0, "disabled": 0, "expired": 0}
     for row in await fetch_all(conn, COUNT_KEYS_BY_STATE, (to_text(now),)):
@@ -327,11 +324,11 @@ DROP_ENDED_PREVIOUS = """
 """
 
 
-async def drop_ended_previous(conn: aiosqlite.Connection, now: datetime) -> None:
+async def drop_ended_previous(conn: Connection, now: datetime) -> None:
     """Forget the previous credentials of every key whose grace ended by ``now``."""
     await conn.execute(DROP_ENDED_PREVIOUS, (to_text(now),))
 
 
-async def prune_tombstones(conn: aiosqlite.Connection, before: datetime) -> None:
+async def prune_tombstones(conn: Connection, before: datetime) -> None:
     """Forget the credentials of keys deleted before ``before``."""
     await conn.execute(PRUNE_TOMBSTONES, (to_text(before),))

@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import aiosqlite
-
 from keysvc.db.connections import fetch_all, fetch_one
+from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql, with_json_list
 from keysvc.timeutil import to_text
 
@@ -203,7 +202,7 @@ def _rows(
 
 
 async def enqueue(
-    conn: aiosqlite.Connection,
+    conn: Connection,
     organization_id: str,
     event_type: str,
     data: dict[str, Any],
@@ -243,12 +242,12 @@ def enqueue_now(
         conn.executemany(INSERT_DELIVERY, rows)
 
 
-async def any_due(conn: aiosqlite.Connection, now: float) -> bool:
+async def any_due(conn: Connection, now: float) -> bool:
     return await fetch_one(conn, ANY_DUE, (now, now)) is not None
 
 
 async def claim(
-    conn: aiosqlite.Connection, now: float, lease_until: float, owner: str, limit: int
+    conn: Connection, now: float, lease_until: float, owner: str, limit: int
 ) -> list[Due]:
     """Inside a write transaction: up to ``limit`` due deliveries nobody holds, leased
     to ``owner`` until ``lease_until`` so that no other process attempts them meanwhile."""
@@ -264,7 +263,7 @@ async def claim(
 
 
 async def record(
-    conn: aiosqlite.Connection,
+    conn: Connection,
     due: Due,
     owner: str,
     at: datetime,
@@ -279,12 +278,12 @@ async def record(
     await conn.execute(FINISH_ATTEMPT, (state, next_attempt_at, due.seq, owner))
 
 
-async def release(conn: aiosqlite.Connection, owner: str) -> None:
+async def release(conn: Connection, owner: str) -> None:
     """Inside a write transaction: give back what ``owner`` leased, for another to attempt."""
     await conn.execute(RELEASE, (owner,))
 
 
-async def expiring(conn: aiosqlite.Connection, now: datetime, limit: int) -> list[Expiring]:
+async def expiring(conn: Connection, now: datetime, limit: int) -> list[Expiring]:
     text = to_text(now)
     rows = await fetch_all(conn, EXPIRING, (text, text, limit))
     return [
@@ -293,7 +292,7 @@ async def expiring(conn: aiosqlite.Connection, now: datetime, limit: int) -> lis
     ]
 
 
-async def warned(conn: aiosqlite.Connection, webhook_id: str, key_id: str, expire_at: str) -> bool:
+async def warned(conn: Connection, webhook_id: str, key_id: str, expire_at: str) -> bool:
     """Inside a write transaction: remember the warning; False if it was already sent."""
     cursor = await conn.execute(WARNED, (webhook_id, key_id, expire_at))
     return cursor.rowcount > 0
@@ -303,11 +302,11 @@ def _prune_cutoff(now: float) -> float:
     return now - KEEP_SECONDS + RETRY_FOR_SECONDS  # give_up_at is the event's time plus a day
 
 
-async def any_to_prune(conn: aiosqlite.Connection, now: float) -> bool:
+async def any_to_prune(conn: Connection, now: float) -> bool:
     return await fetch_one(conn, ANY_TO_PRUNE, (_prune_cutoff(now),)) is not None
 
 
-async def prune(conn: aiosqlite.Connection, now: float) -> int:
+async def prune(conn: Connection, now: float) -> int:
     """Inside a write transaction: drop up to PRUNED_PER_TRANSACTION finished deliveries
     whose event is more than KEEP_SECONDS old; how many went."""
     cursor = await conn.execute(PRUNE, (_prune_cutoff(now), PRUNED_PER_TRANSACTION))

@@ -10,7 +10,9 @@ code that tells a taken key ID from a deleted role reads both backends alike. Th
 wording names the constraint, never the values refused (keyed hashes included).
 """
 
+import logging
 import sqlite3
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +20,34 @@ from typing import Any
 import asyncpg
 
 from keysvc.db.dialect import postgres_text
+from keysvc.errors import DatabaseUnavailable
+
+logger = logging.getLogger("keysvc")
+
+# What a database that is down, unreachable or dropping its connections raises.
+UNAVAILABLE = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.CannotConnectNowError,
+)
+# At most one log line this often while the database stays unavailable.
+UNAVAILABLE_LOG_SECONDS = 10.0
+_logged_at = -UNAVAILABLE_LOG_SECONDS
+
+
+def unavailable(exc: BaseException) -> DatabaseUnavailable:
+    """keysvc's 503 for a database that does not answer; logged at most once every
+    UNAVAILABLE_LOG_SECONDS. The pool makes new connections by itself once it is back."""
+    global _logged_at
+    now = time.monotonic()
+    if now - _logged_at >= UNAVAILABLE_LOG_SECONDS:
+        _logged_at = now
+        logger.warning("PostgreSQL unavailable (%s); answering 503", type(exc).__name__)
+    return DatabaseUnavailable()
+
 
 # asyncpg's class of each refusal -> SQLite's word for it.
 _KINDS = (

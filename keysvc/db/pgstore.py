@@ -40,10 +40,10 @@ import json
 import logging
 import os
 import secrets
-import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -53,10 +53,12 @@ from keysvc.db import keys as key_sql
 from keysvc.db import pgschema, sharedcounts
 from keysvc.db.cache import Caches
 from keysvc.db.connections import fetch_all, fetch_one, to_the_end
+from keysvc.db.contract import Connection
 from keysvc.db.createbatch import GRANTED_ROLES, Announce, Recheck, over_limit
 from keysvc.db.freshness import GENERATION
+from keysvc.db.keystates import KeyStates
 from keysvc.db.outbox import enqueue
-from keysvc.db.pgconn import PgConnection, refusal
+from keysvc.db.pgconn import UNAVAILABLE, PgConnection, refusal, unavailable
 from keysvc.db.rows import role_from_row
 from keysvc.db.store import Store, UsageUpkeep
 from keysvc.db.timing import Observer
@@ -109,8 +111,11 @@ class PgReader:
         return await self._fetch(sql, params)
 
     async def _fetch(self, sql: str, params: Any) -> list[Any]:
-        async with self._pool.acquire() as raw:
-            return await PgConnection(raw).execute_fetchall(sql, params)
+        try:
+            async with self._pool.acquire() as raw:
+                return await PgConnection(raw).execute_fetchall(sql, params)
+        except UNAVAILABLE as exc:
+            raise unavailable(exc) from None
 
 
 class Notifications:
@@ -357,37 +362,41 @@ class PgWriter:
         instances have heard of it (``Notifications.seen_everywhere``), waited for
         after the lock is let go."""
         moved: int | None = None
-        async with self.lock, self._pool.acquire() as raw:
-            self._authorization_changed = False
-            committing = False
-            try:
-                async with self._committed_to_the_end(raw):
-                    # The tables' triggers announce this transaction's changes with
-                    # the same token as the writer (keysvc_data_changed).
-                    await raw.execute(
-                        "select pg_advisory_xact_lock($1), set_config('keysvc.token', $2, true)",
-                        WRITE_LOCK,
-                        self._notifications.token,
-                    )
-                    yield PgConnection(raw)
-                    token = self._notifications.token
-                    await raw.execute("select pg_notify($1, $2)", DATA_CHANNEL, token)
-                    if self._authorization_changed:
-                        # The triggers may have moved it further than the domain's bump.
-                        moved = int(await raw.fetchval(GENERATION))
-                    committing = True
-            except asyncpg.IntegrityConstraintViolationError as exc:
-                raise refusal(exc) from None
-            except BaseException:
-                if committing:  # the commit failed, or did it? (is_own_commit)
-                    self._notifications.committed()
-                raise
-            self._committed()
-            # Listed after the commit: a listening connection made later reads a
-            # generation at least as new when it starts.
-            listeners = [] if moved is None else await self._listeners(raw)
-        if moved is not None and listeners:
-            await self._notifications.seen_everywhere(moved, listeners)
+        try:
+            async with self.lock, self._pool.acquire() as raw:
+                self._authorization_changed = False
+                committing = False
+                try:
+                    async with self._committed_to_the_end(raw):
+                        # The tables' triggers announce this transaction's changes with
+                        # the same token as the writer (keysvc_data_changed).
+                        await raw.execute(
+                            "select pg_advisory_xact_lock($1),"
+                            " set_config('keysvc.token', $2, true)",
+                            WRITE_LOCK,
+                            self._notifications.token,
+                        )
+                        yield PgConnection(raw)
+                        token = self._notifications.token
+                        await raw.execute("select pg_notify($1, $2)", DATA_CHANNEL, token)
+                        if self._authorization_changed:
+                            # The triggers may have moved it further than the domain's bump.
+                            moved = int(await raw.fetchval(GENERATION))
+                        committing = True
+                except asyncpg.IntegrityConstraintViolationError as exc:
+                    raise refusal(exc) from None
+                except BaseException:
+                    if committing:  # the commit failed, or did it? (is_own_commit)
+                        self._notifications.committed()
+                    raise
+                self._committed()
+                # Listed after the commit: a listening connection made later reads a
+                # generation at least as new when it starts.
+                listeners = [] if moved is None else await self._listeners(raw)
+            if moved is not None and listeners:
+                await self._notifications.seen_everywhere(moved, listeners)
+        except UNAVAILABLE as exc:
+            raise unavailable(exc) from None
 
     async def _listeners(self, raw: Any) -> list[str]:
         """The other instances' listening connections, by name. Committed already, a
@@ -489,6 +498,18 @@ class PgStore(Store):
             logger.warning("PostgreSQL connections still busy at close; closed by force")
             self._pool.terminate()
 
+    def key_counts(self, every: timedelta, observer: Observer | None) -> KeyStates:
+        """Counted on the pool: the server is not this process's."""
+        return KeyStates(None, every=every, observer=observer, reader=self.reader)
+
+    @asynccontextmanager
+    async def delivery_reader(self) -> AsyncIterator[Connection]:
+        """The pool: the server keeps reads from waiting on writes."""
+        yield self.reader
+
+    def shared_counts(self) -> "PgStore":
+        return self
+
     async def check_writable(self) -> None:
         """Fail now if this role cannot write keysvc's tables; nothing is kept."""
         async with self._pool.acquire() as raw:
@@ -504,12 +525,12 @@ class PgStore(Store):
 
     async def schema_is_current(self) -> bool:
         """As ``Store.schema_is_current``: a database that does not answer raises
-        sqlite3.OperationalError, the error the readiness check knows."""
+        DatabaseUnavailable."""
         try:
             async with self._pool.acquire() as raw:
                 return await pgschema.schema_is_current(raw)
         except CONNECT_ERRORS as exc:
-            raise sqlite3.OperationalError(f"PostgreSQL does not answer: {exc}") from None
+            raise unavailable(exc) from None
 
     async def create_key(
         self, new: NewKey, max_keys: int, announce: Announce, recheck: Recheck | None = None

@@ -9,9 +9,8 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
-import aiosqlite
-
 from keysvc.db.connections import fetch_all, fetch_one
+from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql, with_json_list
 from keysvc.db.rows import role_from_row
 from keysvc.db.timing import Observer, timed
@@ -105,7 +104,7 @@ _ADD_ACTOR = Sql(
 
 
 class RoleStore:
-    def __init__(self, reader: aiosqlite.Connection, observer: Observer | None):
+    def __init__(self, reader: Connection, observer: Observer | None):
         self._reader = reader
         self.observer = observer
         # System roles by name, as read: they come with the schema and no request can
@@ -152,22 +151,20 @@ class RoleStore:
         return await get_role(self._reader, organization_id, role_id)
 
 
-async def get_role(
-    conn: aiosqlite.Connection, organization_id: str, role_id: str
-) -> RoleDetail | None:
+async def get_role(conn: Connection, organization_id: str, role_id: str) -> RoleDetail | None:
     """A role the organization sees, with the keys holding it; None if there is none."""
     row = await fetch_one(conn, _ROLE_IN_ORG, (organization_id, role_id))
     return None if row is None else (await _details(conn, organization_id, [row]))[0]
 
 
-async def custom_roles(conn: aiosqlite.Connection, organization_id: str) -> list[RoleDetail]:
+async def custom_roles(conn: Connection, organization_id: str) -> list[RoleDetail]:
     """Every custom role of the organization, with the keys holding each."""
     rows = await fetch_all(conn, _CUSTOM_ROLES_OF, (organization_id,))
     return await _details(conn, organization_id, rows)
 
 
 async def _details(
-    conn: aiosqlite.Connection, organization_id: str, rows: Sequence[sqlite3.Row]
+    conn: Connection, organization_id: str, rows: Sequence[sqlite3.Row]
 ) -> list[RoleDetail]:
     """The roles of ``rows`` with the keys holding each, read in one statement."""
     if not rows:
@@ -182,7 +179,7 @@ async def _details(
 
 
 async def permissions_of_keys(
-    conn: aiosqlite.Connection, organization_id: str, key_ids: set[str]
+    conn: Connection, organization_id: str, key_ids: set[str]
 ) -> frozenset[str]:
     """Every permission that any of the given keys of the organization holds."""
     if not key_ids:
@@ -193,17 +190,17 @@ async def permissions_of_keys(
     return frozenset(row[0] for row in rows)
 
 
-async def count_custom_roles(conn: aiosqlite.Connection, organization_id: str) -> int:
+async def count_custom_roles(conn: Connection, organization_id: str) -> int:
     held = await fetch_one(conn, _COUNT_CUSTOM_ROLES, (organization_id,))
     return 0 if held is None else int(held[0])
 
 
-async def name_taken(conn: aiosqlite.Connection, organization_id: str, name: str) -> bool:
+async def name_taken(conn: Connection, organization_id: str, name: str) -> bool:
     """Whether a role the organization sees is called ``name``."""
     return await fetch_one(conn, _ROLE_NAMED_IN_ORG, (organization_id, name)) is not None
 
 
-async def insert_role(conn: aiosqlite.Connection, organization_id: str, role: Role) -> None:
+async def insert_role(conn: Connection, organization_id: str, role: Role) -> None:
     """Write a new custom role of the organization."""
     await conn.execute(
         "insert into roles (id, organization_id, name, type, permissions, created_at,"
@@ -219,7 +216,7 @@ async def insert_role(conn: aiosqlite.Connection, organization_id: str, role: Ro
     )
 
 
-async def update_role(conn: aiosqlite.Connection, role: Role) -> None:
+async def update_role(conn: Connection, role: Role) -> None:
     """Write a role's name, permissions and updatedAt."""
     await conn.execute(
         "update roles set name = ?, permissions = ?, updated_at = ? where id = ?",
@@ -227,27 +224,25 @@ async def update_role(conn: aiosqlite.Connection, role: Role) -> None:
     )
 
 
-async def count_holders(conn: aiosqlite.Connection, role_id: str) -> int:
+async def count_holders(conn: Connection, role_id: str) -> int:
     """How many keys hold the role."""
     holders = await fetch_one(conn, "select count(*) from key_roles where role_id = ?", (role_id,))
     return 0 if holders is None else int(holders[0])
 
 
-async def delete_role(conn: aiosqlite.Connection, role_id: str) -> None:
+async def delete_role(conn: Connection, role_id: str) -> None:
     await conn.execute("delete from roles where id = ?", (role_id,))
 
 
 async def keys_in_organization(
-    conn: aiosqlite.Connection, organization_id: str, key_ids: Sequence[str]
+    conn: Connection, organization_id: str, key_ids: Sequence[str]
 ) -> set[str]:
     """Those of ``key_ids`` that are keys of the organization."""
     found = await fetch_all(conn, _KEYS_IN_ORG, (organization_id, json.dumps(list(key_ids))))
     return {row["id"] for row in found}
 
 
-async def stranded_key(
-    conn: aiosqlite.Connection, role_id: str, key_ids: Sequence[str]
-) -> str | None:
+async def stranded_key(conn: Connection, role_id: str, key_ids: Sequence[str]) -> str | None:
     """A key that holds the role and no other, and is not among ``key_ids``: one that
     making exactly ``key_ids`` hold the role would leave with no role."""
     stranded = await fetch_one(conn, _STRANDED, (role_id, json.dumps(list(key_ids))))
@@ -255,7 +250,7 @@ async def stranded_key(
 
 
 async def key_with_roles_besides(
-    conn: aiosqlite.Connection, key_ids: Sequence[str], role_id: str, limit: int
+    conn: Connection, key_ids: Sequence[str], role_id: str, limit: int
 ) -> str | None:
     """A key, of ``key_ids``, that holds ``limit`` roles or more besides ``role_id``."""
     full = await fetch_one(
@@ -264,7 +259,7 @@ async def key_with_roles_besides(
     return None if full is None else str(full["key_id"])
 
 
-async def set_actors(conn: aiosqlite.Connection, role_id: str, key_ids: Sequence[str]) -> None:
+async def set_actors(conn: Connection, role_id: str, key_ids: Sequence[str]) -> None:
     """Make exactly ``key_ids`` hold the role."""
     await conn.execute(_DROP_ACTORS_BUT, (role_id, json.dumps(list(key_ids))))
     await conn.executemany(_ADD_ACTOR, [(key_id, role_id) for key_id in key_ids])

@@ -47,15 +47,18 @@ from keysvc.db.connections import (
     require_existing,
     unusable,
 )
+from keysvc.db.contract import Connection, SharedCountStore
 from keysvc.db.createbatch import Announce, Recheck
 from keysvc.db.diskspace import DiskSpace
 from keysvc.db.freshness import Freshness
+from keysvc.db.keystates import KeyStates
 from keysvc.db.migrations import migrate
 from keysvc.db.pointreads import PointReader
 from keysvc.db.roles import RoleStore
 from keysvc.db.rows import key_from_joined
 from keysvc.db.timing import Observer, timed
 from keysvc.domain import activities
+from keysvc.errors import DatabaseUnavailable
 from keysvc.models import Activity, ActivityPage, Credential, Key, KeyPage, NewKey
 from keysvc.timeutil import utcnow
 
@@ -82,6 +85,7 @@ class Store:
         observer: Observer | None = None,
         cache_size: int = 10_000,
     ):
+        self._path = path
         self.reader = reader
         self.points = PointReader(connect_point_reader(path), reader)
         self._freshness = Freshness(watcher, path)
@@ -89,6 +93,24 @@ class Store:
         self.writer = Writer(writer, DiskSpace(path), self.caches.authorization_changed)
         self._on_writer(observer)
         self._creates = Creates(path, self.writer, self.chain)
+
+    def key_counts(self, every: timedelta, observer: Observer | None) -> KeyStates:
+        """Counted on a connection and a thread of their own (``keysvc.db.keystates``)."""
+        return KeyStates(self._path, every=every, observer=observer)
+
+    @asynccontextmanager
+    async def delivery_reader(self) -> AsyncIterator[Connection]:
+        """A connection of its own, so that the webhook task's reads neither wait
+        behind nor delay the API's."""
+        conn = await connect(self._path, create=False)
+        try:
+            yield conn
+        finally:
+            await conn.close()
+
+    def shared_counts(self) -> SharedCountStore | None:
+        """None: one process serves the file, and counts failed logins in its memory."""
+        return None
 
     def _on_writer(self, observer: Observer | None) -> None:
         """What the store builds on ``reader`` and ``writer``, whatever the backend."""
@@ -164,7 +186,7 @@ class Store:
         self,
         operation: str,
         doing: str,
-        work: Callable[[aiosqlite.Connection, datetime], Awaitable[None]],
+        work: Callable[[Connection, datetime], Awaitable[None]],
         moment: datetime,
     ) -> None:
         """One upkeep write in its own transaction; a failure is logged, and the next
@@ -195,7 +217,7 @@ class Store:
         await asyncio.gather(*(t for t in running if t is not None), return_exceptions=True)
 
     @asynccontextmanager
-    async def transaction(self, operation: str) -> AsyncIterator[aiosqlite.Connection]:
+    async def transaction(self, operation: str) -> AsyncIterator[Connection]:
         """One write transaction (``Writer.transaction``), for the domain to read, check
         its rules and write in. Its duration, waiting for the write lock included, is
         reported to the observer as ``operation``'s, as ``timed`` reports a call's: the
@@ -209,7 +231,7 @@ class Store:
             if observer is not None:
                 observer(operation, time.perf_counter() - started)
 
-    async def authorization_changed(self, conn: aiosqlite.Connection) -> None:
+    async def authorization_changed(self, conn: Connection) -> None:
         """Inside a transaction: what some key may do has changed. Bumps the generation."""
         await self.writer.authorization_changed(conn)
 
@@ -234,8 +256,13 @@ class Store:
 
     @timed
     async def schema_is_current(self) -> bool:
-        """True when the database answers and its schema is the one this code expects."""
-        return await meta.schema_is_current(self.reader)
+        """Whether its schema is the one this code expects; DatabaseUnavailable when
+        the database does not answer."""
+        try:
+            return await meta.schema_is_current(self.reader)
+        except (sqlite3.Error, ValueError) as exc:
+            logger.warning("the database does not answer: %s", exc)
+            raise DatabaseUnavailable("the database does not answer") from None
 
     @timed
     async def has_organization(self) -> bool:
@@ -246,7 +273,7 @@ class Store:
         """Every organization's ID, oldest first."""
         return await meta.organization_ids(self.reader)
 
-    async def record(self, conn: aiosqlite.Connection, activity: Activity) -> None:
+    async def record(self, conn: Connection, activity: Activity) -> None:
         """Inside a write transaction: log ``activity`` (``keysvc.db.activities.record``)."""
         await activity_sql.record(conn, self.chain, activity)
 

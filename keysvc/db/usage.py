@@ -14,9 +14,8 @@ dropped.
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-import aiosqlite
-
 from keysvc.db.connections import fetch_all
+from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql
 from keysvc.timeutil import to_text
 
@@ -99,7 +98,7 @@ class Tally:
                 kept[index] += number
 
 
-async def add_counts(conn: aiosqlite.Connection, counts: Counts) -> None:
+async def add_counts(conn: Connection, counts: Counts) -> None:
     """Add ``counts`` to the rows of their key and minute, inside the caller's transaction."""
     await conn.executemany(
         ADD_COUNTS,
@@ -110,13 +109,13 @@ async def add_counts(conn: aiosqlite.Connection, counts: Counts) -> None:
     )
 
 
-async def prune(conn: aiosqlite.Connection, before: datetime) -> None:
+async def prune(conn: Connection, before: datetime) -> None:
     """Delete the rows of minutes before ``before``."""
     await conn.execute(PRUNE, (to_text(before),))
 
 
 async def series(
-    conn: aiosqlite.Connection, key_id: str, start: datetime, end: datetime, width: int
+    conn: Connection, key_id: str, start: datetime, end: datetime, width: int
 ) -> Mapping[str, Sequence[int]]:
     """The key's counts from ``start`` up to ``end``, summed by the first ``width``
     characters of their minute: bucket text -> counts in OUTCOMES' order."""

@@ -9,9 +9,8 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import aiosqlite
-
 from keysvc.db.connections import fetch_all, fetch_one
+from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql
 from keysvc.timeutil import from_text, to_text
 
@@ -98,24 +97,22 @@ def from_unix(seconds: float | None) -> datetime | None:
     return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
 
 
-async def get_webhook(
-    conn: aiosqlite.Connection, organization_id: str, webhook_id: str
-) -> Webhook | None:
+async def get_webhook(conn: Connection, organization_id: str, webhook_id: str) -> Webhook | None:
     row = await fetch_one(conn, WEBHOOK, (webhook_id, organization_id))
     return None if row is None else webhook_from_row(row)
 
 
-async def list_webhooks(conn: aiosqlite.Connection, organization_id: str) -> list[Webhook]:
+async def list_webhooks(conn: Connection, organization_id: str) -> list[Webhook]:
     return [webhook_from_row(row) for row in await fetch_all(conn, WEBHOOKS_OF, (organization_id,))]
 
 
-async def count_webhooks(conn: aiosqlite.Connection, organization_id: str) -> int:
+async def count_webhooks(conn: Connection, organization_id: str) -> int:
     row = await fetch_one(conn, COUNT_WEBHOOKS, (organization_id,))
     return 0 if row is None else int(row[0])
 
 
 async def insert_webhook(
-    conn: aiosqlite.Connection,
+    conn: Connection,
     webhook_id: str,
     organization_id: str,
     url: str,
@@ -131,13 +128,13 @@ async def insert_webhook(
     return made
 
 
-async def delete_webhook(conn: aiosqlite.Connection, organization_id: str, webhook_id: str) -> bool:
+async def delete_webhook(conn: Connection, organization_id: str, webhook_id: str) -> bool:
     cursor = await conn.execute(DELETE_WEBHOOK, (webhook_id, organization_id))
     return cursor.rowcount > 0
 
 
 async def delivery_page(
-    conn: aiosqlite.Connection, webhook_id: str, before: int | None, limit: int
+    conn: Connection, webhook_id: str, before: int | None, limit: int
 ) -> tuple[list[Delivery], bool, int]:
     """Deliveries of the webhook newest first, before the ``before``-th (none: from the
     newest), at most ``limit``: those, whether more follow, and how many it has."""

@@ -15,15 +15,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-import aiosqlite
-
 from keysvc.config import ConfigError
 from keysvc.credentials import SUFFIX_LENGTH, Hasher, new_key_id, new_secret
 from keysvc.db import keys as key_sql
 from keysvc.db import meta
 from keysvc.db.connections import settle, tentatively
+from keysvc.db.contract import Connection, Store
 from keysvc.db.createbatch import Recheck
-from keysvc.db.store import Store
 from keysvc.domain import activities, cursors, webhooks
 from keysvc.domain.activities import SYSTEM
 from keysvc.domain.permissions import cannot_grant, missing
@@ -282,7 +280,7 @@ async def change_key(
 
 
 async def announce_change(
-    store: Store, conn: aiosqlite.Connection, key: Key, logged: list[Activity], at: datetime
+    store: Store, conn: Connection, key: Key, logged: list[Activity], at: datetime
 ) -> None:
     """Inside the write's transaction: record a change to ``key`` (now as given) and
     send its ``key.updated`` event; nothing when ``logged`` is empty (nothing changed)."""
@@ -408,7 +406,7 @@ async def rotate_key(
 
 
 async def _checked(
-    conn: aiosqlite.Connection,
+    conn: Connection,
     organization_id: str,
     key_id: str,
     check: Callable[[Key], None] | None,

@@ -26,13 +26,11 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-import aiosqlite
-
 from keysvc.credentials import Hasher
 from keysvc.db import keys as key_sql
 from keysvc.db import roles as role_sql
 from keysvc.db.connections import settle, tentatively
-from keysvc.db.store import Store
+from keysvc.db.contract import Connection, Store
 from keysvc.domain import activities, keys
 from keysvc.domain.permissions import has_permission, missing
 from keysvc.errors import BadRequest, Conflict, Forbidden, NotFound
@@ -280,13 +278,13 @@ async def delete_role(
         raise NotFound(NOT_FOUND)
 
 
-async def _check_name(conn: aiosqlite.Connection, organization_id: str, name: str) -> None:
+async def _check_name(conn: Connection, organization_id: str, name: str) -> None:
     if await role_sql.name_taken(conn, organization_id, name):
         raise Conflict(ROLE_NAME_TAKEN)
 
 
 async def _set_actors(
-    conn: aiosqlite.Connection, organization_id: str, role_id: str, key_ids: Sequence[str]
+    conn: Connection, organization_id: str, role_id: str, key_ids: Sequence[str]
 ) -> None:
     """Make exactly ``key_ids`` hold the role; no key may be left without a role, nor
     given more than MAX_ROLE_IDS, the most a create or PATCH of a key may give it."""
@@ -306,7 +304,7 @@ async def _set_actors(
     await role_sql.set_actors(conn, role_id, wanted)
 
 
-async def _keys(conn: aiosqlite.Connection, organization_id: str, key_ids: set[str]) -> list[Key]:
+async def _keys(conn: Connection, organization_id: str, key_ids: set[str]) -> list[Key]:
     """The keys of ``key_ids`` as they are now, oldest first; those not in the
     organization left out (``_set_actors`` refuses them)."""
     found = [await key_sql.get_key(conn, organization_id, key_id) for key_id in key_ids]
@@ -314,7 +312,7 @@ async def _keys(conn: aiosqlite.Connection, organization_id: str, key_ids: set[s
 
 
 async def _announce_moved(
-    store: Store, conn: aiosqlite.Connection, moved: list[Key], actor: Actor, now: datetime
+    store: Store, conn: Connection, moved: list[Key], actor: Actor, now: datetime
 ) -> None:
     """Each key given or relieved of a role through its ``actors``, as it was before:
     its role-changed activity and ``key.updated`` event, as a PATCH of the key sends."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from keysvc.db.store import Store
+from keysvc.db.contract import Store
 from keysvc.db.usage import OUTCOMES
 from keysvc.domain.keys import NOT_FOUND
 from keysvc.errors import BadRequest, NotFound

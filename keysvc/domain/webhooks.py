@@ -16,7 +16,7 @@ from typing import Any
 from keysvc.credentials import Hasher
 from keysvc.db import outbox
 from keysvc.db import webhooks as webhook_sql
-from keysvc.db.store import Store
+from keysvc.db.contract import Store
 from keysvc.db.webhooks import Delivery, Webhook
 from keysvc.domain import cursors
 from keysvc.domain.permissions import has_permission

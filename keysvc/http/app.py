@@ -22,7 +22,7 @@ import keysvc.http.views.whoami  # noqa: F401
 from keysvc.config import Settings
 from keysvc.db.backends import open_store
 from keysvc.domain.ratelimit import FailureSketch, Limits
-from keysvc.domain.sharedlimits import NETWORK_PURPOSE, CountStore, SharedCounts
+from keysvc.domain.sharedlimits import NETWORK_PURPOSE, SharedCounts
 from keysvc.http.access import Access
 from keysvc.http.middleware import (
     PARSER_LIMITS,
@@ -48,7 +48,6 @@ from keysvc.http.state import (
 )
 from keysvc.metrics import KEYS_COUNTED_EVERY_SECONDS, Metrics
 from keysvc.ops.delivery import Deliverer
-from keysvc.ops.keystates import KeyStates
 from keysvc.timeutil import Clock, utcnow
 
 logger = logging.getLogger("keysvc")
@@ -80,10 +79,7 @@ async def _key_states(app: web.Application) -> AsyncIterator[None]:
     """After ``_database``, so closed before it: no count outlives the store."""
     metrics = app[METRICS]
     every = timedelta(seconds=KEYS_COUNTED_EVERY_SECONDS)
-    settings = app[SETTINGS]
-    # On PostgreSQL the count runs on the store's pool: the server is not this process's.
-    reader = app[STORE].reader if settings.db_url is not None else None
-    states = KeyStates(settings.db_path, every=every, observer=metrics.observe_db, reader=reader)
+    states = app[STORE].key_counts(every, metrics.observe_db)
     app[KEY_STATES] = states
     try:
         yield
@@ -93,9 +89,10 @@ async def _key_states(app: web.Application) -> AsyncIterator[None]:
 
 async def _shared_limits(app: web.Application) -> AsyncIterator[None]:
     """After ``_database``, so closed before it: the last counts go through its store."""
-    store = app[STORE]
-    if not isinstance(store, CountStore):
-        raise TypeError("shared limits need PostgreSQL's store")
+    store = app[STORE].shared_counts()
+    if store is None:
+        yield  # one process serves this database, and counts in its own memory
+        return
     clock = app[CLOCK]
     shared = SharedCounts(
         store,
@@ -139,7 +136,7 @@ def create_app(
     app[OPENAPI] = build_spec()
     app.cleanup_ctx.append(_database)
     app.cleanup_ctx.append(_webhooks)
-    if settings.db_url is not None and settings.shared_limits:
+    if settings.shared_limits:
         app.cleanup_ctx.append(_shared_limits)
     # /metrics is served only when metrics are on; otherwise it is an ordinary 404.
     register(app.router, tuple(r for r in ROUTES if metrics is not None or r is not METRICS_ROUTE))

@@ -55,7 +55,7 @@ from aiohttp.typedefs import Handler
 from keysvc.config import IPNetwork
 from keysvc.credentials import Hasher, checksum_fails
 from keysvc.db.batching import RevokedUse
-from keysvc.db.store import Store
+from keysvc.db.contract import Store
 from keysvc.db.usage import OUTCOMES
 from keysvc.domain.activities import DELETED, api_actor, key_used_after_revoke
 from keysvc.domain.addresses import IPAddress, network_of

@@ -7,22 +7,21 @@ from aiohttp import web
 
 from keysvc.config import Settings
 from keysvc.credentials import Hasher
-from keysvc.db.store import Store
+from keysvc.db.contract import KeyCounts, Store
 from keysvc.domain.ratelimit import Limits
 from keysvc.logs import Throttled
 from keysvc.metrics import AuthReason, Metrics
 from keysvc.models import Key
-from keysvc.ops.keystates import KeyStates
 from keysvc.timeutil import Clock
 
 SETTINGS = web.AppKey("settings", Settings)
-STORE = web.AppKey("store", Store)
+STORE: web.AppKey[Store] = web.AppKey("store")
 HASHER = web.AppKey("hasher", Hasher)
 CLOCK: web.AppKey[Clock] = web.AppKey("clock")
 # Present only when metrics are on (KEYSVC_METRICS).
 METRICS = web.AppKey("metrics", Metrics)
 # Present only when metrics are on: the counts behind the keys-by-state gauge.
-KEY_STATES = web.AppKey("key_states", KeyStates)
+KEY_STATES: web.AppKey[KeyCounts] = web.AppKey("key_states")
 OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("openapi")
 LIMITS = web.AppKey("limits", Limits)
 # The log of requests aiohttp's parser refuses (keysvc.http.middleware).

@@ -20,10 +20,10 @@ import logging
 import random
 import time
 import uuid
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 
 import aiohttp
-import aiosqlite
 from yarl import URL
 
 from keysvc import __version__
@@ -31,9 +31,8 @@ from keysvc.config import Settings
 from keysvc.credentials import Hasher
 from keysvc.db import keys as key_sql
 from keysvc.db import outbox
-from keysvc.db.connections import connect
+from keysvc.db.contract import Connection, Store
 from keysvc.db.outbox import Due
-from keysvc.db.store import Store
 from keysvc.domain import webhooks
 from keysvc.domain.targets import BlockedAddress, GuardedResolver, ip_literal, is_public
 from keysvc.http import render
@@ -101,16 +100,14 @@ class Deliverer:
         self._attempts: set[asyncio.Task[None]] = set()
         self._session: aiohttp.ClientSession | None = None
         # Its own, so that its reads neither wait behind nor delay the API's.
-        self._reader: aiosqlite.Connection | None = None
+        self._reader: Connection | None = None
+        self._closing_reader: AbstractAsyncContextManager[Connection] | None = None
         self._task: asyncio.Task[None] | None = None
         self._next_scan = 0.0
 
     async def start(self) -> None:
-        # On PostgreSQL, the store's pool: the server keeps reads from waiting on writes.
-        if self._settings.db_url is not None:
-            self._reader = self._store.reader
-        else:
-            self._reader = await connect(self._settings.db_path, create=False)
+        self._closing_reader = self._store.delivery_reader()
+        self._reader = await self._closing_reader.__aenter__()
         connector = aiohttp.TCPConnector(
             resolver=GuardedResolver(self._settings.webhook_allow_private),
             limit=self._settings.webhook_concurrency,
@@ -139,8 +136,8 @@ class Deliverer:
             logger.exception("webhook leases not released; they run out by themselves")
         if self._session is not None:
             await self._session.close()
-        if self._reader is not None and self._settings.db_url is None:
-            await self._reader.close()
+        if self._closing_reader is not None:
+            await self._closing_reader.__aexit__(None, None, None)
 
     async def _run(self) -> None:
         caches = self._store.caches

@@ -1,16 +1,11 @@
 """Health checks for orchestrators: liveness and readiness, without credentials."""
 
-import logging
-import sqlite3
-
 from aiohttp import web
 
-from keysvc.errors import ServiceUnavailable
+from keysvc.errors import DatabaseUnavailable, ServiceUnavailable
 from keysvc.http.envelope import ok
 from keysvc.http.routes import HEALTHZ, READYZ, serves
 from keysvc.http.state import STORE
-
-logger = logging.getLogger("keysvc")
 
 
 @serves(HEALTHZ)
@@ -26,8 +21,7 @@ async def readyz(request: web.Request) -> web.Response:
     store = request.app[STORE]
     try:
         current = await store.schema_is_current()
-    except (sqlite3.Error, ValueError) as exc:
-        logger.warning("readiness check failed: %s", exc)
+    except DatabaseUnavailable:
         raise ServiceUnavailable("not ready: the database does not answer") from None
     if not current:
         raise ServiceUnavailable("not ready: the database schema is not current")

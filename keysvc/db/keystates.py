@@ -8,8 +8,8 @@ while a count runs wait for that count rather than start another. "Expired"
 moves with time, so the gauge may be up to ``every`` behind it, as behind
 writes.
 
-The SQL is the store's (``keysvc.db.keys.count_keys_by_state``); this module
-owns when it runs and where.
+The SQL is ``keysvc.db.keys.count_keys_by_state``'s; this module owns when it runs
+and where. The store hands one out (``Store.key_counts``).
 """
 
 import asyncio
@@ -33,7 +33,7 @@ OPERATION = "count_keys_by_state"
 class KeyStates:
     def __init__(
         self,
-        path: Path,
+        path: Path | None,
         *,
         every: timedelta,
         observer: Observer | None = None,
@@ -83,6 +83,7 @@ class KeyStates:
 
     def _count_on_thread(self, now: datetime) -> Counts:
         if self._conn is None:
+            assert self._path is not None  # counted on ``reader`` otherwise
             self._conn = connect_now(self._path)
         return count_keys_by_state(self._conn, now)
 
