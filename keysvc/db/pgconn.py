@@ -32,6 +32,9 @@ UNAVAILABLE = (
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
     asyncpg.CannotConnectNowError,
+    asyncpg.TooManyConnectionsError,
+    # A database closed to connections (ALTER DATABASE ... ALLOW_CONNECTIONS false).
+    asyncpg.ObjectNotInPrerequisiteStateError,
 )
 # At most one log line this often while the database stays unavailable.
 UNAVAILABLE_LOG_SECONDS = 10.0
