@@ -3,7 +3,7 @@
 ``keysvc bootstrap`` creates the database, its schema, pepper, organization and
 admin key through keysvc's own code; the benchmark keys are then inserted with
 sqlite3 in one transaction (``seed_postgres``: on PostgreSQL, the same keys
-through keysvc's own connection, ``keysvc.db.pgconn``), hashed with keysvc's
+through keysvc's own connection, ``keysvc.db.postgres.connection``), hashed with keysvc's
 own ``Hasher``, each holding the developer system role. The credentials of a
 random sample of them (all of them up to ``--rotate``) are written to ``keys.tsv``
 (``uuid<TAB>keyId<TAB>secret``) and the organization and admin key to ``seed.json``,
@@ -43,7 +43,7 @@ from keysvc.credentials import (
     load_pepper,
     sha256_b64,
 )
-from keysvc.db.pgconn import connect_postgres
+from keysvc.db.postgres.connection import connect_postgres
 from keysvc.timeutil import to_minute, to_text, utcnow
 
 DEVELOPER_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002"

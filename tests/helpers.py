@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestClient
 
 from keysvc.config import Settings
 from keysvc.credentials import sha256_b64
-from keysvc.db.store import Store
+from keysvc.db.sqlite.store import Store
 from keysvc.domain import keys
 from keysvc.http.app import create_app
 from keysvc.http.state import CLOCK, HASHER, STORE
@@ -108,7 +108,7 @@ def count_statements(conn: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     ways aiosqlite runs one."""
     seen: list[str] = []
     for name in ("execute", "executemany", "execute_fetchall"):
-        # PostgreSQL's reader answers execute_fetchall alone (keysvc.db.pgstore).
+        # PostgreSQL's reader answers execute_fetchall alone (keysvc.db.postgres.store).
         if not hasattr(conn, name):
             continue
         original = getattr(conn, name)

@@ -5,7 +5,7 @@ unprivileged user (``tests.components.unprivileged``: PostgreSQL refuses to run 
 root), started by ``pg_ctl`` on a free loopback port with its unix socket in that
 folder, and durability off (fsync, synchronous_commit, full_page_writes), as nothing
 in it outlives the session. Every test gets a database of its own, copied from a
-template that keysvc's own migration (``keysvc.db.pgschema``) brought to the current
+template that keysvc's own migration (``keysvc.db.postgres.schema``) brought to the current
 schema (``CREATE DATABASE ... TEMPLATE``, a file copy), so a test pays for no schema
 and sees nothing another left behind.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import asyncpg
 
-from keysvc.db.pgschema import migrate
+from keysvc.db.postgres.schema import migrate
 from tests.components import give_to_unprivileged, require_command, unprivileged
 from tests.server import free_port
 

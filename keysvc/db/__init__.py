@@ -1,5 +1,5 @@
 """The data layer: SQLite's (and PostgreSQL's) connections and migrations, all SQL,
-the write batches, and the caches of committed data. ``keysvc.db.store.Store`` is its front.
+the write batches, and the caches of committed data. ``keysvc.db.sqlite.store.Store`` is its front.
 
 Its modules import one another one way: ``pgstore`` (the same front on PostgreSQL)
 over ``store`` on top; under it ``batching``, ``roles`` and ``meta``; then

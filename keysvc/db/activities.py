@@ -11,7 +11,7 @@ caught as well as editing or removing any other. Someone who can write the
 database but not read the pepper cannot make a chain that verifies.
 
 ``record`` takes either connection keysvc writes with: the store's (aiosqlite)
-or the create batches' own (``keysvc.db.createbatch``, sqlite3, on the loop).
+or the create batches' own (``keysvc.db.sqlite.createbatch``, sqlite3, on the loop).
 The write lock both hold makes one order of records per organization.
 """
 
@@ -25,9 +25,9 @@ from datetime import datetime
 from typing import Any
 
 from keysvc.db import replay
-from keysvc.db.connections import fetch_all, fetch_one, many_rows
 from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql, with_json_list
+from keysvc.db.statements import fetch_all, fetch_one, many_rows
 from keysvc.models import Activity, ActivityPage, Actor
 from keysvc.timeutil import from_text, to_text
 

@@ -1,5 +1,5 @@
 """Which backend a setting names, and the store opened on it: SQLite's file
-(``keysvc.db.store``), the default, or a PostgreSQL database (``keysvc.db.pgstore``)
+(``keysvc.db.sqlite.store``), the default, or a PostgreSQL database (``keysvc.db.postgres.store``)
 when ``--db`` is a URL.
 
 PostgreSQL's driver is an extra (``pip install keysvc[postgres]``): it is imported
@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 
 from keysvc.config import ConfigError, Settings
 from keysvc.credentials import ACTIVITY_CHAIN, Hasher
-from keysvc.db.store import Store, open_checked, upkeep_of
+from keysvc.db.sqlite.store import Store, open_checked, upkeep_of
 from keysvc.db.timing import Observer
 
 NEEDS_PEPPER = (
@@ -40,7 +40,7 @@ async def open_store(
     if settings.pepper is None:
         raise ConfigError(NEEDS_PEPPER)
     try:
-        pgstore = importlib.import_module("keysvc.db.pgstore")
+        pgstore = importlib.import_module("keysvc.db.postgres.store")
     except ImportError:
         raise ConfigError(
             "PostgreSQL needs its driver: pip install 'keysvc[postgres]' (asyncpg)"

@@ -2,7 +2,7 @@
 the uses of revoked keys.
 
 Concurrent creates are grouped: one transaction, one fsync, for all the creates
-waiting (``keysvc.db.createbatch`` runs it); each request is answered only
+waiting (``keysvc.db.sqlite.createbatch`` runs it); each request is answered only
 after that commit. usedAt writes that arrive together likewise share one
 transaction: at the turn of a minute every busy key writes at once. The usage
 counts (``keysvc.db.usage``) ride in that transaction, or in one of their own
@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from keysvc.db import activities as activity_sql
-from keysvc.db import createbatch, outbox
 from keysvc.db import keys as key_sql
+from keysvc.db import outbox
 from keysvc.db import usage as usage_sql
-from keysvc.db.connections import Writer
-from keysvc.db.diskspace import DiskSpace
+from keysvc.db.sqlite import createbatch
+from keysvc.db.sqlite.connections import Writer
+from keysvc.db.sqlite.diskspace import DiskSpace
 from keysvc.errors import InsufficientStorage
 from keysvc.models import Activity, Key, NewKey
 from keysvc.timeutil import to_minute, to_text
@@ -37,8 +38,8 @@ logger = logging.getLogger("keysvc")
 class _PendingCreate:
     new: NewKey
     max_keys: int
-    announce: createbatch.Announce
-    recheck: createbatch.Recheck | None
+    announce: key_sql.Announce
+    recheck: key_sql.Recheck | None
     done: "asyncio.Future[Key]" = field(repr=False)
 
 
@@ -71,11 +72,11 @@ class Creates:
         self,
         new: NewKey,
         max_keys: int,
-        announce: createbatch.Announce,
-        recheck: createbatch.Recheck | None = None,
+        announce: key_sql.Announce,
+        recheck: key_sql.Recheck | None = None,
     ) -> Key:
         """Store a key; answered only once the transaction holding it has committed.
-        ``recheck`` runs in that transaction (``createbatch.Recheck``), and so does the
+        ``recheck`` runs in that transaction (``key_sql.Recheck``), and so does the
         record of the activity ``announce`` makes of the key."""
         done = asyncio.get_running_loop().create_future()
         pending = _PendingCreate(new, max_keys, announce, recheck, done)
@@ -283,7 +284,7 @@ class RevokedUses:
                             use.key_view, activity.created_at,
                         )  # fmt: skip
             except InsufficientStorage:
-                self._pending = []  # the full disk has its own log line (keysvc.db.diskspace)
+                self._pending = []  # the full disk has its own log line (sqlite.diskspace)
             except Exception:
                 # Not worth more than a log line: the key was refused all the same,
                 # and its next use after this minute is noted again.

@@ -2,7 +2,7 @@
 proven Authorization headers, and rendered list pages.
 
 ``Caches`` decides when each is fresh. Credentials are dropped whole whenever
-the authorization generation moves (``keysvc.db.freshness``): every write that
+the authorization generation moves (``keysvc.db.sqlite.freshness``): every write that
 can change an authentication or authorization answer bumps it in the same
 transaction, and so do schema.sql's triggers for any change to keys, their
 roles and roles, an operator's by hand included; the watcher sees the commit,
@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
-from keysvc.db.freshness import Freshness
+from keysvc.db.sqlite.freshness import Freshness
 from keysvc.models import Credential, Key
 
 K = TypeVar("K", bound=Hashable)

@@ -1,8 +1,8 @@
 """The store contract: what the domain, the HTTP layer and the operators' tools may ask
 of a database, whichever backend serves it.
 
-``Store`` is the front (``keysvc.db.store.Store`` on SQLite, ``keysvc.db.pgstore.PgStore``
-on PostgreSQL, siblings over ``keysvc.db.core.StoreCore``); ``Connection`` is what the
+``Store`` is the front (``keysvc.db.sqlite.store.Store`` on SQLite,
+``keysvc.db.postgres.store.PgStore`` on PostgreSQL); ``Connection`` is what the
 SQL functions (``keysvc.db.keys``, ``roles``, ``outbox``...) run their statements on,
 inside ``Store.transaction`` or on ``Store.reader``. A backend's failures reach callers
 as keysvc's own errors (``keysvc.errors``): ``DatabaseUnavailable``, ``Conflict``,
@@ -21,7 +21,7 @@ from keysvc.models import Activity, ActivityPage, Credential, Key, KeyPage, NewK
 if TYPE_CHECKING:  # the SQL modules below run their statements on ``Connection``
     from keysvc.db.batching import RevokedUse
     from keysvc.db.cache import Caches
-    from keysvc.db.createbatch import Announce, Recheck
+    from keysvc.db.keys import Announce, Recheck
     from keysvc.db.roles import RoleStore
     from keysvc.db.timing import Observer
 
@@ -52,7 +52,7 @@ class Connection(Protocol):
 
 
 class Space(Protocol):
-    """Whether the database's disk has room for writes (``keysvc.db.diskspace``)."""
+    """Whether the database's disk has room for writes (``keysvc.db.sqlite.diskspace``)."""
 
     def ready(self) -> bool: ...
 

@@ -10,16 +10,29 @@ carries it beside it (``keysvc.db.dialect``).
 import json
 import sqlite3
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
-from keysvc.db.connections import fetch_all, fetch_one
 from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql, with_json_list
 from keysvc.db.rows import keys_with_roles
+from keysvc.db.statements import fetch_all, fetch_one
 from keysvc.errors import Conflict
-from keysvc.models import Credential, Key, KeyChange, NewKey
+from keysvc.models import Activity, Credential, Key, KeyChange, NewKey, Role
 from keysvc.timeutil import from_text, to_text
+
+# The domain's rule for a create, run again inside its batch's transaction with the
+# roles it grants as they are then (by ID; one deleted since is missing, and the
+# insert refuses it): why the create is refused now, or None. Another write may have
+# widened a role since the domain checked it before the write.
+Recheck = Callable[[NewKey, Mapping[str, Role]], Exception | None]
+# The activity a create records, made from its key once inserted.
+Announce = Callable[[Key], Activity]
+# The roles a batch of creates assigns, as they are inside its transaction.
+GRANTED_ROLES = with_json_list("""
+    select id, name, type, permissions, created_at, updated_at from roles
+    where id in {json_list}
+""")
 
 KEY_BY_ID = """
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
@@ -55,7 +68,7 @@ CREDENTIAL = """
     from deleted_credentials where key_id_hash = ?
     order by previous limit 1
 """
-# The point reads (keysvc.db.pointreads): one statement each, a key's row with its roles'
+# The point reads (keysvc.db.sqlite.pointreads): one statement each, a key's row with its roles'
 # joined in, one row per role (the key's columns repeated; null role columns for a key
 # holding none).
 _WITH_ROLES = """
@@ -332,3 +345,7 @@ async def drop_ended_previous(conn: Connection, now: datetime) -> None:
 async def prune_tombstones(conn: Connection, before: datetime) -> None:
     """Forget the credentials of keys deleted before ``before``."""
     await conn.execute(PRUNE_TOMBSTONES, (to_text(before),))
+
+
+def over_limit(max_keys: int) -> Conflict:
+    return Conflict(f"this organization has reached its limit of {max_keys} keys")

@@ -20,8 +20,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from keysvc.db.connections import connect_now
 from keysvc.db.keys import count_keys_by_state, count_keys_by_state_on
+from keysvc.db.sqlite.connections import connect_now
 from keysvc.db.timing import Observer
 from keysvc.errors import ServiceUnavailable
 

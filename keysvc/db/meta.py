@@ -2,13 +2,15 @@
 with, and the schema version it is at."""
 
 from keysvc.config import ConfigError
-from keysvc.db.connections import fetch_all, fetch_one
 from keysvc.db.contract import Connection
-from keysvc.db.migrations import schema_version
+from keysvc.db.sqlite.migrations import schema_version
+from keysvc.db.statements import fetch_all, fetch_one
 from keysvc.models import Organization
 from keysvc.timeutil import to_text
 
 _PEPPER = "select value from meta where name = 'pepper'"
+# The authorization generation: moved by every change to what some key may do.
+GENERATION = "select value from meta where name = 'auth_generation'"
 
 
 async def recorded_pepper(conn: Connection) -> str | None:

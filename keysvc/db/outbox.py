@@ -3,7 +3,7 @@ one row per event and subscribed webhook, and the short statements the delivery 
 (``keysvc.ops.delivery``) claims, records and releases them with.
 
 ``enqueue`` is the one way an event enters the outbox; ``enqueue_now`` is its
-synchronous twin for the create batches' own connection (``keysvc.db.createbatch``).
+synchronous twin for the create batches' own connection (``keysvc.db.sqlite.createbatch``).
 Both build the same rows (``_rows``). Nothing here waits on the network: a claim
 leases deliveries in one short transaction, the attempt happens outside any, and
 its outcome is recorded in another.
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from keysvc.db.connections import fetch_all, fetch_one
 from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql, with_json_list
+from keysvc.db.statements import fetch_all, fetch_one
 from keysvc.timeutil import to_text
 
 # How long a delivery is retried after its event: past it, the delivery has failed.

@@ -9,10 +9,10 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
-from keysvc.db.connections import fetch_all, fetch_one
 from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql, with_json_list
 from keysvc.db.rows import role_from_row
+from keysvc.db.statements import fetch_all, fetch_one
 from keysvc.db.timing import Observer, timed
 from keysvc.models import Role, RoleDetail, RolePage
 from keysvc.timeutil import to_text

@@ -14,9 +14,9 @@ dropped.
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from keysvc.db.connections import fetch_all
 from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql
+from keysvc.db.statements import fetch_all
 from keysvc.timeutil import to_text
 
 # The outcomes counted, in the columns' order. Only requests whose credentials were

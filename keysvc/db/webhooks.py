@@ -9,9 +9,9 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from keysvc.db.connections import fetch_all, fetch_one
 from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql
+from keysvc.db.statements import fetch_all, fetch_one
 from keysvc.timeutil import from_text, to_text
 
 

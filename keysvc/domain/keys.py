@@ -19,9 +19,9 @@ from keysvc.config import ConfigError
 from keysvc.credentials import SUFFIX_LENGTH, Hasher, new_key_id, new_secret
 from keysvc.db import keys as key_sql
 from keysvc.db import meta
-from keysvc.db.connections import settle, tentatively
 from keysvc.db.contract import Connection, Store
-from keysvc.db.createbatch import Recheck
+from keysvc.db.keys import Recheck
+from keysvc.db.statements import settle, tentatively
 from keysvc.domain import activities, cursors, webhooks
 from keysvc.domain.activities import SYSTEM
 from keysvc.domain.permissions import cannot_grant, missing

@@ -29,8 +29,8 @@ from typing import Any
 from keysvc.credentials import Hasher
 from keysvc.db import keys as key_sql
 from keysvc.db import roles as role_sql
-from keysvc.db.connections import settle, tentatively
 from keysvc.db.contract import Connection, Store
+from keysvc.db.statements import settle, tentatively
 from keysvc.domain import activities, keys
 from keysvc.domain.permissions import has_permission, missing
 from keysvc.errors import BadRequest, Conflict, Forbidden, NotFound

@@ -2,7 +2,7 @@
 PostgreSQL database (``--shared-limits``, on by default there): ``SharedCounts``.
 
 Batched counters with a local budget. Each process counts in its memory and adds
-its counts to the ``shared_limits`` table (keysvc.db.sharedcounts) in one statement
+its counts to the ``shared_limits`` table (keysvc.db.postgres.sharedcounts) in one statement
 for all names, which reads back each name's total: every FLUSH_SECONDS, and sooner
 when a name's counts not yet in the table reach half its budget. A request is
 refused once the last total read plus this process's counts since reach the limit:

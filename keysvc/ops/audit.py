@@ -15,8 +15,8 @@ from contextlib import closing
 from keysvc.config import ConfigError, Settings
 from keysvc.credentials import ACTIVITY_CHAIN, Hasher, load_pepper
 from keysvc.db.activities import Chain, Verdict, verify
-from keysvc.db.connections import require_existing
-from keysvc.db.migrations import schema_version
+from keysvc.db.sqlite.connections import require_existing
+from keysvc.db.sqlite.migrations import schema_version
 
 _PEPPER = "select value from meta where name = 'pepper'"
 # What both backends' checks say (``keysvc.ops.pgaudit`` is PostgreSQL's).

@@ -7,7 +7,7 @@ not copied). Its pepper comes from its pepper file, or KEYSVC_PEPPER; the target
 keeps the same one (every instance serving it gets it from KEYSVC_PEPPER), since
 every stored hash and the activity chains are keyed from it.
 
-The target is brought to the current schema (``keysvc.db.pgschema``) and refused
+The target is brought to the current schema (``keysvc.db.postgres.schema``) and refused
 unless it holds nothing but what that migration writes. Then every table of
 ``TABLES`` is copied row for row and column for column with COPY (asyncpg's
 ``copy_records_to_table``: binary, no statement built from values, and far faster
@@ -31,10 +31,10 @@ import asyncpg
 
 from keysvc.config import ConfigError, pepper_path_of
 from keysvc.credentials import PEPPER_BYTES, Hasher
-from keysvc.db import pgschema
-from keysvc.db.connections import require_existing
-from keysvc.db.migrations import schema_version
-from keysvc.db.pgstore import WRITE_LOCK
+from keysvc.db.postgres import schema as pgschema
+from keysvc.db.postgres.store import WRITE_LOCK
+from keysvc.db.sqlite.connections import require_existing
+from keysvc.db.sqlite.migrations import schema_version
 
 # Every table of the schema, in the order the copy fills them: parents before the
 # tables whose foreign keys name them. meta comes last: the other tables' insert

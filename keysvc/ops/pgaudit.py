@@ -17,11 +17,11 @@ import asyncpg
 
 from keysvc.config import ConfigError, Settings
 from keysvc.credentials import ACTIVITY_CHAIN, Hasher
-from keysvc.db import pgschema
 from keysvc.db.activities import Chain, Verdict, verify
 from keysvc.db.backends import NEEDS_PEPPER
 from keysvc.db.dialect import postgres_text
-from keysvc.db.migrations import schema_version
+from keysvc.db.postgres import schema as pgschema
+from keysvc.db.sqlite.migrations import schema_version
 from keysvc.ops.audit import OLD_SCHEMA, WRONG_PEPPER
 
 BATCH_ROWS = 1_000

@@ -23,7 +23,7 @@ from types import FrameType
 
 from keysvc.config import Settings
 from keysvc.db.backends import open_store
-from keysvc.db.connections import warn_if_exposed
+from keysvc.db.sqlite.connections import warn_if_exposed
 from keysvc.domain.ratelimit import FailureSketch
 
 logger = logging.getLogger("keysvc")

@@ -9,7 +9,7 @@ import pytest
 from keysvc.config import Settings
 from keysvc.credentials import Hasher, new_secret
 from keysvc.db.cache import CredentialCache
-from keysvc.db.store import Store
+from keysvc.db.sqlite.store import Store
 from keysvc.domain.keys import change_key, remove_key
 from keysvc.errors import Unauthorized
 from keysvc.http.state import HASHER, STORE
@@ -265,7 +265,7 @@ def test_a_proof_holds_only_while_its_key_is_cached_with_the_same_secret() -> No
     assert off.proven(proof) is None and off._proofs == {}
 
 
-@pytest.mark.sqlite_only  # SQLite's create batches (keysvc.db.createbatch)
+@pytest.mark.sqlite_only  # SQLite's create batches (keysvc.db.sqlite.createbatch)
 async def test_concurrent_creates_share_transactions(
     client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
 ) -> None:

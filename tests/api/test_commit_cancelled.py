@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from keysvc.db.store import Store
+from keysvc.db.sqlite.store import Store
 from keysvc.domain.keys import change_key
 from keysvc.http.state import HASHER, STORE
 from keysvc.models import KeyChange

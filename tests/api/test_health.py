@@ -21,7 +21,7 @@ async def test_readyz_503_when_schema_is_not_current(client: Client, settings: S
         raw = sqlite3.connect(settings.db_path)
         raw.execute("pragma user_version = 99")
         raw.close()
-    else:  # PostgreSQL keeps the version in meta (keysvc.db.pgschema)
+    else:  # PostgreSQL keeps the version in meta (keysvc.db.postgres.schema)
         hand_sql(settings, "update meta set value = '99' where name = 'schema_version'")
     response = await client.get("/readyz")
     await assert_error(response, 503, "not ready: the database schema is not current")

@@ -1,4 +1,4 @@
-"""Point reads on the event loop (keysvc.db.pointreads): one statement per miss, no
+"""Point reads on the event loop (keysvc.db.sqlite.pointreads): one statement per miss, no
 thread hand-over, and a read refused as busy run again on the reader's thread, so
 the loop never waits for a lock."""
 
@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from keysvc.db.store import Store
+from keysvc.db.sqlite.store import Store
 from keysvc.http.state import STORE
 from tests.helpers import Client, Creds, assert_ok, count_reads, count_statements, create_creds
 

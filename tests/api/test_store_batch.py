@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from keysvc.db import createbatch as store_module
-from keysvc.db.store import Store
+from keysvc.db.sqlite import createbatch as store_module
+from keysvc.db.sqlite.store import Store
 from keysvc.domain.activities import SYSTEM, announcer
 from keysvc.errors import Conflict
 from keysvc.http.state import CLOCK, HASHER, SETTINGS, STORE
@@ -73,7 +73,7 @@ def count_batches(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return batches
 
 
-@pytest.mark.sqlite_only  # SQLite's create batches (keysvc.db.createbatch)
+@pytest.mark.sqlite_only  # SQLite's create batches (keysvc.db.sqlite.createbatch)
 async def test_a_batch_of_creates_is_one_transaction_of_few_statements(
     client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -164,7 +164,7 @@ async def test_used_at_writes_that_arrive_together_share_a_transaction(
     assert {found[key.id] for key in keys} == {to_text(minute)}
 
 
-@pytest.mark.sqlite_only  # SQLite's create batches (keysvc.db.createbatch)
+@pytest.mark.sqlite_only  # SQLite's create batches (keysvc.db.sqlite.createbatch)
 async def test_a_batch_waits_for_another_processs_write_lock_off_the_loop(
     client: Client, admin: Creds
 ) -> None:
@@ -204,7 +204,7 @@ def _fails_at_commit(conn: sqlite3.Connection, batch: Any) -> object:
     return _STAGE(conn, batch)
 
 
-@pytest.mark.sqlite_only  # SQLite's create batches (keysvc.db.createbatch)
+@pytest.mark.sqlite_only  # SQLite's create batches (keysvc.db.sqlite.createbatch)
 @pytest.mark.parametrize(
     ("broken", "error"),
     [(_fails_staging, sqlite3.OperationalError), (_fails_at_commit, sqlite3.IntegrityError)],
@@ -235,7 +235,7 @@ async def test_a_batch_that_fails_answers_each_of_its_requests(
     assert all(isinstance(key, Key) for key in again)
 
 
-@pytest.mark.sqlite_only  # SQLite's create batches (keysvc.db.createbatch)
+@pytest.mark.sqlite_only  # SQLite's create batches (keysvc.db.sqlite.createbatch)
 async def test_a_batch_whose_flusher_is_cancelled_still_ends_before_the_next_begins(
     client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
 ) -> None:

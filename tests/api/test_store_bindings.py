@@ -4,7 +4,7 @@ body dead and its docstring describing code that never runs."""
 
 import inspect
 
-from keysvc.db.store import Store
+from keysvc.db.sqlite.store import Store
 from keysvc.http.state import STORE
 from tests.helpers import Client, Creds
 

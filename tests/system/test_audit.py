@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from keysvc.db.migrations import MIGRATIONS
+from keysvc.db.sqlite.migrations import MIGRATIONS
 from tests.helpers import write_sql as sql
 from tests.server import bootstrap, keysvc
 

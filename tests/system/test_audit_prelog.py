@@ -6,7 +6,7 @@ keys and roles written behind the log's back."""
 import sqlite3
 from pathlib import Path
 
-from keysvc.db.migrations import MIGRATIONS
+from keysvc.db.sqlite.migrations import MIGRATIONS
 from tests.server import bootstrap, keysvc
 
 ROLE = "66666666-7777-4888-8999-000000000000"

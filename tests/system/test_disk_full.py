@@ -1,6 +1,6 @@
 """A full disk: writes answer 507 "database disk is full" with a short log line now
 and then, reads go on, /readyz is not ready, and writes resume by themselves once
-there is space, with every acknowledged key still there (keysvc.db.diskspace).
+there is space, with every acknowledged key still there (keysvc.db.sqlite.diskspace).
 
 The database lives on a small tmpfs mounted for the test (it runs as root), filled
 to the last byte, then grown with a remount."""

@@ -26,7 +26,7 @@ def _imports(*modules: str) -> None:
 
 
 def test_the_package_has_its_data_layer() -> None:
-    assert "keysvc.db.store" in MODULES and "keysvc.http.views.keys" in MODULES
+    assert "keysvc.db.sqlite.store" in MODULES and "keysvc.http.views.keys" in MODULES
 
 
 @pytest.mark.parametrize("module", MODULES)

@@ -19,7 +19,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from keysvc.db.migrations import schema_version
+from keysvc.db.sqlite.migrations import schema_version
 from keysvc.ops.migrate import TABLES
 from tests.helpers import hash_data
 from tests.postgres import PEPPER, Postgres

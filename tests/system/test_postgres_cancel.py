@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 import pytest
 
 from keysvc.credentials import ACTIVITY_CHAIN, Hasher
-from keysvc.db.pgstore import PgStore
+from keysvc.db.postgres.store import PgStore
 from keysvc.domain import keys
 from keysvc.models import Actor, Key
 from tests.postgres import Postgres

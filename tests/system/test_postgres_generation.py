@@ -1,4 +1,4 @@
-"""The authorization generation on PostgreSQL (keysvc.db.pgstore), through the real app
+"""The authorization generation on PostgreSQL (keysvc.db.postgres.store), through the real app
 on a real server (tests/postgres.py): it only moves forward, as the instances'
 acknowledgements of it need (a new key's role rows leave it where it is, rather than
 moving it and putting it back); and an instance's own change stands for a new
@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 
 from keysvc.config import Settings
-from keysvc.db.freshness import GENERATION
+from keysvc.db.meta import GENERATION
 from keysvc.http.app import create_app
 from keysvc.http.state import STORE
 from tests.helpers import Client, ClientFactory, assert_ok, bootstrap, create_creds

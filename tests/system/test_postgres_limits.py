@@ -19,9 +19,9 @@ import pytest
 
 from keysvc.config import Settings, build_settings
 from keysvc.credentials import new_secret
-from keysvc.db.migrations import MIGRATIONS, SHARED_LIMITS_STEP, schema_version
-from keysvc.db.pgschema import POSTGRES_MIGRATIONS
-from keysvc.db.pgstore import PgStore
+from keysvc.db.postgres.schema import POSTGRES_MIGRATIONS
+from keysvc.db.postgres.store import PgStore
+from keysvc.db.sqlite.migrations import MIGRATIONS, SHARED_LIMITS_STEP, schema_version
 from keysvc.domain.sharedlimits import BUDGET_SHARE, SharedCounts, budget_of
 from keysvc.http.app import create_app
 from keysvc.http.state import LIMITS
@@ -293,7 +293,7 @@ async def test_failures_from_ever_new_networks_do_not_grow_the_table(url: str, p
 
 async def test_adding_counts_announces_no_change_to_the_instances(url: str, pg: Any) -> None:
     """Counts are no data the caches hold: sending them must not turn every
-    instance's caches cold (keysvc_data, keysvc.db.pgstore) once a second."""
+    instance's caches cold (keysvc_data, keysvc.db.postgres.store) once a second."""
     heard: asyncio.Queue[str] = asyncio.Queue()
     await pg.add_listener("keysvc_data", lambda *args: heard.put_nowait(args[2]))
     store = await PgStore.open_url(url)

@@ -2,7 +2,7 @@
 a change that moves the authorization generation, made through one instance, is
 answered by the other from the very next request, with no tolerance; and a second
 instance whose listening connection is stuck holds the writer up no longer than the
-bound (keysvc.db.pgstore.Notifications.seen_everywhere).
+bound (keysvc.db.postgres.store.Notifications.seen_everywhere).
 
 The requests go over kept-alive connections, so that the next one reaches the other
 instance as soon as the client has read the writer's answer: the narrowest window a
@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 import pytest
 
-from keysvc.db.pgstore import LISTENER_PREFIX, PROBE_SECONDS, PROBE_TIMEOUT
+from keysvc.db.postgres.store import LISTENER_PREFIX, PROBE_SECONDS, PROBE_TIMEOUT
 from tests.helpers import basic
 from tests.postgres import PEPPER, Postgres
 from tests.server import Server, keysvc

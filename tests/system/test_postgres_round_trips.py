@@ -1,4 +1,4 @@
-"""keysvc.db.pgstore on a real server (tests/postgres.py): what a read or a commit costs
+"""keysvc.db.postgres.store on a real server (tests/postgres.py): what a read or a commit costs
 beyond its own statements. A pooled connection goes back to the pool without a reset
 statement (keysvc leaves no session state on one), and an instance's own commit,
 announced and heard back on its listening connection, moves the data version once,
@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from keysvc.db.pgstore import PgStore
+from keysvc.db.postgres.store import PgStore
 from tests.postgres import Postgres
 
 # Generous, for a loaded machine.

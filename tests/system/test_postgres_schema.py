@@ -1,4 +1,4 @@
-"""The schema on PostgreSQL (keysvc/schema_postgres.sql, keysvc.db.pgschema) against
+"""The schema on PostgreSQL (keysvc/schema_postgres.sql, keysvc.db.postgres.schema) against
 SQLite's: the same tables and columns, the same version number, and triggers that do
 what SQLite's do, on a real PostgreSQL (tests/postgres.py)."""
 
@@ -11,10 +11,10 @@ import asyncpg
 import pytest
 
 from keysvc.config import ConfigError
-from keysvc.db.connections import connect
-from keysvc.db.migrations import migrate as migrate_sqlite
-from keysvc.db.migrations import schema_version
-from keysvc.db.pgschema import migrate, recorded_version, schema_is_current
+from keysvc.db.postgres.schema import migrate, recorded_version, schema_is_current
+from keysvc.db.sqlite.connections import connect
+from keysvc.db.sqlite.migrations import migrate as migrate_sqlite
+from keysvc.db.sqlite.migrations import schema_version
 from tests.postgres import Postgres
 
 # SQLite's declared type -> PostgreSQL's (information_schema's data_type).

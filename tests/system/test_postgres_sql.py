@@ -1,5 +1,5 @@
 """The data layer's SQL functions on both backends: the same calls, on a SQLite
-connection and on a PostgreSQL one (keysvc.db.pgconn, a real server from
+connection and on a PostgreSQL one (keysvc.db.postgres.connection, a real server from
 tests/postgres.py), give the same answers. Each statement whose PostgreSQL form
 differs (keysvc.db.dialect) is run here on both."""
 
@@ -17,10 +17,11 @@ from keysvc.db import meta, outbox
 from keysvc.db import roles as role_sql
 from keysvc.db import usage as usage_sql
 from keysvc.db import webhooks as webhook_sql
-from keysvc.db.connections import connect, settle, tentatively
-from keysvc.db.migrations import migrate
-from keysvc.db.pgconn import connect_postgres
+from keysvc.db.postgres.connection import connect_postgres
 from keysvc.db.rows import key_from_joined
+from keysvc.db.sqlite.connections import connect
+from keysvc.db.sqlite.migrations import migrate
+from keysvc.db.statements import settle, tentatively
 from keysvc.errors import Conflict
 from keysvc.models import Activity, Actor, KeyChange, NewKey, Organization, Role
 from keysvc.timeutil import to_text

@@ -1,4 +1,4 @@
-"""keysvc.db.pgstore: the domain (keysvc.domain.keys) on PostgreSQL, and several instances
+"""keysvc.db.postgres.store: the domain (keysvc.domain.keys) on PostgreSQL, and several instances
 (stores) on one database, on a real server (tests/postgres.py). Writes are serial
 across instances (the key cap and the activity chains hold under concurrent
 creates), a change made through one is seen by the other's next read, and a lost
@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 
 from keysvc.credentials import ACTIVITY_CHAIN, Hasher
-from keysvc.db.pgstore import Notifications, PgStore
+from keysvc.db.postgres.store import Notifications, PgStore
 from keysvc.domain import keys
 from keysvc.errors import Conflict
 from keysvc.models import Actor, Key
@@ -25,7 +25,7 @@ from tests.postgres import Postgres
 NOW = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
 HASHER = Hasher(b"p" * 32)
 # Generous, for a loaded machine: a lost connection is noticed within about
-# keysvc.db.pgstore's PROBE_SECONDS + PROBE_TIMEOUT.
+# keysvc.db.postgres.store's PROBE_SECONDS + PROBE_TIMEOUT.
 WAIT_SECONDS = 30.0
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from keysvc.db.freshness import CommitWatch
+from keysvc.db.sqlite.freshness import CommitWatch
 
 
 class CountingConnection:
@@ -116,7 +116,7 @@ def test_without_a_wal_index_every_look_asks_the_pragma(tmp_path: Path, mode: st
 WATCHING = """
 import sqlite3, sys, threading
 from pathlib import Path
-from keysvc.db.freshness import CommitWatch
+from keysvc.db.sqlite.freshness import CommitWatch
 path = Path(sys.argv[1])
 held = sqlite3.connect(path, isolation_level=None)  # this process's own use of the database
 held.execute("select count(*) from t").fetchone()

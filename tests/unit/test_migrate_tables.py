@@ -5,8 +5,8 @@ its foreign keys name, so that the copy can fill them in that order."""
 import re
 import sqlite3
 
-from keysvc.db.migrations import schema_sql
-from keysvc.db.pgschema import postgres_schema_sql
+from keysvc.db.postgres.schema import postgres_schema_sql
+from keysvc.db.sqlite.migrations import schema_sql
 from keysvc.ops.migrate import TABLES
 
 

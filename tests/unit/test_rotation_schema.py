@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from keysvc.db.store import Store
+from keysvc.db.sqlite.store import Store
 
 SCHEMA_V1 = Path(__file__).parents[1] / "data" / "schema_v1.sql"
 ORG = "11111111-1111-4111-8111-111111111111"

@@ -11,8 +11,8 @@ import pytest
 
 from keysvc.config import ConfigError
 from keysvc.credentials import load_pepper
-from keysvc.db import connections, migrations
-from keysvc.db.store import Store
+from keysvc.db.sqlite import connections, migrations
+from keysvc.db.sqlite.store import Store
 
 
 async def test_pragmas(tmp_path: Path) -> None:

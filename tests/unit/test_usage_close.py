@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from keysvc.config import Settings
-from keysvc.db.store import open_checked
+from keysvc.db.sqlite.store import open_checked
 from keysvc.domain import keys
 from keysvc.timeutil import to_minute, utcnow
 

@@ -6,7 +6,7 @@ import re
 import sqlite3
 from pathlib import Path
 
-from keysvc.db import migrations
+from keysvc.db.sqlite import migrations
 
 TABLES = ("webhooks", "webhook_deliveries", "webhook_attempts", "webhook_expiry_warnings")
 

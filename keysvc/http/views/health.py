@@ -17,7 +17,7 @@ async def healthz(request: web.Request) -> web.Response:
 @serves(READYZ)
 async def readyz(request: web.Request) -> web.Response:
     """The database answers, its schema is current, and writes are not refused for a
-    full disk (``keysvc.db.diskspace``); 503 with the reason otherwise."""
+    full disk (``keysvc.db.sqlite.diskspace``); 503 with the reason otherwise."""
     store = request.app[STORE]
     try:
         current = await store.schema_is_current()

@@ -45,6 +45,8 @@ import struct
 from pathlib import Path
 from typing import ClassVar
 
+from keysvc.db.meta import GENERATION
+
 # The first field of the WAL-index header: the WAL-index format version, 3007000
 # since SQLite 3.7.0, in the machine's byte order.
 WAL_INDEX_VERSION = 3007000
@@ -129,9 +131,6 @@ class CommitWatch:
         if self._index is not None:
             self._index.release()
             self._index = None
-
-
-GENERATION = "select value from meta where name = 'auth_generation'"
 
 
 class Freshness:

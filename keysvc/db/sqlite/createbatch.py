@@ -12,21 +12,22 @@ import asyncio
 import json
 import sqlite3
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
 from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
-from keysvc.db.connections import BUSY_TIMEOUT_MS, connect_now, many_rows
-from keysvc.db.dialect import with_json_list
-from keysvc.db.freshness import GENERATION
+from keysvc.db.keys import GRANTED_ROLES, Announce, Recheck, over_limit
+from keysvc.db.meta import GENERATION
 from keysvc.db.outbox import enqueue_now
 from keysvc.db.rows import keys_with_roles, role_from_row
+from keysvc.db.sqlite.connections import BUSY_TIMEOUT_MS, connect_now
+from keysvc.db.statements import many_rows
 from keysvc.errors import Conflict, ServiceUnavailable
 from keysvc.http.render import api_key
-from keysvc.models import Activity, Key, NewKey, Role
+from keysvc.models import Key, NewKey, Role
 
 _T = TypeVar("_T")
 
@@ -36,11 +37,6 @@ _SET_GENERATION = "update meta set value = ? where name = 'auth_generation'"
 _INSERT_KEYS = key_sql.INSERT_KEY[: key_sql.INSERT_KEY.index("values")] + "values "
 _INSERT_KEY_ROLES = "insert into key_roles (key_id, role_id) values "
 ROWS_PER_INSERT = 500
-# The roles a batch of creates assigns, as they are inside its transaction.
-GRANTED_ROLES = with_json_list("""
-    select id, name, type, permissions, created_at, updated_at from roles
-    where id in {json_list}
-""")
 _COUNT_KEYS_OF = """
     select id, key_count, last_key_seq from organizations
     where id in (select value from json_each(?))
@@ -48,20 +44,9 @@ _COUNT_KEYS_OF = """
 
 # A created key, or why it was not created.
 Made = tuple[Key | None, Exception | None]
-# The domain's rule for a create, run again inside its batch's transaction with the
-# roles it grants as they are then (by ID; one deleted since is missing, and the
-# insert refuses it): why the create is refused now, or None. Another write may have
-# widened a role since the domain checked it before the write.
-Recheck = Callable[[NewKey, Mapping[str, Role]], Exception | None]
-# The activity a create records, made from its key once inserted.
-Announce = Callable[[Key], Activity]
 # A create waiting in a batch: the key, its organization's key limit, its activity and
 # its rule.
 Create = tuple[NewKey, int, Announce, Recheck | None]
-
-
-def over_limit(max_keys: int) -> Conflict:
-    return Conflict(f"this organization has reached its limit of {max_keys} keys")
 
 
 class CreateThread:
@@ -98,7 +83,7 @@ class CreateThread:
     def _connect(self) -> sqlite3.Connection:
         if self._closed and self._conn is None:
             # Never again once closed: an unclosed connection would outlive the WAL-index hold
-            # (keysvc.db.freshness).
+            # (keysvc.db.sqlite.freshness).
             raise ServiceUnavailable("the database is closed: the server is stopping")
         if self._conn is None:
             # Used by the loop and by the thread in turn, never at once (see the class).

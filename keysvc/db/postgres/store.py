@@ -1,6 +1,6 @@
 """The data layer's front on PostgreSQL: ``PgStore``, which answers every call the
-domain makes of ``keysvc.db.store.Store`` with the same SQL functions, run on
-PostgreSQL connections (``keysvc.db.pgconn``), for several keysvc instances sharing
+domain makes of ``keysvc.db.sqlite.store.Store`` with the same SQL functions, run on
+PostgreSQL connections (``keysvc.db.postgres.connection``), for several keysvc instances sharing
 one database.
 
 What stands in for SQLite's machinery:
@@ -50,17 +50,18 @@ import asyncpg
 
 from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
-from keysvc.db import pgschema, sharedcounts
 from keysvc.db.cache import Caches
-from keysvc.db.connections import fetch_all, fetch_one, to_the_end
 from keysvc.db.contract import Connection
-from keysvc.db.createbatch import GRANTED_ROLES, Announce, Recheck, over_limit
-from keysvc.db.freshness import GENERATION
+from keysvc.db.keys import GRANTED_ROLES, Announce, Recheck, over_limit
 from keysvc.db.keystates import KeyStates
+from keysvc.db.meta import GENERATION
 from keysvc.db.outbox import enqueue
-from keysvc.db.pgconn import UNAVAILABLE, PgConnection, refusal, unavailable
+from keysvc.db.postgres import schema as pgschema
+from keysvc.db.postgres import sharedcounts
+from keysvc.db.postgres.connection import UNAVAILABLE, PgConnection, refusal, unavailable
 from keysvc.db.rows import role_from_row
-from keysvc.db.store import Store, UsageUpkeep
+from keysvc.db.sqlite.store import Store, UsageUpkeep
+from keysvc.db.statements import fetch_all, fetch_one, to_the_end
 from keysvc.db.timing import Observer
 from keysvc.http.render import api_key
 from keysvc.models import Key, NewKey
@@ -107,7 +108,7 @@ class PgReader:
         return await self._fetch(sql, params)
 
     async def rows(self, sql: str, params: Any) -> list[Any]:
-        """A point read (``keysvc.db.pointreads.PointReader.rows``)."""
+        """A point read (``keysvc.db.sqlite.pointreads.PointReader.rows``)."""
         return await self._fetch(sql, params)
 
     async def _fetch(self, sql: str, params: Any) -> list[Any]:
@@ -326,7 +327,7 @@ class Notifications:
 
 
 class AlwaysRoom:
-    """The disk-space watch SQLite needs (keysvc.db.diskspace), which PostgreSQL's server
+    """The disk-space watch SQLite needs (keysvc.db.sqlite.diskspace), which PostgreSQL's server
     does for itself: a refused write is an error like any other."""
 
     full = False

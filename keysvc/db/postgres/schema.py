@@ -1,9 +1,9 @@
 """The schema on PostgreSQL, and how a database gets it: the counterpart of
-``keysvc.db.migrations`` for the second backend.
+``keysvc.db.sqlite.migrations`` for the second backend.
 
 ``schema_postgres.sql`` is the current schema, the PostgreSQL form of ``schema.sql``,
 applied whole to a new database. Versions are numbered as SQLite's
-(``keysvc.db.migrations.schema_version``), recorded in meta's ``schema_version`` row
+(``keysvc.db.sqlite.migrations.schema_version``), recorded in meta's ``schema_version`` row
 rather than a pragma. A database made by an older keysvc is brought up by the steps
 in ``POSTGRES_MIGRATIONS``: the PostgreSQL form of each SQLite step added since
 PostgreSQL's first schema, keyed by the version it makes. A database newer than this
@@ -19,20 +19,20 @@ from importlib import resources
 from typing import Any
 
 from keysvc.config import ConfigError
-from keysvc.db.migrations import MIGRATIONS, SHARED_LIMITS_STEP, schema_version
+from keysvc.db.sqlite.migrations import MIGRATIONS, SHARED_LIMITS_STEP, schema_version
 
 # POSTGRES_MIGRATIONS[n] takes a PostgreSQL database from version n - 1 to n; add one
-# with each step appended to keysvc.db.migrations.MIGRATIONS, and change
+# with each step appended to keysvc.db.sqlite.migrations.MIGRATIONS, and change
 # schema_postgres.sql to match.
 POSTGRES_MIGRATIONS: Mapping[int, str] = {
     # 12: every change to a table, by hand included, is announced (see schema_postgres.sql).
     12: """
     -- Every commit that changes a table is announced on keysvc_data, hand edits included,
     -- as SQLite's data_version tells its own connections: an instance hearing it reads
-    -- again what it had cached (keysvc.db.pgstore). Within a transaction the
+    -- again what it had cached (keysvc.db.postgres.store). Within a transaction the
     -- notifications are one. A keysvc writer sets keysvc.token for its transaction: its
     -- instance knows its own commits heard back by it, the other instances do not.
-    -- A new key's role rows leave the generation where it is (keysvc.db.pgstore's
+    -- A new key's role rows leave the generation where it is (keysvc.db.postgres.store's
     -- create_key sets keysvc.new_key for them): nothing cached can hold a key not yet
     -- made, and the generation only ever moves forward, as the instances' acknowledgements
     -- of it need.

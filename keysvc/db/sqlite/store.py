@@ -1,12 +1,12 @@
 """The data layer's front: one ``Store`` per database, holding its connections, and
 ``open_checked``, which opens one ready to serve.
 
-Connections: one writer (``keysvc.db.connections.Writer``), guarded by a lock so
+Connections: one writer (``keysvc.db.sqlite.connections.Writer``), guarded by a lock so
 that each write runs in its own ``BEGIN IMMEDIATE`` transaction; one reader,
 which in WAL mode sees only committed data; one synchronous "watcher" used on
 the event loop for a single cheap question, has anything been committed since
-I last looked (``keysvc.db.freshness``); and the create batches' own
-(``keysvc.db.createbatch``). The caches are ``caches``'s (``keysvc.db.cache``),
+I last looked (``keysvc.db.sqlite.freshness``); and the create batches' own
+(``keysvc.db.sqlite.createbatch``). The caches are ``caches``'s (``keysvc.db.cache``),
 role SQL is ``roles``'s (``keysvc.db.roles``). Opened to serve, it also keeps the
 usage counts (``keysvc.db.usage``): written every flush interval and at close,
 and pruned past their retention at most every ``PRUNE_EVERY_SECONDS``, when it
@@ -40,22 +40,22 @@ from keysvc.db import roles as role_sql
 from keysvc.db import usage as usage_sql
 from keysvc.db.batching import Creates, RevokedUse, RevokedUses, Touches
 from keysvc.db.cache import Caches
-from keysvc.db.connections import (
+from keysvc.db.contract import Connection, SharedCountStore
+from keysvc.db.keys import Announce, Recheck
+from keysvc.db.keystates import KeyStates
+from keysvc.db.roles import RoleStore
+from keysvc.db.rows import key_from_joined
+from keysvc.db.sqlite.connections import (
     Writer,
     connect,
     connect_point_reader,
     require_existing,
     unusable,
 )
-from keysvc.db.contract import Connection, SharedCountStore
-from keysvc.db.createbatch import Announce, Recheck
-from keysvc.db.diskspace import DiskSpace
-from keysvc.db.freshness import Freshness
-from keysvc.db.keystates import KeyStates
-from keysvc.db.migrations import migrate
-from keysvc.db.pointreads import PointReader
-from keysvc.db.roles import RoleStore
-from keysvc.db.rows import key_from_joined
+from keysvc.db.sqlite.diskspace import DiskSpace
+from keysvc.db.sqlite.freshness import Freshness
+from keysvc.db.sqlite.migrations import migrate
+from keysvc.db.sqlite.pointreads import PointReader
 from keysvc.db.timing import Observer, timed
 from keysvc.domain import activities
 from keysvc.errors import DatabaseUnavailable
@@ -114,7 +114,7 @@ class Store:
 
     def _on_writer(self, observer: Observer | None) -> None:
         """What the store builds on ``reader`` and ``writer``, whatever the backend."""
-        # Whether writes find the disk full (keysvc.db.diskspace), for every write path.
+        # Whether writes find the disk full (keysvc.db.sqlite.diskspace), for every write path.
         self.space = self.writer.space
         # The activity log's chain key: set once the pepper is loaded (open_checked).
         self.chain = activity_sql.Chain()
@@ -432,7 +432,7 @@ async def open_checked(
 ) -> AsyncIterator[tuple[Store, Hasher]]:
     """The store for ``settings``, migrated, writable and checked against its pepper;
     closed on exit. ``create=False``: the database must exist already
-    (``keysvc.db.connections``). ``serving``: keep the usage counts (``UsageUpkeep``).
+    (``keysvc.db.sqlite.connections``). ``serving``: keep the usage counts (``UsageUpkeep``).
 
     A database that cannot be used stops here with a ConfigError naming its path.
     """

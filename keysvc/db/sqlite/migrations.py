@@ -13,7 +13,7 @@ import aiosqlite
 
 from keysvc.config import ConfigError
 
-# The shared rate counters' step: a table on PostgreSQL only (keysvc.db.pgschema keys
+# The shared rate counters' step: a table on PostgreSQL only (keysvc.db.postgres.schema keys
 # its PostgreSQL form by this step's place), nothing on SQLite, where one instance
 # serves a file and counts in its own memory; kept so both number their versions alike.
 SHARED_LIMITS_STEP = "-- shared rate counters: PostgreSQL only\n"
@@ -235,7 +235,7 @@ MIGRATIONS: Sequence[str] = (
     end;
     """,
     # 12: nothing on SQLite, whose data_version announces every commit already; on
-    # PostgreSQL, triggers that announce each change (keysvc.db.pgschema).
+    # PostgreSQL, triggers that announce each change (keysvc.db.postgres.schema).
     "",
     # 13: the shared rate counters, a table on PostgreSQL only (see SHARED_LIMITS_STEP).
     SHARED_LIMITS_STEP,

@@ -19,7 +19,7 @@ import logging
 import os
 import sqlite3
 import stat
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -27,7 +27,8 @@ import aiosqlite
 
 from keysvc.config import ConfigError
 from keysvc.db.contract import Connection
-from keysvc.db.diskspace import DiskSpace
+from keysvc.db.sqlite.diskspace import DiskSpace
+from keysvc.db.statements import to_the_end
 
 logger = logging.getLogger("keysvc")
 
@@ -140,7 +141,7 @@ def connect_now(path: Path, *, shared: bool = False) -> sqlite3.Connection:
 
 def connect_point_reader(path: Path) -> sqlite3.Connection:
     """A read-only connection for indexed point reads run on the event loop itself
-    (``keysvc.db.pointreads``): a few pages each, cheaper than the hand-over to a
+    (``keysvc.db.sqlite.pointreads``): a few pages each, cheaper than the hand-over to a
     connection's thread. It never waits for a lock (busy_timeout 0): a read that finds
     the database busy is retried on the reader's thread instead of stalling the loop."""
     conn = sqlite3.connect(path, isolation_level=None)
@@ -152,55 +153,6 @@ def connect_point_reader(path: Path) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
-
-
-# One trip to the connection's thread each (execute, fetch and close together), where
-# a cursor would take three: each trip is a queue hand-over and a wake-up of the loop.
-def many_rows(into: str, count: int, width: int) -> str:
-    """``into`` (``insert into t (columns) values``) with ``count`` rows of ``width``
-    placeholders. Only the placeholders are built: the values are parameters."""
-    row = "(" + ", ".join("?" * width) + ")"
-    return into + ", ".join([row] * count)
-
-
-async def fetch_one(conn: Connection, sql: str, params: Sequence[object]) -> sqlite3.Row | None:
-    rows = await conn.execute_fetchall(sql, params)
-    return next(iter(rows), None)
-
-
-async def fetch_all(conn: Connection, sql: str, params: Sequence[object]) -> list[sqlite3.Row]:
-    return list(await conn.execute_fetchall(sql, params))
-
-
-async def to_the_end(awaitable: Awaitable[object]) -> bool:
-    """Await ``awaitable`` to its end even when the caller is cancelled meanwhile, and
-    say whether it was. A commit runs on aiosqlite's thread whatever happens to the
-    coroutine awaiting it: cancelled there, the transaction would be taken for
-    uncommitted (a rollback queued behind the commit, its caches' invalidation
-    skipped) while it is in the database."""
-    task = asyncio.ensure_future(awaitable)
-    cancelled = False
-    while True:
-        try:
-            await asyncio.shield(task)
-            return cancelled
-        except asyncio.CancelledError:
-            if task.cancelled():
-                raise
-            cancelled = True
-
-
-async def tentatively(conn: Connection) -> None:
-    """Inside a transaction: what follows can be undone alone (``settle``), so that a
-    write can be made, read back and compared before deciding to keep it."""
-    await conn.execute("savepoint tentative")
-
-
-async def settle(conn: Connection, keep: bool) -> None:
-    """End what ``tentatively`` began: kept, or undone as if never written."""
-    if not keep:
-        await conn.execute("rollback to tentative")
-    await conn.execute("release tentative")
 
 
 class Writer:
@@ -218,7 +170,7 @@ class Writer:
         on_authorization_changed: Callable[[], None],
     ):
         self.conn = conn
-        # Whether writes find the disk full (keysvc.db.diskspace), for every write path.
+        # Whether writes find the disk full (keysvc.db.sqlite.diskspace), for every write path.
         self.space = space
         self.lock = asyncio.Lock()
         self._on_authorization_changed = on_authorization_changed

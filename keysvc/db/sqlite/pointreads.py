@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import aiosqlite
 
-from keysvc.db.connections import fetch_all
+from keysvc.db.statements import fetch_all
 
 # Primary result codes of a statement refused because another connection holds a lock.
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})

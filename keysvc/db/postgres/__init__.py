@@ -1,0 +1,1 @@
+"""PostgreSQL's store: a database several instances share, its schema and notifications."""
