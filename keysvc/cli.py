@@ -38,7 +38,7 @@ from keysvc.domain import keys
 from keysvc.domain.ratelimit import FailureSketch
 from keysvc.errors import ApiError
 from keysvc.http import listeners
-from keysvc.http.app import create_app
+from keysvc.http.app import STORE_RECORDS, create_app
 from keysvc.http.connections import ServiceRunner
 from keysvc.http.state import IN_FLIGHT
 from keysvc.logs import configure_logging
@@ -190,7 +190,7 @@ def _shown(issued: keys.Issued) -> dict[str, str]:
 
 
 async def _bootstrap(settings: Settings, org_name: str, if_empty: bool) -> dict[str, str] | None:
-    async with open_store(settings) as (store, hasher):
+    async with open_store(settings, records=STORE_RECORDS) as (store, hasher):
         if if_empty and await store.has_organization():
             return None
         _, issued = await keys.bootstrap(store, hasher, org_name, utcnow())
@@ -198,7 +198,7 @@ async def _bootstrap(settings: Settings, org_name: str, if_empty: bool) -> dict[
 
 
 async def _admin_key(settings: Settings, org: str | None, name: str) -> dict[str, str]:
-    async with open_store(settings, create=False) as (store, hasher):
+    async with open_store(settings, create=False, records=STORE_RECORDS) as (store, hasher):
         issued = await keys.admin_key(store, hasher, org, name, utcnow(), settings.max_keys_per_org)
     return _shown(issued)
 

@@ -1,46 +1,32 @@
-"""Writes that wait to share a transaction: key creates, usedAt, usage counts, and
-the uses of revoked keys.
+"""Writes that wait to share a transaction, on either backend: usedAt, the usage
+counts and the uses of revoked keys (SQLite's key creates are
+``keysvc.db.sqlite.createbatch``'s).
 
-Concurrent creates are grouped: one transaction, one fsync, for all the creates
-waiting (``keysvc.db.sqlite.createbatch`` runs it); each request is answered only
-after that commit. usedAt writes that arrive together likewise share one
-transaction: at the turn of a minute every busy key writes at once. The usage
-counts (``keysvc.db.usage``) ride in that transaction, or in one of their own
-when ``write_counts`` is called (every flush interval, and at close): no
-request waits for them. A revoked key's use is logged at most once a minute per
-key, and off the request's path: a client hammering with a disabled key's
-credentials costs no write per request.
+usedAt writes that arrive together share one transaction: at the turn of a minute
+every busy key writes at once. The usage counts (``keysvc.db.usage``) ride in that
+transaction, or in one of their own when ``write_counts`` is called (every flush
+interval, and at close): no request waits for them. A revoked key's use is logged at
+most once a minute per key, and off the request's path: a client hammering with a
+disabled key's credentials costs no write per request.
 """
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
 from keysvc.db import outbox
 from keysvc.db import usage as usage_sql
-from keysvc.db.sqlite import createbatch
-from keysvc.db.sqlite.connections import Writer
-from keysvc.db.sqlite.diskspace import DiskSpace
+from keysvc.db.contract import Writes
 from keysvc.errors import InsufficientStorage
-from keysvc.models import Activity, Key, NewKey
+from keysvc.models import Activity, Key
 from keysvc.timeutil import to_minute, to_text
 
 logger = logging.getLogger("keysvc")
-
-
-@dataclass
-class _PendingCreate:
-    new: NewKey
-    max_keys: int
-    announce: key_sql.Announce
-    recheck: key_sql.Recheck | None
-    done: "asyncio.Future[Key]" = field(repr=False)
 
 
 @dataclass
@@ -52,92 +38,12 @@ class _PendingTouches:
     done: "asyncio.Future[None]" = field(repr=False)
 
 
-class Creates:
-    """Creates waiting for the next batch, and the task that writes the batches.
-
-    A batch holds the writer's lock, as every write transaction does, so creates
-    that arrive while a write runs pile up for the next batch.
-    """
-
-    def __init__(self, path: Path, writer: Writer, chain: activity_sql.Chain):
-        self.thread = createbatch.CreateThread(path, chain)
-        self._writer = writer
-        self._pending: list[_PendingCreate] = []
-        self.flusher: asyncio.Task[None] | None = None
-
-    async def open(self) -> None:
-        await self.thread.open()
-
-    async def create(
-        self,
-        new: NewKey,
-        max_keys: int,
-        announce: key_sql.Announce,
-        recheck: key_sql.Recheck | None = None,
-    ) -> Key:
-        """Store a key; answered only once the transaction holding it has committed.
-        ``recheck`` runs in that transaction (``key_sql.Recheck``), and so does the
-        record of the activity ``announce`` makes of the key."""
-        done = asyncio.get_running_loop().create_future()
-        pending = _PendingCreate(new, max_keys, announce, recheck, done)
-        self._pending.append(pending)
-        if self.flusher is None or self.flusher.done():
-            self.flusher = asyncio.create_task(self._flush())
-        return await asyncio.shield(pending.done)
-
-    async def _flush(self) -> None:
-        while self._pending:
-            async with self._writer.lock:
-                batch, self._pending = self._pending, []
-                await self._create_batch(batch)
-
-    async def _create_batch(self, batch: list[_PendingCreate]) -> None:
-        """One transaction for the whole batch (``CreateThread``); each request is
-        answered once it has committed."""
-        work = [(item.new, item.max_keys, item.announce, item.recheck) for item in batch]
-        running = asyncio.ensure_future(self.thread.run(work))
-        try:
-            await asyncio.shield(running)
-        except asyncio.CancelledError:
-            # The batch runs to its end (shielded); its requests still get their answers.
-            running.add_done_callback(lambda done: _settle(batch, done, self._writer.space))
-            raise
-        except Exception:  # noqa: S110 - the failure is each request's answer, see _settle
-            pass
-        _settle(batch, running, self._writer.space)
-
-
-def _settle(
-    batch: Sequence[_PendingCreate],
-    done: "asyncio.Future[list[createbatch.Made]]",
-    space: DiskSpace,
-) -> None:
-    """Answer each request of a finished batch: its key, or why it failed (a full
-    disk as ``space`` says, once for the batch)."""
-    if done.cancelled() or done.exception() is not None:
-        failure = done.exception() if not done.cancelled() else None
-        cause = space.failed(failure) if isinstance(failure, Exception) else None
-        outcomes: list[createbatch.Made] = [
-            (None, cause or RuntimeError("create cancelled"))
-        ] * len(batch)
-    else:
-        space.succeeded()
-        outcomes = done.result()
-    for item, (key, error) in zip(batch, outcomes, strict=True):
-        if item.done.done():
-            continue
-        if error is not None:
-            item.done.set_exception(error)
-        elif key is not None:
-            item.done.set_result(key)
-
-
 class Touches:
     """usedAt writes: which keys this process has written this minute, and those
     waiting for the next transaction; and this process's usage counts (``tally``),
     written in the same transactions."""
 
-    def __init__(self, writer: Writer):
+    def __init__(self, writer: Writes):
         self._writer = writer
         self.tally = usage_sql.Tally()
         # Keys whose usedAt this process has written for the minute in _touched_minute.
@@ -247,7 +153,7 @@ class RevokedUses:
     """Uses of revoked keys waiting to be logged, at most one per key a minute, and
     the task that writes them in one transaction."""
 
-    def __init__(self, writer: Writer, chain: activity_sql.Chain):
+    def __init__(self, writer: Writes, chain: activity_sql.Chain):
         self._writer = writer
         self._chain = chain
         # Keys whose use was logged (or is waiting) in the minute of _minute.

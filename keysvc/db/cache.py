@@ -33,13 +33,22 @@ import hmac
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, replace
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
-from keysvc.db.sqlite.freshness import Freshness
 from keysvc.models import Credential, Key
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+
+
+class Versions(Protocol):
+    """What the caches are kept fresh against (SQLite's ``Freshness``, PostgreSQL's
+    ``Notifications``): a number that moves with every commit, and the authorization
+    generation as of its last look."""
+
+    generation: object
+
+    def look(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -195,9 +204,9 @@ PAGE_CACHE_ENTRIES = 32
 
 
 class Caches:
-    """Every cache of committed data, kept fresh against ``Freshness``."""
+    """Every cache of committed data, kept fresh against ``Versions``."""
 
-    def __init__(self, freshness: Freshness, cache_size: int):
+    def __init__(self, freshness: Versions, cache_size: int):
         self._freshness = freshness
         self.credentials = CredentialCache(cache_size)
         # Rendered answers that depend only on committed data (see data_version).

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from keysvc.models import Activity, ActivityPage, Credential, Key, KeyPage, NewKey
+from keysvc.models import Activity, ActivityPage, Credential, Key, KeyPage, NewKey, RoleDetail
 
 if TYPE_CHECKING:  # the SQL modules below run their statements on ``Connection``
     from keysvc.db.batching import RevokedUse
@@ -24,6 +25,37 @@ if TYPE_CHECKING:  # the SQL modules below run their statements on ``Connection`
     from keysvc.db.keys import Announce, Recheck
     from keysvc.db.roles import RoleStore
     from keysvc.db.timing import Observer
+
+
+# The create records of what an organization from before the activity log holds: its
+# custom roles, then its keys (``keysvc.domain.activities.pre_log``).
+PreLog = Callable[[Sequence[RoleDetail], Sequence[Key], datetime], list[Activity]]
+# The body of a created key's ``key.created`` event (``keysvc.http.render.api_key``).
+KeyEvent = Callable[[Key], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Records:
+    """What a store writes but the layers above it shape: given when it is opened, as
+    the database layer imports neither the domain nor the HTTP layer. A store opened
+    without one refuses the writes that need it."""
+
+    pre_log: PreLog | None = None
+    key_event: KeyEvent | None = None
+
+    def pre_log_of(self) -> PreLog:
+        if self.pre_log is None:
+            raise RuntimeError("this store was opened without the pre-log records")
+        return self.pre_log
+
+    def key_event_of(self) -> KeyEvent:
+        if self.key_event is None:
+            raise RuntimeError("this store was opened without the key.created event body")
+        return self.key_event
+
+
+# A store opened on its own (tests, tools): refuses the writes that need records.
+NO_RECORDS = Records()
 
 
 class Changed(Protocol):
@@ -55,6 +87,23 @@ class Space(Protocol):
     """Whether the database's disk has room for writes (``keysvc.db.sqlite.diskspace``)."""
 
     def ready(self) -> bool: ...
+
+
+class Writes(Protocol):
+    """A backend's write transactions (SQLite's ``Writer``, PostgreSQL's ``PgWriter``)."""
+
+    @property
+    def space(self) -> Space: ...
+
+    def transaction(self) -> AbstractAsyncContextManager[Connection]: ...
+
+    async def authorization_changed(self, conn: Connection) -> None: ...
+
+
+class PointReads(Protocol):
+    """Indexed reads of a few rows (SQLite's ``PointReader``, PostgreSQL's pool)."""
+
+    async def rows(self, sql: str, params: Sequence[object]) -> list[Any]: ...
 
 
 class KeyCounts(Protocol):

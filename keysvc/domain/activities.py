@@ -11,7 +11,7 @@ Recording is ``Store.record``, inside the write's own transaction.
 """
 
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -67,6 +67,13 @@ def key_created(key: Key, actor: Actor, now: datetime) -> Activity:
     return Activity(
         key.organization_id, KEY_CREATE, actor, now, "created", key.id, after=key_view(key)
     )
+
+
+def pre_log(roles: Sequence[RoleDetail], keys: Sequence[Key], now: datetime) -> list[Activity]:
+    """The create records of what an organization from before the log holds: its custom
+    roles (with their holders), then its keys (``keysvc.db.contract.Records``)."""
+    made = [role_created(detail, PRE_LOG, now) for detail in roles]
+    return made + [key_created(key, PRE_LOG, now) for key in keys]
 
 
 def announcer(actor: Actor, now: datetime) -> Callable[[Key], Activity]:

@@ -23,7 +23,9 @@ from types import FrameType
 
 from keysvc.config import Settings
 from keysvc.db.backends import open_store
+from keysvc.db.contract import Records
 from keysvc.db.sqlite.connections import warn_if_exposed
+from keysvc.domain import activities
 from keysvc.domain.ratelimit import FailureSketch
 
 logger = logging.getLogger("keysvc")
@@ -35,7 +37,7 @@ async def prepare(settings: Settings) -> None:
     """Open the database once before serving: migrate it, check that it can be
     written and that the pepper matches. One ``bootstrap`` has not made is refused;
     one that others may read is served, with a warning."""
-    async with open_store(settings, create=False):
+    async with open_store(settings, create=False, records=Records(pre_log=activities.pre_log)):
         pass
     if settings.db_url is None:
         warn_if_exposed(settings.db_path)

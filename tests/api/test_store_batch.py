@@ -192,16 +192,16 @@ async def test_a_batch_waits_for_another_processs_write_lock_off_the_loop(
 _STAGE = store_module._stage_batch
 
 
-def _fails_staging(conn: sqlite3.Connection, batch: Any) -> object:
-    _STAGE(conn, batch)
+def _fails_staging(conn: sqlite3.Connection, batch: Any, key_event: Any) -> object:
+    _STAGE(conn, batch, key_event)
     raise sqlite3.OperationalError("disk I/O error")
 
 
-def _fails_at_commit(conn: sqlite3.Connection, batch: Any) -> object:
+def _fails_at_commit(conn: sqlite3.Connection, batch: Any, key_event: Any) -> object:
     """The batch, plus a row that the commit refuses: the real commit fails."""
     conn.execute("pragma defer_foreign_keys = on")
     conn.execute("insert into key_roles (key_id, role_id) values ('no-such-key', 'no-such-role')")
-    return _STAGE(conn, batch)
+    return _STAGE(conn, batch, key_event)
 
 
 @pytest.mark.sqlite_only  # SQLite's create batches (keysvc.db.sqlite.createbatch)

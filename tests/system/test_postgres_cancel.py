@@ -20,6 +20,7 @@ import pytest
 from keysvc.credentials import ACTIVITY_CHAIN, Hasher
 from keysvc.db.postgres.store import PgStore
 from keysvc.domain import keys
+from keysvc.http.app import STORE_RECORDS
 from keysvc.models import Actor, Key
 from tests.postgres import Postgres
 
@@ -61,7 +62,7 @@ def wait_blocking(check: Callable[[], bool], what: str) -> None:
 
 @pytest.fixture
 async def store(postgres: Postgres, pg_database: str) -> AsyncIterator[PgStore]:
-    opened = await PgStore.open_url(postgres.url(pg_database))
+    opened = await PgStore.open_url(postgres.url(pg_database), records=STORE_RECORDS)
     try:
         await opened.check_pepper(HASHER.fingerprint())
         await opened.key_activities(HASHER.derive(ACTIVITY_CHAIN))

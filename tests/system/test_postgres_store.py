@@ -18,6 +18,7 @@ from keysvc.credentials import ACTIVITY_CHAIN, Hasher
 from keysvc.db.postgres.store import Notifications, PgStore
 from keysvc.domain import keys
 from keysvc.errors import Conflict
+from keysvc.http.app import STORE_RECORDS
 from keysvc.models import Actor, Key
 from tests.helpers import hash_data
 from tests.postgres import Postgres
@@ -30,7 +31,7 @@ WAIT_SECONDS = 30.0
 
 
 async def opened(url: str) -> PgStore:
-    store = await PgStore.open_url(url)
+    store = await PgStore.open_url(url, records=STORE_RECORDS)
     await store.check_writable()
     await store.check_pepper(HASHER.fingerprint())
     await store.key_activities(HASHER.derive(ACTIVITY_CHAIN))

@@ -13,7 +13,7 @@ wording names the constraint, never the values refused (keyed hashes included).
 import logging
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,18 +38,22 @@ UNAVAILABLE = (
 )
 # At most one log line this often while the database stays unavailable.
 UNAVAILABLE_LOG_SECONDS = 10.0
-_logged_at = -UNAVAILABLE_LOG_SECONDS
 
 
-def unavailable(exc: BaseException) -> DatabaseUnavailable:
-    """keysvc's 503 for a database that does not answer; logged at most once every
-    UNAVAILABLE_LOG_SECONDS. The pool makes new connections by itself once it is back."""
-    global _logged_at
-    now = time.monotonic()
-    if now - _logged_at >= UNAVAILABLE_LOG_SECONDS:
-        _logged_at = now
-        logger.warning("PostgreSQL unavailable (%s); answering 503", type(exc).__name__)
-    return DatabaseUnavailable()
+class Outage:
+    """A store's answer to a database that does not answer: keysvc's 503, logged at
+    most once every UNAVAILABLE_LOG_SECONDS. The pool makes new connections by itself
+    once the database is back."""
+
+    def __init__(self) -> None:
+        self._logged_at: float | None = None
+
+    def unavailable(self, exc: BaseException) -> DatabaseUnavailable:
+        now = time.monotonic()
+        if self._logged_at is None or now - self._logged_at >= UNAVAILABLE_LOG_SECONDS:
+            self._logged_at = now
+            logger.warning("PostgreSQL unavailable (%s); answering 503", type(exc).__name__)
+        return DatabaseUnavailable()
 
 
 # asyncpg's class of each refusal -> SQLite's word for it.
@@ -96,14 +100,14 @@ class PgConnection:
     def in_transaction(self) -> bool:
         return bool(self.raw.is_in_transaction())
 
-    async def execute(self, sql: str, params: Sequence[object] = ()) -> Done:
+    async def execute(self, sql: str, params: Iterable[Any] = ()) -> Done:
         try:
             status = await self.raw.execute(postgres_text(sql), *params)
         except asyncpg.IntegrityConstraintViolationError as exc:
             raise refusal(exc) from None
         return Done(_rowcount(str(status)))
 
-    async def executemany(self, sql: str, params: Iterable[Sequence[object]]) -> None:
+    async def executemany(self, sql: str, params: Iterable[Iterable[Any]]) -> None:
         rows = [tuple(row) for row in params]
         if not rows:
             return
@@ -112,7 +116,7 @@ class PgConnection:
         except asyncpg.IntegrityConstraintViolationError as exc:
             raise refusal(exc) from None
 
-    async def execute_fetchall(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
+    async def execute_fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
         try:
             return list(await self.raw.fetch(postgres_text(sql), *params))
         except asyncpg.IntegrityConstraintViolationError as exc:

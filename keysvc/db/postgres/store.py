@@ -41,30 +41,36 @@ import logging
 import os
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from datetime import timedelta
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
 
 from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
+from keysvc.db.batching import RevokedUse
 from keysvc.db.cache import Caches
-from keysvc.db.contract import Connection
+from keysvc.db.contract import NO_RECORDS, Connection, Records
+from keysvc.db.core import StoreCore, UsageUpkeep
 from keysvc.db.keys import GRANTED_ROLES, Announce, Recheck, over_limit
 from keysvc.db.keystates import KeyStates
 from keysvc.db.meta import GENERATION
 from keysvc.db.outbox import enqueue
 from keysvc.db.postgres import schema as pgschema
 from keysvc.db.postgres import sharedcounts
-from keysvc.db.postgres.connection import UNAVAILABLE, PgConnection, refusal, unavailable
+from keysvc.db.postgres.connection import (
+    UNAVAILABLE,
+    Done,
+    Outage,
+    PgConnection,
+    refusal,
+)
 from keysvc.db.rows import role_from_row
-from keysvc.db.sqlite.store import Store, UsageUpkeep
 from keysvc.db.statements import fetch_all, fetch_one, to_the_end
 from keysvc.db.timing import Observer
-from keysvc.http.render import api_key
-from keysvc.models import Key, NewKey
+from keysvc.models import Activity, ActivityPage, Credential, Key, KeyPage, NewKey
 
 logger = logging.getLogger("keysvc")
 
@@ -101,11 +107,28 @@ class PgReader:
     """Reads on pooled connections, each statement on whichever is free: what SQLite's
     reader connection answers, with the same calls (``execute_fetchall``)."""
 
-    def __init__(self, pool: Any):
+    def __init__(self, pool: Any, outage: Outage):
         self._pool = pool
+        self._outage = outage
+
+    in_transaction = False
 
     async def execute_fetchall(self, sql: str, params: Any = ()) -> list[Any]:
         return await self._fetch(sql, params)
+
+    async def execute(self, sql: str, params: Any = ()) -> Done:
+        try:
+            async with self._pool.acquire() as raw:
+                return await PgConnection(raw).execute(sql, params)
+        except UNAVAILABLE as exc:
+            raise self._outage.unavailable(exc) from None
+
+    async def executemany(self, sql: str, params: Any) -> None:
+        try:
+            async with self._pool.acquire() as raw:
+                await PgConnection(raw).executemany(sql, params)
+        except UNAVAILABLE as exc:
+            raise self._outage.unavailable(exc) from None
 
     async def rows(self, sql: str, params: Any) -> list[Any]:
         """A point read (``keysvc.db.sqlite.pointreads.PointReader.rows``)."""
@@ -116,7 +139,7 @@ class PgReader:
             async with self._pool.acquire() as raw:
                 return await PgConnection(raw).execute_fetchall(sql, params)
         except UNAVAILABLE as exc:
-            raise unavailable(exc) from None
+            raise self._outage.unavailable(exc) from None
 
 
 class Notifications:
@@ -346,9 +369,14 @@ class PgWriter:
     """Write transactions: each on a pooled connection, under WRITE_LOCK."""
 
     def __init__(
-        self, pool: Any, notifications: Notifications, on_authorization_changed: Callable[[], None]
+        self,
+        pool: Any,
+        notifications: Notifications,
+        on_authorization_changed: Callable[[], None],
+        outage: Outage,
     ):
         self._pool = pool
+        self._outage = outage
         self._notifications = notifications
         self._on_authorization_changed = on_authorization_changed
         self.space = AlwaysRoom()
@@ -397,7 +425,7 @@ class PgWriter:
             if moved is not None and listeners:
                 await self._notifications.seen_everywhere(moved, listeners)
         except UNAVAILABLE as exc:
-            raise unavailable(exc) from None
+            raise self._outage.unavailable(exc) from None
 
     async def _listeners(self, raw: Any) -> list[str]:
         """The other instances' listening connections, by name. Committed already, a
@@ -409,7 +437,7 @@ class PgWriter:
             return []
         return [str(row[0]) for row in rows]
 
-    async def authorization_changed(self, conn: PgConnection) -> None:
+    async def authorization_changed(self, conn: Connection) -> None:
         await conn.execute(_BUMP_GENERATION)
         self._authorization_changed = True
 
@@ -444,23 +472,41 @@ class PgWriter:
             self._on_authorization_changed()
 
 
-class PgStore(Store):
-    """``Store`` on PostgreSQL (see the module). Its own constructor: none of the
-    SQLite store's connections are made. What it inherits runs on what it makes in
-    their place (``reader``, ``points``, ``writer``, ``caches``); what it overrides
-    touched SQLite itself."""
+class PgStore:
+    """The store on PostgreSQL (see the module), the SQLite store's sibling: what both
+    answer alike is its ``StoreCore``'s, run on the pool (``reader``, ``points``),
+    ``PgWriter`` and ``Notifications``."""
 
-    def __init__(self, pool: Any, url: str, *, observer: Observer | None, cache_size: int):
+    def __init__(
+        self,
+        pool: Any,
+        url: str,
+        *,
+        observer: Observer | None,
+        cache_size: int,
+        records: Records = NO_RECORDS,
+    ):
         self._pool = pool
+        self._records = records
         self.notifications = Notifications(url)
-        self.reader = PgReader(pool)  # type: ignore[assignment]
+        self._outage = Outage()
+        self.reader = PgReader(pool, self._outage)
         # The point reads (get_key, find_credential) run on the pool as well.
-        self.points = self.reader  # type: ignore[assignment]
-        self.caches = Caches(self.notifications, cache_size)  # type: ignore[arg-type]
-        self.writer = PgWriter(  # type: ignore[assignment]
-            pool, self.notifications, self.caches.authorization_changed
+        self.points = self.reader
+        self.caches = Caches(self.notifications, cache_size)
+        self.writer = PgWriter(
+            pool, self.notifications, self.caches.authorization_changed, self._outage
         )
-        self._on_writer(observer)
+        self.observer = observer
+        core = self._core = StoreCore(
+            self.reader, self.points, self.writer, self.caches, observer, records
+        )
+        self.space = core.space
+        self.chain = core.chain
+        self.roles = core.roles
+        # Asked on every authenticated request, so bound once rather than forwarded.
+        self.needs_touch = core.touches.needs_touch
+        self.count_use = core.touches.tally.add
 
     @classmethod
     async def open_url(
@@ -471,23 +517,23 @@ class PgStore(Store):
         cache_size: int = 10_000,
         create: bool = True,
         upkeep: UsageUpkeep | None = None,
+        records: Records = NO_RECORDS,
     ) -> "PgStore":
         pool = await asyncpg.create_pool(url, min_size=1, max_size=10, reset=keep_session)
         try:
             async with pool.acquire() as conn:
                 await pgschema.migrate(conn, create=create)
-            store = cls(pool, url, observer=observer, cache_size=cache_size)
+            store = cls(pool, url, observer=observer, cache_size=cache_size, records=records)
             await store.notifications.start()
         except BaseException:
             await pool.close()
             raise
-        if upkeep is not None:
-            store._upkeep = asyncio.create_task(store._keep_usage(upkeep))
+        store._core.start_upkeep(upkeep)
         return store
 
     async def close(self) -> None:
         try:
-            await asyncio.wait_for(self._finish_writes(), CLOSE_SECONDS)
+            await asyncio.wait_for(self._core.finish_writes(), CLOSE_SECONDS)
         except TimeoutError:
             logger.warning("PostgreSQL writes still under way at close; left unfinished")
         await self.notifications.close()
@@ -531,7 +577,7 @@ class PgStore(Store):
             async with self._pool.acquire() as raw:
                 return await pgschema.schema_is_current(raw)
         except CONNECT_ERRORS as exc:
-            raise unavailable(exc) from None
+            raise self._outage.unavailable(exc) from None
 
     async def create_key(
         self, new: NewKey, max_keys: int, announce: Announce, recheck: Recheck | None = None
@@ -542,6 +588,7 @@ class PgStore(Store):
         is (``keysvc.new_key``, which the schema's trigger reads): no cache can hold a
         key not yet committed, and the generation only moves forward, as the other
         instances' acknowledgements of it need (``Notifications.seen_everywhere``)."""
+        key_event = self._records.key_event_of()
         async with self.transaction("create_key") as conn:
             org = new.organization_id
             counted = await fetch_one(conn, key_sql.COUNT_KEYS, (org,))
@@ -557,8 +604,78 @@ class PgStore(Store):
             key = await key_sql.insert_key(conn, new)
             await conn.execute(_NEW_KEY, ("",))
             await activity_sql.record(conn, self.chain, announce(key))
-            await enqueue(conn, org, "key.created", api_key(key), key.created_at)
+            await enqueue(conn, org, "key.created", key_event(key), key.created_at)
             return key
+
+    # The contract's calls both backends answer alike (``StoreCore``).
+
+    def transaction(self, operation: str) -> AbstractAsyncContextManager[Connection]:
+        """One write transaction (``StoreCore.transaction``)."""
+        return self._core.transaction(operation)
+
+    def authorization_changed(self, conn: Connection) -> Awaitable[None]:
+        """Inside a transaction: what some key may do has changed. Bumps the generation."""
+        return self.writer.authorization_changed(conn)
+
+    def record(self, conn: Connection, activity: Activity) -> Awaitable[None]:
+        return self._core.record(conn, activity)
+
+    def recorded_pepper(self) -> Awaitable[str | None]:
+        return self._core.recorded_pepper()
+
+    def check_pepper(self, fingerprint: str) -> Awaitable[None]:
+        return self._core.check_pepper(fingerprint)
+
+    def key_activities(self, key: bytes) -> Awaitable[None]:
+        return self._core.key_activities(key)
+
+    def has_organization(self) -> Awaitable[bool]:
+        return self._core.has_organization()
+
+    def organization_ids(self) -> Awaitable[list[str]]:
+        return self._core.organization_ids()
+
+    def get_key(self, organization_id: str, key_id: str) -> Awaitable[Key | None]:
+        return self._core.get_key(organization_id, key_id)
+
+    def list_keys(self, organization_id: str, after: int, limit: int) -> Awaitable[KeyPage]:
+        return self._core.list_keys(organization_id, after, limit)
+
+    def find_credential(self, key_id_hash: bytes) -> Awaitable[Credential | None]:
+        return self._core.find_credential(key_id_hash)
+
+    def read_as_uncached(self, key_id_hash: bytes) -> Awaitable[None]:
+        return self._core.read_as_uncached(key_id_hash)
+
+    def note_revoked_use(
+        self, key_id: str, moment: datetime, make: Callable[[], RevokedUse]
+    ) -> None:
+        self._core.note_revoked_use(key_id, moment, make)
+
+    def get_activity(self, organization_id: str, activity_id: str) -> Awaitable[Activity | None]:
+        return self._core.get_activity(organization_id, activity_id)
+
+    def list_activities(
+        self,
+        organization_id: str,
+        after: int,
+        limit: int,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> Awaitable[ActivityPage]:
+        return self._core.list_activities(organization_id, after, limit, since, until)
+
+    def touch_used(self, key_id: str, minute: datetime) -> Awaitable[None]:
+        return self._core.touch_used(key_id, minute)
+
+    def write_usage(self) -> Awaitable[None]:
+        """Write this process's usage counts now, rather than at the next flush."""
+        return self._core.touches.write_counts()
+
+    def usage_series(
+        self, key_id: str, start: datetime, end: datetime, width: int
+    ) -> Awaitable[Mapping[str, Sequence[int]]]:
+        return self._core.usage_series(key_id, start, end, width)
 
     # The counts the instances share (keysvc.domain.sharedlimits): one statement each, on a
     # pooled connection, committed alone, outside WRITE_LOCK: they check no rule of

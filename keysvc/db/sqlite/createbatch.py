@@ -1,4 +1,6 @@
-"""The create batches' transaction: its connection, the thread that begins and
+"""SQLite's key creates: concurrent creates wait for the next batch (``Creates``),
+one transaction and one fsync for them all, each request answered once it has
+committed. The batches' transaction: its connection, the thread that begins and
 commits it, and the statements that insert a whole batch of keys and record
 their activities (``keysvc.db.activities.record``) in that same transaction.
 
@@ -14,19 +16,21 @@ import sqlite3
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
 from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
+from keysvc.db.contract import KeyEvent, Records
 from keysvc.db.keys import GRANTED_ROLES, Announce, Recheck, over_limit
 from keysvc.db.meta import GENERATION
 from keysvc.db.outbox import enqueue_now
 from keysvc.db.rows import keys_with_roles, role_from_row
-from keysvc.db.sqlite.connections import BUSY_TIMEOUT_MS, connect_now
+from keysvc.db.sqlite.connections import BUSY_TIMEOUT_MS, Writer, connect_now
+from keysvc.db.sqlite.diskspace import DiskSpace
 from keysvc.db.statements import many_rows
 from keysvc.errors import Conflict, ServiceUnavailable
-from keysvc.http.render import api_key
 from keysvc.models import Key, NewKey, Role
 
 _T = TypeVar("_T")
@@ -68,9 +72,11 @@ class CreateThread:
     meanwhile (``_on_thread``), and ``close`` takes it too.
     """
 
-    def __init__(self, path: Path, chain: activity_sql.Chain):
+    def __init__(self, path: Path, chain: activity_sql.Chain, key_event: Callable[[], KeyEvent]):
         self._path = path
         self._chain = chain
+        # The key.created event's body (``Records.key_event``), asked for at each batch.
+        self._key_event = key_event
         self._conn: sqlite3.Connection | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="keysvc-creates")
         self._closed = False
@@ -100,7 +106,7 @@ class CreateThread:
             if conn is None or not _begin_now(conn):
                 conn = await self._on_thread(_begin, self)
             try:
-                outcomes = _stage_batch(conn, batch)
+                outcomes = _stage_batch(conn, batch, self._key_event())
                 made = [
                     announce(key)
                     for (_, _, announce, _), (key, _) in zip(batch, outcomes, strict=True)
@@ -174,7 +180,9 @@ def _commit(conn: sqlite3.Connection) -> None:
         raise
 
 
-def _stage_batch(conn: sqlite3.Connection, batch: Sequence[Create]) -> list[Made]:
+def _stage_batch(
+    conn: sqlite3.Connection, batch: Sequence[Create], key_event: KeyEvent
+) -> list[Made]:
     """The batch's keys, inserted in the transaction begun for them. Should a constraint
     refuse any of them (a taken keyIdHash, a role deleted meanwhile), it starts again
     one key at a time, each in its own savepoint, so that only that request fails.
@@ -185,16 +193,18 @@ def _stage_batch(conn: sqlite3.Connection, batch: Sequence[Create]) -> list[Made
     conn.execute("savepoint whole_batch")
     (generation,) = conn.execute(GENERATION).fetchone()
     try:
-        outcomes = _insert_batch(conn, batch)
+        outcomes = _insert_batch(conn, batch, key_event)
     except sqlite3.IntegrityError:
         conn.execute("rollback to whole_batch")
-        outcomes = [_insert_alone(conn, item) for item in batch]
+        outcomes = [_insert_alone(conn, item, key_event) for item in batch]
     conn.execute(_SET_GENERATION, (generation,))
     conn.execute("release whole_batch")
     return outcomes
 
 
-def _insert_batch(conn: sqlite3.Connection, batch: Sequence[Create]) -> list[Made]:
+def _insert_batch(
+    conn: sqlite3.Connection, batch: Sequence[Create], key_event: KeyEvent
+) -> list[Made]:
     """Insert the batch's keys with one statement per table; IntegrityError if any is refused."""
     orgs = list(dict.fromkeys(item[0].organization_id for item in batch))
     counts: dict[str, int] = {}
@@ -231,7 +241,7 @@ def _insert_batch(conn: sqlite3.Connection, batch: Sequence[Create]) -> list[Mad
         role_of_keys = conn.execute(key_sql.ROLES_OF_KEYS, (ids,)).fetchall()
         keys = {key.id: key for key in keys_with_roles(rows, role_of_keys)}
         # The creates' key.created events, in the transaction that writes their keys.
-        created = [(key.organization_id, api_key(key), key.created_at) for key in keys.values()]
+        created = [(key.organization_id, key_event(key), key.created_at) for key in keys.values()]
         enqueue_now(conn, "key.created", created)
     return [(None if key_id is None else keys[key_id], error) for key_id, error in planned]
 
@@ -259,12 +269,12 @@ def _insert_rows(conn: sqlite3.Connection, into: str, rows: Sequence[tuple[objec
         conn.execute(many_rows(into, len(chunk), len(chunk[0])), [v for r in chunk for v in r])
 
 
-def _insert_alone(conn: sqlite3.Connection, item: Create) -> Made:
+def _insert_alone(conn: sqlite3.Connection, item: Create, key_event: KeyEvent) -> Made:
     """One key in a savepoint of its own: a refusal fails only this request."""
     conn.execute("savepoint one_create")
     made: Made
     try:
-        (made,) = _insert_batch(conn, [item])
+        (made,) = _insert_batch(conn, [item], key_event)
     except Exception as exc:
         conn.execute("rollback to one_create")
         made = (None, _refused(exc))
@@ -292,3 +302,90 @@ def _rechecked(recheck: Recheck | None, new: NewKey, granted: dict[str, Role]) -
         return recheck(new, granted)
     except Exception as exc:
         return exc
+
+
+@dataclass
+class _PendingCreate:
+    new: NewKey
+    max_keys: int
+    announce: key_sql.Announce
+    recheck: key_sql.Recheck | None
+    done: "asyncio.Future[Key]" = field(repr=False)
+
+
+class Creates:
+    """Creates waiting for the next batch, and the task that writes the batches.
+
+    A batch holds the writer's lock, as every write transaction does, so creates
+    that arrive while a write runs pile up for the next batch.
+    """
+
+    def __init__(self, path: Path, writer: Writer, chain: activity_sql.Chain, records: Records):
+        self.thread = CreateThread(path, chain, records.key_event_of)
+        self._writer = writer
+        self._pending: list[_PendingCreate] = []
+        self.flusher: asyncio.Task[None] | None = None
+
+    async def open(self) -> None:
+        await self.thread.open()
+
+    async def create(
+        self,
+        new: NewKey,
+        max_keys: int,
+        announce: key_sql.Announce,
+        recheck: key_sql.Recheck | None = None,
+    ) -> Key:
+        """Store a key; answered only once the transaction holding it has committed.
+        ``recheck`` runs in that transaction (``key_sql.Recheck``), and so does the
+        record of the activity ``announce`` makes of the key."""
+        done = asyncio.get_running_loop().create_future()
+        pending = _PendingCreate(new, max_keys, announce, recheck, done)
+        self._pending.append(pending)
+        if self.flusher is None or self.flusher.done():
+            self.flusher = asyncio.create_task(self._flush())
+        return await asyncio.shield(pending.done)
+
+    async def _flush(self) -> None:
+        while self._pending:
+            async with self._writer.lock:
+                batch, self._pending = self._pending, []
+                await self._create_batch(batch)
+
+    async def _create_batch(self, batch: list[_PendingCreate]) -> None:
+        """One transaction for the whole batch (``CreateThread``); each request is
+        answered once it has committed."""
+        work = [(item.new, item.max_keys, item.announce, item.recheck) for item in batch]
+        running = asyncio.ensure_future(self.thread.run(work))
+        try:
+            await asyncio.shield(running)
+        except asyncio.CancelledError:
+            # The batch runs to its end (shielded); its requests still get their answers.
+            running.add_done_callback(lambda done: _settle(batch, done, self._writer.space))
+            raise
+        except Exception:  # noqa: S110 - the failure is each request's answer, see _settle
+            pass
+        _settle(batch, running, self._writer.space)
+
+
+def _settle(
+    batch: Sequence[_PendingCreate],
+    done: "asyncio.Future[list[Made]]",
+    space: DiskSpace,
+) -> None:
+    """Answer each request of a finished batch: its key, or why it failed (a full
+    disk as ``space`` says, once for the batch)."""
+    if done.cancelled() or done.exception() is not None:
+        failure = done.exception() if not done.cancelled() else None
+        cause = space.failed(failure) if isinstance(failure, Exception) else None
+        outcomes: list[Made] = [(None, cause or RuntimeError("create cancelled"))] * len(batch)
+    else:
+        space.succeeded()
+        outcomes = done.result()
+    for item, (key, error) in zip(batch, outcomes, strict=True):
+        if item.done.done():
+            continue
+        if error is not None:
+            item.done.set_exception(error)
+        elif key is not None:
+            item.done.set_result(key)

@@ -1,0 +1,290 @@
+"""What both stores share, held by each (composition, not a common base): the reads
+and writes that run the same SQL on either backend, given the backend's reader, point
+reader, writer and caches; the usage counts, usedAt and revoked-use batches; the
+activity chain; and the usage upkeep of a serving store.
+
+``keysvc.db.sqlite.store.Store`` and ``keysvc.db.postgres.store.PgStore`` each make one
+``StoreCore`` on their own connections and answer the contract's calls with it.
+"""
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from keysvc.config import Settings
+from keysvc.db import activities as activity_sql
+from keysvc.db import keys as key_sql
+from keysvc.db import meta
+from keysvc.db import roles as role_sql
+from keysvc.db import usage as usage_sql
+from keysvc.db.batching import RevokedUse, RevokedUses, Touches
+from keysvc.db.cache import Caches
+from keysvc.db.contract import Connection, PointReads, Records, Writes
+from keysvc.db.roles import RoleStore
+from keysvc.db.rows import key_from_joined
+from keysvc.db.timing import Observer, timed
+from keysvc.models import Activity, ActivityPage, Credential, Key, KeyPage
+from keysvc.timeutil import utcnow
+
+logger = logging.getLogger("keysvc")
+
+
+@dataclass(frozen=True)
+class UsageUpkeep:
+    """How a serving store keeps the usage counts: written every ``flush_seconds``,
+    rows older than ``retention`` pruned."""
+
+    flush_seconds: float
+    retention: timedelta
+
+
+def upkeep_of(settings: Settings) -> UsageUpkeep:
+    retention = timedelta(days=settings.usage_retention_days)
+    return UsageUpkeep(settings.usage_flush_seconds, retention)
+
+
+class StoreCore:
+    def __init__(
+        self,
+        reader: Connection,
+        points: PointReads,
+        writer: Writes,
+        caches: Caches,
+        observer: Observer | None,
+        records: Records,
+    ):
+        self.reader = reader
+        self.points = points
+        self.writer = writer
+        self.caches = caches
+        self.observer = observer
+        self.records = records
+        # Whether writes find the disk full (keysvc.db.sqlite.diskspace), for every write path.
+        self.space = writer.space
+        # The activity log's chain key: set once the pepper is loaded (key_activities).
+        self.chain = activity_sql.Chain()
+        self.touches = Touches(writer)
+        self.revoked_uses = RevokedUses(writer, self.chain)
+        self.roles = RoleStore(reader, observer)
+        self._upkeep: asyncio.Task[None] | None = None
+
+    def start_upkeep(self, upkeep: UsageUpkeep | None) -> None:
+        """Write and prune the usage counts in the background, as a serving store does;
+        without it they are written with usedAt and at close."""
+        if upkeep is not None:
+            self._upkeep = asyncio.create_task(self._keep_usage(upkeep))
+
+    async def _keep_usage(self, upkeep: UsageUpkeep) -> None:
+        """Write the usage counts every flush interval; prune old rows now, then at
+        most every PRUNE_EVERY_SECONDS, and with them drop the previous credentials
+        of rotations whose grace has ended and the tombstones of keys deleted before the
+        retention. A failure is logged and tried again later."""
+        pruned_at: float | None = None
+        while True:
+            if pruned_at is None or time.monotonic() - pruned_at >= usage_sql.PRUNE_EVERY_SECONDS:
+                pruned_at = time.monotonic()
+                now = utcnow()
+                await self._tidy(
+                    "prune_usage", "pruning old usage counts",
+                    usage_sql.prune, now - upkeep.retention,
+                )  # fmt: skip
+                await self._tidy(
+                    "drop_ended_credentials", "dropping the credentials of ended graces",
+                    key_sql.drop_ended_previous, now,
+                )  # fmt: skip
+                await self._tidy(
+                    "prune_tombstones", "pruning the tombstones of deleted keys",
+                    key_sql.prune_tombstones, now - upkeep.retention,
+                )  # fmt: skip
+            await asyncio.sleep(upkeep.flush_seconds)
+            await self.touches.write_counts()
+
+    async def _tidy(
+        self,
+        operation: str,
+        doing: str,
+        work: Callable[[Connection, datetime], Awaitable[None]],
+        moment: datetime,
+    ) -> None:
+        """One upkeep write in its own transaction; a failure is logged, and the next
+        round tries again."""
+        try:
+            async with self.transaction(operation) as conn:
+                await work(conn, moment)
+        except Exception:
+            logger.exception("%s failed; trying again later", doing)
+
+    async def finish_writes(self, *flushers: asyncio.Task[None] | None) -> None:
+        """Stop the upkeep, write the counts not yet written (so that a clean stop loses
+        none), and wait for every write under way, ``flushers`` too."""
+        if self._upkeep is not None:
+            self._upkeep.cancel()
+            await asyncio.gather(self._upkeep, return_exceptions=True)
+        await self.touches.write_counts()
+        running = (*flushers, self.touches.flusher, self.revoked_uses.flusher)
+        await asyncio.gather(*(t for t in running if t is not None), return_exceptions=True)
+
+    @asynccontextmanager
+    async def transaction(self, operation: str) -> AsyncIterator[Connection]:
+        """One write transaction, for the domain to read, check its rules and write in.
+        Its duration, waiting for the write lock included, is reported to the observer
+        as ``operation``'s, as ``timed`` reports a call's: the name is required, so
+        that no write goes unmeasured."""
+        observer = self.observer
+        started = time.perf_counter()
+        try:
+            async with self.writer.transaction() as conn:
+                yield conn
+        finally:
+            if observer is not None:
+                observer(operation, time.perf_counter() - started)
+
+    # The database as a whole
+
+    @timed
+    async def recorded_pepper(self) -> str | None:
+        """The fingerprint of the pepper this database was made with; None when new."""
+        return await meta.recorded_pepper(self.reader)
+
+    @timed
+    async def check_pepper(self, fingerprint: str) -> None:
+        """Record the pepper's fingerprint on first start; refuse a different pepper later."""
+        async with self.writer.transaction() as conn:
+            await meta.check_pepper(conn, fingerprint)
+
+    @timed
+    async def has_organization(self) -> bool:
+        return await meta.has_organization(self.reader)
+
+    @timed
+    async def organization_ids(self) -> list[str]:
+        """Every organization's ID, oldest first."""
+        return await meta.organization_ids(self.reader)
+
+    async def record(self, conn: Connection, activity: Activity) -> None:
+        """Inside a write transaction: log ``activity`` (``keysvc.db.activities.record``)."""
+        await activity_sql.record(conn, self.chain, activity)
+
+    async def key_activities(self, key: bytes) -> None:
+        """Key the activity chains (from the pepper), and start the chain of each
+        organization without a head: with a create record of each key and custom role
+        it holds (those of a database from before the log, ``Records.pre_log``), or an
+        empty head."""
+        self.chain.keyed(key)
+        async with self.writer.transaction() as conn:
+            for organization_id in await activity_sql.unheaded(conn):
+                existing = await self._existing(conn, organization_id, utcnow())
+                await activity_sql.seal(conn, self.chain, organization_id, existing)
+
+    async def _existing(
+        self, conn: Connection, organization_id: str, now: datetime
+    ) -> list[Activity]:
+        """The create records of what an organization from before the log holds: its
+        custom roles (with their holders), then its keys, oldest first."""
+        roles = await role_sql.custom_roles(conn, organization_id)
+        keys: list[Key] = []
+        after, more = 0, True
+        while more:
+            page, more, _ = await key_sql.list_page(conn, organization_id, after, 500)
+            keys += page
+            after = page[-1].org_seq if page else after
+        if not roles and not keys:
+            return []
+        return self.records.pre_log_of()(roles, keys, now)
+
+    # Keys
+
+    @timed
+    async def get_key(self, organization_id: str, key_id: str) -> Key | None:
+        """The key as committed now: from the cache only if nothing was committed since."""
+        caches = self.caches
+        cached = caches.cached_key(organization_id, key_id)
+        if cached is not None:
+            return cached
+        version = caches.data_version()  # read before the row, so a later commit is not hidden
+        generation = caches.generation
+        rows = await self.points.rows(key_sql.KEY_BY_ID_JOINED, (key_id, organization_id))
+        key = key_from_joined(rows)
+        if key is not None:
+            caches.refresh_key(key, version, generation)
+        return key
+
+    @timed
+    async def list_keys(self, organization_id: str, after: int, limit: int) -> KeyPage:
+        """Keys oldest first, after the organization's ``after``-th key (``Key.org_seq``):
+        a keyset page, as cheap at page N as page 1."""
+        keys, more, total = await key_sql.list_page(self.reader, organization_id, after, limit)
+        return KeyPage(keys=keys, more=more, total=total)
+
+    async def find_credential(self, key_id_hash: bytes) -> Credential | None:
+        """The credential for a keyed key-ID hash, current or previous (``Credential.until``):
+        cached, unless authorization moved since."""
+        caches = self.caches
+        version = caches.data_version()
+        generation = caches.generation
+        entry = caches.credentials.get(key_id_hash)
+        if entry is not None:
+            return entry.credential
+        rows = await self.points.rows(
+            key_sql.CREDENTIAL_JOINED, key_sql.credential_params(key_id_hash)
+        )
+        key = key_from_joined(rows)
+        if key is None:
+            return None
+        credential = key_sql.credential_of(key, rows[0])
+        if not credential.deleted:  # a tombstone is never cached as a credential
+            caches.keep_credential(key_id_hash, credential, version, generation)
+        return credential
+
+    async def read_as_uncached(self, key_id_hash: bytes) -> None:
+        """The read ``find_credential`` makes for an uncached key (its row joined with its
+        roles', one statement), with its answer unused: a wrong secret for a cached key
+        then costs the caller the same read as an unknown key ID or a wrong secret for
+        an uncached key, so that the time of a 401 does not tell them apart
+        (docs/SECURITY.md)."""
+        await self.points.rows(key_sql.CREDENTIAL_JOINED, key_sql.credential_params(key_id_hash))
+
+    def note_revoked_use(
+        self, key_id: str, moment: datetime, make: Callable[[], RevokedUse]
+    ) -> None:
+        """Record the use of a revoked key ``make`` returns (its activity and its
+        ``key.used_after_revoke`` event), unless one was this minute (``RevokedUses``);
+        written later, never on the request's path."""
+        self.revoked_uses.note(key_id, moment, make)
+
+    # The activity log
+
+    @timed
+    async def get_activity(self, organization_id: str, activity_id: str) -> Activity | None:
+        return await activity_sql.get(self.reader, organization_id, activity_id)
+
+    @timed
+    async def list_activities(
+        self,
+        organization_id: str,
+        after: int,
+        limit: int,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> ActivityPage:
+        """Oldest first, after the organization's ``after``-th record (a keyset page)."""
+        return await activity_sql.page(self.reader, organization_id, after, limit, since, until)
+
+    # Usage
+
+    @timed
+    async def touch_used(self, key_id: str, minute: datetime) -> None:
+        """Set usedAt to ``minute`` unless it is already there (``Touches.touch``)."""
+        await self.touches.touch(key_id, minute)
+
+    @timed
+    async def usage_series(
+        self, key_id: str, start: datetime, end: datetime, width: int
+    ) -> Mapping[str, Sequence[int]]:
+        """The key's usage counts from ``start`` up to ``end`` as written, summed by
+        bucket (``keysvc.db.usage.series``)."""
+        return await usage_sql.series(self.reader, key_id, start, end, width)
