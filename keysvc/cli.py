@@ -20,7 +20,6 @@ database into an empty PostgreSQL one (``keysvc.ops.migrate``): exit 2 when refu
 import argparse
 import asyncio
 import functools
-import importlib
 import json
 import logging
 import signal
@@ -28,11 +27,10 @@ import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import ModuleType
 
 import uvloop
 
-from keysvc.config import OPTIONS, ConfigError, Settings, build_settings, is_postgres_url
+from keysvc.config import OPTIONS, ConfigError, Settings, build_settings
 from keysvc.db.backends import open_store
 from keysvc.domain import keys
 from keysvc.domain.ratelimit import FailureSketch
@@ -42,7 +40,7 @@ from keysvc.http.app import STORE_RECORDS, create_app
 from keysvc.http.connections import ServiceRunner
 from keysvc.http.state import IN_FLIGHT
 from keysvc.logs import configure_logging
-from keysvc.ops import audit, backup, workers
+from keysvc.ops import audit, backup, migrate, workers
 from keysvc.timeutil import utcnow
 
 SHUTDOWN_SECONDS = 5.0
@@ -139,42 +137,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-# What backup says on PostgreSQL.
-SQLITE_ONLY = "backup copies a SQLite file; back a PostgreSQL database up with pg_dump"
-NEEDS_DRIVER = "PostgreSQL needs its driver: pip install 'keysvc[postgres]' (asyncpg)"
-
-
-def _with_driver(module: str) -> ModuleType:
-    """A module of keysvc's that needs PostgreSQL's driver, an extra."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise ConfigError(NEEDS_DRIVER) from None
-
-
 def _audit_verify(settings: Settings) -> int:
-    if settings.db_url is None:
-        verdict = audit.verify_file(settings)
-    else:
-        verdict = _with_driver("keysvc.ops.pgaudit").verify_url(settings)
+    verdict = audit.verify(settings)
     if verdict.problem is not None:
         print(f"keysvc: audit verify: {verdict.problem}", file=sys.stderr)
         return 1
     print(audit.summary(verdict))
-    return 0
-
-
-def _migrate(settings: Settings, source: Path, target: str) -> int:
-    if is_postgres_url(str(source)) or not is_postgres_url(target):
-        raise ConfigError(
-            "migrate copies a SQLite file (--from PATH) into PostgreSQL (--to postgresql://...)"
-        )
-    migrate = _with_driver("keysvc.ops.migrate")
-    try:
-        asyncio.run(migrate.migrate(source, target, settings.pepper, print))
-    except migrate.MigrateError as exc:
-        print(f"keysvc: migrate: {exc}", file=sys.stderr)
-        return int(exc.exit_code)
     return 0
 
 
@@ -205,7 +173,7 @@ async def _admin_key(settings: Settings, org: str | None, name: str) -> dict[str
 
 def _backup(settings: Settings, out: Path) -> int:
     try:
-        made = backup.make_backup(settings.db_path, out, settings.pepper, settings.pepper_path)
+        made = backup.backup(settings, out)
     except backup.BackupError as exc:
         print(f"keysvc: backup: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -287,10 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 asyncio.run(workers.prepare(settings))
                 serve(settings)
             return 0
-        if args.command == "backup" and settings.db_url is not None:
-            raise ConfigError(SQLITE_ONLY)
         if args.command == "migrate":
-            return _migrate(settings, args.source, args.target)
+            return migrate.run(settings, args.source, args.target, print)
         if args.command == "backup":
             return _backup(settings, args.out)
         if args.command == "audit":

@@ -18,8 +18,7 @@ import asyncpg
 from keysvc.config import Settings
 from keysvc.db.activities import Verdict
 from keysvc.db.dialect import postgres_text
-from keysvc.ops.audit import verify_file
-from keysvc.ops.pgaudit import verify_url
+from keysvc.ops.audit import verify
 
 Statement = tuple[str, Sequence[Any]]
 
@@ -92,6 +91,6 @@ def audit_verdict(settings: Settings) -> Verdict:
     it: on a connection of its own (PostgreSQL's on a thread, as the test's loop is
     serving the app)."""
     if settings.db_url is None:
-        return verify_file(settings)
+        return verify(settings)
     with ThreadPoolExecutor(max_workers=1) as thread:
-        return thread.submit(verify_url, settings).result()
+        return thread.submit(verify, settings).result()

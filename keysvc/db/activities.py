@@ -235,6 +235,17 @@ async def page(
     return ActivityPage(found, len(rows) > limit, total)
 
 
+# What ``keysvc audit verify`` says on either backend when it cannot check.
+OLD_SCHEMA = (
+    "its schema is older than this keysvc's; start `keysvc serve` on it once to"
+    " upgrade it, then verify"
+)
+WRONG_PEPPER = (
+    "the pepper does not match this database: give the pepper file or"
+    " KEYSVC_PEPPER that was used with it"
+)
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What ``verify`` found: the first problem (None when every chain holds), and

@@ -9,19 +9,34 @@ only when a URL asks for it, so that serving on SQLite needs none.
 import importlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from keysvc.config import ConfigError, Settings
 from keysvc.credentials import ACTIVITY_CHAIN, Hasher
 from keysvc.db import contract
+from keysvc.db.activities import Verdict
 from keysvc.db.contract import NO_RECORDS, Records
 from keysvc.db.core import upkeep_of
+from keysvc.db.sqlite import audit as sqlite_audit
+from keysvc.db.sqlite import connections as sqlite_connections
 from keysvc.db.sqlite.store import open_checked
 from keysvc.db.timing import Observer
 
+NEEDS_DRIVER = "PostgreSQL needs its driver: pip install 'keysvc[postgres]' (asyncpg)"
 NEEDS_PEPPER = (
     "a PostgreSQL database needs KEYSVC_PEPPER: every instance serving it must have the"
     " same pepper, and there is no file beside the database to keep it in"
 )
+
+
+def with_driver(module: str) -> ModuleType:
+    """A module of PostgreSQL's, which needs its driver (an extra)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(NEEDS_DRIVER) from None
 
 
 @asynccontextmanager
@@ -44,12 +59,7 @@ async def open_store(
         return
     if settings.pepper is None:
         raise ConfigError(NEEDS_PEPPER)
-    try:
-        postgres = importlib.import_module("keysvc.db.postgres.store")
-    except ImportError:
-        raise ConfigError(
-            "PostgreSQL needs its driver: pip install 'keysvc[postgres]' (asyncpg)"
-        ) from None
+    postgres = with_driver("keysvc.db.postgres.store")
     try:
         store = await postgres.PgStore.open_url(
             settings.db_url,
@@ -69,3 +79,33 @@ async def open_store(
         yield store, hasher
     finally:
         await store.close()
+
+
+def verify_audit(settings: Settings) -> Verdict:
+    """``keysvc audit verify`` on the backend ``settings`` names (one snapshot)."""
+    if settings.db_url is None:
+        return sqlite_audit.verify_file(settings)
+    if settings.pepper is None:
+        raise ConfigError(NEEDS_PEPPER)
+    audit: Any = with_driver("keysvc.db.postgres.audit")
+    verdict: Verdict = audit.verify_url(settings.db_url, settings.pepper)
+    return verdict
+
+
+def database_file(settings: Settings, refusal: str) -> Path:
+    """The SQLite file ``settings`` names; ConfigError(``refusal``) on PostgreSQL."""
+    if settings.db_url is not None:
+        raise ConfigError(refusal)
+    return settings.db_path
+
+
+def describe(settings: Settings) -> str:
+    """The database as the start-up line names it."""
+    return "PostgreSQL" if settings.db_url is not None else str(settings.db_path.absolute())
+
+
+def warn_if_exposed(settings: Settings) -> None:
+    """SQLite's file open beyond its owner is logged (``keysvc.db.sqlite.connections``);
+    PostgreSQL's server keeps its own files."""
+    if settings.db_url is None:
+        sqlite_connections.warn_if_exposed(settings.db_path)

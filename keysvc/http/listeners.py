@@ -28,6 +28,7 @@ from pathlib import Path
 from aiohttp import web
 
 from keysvc.config import ConfigError, IPNetwork, Settings
+from keysvc.db.backends import describe
 
 SOCKET_MODE = 0o660
 # Pending connections the kernel keeps before a worker accepts them; aiohttp's own.
@@ -79,7 +80,7 @@ async def start(
         logger.info(
             "Running on %s with database %s, event loop %s (Press CTRL+C to quit)",
             site.name,
-            "PostgreSQL" if settings.db_url is not None else settings.db_path.absolute(),
+            describe(settings),
             loop,
         )
     return sites

@@ -9,40 +9,25 @@ linked into place, so a backup file is either complete or absent, and an
 existing file is never replaced. The pepper file goes alongside, because
 without it no stored key verifies.
 
-The few queries here are read-only checks of the finished copy, made with the
-standard library's ``sqlite3`` because the copy is never served.
+The copy and its checks are the database layer's (``keysvc.db.sqlite.backup``); a
+PostgreSQL database is refused (``keysvc.db.backends.database_file``).
 """
 
 import os
-import sqlite3
 import tempfile
 from collections.abc import Iterator
-from contextlib import closing, contextmanager, suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from keysvc.config import pepper_path_of
+from keysvc.config import Settings, pepper_path_of
 from keysvc.credentials import PEPPER_BYTES, Hasher
+from keysvc.db.backends import database_file
+from keysvc.db.sqlite.backup import BackupDamaged as BackupDamaged
+from keysvc.db.sqlite.backup import BackupError as BackupError
+from keysvc.db.sqlite.backup import BackupRefused, check_copy, copy_database
 
-# How long the copy waits for a lock, as the server's own busy_timeout does.
-BUSY_SECONDS = 5.0
 PEPPER_MODE = 0o600
-
-
-class BackupError(Exception):
-    """No backup was made; the message says why, on one line."""
-
-    exit_code = 1
-
-
-class BackupRefused(BackupError):
-    """Refused before copying: the destination exists, or the source cannot be backed up."""
-
-    exit_code = 2
-
-
-class BackupDamaged(BackupError):
-    """The copy failed ``PRAGMA integrity_check``; nothing was kept."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +46,16 @@ class Backup:
             "keys": self.keys,
             "pepperPath": None if self.pepper_path is None else str(self.pepper_path),
         }
+
+
+# What backup says on PostgreSQL.
+SQLITE_ONLY = "backup copies a SQLite file; back a PostgreSQL database up with pg_dump"
+
+
+def backup(settings: Settings, out: Path) -> Backup:
+    """``make_backup`` of the database ``settings`` names, which must be a file."""
+    db_path = database_file(settings, SQLITE_ONLY)
+    return make_backup(db_path, out, settings.pepper, settings.pepper_path)
 
 
 def make_backup(db_path: Path, out: Path, pepper: bytes | None, pepper_path: Path) -> Backup:
@@ -85,8 +80,8 @@ def make_backup(db_path: Path, out: Path, pepper: bytes | None, pepper_path: Pat
     assert pepper is not None
 
     with _temporary(out) as db_copy:
-        _copy_database(db_path, db_copy)
-        keys = _check_copy(db_path, db_copy, Hasher(pepper).fingerprint())
+        copy_database(db_path, db_copy)
+        keys = check_copy(db_path, db_copy, Hasher(pepper).fingerprint())
         if out_pepper is not None and pepper_file is not None:
             with _temporary(out) as pepper_copy:
                 _write_private(pepper_copy, pepper_file)
@@ -126,51 +121,6 @@ def _temporary(out: Path) -> Iterator[Path]:
         for leftover in (path, *(Path(name + side) for side in ("-journal", "-wal", "-shm"))):
             with suppress(FileNotFoundError):
                 leftover.unlink()
-
-
-def _copy_database(source: Path, dest: Path) -> None:
-    # mode=rw: a missing source is an error here, never a new empty database.
-    uri = source.resolve().as_uri() + "?mode=rw"
-    try:
-        with (
-            closing(sqlite3.connect(uri, uri=True, timeout=BUSY_SECONDS)) as src,
-            closing(sqlite3.connect(dest)) as dst,
-        ):
-            # The default pages=-1 copies everything in one step: one snapshot.
-            src.backup(dst)
-            # The source is in WAL mode and so is the copy now; make it one
-            # self-contained file before it is moved.
-            dst.execute("pragma journal_mode = delete")
-    except sqlite3.Error as exc:
-        raise BackupError(f"could not copy {source}: {exc}") from None
-    with open(dest, "rb+") as handle:
-        os.fsync(handle.fileno())
-
-
-def _check_copy(source: Path, copy: Path, fingerprint: str) -> int:
-    """Fail unless the copy is sound, is keysvc's, and matches the pepper; returns its key count."""
-    try:
-        with closing(sqlite3.connect(copy)) as conn:
-            problems = [str(row[0]) for row in conn.execute("pragma integrity_check")]
-            if problems != ["ok"]:
-                shown = "; ".join(problems[:3]) + ("; ..." if len(problems) > 3 else "")
-                raise BackupDamaged(
-                    f"the copy of {source} failed PRAGMA integrity_check, so no backup was "
-                    f"written; the database itself is likely damaged: {shown}"
-                )
-            (version,) = conn.execute("pragma user_version").fetchone()
-            if not version:
-                raise BackupRefused(f"{source} is not a keysvc database")
-            (keys,) = conn.execute("select count(*) from api_keys").fetchone()
-            recorded = conn.execute("select value from meta where name = 'pepper'").fetchone()
-    except sqlite3.Error as exc:
-        raise BackupError(f"could not check the copy of {source}: {exc}") from None
-    if recorded is not None and recorded[0] != fingerprint:
-        raise BackupRefused(
-            f"the pepper does not match {source}: back up with the pepper file or "
-            "KEYSVC_PEPPER the server uses"
-        )
-    return int(keys)
 
 
 def _write_private(path: Path, data: bytes) -> None:

@@ -22,9 +22,8 @@ from collections.abc import Callable
 from types import FrameType
 
 from keysvc.config import Settings
-from keysvc.db.backends import open_store
+from keysvc.db.backends import open_store, warn_if_exposed
 from keysvc.db.contract import Records
-from keysvc.db.sqlite.connections import warn_if_exposed
 from keysvc.domain import activities
 from keysvc.domain.ratelimit import FailureSketch
 
@@ -39,8 +38,7 @@ async def prepare(settings: Settings) -> None:
     one that others may read is served, with a warning."""
     async with open_store(settings, create=False, records=Records(pre_log=activities.pre_log)):
         pass
-    if settings.db_url is None:
-        warn_if_exposed(settings.db_path)
+    warn_if_exposed(settings)
 
 
 def _signal_all(children: list[int], signum: int) -> None:

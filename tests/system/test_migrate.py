@@ -19,8 +19,8 @@ from typing import Any
 import asyncpg
 import pytest
 
+from keysvc.db.postgres.fromsqlite import TABLES
 from keysvc.db.sqlite.migrations import schema_version
-from keysvc.ops.migrate import TABLES
 from tests.helpers import hash_data
 from tests.postgres import PEPPER, Postgres
 from tests.receiver import Receiver, signature_valid

@@ -5,9 +5,9 @@ its foreign keys name, so that the copy can fill them in that order."""
 import re
 import sqlite3
 
+from keysvc.db.postgres.fromsqlite import TABLES
 from keysvc.db.postgres.schema import postgres_schema_sql
 from keysvc.db.sqlite.migrations import schema_sql
-from keysvc.ops.migrate import TABLES
 
 
 def _sqlite_schema() -> sqlite3.Connection:

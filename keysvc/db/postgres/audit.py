@@ -1,5 +1,5 @@
 """``keysvc audit verify`` on a PostgreSQL database: the same checks as on SQLite's file
-(``keysvc.ops.audit``, ``keysvc.db.activities.verify``, ``keysvc.db.replay``), read in one
+(``keysvc.db.sqlite.audit``, ``keysvc.db.activities.verify``, ``keysvc.db.replay``), read in one
 REPEATABLE READ, read-only transaction, so that every statement sees one snapshot
 while instances go on writing.
 
@@ -15,14 +15,12 @@ from typing import Any, TypeVar, cast
 
 import asyncpg
 
-from keysvc.config import ConfigError, Settings
+from keysvc.config import ConfigError
 from keysvc.credentials import ACTIVITY_CHAIN, Hasher
-from keysvc.db.activities import Chain, Verdict, verify
-from keysvc.db.backends import NEEDS_PEPPER
+from keysvc.db.activities import OLD_SCHEMA, WRONG_PEPPER, Chain, Verdict, verify
 from keysvc.db.dialect import postgres_text
 from keysvc.db.postgres import schema as pgschema
 from keysvc.db.sqlite.migrations import schema_version
-from keysvc.ops.audit import OLD_SCHEMA, WRONG_PEPPER
 
 BATCH_ROWS = 1_000
 # What verify says to open and close its own read transaction: the snapshot here is
@@ -84,9 +82,6 @@ async def _verify(url: str, pepper: bytes) -> Verdict:
         await conn.close()
 
 
-def verify_url(settings: Settings) -> Verdict:
-    """``keysvc.ops.audit.verify_file``'s answer, for the PostgreSQL database of ``settings``."""
-    assert settings.db_url is not None
-    if settings.pepper is None:
-        raise ConfigError(NEEDS_PEPPER)
-    return asyncio.run(_verify(settings.db_url, settings.pepper))
+def verify_url(url: str, pepper: bytes) -> Verdict:
+    """``keysvc.db.sqlite.audit.verify_file``'s answer, for the PostgreSQL database at ``url``."""
+    return asyncio.run(_verify(url, pepper))
