@@ -1,15 +1,14 @@
-"""The data layer: SQLite's (and PostgreSQL's) connections and migrations, all SQL,
-the write batches, and the caches of committed data. ``keysvc.db.sqlite.store.Store`` is its front.
+"""The database layer. It imports neither the domain nor the HTTP layer, and no driver
+(aiosqlite, asyncpg, sqlite3) is imported outside it.
 
-Its modules import one another one way: ``pgstore`` (the same front on PostgreSQL)
-over ``store`` on top; under it ``batching``, ``roles`` and ``meta``; then
-``createbatch``, ``keys`` and ``cache``; and at the bottom ``rows``, ``freshness``,
-``connections``, ``migrations`` and ``timing``;
-``pgschema`` (PostgreSQL's schema and its versions) sits on ``migrations``.
-
-Every statement is written in SQLite's dialect; ``dialect`` holds the PostgreSQL
-forms of those that differ beside them, and ``pgconn`` runs the same SQL functions
-on a PostgreSQL connection (asyncpg), so that one set of functions serves both.
-Nothing here imports the domain (``keysvc.domain.keys``, ``keysvc.domain.roles``), auth or
-the handlers.
+- ``contract``: the ``Store`` and ``Connection`` Protocols the layers above are typed
+  against, and the ``Records`` they give a store at opening.
+- ``backends``: the one place that chooses a backend (``open_store``, audit, backup).
+- ``core``: what both stores share, held by each (``StoreCore``).
+- ``sqlite/`` and ``postgres/``: the two stores, siblings, each with its connections,
+  schema steps, audit snapshot and tools.
+- The SQL both run, in SQLite's dialect (PostgreSQL's forms beside it, ``dialect``):
+  ``keys``, ``roles``, ``activities`` (and ``replay``), ``outbox``, ``webhooks``,
+  ``usage``, ``meta``; ``rows`` to records, ``statements`` helpers; ``batching``,
+  ``cache``, ``keystates`` and ``timing`` around them.
 """

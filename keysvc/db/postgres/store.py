@@ -1,7 +1,7 @@
-"""The data layer's front on PostgreSQL: ``PgStore``, which answers every call the
-domain makes of ``keysvc.db.sqlite.store.Store`` with the same SQL functions, run on
-PostgreSQL connections (``keysvc.db.postgres.connection``), for several keysvc instances sharing
-one database.
+"""The store on PostgreSQL: ``PgStore``, the SQLite store's sibling under the contract
+(``keysvc.db.contract.Store``), running the same SQL functions on PostgreSQL
+connections (``keysvc.db.postgres.connection``), for several keysvc instances sharing
+one database. A database that does not answer is a 503 (``Outage``).
 
 What stands in for SQLite's machinery:
 

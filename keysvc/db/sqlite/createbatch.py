@@ -1,13 +1,10 @@
-"""SQLite's key creates: concurrent creates wait for the next batch (``Creates``),
-one transaction and one fsync for them all, each request answered once it has
-committed. The batches' transaction: its connection, the thread that begins and
-commits it, and the statements that insert a whole batch of keys and record
-their activities (``keysvc.db.activities.record``) in that same transaction.
-
-Concurrent creates are grouped (``keysvc.db.batching``): one transaction, one
-fsync, for all the creates waiting. Should one be refused, the batch starts
-again a key at a time, each in its own savepoint, so that it fails only its
-own request; a create refused so records nothing.
+"""SQLite's key creates: concurrent creates wait for the next batch (``Creates``), one
+transaction and one fsync for them all, each request answered once it has committed.
+Here too the batch's connection, the thread that begins and commits it, and the
+statements that insert a whole batch of keys and record their activities
+(``keysvc.db.activities.record``) in that same transaction. Should one be refused,
+the batch starts again a key at a time, each in its own savepoint, so that it fails
+only its own request; a create refused so records nothing.
 """
 
 import asyncio
