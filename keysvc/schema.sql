@@ -109,7 +109,7 @@ end;
 
 -- Tombstones: the credentials of deleted keys, as the same keyed hashes, so that a
 -- deleted key's use is logged (keysvc.auth) while it fails as an unknown key ID
--- does; pruned after the usage retention (keysvc.db.store). The trigger also runs
+-- does; pruned after the usage retention (keysvc.db.core). The trigger also runs
 -- for a delete by hand. A rotation's previous key ID is kept while its grace runs.
 create table if not exists deleted_credentials (
     key_id_hash     blob primary key,

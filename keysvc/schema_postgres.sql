@@ -1,7 +1,7 @@
 -- keysvc: the current schema on PostgreSQL, table for table and column for column the
 -- one in schema.sql (tests/system/test_postgres_schema.py compares them). Applied as a
 -- whole to a new database; meta's 'schema_version' row holds the same number as
--- SQLite's PRAGMA user_version (keysvc.db.pgschema).
+-- SQLite's PRAGMA user_version (keysvc.db.postgres.schema).
 --
 -- What differs, and why:
 --  - blob is bytea; real is double precision; a row number (seq) is an identity that
@@ -116,7 +116,7 @@ create table if not exists key_roles (
 create index if not exists key_roles_role on key_roles (role_id);
 
 -- Tombstones, as in schema.sql: a deleted key's credentials (and its rotation's
--- previous ones while their grace runs), kept until pruned (keysvc.db.store).
+-- previous ones while their grace runs), kept until pruned (keysvc.db.core).
 create table if not exists deleted_credentials (
     key_id_hash     bytea primary key,
     secret_hash     bytea not null,
@@ -294,10 +294,10 @@ create index if not exists webhook_expiry_warnings_key on webhook_expiry_warning
 
 -- Every commit that changes a table is announced on keysvc_data, hand edits included,
 -- as SQLite's data_version tells its own connections: an instance hearing it reads
--- again what it had cached (keysvc.db.pgstore). Within a transaction the
+-- again what it had cached (keysvc.db.postgres.store). Within a transaction the
 -- notifications are one. A keysvc writer sets keysvc.token for its transaction: its
 -- instance knows its own commits heard back by it, the other instances do not.
--- A new key's role rows leave the generation where it is (keysvc.db.pgstore's
+-- A new key's role rows leave the generation where it is (keysvc.db.postgres.store's
 -- create_key sets keysvc.new_key for them): nothing cached can hold a key not yet
 -- made, and the generation only ever moves forward, as the instances' acknowledgements
 -- of it need.

@@ -107,7 +107,7 @@ class PointReads(Protocol):
 
 
 class KeyCounts(Protocol):
-    """The key-state counts behind the ``keysvc_keys`` gauge (``keysvc.ops.keystates``)."""
+    """The key-state counts behind the ``keysvc_keys`` gauge (``keysvc.db.keystates``)."""
 
     def counts(self, now: datetime) -> Awaitable[dict[str, int]]: ...
 

@@ -319,7 +319,7 @@ def count_keys_by_state(conn: sqlite3.Connection, now: datetime) -> dict[str, in
     """Keys of all organizations by effective state: enabled, disabled, expired.
 
     A scan of every key: run it on a connection of its own, never on the Store's
-    reader, which authentication waits on (``keysvc.ops.keystates`` does).
+    reader, which authentication waits on (``keysvc.db.keystates`` does).
     """
     counts = {"enabled": 0, "disabled": 0, "expired": 0}
     for row in conn.execute(COUNT_KEYS_BY_STATE, (to_text(now),)).fetchall():

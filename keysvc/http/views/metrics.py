@@ -14,7 +14,7 @@ from keysvc.metrics import CONTENT_TYPE
 
 @serves(ROUTE)
 async def metrics(request: web.Request) -> web.Response:
-    """Every metric of this app; keys by state as last counted (``keysvc.ops.keystates``)."""
+    """Every metric of this app; keys by state as last counted (``keysvc.db.keystates``)."""
     check_bearer(request, request.app[SETTINGS].metrics_token)
     exported = request.app[METRICS]
     exported.set_keys_by_state(await request.app[KEY_STATES].counts(request.app[CLOCK]()))
