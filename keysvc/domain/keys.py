@@ -26,10 +26,10 @@ from keysvc.db.createbatch import Recheck
 from keysvc.db.store import Store
 from keysvc.domain import activities, cursors, webhooks
 from keysvc.domain.activities import SYSTEM
+from keysvc.domain.limits import MAX_ROLE_IDS, OWN_ACCESS
 from keysvc.domain.permissions import cannot_grant, missing
 from keysvc.errors import BadRequest, Conflict, Forbidden, NotFound, PreconditionFailed
-from keysvc.http.render import api_key
-from keysvc.http.schemas import MAX_ROLE_IDS, CreateKeySchema, PatchKeySchema, load
+from keysvc.keyview import api_key
 from keysvc.models import Activity, Actor, Key, KeyChange, KeyPage, NewKey, Organization, Role
 from keysvc.timeutil import utcnow
 
@@ -38,10 +38,6 @@ TOO_MANY_ROLES = (
     f"assignedRoleIds: a key holds at most {MAX_ROLE_IDS} roles, those named in roles included"
 )
 NOT_FOUND = "key not found in this organization"
-# What a key may not change about itself: every PATCH field but its name, a field
-# added later included. Otherwise a key could lift the IP access list, expiry or rate
-# limit it was given, or re-role itself.
-OWN_ACCESS = tuple(field for field in PatchKeySchema._declared_fields if field != "name")
 BAD_CURSOR = cursors.BAD_CURSOR
 # The CLI's writes, by keysvc itself: actorDetails says which command.
 BOOTSTRAP = Actor("system", details="keysvc bootstrap")
@@ -466,10 +462,9 @@ async def admin_key(
     database at hand (``keysvc admin-key``), as when the only admin secret is lost.
 
     ``organization_id`` may be left out when the database holds one organization.
-    Checked and stored like any created key: the create schema's rules for its
-    name, one transaction, within the key limit.
+    ``name`` is a valid key name (the create schema's rules); stored like any created
+    key, in one transaction, within the key limit.
     """
-    name = load(CreateKeySchema(now=now), {"name": name, "roles": ["admin"]})["name"]
     known = await store.organization_ids()
     if organization_id is None:
         if not known:

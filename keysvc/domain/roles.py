@@ -34,9 +34,9 @@ from keysvc.db import roles as role_sql
 from keysvc.db.connections import settle, tentatively
 from keysvc.db.store import Store
 from keysvc.domain import activities, keys
+from keysvc.domain.limits import ACTOR_PREFIX, MAX_ROLE_IDS
 from keysvc.domain.permissions import has_permission, missing
 from keysvc.errors import BadRequest, Conflict, Forbidden, NotFound
-from keysvc.http.schemas import ACTOR_PREFIX, MAX_ROLE_IDS
 from keysvc.models import Actor, Key, Role, RoleDetail, RolePage
 
 NOT_FOUND = "role not found in this organization"

@@ -68,7 +68,6 @@ from keysvc.errors import (
     TooManyRequests,
     Unauthorized,
 )
-from keysvc.http.render import api_key
 from keysvc.http.routes import is_public
 from keysvc.http.state import (
     AUTH_OUTCOME,
@@ -83,6 +82,7 @@ from keysvc.http.state import (
     SETTINGS,
     STORE,
 )
+from keysvc.keyview import api_key
 from keysvc.metrics import AuthReason
 from keysvc.models import Credential, Key
 from keysvc.timeutil import to_minute

@@ -15,6 +15,12 @@ from dataclasses import dataclass
 from aiohttp import web
 from marshmallow import Schema
 
+from keysvc.domain.limits import (
+    MAX_ROLE_IDS,
+    MAX_USAGE_BUCKETS,
+    MAX_WEBHOOK_URL,
+    MAX_WEBHOOKS_PER_ORG,
+)
 from keysvc.http import queries as q
 from keysvc.http import responses as r
 from keysvc.http import schemas as s
@@ -80,7 +86,7 @@ _ROLES_LIST = (
 _ROLE_CREATE = (
     "Needs the permission `roles:write`. 409 when the organization already holds "
     "KEYSVC_MAX_ROLES_PER_ORG custom roles (default 1000), or when an actor already holds "
-    f"{s.MAX_ROLE_IDS} roles."
+    f"{MAX_ROLE_IDS} roles."
 )
 _KEY, _ROLE, _DONE = "The key.", "The role.", "Done: the envelope has no result."
 
@@ -144,7 +150,7 @@ _USAGE = (
     "down) up to `to` (rounded up), every bucket answered, zeros included. Defaults: `to` "
     "now, `granularity` hour, `from` 24 hours before `to` (for `minute`: 1,440 minutes before "
     "`to` rounded up, the last 1,440 minutes), so every granularity works with none given. At most "
-    f"{q.MAX_USAGE_BUCKETS} buckets (400 past it, or when `from` is after `to`). Counted: "
+    f"{MAX_USAGE_BUCKETS} buckets (400 past it, or when `from` is after `to`). Counted: "
     "requests whose credentials were right, admitted (`success`) or refused (`disabled`, "
     "`expired`, `ipDenied`, `rateLimited`, or `forbidden`: any 403, whatever refused it; "
     "a 400, 404 or 409 of an admitted key is its `success`); unknown keys and wrong secrets are "
@@ -360,11 +366,11 @@ _WEBHOOK = "The webhook."
 _WEBHOOK_CREATE = (
     "Needs the permission `webhooks:write`, and `keys:read` to subscribe to key events "
     "(every event type is one: their data is a key's view). keysvc addition. The URL is "
-    f"http(s), without credentials, at most {s.MAX_WEBHOOK_URL} characters, and its host "
+    f"http(s), without credentials, at most {MAX_WEBHOOK_URL} characters, and its host "
     "must be public (not "
     "loopback, private, link-local, multicast, reserved or unspecified) unless "
     f"KEYSVC_WEBHOOK_ALLOW_PRIVATE=1. 409 when the organization already holds "
-    f"{s.MAX_WEBHOOKS_PER_ORG} webhooks. The signing secret is in this answer only."
+    f"{MAX_WEBHOOKS_PER_ORG} webhooks. The signing secret is in this answer only."
 )
 _DELIVERIES = (
     "Needs the permission `webhooks:read`. keysvc addition. Newest first, in pages of `limit`: "
