@@ -190,12 +190,19 @@ async def check_update(
     sends: run before the body is validated, so that a caller who may not change the key
     is answered before the body is read entry by entry. ``update_key`` checks again."""
     _own_access(caller, key_id, fields)
-    target = store.caches.cached_key(organization_id, key_id) or await store.get_key(
+    may_change(caller, await get_key(store, organization_id, key_id))
+
+
+async def get_key(store: Store, organization_id: str, key_id: str) -> Key:
+    """The key as committed now, or 404. Cached or read by the store: a key still
+    cached is taken synchronously (``Caches.cached_key``, no store coroutine, no
+    timer); otherwise ``Store.get_key`` reads it, timed, and caches it."""
+    key = store.caches.cached_key(organization_id, key_id) or await store.get_key(
         organization_id, key_id
     )
-    if target is None:
+    if key is None:
         raise NotFound(NOT_FOUND)
-    may_change(caller, target)
+    return key
 
 
 async def update_key(

@@ -3,10 +3,11 @@ the permission it needs or that it is public, its body and response schemas, and
 the OpenAPI document says of it.
 
 The app registers each declared route's handler (``serves`` binds one), the
-middleware lets a request to a public route through without credentials
-(``keysvc.http.auth.guarded``), the handlers ask ``authorize`` for the route's permission,
-and ``keysvc.http.openapi`` documents the same declarations: none keeps a table of its
-own (flask-smorest's habit, without the framework).
+middleware lets a request to a public route through without credentials and checks
+every other route's permission for the organization in its path before its view runs
+(``keysvc.http.auth.guarded``), and ``keysvc.http.openapi`` documents the same
+declarations: none keeps a table of its own (flask-smorest's habit, without the
+framework).
 """
 
 from collections.abc import Awaitable, Callable
@@ -21,6 +22,7 @@ from keysvc.domain.limits import (
     MAX_WEBHOOK_URL,
     MAX_WEBHOOKS_PER_ORG,
 )
+from keysvc.errors import BadRequest
 from keysvc.http import queries as q
 from keysvc.http import responses as r
 from keysvc.http import schemas as s
@@ -43,8 +45,10 @@ WRITE = (*AUTHENTICATED, 507)
 
 @dataclass(frozen=True, eq=False)
 class Route:
-    """One operation. ``permission`` None with ``public`` False: any admitted key may
-    call it (whoami, verify, which checks what the proxy asks for itself)."""
+    """One operation. ``permission``: what the caller's key must hold, in the organization
+    the path names, checked before the view runs (``keysvc.http.auth.guarded``). None
+    with ``public`` False: any admitted key may call it (whoami, verify, which checks
+    what the proxy asks for itself)."""
 
     method: str  # "*" for any method
     path: str
@@ -69,13 +73,6 @@ class Route:
     media_type: str | None = None
     # The query parameters it takes besides a list's paging, as a schema.
     query: type[Schema] | None = None
-
-    @property
-    def needs(self) -> str:
-        """The permission this route's handler checks."""
-        if self.permission is None:
-            raise TypeError(f"{self.operation_id} declares no permission")
-        return self.permission
 
 
 _ROLES_LIST = (
@@ -470,22 +467,29 @@ ROUTES: tuple[Route, ...] = (
 )  # fmt: skip
 
 _HANDLERS: dict[Route, View] = {}
-# The views of public routes: asked on every request, so one set lookup.
-_PUBLIC_VIEWS: set[object] = set()
+# The route each view serves: asked on every request, so one dict lookup.
+_ROUTES: dict[object, Route] = {}
 
 
 def serves(route: Route) -> Callable[[View], View]:
-    """Bind the decorated view to ``route``: one view per route."""
+    """Bind the decorated view to ``route``: one view per route. A route's permission is
+    checked for the organization its path names, so it needs one there."""
+    if route.permission is not None and "{organizationId}" not in route.path:
+        raise ValueError(f"{route.operation_id}: a permission needs an organization path")
 
     def bind(view: View) -> View:
         if route in _HANDLERS:
             raise ValueError(f"{route.operation_id} already has a view")
         _HANDLERS[route] = view
-        if route.public:
-            _PUBLIC_VIEWS.add(view)
+        _ROUTES[view] = route
         return view
 
     return bind
+
+
+def route_of(view: object) -> Route | None:
+    """The route ``view`` serves; None for a view no route declares."""
+    return _ROUTES.get(view)
 
 
 def handler_of(route: Route) -> View:
@@ -496,7 +500,18 @@ def handler_of(route: Route) -> View:
 def is_public(view: object) -> bool:
     """Whether ``view`` serves a route that needs no credentials; an undeclared view
     is never public."""
-    return view in _PUBLIC_VIEWS
+    route = _ROUTES.get(view)
+    return route is not None and route.public
+
+
+def path_uuid(request: web.Request, name: str) -> str:
+    """A path parameter that must be a UUID in canonical lowercase form."""
+    value = request.match_info[name]
+    if not s.UUID_PATTERN.fullmatch(value):
+        raise BadRequest(
+            f"{name}: must be a lowercase UUID such as 123e4567-e89b-42d3-a456-426614174000"
+        )
+    return value
 
 
 def register(router: web.UrlDispatcher, routes: tuple[Route, ...]) -> None:
