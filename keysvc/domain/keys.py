@@ -488,6 +488,11 @@ async def admin_key(
     return Issued(key, key_id, secret)
 
 
+async def list_keys(store: Store, organization_id: str, after: int, limit: int) -> KeyPage:
+    """Up to ``limit`` keys, oldest first, after the place ``after`` (``decode_cursor``)."""
+    return await store.list_keys(organization_id, after, limit)
+
+
 # What a cursor's MAC is made for. Cursors that carried the global row sequence were
 # signed for "cursor": those are refused now, rather than read as a place.
 _CURSOR = "cursor position"

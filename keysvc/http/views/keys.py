@@ -95,7 +95,7 @@ async def list_keys(request: web.Request) -> web.Response:
     limit = params["limit"]
 
     async def page_text() -> tuple[bytes, bytes]:
-        page = await store.list_keys(organization_id, after, limit)
+        page = await keys.list_keys(store, organization_id, after, limit)
         cursor = keys.next_cursor(hasher, organization_id, page)
         rest = f', "nextCursor": {render.encode(cursor)}, "totalCount": {render.encode(page.total)}'
         return render.keys_json(page.keys).encode(), rest.encode()
