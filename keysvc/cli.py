@@ -38,6 +38,7 @@ from keysvc.errors import ApiError
 from keysvc.http import listeners
 from keysvc.http.app import STORE_RECORDS, create_app
 from keysvc.http.connections import ServiceRunner
+from keysvc.http.schemas import CreateKeySchema, load
 from keysvc.http.state import IN_FLIGHT
 from keysvc.logs import configure_logging
 from keysvc.ops import audit, backup, migrate, workers
@@ -167,7 +168,10 @@ async def _bootstrap(settings: Settings, org_name: str, if_empty: bool) -> dict[
 
 async def _admin_key(settings: Settings, org: str | None, name: str) -> dict[str, str]:
     async with open_store(settings, create=False, records=STORE_RECORDS) as (store, hasher):
-        issued = await keys.admin_key(store, hasher, org, name, utcnow(), settings.max_keys_per_org)
+        now = utcnow()
+        # Checked by the create schema's rules for a name, as any created key's is.
+        name = load(CreateKeySchema(now=now), {"name": name, "roles": ["admin"]})["name"]
+        issued = await keys.admin_key(store, hasher, org, name, now, settings.max_keys_per_org)
     return _shown(issued)
 
 

@@ -27,7 +27,7 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 # Why authentication or authorization ended as it did, one per authenticated request:
-# ok          the key was accepted (and, where the view checked, authorized)
+# ok          the key was accepted (and, where the route or view checked, authorized)
 # malformed   no credentials, not Basic, undecodable, or a keysvc_ secret with a bad checksum
 # invalid_credentials  no key has this key ID, or the secret is wrong: one value for both,
 #             as the caller gets one answer for both, so that no signal tells whether a

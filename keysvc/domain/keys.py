@@ -24,10 +24,10 @@ from keysvc.db.keys import Recheck
 from keysvc.db.statements import settle, tentatively
 from keysvc.domain import activities, cursors, webhooks
 from keysvc.domain.activities import SYSTEM
+from keysvc.domain.limits import MAX_ROLE_IDS, OWN_ACCESS
 from keysvc.domain.permissions import cannot_grant, missing
 from keysvc.errors import BadRequest, Conflict, Forbidden, NotFound, PreconditionFailed
-from keysvc.http.render import api_key
-from keysvc.http.schemas import MAX_ROLE_IDS, CreateKeySchema, PatchKeySchema, load
+from keysvc.keyview import api_key
 from keysvc.models import Activity, Actor, Key, KeyChange, KeyPage, NewKey, Organization, Role
 from keysvc.timeutil import utcnow
 
@@ -36,10 +36,6 @@ TOO_MANY_ROLES = (
     f"assignedRoleIds: a key holds at most {MAX_ROLE_IDS} roles, those named in roles included"
 )
 NOT_FOUND = "key not found in this organization"
-# What a key may not change about itself: every PATCH field but its name, a field
-# added later included. Otherwise a key could lift the IP access list, expiry or rate
-# limit it was given, or re-role itself.
-OWN_ACCESS = tuple(field for field in PatchKeySchema._declared_fields if field != "name")
 BAD_CURSOR = cursors.BAD_CURSOR
 # The CLI's writes, by keysvc itself: actorDetails says which command.
 BOOTSTRAP = Actor("system", details="keysvc bootstrap")
@@ -192,12 +188,19 @@ async def check_update(
     sends: run before the body is validated, so that a caller who may not change the key
     is answered before the body is read entry by entry. ``update_key`` checks again."""
     _own_access(caller, key_id, fields)
-    target = store.caches.cached_key(organization_id, key_id) or await store.get_key(
+    may_change(caller, await get_key(store, organization_id, key_id))
+
+
+async def get_key(store: Store, organization_id: str, key_id: str) -> Key:
+    """The key as committed now, or 404. Cached or read by the store: a key still
+    cached is taken synchronously (``Caches.cached_key``, no store coroutine, no
+    timer); otherwise ``Store.get_key`` reads it, timed, and caches it."""
+    key = store.caches.cached_key(organization_id, key_id) or await store.get_key(
         organization_id, key_id
     )
-    if target is None:
+    if key is None:
         raise NotFound(NOT_FOUND)
-    may_change(caller, target)
+    return key
 
 
 async def update_key(
@@ -464,10 +467,9 @@ async def admin_key(
     database at hand (``keysvc admin-key``), as when the only admin secret is lost.
 
     ``organization_id`` may be left out when the database holds one organization.
-    Checked and stored like any created key: the create schema's rules for its
-    name, one transaction, within the key limit.
+    ``name`` is a valid key name (the create schema's rules); stored like any created
+    key, in one transaction, within the key limit.
     """
-    name = load(CreateKeySchema(now=now), {"name": name, "roles": ["admin"]})["name"]
     known = await store.organization_ids()
     if organization_id is None:
         if not known:
@@ -482,6 +484,11 @@ async def admin_key(
     new, key_id, secret = await _new_admin_key(store, hasher, organization_id, name, now)
     key = await store.create_key(new, max_keys, activities.announcer(ADMIN_KEY, now))
     return Issued(key, key_id, secret)
+
+
+async def list_keys(store: Store, organization_id: str, after: int, limit: int) -> KeyPage:
+    """Up to ``limit`` keys, oldest first, after the place ``after`` (``decode_cursor``)."""
+    return await store.list_keys(organization_id, after, limit)
 
 
 # What a cursor's MAC is made for. Cursors that carried the global row sequence were

@@ -32,9 +32,9 @@ from keysvc.db import roles as role_sql
 from keysvc.db.contract import Connection, Store
 from keysvc.db.statements import settle, tentatively
 from keysvc.domain import activities, keys
+from keysvc.domain.limits import ACTOR_PREFIX, MAX_ROLE_IDS
 from keysvc.domain.permissions import has_permission, missing
 from keysvc.errors import BadRequest, Conflict, Forbidden, NotFound
-from keysvc.http.schemas import ACTOR_PREFIX, MAX_ROLE_IDS
 from keysvc.models import Actor, Key, Role, RoleDetail, RolePage
 
 NOT_FOUND = "role not found in this organization"
@@ -323,10 +323,24 @@ async def _announce_moved(
             await keys.announce_change(store, conn, after, logged, now)
 
 
-async def _custom_role(store: Store, organization_id: str, role_id: str) -> RoleDetail:
+async def get_role(store: Store, organization_id: str, role_id: str) -> RoleDetail:
+    """The role with its holders, or 404."""
     detail = await store.roles.get_role(organization_id, role_id)
     if detail is None:
         raise NotFound(NOT_FOUND)
+    return detail
+
+
+async def list_roles(
+    store: Store, organization_id: str, after: tuple[int, str], limit: int
+) -> RolePage:
+    """System roles first, then custom ones, each by name, after ``after``
+    (``decode_cursor``)."""
+    return await store.roles.list_roles(organization_id, after, limit)
+
+
+async def _custom_role(store: Store, organization_id: str, role_id: str) -> RoleDetail:
+    detail = await get_role(store, organization_id, role_id)
     if detail.role.type == "system":
         raise Forbidden(SYSTEM)
     return detail

@@ -1,5 +1,6 @@
-"""Where webhooks may be sent: the URL rules checked at create, and the resolver that
-checks every address again at delivery (server-side request forgery).
+"""Where webhooks may be sent (server-side request forgery): the URL rules checked at
+create, and ``is_public``, which the delivery's resolver (``keysvc.ops.resolver``)
+asks again of every address it connects to.
 
 A webhook URL is http or https, carries no credentials, and (unless
 KEYSVC_WEBHOOK_ALLOW_PRIVATE is on) names a host that is, and resolves only to,
@@ -17,15 +18,12 @@ import asyncio
 import ipaddress
 import re
 import socket
-from typing import Any
 
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
 from keysvc.domain.addresses import IPAddress
+from keysvc.domain.limits import MAX_WEBHOOK_URL
 from keysvc.errors import BadRequest
-from keysvc.http.schemas import MAX_WEBHOOK_URL
 
 # How long a create waits for the URL's host to resolve.
 RESOLVE_SECONDS = 5.0
@@ -42,10 +40,6 @@ PRIVATE_TARGET = (
     " give a public host (an operator may allow private targets with"
     " KEYSVC_WEBHOOK_ALLOW_PRIVATE=1)"
 )
-
-
-class BlockedAddress(OSError):
-    """The host resolved only to addresses a webhook may not be sent to."""
 
 
 def is_public(address: IPAddress) -> bool:
@@ -141,31 +135,3 @@ async def check_addresses(url: URL, allow_private: bool) -> None:
         addresses = [ipaddress.ip_address(str(info[4][0]).partition("%")[0]) for info in infos]
     if not addresses or not all(is_public(address) for address in addresses):
         raise BadRequest(PRIVATE_TARGET.format(host=host[:255]))
-
-
-class GuardedResolver(AbstractResolver):
-    """aiohttp's resolver, less the addresses a webhook may not be sent to; none left
-    is a ``BlockedAddress``. The connector then connects to what this returned."""
-
-    def __init__(self, allow_private: bool) -> None:
-        self._inner = DefaultResolver()
-        self._allow_private = allow_private
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        found = await self._inner.resolve(host, port, family)
-        if self._allow_private:
-            return found
-        kept = [entry for entry in found if _public_entry(entry)]
-        if not kept:
-            raise BlockedAddress(f"{host} resolves to no public address")
-        return kept
-
-    async def close(self) -> None:
-        await self._inner.close()
-
-
-def _public_entry(entry: ResolveResult | dict[str, Any]) -> bool:
-    literal = ip_literal(str(entry["host"]))
-    return literal is not None and is_public(literal)

@@ -18,8 +18,8 @@ from typing import Any
 from keysvc.db.contract import Store
 from keysvc.db.usage import OUTCOMES
 from keysvc.domain.keys import NOT_FOUND
+from keysvc.domain.limits import MAX_USAGE_BUCKETS
 from keysvc.errors import BadRequest, NotFound
-from keysvc.http.queries import MAX_USAGE_BUCKETS
 from keysvc.timeutil import to_text
 
 DEFAULT_SPAN = timedelta(hours=24)

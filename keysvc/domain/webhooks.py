@@ -19,10 +19,10 @@ from keysvc.db import webhooks as webhook_sql
 from keysvc.db.contract import Store
 from keysvc.db.webhooks import Delivery, Webhook
 from keysvc.domain import cursors
+from keysvc.domain.limits import DEFAULT_EXPIRING_DAYS, MAX_WEBHOOKS_PER_ORG
 from keysvc.domain.permissions import has_permission
 from keysvc.domain.targets import check_addresses, parse_url
 from keysvc.errors import Conflict, Forbidden, NotFound
-from keysvc.http.schemas import DEFAULT_EXPIRING_DAYS, MAX_WEBHOOKS_PER_ORG
 from keysvc.models import Key
 
 NONCE_BYTES = 32

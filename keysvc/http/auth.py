@@ -68,8 +68,7 @@ from keysvc.errors import (
     TooManyRequests,
     Unauthorized,
 )
-from keysvc.http.render import api_key
-from keysvc.http.routes import is_public
+from keysvc.http.routes import path_uuid, route_of
 from keysvc.http.state import (
     AUTH_OUTCOME,
     CALLER,
@@ -83,6 +82,7 @@ from keysvc.http.state import (
     SETTINGS,
     STORE,
 )
+from keysvc.keyview import api_key
 from keysvc.metrics import AuthReason
 from keysvc.models import Credential, Key
 from keysvc.timeutil import to_minute
@@ -428,15 +428,21 @@ async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
 
 async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
     """``handler``'s answer, for an admitted caller (``request[CALLER]``) unless the
-    route is declared public (``keysvc.http.routes``); the caller's request-limit standing
-    goes on the answer. A request of a known key counts in its usage once, under the
-    outcome it ended with."""
+    route is declared public (``keysvc.http.routes``), authorized for the route's
+    permission in the organization its path names before the handler runs; the caller's
+    request-limit standing goes on the answer. A request of a known key counts in its
+    usage once, under the outcome it ended with."""
     match = request.match_info
-    if match.http_exception is not None or is_public(match.handler):
+    if match.http_exception is not None:
+        return await handler(request)
+    route = route_of(match.handler)
+    if route is not None and route.public:
         return await handler(request)
     refused = False
     try:
         request[CALLER], decision = await _admit(request)
+        if route is not None and route.permission is not None:
+            authorize(request, path_uuid(request, "organizationId"), route.permission)
         response = await handler(request)
     except ApiError as exc:
         refused = exc.status == Forbidden.status

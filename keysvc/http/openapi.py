@@ -27,6 +27,7 @@ from marshmallow import Schema
 
 from keysvc import __version__
 from keysvc.credentials import SUFFIX_LENGTH
+from keysvc.domain.limits import MAX_ROLE_IDS
 from keysvc.domain.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.http import queries as q
 from keysvc.http import responses as r
@@ -498,14 +499,14 @@ _COMPONENT_OF: dict[type[Schema], str] = {
 _ONE_ROLE = "A key needs at least one role: a non-empty roles or assignedRoleIds."
 _EXPIRE_AT = 'When the key stops working: a date-time in the future; null or "" mean never.'
 _ROLE_IDS = (
-    f"Custom or system roles of this organization, by ID: at most {s.MAX_ROLE_IDS} roles, "
+    f"Custom or system roles of this organization, by ID: at most {MAX_ROLE_IDS} roles, "
     "those named in roles included."
 )
 _DEVELOPER = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002"  # the system role's fixed ID (schema.sql)
 _ACTOR = {"type": "string", "pattern": f"^apiKey/{_UUID}$"}
 _ACTORS = (
     "The keys that hold the role, as apiKey/<key UUID> of keys in this organization; a key "
-    f"holds at most {s.MAX_ROLE_IDS} roles (409 past it)."
+    f"holds at most {MAX_ROLE_IDS} roles (409 past it)."
 )
 _ROLE_PERMISSIONS = (
     f"At most {s.MAX_PERMISSIONS} entries here and in every policy's permissions together."

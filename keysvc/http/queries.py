@@ -9,6 +9,7 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
+from keysvc.domain.limits import MAX_USAGE_BUCKETS
 from keysvc.http.schemas import MAX_PAGE, in_utc
 
 
@@ -64,8 +65,6 @@ class QueryMoment(fields.Field[datetime]):
 
 
 USAGE_GRANULARITIES = ("minute", "hour", "day")
-# The most buckets one usage query may ask for: a day of minutes.
-MAX_USAGE_BUCKETS = 1440
 
 
 class UsageQuerySchema(Schema):

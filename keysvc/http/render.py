@@ -1,9 +1,9 @@
 """Key answers for the hot paths, written by hand rather than through marshmallow.
 
-``api_key`` builds exactly what ``responses.ApiKeySchema`` dumps (the same fields,
-the same order, the same omissions; tests/api/test_views.py holds the two together),
-at a fraction of the cost. The schema stays the contract: the OpenAPI document
-is built from it.
+``api_key`` (``keysvc.keyview``) builds exactly what ``responses.ApiKeySchema`` dumps
+(the same fields, the same order, the same omissions; tests/api/test_views.py holds
+the two together), at a fraction of the cost. The schema stays the contract: the
+OpenAPI document is built from it.
 
 A ``Key`` is immutable, and the store hands out the same object for as long as
 nothing about the key is committed, so its JSON text is made once per object
@@ -12,10 +12,9 @@ puts the envelope around it.
 """
 
 import json
-from typing import Any
 
+from keysvc.keyview import api_key as api_key
 from keysvc.models import Key
-from keysvc.timeutil import to_text
 
 # json.dumps's defaults, as web.json_response uses them: ", " and ": ", ASCII only
 # (for a string, encode_basestring_ascii, which the encoder calls).
@@ -26,38 +25,6 @@ _PERMISSIONS_MEMO = "_permissions_header"
 # 4 KiB page, nginx's default proxy_buffer_size, which a longer answer overflows (nginx
 # then fails the auth subrequest, and so the request, with a 500).
 MAX_PERMISSIONS_HEADER = 3072
-
-
-def api_key(key: Key) -> dict[str, Any]:
-    """The ApiKey object of the API document."""
-    out: dict[str, Any] = {
-        "id": key.id,
-        "name": key.name,
-        "state": key.state,
-        "roles": [role.name for role in key.roles if role.type == "system"],
-        "assignedRoles": [
-            {"roleId": role.id, "roleName": role.name, "roleType": role.type} for role in key.roles
-        ],
-        "keySuffix": key.key_suffix,
-        "createdAt": to_text(key.created_at),
-        "expireAt": None if key.expire_at is None else to_text(key.expire_at),
-    }
-    # usedAt is absent, not null, until the key is first used; rateLimit when unset.
-    if key.used_at is not None:
-        out["usedAt"] = to_text(key.used_at)
-    out["ipAccessList"] = [_ip_entry(entry) for entry in key.ip_access_list]
-    if key.rate_limit is not None:
-        out["rateLimit"] = {"limit": key.rate_limit[0], "windowSeconds": key.rate_limit[1]}
-    if key.previous_until is not None:
-        out["previousCredentialExpiresAt"] = to_text(key.previous_until)
-    return out
-
-
-def _ip_entry(entry: dict[str, str]) -> dict[str, str]:
-    out = {"source": entry["source"]}
-    if "description" in entry:
-        out["description"] = entry["description"]
-    return out
 
 
 def key_json(key: Key) -> str:

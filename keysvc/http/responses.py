@@ -8,9 +8,9 @@ from typing import Any
 from marshmallow import Schema, fields, post_dump
 
 from keysvc.domain.activities import ACTOR_TYPES, ADDED_TYPES, ADDED_UPDATE_TYPES, UPSTREAM_TYPES
+from keysvc.domain.limits import ACTOR_PREFIX
 from keysvc.http.queries import USAGE_GRANULARITIES
 from keysvc.http.schemas import (
-    ACTOR_PREFIX,
     ADDITION,
     EVENT_TYPES,
     IP_ACCESS_LIST_DOC,

@@ -3,10 +3,11 @@ the permission it needs or that it is public, its body and response schemas, and
 the OpenAPI document says of it.
 
 The app registers each declared route's handler (``serves`` binds one), the
-middleware lets a request to a public route through without credentials
-(``keysvc.http.auth.guarded``), the handlers ask ``authorize`` for the route's permission,
-and ``keysvc.http.openapi`` documents the same declarations: none keeps a table of its
-own (flask-smorest's habit, without the framework).
+middleware lets a request to a public route through without credentials and checks
+every other route's permission for the organization in its path before its view runs
+(``keysvc.http.auth.guarded``), and ``keysvc.http.openapi`` documents the same
+declarations: none keeps a table of its own (flask-smorest's habit, without the
+framework).
 """
 
 from collections.abc import Awaitable, Callable
@@ -15,6 +16,13 @@ from dataclasses import dataclass
 from aiohttp import web
 from marshmallow import Schema
 
+from keysvc.domain.limits import (
+    MAX_ROLE_IDS,
+    MAX_USAGE_BUCKETS,
+    MAX_WEBHOOK_URL,
+    MAX_WEBHOOKS_PER_ORG,
+)
+from keysvc.errors import BadRequest
 from keysvc.http import queries as q
 from keysvc.http import responses as r
 from keysvc.http import schemas as s
@@ -37,8 +45,10 @@ WRITE = (*AUTHENTICATED, 507)
 
 @dataclass(frozen=True, eq=False)
 class Route:
-    """One operation. ``permission`` None with ``public`` False: any admitted key may
-    call it (whoami, verify, which checks what the proxy asks for itself)."""
+    """One operation. ``permission``: what the caller's key must hold, in the organization
+    the path names, checked before the view runs (``keysvc.http.auth.guarded``). None
+    with ``public`` False: any admitted key may call it (whoami, verify, which checks
+    what the proxy asks for itself)."""
 
     method: str  # "*" for any method
     path: str
@@ -64,13 +74,6 @@ class Route:
     # The query parameters it takes besides a list's paging, as a schema.
     query: type[Schema] | None = None
 
-    @property
-    def needs(self) -> str:
-        """The permission this route's handler checks."""
-        if self.permission is None:
-            raise TypeError(f"{self.operation_id} declares no permission")
-        return self.permission
-
 
 _ROLES_LIST = (
     "Needs the permission `roles:read`. System roles first, then custom roles, each by name "
@@ -80,7 +83,7 @@ _ROLES_LIST = (
 _ROLE_CREATE = (
     "Needs the permission `roles:write`. 409 when the organization already holds "
     "KEYSVC_MAX_ROLES_PER_ORG custom roles (default 1000), or when an actor already holds "
-    f"{s.MAX_ROLE_IDS} roles."
+    f"{MAX_ROLE_IDS} roles."
 )
 _KEY, _ROLE, _DONE = "The key.", "The role.", "Done: the envelope has no result."
 
@@ -144,7 +147,7 @@ _USAGE = (
     "down) up to `to` (rounded up), every bucket answered, zeros included. Defaults: `to` "
     "now, `granularity` hour, `from` 24 hours before `to` (for `minute`: 1,440 minutes before "
     "`to` rounded up, the last 1,440 minutes), so every granularity works with none given. At most "
-    f"{q.MAX_USAGE_BUCKETS} buckets (400 past it, or when `from` is after `to`). Counted: "
+    f"{MAX_USAGE_BUCKETS} buckets (400 past it, or when `from` is after `to`). Counted: "
     "requests whose credentials were right, admitted (`success`) or refused (`disabled`, "
     "`expired`, `ipDenied`, `rateLimited`, or `forbidden`: any 403, whatever refused it; "
     "a 400, 404 or 409 of an admitted key is its `success`); unknown keys and wrong secrets are "
@@ -360,11 +363,11 @@ _WEBHOOK = "The webhook."
 _WEBHOOK_CREATE = (
     "Needs the permission `webhooks:write`, and `keys:read` to subscribe to key events "
     "(every event type is one: their data is a key's view). keysvc addition. The URL is "
-    f"http(s), without credentials, at most {s.MAX_WEBHOOK_URL} characters, and its host "
+    f"http(s), without credentials, at most {MAX_WEBHOOK_URL} characters, and its host "
     "must be public (not "
     "loopback, private, link-local, multicast, reserved or unspecified) unless "
     f"KEYSVC_WEBHOOK_ALLOW_PRIVATE=1. 409 when the organization already holds "
-    f"{s.MAX_WEBHOOKS_PER_ORG} webhooks. The signing secret is in this answer only."
+    f"{MAX_WEBHOOKS_PER_ORG} webhooks. The signing secret is in this answer only."
 )
 _DELIVERIES = (
     "Needs the permission `webhooks:read`. keysvc addition. Newest first, in pages of `limit`: "
@@ -464,22 +467,29 @@ ROUTES: tuple[Route, ...] = (
 )  # fmt: skip
 
 _HANDLERS: dict[Route, View] = {}
-# The views of public routes: asked on every request, so one set lookup.
-_PUBLIC_VIEWS: set[object] = set()
+# The route each view serves: asked on every request, so one dict lookup.
+_ROUTES: dict[object, Route] = {}
 
 
 def serves(route: Route) -> Callable[[View], View]:
-    """Bind the decorated view to ``route``: one view per route."""
+    """Bind the decorated view to ``route``: one view per route. A route's permission is
+    checked for the organization its path names, so it needs one there."""
+    if route.permission is not None and "{organizationId}" not in route.path:
+        raise ValueError(f"{route.operation_id}: a permission needs an organization path")
 
     def bind(view: View) -> View:
         if route in _HANDLERS:
             raise ValueError(f"{route.operation_id} already has a view")
         _HANDLERS[route] = view
-        if route.public:
-            _PUBLIC_VIEWS.add(view)
+        _ROUTES[view] = route
         return view
 
     return bind
+
+
+def route_of(view: object) -> Route | None:
+    """The route ``view`` serves; None for a view no route declares."""
+    return _ROUTES.get(view)
 
 
 def handler_of(route: Route) -> View:
@@ -490,7 +500,18 @@ def handler_of(route: Route) -> View:
 def is_public(view: object) -> bool:
     """Whether ``view`` serves a route that needs no credentials; an undeclared view
     is never public."""
-    return view in _PUBLIC_VIEWS
+    route = _ROUTES.get(view)
+    return route is not None and route.public
+
+
+def path_uuid(request: web.Request, name: str) -> str:
+    """A path parameter that must be a UUID in canonical lowercase form."""
+    value = request.match_info[name]
+    if not s.UUID_PATTERN.fullmatch(value):
+        raise BadRequest(
+            f"{name}: must be a lowercase UUID such as 123e4567-e89b-42d3-a456-426614174000"
+        )
+    return value
 
 
 def register(router: web.UrlDispatcher, routes: tuple[Route, ...]) -> None:

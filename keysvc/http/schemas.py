@@ -26,6 +26,7 @@ from marshmallow import (
 
 from keysvc.credentials import SUFFIX_LENGTH, is_sha256_b64
 from keysvc.domain.addresses import kept_source
+from keysvc.domain.limits import ACTOR_PREFIX, DEFAULT_EXPIRING_DAYS, MAX_ROLE_IDS, MAX_WEBHOOK_URL
 from keysvc.domain.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.errors import BadRequest
 from keysvc.timeutil import to_text
@@ -35,7 +36,6 @@ KEY_STATES = ("enabled", "disabled")
 MAX_NAME = 255
 MAX_DESCRIPTION = 255
 MAX_IP_ENTRIES = 100
-MAX_ROLE_IDS = 100
 MAX_PERMISSIONS = 100
 MAX_ACTORS = 1000
 MAX_PAGE = 250
@@ -45,7 +45,6 @@ MAX_GRANTS = 100
 # Longest field name an error message quotes.
 MAX_FIELD_NAME = 64
 MAX_MESSAGES = 10  # field errors listed in one answer
-ACTOR_PREFIX = "apiKey/"
 ROLE_TYPES = ("system", "custom")
 # Metadata for the OpenAPI document (keysvc.http.openapi): formats as the upstream
 # contract spells them, and ``x-keysvc-addition`` on fields upstream lacks.
@@ -531,9 +530,7 @@ EVENT_TYPES = (
     "key.expiring",
     "key.used_after_revoke",
 )
-MAX_WEBHOOK_URL = 2048
-MAX_WEBHOOKS_PER_ORG = 20
-DEFAULT_EXPIRING_DAYS, MAX_EXPIRING_DAYS = 7, 90
+MAX_EXPIRING_DAYS = 90
 
 
 class CreateWebhookSchema(Schema):

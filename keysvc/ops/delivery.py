@@ -34,8 +34,9 @@ from keysvc.db import outbox
 from keysvc.db.contract import Connection, Store
 from keysvc.db.outbox import Due
 from keysvc.domain import webhooks
-from keysvc.domain.targets import BlockedAddress, GuardedResolver, ip_literal, is_public
-from keysvc.http import render
+from keysvc.domain.targets import ip_literal, is_public
+from keysvc.keyview import api_key
+from keysvc.ops.resolver import BlockedAddress, GuardedResolver
 from keysvc.timeutil import Clock, to_text
 
 logger = logging.getLogger("keysvc")
@@ -253,5 +254,5 @@ class Deliverer:
                 return  # deleted or changed since it was read: the next scan decides
             warn = [w for w in webhook_ids if await outbox.warned(conn, w, key_id, expire_at)]
             if warn:
-                data = render.api_key(key)
+                data = api_key(key)
                 await webhooks.enqueue(conn, organization_id, "key.expiring", data, now, warn)

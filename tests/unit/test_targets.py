@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from keysvc.domain.targets import BlockedAddress, GuardedResolver
+from keysvc.ops.resolver import BlockedAddress, GuardedResolver
 
 BLOCKED = [
     ("2002:7f00:1::", socket.AF_INET6),

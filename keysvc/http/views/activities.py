@@ -4,14 +4,13 @@ from aiohttp import web
 
 from keysvc.domain import activities
 from keysvc.errors import NotFound
-from keysvc.http.auth import authorize
 from keysvc.http.envelope import ok
 from keysvc.http.queries import ListActivitiesQuerySchema
 from keysvc.http.responses import ActivitySchema
 from keysvc.http.routes import GET_ACTIVITY, LIST_ACTIVITIES, serves
 from keysvc.http.schemas import load
 from keysvc.http.state import HASHER, STORE
-from keysvc.http.views.common import path_uuid, query
+from keysvc.http.views.common import authorized, path_uuid, query
 
 NOT_FOUND = "activity not found in this organization"
 
@@ -22,8 +21,7 @@ _list_query = ListActivitiesQuerySchema()
 
 @serves(LIST_ACTIVITIES)
 async def list_activities(request: web.Request) -> web.Response:
-    organization_id = path_uuid(request, "organizationId")
-    authorize(request, organization_id, LIST_ACTIVITIES.needs)
+    _, organization_id = authorized(request)
     params, hasher = load(_list_query, query(request)), request.app[HASHER]
     activities.check_range(params)
     after = activities.decode_cursor(hasher, organization_id, params.get("cursor"))
@@ -40,8 +38,7 @@ async def list_activities(request: web.Request) -> web.Response:
 
 @serves(GET_ACTIVITY)
 async def get_activity(request: web.Request) -> web.Response:
-    organization_id = path_uuid(request, "organizationId")
-    authorize(request, organization_id, GET_ACTIVITY.needs)
+    _, organization_id = authorized(request)
     activity_id = path_uuid(request, "activityId")
     found = await request.app[STORE].get_activity(organization_id, activity_id)
     if found is None:

@@ -1,5 +1,5 @@
-"""What every view needs: the JSON body, path UUIDs, the query string, and who the
-caller is for the activity log."""
+"""What every view needs: the JSON body, path UUIDs, the query string, the authorized
+caller, and who the caller is for the activity log."""
 
 import asyncio
 import json
@@ -12,19 +12,16 @@ from aiohttp import hdrs, web
 from keysvc.domain.activities import api_actor
 from keysvc.errors import BadRequest, RequestTimeout, UnsupportedMediaType
 from keysvc.http.middleware import parser_error_text
-from keysvc.http.schemas import UUID_PATTERN
+from keysvc.http.routes import path_uuid as path_uuid
 from keysvc.http.state import CALLER, CLIENT_ADDRESS, SETTINGS
-from keysvc.models import Actor
+from keysvc.models import Actor, Key
 
 
-def path_uuid(request: web.Request, name: str) -> str:
-    """A path parameter that must be a UUID in canonical lowercase form."""
-    value = request.match_info[name]
-    if not UUID_PATTERN.fullmatch(value):
-        raise BadRequest(
-            f"{name}: must be a lowercase UUID such as 123e4567-e89b-42d3-a456-426614174000"
-        )
-    return value
+def authorized(request: web.Request) -> tuple[Key, str]:
+    """The caller, and the organization of the path: the caller's own, as the route's
+    permission was checked for it before the view ran (``keysvc.http.auth.guarded``)."""
+    caller: Key = request[CALLER]
+    return caller, caller.organization_id
 
 
 def actor(request: web.Request) -> Actor:

@@ -14,9 +14,7 @@ from typing import Any
 from aiohttp import hdrs, web
 
 from keysvc.domain import keys
-from keysvc.errors import NotFound
 from keysvc.http import render
-from keysvc.http.auth import authorize
 from keysvc.http.envelope import envelope, envelope_bytes, json_body_response, json_response, ok
 from keysvc.http.queries import ListKeysQuerySchema
 from keysvc.http.routes import (
@@ -37,6 +35,7 @@ from keysvc.http.schemas import (
 from keysvc.http.state import CLOCK, HASHER, PREVIOUS_CREDENTIAL, REQUEST_ID, SETTINGS, STORE
 from keysvc.http.views.common import (
     actor,
+    authorized,
     path_uuid,
     query,
     read_json_object,
@@ -88,8 +87,7 @@ def _list_params(request: web.Request) -> Mapping[str, Any]:
 
 @serves(LIST_KEYS)
 async def list_keys(request: web.Request) -> web.Response:
-    organization_id = path_uuid(request, "organizationId")
-    authorize(request, organization_id, LIST_KEYS.needs)
+    _, organization_id = authorized(request)
     params = _list_params(request)
     hasher = request.app[HASHER]
     after = keys.decode_cursor(hasher, organization_id, params.get("cursor"))
@@ -97,7 +95,7 @@ async def list_keys(request: web.Request) -> web.Response:
     limit = params["limit"]
 
     async def page_text() -> tuple[bytes, bytes]:
-        page = await store.list_keys(organization_id, after, limit)
+        page = await keys.list_keys(store, organization_id, after, limit)
         cursor = keys.next_cursor(hasher, organization_id, page)
         rest = f', "nextCursor": {render.encode(cursor)}, "totalCount": {render.encode(page.total)}'
         return render.keys_json(page.keys).encode(), rest.encode()
@@ -108,8 +106,7 @@ async def list_keys(request: web.Request) -> web.Response:
 
 @serves(CREATE_KEY)
 async def create_key(request: web.Request) -> web.Response:
-    organization_id = path_uuid(request, "organizationId")
-    caller = authorize(request, organization_id, CREATE_KEY.needs)
+    caller, organization_id = authorized(request)
     now = request.app[CLOCK]()
     data = _load_at(_create_body, now, await read_json_object(request))
     issued = await keys.create_key(
@@ -137,22 +134,14 @@ def _issued_response(request: web.Request, issued: keys.Issued) -> web.Response:
 
 @serves(GET_KEY)
 async def get_key(request: web.Request) -> web.Response:
-    organization_id = path_uuid(request, "organizationId")
-    authorize(request, organization_id, GET_KEY.needs)
-    key_id, store = path_uuid(request, "keyId"), request.app[STORE]
-    # A cache hit is read synchronously: no coroutine, no timer (misses are timed).
-    key = store.caches.cached_key(organization_id, key_id) or await store.get_key(
-        organization_id, key_id
-    )
-    if key is None:
-        raise NotFound(keys.NOT_FOUND)
+    _, organization_id = authorized(request)
+    key = await keys.get_key(request.app[STORE], organization_id, path_uuid(request, "keyId"))
     return _key_response(request, key)
 
 
 @serves(UPDATE_KEY)
 async def update_key(request: web.Request) -> web.Response:
-    organization_id = path_uuid(request, "organizationId")
-    caller = authorize(request, organization_id, UPDATE_KEY.needs)
+    caller, organization_id = authorized(request)
     key_id, store = path_uuid(request, "keyId"), request.app[STORE]
     body = await read_json_object(request)
     await keys.check_update(store, caller, organization_id, key_id, body)
@@ -167,8 +156,7 @@ async def update_key(request: web.Request) -> web.Response:
 
 @serves(ROTATE_KEY)
 async def rotate_key(request: web.Request) -> web.Response:
-    organization_id = path_uuid(request, "organizationId")
-    caller = authorize(request, organization_id, ROTATE_KEY.needs)
+    caller, organization_id = authorized(request)
     key_id = path_uuid(request, "keyId")
     data = load(_rotate_body, await read_optional_json_object(request))
     issued = await keys.rotate_key(
@@ -201,8 +189,7 @@ def _key_response(request: web.Request, key: Key) -> web.Response:
 
 @serves(DELETE_KEY)
 async def delete_key(request: web.Request) -> web.Response:
-    organization_id = path_uuid(request, "organizationId")
-    caller = authorize(request, organization_id, DELETE_KEY.needs)
+    caller, organization_id = authorized(request)
     key_id = path_uuid(request, "keyId")
     tags, now = _if_match(request), request.app[CLOCK]()
     await keys.delete_key(

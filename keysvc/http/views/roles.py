@@ -3,8 +3,6 @@
 from aiohttp import web
 
 from keysvc.domain import roles
-from keysvc.errors import NotFound
-from keysvc.http.auth import authorize
 from keysvc.http.envelope import ok
 from keysvc.http.queries import ListRolesQuerySchema
 from keysvc.http.responses import RoleSchema
@@ -15,7 +13,7 @@ from keysvc.http.schemas import (
     load,
 )
 from keysvc.http.state import CLOCK, HASHER, SETTINGS, STORE
-from keysvc.http.views.common import actor, path_uuid, query, read_json_object
+from keysvc.http.views.common import actor, authorized, path_uuid, query, read_json_object
 
 _role = RoleSchema()
 _roles = RoleSchema(many=True)
@@ -26,11 +24,10 @@ _list_query = ListRolesQuerySchema()
 
 @serves(LIST_ROLES)
 async def list_roles(request: web.Request) -> web.Response:
-    organization_id = path_uuid(request, "organizationId")
-    authorize(request, organization_id, LIST_ROLES.needs)
+    _, organization_id = authorized(request)
     params, hasher = load(_list_query, query(request)), request.app[HASHER]
     after = roles.decode_cursor(hasher, organization_id, params.get("cursor"))
-    page = await request.app[STORE].roles.list_roles(organization_id, after, params["limit"])
+    page = await roles.list_roles(request.app[STORE], organization_id, after, params["limit"])
     return ok(
         request,
         _roles.dump(page.roles),
@@ -41,8 +38,7 @@ async def list_roles(request: web.Request) -> web.Response:
 
 @serves(CREATE_ROLE)
 async def create_role(request: web.Request) -> web.Response:
-    organization_id = path_uuid(request, "organizationId")
-    caller = authorize(request, organization_id, CREATE_ROLE.needs)
+    caller, organization_id = authorized(request)
     data = load(_create, await read_json_object(request))
     detail = await roles.create_role(
         request.app[STORE],
@@ -58,18 +54,14 @@ async def create_role(request: web.Request) -> web.Response:
 
 @serves(GET_ROLE)
 async def get_role(request: web.Request) -> web.Response:
-    organization_id = path_uuid(request, "organizationId")
-    authorize(request, organization_id, GET_ROLE.needs)
-    detail = await request.app[STORE].roles.get_role(organization_id, path_uuid(request, "roleId"))
-    if detail is None:
-        raise NotFound(roles.NOT_FOUND)
+    _, organization_id = authorized(request)
+    detail = await roles.get_role(request.app[STORE], organization_id, path_uuid(request, "roleId"))
     return ok(request, _role.dump(detail))
 
 
 @serves(UPDATE_ROLE)
 async def update_role(request: web.Request) -> web.Response:
-    organization_id = path_uuid(request, "organizationId")
-    caller = authorize(request, organization_id, UPDATE_ROLE.needs)
+    caller, organization_id = authorized(request)
     role_id, store = path_uuid(request, "roleId"), request.app[STORE]
     body = await read_json_object(request)
     current = await roles.changeable_role(store, caller, organization_id, role_id)
@@ -82,8 +74,7 @@ async def update_role(request: web.Request) -> web.Response:
 
 @serves(DELETE_ROLE)
 async def delete_role(request: web.Request) -> web.Response:
-    organization_id = path_uuid(request, "organizationId")
-    caller = authorize(request, organization_id, DELETE_ROLE.needs)
+    caller, organization_id = authorized(request)
     role_id = path_uuid(request, "roleId")
     await roles.delete_role(
         request.app[STORE], caller, organization_id, role_id, request.app[CLOCK](), actor(request)

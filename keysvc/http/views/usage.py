@@ -3,14 +3,13 @@
 from aiohttp import web
 
 from keysvc.domain import usage
-from keysvc.http.auth import authorize
 from keysvc.http.envelope import ok
 from keysvc.http.queries import UsageQuerySchema
 from keysvc.http.responses import UsageSchema
 from keysvc.http.routes import KEY_USAGE, serves
 from keysvc.http.schemas import load
 from keysvc.http.state import CLOCK, STORE
-from keysvc.http.views.common import path_uuid, query
+from keysvc.http.views.common import authorized, path_uuid, query
 
 _query = UsageQuerySchema()
 _usage = UsageSchema()
@@ -18,8 +17,7 @@ _usage = UsageSchema()
 
 @serves(KEY_USAGE)
 async def key_usage(request: web.Request) -> web.Response:
-    organization_id = path_uuid(request, "organizationId")
-    authorize(request, organization_id, KEY_USAGE.needs)
+    _, organization_id = authorized(request)
     key_id = path_uuid(request, "keyId")
     params = load(_query, query(request))
     series = await usage.key_usage(

@@ -4,7 +4,6 @@ one's delivery log."""
 from aiohttp import web
 
 from keysvc.domain import webhooks
-from keysvc.http.auth import authorize
 from keysvc.http.envelope import ok
 from keysvc.http.queries import ListDeliveriesQuerySchema
 from keysvc.http.responses import CreateWebhookResultSchema, DeliverySchema, WebhookSchema
@@ -18,7 +17,7 @@ from keysvc.http.routes import (
 )
 from keysvc.http.schemas import CreateWebhookSchema, load
 from keysvc.http.state import CLOCK, HASHER, SETTINGS, STORE
-from keysvc.http.views.common import path_uuid, query, read_json_object
+from keysvc.http.views.common import authorized, path_uuid, query, read_json_object
 
 _webhook = WebhookSchema()
 _webhooks = WebhookSchema(many=True)
@@ -30,8 +29,7 @@ _deliveries_query = ListDeliveriesQuerySchema()
 
 @serves(LIST_WEBHOOKS)
 async def list_webhooks(request: web.Request) -> web.Response:
-    organization_id = path_uuid(request, "organizationId")
-    authorize(request, organization_id, LIST_WEBHOOKS.needs)
+    _, organization_id = authorized(request)
     return ok(
         request, _webhooks.dump(await webhooks.list_webhooks(request.app[STORE], organization_id))
     )
@@ -39,8 +37,7 @@ async def list_webhooks(request: web.Request) -> web.Response:
 
 @serves(CREATE_WEBHOOK)
 async def create_webhook(request: web.Request) -> web.Response:
-    organization_id = path_uuid(request, "organizationId")
-    caller = authorize(request, organization_id, CREATE_WEBHOOK.needs)
+    caller, organization_id = authorized(request)
     data = load(_create, await read_json_object(request))
     app = request.app
     created = await webhooks.create_webhook(
@@ -52,8 +49,7 @@ async def create_webhook(request: web.Request) -> web.Response:
 
 @serves(GET_WEBHOOK)
 async def get_webhook(request: web.Request) -> web.Response:
-    organization_id = path_uuid(request, "organizationId")
-    authorize(request, organization_id, GET_WEBHOOK.needs)
+    _, organization_id = authorized(request)
     webhook_id = path_uuid(request, "webhookId")
     return ok(
         request,
@@ -63,8 +59,7 @@ async def get_webhook(request: web.Request) -> web.Response:
 
 @serves(DELETE_WEBHOOK)
 async def delete_webhook(request: web.Request) -> web.Response:
-    organization_id = path_uuid(request, "organizationId")
-    authorize(request, organization_id, DELETE_WEBHOOK.needs)
+    _, organization_id = authorized(request)
     await webhooks.delete_webhook(
         request.app[STORE], organization_id, path_uuid(request, "webhookId")
     )
@@ -73,8 +68,7 @@ async def delete_webhook(request: web.Request) -> web.Response:
 
 @serves(LIST_DELIVERIES)
 async def list_deliveries(request: web.Request) -> web.Response:
-    organization_id = path_uuid(request, "organizationId")
-    authorize(request, organization_id, LIST_DELIVERIES.needs)
+    _, organization_id = authorized(request)
     webhook_id = path_uuid(request, "webhookId")
     params = load(_deliveries_query, query(request))
     page, cursor = await webhooks.deliveries(

@@ -1,0 +1,23 @@
+"""The bounds and names the domain's rules are stated in: how many roles a key holds,
+how many webhooks an organization keeps, how long a usage query may be, the fields a
+key may not change about itself. The request schemas (``keysvc.http.schemas``,
+``keysvc.http.queries``) validate against the same values, imported from here.
+"""
+
+# Roles a key holds at most, those named in its legacy ``roles`` included.
+MAX_ROLE_IDS = 100
+# How an actor names a key in a role's ``actors``: this prefix, then the key's UUID.
+ACTOR_PREFIX = "apiKey/"
+# The fields a PATCH of a key may send, in the schema's order
+# (tests/unit/test_limits.py holds the two together).
+KEY_FIELDS = ("name", "expireAt", "state", "roles", "assignedRoleIds", "ipAccessList", "rateLimit")
+# What a key may not change about itself: every field but its name. Otherwise a key
+# could lift the IP access list, expiry or rate limit it was given, or re-role itself.
+OWN_ACCESS = tuple(field for field in KEY_FIELDS if field != "name")
+# Webhooks: the longest URL, how many an organization keeps, and how many days before
+# a key's expireAt ``key.expiring`` is sent when the subscription does not say.
+MAX_WEBHOOK_URL = 2048
+MAX_WEBHOOKS_PER_ORG = 20
+DEFAULT_EXPIRING_DAYS = 7
+# The most buckets one usage query may ask for: a day of minutes.
+MAX_USAGE_BUCKETS = 1440

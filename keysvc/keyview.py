@@ -1,0 +1,45 @@
+"""A key's public view: the ApiKey object of the API document, as a dict.
+
+It is what a key answer says (``keysvc.http.render`` writes it as JSON on the hot
+paths) and the data of every key event a webhook is sent (``keysvc.domain.webhooks``),
+so the layers that need it, the domain's writes and the delivery task among them,
+find it here in the kernel. ``responses.ApiKeySchema`` stays the contract, and
+tests/api/test_views.py holds the two together.
+"""
+
+from typing import Any
+
+from keysvc.models import Key
+from keysvc.timeutil import to_text
+
+
+def api_key(key: Key) -> dict[str, Any]:
+    """The ApiKey object of the API document."""
+    out: dict[str, Any] = {
+        "id": key.id,
+        "name": key.name,
+        "state": key.state,
+        "roles": [role.name for role in key.roles if role.type == "system"],
+        "assignedRoles": [
+            {"roleId": role.id, "roleName": role.name, "roleType": role.type} for role in key.roles
+        ],
+        "keySuffix": key.key_suffix,
+        "createdAt": to_text(key.created_at),
+        "expireAt": None if key.expire_at is None else to_text(key.expire_at),
+    }
+    # usedAt is absent, not null, until the key is first used; rateLimit when unset.
+    if key.used_at is not None:
+        out["usedAt"] = to_text(key.used_at)
+    out["ipAccessList"] = [_ip_entry(entry) for entry in key.ip_access_list]
+    if key.rate_limit is not None:
+        out["rateLimit"] = {"limit": key.rate_limit[0], "windowSeconds": key.rate_limit[1]}
+    if key.previous_until is not None:
+        out["previousCredentialExpiresAt"] = to_text(key.previous_until)
+    return out
+
+
+def _ip_entry(entry: dict[str, str]) -> dict[str, str]:
+    out = {"source": entry["source"]}
+    if "description" in entry:
+        out["description"] = entry["description"]
+    return out
