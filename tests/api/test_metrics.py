@@ -34,6 +34,7 @@ from tests.helpers import (
     bootstrap,
     client_with,
     create_creds,
+    settled,
 )
 
 KEYS = "/v1/organizations/{organizationId}/keys"
@@ -66,6 +67,8 @@ async def status_of(client: Client, method: str, path: str, headers: dict[str, s
 async def test_metrics_after_traffic(
     client: Client, admin: Creds, other_admin: Creds, clock: FakeClock
 ) -> None:
+    # The bootstraps' announcements heard now: none drops a credential checked below.
+    await settled(client.app)
     org = admin.organization_id
     keys_path = f"/v1/organizations/{org}/keys"
     soon = (clock.now + timedelta(hours=1)).isoformat()
