@@ -32,6 +32,8 @@ BACKGROUND_TASKS = "keysvc-"
 
 UNAUTHORIZED = "invalid credentials: send Authorization: Basic base64(keyId:keySecret)"
 FAR_FUTURE = "2099-01-01T00:00:00Z"
+# The entries of the long lists the list-limit tests send (API and server alike).
+ENTRIES = 9_000
 
 ClientFactory = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]
 Client = TestClient[web.Request, web.Application]

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import prometheus_client
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from keysvc.config import ConfigError, Settings, build_settings
 from keysvc.credentials import new_key_id, new_secret
@@ -24,6 +23,7 @@ from keysvc.metrics import (
     REQUESTS,
     RequestTallies,
 )
+from tests.api.metrics import scrape, status_of, value
 from tests.helpers import (
     Client,
     ClientFactory,
@@ -39,29 +39,6 @@ from tests.helpers import (
 
 KEYS = "/v1/organizations/{organizationId}/keys"
 KEY = KEYS + "/{keyId}"
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-async def scrape(client: Client, headers: dict[str, str] | None = None) -> tuple[str, Samples]:
-    response = await client.get("/metrics", headers=headers or {})
-    text = await response.text()
-    assert response.status == 200, text
-    assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-    samples: Samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
-    return text, samples
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
-
-
-async def status_of(client: Client, method: str, path: str, headers: dict[str, str]) -> int:
-    response = await client.request(method, path, headers=headers)
-    await response.read()
-    return response.status
 
 
 async def test_metrics_after_traffic(
