@@ -24,7 +24,7 @@ PORT := $(or $(KEYSVC_PORT),8080)
 SYSTEM_DEPS ?= chromium:chromium nginx:nginx systemd-analyze:systemd initdb:postgresql
 PG_BIN := $(subst $(eval) ,:,$(wildcard /usr/lib/postgresql/*/bin))
 
-.PHONY: install system-deps run test lint fmt bench soak dist constraints clean
+.PHONY: install system-deps run test test-fast lint fmt bench soak dist constraints clean
 
 # The versions installed are the ones $(PINS) names (see its head), the build backend's
 # too: setuptools goes in first, and builds keysvc without an isolated environment
@@ -75,8 +75,19 @@ fmt: $(TEST_STAMP)
 	$(BIN)/ruff format keysvc tests bench
 	$(BIN)/ruff check --fix keysvc tests bench
 
+# On every core (pytest-xdist): a worker per core, each with a PostgreSQL cluster of its
+# own (tests/postgres.py). A test file's tests run on one worker, so that its module's
+# servers, nginx or Chromium start once.
+CORES := $(shell nproc 2>/dev/null || echo auto)
+PARALLEL := -n $(CORES)
+
 test: $(TEST_STAMP) system-deps lint
-	$(BIN)/pytest
+	$(BIN)/pytest $(PARALLEL) --dist loadfile
+
+# The inner loop, without lint: tests/unit and tests/api on SQLite alone, in parallel.
+test-fast: $(TEST_STAMP)
+	$(BIN)/pytest $(PARALLEL) -m "not postgres and not browser and not nginx and not slow" \
+		tests/unit tests/api
 
 # wrk (from Debian's packages, installed when missing) against a bare aiohttp app and
 # keysvc on 1,000 seeded keys, in alternating rounds: GET of a key by itself and by the

@@ -1,7 +1,8 @@
 """The fixtures every API test shares: settings on a temporary database file, a fake
 clock, the app from create_app, its client, and the admins of two organizations; and
-the session's PostgreSQL server, with a fresh database per test. The helpers they use
-live in tests/helpers.py and tests/postgres.py."""
+the session's PostgreSQL server (one per xdist worker), with a fresh database per test.
+The markers of what a test needs are given here (``pytest_collection_modifyitems``).
+The helpers they use live in tests/helpers.py and tests/postgres.py."""
 
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -15,7 +16,26 @@ from tests.helpers import Client, ClientFactory, Creds, FakeClock, bootstrap
 from tests.postgres import PEPPER, Postgres, start_postgres, stop_postgres
 
 API_TESTS = Path(__file__).parent / "api"
+SYSTEM_TESTS = Path(__file__).parent / "system"
 BACKENDS = ("sqlite", "postgres")
+# What a test needs, by the fixtures it uses or the module it is in, as a marker that
+# -m selects on (registered in pyproject.toml): make test-fast runs none of them.
+NEEDS_FIXTURE = {"postgres": "postgres", "pg_database": "postgres", "browser": "browser"}
+# System test modules by name (tests/system only: a unit test of the PostgreSQL
+# settings needs no server).
+NEEDS_MODULE = {
+    "postgres": "postgres",  # test_postgres_*.py, test_audit_postgres.py, ...
+    "browser": "browser",  # test_*_browser.py
+    "nginx": "nginx",  # test_nginx.py, test_postgres_nginx.py
+}
+# Soak, crash and build tests, and the system tests that take longest.
+SLOW_MODULES = {
+    "test_soak",
+    "test_crash",
+    "test_activities_crash",
+    "test_webhooks_crash",
+    "test_dist",
+}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -26,6 +46,30 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     if metafunc.definition.get_closest_marker("sqlite_only") is None:
         metafunc.parametrize("backend", BACKENDS)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with what it needs: ``postgres`` (a [postgres] API test, or one using
+    the cluster), ``browser`` (Chromium), ``nginx``, and ``slow``."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        # A backend given as a parameter ([sqlite] or [postgres]), the API's or a fixture's.
+        params = list(callspec.params.values()) if callspec is not None else []
+        on_sqlite = "sqlite" in params
+        needs = {"postgres"} if "postgres" in params else set()
+        fixtures = getattr(item, "fixturenames", ())
+        needs |= {NEEDS_FIXTURE[name] for name in fixtures if name in NEEDS_FIXTURE}
+        module = item.path.stem
+        if SYSTEM_TESTS in item.path.parents:
+            needs |= {
+                marker
+                for part, marker in NEEDS_MODULE.items()
+                if part in module and not (marker == "postgres" and on_sqlite)
+            }
+        if module in SLOW_MODULES:
+            needs.add("slow")
+        for marker in sorted(needs):
+            item.add_marker(marker)
 
 
 @pytest.fixture

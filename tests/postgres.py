@@ -1,13 +1,14 @@
 """A real PostgreSQL server for the tests, from Debian's packages (tests/components.py).
 
-One cluster per test session: ``initdb`` into a temporary folder owned by the
-unprivileged user (``tests.components.unprivileged``: PostgreSQL refuses to run as
-root), started by ``pg_ctl`` on a free loopback port with its unix socket in that
+One cluster per test session, so one per pytest-xdist worker: ``initdb`` into a
+temporary folder owned by the unprivileged user (``tests.components.unprivileged``:
+PostgreSQL refuses to run as root), started by ``pg_ctl`` on a free loopback port
+(another, should some other process take it first) with its unix socket in that
 folder, and durability off (fsync, synchronous_commit, full_page_writes), as nothing
-in it outlives the session. Every test gets a database of its own, copied from a
-template that keysvc's own migration (``keysvc.db.postgres.schema``) brought to the current
-schema (``CREATE DATABASE ... TEMPLATE``, a file copy), so a test pays for no schema
-and sees nothing another left behind.
+in it outlives the session. Every test gets a database of its own, copied from the
+worker's template that keysvc's own migration (``keysvc.db.postgres.schema``) brought to
+the current schema (``CREATE DATABASE ... TEMPLATE``, a file copy), so a test pays
+for no schema and sees nothing another left behind.
 
 Administration goes through ``psql`` over the unix socket, so that the harness needs
 no driver of its own.
@@ -36,6 +37,8 @@ SUPERUSER = "keysvc"
 TEMPLATE = "keysvc_template"
 # The pepper every test's instances share (PostgreSQL needs KEYSVC_PEPPER).
 PEPPER = bytes(range(32))
+# Ports tried in turn, should one be taken between its choice and the server's bind.
+PORT_ATTEMPTS = 3
 # Server settings for throwaway data: no waiting for the disk, and only loopback.
 SETTINGS = (
     "fsync=off",
@@ -105,23 +108,40 @@ class Postgres:
             "--no-locale",
             "--no-sync",
         )
-        options = [f"-p {self.port}", f"-k {self.socket_dir}"]
-        options += [f"-c {setting}" for setting in SETTINGS]
-        self.run(
-            "pg_ctl",
-            "start",
-            "--wait",
-            "--timeout=60",
-            f"--pgdata={self.data}",
-            f"--log={self.log}",
-            f"--options={' '.join(options)}",
-        )
+        self._serve()
         self.psql("postgres", f"create database {TEMPLATE}")
         # On a thread of its own: the first test to ask for the cluster may be running
         # an event loop already.
         with ThreadPoolExecutor(max_workers=1) as thread:
             thread.submit(asyncio.run, self._migrate(TEMPLATE)).result()
         return self
+
+    def _serve(self) -> None:
+        """``pg_ctl start`` on the free port chosen; on another one if some other process
+        (another xdist worker's server, say) took it in between."""
+        for attempt in range(PORT_ATTEMPTS):
+            options = [f"-p {self.port}", f"-k {self.socket_dir}"]
+            options += [f"-c {setting}" for setting in SETTINGS]
+            started = subprocess.run(
+                self.command(
+                    "pg_ctl",
+                    "start",
+                    "--wait",
+                    "--timeout=60",
+                    f"--pgdata={self.data}",
+                    f"--log={self.log}",
+                    f"--options={' '.join(options)}",
+                ),
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            if started.returncode == 0:
+                return
+            if "already in use" not in self.log_text() or attempt == PORT_ATTEMPTS - 1:
+                raise AssertionError(f"pg_ctl failed: {started.stderr}{self.log_text()}")
+            self.port = free_port()
 
     async def _migrate(self, database: str) -> None:
         conn = await asyncpg.connect(self.url(database))
@@ -184,7 +204,9 @@ class Postgres:
 def start_postgres() -> Postgres:
     """A new cluster, running; stop it with ``stop_postgres``."""
     bindir = server_bin()
-    root = Path(tempfile.mkdtemp(prefix="keysvc-postgres-"))
+    # Under pytest-xdist each worker process starts its own (gw0, gw1, ...).
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    root = Path(tempfile.mkdtemp(prefix=f"keysvc-postgres-{worker}-"))
     give_to_unprivileged(root, 0o700)
     cluster = Postgres(root, bindir, free_port())
     try:

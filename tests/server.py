@@ -21,6 +21,10 @@ import aiohttp
 
 from tests.helpers import Creds, basic
 
+# Ports tried in turn, should one be taken (by a test on another xdist worker, say)
+# between its choice and the server's bind.
+PORT_ATTEMPTS = 3
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -138,28 +142,32 @@ class Server:
     ):
         """``preexec`` runs in the child before keysvc starts (setting a resource limit, say);
         ``args`` are more flags for ``keysvc serve``."""
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
         self.unix = unix
-        command = [sys.executable, "-m", "keysvc", "serve", "--db", str(db)]
-        command += ["--port", str(self.port)] if tcp else ["--tcp", "off"]
-        command += ["--unix", str(unix)] if unix else []
-        command += args
-        # A file, not a pipe: the server logs a line per request, and a pipe nobody
-        # reads fills up and blocks it.
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in __exit__
-        self.proc = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            env={**os.environ, **(env or {})},
-            preexec_fn=preexec,
-        )
-        try:
-            self._wait_ready(tcp)
-        except BaseException:
-            self.__exit__()
-            raise
+        for attempt in range(PORT_ATTEMPTS):
+            self.port = free_port()
+            self.base = f"http://127.0.0.1:{self.port}"
+            command = [sys.executable, "-m", "keysvc", "serve", "--db", str(db)]
+            command += ["--port", str(self.port)] if tcp else ["--tcp", "off"]
+            command += ["--unix", str(unix)] if unix else []
+            command += args
+            # A file, not a pipe: the server logs a line per request, and a pipe nobody
+            # reads fills up and blocks it.
+            self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in __exit__
+            self.proc = subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=self._stderr,
+                env={**os.environ, **(env or {})},
+                preexec_fn=preexec,
+            )
+            try:
+                self._wait_ready(tcp)
+                return
+            except BaseException:
+                taken = tcp and "already in use" in self.stderr_text()
+                self.__exit__()
+                if not taken or attempt == PORT_ATTEMPTS - 1:
+                    raise
 
     def _wait_ready(self, tcp: bool) -> None:
         deadline = time.monotonic() + 20

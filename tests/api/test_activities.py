@@ -10,6 +10,7 @@ from keysvc.config import Settings
 from keysvc.credentials import new_secret
 from keysvc.domain.activities import MAX_USER_AGENT, bounded_user_agent
 from keysvc.timeutil import to_text
+from tests.api.activities import listed, url
 from tests.helpers import (
     FAR_FUTURE,
     UNAUTHORIZED,
@@ -28,25 +29,6 @@ from tests.helpers import (
 )
 
 SECRETS = ("keySecret", "keyId", "secret", "hash", "keyIdHash", "keySecretHash")
-
-
-def url(creds: Creds, rest: str = "") -> str:
-    return f"/v1/organizations/{creds.organization_id}/activities{rest}"
-
-
-async def listed(client: Client, creds: Creds, query: str = "") -> list[dict[str, Any]]:
-    """Every activity of the organization, through the pages."""
-    found: list[dict[str, Any]] = []
-    cursor = None
-    while True:
-        params = f"?limit=2{query}" + (f"&cursor={cursor}" if cursor else "")
-        response = await client.get(url(creds, params), headers=creds.headers)
-        body = await response.json()
-        assert response.status == 200, body
-        found += body["result"]
-        cursor = body["nextCursor"]
-        if cursor is None:
-            return found
 
 
 def no_secret_in(value: object) -> None:

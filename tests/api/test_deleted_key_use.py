@@ -11,9 +11,9 @@ from typing import Any
 
 from keysvc.config import Settings
 from keysvc.credentials import new_key_id, new_secret
+from tests.api.activities import listed
 from tests.api.refusals import invalid_credentials, refusal
 from tests.api.rotation import rotate
-from tests.api.test_activities import listed
 from tests.api.webhooks import create_webhook, private_client
 from tests.handsql import audit_verdict, hand_sql
 from tests.helpers import (

@@ -14,7 +14,16 @@ from marshmallow import Schema, fields, validate
 from keysvc.domain.keys import STRONGER_KEY
 from keysvc.domain.roles import STRONGER_ROLE, SYSTEM
 from keysvc.http import schemas
-from tests.helpers import Client, Creds, assert_error, assert_ok, create, create_creds, create_role
+from tests.helpers import (
+    ENTRIES,
+    Client,
+    Creds,
+    assert_error,
+    assert_ok,
+    create,
+    create_creds,
+    create_role,
+)
 
 REQUEST_SCHEMAS = {
     "ApiKeyPostRequest": schemas.CreateKeySchema(now=datetime.now(UTC)),
@@ -22,7 +31,6 @@ REQUEST_SCHEMAS = {
     "RoleCreateRequest": schemas.CreateRoleSchema(),
     "RoleUpdateRequest": schemas.UpdateRoleSchema(),
 }
-ENTRIES = 9_000
 MAX_GRANTS = 100
 POLICY = {"allowDeny": "ALLOW", "permissions": ["reports:read"], "resources": ["*"]}
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import prometheus_client
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from keysvc.config import ConfigError, Settings, build_settings
 from keysvc.credentials import new_key_id, new_secret
@@ -24,6 +23,7 @@ from keysvc.metrics import (
     REQUESTS,
     RequestTallies,
 )
+from tests.api.metrics import scrape, status_of, value
 from tests.helpers import (
     Client,
     ClientFactory,
@@ -34,38 +34,18 @@ from tests.helpers import (
     bootstrap,
     client_with,
     create_creds,
+    settled,
 )
 
 KEYS = "/v1/organizations/{organizationId}/keys"
 KEY = KEYS + "/{keyId}"
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-async def scrape(client: Client, headers: dict[str, str] | None = None) -> tuple[str, Samples]:
-    response = await client.get("/metrics", headers=headers or {})
-    text = await response.text()
-    assert response.status == 200, text
-    assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-    samples: Samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
-    return text, samples
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
-
-
-async def status_of(client: Client, method: str, path: str, headers: dict[str, str]) -> int:
-    response = await client.request(method, path, headers=headers)
-    await response.read()
-    return response.status
 
 
 async def test_metrics_after_traffic(
     client: Client, admin: Creds, other_admin: Creds, clock: FakeClock
 ) -> None:
+    # The bootstraps' announcements heard now: none drops a credential checked below.
+    await settled(client.app)
     org = admin.organization_id
     keys_path = f"/v1/organizations/{org}/keys"
     soon = (clock.now + timedelta(hours=1)).isoformat()

@@ -11,7 +11,7 @@ from keysvc.config import ConfigError, Settings, build_settings
 from keysvc.credentials import new_key_id, new_secret
 from keysvc.errors import BearerUnauthorized
 from keysvc.metrics import AUTH_REASONS
-from tests.api.test_metrics import Samples, scrape, status_of, value
+from tests.api.metrics import TOKEN, Samples, scrape, status_of, value
 from tests.helpers import (
     Client,
     ClientFactory,
@@ -23,7 +23,6 @@ from tests.helpers import (
     client_with,
 )
 
-TOKEN = "s3cret-metrics-token-0123456789"
 REFUSED = BearerUnauthorized.default_message
 
 

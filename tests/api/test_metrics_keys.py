@@ -12,7 +12,7 @@ from keysvc.db import keys as store
 from keysvc.db.dialect import Sql
 from keysvc.http.state import IN_FLIGHT
 from keysvc.metrics import KEYS_COUNTED_EVERY_SECONDS
-from tests.api.test_metrics import scrape, status_of, value
+from tests.api.metrics import scrape, status_of, value
 from tests.helpers import Client, Creds, FakeClock, create_creds
 
 EVERY = KEYS_COUNTED_EVERY_SECONDS

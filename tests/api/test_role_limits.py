@@ -24,6 +24,7 @@ from tests.helpers import (
     create,
     create_creds,
     create_role,
+    settled,
 )
 
 SYSTEM_ROLES = ["admin", "developer", "query_endpoints"]
@@ -182,6 +183,7 @@ async def test_a_page_is_read_in_a_fixed_number_of_statements(
         role = await create_role(client, admin, {"name": f"r{index:02}"})
         await create(client, admin, {"name": f"k{index}", "assignedRoleIds": [role["id"]]})
     await list_page(client, admin, limit="1")  # the caller's credential is cached now
+    await settled(client.app)
     counts = {}
     for limit in (1, 5, 33):
         statements = count_reads(client.app[STORE], monkeypatch)

@@ -29,10 +29,10 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from tests import constraints
 from tests.components import give_to_unprivileged, shared_directory, unprivileged
 from tests.helpers import basic
 from tests.server import free_port
-from tests.unit import test_constraints
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -109,12 +109,12 @@ def test_dist_builds_one_file_that_serves_with_plain_python(tmp_path: Path) -> N
         wanted = canonicalize_name(re.split(r"[\s<>=!~;\[(]", requirement, maxsplit=1)[0])
         assert wanted in packed, f"{requirement} is not in the zip"
     # Each package in the zip at the version make install pins, as tested here.
-    pins = test_constraints.pins()
+    pins = constraints.pins()
     unpinned = {
         name: (version, pins.get(name))
         for name, version in packed.items()
         if name != "keysvc"
-        and (name not in pins or not test_constraints.same_version(version, pins[name]))
+        and (name not in pins or not constraints.same_version(version, pins[name]))
     }
     assert not unpinned, f"in the zip vs pinned: {unpinned}"
 

@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.api.test_list_limits import ENTRIES
+from tests.helpers import ENTRIES
 from tests.server import Server, admin_creds, bootstrap
 
 

@@ -4,7 +4,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.api.test_metrics_access import TOKEN
+from tests.api.metrics import TOKEN
 from tests.server import Server
 from tests.server import bootstrap as bootstrap_file
 

@@ -26,9 +26,7 @@ import pytest
 
 from keysvc.db.postgres.store import LISTENER_PREFIX
 from tests.helpers import Creds
-from tests.postgres import PEPPER, Postgres
-from tests.server import Server, admin_creds, free_port, keysvc
-from tests.system.test_nginx import (
+from tests.nginx import (
     CLIENT,
     PLACEHOLDER,
     Answer,
@@ -39,6 +37,8 @@ from tests.system.test_nginx import (
     render,
     wrap,
 )
+from tests.postgres import PEPPER, Postgres
+from tests.server import Server, admin_creds, free_port, keysvc
 
 ROOT = Path(__file__).resolve().parents[2]
 TWO_INSTANCES = ROOT / "docs" / "nginx-two-instances.conf"

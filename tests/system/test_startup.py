@@ -4,16 +4,15 @@ beside a database that already has one."""
 
 import json
 import os
-import pwd
 import sqlite3
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.components import require_command
 from tests.server import Server, bootstrap, free_port, keysvc
 
 NOT_BOOTSTRAPPED = (
@@ -34,32 +33,32 @@ def serve(db: Path, *extra: str, prefix: tuple[str, ...] = ()) -> subprocess.Com
 
 
 @pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A folder an unprivileged user can reach (pytest's own are private to us)."""
-    with tempfile.TemporaryDirectory(prefix="keysvc-startup-") as name:
-        folder = Path(name)
-        folder.chmod(0o755)
-        try:
-            yield folder
-        finally:
-            folder.chmod(0o755)  # so that it can be removed when not run as root
+def shared_dir(tmp_path: Path) -> Iterator[Path]:
+    """A folder of the test's own, whose mode the test may take away."""
+    folder = tmp_path / "db"
+    folder.mkdir()
+    try:
+        yield folder
+    finally:
+        folder.chmod(0o755)  # so that it can be removed
 
 
-def unprivileged(folder: Path) -> tuple[str, ...]:
-    """A command prefix under which file permissions apply. Root passes them all, so
-    as root the command runs as ``nobody``, who is given ``folder`` and its files."""
+def unprivileged() -> tuple[str, ...]:
+    """A command prefix under which file modes apply. Root passes them all through
+    CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH, so as root the command runs as root
+    without those two (setpriv, from util-linux): the modes of its files then hold for
+    it, and it still reads the checkout it runs from, which another user may not (a
+    clone in a 0700 folder, such as /root or one from mktemp -d)."""
     if os.geteuid() != 0:
         return ()
-    nobody = pwd.getpwnam("nobody")
-    for path in (folder, *folder.iterdir()):
-        os.chown(path, nobody.pw_uid, nobody.pw_gid)
-    return ("setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups")
+    setpriv = require_command("setpriv", package="util-linux")
+    return (setpriv, "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search")
 
 
 def test_read_only_database_file_is_refused_in_one_line(shared_dir: Path) -> None:
     db = shared_dir / "keysvc.db"
     bootstrap(db)
-    prefix = unprivileged(shared_dir)
+    prefix = unprivileged()
     db.chmod(0o444)
     done = serve(db, prefix=prefix)
     assert done.returncode == 2, done.stderr
@@ -72,7 +71,7 @@ def test_read_only_database_file_is_refused_in_one_line(shared_dir: Path) -> Non
 def test_read_only_folder_is_refused_in_one_line(shared_dir: Path) -> None:
     db = shared_dir / "keysvc.db"
     bootstrap(db)
-    prefix = unprivileged(shared_dir)
+    prefix = unprivileged()
     shared_dir.chmod(0o555)
     for done in (serve(db, prefix=prefix), serve(db, "--workers", "2", prefix=prefix)):
         assert done.returncode == 2, done.stderr

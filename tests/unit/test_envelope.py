@@ -9,7 +9,7 @@ from aiohttp import web
 
 from keysvc.http import envelope
 from keysvc.http.render import encode, key_json, keys_json
-from tests.api.test_views import KEYS
+from tests.records import KEYS
 
 RID = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e0000aa"
 

@@ -1,0 +1,229 @@
+"""A real nginx (Debian's package: tests/components.py) running
+docs/nginx-auth-request.conf, the configuration the README shows, filled in; the tiny
+aiohttp upstream it protects, which echoes what it receives; and one HTTP request from
+a chosen loopback address. Used by tests/system/test_nginx.py and
+test_postgres_nginx.py."""
+
+import asyncio
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from contextlib import suppress
+from dataclasses import dataclass
+from email.message import Message
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from tests.components import require_command
+from tests.server import free_port
+
+TEMPLATE = Path(__file__).resolve().parents[1] / "docs" / "nginx-auth-request.conf"
+PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+# The client's address: loopback, but not the one nginx uses to reach keysvc.
+CLIENT = "127.0.0.2"
+EXAMPLE_ORGANIZATION = "123e4567-e89b-42d3-a456-426614174000"
+
+
+def nginx_binary() -> str:
+    return require_command("nginx", package="nginx")
+
+
+def render(listen_port: int, keysvc_socket: Path, upstream: str, organization_id: str) -> str:
+    """The template with its placeholders filled in; none may be left over."""
+    values = {
+        "listen_port": str(listen_port),
+        "keysvc_socket": str(keysvc_socket),
+        "upstream": upstream,
+        "organization_id": organization_id,
+    }
+    text = TEMPLATE.read_text()
+    unknown = set(PLACEHOLDER.findall(text)) - set(values)
+    assert not unknown, f"placeholders the test does not fill: {sorted(unknown)}"
+    return PLACEHOLDER.sub(lambda match: values[match[1]], text)
+
+
+def wrap(directory: Path, server_block: str) -> str:
+    """A whole nginx.conf around the template: everything nginx writes stays in
+    ``directory``, and as root the workers run as root (the test's files are 0700)."""
+    user = "user root;\n" if os.geteuid() == 0 else ""
+    temp = "\n".join(
+        f"    {kind}_temp_path {directory / kind};"
+        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    return (
+        f"{user}worker_processes 1;\n"
+        "events {\n    worker_connections 64;\n}\n"
+        "http {\n"
+        f"    access_log {directory / 'access.log'};\n"
+        f"{temp}\n"
+        f"{server_block}\n"
+        "}\n"
+    )
+
+
+class Nginx:
+    """A real nginx in the foreground, in its own process group, on a free port."""
+
+    def __init__(
+        self,
+        binary: str,
+        directory: Path,
+        keysvc_socket: Path,
+        upstream: str,
+        organization_id: str = EXAMPLE_ORGANIZATION,
+    ):
+        self.binary, self.directory = binary, directory
+        self.port = free_port()
+        self.conf = directory / "nginx.conf"
+        block = render(self.port, keysvc_socket, upstream, organization_id)
+        self.conf.write_text(wrap(directory, block))
+        self.error_log = directory / "error.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def command(self, *extra: str) -> list[str]:
+        return [
+            self.binary,
+            *("-p", f"{self.directory}/", "-c", str(self.conf), "-e", str(self.error_log)),
+            *("-g", f"daemon off; pid {self.directory / 'nginx.pid'};"),
+            *extra,
+        ]
+
+    def test_config(self) -> str:
+        """``nginx -t``: fails unless the configuration is accepted; returns its output."""
+        done = subprocess.run(
+            self.command("-t"), capture_output=True, text=True, timeout=30, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    def start(self) -> None:
+        with (self.directory / "nginx.out").open("wb") as out:
+            self.proc = subprocess.Popen(
+                self.command(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nginx exited: {self.log()}")
+            with socket.socket() as sock, suppress(OSError):
+                sock.connect(("127.0.0.1", self.port))
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"nginx did not start: {self.log()}")
+
+    def log(self) -> str:
+        return "\n".join(
+            path.read_text(errors="replace")
+            for path in (self.directory / "nginx.out", self.error_log)
+            if path.exists()
+        )
+
+    def stop(self) -> None:
+        """Fast shutdown; whatever is left of its process group is killed."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            with suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+        with suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # its own group: only its workers
+        self.proc.wait()
+
+
+class Upstream:
+    """The protected service: an aiohttp app, on a free loopback port in a thread of
+    its own, that answers every request with what it received, and records it."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._failed: BaseException | None = None
+        self._thread = threading.Thread(target=self._serve, name="upstream", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(20) or self._failed is not None:
+            self.stop()
+            raise RuntimeError(f"upstream did not start: {self._failed!r}")
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def _echo(self, request: web.Request) -> web.Response:
+        record = {
+            "method": request.method,
+            "path": request.path_qs,
+            "raw_path": request.raw_path,
+            "headers": dict(request.headers),
+            "body": (await request.read()).decode(),
+        }
+        self.seen.append(record)
+        return web.json_response(record)
+
+    def _serve(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._echo)
+        runner = web.AppRunner(app, access_log=None)
+        loop = self._loop
+        try:
+            loop.run_until_complete(runner.setup())
+            loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
+            self.port = runner.addresses[0][1]
+        except BaseException as exc:
+            self._failed = exc
+        self._ready.set()
+        try:
+            if self._failed is None:
+                loop.run_forever()
+        finally:
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+    def stop(self) -> None:
+        with suppress(RuntimeError):  # already closed: it never started
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: Message
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def call(
+    port: int,
+    path: str,
+    *,
+    method: str = "GET",
+    headers: dict[str, str] | None = None,
+    body: Any = None,
+    source: str | None = None,
+) -> Answer:
+    """One real HTTP request to 127.0.0.1:port, from ``source`` when given."""
+    connection = http.client.HTTPConnection(
+        "127.0.0.1", port, timeout=10, source_address=(source, 0) if source else None
+    )
+    sent = dict(headers or {})
+    if body is not None:
+        sent["Content-Type"] = "application/json"
+    try:
+        connection.request(method, path, None if body is None else json.dumps(body), sent)
+        response = connection.getresponse()
+        return Answer(response.status, response.headers, response.read())
+    finally:
+        connection.close()
