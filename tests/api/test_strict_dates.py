@@ -33,3 +33,13 @@ async def test_a_plain_date_is_still_taken(client: Client, admin: Creds) -> None
         headers=admin.headers,
     )
     assert len(await assert_ok(response)) >= 1
+
+
+async def test_an_expiry_with_a_nul_is_refused_too(client: Client, admin: Creds) -> None:
+    body = {"name": "x", "roles": ["developer"], "expireAt": "2030-01-01T00:00:00Z\u0000x"}
+    response = await client.post(
+        f"/v1/organizations/{admin.organization_id}/keys", json=body, headers=admin.headers
+    )
+    await assert_error(
+        response, 400, "expireAt: must be an ISO-8601 date-time such as 2030-01-01T00:00:00Z"
+    )
