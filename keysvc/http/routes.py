@@ -298,11 +298,11 @@ ROOT = Route(
     "GET",
     "/",
     "keysvcRoot",
-    "Where to start: the docs page and this document",
+    "Where to start: the console, the docs page and this document",
     tag="ops",
     public=True,
     statuses=(500,),
-    fields=("docs", "openapi"),
+    fields=("console", "docs", "openapi"),
 )
 HEALTHZ = Route(
     "GET",
