@@ -1,11 +1,11 @@
 """The root, the OpenAPI document and a docs page that renders it, all without
 credentials.
 
-``GET /`` names where to start: the console, the docs page and the document. The page and its script are keysvc's own;
-Swagger UI's assets come from the swagger-ui-py package, so the page works with
-no internet. Only the files listed here are served: nothing else of the
-package's folder is reachable. Text assets go gzipped to a client that accepts
-gzip (``keysvc.http.views.assets``).
+``GET /`` names where to start: the console, the docs page and the document. The
+page and its script are keysvc's own; Swagger UI's assets come from the
+swagger-ui-py package, so the page works with no internet. Only the files listed
+here are served: nothing else of the package's folder is reachable. Text assets go
+gzipped to a client that accepts gzip (``keysvc.http.views.assets``).
 """
 
 from functools import cache
