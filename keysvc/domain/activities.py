@@ -3,8 +3,8 @@ makes, with the public values before and after (never a secret or a hash), who
 made it (``Actor``), and the log's signed list cursor.
 
 The types and keyUpdateTypes are upstream's where upstream has one; keysvc adds
-the role events, ``key_used_after_revoke`` and the ``rate-limit-changed`` and
-``key-rotated`` updates (``ADDED_TYPES``, ``ADDED_UPDATE_TYPES``). A PATCH makes
+the role and webhook events, ``key_used_after_revoke`` and the ``rate-limit-changed``
+and ``key-rotated`` updates (``ADDED_TYPES``, ``ADDED_UPDATE_TYPES``). A PATCH makes
 one activity per kind of change, each with its keyUpdateType; a PATCH that
 changes nothing makes none.
 Recording is ``Store.record``, inside the write's own transaction.
@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from keysvc.credentials import Hasher
+from keysvc.db.webhooks import Webhook
 from keysvc.domain import cursors
 from keysvc.errors import BadRequest
 from keysvc.models import Activity, ActivityPage, Actor, Key, RoleDetail
@@ -24,10 +25,13 @@ from keysvc.timeutil import to_text
 KEY_CREATE, KEY_DELETE, KEY_UPDATE = "key_create", "key_delete", "openapi_key_update"
 ROLE_CREATE, ROLE_UPDATE, ROLE_DELETE = "role_create", "role_update", "role_delete"
 KEY_USED_AFTER_REVOKE = "key_used_after_revoke"
+WEBHOOK_CREATE, WEBHOOK_DELETE = "webhook_create", "webhook_delete"
 # The state a deleted key's use is recorded with (keysvc.db.keys.CREDENTIAL's tombstones).
 DELETED = "deleted"
 UPSTREAM_TYPES = (KEY_CREATE, KEY_DELETE, KEY_UPDATE)
-ADDED_TYPES = (ROLE_CREATE, ROLE_UPDATE, ROLE_DELETE, KEY_USED_AFTER_REVOKE)
+ADDED_TYPES = (
+    ROLE_CREATE, ROLE_UPDATE, ROLE_DELETE, KEY_USED_AFTER_REVOKE, WEBHOOK_CREATE, WEBHOOK_DELETE
+)  # fmt: skip
 RATE_LIMIT_CHANGED, KEY_ROTATED = "rate-limit-changed", "key-rotated"
 ADDED_UPDATE_TYPES = (RATE_LIMIT_CHANGED, KEY_ROTATED)
 ACTOR_TYPES = ("system", "api")
@@ -159,6 +163,28 @@ def role_deleted(detail: RoleDetail, actor: Actor, now: datetime) -> Activity:
         detail.organization_id, ROLE_DELETE, actor, now, target_role_id=detail.role.id,
         before=role_view(detail),
     )  # fmt: skip
+
+
+def webhook_view(webhook: Webhook) -> dict[str, Any]:
+    """What a webhook's activity keeps: never its secret or the nonce it comes from."""
+    return {
+        "webhookId": webhook.id,
+        "url": webhook.url,
+        "events": list(webhook.events),
+        "expiringDays": webhook.expiring_days,
+    }
+
+
+def webhook_created(webhook: Webhook, actor: Actor, now: datetime) -> Activity:
+    return Activity(
+        webhook.organization_id, WEBHOOK_CREATE, actor, now, after=webhook_view(webhook)
+    )
+
+
+def webhook_deleted(webhook: Webhook, actor: Actor, now: datetime) -> Activity:
+    return Activity(
+        webhook.organization_id, WEBHOOK_DELETE, actor, now, before=webhook_view(webhook)
+    )
 
 
 def bounded_user_agent(value: str | None) -> str | None:
