@@ -56,7 +56,7 @@ from keysvc.db.roles import RoleStore
 from keysvc.db.rows import key_from_joined
 from keysvc.db.timing import Observer, timed
 from keysvc.domain import activities
-from keysvc.models import Activity, ActivityPage, Credential, Key, KeyPage, NewKey
+from keysvc.models import Activity, ActivityKinds, ActivityPage, Credential, Key, KeyPage, NewKey
 from keysvc.timeutil import utcnow
 
 logger = logging.getLogger("keysvc")
@@ -343,9 +343,13 @@ class Store:
         limit: int,
         since: datetime | None = None,
         until: datetime | None = None,
+        kinds: ActivityKinds | None = None,
     ) -> ActivityPage:
-        """Oldest first, after the organization's ``after``-th record (a keyset page)."""
-        return await activity_sql.page(self.reader, organization_id, after, limit, since, until)
+        """Oldest first, after the organization's ``after``-th record (a keyset page), of
+        ``kinds`` only (None: every record)."""
+        return await activity_sql.page(
+            self.reader, organization_id, after, limit, since, until, kinds
+        )
 
     needs_touch: Callable[[Key, datetime], bool]
     """Whether ``key``'s usedAt is behind ``minute``, as far as this process knows

@@ -6,7 +6,9 @@ The types and keyUpdateTypes are upstream's where upstream has one; keysvc adds
 the role and webhook events, ``key_used_after_revoke`` and the ``rate-limit-changed``
 and ``key-rotated`` updates (``ADDED_TYPES``, ``ADDED_UPDATE_TYPES``). A PATCH makes
 one activity per kind of change, each with its keyUpdateType; a PATCH that
-changes nothing makes none.
+changes nothing makes none. A list shows only upstream's kinds of record
+(``UPSTREAM_KINDS``) unless asked for keysvc's too (``listed_kinds``), so that a
+client generated from upstream's document, whose enums are closed, reads every page.
 Recording is ``Store.record``, inside the write's own transaction.
 """
 
@@ -19,7 +21,7 @@ from keysvc.credentials import Hasher
 from keysvc.db.webhooks import Webhook
 from keysvc.domain import cursors
 from keysvc.errors import BadRequest
-from keysvc.models import Activity, ActivityPage, Actor, Key, RoleDetail
+from keysvc.models import Activity, ActivityKinds, ActivityPage, Actor, Key, RoleDetail
 from keysvc.timeutil import to_text
 
 KEY_CREATE, KEY_DELETE, KEY_UPDATE = "key_create", "key_delete", "openapi_key_update"
@@ -34,6 +36,14 @@ ADDED_TYPES = (
 )  # fmt: skip
 RATE_LIMIT_CHANGED, KEY_ROTATED = "rate-limit-changed", "key-rotated"
 ADDED_UPDATE_TYPES = (RATE_LIMIT_CHANGED, KEY_ROTATED)
+# The keyUpdateTypes keysvc records that upstream's enum has.
+UPSTREAM_UPDATE_TYPES = (
+    "created", "deleted", "name-changed", "state-changed", "date-changed",
+    "ip-access-list-changed", "role-changed",
+)  # fmt: skip
+UPSTREAM_KINDS = ActivityKinds(UPSTREAM_TYPES, UPSTREAM_UPDATE_TYPES)
+# The list's ``include`` that shows every record, keysvc's additions too.
+INCLUDE_ADDED = "keysvc"
 ACTOR_TYPES = ("system", "api")
 # The longest User-Agent kept: enough for any browser's, and a bound on what a
 # client can make every record of its writes carry.
@@ -219,6 +229,12 @@ def next_cursor(hasher: Hasher, organization_id: str, page: ActivityPage) -> str
     if not page.more:
         return None
     return cursors.encode(hasher, _CURSOR, organization_id, page.activities[-1].org_seq)
+
+
+def listed_kinds(params: Mapping[str, Any]) -> ActivityKinds | None:
+    """The kinds of record a list shows: upstream's, or with ``include=keysvc`` every one
+    (None)."""
+    return None if params.get("include") == INCLUDE_ADDED else UPSTREAM_KINDS
 
 
 def check_range(params: Mapping[str, Any]) -> None:

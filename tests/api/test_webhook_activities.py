@@ -21,7 +21,7 @@ async def every_activity(client: Client, creds: Creds) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     cursor = ""
     while True:
-        query = "limit=3" + (f"&cursor={cursor}" if cursor else "")
+        query = "limit=3&include=keysvc" + (f"&cursor={cursor}" if cursor else "")
         response = await client.get(activities_url(creds, query), headers=creds.headers)
         body = await response.json()
         assert response.status == 200, body
