@@ -104,17 +104,33 @@ def _port(value: str) -> int:
     return port
 
 
+# ASCII digits, with a minus for the refusals that name a negative number: ``int()``
+# alone takes Arabic-Indic digits, "1_000" and surrounding spaces.
+_INTEGER = re.compile(r"-?[0-9]+", re.ASCII)
+
+
 def _int(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise ConfigError(f"{value!r} is not a number") from None
+    if not _INTEGER.fullmatch(value):
+        raise ConfigError(f"{value!r} is not a number")
+    return int(value)
 
 
 def _positive(value: str) -> int:
     number = _int(value)
     if number < 1:
         raise ConfigError(f"{number} must be at least 1")
+    return number
+
+
+# Server processes on one port: past this, a machine spends its memory on copies of
+# the app rather than on requests.
+MAX_WORKERS = 64
+
+
+def _workers(value: str) -> int:
+    number = _int(value)
+    if not 1 <= number <= MAX_WORKERS:
+        raise ConfigError(f"{number} must be from 1 to {MAX_WORKERS}")
     return number
 
 
@@ -136,7 +152,7 @@ _UNITS = {"s": 1, "m": 60, "h": 3600}
 def _rate(value: str) -> tuple[int, int] | None:
     if value.lower() in ("", "off"):
         return None
-    match = re.fullmatch(r"(\d+)/(\d*)([smh])", value.strip())
+    match = re.fullmatch(r"([0-9]+)/([0-9]*)([smh])", value.strip())
     if not match or int(match[1]) < 1 or match[2] == "0":
         raise ConfigError(f"{value!r} is not a limit such as 100/10s, 1000/m or off")
     return int(match[1]), int(match[2] or 1) * _UNITS[match[3]]
@@ -151,6 +167,8 @@ def _count(value: str) -> int:
 
 def _seconds(value: str) -> float:
     try:
+        if not value.isascii():
+            raise ValueError(value)
         seconds = float(value)
     except ValueError:
         raise ConfigError(f"{value!r} is not a number of seconds") from None
@@ -244,7 +262,7 @@ def _group(value: str) -> int | None:
     """A group name or number, as the gid the unix socket file is given."""
     if not value:
         return None
-    if value.isdigit():
+    if _INTEGER.fullmatch(value) and not value.startswith("-"):
         return int(value)
     try:
         return grp.getgrnam(value).gr_gid
@@ -301,7 +319,10 @@ OPTIONS = (
         "cache_size", "KEYSVC_CACHE_SIZE", "10000", _count,
         "credentials kept in memory per process (0: no cache)",
     ),
-    Option("workers", "KEYSVC_WORKERS", "1", _positive, "server processes sharing the port"),
+    Option(
+        "workers", "KEYSVC_WORKERS", "1", _workers,
+        f"server processes sharing the port, 1 to {MAX_WORKERS}",
+    ),
     Option(
         "log_level", "KEYSVC_LOG_LEVEL", "info", _log_level,
         f"least severe log records written, one of {', '.join(LOG_LEVELS)}",

@@ -176,6 +176,15 @@ class Activity:
 
 
 @dataclass(frozen=True)
+class ActivityKinds:
+    """Which records an activity list shows: those of ``types`` whose keyUpdateType,
+    when they have one, is among ``update_types``."""
+
+    types: tuple[str, ...]
+    update_types: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ActivityPage:
     activities: list[Activity]
     more: bool

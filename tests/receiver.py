@@ -29,19 +29,20 @@ class Received:
 
 
 def signature_valid(secret: str, received: Received, tolerance: float = 300) -> bool:
-    """The receiver's check, as the README describes it: t and v1 from Keysvc-Signature,
-    HMAC-SHA256 keyed with the secret over "<t>.<raw body>", compared in constant time,
-    and t within ``tolerance`` seconds of now."""
+    """The receiver's check, as the README describes it: t and v2 from Keysvc-Signature,
+    HMAC-SHA256 keyed with the secret over "<t>.<event ID>.<event type>.<raw body>"
+    (the Keysvc-Event-Id and Keysvc-Event-Type headers), compared in constant time, and t
+    within ``tolerance`` seconds of now."""
     parts = dict(
         item.split("=", 1)
         for item in received.headers["Keysvc-Signature"].split(",")
         if "=" in item
     )
     timestamp = int(parts["t"])
-    expected = hmac.new(
-        secret.encode(), str(timestamp).encode() + b"." + received.body, hashlib.sha256
-    ).hexdigest()
-    return abs(time.time() - timestamp) <= tolerance and hmac.compare_digest(expected, parts["v1"])
+    event = (received.headers["Keysvc-Event-Id"], received.headers["Keysvc-Event-Type"])
+    signed = ".".join([str(timestamp), *event]).encode() + b"." + received.body
+    expected = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+    return abs(time.time() - timestamp) <= tolerance and hmac.compare_digest(expected, parts["v2"])
 
 
 class Receiver:

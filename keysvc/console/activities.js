@@ -1,6 +1,7 @@
 // The activities view: the organization's activity log (GET .../activities), a page
 // at a time in the API's order (oldest first), filtered by dates, each activity's
-// before and after values in a dialog. The view is listed for every key: one without
+// before and after values in a dialog. It asks for every record (include=keysvc), role
+// and webhook events included. The view is listed for every key: one without
 // activities:read sees the API's 403 (message and requestId) in the view itself.
 
 import { call, me, orgPath } from "./api.js";
@@ -28,6 +29,8 @@ function targetText(activity, names) {
     const name = names.get(activity.targetRoleId);
     return `role ${name ? `"${name}" ` : ""}${activity.targetRoleId}`;
   }
+  const webhook = (activity.after || activity.before || {}).webhookId;
+  if (webhook) return `webhook ${webhook}`;
   return "";
 }
 
@@ -78,7 +81,7 @@ async function render(container) {
   async function load() {
     let answer;
     try {
-      answer = await call("GET", orgPath("/activities"), { query: { limit: PAGE_SIZE, cursor: pages.cursor, ...dates } });
+      answer = await call("GET", orgPath("/activities"), { query: { limit: PAGE_SIZE, cursor: pages.cursor, include: "keysvc", ...dates } });
     } catch (error) {
       if (error.status === 403) error.hint = "Reading activities needs the activities:read permission: sign in with a key whose role grants it (admin does).";
       listArea.replaceChildren(errorNode(error));

@@ -28,7 +28,7 @@ from keysvc.db import replay
 from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql, with_json_list
 from keysvc.db.statements import fetch_all, fetch_one, many_rows
-from keysvc.models import Activity, ActivityPage, Actor
+from keysvc.models import Activity, ActivityKinds, ActivityPage, Actor
 from keysvc.timeutil import from_text, to_text
 
 GENESIS = bytes(32)  # the prev_hash of an organization's first record
@@ -63,12 +63,21 @@ _PAGE_HEAD = """
            actor_id, actor_ip, user_agent, actor_details, target_key_id, target_role_id,
            before, after
     from activities where organization_id = ? and org_seq > ? and """
-_PAGE = Sql(
-    _PAGE_HEAD + _SINCE_UNTIL + " order by org_seq limit ?",
-    _PAGE_HEAD + _SINCE_UNTIL_PG + " order by org_seq limit ?",
+# With an ``ActivityKinds`` (its two lists as JSON arrays; else nulls): only the records
+# of its types whose keyUpdateType, when they have one, it lists.
+_KINDS = (
+    " and (? is null or (type in {json_list}"
+    " and (key_update_type is null or key_update_type in {json_list})))"
+)
+_KINDS_PG = _KINDS.replace("(? is null", "(?::text is null")
+_PAGE = with_json_list(
+    _PAGE_HEAD + _SINCE_UNTIL + _KINDS + " order by org_seq limit ?",
+    _PAGE_HEAD + _SINCE_UNTIL_PG + _KINDS_PG + " order by org_seq limit ?",
 )
 _COUNT_HEAD = "select count(*) from activities where organization_id = ? and "
-_COUNT = Sql(_COUNT_HEAD + _SINCE_UNTIL, _COUNT_HEAD + _SINCE_UNTIL_PG)
+_COUNT = with_json_list(
+    _COUNT_HEAD + _SINCE_UNTIL + _KINDS, _COUNT_HEAD + _SINCE_UNTIL_PG + _KINDS_PG
+)
 _HEAD_COUNT = "select count from activity_heads where organization_id = ?"
 _WALK = """
     select id, organization_id, org_seq, created_at, type, key_update_type, actor_type,
@@ -220,16 +229,21 @@ async def page(
     limit: int,
     since: datetime | None,
     until: datetime | None,
+    kinds: ActivityKinds | None = None,
 ) -> ActivityPage:
     """Oldest first, after the organization's ``after``-th record, created within
-    ``since`` to ``until`` (both included, either open)."""
+    ``since`` to ``until`` (both included, either open), of ``kinds`` (None: every
+    record). ``total`` counts the records of those dates and kinds."""
     low = None if since is None else _stamp(since)
     high = None if until is None else _stamp(until)
-    rows = await fetch_all(conn, _PAGE, (organization_id, after, low, low, high, high, limit + 1))
-    if low is None and high is None:  # the head keeps the count: no scan of the log
+    types = None if kinds is None else json.dumps(kinds.types)
+    updates = None if kinds is None else json.dumps(kinds.update_types)
+    where = (organization_id, after, low, low, high, high, types, types, updates)
+    rows = await fetch_all(conn, _PAGE, (*where, limit + 1))
+    if low is None and high is None and kinds is None:  # the head keeps the count
         counted = await fetch_one(conn, _HEAD_COUNT, (organization_id,))
     else:
-        counted = await fetch_one(conn, _COUNT, (organization_id, low, low, high, high))
+        counted = await fetch_one(conn, _COUNT, (organization_id, *where[2:]))
     total = 0 if counted is None else int(counted[0])
     found = [_activity(row) for row in rows[:limit]]
     return ActivityPage(found, len(rows) > limit, total)

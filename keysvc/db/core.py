@@ -27,7 +27,7 @@ from keysvc.db.contract import Connection, PointReads, Records, Writes
 from keysvc.db.roles import RoleStore
 from keysvc.db.rows import key_from_joined
 from keysvc.db.timing import Observer, timed
-from keysvc.models import Activity, ActivityPage, Credential, Key, KeyPage
+from keysvc.models import Activity, ActivityKinds, ActivityPage, Credential, Key, KeyPage
 from keysvc.timeutil import utcnow
 
 logger = logging.getLogger("keysvc")
@@ -270,9 +270,13 @@ class StoreCore:
         limit: int,
         since: datetime | None = None,
         until: datetime | None = None,
+        kinds: ActivityKinds | None = None,
     ) -> ActivityPage:
-        """Oldest first, after the organization's ``after``-th record (a keyset page)."""
-        return await activity_sql.page(self.reader, organization_id, after, limit, since, until)
+        """Oldest first, after the organization's ``after``-th record (a keyset page), of
+        ``kinds`` only (None: every record)."""
+        return await activity_sql.page(
+            self.reader, organization_id, after, limit, since, until, kinds
+        )
 
     # Usage
 

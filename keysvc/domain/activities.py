@@ -3,10 +3,12 @@ makes, with the public values before and after (never a secret or a hash), who
 made it (``Actor``), and the log's signed list cursor.
 
 The types and keyUpdateTypes are upstream's where upstream has one; keysvc adds
-the role events, ``key_used_after_revoke`` and the ``rate-limit-changed`` and
-``key-rotated`` updates (``ADDED_TYPES``, ``ADDED_UPDATE_TYPES``). A PATCH makes
+the role and webhook events, ``key_used_after_revoke`` and the ``rate-limit-changed``
+and ``key-rotated`` updates (``ADDED_TYPES``, ``ADDED_UPDATE_TYPES``). A PATCH makes
 one activity per kind of change, each with its keyUpdateType; a PATCH that
-changes nothing makes none.
+changes nothing makes none. A list shows only upstream's kinds of record
+(``UPSTREAM_KINDS``) unless asked for keysvc's too (``listed_kinds``), so that a
+client generated from upstream's document, whose enums are closed, reads every page.
 Recording is ``Store.record``, inside the write's own transaction.
 """
 
@@ -16,20 +18,32 @@ from datetime import datetime
 from typing import Any
 
 from keysvc.credentials import Hasher
+from keysvc.db.webhooks import Webhook
 from keysvc.domain import cursors
 from keysvc.errors import BadRequest
-from keysvc.models import Activity, ActivityPage, Actor, Key, RoleDetail
+from keysvc.models import Activity, ActivityKinds, ActivityPage, Actor, Key, RoleDetail
 from keysvc.timeutil import to_text
 
 KEY_CREATE, KEY_DELETE, KEY_UPDATE = "key_create", "key_delete", "openapi_key_update"
 ROLE_CREATE, ROLE_UPDATE, ROLE_DELETE = "role_create", "role_update", "role_delete"
 KEY_USED_AFTER_REVOKE = "key_used_after_revoke"
+WEBHOOK_CREATE, WEBHOOK_DELETE = "webhook_create", "webhook_delete"
 # The state a deleted key's use is recorded with (keysvc.db.keys.CREDENTIAL's tombstones).
 DELETED = "deleted"
 UPSTREAM_TYPES = (KEY_CREATE, KEY_DELETE, KEY_UPDATE)
-ADDED_TYPES = (ROLE_CREATE, ROLE_UPDATE, ROLE_DELETE, KEY_USED_AFTER_REVOKE)
+ADDED_TYPES = (
+    ROLE_CREATE, ROLE_UPDATE, ROLE_DELETE, KEY_USED_AFTER_REVOKE, WEBHOOK_CREATE, WEBHOOK_DELETE
+)  # fmt: skip
 RATE_LIMIT_CHANGED, KEY_ROTATED = "rate-limit-changed", "key-rotated"
 ADDED_UPDATE_TYPES = (RATE_LIMIT_CHANGED, KEY_ROTATED)
+# The keyUpdateTypes keysvc records that upstream's enum has.
+UPSTREAM_UPDATE_TYPES = (
+    "created", "deleted", "name-changed", "state-changed", "date-changed",
+    "ip-access-list-changed", "role-changed",
+)  # fmt: skip
+UPSTREAM_KINDS = ActivityKinds(UPSTREAM_TYPES, UPSTREAM_UPDATE_TYPES)
+# The list's ``include`` that shows every record, keysvc's additions too.
+INCLUDE_ADDED = "keysvc"
 ACTOR_TYPES = ("system", "api")
 # The longest User-Agent kept: enough for any browser's, and a bound on what a
 # client can make every record of its writes carry.
@@ -168,6 +182,28 @@ def role_deleted(detail: RoleDetail, actor: Actor, now: datetime) -> Activity:
     )  # fmt: skip
 
 
+def webhook_view(webhook: Webhook) -> dict[str, Any]:
+    """What a webhook's activity keeps: never its secret or the nonce it comes from."""
+    return {
+        "webhookId": webhook.id,
+        "url": webhook.url,
+        "events": list(webhook.events),
+        "expiringDays": webhook.expiring_days,
+    }
+
+
+def webhook_created(webhook: Webhook, actor: Actor, now: datetime) -> Activity:
+    return Activity(
+        webhook.organization_id, WEBHOOK_CREATE, actor, now, after=webhook_view(webhook)
+    )
+
+
+def webhook_deleted(webhook: Webhook, actor: Actor, now: datetime) -> Activity:
+    return Activity(
+        webhook.organization_id, WEBHOOK_DELETE, actor, now, before=webhook_view(webhook)
+    )
+
+
 def bounded_user_agent(value: str | None) -> str | None:
     """The User-Agent as kept: at most MAX_USER_AGENT characters, with control
     characters and what cannot be stored as UTF-8 (a lone surrogate from a header's
@@ -200,6 +236,12 @@ def next_cursor(hasher: Hasher, organization_id: str, page: ActivityPage) -> str
     if not page.more:
         return None
     return cursors.encode(hasher, _CURSOR, organization_id, page.activities[-1].org_seq)
+
+
+def listed_kinds(params: Mapping[str, Any]) -> ActivityKinds | None:
+    """The kinds of record a list shows: upstream's, or with ``include=keysvc`` every one
+    (None)."""
+    return None if params.get("include") == INCLUDE_ADDED else UPSTREAM_KINDS
 
 
 def check_range(params: Mapping[str, Any]) -> None:

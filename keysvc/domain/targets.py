@@ -5,8 +5,12 @@ asks again of every address it connects to.
 A webhook URL is http or https, carries no credentials, and (unless
 KEYSVC_WEBHOOK_ALLOW_PRIVATE is on) names a host that is, and resolves only to,
 public addresses: not loopback, private, link-local, multicast, reserved or
-unspecified, IPv4 or IPv6, an IPv4-mapped IPv6 address judged as its IPv4 one, and
-a 6to4 or Teredo one refused unless the IPv4 addresses it wraps are public too. A
+unspecified, nor in any range of IANA's special-purpose registries that is not
+globally reachable (listed here, so that the answer does not change with the Python
+version's ``is_global``); an IPv6 address outside global unicast (2000::/3) is
+refused too. An IPv4-mapped IPv6 address is judged as its IPv4 one, a 6to4 one
+refused unless the IPv4 address it wraps is public too, and a Teredo one (within the
+IETF protocol assignments, 2001::/23) refused whole. A
 host that is no address is a DNS name: labels of letters, digits, ``-`` and ``_``,
 none empty or longer than 63 characters, and valid IDNA where it says it is. A
 name resolved again at delivery may answer differently (DNS rebinding): the
@@ -31,10 +35,23 @@ NOT_A_URL = "url: is not a URL; give one such as https://example.com/hooks"
 # A DNS name as a host: at most 253 characters, in labels of 1 to 63 (RFC 1035); ``_``
 # is allowed, as some service names hold it.
 MAX_NAME, LABEL = 253, re.compile(r"[a-z0-9_-]{1,63}")
-# Ranges Python's ``is_global`` counts as global that reach no public host: the IETF
-# protocol assignments (192.0.0.0/24, beyond its /29 and /31 that ``is_private``
-# names) and the 6to4 relay anycast prefix.
-NOT_PUBLIC = (ipaddress.ip_network("192.0.0.0/24"), ipaddress.ip_network("192.88.99.0/24"))
+# IANA's special-purpose ranges that reach no public host (RFC 6890 and its updates),
+# whatever a Python version's ``is_global`` says of them. 6to4 (2002::/16) is judged
+# by the IPv4 address it wraps; Teredo (2001::/32) falls within 2001::/23.
+NOT_PUBLIC = tuple(
+    ipaddress.ip_network(network)
+    for network in (
+        "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+        "172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16",
+        "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
+        "::/128", "::1/128", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001::/23",
+        "2001:db8::/32", "3fff::/20", "5f00::/16", "fc00::/7", "fe80::/10", "fec0::/10",
+        "ff00::/8",
+    )
+)  # fmt: skip
+# The only IPv6 space allocated for global unicast (IPv4-mapped addresses are judged
+# as their IPv4 ones before this).
+GLOBAL_UNICAST = ipaddress.ip_network("2000::/3")
 PRIVATE_TARGET = (
     "url: {host} is, or resolves to, a loopback, private or otherwise non-public address;"
     " give a public host (an operator may allow private targets with"
@@ -51,6 +68,8 @@ def is_public(address: IPAddress) -> bool:
             return is_public(address.ipv4_mapped)
         wrapped = [address.sixtofour, *(address.teredo or ())]
         if not all(is_public(inner) for inner in wrapped if inner is not None):
+            return False
+        if address not in GLOBAL_UNICAST:
             return False
     return (
         address.is_global

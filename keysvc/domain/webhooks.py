@@ -1,7 +1,8 @@
 """Webhook subscriptions and the events keysvc sends them: the rules of a subscription
 (its URL, events and limits), its signing secret, shown once, the delivery log's
 signed cursor, and ``enqueue``, the one call a write makes, inside its transaction,
-to send an event.
+to send an event. A create and a delete are recorded in the activity log in their own
+transaction (``keysvc.domain.activities.webhook_created``), without the secret.
 
 A webhook's secret is not stored: the webhook keeps a random nonce, and the secret
 is derived from it with a key that comes from the pepper (``Hasher.webhook_secret``).
@@ -18,12 +19,12 @@ from keysvc.db import outbox
 from keysvc.db import webhooks as webhook_sql
 from keysvc.db.contract import Store
 from keysvc.db.webhooks import Delivery, Webhook
-from keysvc.domain import cursors
+from keysvc.domain import activities, cursors
 from keysvc.domain.limits import DEFAULT_EXPIRING_DAYS, MAX_WEBHOOKS_PER_ORG
 from keysvc.domain.permissions import has_permission
 from keysvc.domain.targets import check_addresses, parse_url
 from keysvc.errors import Conflict, Forbidden, NotFound
-from keysvc.models import Key
+from keysvc.models import Actor, Key
 
 NONCE_BYTES = 32
 NOT_FOUND = "webhook not found in this organization"
@@ -67,6 +68,7 @@ async def create_webhook(
     data: dict[str, Any],
     now: datetime,
     allow_private: bool,
+    actor: Actor,
 ) -> Created:
     """Store a webhook from a validated body; its URL's host must be public unless
     ``allow_private`` (``keysvc.domain.targets``). Its events' data must be data ``caller``
@@ -95,6 +97,7 @@ async def create_webhook(
             nonce,
             now,
         )
+        await store.record(conn, activities.webhook_created(webhook, actor, now))
     return Created(webhook, hasher.webhook_secret(nonce))
 
 
@@ -109,11 +112,17 @@ async def get_webhook(store: Store, organization_id: str, webhook_id: str) -> We
     return webhook
 
 
-async def delete_webhook(store: Store, organization_id: str, webhook_id: str) -> None:
+async def delete_webhook(
+    store: Store, organization_id: str, webhook_id: str, actor: Actor, now: datetime
+) -> None:
     """Delete the webhook, and with it its deliveries, pending ones included."""
     async with store.transaction("delete_webhook") as conn:
-        if not await webhook_sql.delete_webhook(conn, organization_id, webhook_id):
+        webhook = await webhook_sql.get_webhook(conn, organization_id, webhook_id)
+        if webhook is None or not await webhook_sql.delete_webhook(
+            conn, organization_id, webhook_id
+        ):
             raise NotFound(NOT_FOUND)
+        await store.record(conn, activities.webhook_deleted(webhook, actor, now))
 
 
 async def deliveries(

@@ -173,6 +173,18 @@ _DATE_PARAMS = [
     for name, what in (("from_date", "A starting date for a search"),
                        ("to_date", "An ending date for a search"))
 ]  # fmt: skip
+# keysvc's records that upstream's closed enums lack are listed only when asked for.
+_INCLUDE_PARAM = {
+    "in": "query",
+    "name": "include",
+    "description": "keysvc addition: `keysvc` lists every record, keysvc's activity types"
+    " and keyUpdateTypes (x-keysvc-enum-additions) included. Without it, only records whose"
+    " type and keyUpdateType are upstream's are listed, and counted in totalCount, so that a"
+    " client generated from upstream's document reads every page.",
+    "required": False,
+    "schema": {"type": "string", "enum": ["keysvc"]},
+    "x-keysvc-addition": True,
+}
 _WEBHOOK_PARAM = _path_param("webhookId", "ID of the requested webhook.")
 _LIST_PARAMS = [
     {
@@ -238,7 +250,7 @@ def _params(route: Route) -> list[dict[str, Any]]:
         for name in _PATH_PARAM.findall(route.path)
     ]
     if route is LIST_ACTIVITIES:
-        params.extend(_DATE_PARAMS)
+        params.extend([*_DATE_PARAMS, _INCLUDE_PARAM])
     if route.paged:
         params.extend(_LIST_PARAMS)
     if route.query:

@@ -102,10 +102,14 @@ class UsageQuerySchema(Schema):
 
 
 class ListActivitiesQuerySchema(ListKeysQuerySchema):
-    """Upstream's from_date and to_date (both included), and keysvc's paging."""
+    """Upstream's from_date and to_date (both included), keysvc's paging, and its
+    ``include=keysvc``, which lists keysvc's kinds of record too."""
 
     from_date = QueryMoment()
     to_date = QueryMoment()
+    include = fields.String(
+        validate=validate.Equal("keysvc", error="must be keysvc, for keysvc's activity types too")
+    )
 
 
 class ListDeliveriesQuerySchema(ListKeysQuerySchema):

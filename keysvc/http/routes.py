@@ -248,11 +248,12 @@ DELETE_ROLE = Route(
     statuses=(*WRITE, 404, 409),
 )
 _ACTIVITIES = (
-    "Needs the permission `activities:read`. Every key and role write, oldest first, in "
-    "pages of `limit` (keysvc addition), created from `from_date` to `to_date` (both "
-    "included; 400 when from_date is after to_date). Role events, key_used_after_revoke "
-    "and the rate-limit-changed keyUpdateType are keysvc additions, as are before, after "
-    "and targetRoleId. The log is kept: there is no retention."
+    "Needs the permission `activities:read`. Every key, role and webhook write, oldest "
+    "first, in pages of `limit` (keysvc addition), created from `from_date` to `to_date` "
+    "(both included; 400 when from_date is after to_date). Role and webhook events, "
+    "key_used_after_revoke and the rate-limit-changed and key-rotated keyUpdateTypes are "
+    "keysvc additions, listed only with `include=keysvc`; before, after and targetRoleId "
+    "are additions too. The log is kept: there is no retention."
 )
 LIST_ACTIVITIES = Route(
     "GET",
@@ -301,11 +302,11 @@ ROOT = Route(
     "GET",
     "/",
     "keysvcRoot",
-    "Where to start: the docs page and this document",
+    "Where to start: the console, the docs page and this document",
     tag="ops",
     public=True,
     statuses=(500,),
-    fields=("docs", "openapi"),
+    fields=("console", "docs", "openapi"),
 )
 HEALTHZ = Route(
     "GET",

@@ -128,8 +128,11 @@ class ExpireAt(fields.Field[datetime | None]):
 
 
 def in_utc(text: str, example: str) -> datetime:
-    """The ISO-8601 date-time ``text``, which must carry an offset, in UTC."""
+    """The ISO-8601 date-time ``text``, which must carry an offset, in UTC. Printable
+    ASCII only: ``fromisoformat`` reads up to a NUL and takes what came before it."""
     try:
+        if not (text.isascii() and text.isprintable()):
+            raise ValueError(text)
         moment = datetime.fromisoformat(text)
     except ValueError:
         raise ValidationError(f"must be an ISO-8601 date-time such as {example}") from None

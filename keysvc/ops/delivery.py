@@ -52,12 +52,14 @@ WATCH_SECONDS = 0.1
 EXPIRING_PER_SCAN = 500
 
 
-def signature(secret: str, timestamp: int, body: str) -> str:
-    """The Keysvc-Signature header: ``t=<unix seconds>,v1=<hex HMAC-SHA256(secret,
-    "<t>.<body>")>``, Stripe's scheme."""
-    signed = f"{timestamp}.{body}".encode()
+def signature(secret: str, timestamp: int, event_id: str, event_type: str, body: str) -> str:
+    """The Keysvc-Signature header: ``t=<unix seconds>,v2=<hex HMAC-SHA256(secret,
+    "<t>.<event ID>.<event type>.<body>")>``, Stripe's scheme with the Keysvc-Event-Id
+    and Keysvc-Event-Type headers signed too. The ID is a UUID, the type one of the
+    event types and the body a JSON object, so no field can run into the next."""
+    signed = f"{timestamp}.{event_id}.{event_type}.{body}".encode()
     mac = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
-    return f"t={timestamp},v1={mac}"
+    return f"t={timestamp},v2={mac}"
 
 
 def retry_delay(base: float, attempts: int) -> float:
@@ -212,7 +214,9 @@ class Deliverer:
             "Content-Type": "application/json",
             "Keysvc-Event-Id": due.event_id,
             "Keysvc-Event-Type": due.event_type,
-            "Keysvc-Signature": signature(secret, int(time.time()), due.body),
+            "Keysvc-Signature": signature(
+                secret, int(time.time()), due.event_id, due.event_type, due.body
+            ),
         }
         async with self._session.post(
             due.url, data=due.body.encode(), headers=headers, allow_redirects=False

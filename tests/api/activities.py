@@ -15,7 +15,7 @@ async def listed(client: Client, creds: Creds, query: str = "") -> list[dict[str
     found: list[dict[str, Any]] = []
     cursor = None
     while True:
-        params = f"?limit=2{query}" + (f"&cursor={cursor}" if cursor else "")
+        params = f"?limit=2&include=keysvc{query}" + (f"&cursor={cursor}" if cursor else "")
         response = await client.get(url(creds, params), headers=creds.headers)
         body = await response.json()
         assert response.status == 200, body

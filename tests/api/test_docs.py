@@ -11,7 +11,7 @@ from tests.helpers import Client, assert_ok
 
 async def test_root_links_to_the_docs_and_the_document(client: Client) -> None:
     result = await assert_ok(await client.get("/"))  # no credentials
-    assert result == {"docs": "/docs", "openapi": "/v1/openapi.json"}
+    assert result == {"console": "/console", "docs": "/docs", "openapi": "/v1/openapi.json"}
     for link in result.values():
         response = await client.get(link)
         assert response.status == 200, link

@@ -263,7 +263,7 @@ async def test_real_responses_match_the_document(
                 json={"name": "n", "roles": ["admin"]}, headers=dev.headers))  # fmt: skip
     activities = "/v1/organizations/{organizationId}/activities"
     log = await check(activities, "get", await client.get(
-        f"/v1/organizations/{org}/activities?limit=250", headers=h))  # fmt: skip
+        f"/v1/organizations/{org}/activities?limit=250&include=keysvc", headers=h))  # fmt: skip
     assert {a["type"] for a in log["result"]} >= {"key_create", "role_update", "key_delete"}
     for entry in log["result"]:
         await check(activities + "/{activityId}", "get", await client.get(

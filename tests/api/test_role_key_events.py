@@ -33,7 +33,7 @@ async def setup(
 
 
 async def activities(client: Client, admin: Creds) -> list[dict[str, Any]]:
-    url = f"/v1/organizations/{admin.organization_id}/activities?limit=100"
+    url = f"/v1/organizations/{admin.organization_id}/activities?limit=100&include=keysvc"
     result: list[dict[str, Any]] = await assert_ok(await client.get(url, headers=admin.headers))
     return result
 

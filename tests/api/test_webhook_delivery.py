@@ -285,14 +285,16 @@ async def test_the_readme_receiver_snippet_verifies_a_delivery(
     client, admin, _, secret = await _setup(aiohttp_client, settings, clock, receiver)
     await create(client, admin, {"name": "x", "roles": ["developer"]})
     (got,) = await receiver.wait_for(lambda received: len(received) >= 1)
-    header = got.headers["Keysvc-Signature"]
-    assert verify(secret, header, got.body)
-    assert not verify(secret, header, got.body + b" ")
-    assert not verify(secret[:-1] + "x", header, got.body)
+    assert verify(secret, got.headers, got.body)
+    assert not verify(secret, got.headers, got.body + b" ")
+    assert not verify(secret[:-1] + "x", got.headers, got.body)
     # Correctly signed, but more than five minutes ago.
-    then = str(int(time.time()) - 301).encode()
-    mac = hmac.new(secret.encode(), then + b"." + got.body, hashlib.sha256).hexdigest()
-    assert not verify(secret, f"t={then.decode()},v1={mac}", got.body)
+    then = str(int(time.time()) - 301)
+    event = f"{got.headers['Keysvc-Event-Id']}.{got.headers['Keysvc-Event-Type']}."
+    signed = f"{then}.{event}".encode() + got.body
+    mac = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+    stale = {**got.headers, "Keysvc-Signature": f"t={then},v2={mac}"}
+    assert not verify(secret, stale, got.body)
 
 
 async def test_finished_deliveries_are_kept_30_days(

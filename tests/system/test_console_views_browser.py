@@ -155,7 +155,7 @@ def test_activities_list_the_create_and_the_rotation_made_in_the_page(
     expect(rows.nth(1)).to_contain_text("openapi_key_update: key-rotated")
     expect(rows.nth(1)).to_contain_text("(you)")
     # The same two, in the API's order, as the API lists them.
-    status, body = console.api("/activities")
+    status, body = console.api("/activities?include=keysvc")
     assert status == 200, body
     listed = [
         (a["type"], a.get("keyUpdateType")) for a in body["result"] if a.get("targetKeyId") == key

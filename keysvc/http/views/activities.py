@@ -26,8 +26,9 @@ async def list_activities(request: web.Request) -> web.Response:
     activities.check_range(params)
     after = activities.decode_cursor(hasher, organization_id, params.get("cursor"))
     page = await request.app[STORE].list_activities(
-        organization_id, after, params["limit"], params.get("from_date"), params.get("to_date")
-    )
+        organization_id, after, params["limit"], params.get("from_date"), params.get("to_date"),
+        activities.listed_kinds(params),
+    )  # fmt: skip
     return ok(
         request,
         _activities.dump(page.activities),

@@ -1,11 +1,11 @@
 """The root, the OpenAPI document and a docs page that renders it, all without
 credentials.
 
-``GET /`` names where to start. The page and its script are keysvc's own;
-Swagger UI's assets come from the swagger-ui-py package, so the page works with
-no internet. Only the files listed here are served: nothing else of the
-package's folder is reachable. Text assets go gzipped to a client that accepts
-gzip (``keysvc.http.views.assets``).
+``GET /`` names where to start: the console, the docs page and the document. The
+page and its script are keysvc's own; Swagger UI's assets come from the
+swagger-ui-py package, so the page works with no internet. Only the files listed
+here are served: nothing else of the package's folder is reachable. Text assets go
+gzipped to a client that accepts gzip (``keysvc.http.views.assets``).
 """
 
 from functools import cache
@@ -16,7 +16,7 @@ from aiohttp import web
 
 from keysvc.errors import NotFound
 from keysvc.http.envelope import ok
-from keysvc.http.routes import DOCS, DOCS_ASSET, OPENAPI_DOCUMENT, ROOT, serves
+from keysvc.http.routes import CONSOLE, DOCS, DOCS_ASSET, OPENAPI_DOCUMENT, ROOT, serves
 from keysvc.http.state import OPENAPI
 from keysvc.http.views.assets import file_response
 
@@ -37,7 +37,7 @@ _ASSETS = {
     "favicon-32x32.png": "image/png",
     "docs.js": "text/javascript",
 }
-ROOT_LINKS = {"docs": "/docs", "openapi": "/v1/openapi.json"}
+ROOT_LINKS = {"console": CONSOLE.path, "docs": DOCS.path, "openapi": OPENAPI_DOCUMENT.path}
 # The page only loads what it names; nothing may be loaded from elsewhere.
 _CSP = (
     "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
@@ -47,7 +47,7 @@ _CSP = (
 
 @serves(ROOT)
 async def root(request: web.Request) -> web.Response:
-    """Where to start: the docs page and the OpenAPI document."""
+    """Where to start: the console, the docs page and the OpenAPI document."""
     return ok(request, ROOT_LINKS)
 
 

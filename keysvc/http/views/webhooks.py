@@ -17,7 +17,7 @@ from keysvc.http.routes import (
 )
 from keysvc.http.schemas import CreateWebhookSchema, load
 from keysvc.http.state import CLOCK, HASHER, SETTINGS, STORE
-from keysvc.http.views.common import authorized, path_uuid, query, read_json_object
+from keysvc.http.views.common import actor, authorized, path_uuid, query, read_json_object
 
 _webhook = WebhookSchema()
 _webhooks = WebhookSchema(many=True)
@@ -42,7 +42,7 @@ async def create_webhook(request: web.Request) -> web.Response:
     app = request.app
     created = await webhooks.create_webhook(
         app[STORE], app[HASHER], caller, organization_id, data, app[CLOCK](),
-        app[SETTINGS].webhook_allow_private,
+        app[SETTINGS].webhook_allow_private, actor(request),
     )  # fmt: skip
     return ok(request, _created.dump(created))
 
@@ -61,8 +61,9 @@ async def get_webhook(request: web.Request) -> web.Response:
 async def delete_webhook(request: web.Request) -> web.Response:
     _, organization_id = authorized(request)
     await webhooks.delete_webhook(
-        request.app[STORE], organization_id, path_uuid(request, "webhookId")
-    )
+        request.app[STORE], organization_id, path_uuid(request, "webhookId"), actor(request),
+        request.app[CLOCK](),
+    )  # fmt: skip
     return ok(request)
 
 
