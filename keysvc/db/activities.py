@@ -26,7 +26,7 @@ from typing import Any
 
 from keysvc.db import replay
 from keysvc.db.contract import Connection
-from keysvc.db.dialect import Sql, with_json_list
+from keysvc.db.dialect import with_json_list
 from keysvc.db.statements import fetch_all, fetch_one, many_rows
 from keysvc.models import Activity, ActivityKinds, ActivityPage, Actor
 from keysvc.timeutil import from_text, to_text

@@ -17,7 +17,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from keysvc.models import Activity, ActivityPage, Credential, Key, KeyPage, NewKey, RoleDetail
+from keysvc.models import (
+    Activity,
+    ActivityKinds,
+    ActivityPage,
+    Credential,
+    Key,
+    KeyPage,
+    NewKey,
+    RoleDetail,
+)
 
 if TYPE_CHECKING:  # the SQL modules below run their statements on ``Connection``
     from keysvc.db.batching import RevokedUse
@@ -186,6 +195,7 @@ class Store(Protocol):
         limit: int,
         since: datetime | None = None,
         until: datetime | None = None,
+        kinds: ActivityKinds | None = None,
     ) -> Awaitable[ActivityPage]: ...
 
     def touch_used(self, key_id: str, minute: datetime) -> Awaitable[None]: ...

@@ -70,7 +70,7 @@ from keysvc.db.postgres.connection import (
 from keysvc.db.rows import role_from_row
 from keysvc.db.statements import fetch_all, fetch_one, to_the_end
 from keysvc.db.timing import Observer
-from keysvc.models import Activity, ActivityPage, Credential, Key, KeyPage, NewKey
+from keysvc.models import Activity, ActivityKinds, ActivityPage, Credential, Key, KeyPage, NewKey
 
 logger = logging.getLogger("keysvc")
 
@@ -662,8 +662,9 @@ class PgStore:
         limit: int,
         since: datetime | None = None,
         until: datetime | None = None,
+        kinds: ActivityKinds | None = None,
     ) -> Awaitable[ActivityPage]:
-        return self._core.list_activities(organization_id, after, limit, since, until)
+        return self._core.list_activities(organization_id, after, limit, since, until, kinds)
 
     def touch_used(self, key_id: str, minute: datetime) -> Awaitable[None]:
         return self._core.touch_used(key_id, minute)

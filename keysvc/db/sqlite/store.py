@@ -41,7 +41,7 @@ from keysvc.db.sqlite.migrations import migrate
 from keysvc.db.sqlite.pointreads import PointReader
 from keysvc.db.timing import Observer, timed
 from keysvc.errors import DatabaseUnavailable
-from keysvc.models import Activity, ActivityPage, Credential, Key, KeyPage, NewKey
+from keysvc.models import Activity, ActivityKinds, ActivityPage, Credential, Key, KeyPage, NewKey
 
 logger = logging.getLogger("keysvc")
 
@@ -218,8 +218,9 @@ class Store:
         limit: int,
         since: datetime | None = None,
         until: datetime | None = None,
+        kinds: ActivityKinds | None = None,
     ) -> Awaitable[ActivityPage]:
-        return self._core.list_activities(organization_id, after, limit, since, until)
+        return self._core.list_activities(organization_id, after, limit, since, until, kinds)
 
     def touch_used(self, key_id: str, minute: datetime) -> Awaitable[None]:
         return self._core.touch_used(key_id, minute)
