@@ -7,7 +7,6 @@ import logging
 import sys
 import threading
 import time
-import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -127,7 +126,16 @@ def _key(key_id: str) -> Key:
 @pytest.mark.parametrize(
     "values",
     [
-        (str(uuid.uuid4()), "GET", KEY, 200, 0.000123, "127.0.0.1", _key("k1"), "ok"),
+        (
+            "6f1c2d3e-5b4a-4c9d-8e7f-0a1b2c3d4e5f",
+            "GET",
+            KEY,
+            200,
+            0.000123,
+            "127.0.0.1",
+            _key("k1"),
+            "ok",
+        ),
         (None, "POST", KEYS, 201, 0.0, None, None, None),
         ("r", "keysvc_" + "A" * 42, "unmatched", 404, 12.3456789, "::1", None, "malformed"),
         (
