@@ -189,3 +189,34 @@ class ActivityPage:
     activities: list[Activity]
     more: bool
     total: int
+
+
+@dataclass(frozen=True)
+class Webhook:
+    seq: int
+    id: str
+    organization_id: str
+    url: str
+    events: tuple[str, ...]
+    expiring_days: int
+    nonce: bytes
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Attempt:
+    at: datetime
+    status: int | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Delivery:
+    seq: int
+    id: str
+    event_id: str
+    event_type: str
+    created_at: datetime
+    state: str
+    attempts: tuple[Attempt, ...]
+    next_attempt_at: datetime | None

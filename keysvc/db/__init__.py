@@ -4,7 +4,8 @@
 - ``contract``: the ``Store`` and ``Connection`` Protocols the layers above are typed
   against, and the ``Records`` they give a store at opening.
 - ``backends``: the one place that chooses a backend (``open_store``, audit, backup).
-- ``core``: what both stores share, held by each (``StoreCore``).
+- ``core``: what both stores share, held by each (``StoreCore``); ``front``: its calls,
+  forwarded once for both (``CoreFront``).
 - ``sqlite/`` and ``postgres/``: the two stores, siblings, each with its connections,
   schema steps, audit snapshot and tools.
 - The SQL both run, in SQLite's dialect (PostgreSQL's forms beside it, ``dialect``):

@@ -15,15 +15,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
 from keysvc.db import outbox
 from keysvc.db import usage as usage_sql
-from keysvc.db.contract import Writes
+from keysvc.db.contract import RevokedUse, Writes
 from keysvc.errors import InsufficientStorage
-from keysvc.models import Activity, Key
+from keysvc.models import Key
 from keysvc.timeutil import to_minute, to_text
 
 logger = logging.getLogger("keysvc")
@@ -139,14 +138,6 @@ class Touches:
                 raise
             if touches is not None:
                 touches.done.set_result(None)
-
-
-@dataclass(frozen=True)
-class RevokedUse:
-    """A revoked key's use: its activity, and the key's public view for the event."""
-
-    activity: Activity
-    key_view: dict[str, Any]
 
 
 class RevokedUses:

@@ -4,7 +4,7 @@ of a database, whichever backend serves it.
 ``Store`` is the front (``keysvc.db.sqlite.store.Store`` on SQLite,
 ``keysvc.db.postgres.store.PgStore`` on PostgreSQL); ``Connection`` is what the
 SQL functions (``keysvc.db.keys``, ``roles``, ``outbox``...) run their statements on,
-inside ``Store.transaction`` or on ``Store.reader``. A backend's failures reach callers
+inside ``Store.transaction`` or on the store's own reader. A backend's failures reach callers
 as keysvc's own errors (``keysvc.errors``): ``DatabaseUnavailable``, ``Conflict``,
 ``InsufficientStorage``, never a driver's exception.
 """
@@ -22,17 +22,17 @@ from keysvc.models import (
     ActivityKinds,
     ActivityPage,
     Credential,
+    Delivery,
     Key,
     KeyPage,
     NewKey,
+    Role,
     RoleDetail,
+    RolePage,
+    Webhook,
 )
 
-if TYPE_CHECKING:  # the SQL modules below run their statements on ``Connection``
-    from keysvc.db.batching import RevokedUse
-    from keysvc.db.cache import Caches
-    from keysvc.db.keys import Announce, Recheck
-    from keysvc.db.roles import RoleStore
+if TYPE_CHECKING:
     from keysvc.db.timing import Observer
 
 
@@ -41,6 +41,23 @@ if TYPE_CHECKING:  # the SQL modules below run their statements on ``Connection`
 PreLog = Callable[[Sequence[RoleDetail], Sequence[Key], datetime], list[Activity]]
 # The body of a created key's ``key.created`` event (``keysvc.http.render.api_key``).
 KeyEvent = Callable[[Key], dict[str, Any]]
+# The domain's rule for a create, run again inside its write transaction with the
+# roles it grants as they are then (by ID; one deleted since is missing, and the
+# insert refuses it): why the create is refused now, or None. Another write may have
+# widened a role since the domain checked it before the write.
+Recheck = Callable[[NewKey, Mapping[str, Role]], Exception | None]
+# The activity a create records, made from its key once inserted.
+Announce = Callable[[Key], Activity]
+# A rendered page of a list: its items' JSON and the rest of its envelope.
+Rendered = tuple[bytes, bytes]
+
+
+@dataclass(frozen=True)
+class RevokedUse:
+    """A revoked key's use: its activity, and the key's public view for the event."""
+
+    activity: Activity
+    key_view: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -135,17 +152,27 @@ class SharedCountStore(Protocol):
     async def blocked_networks(self, start: int, limit: int, most: int) -> dict[str, int]: ...
 
 
+class RoleReads(Protocol):
+    """The roles as read outside a transaction (``keysvc.db.roles.RoleStore``)."""
+
+    def resolve_roles(
+        self, organization_id: str, names: Sequence[str], ids: Sequence[str]
+    ) -> Awaitable[list[Role]]: ...
+
+    def list_roles(
+        self, organization_id: str, after: tuple[int, str], limit: int
+    ) -> Awaitable[RolePage]: ...
+
+    def get_role(self, organization_id: str, role_id: str) -> Awaitable[RoleDetail | None]: ...
+
+
 class Store(Protocol):
-    """A database opened to serve (``keysvc.db.backends.open_store``)."""
+    """A database opened to serve (``keysvc.db.backends.open_store``). Its caches
+    (``keysvc.db.cache.Caches``) stay inside it: the ``cached_*`` calls answer from
+    them synchronously, without a statement, or None; the awaited reads fill them."""
 
     @property
-    def reader(self) -> Connection: ...
-
-    @property
-    def caches(self) -> Caches: ...
-
-    @property
-    def roles(self) -> RoleStore: ...
+    def roles(self) -> RoleReads: ...
 
     @property
     def space(self) -> Space: ...
@@ -172,6 +199,32 @@ class Store(Protocol):
         self, new: NewKey, max_keys: int, announce: Announce, recheck: Recheck | None = None
     ) -> Awaitable[Key]: ...
 
+    def data_version(self) -> int:
+        """A number that changes whenever anything is committed (``Caches.data_version``)."""
+        ...
+
+    def cached_key(self, organization_id: str, key_id: str) -> Key | None:
+        """The key, if cached and nothing was committed since it was read; no statement."""
+        ...
+
+    def cached_credential(self, key_id_hash: bytes) -> Credential | None:
+        """The credential, if cached and authorization has not moved since; no statement."""
+        ...
+
+    def proven_credential(self, proof: bytes) -> Credential | None:
+        """The credential a checked Authorization header (by its keyed hash) carries."""
+        ...
+
+    def remember_proof(self, proof: bytes, key_id_hash: bytes, credential: Credential) -> None:
+        """Remember that the header hashed to ``proof`` carries ``credential``."""
+        ...
+
+    def cached_page(
+        self, key: tuple[object, ...], render: Callable[[], Awaitable[Rendered]]
+    ) -> Awaitable[Rendered]:
+        """The page rendered for ``key`` as committed now: kept, else ``render()``'s."""
+        ...
+
     def get_key(self, organization_id: str, key_id: str) -> Awaitable[Key | None]: ...
 
     def list_keys(self, organization_id: str, after: int, limit: int) -> Awaitable[KeyPage]: ...
@@ -197,6 +250,14 @@ class Store(Protocol):
         until: datetime | None = None,
         kinds: ActivityKinds | None = None,
     ) -> Awaitable[ActivityPage]: ...
+
+    def list_webhooks(self, organization_id: str) -> Awaitable[list[Webhook]]: ...
+
+    def get_webhook(self, organization_id: str, webhook_id: str) -> Awaitable[Webhook | None]: ...
+
+    def delivery_page(
+        self, webhook_id: str, before: int | None, limit: int
+    ) -> Awaitable[tuple[list[Delivery], bool, int]]: ...
 
     def touch_used(self, key_id: str, minute: datetime) -> Awaitable[None]: ...
 

@@ -21,13 +21,23 @@ from keysvc.db import keys as key_sql
 from keysvc.db import meta
 from keysvc.db import roles as role_sql
 from keysvc.db import usage as usage_sql
-from keysvc.db.batching import RevokedUse, RevokedUses, Touches
+from keysvc.db import webhooks as webhook_sql
+from keysvc.db.batching import RevokedUses, Touches
 from keysvc.db.cache import Caches
-from keysvc.db.contract import Connection, PointReads, Records, Writes
+from keysvc.db.contract import Connection, PointReads, Records, RevokedUse, Writes
 from keysvc.db.roles import RoleStore
 from keysvc.db.rows import key_from_joined
 from keysvc.db.timing import Observer, timed
-from keysvc.models import Activity, ActivityKinds, ActivityPage, Credential, Key, KeyPage
+from keysvc.models import (
+    Activity,
+    ActivityKinds,
+    ActivityPage,
+    Credential,
+    Delivery,
+    Key,
+    KeyPage,
+    Webhook,
+)
 from keysvc.timeutil import utcnow
 
 logger = logging.getLogger("keysvc")
@@ -277,6 +287,20 @@ class StoreCore:
         return await activity_sql.page(
             self.reader, organization_id, after, limit, since, until, kinds
         )
+
+    # Webhooks (their writes run in the domain's transactions)
+
+    async def list_webhooks(self, organization_id: str) -> list[Webhook]:
+        return await webhook_sql.list_webhooks(self.reader, organization_id)
+
+    async def get_webhook(self, organization_id: str, webhook_id: str) -> Webhook | None:
+        return await webhook_sql.get_webhook(self.reader, organization_id, webhook_id)
+
+    async def delivery_page(
+        self, webhook_id: str, before: int | None, limit: int
+    ) -> tuple[list[Delivery], bool, int]:
+        """A page of the webhook's deliveries (``keysvc.db.webhooks.delivery_page``)."""
+        return await webhook_sql.delivery_page(self.reader, webhook_id, before, limit)
 
     # Usage
 

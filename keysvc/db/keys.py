@@ -10,7 +10,7 @@ carries it beside it (``keysvc.db.dialect``).
 import json
 import sqlite3
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from keysvc.db.contract import Connection
@@ -18,16 +18,9 @@ from keysvc.db.dialect import Sql, with_json_list
 from keysvc.db.rows import keys_with_roles
 from keysvc.db.statements import fetch_all, fetch_one
 from keysvc.errors import Conflict
-from keysvc.models import Activity, Credential, Key, KeyChange, NewKey, Role
+from keysvc.models import Credential, Key, KeyChange, NewKey
 from keysvc.timeutil import from_text, to_text
 
-# The domain's rule for a create, run again inside its batch's transaction with the
-# roles it grants as they are then (by ID; one deleted since is missing, and the
-# insert refuses it): why the create is refused now, or None. Another write may have
-# widened a role since the domain checked it before the write.
-Recheck = Callable[[NewKey, Mapping[str, Role]], Exception | None]
-# The activity a create records, made from its key once inserted.
-Announce = Callable[[Key], Activity]
 # The roles a batch of creates assigns, as they are inside its transaction.
 GRANTED_ROLES = with_json_list("""
     select id, name, type, permissions, created_at, updated_at from roles

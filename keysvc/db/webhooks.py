@@ -6,45 +6,13 @@ reads, is ``keysvc.db.outbox``'s.
 
 import json
 import sqlite3
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql
 from keysvc.db.statements import fetch_all, fetch_one
+from keysvc.models import Attempt, Delivery, Webhook
 from keysvc.timeutil import from_text, to_text
-
-
-@dataclass(frozen=True)
-class Webhook:
-    seq: int
-    id: str
-    organization_id: str
-    url: str
-    events: tuple[str, ...]
-    expiring_days: int
-    nonce: bytes
-    created_at: datetime
-
-
-@dataclass(frozen=True)
-class Attempt:
-    at: datetime
-    status: int | None
-    error: str | None
-
-
-@dataclass(frozen=True)
-class Delivery:
-    seq: int
-    id: str
-    event_id: str
-    event_type: str
-    created_at: datetime
-    state: str
-    attempts: tuple[Attempt, ...]
-    next_attempt_at: datetime | None
-
 
 WEBHOOK = """
     select seq, id, organization_id, url, events, expiring_days, nonce, created_at

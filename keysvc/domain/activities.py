@@ -18,10 +18,9 @@ from datetime import datetime
 from typing import Any
 
 from keysvc.credentials import Hasher
-from keysvc.db.webhooks import Webhook
 from keysvc.domain import cursors
 from keysvc.errors import BadRequest
-from keysvc.models import Activity, ActivityKinds, ActivityPage, Actor, Key, RoleDetail
+from keysvc.models import Activity, ActivityKinds, ActivityPage, Actor, Key, RoleDetail, Webhook
 from keysvc.timeutil import to_text
 
 KEY_CREATE, KEY_DELETE, KEY_UPDATE = "key_create", "key_delete", "openapi_key_update"

@@ -19,8 +19,7 @@ from keysvc.config import ConfigError
 from keysvc.credentials import SUFFIX_LENGTH, Hasher, new_key_id, new_secret
 from keysvc.db import keys as key_sql
 from keysvc.db import meta
-from keysvc.db.contract import Connection, Store
-from keysvc.db.keys import Recheck
+from keysvc.db.contract import Connection, Recheck, Store
 from keysvc.db.statements import settle, tentatively
 from keysvc.domain import activities, cursors, webhooks
 from keysvc.domain.activities import SYSTEM
@@ -191,16 +190,25 @@ async def check_update(
     may_change(caller, await get_key(store, organization_id, key_id))
 
 
-async def get_key(store: Store, organization_id: str, key_id: str) -> Key:
-    """The key as committed now, or 404. Cached or read by the store: a key still
-    cached is taken synchronously (``Caches.cached_key``, no store coroutine, no
-    timer); otherwise ``Store.get_key`` reads it, timed, and caches it."""
-    key = store.caches.cached_key(organization_id, key_id) or await store.get_key(
-        organization_id, key_id
-    )
+def cached_key(store: Store, organization_id: str, key_id: str) -> Key | None:
+    """The key as committed now if the store has it cached (``Store.cached_key``: no
+    coroutine, no statement, no timer); None otherwise."""
+    return store.cached_key(organization_id, key_id)
+
+
+async def read_key(store: Store, organization_id: str, key_id: str) -> Key:
+    """The key as committed now, read (timed) and cached by ``Store.get_key``; or 404."""
+    key = await store.get_key(organization_id, key_id)
     if key is None:
         raise NotFound(NOT_FOUND)
     return key
+
+
+async def get_key(store: Store, organization_id: str, key_id: str) -> Key:
+    """The key as committed now, or 404: cached (``cached_key``) or read (``read_key``)."""
+    return cached_key(store, organization_id, key_id) or await read_key(
+        store, organization_id, key_id
+    )
 
 
 async def update_key(

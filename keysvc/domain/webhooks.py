@@ -18,13 +18,12 @@ from keysvc.credentials import Hasher
 from keysvc.db import outbox
 from keysvc.db import webhooks as webhook_sql
 from keysvc.db.contract import Store
-from keysvc.db.webhooks import Delivery, Webhook
 from keysvc.domain import activities, cursors
 from keysvc.domain.limits import DEFAULT_EXPIRING_DAYS, MAX_WEBHOOKS_PER_ORG
 from keysvc.domain.permissions import has_permission
 from keysvc.domain.targets import check_addresses, parse_url
 from keysvc.errors import Conflict, Forbidden, NotFound
-from keysvc.models import Actor, Key
+from keysvc.models import Actor, Delivery, Key, Webhook
 
 NONCE_BYTES = 32
 NOT_FOUND = "webhook not found in this organization"
@@ -102,11 +101,11 @@ async def create_webhook(
 
 
 async def list_webhooks(store: Store, organization_id: str) -> list[Webhook]:
-    return await webhook_sql.list_webhooks(store.reader, organization_id)
+    return await store.list_webhooks(organization_id)
 
 
 async def get_webhook(store: Store, organization_id: str, webhook_id: str) -> Webhook:
-    webhook = await webhook_sql.get_webhook(store.reader, organization_id, webhook_id)
+    webhook = await store.get_webhook(organization_id, webhook_id)
     if webhook is None:
         raise NotFound(NOT_FOUND)
     return webhook
@@ -132,7 +131,7 @@ async def deliveries(
     """A page of the webhook's deliveries, newest first, and the next page's cursor."""
     await get_webhook(store, organization_id, webhook_id)
     before = None if cursor is None else cursors.decode(hasher, _CURSOR, webhook_id, cursor)
-    found, more, total = await webhook_sql.delivery_page(store.reader, webhook_id, before, limit)
+    found, more, total = await store.delivery_page(webhook_id, before, limit)
     following = None
     if more:
         following = cursors.encode(hasher, _CURSOR, webhook_id, found[-1].seq)

@@ -1,40 +1,13 @@
-"""Authentication (who is calling) and authorization (may they do this).
+"""Authentication (who is calling) and authorization (may they do this), once each per
+request, in ``guarded``, before any view.
 
-Every non-public route is authenticated (``guarded``, from keysvc's middleware). Missing,
-malformed, unknown and wrong credentials all fail alike: one message, and
-the same hashing work, so the caller cannot tell an unknown key ID from a
-wrong secret. A rotated key's previous key ID and secret work until their
-grace period ends (``Credential.until``), then fail as an unknown key ID does.
-A deleted key's credentials (its tombstone, ``Credential.deleted``) always fail as an
-unknown key ID does, after the same work; its own secret only notes the use.
-Only once the secret is proven does the answer say that the key is disabled,
-expired, or used from an address outside its IP access list.
-Two exceptions name their problem, as neither says anything about a key: an
-Authorization header sent twice, and one over ``MAX_AUTHORIZATION`` characters.
-
-Where each outcome is decided, it is recorded on the request (``AUTH_OUTCOME``)
-for the access log and the metrics: the caller still sees one answer for
-malformed, unknown and wrong credentials. The record tells malformed ones
-apart, never an unknown key ID from a wrong secret (both ``invalid_credentials``),
-so neither the metrics nor the logs say whether a key ID exists.
-
-Once the secret is proven, the request counts in its key's usage (``keysvc.db.usage``),
-once, under the outcome it ends with (``guarded``): success, or the refusal that
-ended it (disabled, expired, ip_denied, rate_limited, or forbidden). Forbidden is
-any 403 of an admitted key, whatever raised it: ``authorize*`` here, verify's
-checks, or a view's own rule (a key acting on a stronger key, or on its own
-access). Any other answer of an admitted key (a 400 for its query or body, a 404,
-a 409) counts as success: the key authenticated and was let in, and what the
-request asked for is not the key's standing. The record for the access log and
-the metrics is left as it was decided here.
-
-The client address is the TCP peer. Only when the peer is a trusted proxy, or
-the request came in on keysvc's unix socket (``keysvc serve --unix``, which only
-the proxy can open), is ``X-Forwarded-For`` read, right to left, skipping
-trusted proxies: the first address that is not one is the client. A hop may
-carry a port (``a.b.c.d:port``, ``[v6]:port``) or brackets alone (``[v6]``); a hop
-that is no address at all ends the walk at the last proxy known. A forged header
-from anyone else changes nothing.
+Missing, malformed, unknown and wrong credentials fail alike: one message and the
+same work, so a key ID's existence never shows. Only a proven secret learns that its
+key is disabled, expired or outside its IP access list. Each outcome is recorded on
+the request (``AUTH_OUTCOME``) for the access log and metrics, and an admitted key's
+request counts once in its usage. The client address is the TCP peer, or, behind a
+trusted proxy or the unix socket, read from ``X-Forwarded-For``. The rules and their
+reasons: docs/SECURITY.md, "How a request is authenticated".
 """
 
 import base64
@@ -54,8 +27,7 @@ from aiohttp.typedefs import Handler
 
 from keysvc.config import IPNetwork
 from keysvc.credentials import Hasher, checksum_fails
-from keysvc.db.batching import RevokedUse
-from keysvc.db.contract import Store
+from keysvc.db.contract import RevokedUse, Store
 from keysvc.db.usage import OUTCOMES
 from keysvc.domain.activities import DELETED, api_actor, key_used_after_revoke
 from keysvc.domain.addresses import IPAddress, network_of
@@ -177,7 +149,7 @@ async def _check_credentials(
         _refuse_address(request, limits, now)
     started = time.perf_counter()
     try:
-        found = cached = store.caches.cached_credential(key_id_hash)
+        found = cached = store.cached_credential(key_id_hash)
         if found is None:
             found = await store.find_credential(key_id_hash)
         offered = hasher.of_plain(secret)
@@ -212,20 +184,20 @@ async def authenticate(request: web.Request, address: "IPAddress | None", now: d
     from ``address`` (the client address, see ``client_address``) at ``now``.
 
     A header whose credentials were checked before, against a key still cached
-    with the same secret hash, is known by its keyed hash alone (``Caches.proven_credential``);
+    with the same secret hash, is known by its keyed hash alone (``Store.proven_credential``);
     any other is parsed, and its key ID and secret hashed and compared.
     """
     header = _authorization(request)
     app = request.app
     hasher, store = app[HASHER], app[STORE]
     proof = hasher.of_header(header) if header else None
-    found = store.caches.proven_credential(proof) if proof is not None else None
+    found = store.proven_credential(proof) if proof is not None else None
     if found is None or not found.usable_at(now):
         # A proven previous credential past its end is checked in full, and so refused
         # as an unknown key ID is, by the same path.
         key_id_hash, found = await _check_credentials(request, header, hasher, store, address, now)
         if proof is not None:
-            store.caches.remember_proof(proof, key_id_hash, found)
+            store.remember_proof(proof, key_id_hash, found)
     if found.until is not None:
         request[PREVIOUS_CREDENTIAL] = True
     key = found.key

@@ -143,11 +143,11 @@ class Deliverer:
             await self._closing_reader.__aexit__(None, None, None)
 
     async def _run(self) -> None:
-        caches = self._store.caches
+        store = self._store
         seen, polled = -1, 0.0
         while True:
             try:
-                version = caches.data_version()
+                version = store.data_version()
                 if version != seen or time.monotonic() - polled >= POLL_SECONDS:
                     seen, polled = version, time.monotonic()
                     await self._scan_expiring()

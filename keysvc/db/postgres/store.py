@@ -1,38 +1,12 @@
 """The store on PostgreSQL: ``PgStore``, the SQLite store's sibling under the contract
-(``keysvc.db.contract.Store``), running the same SQL functions on PostgreSQL
-connections (``keysvc.db.postgres.connection``), for several keysvc instances sharing
-one database. A database that does not answer is a 503 (``Outage``).
-
-What stands in for SQLite's machinery:
-
-- The single writer and ``BEGIN IMMEDIATE``: every write transaction first takes one
-  transaction-level advisory lock (``WRITE_LOCK``), held until it commits or rolls
-  back, by whichever instance. Writes are as serial as on SQLite, across instances,
-  so the domain's read-check-write rules (the per-organization key cap, the roles'
-  rules, each activity chain's next link) hold as they do on one SQLite file.
-- The create batches: a create is a transaction of its own under that lock, in
-  which the domain's rule runs again (``Recheck``) and the key cap is counted.
-- Point reads on the loop and the reader: a pool of connections (``PgReader``).
-- Freshness (``data_version`` and the WAL watch): ``Notifications``, LISTENing on a
-  connection of its own. Each write transaction sends NOTIFY keysvc_data at commit,
-  and a move of the authorization generation sends keysvc_auth (schema_postgres.sql's
-  trigger, for changes by hand too). While that connection is down the caches are
-  cold: every look is a new version and a new generation, so nothing cached is
-  served and nothing read is kept, until it is back and listening again.
-- What SQLite's shared file gives for free, that a change is seen by every process
-  before its writer answers: each listening connection is named
-  ``keysvc-listen/<instance>`` (``application_name``) and, once it has heard a new
-  generation, acknowledges it on keysvc_seen. A write that moved the generation
-  returns only when every other listening connection on the database (as
-  ``pg_stat_activity`` lists them) has acknowledged it, or after the bound within
-  which a silent one's own probe turns its caches cold (PROBE_SECONDS +
-  PROBE_TIMEOUT). An instance not listening itself cannot hear the acknowledgements
-  and does not wait; changes by hand have no writer to wait.
-- The writer's commit, as SQLite's (``to_the_end``): a transaction cancelled while its
-  COMMIT is under way waits for the answer; committed, it tells the caches, then lets
-  the cancellation through.
-- The disk-full answer (507) and the file-mode checks are SQLite's: PostgreSQL's
-  server owns its storage, and a write it refuses is a 500 like any failed statement.
+(``keysvc.db.contract.Store``), running the same SQL on a pool of PostgreSQL
+connections (``keysvc.db.postgres.connection``) for several instances sharing one
+database. ``PgWriter`` serializes writes with one advisory lock (``WRITE_LOCK``), as
+SQLite's single writer does; ``PgReader`` reads on the pool; ``Notifications``
+(LISTEN/NOTIFY) stands in for SQLite's freshness watch, and a write that moved the
+authorization generation returns once the other instances have heard of it. A
+database that does not answer is a 503 (``Outage``). How each piece stands in for
+SQLite's, and why: docs/SECURITY.md, "Several instances on one PostgreSQL database".
 """
 
 import asyncio
@@ -41,20 +15,20 @@ import logging
 import os
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import datetime, timedelta
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
 
 from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
-from keysvc.db.batching import RevokedUse
 from keysvc.db.cache import Caches
-from keysvc.db.contract import NO_RECORDS, Connection, Records
+from keysvc.db.contract import NO_RECORDS, Announce, Connection, Recheck, Records
 from keysvc.db.core import StoreCore, UsageUpkeep
-from keysvc.db.keys import GRANTED_ROLES, Announce, Recheck, over_limit
+from keysvc.db.front import CoreFront
+from keysvc.db.keys import GRANTED_ROLES, over_limit
 from keysvc.db.keystates import KeyStates
 from keysvc.db.meta import GENERATION
 from keysvc.db.outbox import enqueue
@@ -62,15 +36,15 @@ from keysvc.db.postgres import schema as pgschema
 from keysvc.db.postgres import sharedcounts
 from keysvc.db.postgres.connection import (
     UNAVAILABLE,
-    Done,
     Outage,
     PgConnection,
     refusal,
 )
+from keysvc.db.postgres.reader import PgReader
 from keysvc.db.rows import role_from_row
 from keysvc.db.statements import fetch_all, fetch_one, to_the_end
 from keysvc.db.timing import Observer
-from keysvc.models import Activity, ActivityKinds, ActivityPage, Credential, Key, KeyPage, NewKey
+from keysvc.models import Key, NewKey
 
 logger = logging.getLogger("keysvc")
 
@@ -101,45 +75,6 @@ _BUMP_GENERATION = (
 )
 # Set around a new key's inserts: its role rows do not move the generation.
 _NEW_KEY = "select set_config('keysvc.new_key', ?, true)"
-
-
-class PgReader:
-    """Reads on pooled connections, each statement on whichever is free: what SQLite's
-    reader connection answers, with the same calls (``execute_fetchall``)."""
-
-    def __init__(self, pool: Any, outage: Outage):
-        self._pool = pool
-        self._outage = outage
-
-    in_transaction = False
-
-    async def execute_fetchall(self, sql: str, params: Any = ()) -> list[Any]:
-        return await self._fetch(sql, params)
-
-    async def execute(self, sql: str, params: Any = ()) -> Done:
-        try:
-            async with self._pool.acquire() as raw:
-                return await PgConnection(raw).execute(sql, params)
-        except UNAVAILABLE as exc:
-            raise self._outage.unavailable(exc) from None
-
-    async def executemany(self, sql: str, params: Any) -> None:
-        try:
-            async with self._pool.acquire() as raw:
-                await PgConnection(raw).executemany(sql, params)
-        except UNAVAILABLE as exc:
-            raise self._outage.unavailable(exc) from None
-
-    async def rows(self, sql: str, params: Any) -> list[Any]:
-        """A point read (``keysvc.db.sqlite.pointreads.PointReader.rows``)."""
-        return await self._fetch(sql, params)
-
-    async def _fetch(self, sql: str, params: Any) -> list[Any]:
-        try:
-            async with self._pool.acquire() as raw:
-                return await PgConnection(raw).execute_fetchall(sql, params)
-        except UNAVAILABLE as exc:
-            raise self._outage.unavailable(exc) from None
 
 
 class Notifications:
@@ -472,7 +407,7 @@ class PgWriter:
             self._on_authorization_changed()
 
 
-class PgStore:
+class PgStore(CoreFront):
     """The store on PostgreSQL (see the module), the SQLite store's sibling: what both
     answer alike is its ``StoreCore``'s, run on the pool (``reader``, ``points``),
     ``PgWriter`` and ``Notifications``."""
@@ -501,12 +436,7 @@ class PgStore:
         core = self._core = StoreCore(
             self.reader, self.points, self.writer, self.caches, observer, records
         )
-        self.space = core.space
-        self.chain = core.chain
-        self.roles = core.roles
-        # Asked on every authenticated request, so bound once rather than forwarded.
-        self.needs_touch = core.touches.needs_touch
-        self.count_use = core.touches.tally.add
+        self._front(core)
 
     @classmethod
     async def open_url(
@@ -606,77 +536,6 @@ class PgStore:
             await activity_sql.record(conn, self.chain, announce(key))
             await enqueue(conn, org, "key.created", key_event(key), key.created_at)
             return key
-
-    # The contract's calls both backends answer alike (``StoreCore``).
-
-    def transaction(self, operation: str) -> AbstractAsyncContextManager[Connection]:
-        """One write transaction (``StoreCore.transaction``)."""
-        return self._core.transaction(operation)
-
-    def authorization_changed(self, conn: Connection) -> Awaitable[None]:
-        """Inside a transaction: what some key may do has changed. Bumps the generation."""
-        return self.writer.authorization_changed(conn)
-
-    def record(self, conn: Connection, activity: Activity) -> Awaitable[None]:
-        return self._core.record(conn, activity)
-
-    def recorded_pepper(self) -> Awaitable[str | None]:
-        return self._core.recorded_pepper()
-
-    def check_pepper(self, fingerprint: str) -> Awaitable[None]:
-        return self._core.check_pepper(fingerprint)
-
-    def key_activities(self, key: bytes) -> Awaitable[None]:
-        return self._core.key_activities(key)
-
-    def has_organization(self) -> Awaitable[bool]:
-        return self._core.has_organization()
-
-    def organization_ids(self) -> Awaitable[list[str]]:
-        return self._core.organization_ids()
-
-    def get_key(self, organization_id: str, key_id: str) -> Awaitable[Key | None]:
-        return self._core.get_key(organization_id, key_id)
-
-    def list_keys(self, organization_id: str, after: int, limit: int) -> Awaitable[KeyPage]:
-        return self._core.list_keys(organization_id, after, limit)
-
-    def find_credential(self, key_id_hash: bytes) -> Awaitable[Credential | None]:
-        return self._core.find_credential(key_id_hash)
-
-    def read_as_uncached(self, key_id_hash: bytes) -> Awaitable[None]:
-        return self._core.read_as_uncached(key_id_hash)
-
-    def note_revoked_use(
-        self, key_id: str, moment: datetime, make: Callable[[], RevokedUse]
-    ) -> None:
-        self._core.note_revoked_use(key_id, moment, make)
-
-    def get_activity(self, organization_id: str, activity_id: str) -> Awaitable[Activity | None]:
-        return self._core.get_activity(organization_id, activity_id)
-
-    def list_activities(
-        self,
-        organization_id: str,
-        after: int,
-        limit: int,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        kinds: ActivityKinds | None = None,
-    ) -> Awaitable[ActivityPage]:
-        return self._core.list_activities(organization_id, after, limit, since, until, kinds)
-
-    def touch_used(self, key_id: str, minute: datetime) -> Awaitable[None]:
-        return self._core.touch_used(key_id, minute)
-
-    def write_usage(self) -> Awaitable[None]:
-        """Write this process's usage counts now, rather than at the next flush."""
-        return self._core.touches.write_counts()
-
-    def usage_series(
-        self, key_id: str, start: datetime, end: datetime, width: int
-    ) -> Awaitable[Mapping[str, Sequence[int]]]:
-        return self._core.usage_series(key_id, start, end, width)
 
     # The counts the instances share (keysvc.domain.sharedlimits): one statement each, on a
     # pooled connection, committed alone, outside WRITE_LOCK: they check no rule of

@@ -19,8 +19,8 @@ from typing import TypeVar
 
 from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
-from keysvc.db.contract import KeyEvent, Records
-from keysvc.db.keys import GRANTED_ROLES, Announce, Recheck, over_limit
+from keysvc.db.contract import Announce, KeyEvent, Recheck, Records
+from keysvc.db.keys import GRANTED_ROLES, over_limit
 from keysvc.db.meta import GENERATION
 from keysvc.db.outbox import enqueue_now
 from keysvc.db.rows import keys_with_roles, role_from_row
@@ -52,21 +52,12 @@ Create = tuple[NewKey, int, Announce, Recheck | None]
 
 class CreateThread:
     """The connection that writes create batches, and the thread that begins and
-    commits them.
-
-    A batch is a handful of statements. Run through aiosqlite, each was a hand-over
-    to its thread and back, and under load every hand-back waited for a busy loop
-    (``make bench`` measured 6 ms a batch, 16 keys, 1.5 ms of it the commit). Run
-    whole on a thread of its own, the thread's Python (the rows, the keys read
-    back) and the loop's took turns with the GIL dozens of times a batch. Now only
-    what waits on the database file goes to the thread: the commit (its fsync),
-    and ``begin immediate`` when another process holds the write lock (the loop
-    tries it first without waiting: within the process the store's write lock,
-    held around a batch as around every write transaction, leaves nobody to wait
-    for). The statements between run on the loop, and so does the whole batch but
-    its commit. The connection is used by one thread at a time: a batch holds
-    ``_using`` from its begin to the end of its commit, even if it is cancelled
-    meanwhile (``_on_thread``), and ``close`` takes it too.
+    commits them. Only what waits on the database file runs on the thread: the commit
+    (its fsync), and ``begin immediate`` when another process holds the write lock;
+    the statements between run on the loop (why: docs/PERFORMANCE.md, "Design notes").
+    The connection is used by one thread at a time: a batch holds ``_using`` from its
+    begin to the end of its commit, even if it is cancelled meanwhile (``_on_thread``),
+    and ``close`` takes it too.
     """
 
     def __init__(self, path: Path, chain: activity_sql.Chain, key_event: Callable[[], KeyEvent]):
@@ -305,8 +296,8 @@ def _rechecked(recheck: Recheck | None, new: NewKey, granted: dict[str, Role]) -
 class _PendingCreate:
     new: NewKey
     max_keys: int
-    announce: key_sql.Announce
-    recheck: key_sql.Recheck | None
+    announce: Announce
+    recheck: Recheck | None
     done: "asyncio.Future[Key]" = field(repr=False)
 
 
@@ -330,11 +321,11 @@ class Creates:
         self,
         new: NewKey,
         max_keys: int,
-        announce: key_sql.Announce,
-        recheck: key_sql.Recheck | None = None,
+        announce: Announce,
+        recheck: Recheck | None = None,
     ) -> Key:
         """Store a key; answered only once the transaction holding it has committed.
-        ``recheck`` runs in that transaction (``key_sql.Recheck``), and so does the
+        ``recheck`` runs in that transaction (``Recheck``), and so does the
         record of the activity ``announce`` makes of the key."""
         done = asyncio.get_running_loop().create_future()
         pending = _PendingCreate(new, max_keys, announce, recheck, done)

@@ -11,9 +11,9 @@ batches' own (``keysvc.db.sqlite.createbatch``). What both backends answer alike
 
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import datetime, timedelta
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import aiosqlite
@@ -21,11 +21,10 @@ import aiosqlite
 from keysvc.config import ConfigError, Settings
 from keysvc.credentials import ACTIVITY_CHAIN, Hasher, load_pepper
 from keysvc.db import meta
-from keysvc.db.batching import RevokedUse
 from keysvc.db.cache import Caches
-from keysvc.db.contract import NO_RECORDS, Connection, Records, SharedCountStore
+from keysvc.db.contract import NO_RECORDS, Announce, Connection, Recheck, Records, SharedCountStore
 from keysvc.db.core import StoreCore, UsageUpkeep, upkeep_of
-from keysvc.db.keys import Announce, Recheck
+from keysvc.db.front import CoreFront
 from keysvc.db.keystates import KeyStates
 from keysvc.db.sqlite.connections import (
     Writer,
@@ -41,12 +40,12 @@ from keysvc.db.sqlite.migrations import migrate
 from keysvc.db.sqlite.pointreads import PointReader
 from keysvc.db.timing import Observer, timed
 from keysvc.errors import DatabaseUnavailable
-from keysvc.models import Activity, ActivityKinds, ActivityPage, Credential, Key, KeyPage, NewKey
+from keysvc.models import Key, NewKey
 
 logger = logging.getLogger("keysvc")
 
 
-class Store:
+class Store(CoreFront):
     def __init__(
         self,
         writer: aiosqlite.Connection,
@@ -68,12 +67,7 @@ class Store:
         core = self._core = StoreCore(
             self.reader, self.points, self.writer, self.caches, observer, records
         )
-        self.space = core.space
-        self.chain = core.chain
-        self.roles = core.roles
-        # Asked on every authenticated request, so bound once rather than forwarded.
-        self.needs_touch = core.touches.needs_touch
-        self.count_use = core.touches.tally.add
+        self._front(core)
         self._creates = Creates(path, self.writer, self.chain, records)
 
     @classmethod
@@ -162,77 +156,6 @@ class Store:
         (``keysvc.db.sqlite.createbatch``), in which ``recheck``, the domain's rule, runs
         again, and the activity ``announce`` makes of the key is recorded."""
         return await self._creates.create(new, max_keys, announce, recheck)
-
-    # The contract's calls both backends answer alike (``StoreCore``).
-
-    def transaction(self, operation: str) -> AbstractAsyncContextManager[Connection]:
-        """One write transaction (``StoreCore.transaction``)."""
-        return self._core.transaction(operation)
-
-    def authorization_changed(self, conn: Connection) -> Awaitable[None]:
-        """Inside a transaction: what some key may do has changed. Bumps the generation."""
-        return self.writer.authorization_changed(conn)
-
-    def record(self, conn: Connection, activity: Activity) -> Awaitable[None]:
-        return self._core.record(conn, activity)
-
-    def recorded_pepper(self) -> Awaitable[str | None]:
-        return self._core.recorded_pepper()
-
-    def check_pepper(self, fingerprint: str) -> Awaitable[None]:
-        return self._core.check_pepper(fingerprint)
-
-    def key_activities(self, key: bytes) -> Awaitable[None]:
-        return self._core.key_activities(key)
-
-    def has_organization(self) -> Awaitable[bool]:
-        return self._core.has_organization()
-
-    def organization_ids(self) -> Awaitable[list[str]]:
-        return self._core.organization_ids()
-
-    def get_key(self, organization_id: str, key_id: str) -> Awaitable[Key | None]:
-        return self._core.get_key(organization_id, key_id)
-
-    def list_keys(self, organization_id: str, after: int, limit: int) -> Awaitable[KeyPage]:
-        return self._core.list_keys(organization_id, after, limit)
-
-    def find_credential(self, key_id_hash: bytes) -> Awaitable[Credential | None]:
-        return self._core.find_credential(key_id_hash)
-
-    def read_as_uncached(self, key_id_hash: bytes) -> Awaitable[None]:
-        return self._core.read_as_uncached(key_id_hash)
-
-    def note_revoked_use(
-        self, key_id: str, moment: datetime, make: Callable[[], RevokedUse]
-    ) -> None:
-        self._core.note_revoked_use(key_id, moment, make)
-
-    def get_activity(self, organization_id: str, activity_id: str) -> Awaitable[Activity | None]:
-        return self._core.get_activity(organization_id, activity_id)
-
-    def list_activities(
-        self,
-        organization_id: str,
-        after: int,
-        limit: int,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        kinds: ActivityKinds | None = None,
-    ) -> Awaitable[ActivityPage]:
-        return self._core.list_activities(organization_id, after, limit, since, until, kinds)
-
-    def touch_used(self, key_id: str, minute: datetime) -> Awaitable[None]:
-        return self._core.touch_used(key_id, minute)
-
-    def write_usage(self) -> Awaitable[None]:
-        """Write this process's usage counts now, rather than at the next flush."""
-        return self._core.touches.write_counts()
-
-    def usage_series(
-        self, key_id: str, start: datetime, end: datetime, width: int
-    ) -> Awaitable[Mapping[str, Sequence[int]]]:
-        return self._core.usage_series(key_id, start, end, width)
 
 
 @asynccontextmanager

@@ -100,7 +100,7 @@ async def list_keys(request: web.Request) -> web.Response:
         rest = f', "nextCursor": {render.encode(cursor)}, "totalCount": {render.encode(page.total)}'
         return render.keys_json(page.keys).encode(), rest.encode()
 
-    rendered = await store.caches.page(("keys", organization_id, after, limit), page_text)
+    rendered = await store.cached_page(("keys", organization_id, after, limit), page_text)
     return json_body_response(envelope_bytes(request[REQUEST_ID], *rendered))
 
 
@@ -135,7 +135,11 @@ def _issued_response(request: web.Request, issued: keys.Issued) -> web.Response:
 @serves(GET_KEY)
 async def get_key(request: web.Request) -> web.Response:
     _, organization_id = authorized(request)
-    key = await keys.get_key(request.app[STORE], organization_id, path_uuid(request, "keyId"))
+    store, key_id = request.app[STORE], path_uuid(request, "keyId")
+    # A cached key is answered without a coroutine; only a miss awaits the read.
+    key = keys.cached_key(store, organization_id, key_id) or await keys.read_key(
+        store, organization_id, key_id
+    )
     return _key_response(request, key)
 
 
