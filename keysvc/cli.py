@@ -1,20 +1,14 @@
 """The ``keysvc`` command: ``serve``, ``bootstrap``, ``admin-key``, ``backup``,
 ``audit verify`` and ``migrate``.
 
-Settings come from flags, then KEYSVC_* environment variables, then defaults
-(the table in ``keysvc.config``). A setting keysvc cannot use stops it with a
-one-line reason and exit code 2; so does a backup that is refused (its target
-exists, say). A backup whose copy fails its integrity check exits 1.
-
-Only ``bootstrap`` makes a database; ``serve`` and ``admin-key`` refuse a path
-where there is none, so a mistyped ``--db`` never starts an empty service.
-``admin-key`` is the way back in when every admin secret is lost: whoever can
-write the database file may mint a key, as they could bootstrap one; it is
-logged as an activity of actorType ``system``, as bootstrap is. ``audit verify``
-checks the activity log's hash chains (``keysvc.ops.audit``): exit 1 names the first
-bad record, on SQLite's file or a PostgreSQL database. ``migrate`` copies a SQLite
-database into an empty PostgreSQL one (``keysvc.ops.migrate``): exit 2 when refused,
-1 when the copy failed or its counts differ (then nothing is kept).
+Settings come from flags, then KEYSVC_* variables, then defaults (``keysvc.config``).
+A setting keysvc cannot use, or a refused backup or migration, stops it with a
+one-line reason and exit code 2; a failed copy or check exits 1. Only ``bootstrap``
+makes a database: ``serve`` and ``admin-key`` refuse a path where there is none.
+``admin-key`` is the way back in when every admin secret is lost (logged as a
+``system`` activity); ``audit verify`` checks the activity log's hash chains
+(``keysvc.ops.audit``); ``migrate`` copies SQLite into an empty PostgreSQL database
+(``keysvc.ops.migrate``).
 """
 
 import argparse

@@ -1,26 +1,13 @@
-"""Logging set-up: every record as one JSON object on one line.
+"""Logging set-up: every record as one JSON object on one line, its ``extra=`` fields
+as fields of the object.
 
-Structured fields travel in ``extra=``; anything a record carries beyond the
-standard ``LogRecord`` attributes becomes a field of its object. Newlines in
-messages and tracebacks are escaped by JSON, so one record is always one line.
-
-No code in keysvc logs headers, key IDs or secrets. aiohttp, though, logs a
-request it cannot parse with the offending header line, which may be an
-Authorization header; so every text that goes out is scrubbed of
-Authorization values, Basic tokens and keysvc secrets first. aiosqlite logs
-every statement it runs at debug level, parameters included, and those hold
-keyed hashes of key IDs and secrets: its lines keep the statement and lose
-the parameters (``WithoutParameters``).
-
-Formatting and writing happen off the event loop: the root logger's handler
-(a ``QueueHandler``) only puts each record on a queue, and one writer thread
-formats what has queued up and writes it in one go. The access log, a line
-per request, skips even the record: ``AccessLines`` queues its time and fields,
-and the writer puts the line together as the formatter would (see there). The writer is
-drained before the process exits (``logging.shutdown`` at exit, which
-``keysvc serve`` reaches once SIGTERM has stopped it, see ``keysvc.cli``). A process
-forked after set-up (``serve --workers``) has no writer thread, and workers
-leave through ``os._exit``, so there records are written synchronously.
+Every text that goes out is scrubbed of Authorization values, Basic tokens and keysvc
+secrets (aiohttp may log a header line it cannot parse), and aiosqlite's debug lines
+lose their parameters (``WithoutParameters``), which hold keyed hashes. Records are
+formatted and written off the event loop, by one writer thread draining a queue;
+``AccessLines`` queues an access line's fields alone. The writer is drained at exit
+(``logging.shutdown``); a process forked after set-up (``serve --workers``) has no
+writer thread and writes synchronously.
 """
 
 import asyncio

@@ -1,31 +1,9 @@
-"""The caches, and their one owner: credentials (by key-ID hash and by key UUID),
-proven Authorization headers, and rendered list pages.
-
-``Caches`` decides when each is fresh. Credentials are dropped whole whenever
-the authorization generation moves (``keysvc.db.sqlite.freshness``): every write that
-can change an authentication or authorization answer bumps it in the same
-transaction, and so do schema.sql's triggers for any change to keys, their
-roles and roles, an operator's by hand included; the watcher sees the commit,
-reads the generation, and drops the cache before the next request is
-answered, in every process. ``usedAt`` writes move ``data_version`` but not
-the generation, so they do not flush it.
-
-The credential cache never decides an answer: the secret is checked on every
-request against the cached keyed hash, either hashed again or through the
-keyed hash of a header already checked (a proof, see ``proven``), and expiry
-against the clock. It saves the round trip and, for a repeated header, the
-parsing and hashing.
-
-A rotated key may be cached twice, under its current key ID and under its
-previous one. The previous one's entry carries its own end (``Credential.until``),
-checked against the clock on every request like expiry, so it stops working then
-in every process without any invalidation; each entry keeps the secret hash
-that goes with its own key ID.
-
-Each entry remembers the database's ``data_version`` it was read at, so a
-reader that needs the very latest row (``usedAt`` included) can tell whether
-anything at all was committed since; a list page is served only at the
-``data_version`` it was rendered at.
+"""The caches of committed data, and their one owner (``Caches``): credentials by key-ID
+hash and by key UUID, proven Authorization headers, and rendered list pages.
+Credentials are dropped whole when the authorization generation moves; a key by UUID
+and a list page are served only at the ``data_version`` they were read at. The cache
+never decides an answer: the secret and expiry are checked on every request. Why it is
+safe, rotation included: docs/SECURITY.md, "The credential cache".
 """
 
 import asyncio

@@ -1,24 +1,13 @@
-"""Request limits per key, and failed-authentication limits per client network.
+"""Request limits per key, and failed-authentication limits per client network, in fixed
+windows aligned to the clock (a window of W seconds starts at a multiple of W).
 
-Windows are fixed and aligned to the clock: a window of W seconds starts at a
-multiple of W since the epoch, and its count starts again at zero.
-
-Requests per key are counted in this process's memory. With ``--workers N``
-each process counts on its own, so a key can be served up to N times its limit
-in one window; run one worker where the limit must be exact. On PostgreSQL, with
-shared limits on (the default), both counters are also counted with every other
-instance on the database (``Limits.shared``, keysvc.domain.sharedlimits). A key whose window
-length changes starts counting again. The table is bounded: windows that have
-ended are dropped first, then the oldest entries.
-
-Failed authentications are counted per network (the client address cut to a
-prefix length, one setting per family) in a ``FailureSketch``: a count-min
-sketch in an anonymous shared mapping, which ``keysvc serve --workers N``
-creates before it forks, so that every worker counts into the same table. Its
-counts can only be too high, never too low: an address is refused once its
-network has had the limit's failures in the window, whichever worker saw them,
-and may be refused early only if other networks' failures happen to fill all of
-its cells at once.
+Requests per key are counted in this process's memory, in a bounded table (ended
+windows dropped first); with ``--workers N`` a key may be served up to N times its
+limit. Failed authentications are counted per network (the address cut to a prefix)
+in a ``FailureSketch``, a count-min sketch in a shared mapping made before
+``serve --workers`` forks, so every worker counts into it; its counts can only be too
+high. On PostgreSQL both are also shared with the other instances (``Limits.shared``,
+``keysvc.domain.sharedlimits``). The bounds: docs/SECURITY.md, "Guessing and brute force".
 """
 
 import asyncio

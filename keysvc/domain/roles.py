@@ -1,20 +1,13 @@
 """Custom roles: what a role body grants, and who may grant it.
 
-A role's permissions come from keysvc's flat ``permissions`` and from the
-upstream ``policies`` (ALLOW only), merged. Nobody can create or widen a
-role beyond the permissions their own key holds, and assigning a role to
-keys through ``actors`` also needs ``keys:update``. As with keys, nobody can
-change or delete a role holding a permission they lack, nor give it to or take
-it from a key stronger than themselves. System roles never change.
-
-Each write reads, checks these rules and writes inside one transaction of the
-store's (``Store.transaction``), with ``keysvc.db.roles`` running the SQL: a
-concurrent change to the role or its holders cannot slip between check and write.
-The same transaction records the write's activity (``keysvc.domain.activities``) and, for
-each key given or relieved of the role through ``actors``, that key's role-changed
-activity and ``key.updated`` event; a change of the role's name or permissions is
-the role's one ``role_update``, not one per holder. A PATCH that changes nothing
-writes, records and sends nothing.
+A role's permissions are keysvc's flat ``permissions`` merged with the upstream
+``policies`` (ALLOW only). Nobody creates or widens a role beyond their own key's
+permissions, assigns it through ``actors`` without ``keys:update``, or changes,
+deletes, gives or takes a role holding a permission they lack; system roles never
+change. Each write reads, checks and writes in one ``Store.transaction`` (SQL in
+``keysvc.db.roles``), recording its activity and, for each key given or relieved of
+the role, that key's activity and ``key.updated`` event. A PATCH that changes
+nothing writes, records and sends nothing.
 """
 
 import base64

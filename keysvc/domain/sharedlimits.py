@@ -1,35 +1,11 @@
 """Request limits and the failed-login throttle shared by the instances serving one
 PostgreSQL database (``--shared-limits``, on by default there): ``SharedCounts``.
-
-Batched counters with a local budget. Each process counts in its memory and adds
-its counts to the ``shared_limits`` table (keysvc.db.postgres.sharedcounts) in one statement
-for all names, which reads back each name's total: every FLUSH_SECONDS, and sooner
-when a name's counts not yet in the table reach half its budget. A request is
-refused once the last total read plus this process's counts since reach the limit:
-that sum is never more than the true count, so nothing is refused early. A process
-holds at most a budget of ``budget_of(limit)`` counts (a tenth of the limit, at least
-one) of a name not yet in the table; a request that would pass it waits for the
-statement under way. The worst case, every other process holding a full budget
-unseen, gives the bound README.md and docs/SECURITY.md state:
-
-    allowed in one window <= limit + (processes - 1) * ceil(limit / 10)
-
-where processes counts every serving process of every instance (``--workers``).
-
-No statement runs on a request's path except that wait, which an early flush makes
-rare. While the database does not answer (a statement failing or taking longer than
-STATEMENT_TIMEOUT), each process counts on its own, logged once, from the totals it
-last read: a key may then be served up to its limit by each process. The counts are
-kept and added once it answers; a statement that failed after it committed is added
-again, a count too high rather than too low (the one way a request may be refused
-a little early).
-
-Failed logins are counted per client network under a name that is a keyed hash of
-the network (HMAC with a key derived from the pepper, the same in every instance),
-never the address; the process's ``FailureSketch`` still counts its workers' alike.
-A network is followed from its first failure in a process; besides, each process
-reads the networks at the limit once a second (one statement), so that a network
-blocked through one instance is refused by all, valid credentials included.
+Each process counts in its memory within a local budget (``budget_of``) and adds its
+counts to the ``shared_limits`` table (``keysvc.db.postgres.sharedcounts``) in one
+statement, which reads back the totals; no statement runs on a request's path but a
+wait for one under way. Failed logins count under a keyed hash of the network. The
+bound this gives, and what happens while the database does not answer:
+docs/SECURITY.md, "Limits shared by several instances".
 """
 
 import asyncio

@@ -1,21 +1,15 @@
 """Where webhooks may be sent (server-side request forgery): the URL rules checked at
 create, and ``is_public``, which the delivery's resolver (``keysvc.ops.resolver``)
-asks again of every address it connects to.
+asks again of every address it connects to (against DNS rebinding).
 
-A webhook URL is http or https, carries no credentials, and (unless
-KEYSVC_WEBHOOK_ALLOW_PRIVATE is on) names a host that is, and resolves only to,
-public addresses: not loopback, private, link-local, multicast, reserved or
-unspecified, nor in any range of IANA's special-purpose registries that is not
-globally reachable (listed here, so that the answer does not change with the Python
-version's ``is_global``); an IPv6 address outside global unicast (2000::/3) is
-refused too. An IPv4-mapped IPv6 address is judged as its IPv4 one, a 6to4 one
-refused unless the IPv4 address it wraps is public too, and a Teredo one (within the
-IETF protocol assignments, 2001::/23) refused whole. A
-host that is no address is a DNS name: labels of letters, digits, ``-`` and ``_``,
-none empty or longer than 63 characters, and valid IDNA where it says it is. A
-name resolved again at delivery may answer differently (DNS rebinding): the
-delivery's connector resolves through ``GuardedResolver``, which drops such
-addresses, so the connection goes to an address that was checked.
+A webhook URL is http or https, carries no credentials and, unless
+KEYSVC_WEBHOOK_ALLOW_PRIVATE is on, names a host that is, and resolves only to, public
+addresses: not in any special-purpose range that is not globally reachable (listed
+here, not Python's ``is_global``), IPv6 only in 2000::/3, mapped and 6to4 addresses
+judged by the IPv4 address they carry, Teredo refused. A host name is checked label
+by label (letters, digits, ``-``, ``_``; IDNA where it says so). The threat and the
+rules in full: docs/SECURITY.md, "Webhooks: request forgery from inside, and the
+signing secret".
 """
 
 import asyncio

@@ -1,19 +1,12 @@
 """The access record: for every request, one structured log line on
 ``keysvc.http.access`` and, when metrics are on, the request metrics.
 
-It is written once the error envelope is made (``keysvc.http.middleware``), so it
-has the status the client gets, 401, 404 and 500 included. Routes are reported
-by their template (``/v1/organizations/{organizationId}/keys/{keyId}``), never
-by the raw path, and ``unmatched`` when no route matched, so neither logs nor
-metric labels carry identifiers from the path. The caller is reported by its key UUID and
-organization only: the Authorization header, the key ID and the secret are
-never read here.
-
-``KEYSVC_ACCESS_LOG`` says which answers get a line: ``all``; ``errors`` (the
-default), every one but a verify's success, the forward-auth call a proxy makes on
-each of its own requests, whose count the key's usage series keeps
-(``keysvc.domain.usage``); ``off``, none. The metrics count every request whatever it
-says, and an internal error is logged with its request ID by the middleware.
+Written once the error envelope is made (``keysvc.http.middleware``), so it has the
+status the client gets. Routes are reported by their template, or ``unmatched``, and
+the caller by key UUID and organization only: no identifier from the path, no
+Authorization header, key ID or secret. ``KEYSVC_ACCESS_LOG`` says which answers get
+a line: ``all``; ``errors`` (the default), all but a verify's success; ``off``, none.
+The metrics count every request whatever it says.
 """
 
 import logging

@@ -1,19 +1,14 @@
-"""The connections of ``keysvc serve``: how long a client may take to send a
-request's head, how long a kept-alive connection may wait for its next
-request, and how many connections may be open at once.
+"""The connections of ``keysvc serve``: how long a client may take to send a request's
+head, how long a kept-alive connection may wait for its next request, and how many
+connections may be open at once.
 
-aiohttp closes idle kept-alive connections itself (``keepalive_timeout``, set
-here from ``idle_timeout``), but it has no deadline for a request's head: a
-client that sends part of a request line and then nothing holds its
-connection, and a descriptor, until the idle timeout, and aiohttp has no
-limit on connections either. Both need the connection's own events, which
-aiohttp gives only to its ``RequestHandler``, and ``web.Server`` builds
-that class by name; hence ``GuardedHandler``, and the server and runner
-that build it. A connection over ``max_connections`` is closed as soon as it
-is accepted; with the open-file limit fitted to the cap (``fit_open_files``),
-the process never runs out of descriptors. Whatever is refused or cut off is
-logged a few lines at a time (``keysvc.logs.Throttled``), never a line per
-connection.
+aiohttp closes idle connections itself (``keepalive_timeout``, from
+``idle_timeout``) but has no deadline for a request's head and no connection limit;
+both need the connection's own events, which only its ``RequestHandler`` gets, and
+``web.Server`` builds that class by name: hence ``GuardedHandler`` and the server and
+runner that build it. A connection over ``max_connections`` is closed when accepted,
+the open-file limit fitted to the cap (``fit_open_files``); refusals are logged a few
+lines at a time (``keysvc.logs.Throttled``).
 """
 
 import asyncio

@@ -1,24 +1,14 @@
-"""keysvc's middleware: a fresh request ID on every request, and every
-failure, aiohttp's own 404/405/413 included, answered in the JSON envelope.
-A 500 shows nothing of the cause; it is logged with its request ID. This is
-the only place that answers with an error envelope (whose text
-``keysvc.http.envelope`` owns).
+"""keysvc's middleware: a fresh request ID on every request, and every failure,
+aiohttp's own 404/405/413 included, answered in the JSON envelope; a 500 shows nothing
+of its cause and is logged with its request ID. This is the only place that answers
+with an error envelope (whose text ``keysvc.http.envelope`` owns).
 
-Requests aiohttp's HTTP parser refuses (a request line or header over
-``MAX_LINE_BYTES``, a bad Content-Length, broken chunked framing, too many
-headers) never reach the middlewares: aiohttp answers them itself from
-``RequestHandler.handle_error``, in plain text. ``answer_parser_errors_in_envelope``
-wraps that one method so that, for a keysvc app only, the answer is the
-envelope too. aiohttp offers no hook for it (the handler class is fixed by
-``web.Server``), hence the wrap. For such a request the wrap also replaces
-aiohttp's log record, a traceback that quotes the request's bytes, with one
-short line naming the error, the request ID and the peer, throttled
-(``keysvc.logs.Throttled``): junk requests must not fill the disk, and bytes a
-client sent, credentials among them, are never logged.
-
-A request in HTTP/1.0 with a Transfer-Encoding header has framing that cannot
-be trusted (RFC 9112, section 6.1): it is answered 400 and its connection
-closed, so nothing pipelined behind it is served.
+aiohttp answers the requests its parser refuses itself, in plain text, from
+``RequestHandler.handle_error``, which offers no hook: ``answer_parser_errors_in_envelope``
+wraps that method so that a keysvc app answers them in the envelope too, and logs one
+short throttled line (``keysvc.logs.Throttled``) instead of a traceback quoting the
+request's bytes. An HTTP/1.0 request with Transfer-Encoding (RFC 9112, 6.1) is
+answered 400 and its connection closed.
 """
 
 import asyncio

@@ -1,20 +1,14 @@
 """The OpenAPI 3.1 document, generated from the marshmallow schemas by apispec.
 
-Components carry the upstream names (ApiKey, ApiKeyPostRequest, RBACRole, …)
-and operations the upstream operationIds, so a client generated from either
-document works against keysvc. What keysvc adds to an upstream shape is
-marked ``x-keysvc-addition`` and says so in its description. Every operation
-lists every status it can answer, each with the error envelope.
-
-Request schemas say in JSON Schema what the marshmallow validators check in
-Python (name trimming, permission syntax, hash encoding, …), so that a body
-the document allows is one keysvc accepts and the other way round; what no
-JSON Schema can say (expireAt in the future, IDs that must exist, a cursor
-keysvc issued) is in the descriptions. One known difference goes the other way:
-``expireAt`` is ``date-time`` (RFC 3339) here, and keysvc also accepts the other
-ISO-8601 forms Python's ``datetime.fromisoformat`` reads, as the specification
-says ISO-8601. Responses carry OpenAPI links from
-each create to the operations on what it created.
+Components and operations carry the upstream names and operationIds, so a client
+generated from either document works against keysvc; what keysvc adds is marked
+``x-keysvc-addition``. Every operation lists every status it can answer, with the
+error envelope. Request schemas say in JSON Schema what the validators check, so a
+body the document allows is one keysvc accepts and the other way round; what JSON
+Schema cannot say (expireAt in the future, IDs that must exist) is in the
+descriptions. One difference: ``expireAt`` is ``date-time`` here, and keysvc also
+accepts the other ISO-8601 forms ``datetime.fromisoformat`` reads. Responses carry
+links from each create to the operations on what it created.
 """
 
 import re

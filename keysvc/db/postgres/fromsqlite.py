@@ -1,23 +1,13 @@
-"""``keysvc migrate``'s copy (``keysvc.ops.migrate``): a SQLite database copied whole
-into an empty PostgreSQL one, so that the keys it holds keep working when keysvc moves
-to the second backend.
+"""``keysvc migrate``'s copy (``keysvc.ops.migrate``): a SQLite database copied whole into an
+empty PostgreSQL one, so that its keys keep working on the second backend.
 
-The source is read in one read transaction of a read-only connection: a snapshot,
-consistent even while a server still writes to the file (what it commits later is
-not copied). Its pepper comes from its pepper file, or KEYSVC_PEPPER; the target
-keeps the same one (every instance serving it gets it from KEYSVC_PEPPER), since
-every stored hash and the activity chains are keyed from it.
-
-The target is brought to the current schema (``keysvc.db.postgres.schema``) and refused
-unless it holds nothing but what that migration writes. Then every table of
-``TABLES`` is copied row for row and column for column with COPY (asyncpg's
-``copy_records_to_table``: binary, no statement built from values, and far faster
-than inserts), in one transaction that also holds the write lock every keysvc
-instance takes, so that none writes in between. Before commit the row counts of
-both sides are compared table by table; any difference rolls everything back.
-
-Rows are only moved, never shown: the tables hold keyed hashes, not secrets, and
-nothing here prints or logs a row.
+The source is read in one read transaction of a read-only connection (a snapshot);
+the target keeps its pepper, since every stored hash and the activity chains are keyed
+from it. The target is brought to the current schema and refused unless it holds
+nothing else; every table of ``TABLES`` is copied with COPY in one transaction that
+holds the write lock every instance takes, and the row counts of both sides are
+compared before commit: any difference rolls everything back. Rows are only moved,
+never printed or logged.
 """
 
 import hmac

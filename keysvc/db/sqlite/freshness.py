@@ -1,41 +1,13 @@
-"""Has anything been committed since I last looked, and has authorization moved?
-Asked on every request, cheaply.
+"""Has anything been committed since I last looked, and has authorization moved? Asked on
+every request, cheaply: ``Freshness`` answers with the database's ``data_version`` and
+the ``auth_generation`` (read only when the version has moved). ``CommitWatch`` maps
+the WAL-index header of the ``-shm`` file read-only and asks ``PRAGMA data_version``
+only when its bytes change.
 
-``Freshness`` answers both: the database's ``data_version``, which moves on any
-commit by any connection in any process, and ``auth_generation``, the counter
-every write that can change an authentication or authorization answer bumps
-in its own transaction (schema.sql's triggers do too, for changes by hand).
-The generation is read only when the version has moved.
-
-``PRAGMA data_version`` is the authoritative answer, but it is a statement: it
-opens a read transaction, takes and drops WAL-index locks, and releases the
-GIL, which under load lets another thread run and costs the loop far more
-than the 3 µs it takes alone (18 µs per request, measured with py-spy).
-
-In WAL mode every commit, by any connection in any process, rewrites the
-WAL-index header at the start of the ``-shm`` file, which SQLite itself maps
-into memory and which documents its layout (https://sqlite.org/walformat.html,
-"the WAL-index header"): a change counter, the last valid frame, the salts and
-the checksum of that frame. ``CommitWatch`` maps the same file read-only and
-keeps the first copy of that header (48 bytes) next to the ``data_version`` it
-last read. While the bytes are the same, nothing has been committed and the
-remembered version is the answer, with no statement run. When they differ, or
-when the file cannot be mapped or does not hold a WAL index of the version
-below, the pragma is asked, as before.
-
-The header is read *before* the pragma, so a commit landing between the two
-leaves the kept header older than the version: the next look sees the bytes
-differ and asks again. It never leaves a commit unseen.
-
-One hazard shapes the code. SQLite marks the ``-shm`` file as in use with a
-POSIX lock, and closing *any* descriptor of a file drops all of the process's
-POSIX locks on it. Were this module to close its descriptor (or the mapping,
-which holds a duplicate) while the process's connections are open, the next
-process to open the database would find the index unused, reset it, and this
-process would fault on its next look (``tests/system/test_walwatch.py`` shows it). So
-the descriptor and the mapping stay open until ``close``, which the store
-calls only after its connections are closed. Several stores on one database
-in one process (the tests have them) share one descriptor, closed with the last.
+One hazard shapes the code: closing any descriptor of the ``-shm`` file drops the
+process's POSIX locks on it, so the mapping stays open until ``close``, after every
+connection of the store (``tests/system/test_walwatch.py``). The whole reasoning and
+its measurements: docs/PERFORMANCE.md, "Design notes".
 """
 
 import mmap
