@@ -11,7 +11,7 @@ as keysvc's own errors (``keysvc.errors``): ``DatabaseUnavailable``, ``Conflict`
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the SQL modules below run their statements on ``Connection`
     from keysvc.db.batching import RevokedUse
     from keysvc.db.cache import Caches
     from keysvc.db.keys import Announce, Recheck
+    from keysvc.db.outbox import Seal
     from keysvc.db.roles import RoleStore
     from keysvc.db.timing import Observer
 
@@ -148,6 +149,11 @@ class Store(Protocol):
     def roles(self) -> RoleStore: ...
 
     @property
+    def seal(self) -> Seal:
+        """The outbox rows' MAC key (``key_outbox``), which delivery checks them with."""
+        ...
+
+    @property
     def space(self) -> Space: ...
 
     @property
@@ -161,6 +167,24 @@ class Store(Protocol):
     def authorization_changed(self, conn: Connection) -> Awaitable[None]: ...
 
     def record(self, conn: Connection, activity: Activity) -> Awaitable[None]: ...
+
+    def enqueue(
+        self,
+        conn: Connection,
+        organization_id: str,
+        event_type: str,
+        data: dict[str, Any],
+        now: datetime,
+        webhook_ids: Collection[str] | None = None,
+    ) -> Awaitable[None]:
+        """Inside a write transaction: an event for the organization's webhooks subscribed
+        to ``event_type`` (among ``webhook_ids``, when given), each row MACed with the
+        outbox key (``keysvc.db.outbox``)."""
+        ...
+
+    def key_outbox(self, key: bytes) -> None:
+        """Key the outbox rows' MACs (from the pepper), before any event is enqueued."""
+        ...
 
     def schema_is_current(self) -> Awaitable[bool]: ...
 

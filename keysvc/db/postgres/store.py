@@ -41,7 +41,7 @@ import logging
 import os
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -503,6 +503,7 @@ class PgStore:
         )
         self.space = core.space
         self.chain = core.chain
+        self.seal = core.seal
         self.roles = core.roles
         # Asked on every authenticated request, so bound once rather than forwarded.
         self.needs_touch = core.touches.needs_touch
@@ -604,7 +605,7 @@ class PgStore:
             key = await key_sql.insert_key(conn, new)
             await conn.execute(_NEW_KEY, ("",))
             await activity_sql.record(conn, self.chain, announce(key))
-            await enqueue(conn, org, "key.created", key_event(key), key.created_at)
+            await enqueue(conn, self.seal, org, "key.created", key_event(key), key.created_at)
             return key
 
     # The contract's calls both backends answer alike (``StoreCore``).
@@ -625,6 +626,15 @@ class PgStore:
 
     def check_pepper(self, fingerprint: str) -> Awaitable[None]:
         return self._core.check_pepper(fingerprint)
+
+    def enqueue(
+        self, conn: Connection, organization_id: str, event_type: str, data: dict[str, Any],
+        now: datetime, webhook_ids: Collection[str] | None = None,
+    ) -> Awaitable[None]:  # fmt: skip
+        return self._core.enqueue(conn, organization_id, event_type, data, now, webhook_ids)
+
+    def key_outbox(self, key: bytes) -> None:
+        self._core.key_outbox(key)
 
     def key_activities(self, key: bytes) -> Awaitable[None]:
         return self._core.key_activities(key)

@@ -11,15 +11,16 @@ batches' own (``keysvc.db.sqlite.createbatch``). What both backends answer alike
 
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import aiosqlite
 
 from keysvc.config import ConfigError, Settings
-from keysvc.credentials import ACTIVITY_CHAIN, Hasher, load_pepper
+from keysvc.credentials import ACTIVITY_CHAIN, OUTBOX_SEAL, Hasher, load_pepper
 from keysvc.db import meta
 from keysvc.db.batching import RevokedUse
 from keysvc.db.cache import Caches
@@ -70,11 +71,12 @@ class Store:
         )
         self.space = core.space
         self.chain = core.chain
+        self.seal = core.seal
         self.roles = core.roles
         # Asked on every authenticated request, so bound once rather than forwarded.
         self.needs_touch = core.touches.needs_touch
         self.count_use = core.touches.tally.add
-        self._creates = Creates(path, self.writer, self.chain, records)
+        self._creates = Creates(path, self.writer, self.chain, self.seal, records)
 
     @classmethod
     async def open(
@@ -182,6 +184,15 @@ class Store:
     def check_pepper(self, fingerprint: str) -> Awaitable[None]:
         return self._core.check_pepper(fingerprint)
 
+    def enqueue(
+        self, conn: Connection, organization_id: str, event_type: str, data: dict[str, Any],
+        now: datetime, webhook_ids: Collection[str] | None = None,
+    ) -> Awaitable[None]:  # fmt: skip
+        return self._core.enqueue(conn, organization_id, event_type, data, now, webhook_ids)
+
+    def key_outbox(self, key: bytes) -> None:
+        self._core.key_outbox(key)
+
     def key_activities(self, key: bytes) -> Awaitable[None]:
         return self._core.key_activities(key)
 
@@ -275,6 +286,7 @@ async def open_checked(
         pepper = load_pepper(settings.pepper, settings.pepper_path, create=recorded is None)
         hasher = Hasher(pepper)
         await store.check_pepper(hasher.fingerprint())
+        store.key_outbox(hasher.derive(OUTBOX_SEAL))
         await store.key_activities(hasher.derive(ACTIVITY_CHAIN))
         yield store, hasher
     finally:
