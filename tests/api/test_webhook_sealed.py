@@ -27,6 +27,14 @@ DELIVERY_COLUMNS = (
     "webhook_id, event_id, event_type, body, created_at, give_up_at, state, next_attempt_at"
 )
 
+# A second webhooks row (new ID, another URL) with a webhook's nonce, as a writer without
+# the pepper would add to get deliveries signed with that webhook's secret.
+COPY_WEBHOOK = (
+    "insert into webhooks (id, organization_id, url, events, expiring_days, nonce,"
+    " created_at) select ?, organization_id, ?, events, expiring_days, nonce, created_at"
+    " from webhooks where id = ?"
+)
+
 
 @pytest.fixture
 async def other() -> AsyncIterator[Receiver]:
@@ -37,12 +45,14 @@ async def other() -> AsyncIterator[Receiver]:
 
 
 async def _webhook(
-    client: Client, admin: Creds, receiver: Receiver, events: list[str] | None = None
-) -> tuple[str, str]:
-    created = await create_webhook(
-        client, admin, {"url": receiver.url, "events": events or ["key.created"]}
-    )
-    return created["webhook"]["id"], created["secret"]
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock, receiver: Receiver
+) -> tuple[Client, Creds, str, str]:
+    """A client, its admin, and a webhook of key.created to ``receiver``: its ID and secret."""
+    client = await private_client(aiohttp_client, settings, clock)
+    admin = await bootstrap(client.app)
+    body = {"url": receiver.url, "events": ["key.created"]}
+    created = await create_webhook(client, admin, body)
+    return client, admin, created["webhook"]["id"], created["secret"]
 
 
 async def _one_delivered(client: Client, admin: Creds, receiver: Receiver, webhook_id: str) -> None:
@@ -77,9 +87,7 @@ async def test_a_delivery_row_written_by_hand_is_not_sent(
     receiver: Receiver,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    client = await private_client(aiohttp_client, settings, clock)
-    admin = await bootstrap(client.app)
-    webhook_id, _ = await _webhook(client, admin, receiver)
+    client, admin, webhook_id, _ = await _webhook(aiohttp_client, settings, clock, receiver)
     await _one_delivered(client, admin, receiver, webhook_id)
     body = '{"forged":"a body keysvc never wrote"}'
     event_id = _forge_delivery(settings, webhook_id, body)
@@ -99,9 +107,7 @@ async def test_a_sealed_row_copied_with_another_body_is_not_sent(
     aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock, receiver: Receiver
 ) -> None:
     """The MAC covers the body: a real row's MAC put beside another body fails."""
-    client = await private_client(aiohttp_client, settings, clock)
-    admin = await bootstrap(client.app)
-    webhook_id, _ = await _webhook(client, admin, receiver)
+    client, admin, webhook_id, _ = await _webhook(aiohttp_client, settings, clock, receiver)
     await _one_delivered(client, admin, receiver, webhook_id)
     event_id = str(uuid.uuid4())
     hand_sql(
@@ -126,16 +132,9 @@ async def test_a_webhooks_row_with_a_copied_nonce_cannot_be_added(
     receiver: Receiver,
     other: Receiver,
 ) -> None:
-    client = await private_client(aiohttp_client, settings, clock)
-    admin = await bootstrap(client.app)
-    webhook_id, _ = await _webhook(client, admin, receiver)
-    copy = (
-        "insert into webhooks (id, organization_id, url, events, expiring_days, nonce,"
-        " created_at) select ?, organization_id, ?, events, expiring_days, nonce, created_at"
-        " from webhooks where id = ?"
-    )
+    client, admin, webhook_id, _ = await _webhook(aiohttp_client, settings, clock, receiver)
     with pytest.raises(Exception, match=r"(?i)unique"):
-        hand_sql(settings, copy, str(uuid.uuid4()), other.url, webhook_id)
+        hand_sql(settings, COPY_WEBHOOK, str(uuid.uuid4()), other.url, webhook_id)
     await _one_delivered(client, admin, receiver, webhook_id)
     await asyncio.sleep(0.3)
     assert other.received == []
@@ -148,9 +147,7 @@ async def test_a_webhook_whose_url_is_changed_by_hand_no_longer_signs_with_its_s
     receiver: Receiver,
     other: Receiver,
 ) -> None:
-    client = await private_client(aiohttp_client, settings, clock)
-    admin = await bootstrap(client.app)
-    webhook_id, secret = await _webhook(client, admin, receiver)
+    client, admin, webhook_id, secret = await _webhook(aiohttp_client, settings, clock, receiver)
     await _one_delivered(client, admin, receiver, webhook_id)
     assert signature_valid(secret, receiver.received[0])
     hand_sql(settings, "update webhooks set url = ? where id = ?", other.url, webhook_id)
@@ -195,26 +192,17 @@ async def test_a_webhook_made_before_the_upgrade_keeps_its_secret(
 ) -> None:
     """Its secret is still derived from its nonce alone, so its receiver verifies on; a
     copy of its row added before the upgrade (when nothing refused it) is sent nothing
-    signed with that secret; a delivery left pending at the upgrade is not sent."""
-    client = await private_client(aiohttp_client, settings, clock)
-    admin = await bootstrap(client.app)
-    webhook_id, _ = await _webhook(client, admin, receiver)
+    signed with that secret."""
+    client, admin, webhook_id, _ = await _webhook(aiohttp_client, settings, clock, receiver)
     await client.close()
     _back_to_the_version_before(settings)
     nonce = hand_value(settings, "select nonce from webhooks where id = ?", webhook_id)
     old_secret = _old_secret(_pepper(settings), bytes(nonce))
-    hand_sql(
-        settings,
-        "insert into webhooks (id, organization_id, url, events, expiring_days, nonce,"
-        " created_at) select ?, organization_id, ?, events, expiring_days, nonce, created_at"
-        " from webhooks where id = ?",
-        str(uuid.uuid4()),
-        other.url,
-        webhook_id,
-    )
+    hand_sql(settings, COPY_WEBHOOK, str(uuid.uuid4()), other.url, webhook_id)
 
     client = await private_client(aiohttp_client, settings, clock)
-    assert hand_value(settings, "select secret_version from webhooks where id = ?", webhook_id)
+    version = "select secret_version from webhooks where id = ?"
+    assert hand_value(settings, version, webhook_id) == 1
     await _one_delivered(client, admin, receiver, webhook_id)
     assert signature_valid(old_secret, receiver.received[0])
     await asyncio.sleep(0.5)
