@@ -16,6 +16,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import json
 import os
 import secrets
 import string
@@ -101,6 +102,12 @@ def is_sha256_b64(value: str) -> bool:
 # webhook secret starts with (so that one found in a log or a paste is recognised).
 WEBHOOK_SIGNING = b"keysvc webhook signing key"
 WEBHOOK_SECRET_PREFIX = "whsec_"  # noqa: S105 - a prefix, not a secret
+# How a webhook's secret is derived (its row's secret_version): 1 from the nonce alone,
+# as webhooks made before 2 have it; 2 bound to the webhook's ID, organization and URL.
+NONCE_ONLY_SECRET = 1
+BOUND_SECRET = 2
+# What the outbox rows' MAC key is derived for (``Hasher.derive``).
+OUTBOX_SEAL = "webhook outbox"
 
 
 class Hasher:
@@ -137,12 +144,22 @@ class Hasher:
         """A key of its own for ``purpose``, derived from the pepper."""
         return hmac.new(self._pepper, f"keysvc key\0{purpose}".encode(), hashlib.sha256).digest()
 
-    def webhook_secret(self, nonce: bytes) -> str:
-        """A webhook's signing secret: HMAC-SHA256(K, nonce), K = HMAC-SHA256(pepper,
-        purpose). Only the nonce is stored, so the database without the pepper cannot
-        sign; the secret is remade for each delivery and shown once, at create."""
+    def webhook_secret(
+        self, nonce: bytes, version: int, webhook_id: str, organization_id: str, url: str
+    ) -> str:
+        """A webhook's signing secret: HMAC-SHA256(K, m), K = HMAC-SHA256(pepper,
+        purpose). Version 2's m binds the webhook: a JSON array of its ID, organization,
+        URL and hex nonce, so a row that copies the nonce, or a URL changed by hand,
+        derives another secret. Version 1's m is the nonce alone (webhooks made before
+        version 2 keep it until they are made again). Only the nonce is stored, so the
+        database without the pepper cannot sign; the secret is remade for each delivery
+        and shown once, at create."""
         derived = hmac.new(self._pepper, WEBHOOK_SIGNING, hashlib.sha256).digest()
-        secret = hmac.new(derived, nonce, hashlib.sha256).digest()
+        message = nonce
+        if version != NONCE_ONLY_SECRET:
+            bound = [BOUND_SECRET, webhook_id, organization_id, url, nonce.hex()]
+            message = json.dumps(bound, separators=(",", ":")).encode()
+        secret = hmac.new(derived, message, hashlib.sha256).digest()
         return WEBHOOK_SECRET_PREFIX + base64.urlsafe_b64encode(secret).decode().rstrip("=")
 
     def fingerprint(self) -> str:

@@ -229,7 +229,9 @@ create table if not exists activity_heads (
 -- Webhooks (keysvc.webhooks): where an organization's key events are POSTed. The
 -- signing secret is not stored: only a random nonce, from which the secret is derived
 -- with a key that comes from the pepper (keysvc.credentials), so the database alone
--- cannot sign.
+-- cannot sign. secret_version 2 binds the secret to the webhook's id, organization and
+-- url as well; 1 (webhooks made before it) derives it from the nonce alone. A nonce is
+-- unique, so that no second row can share a webhook's secret.
 create table if not exists webhooks (
     seq             integer primary key,
     id              text not null unique,  -- uuid
@@ -238,14 +240,18 @@ create table if not exists webhooks (
     events          text not null,         -- JSON array of event types
     expiring_days   integer not null,
     nonce           blob not null,
-    created_at      text not null
+    created_at      text not null,
+    secret_version  integer not null default 1
 ) strict;
 
 create index if not exists webhooks_org on webhooks (organization_id, seq);
+create unique index if not exists webhooks_nonce on webhooks (nonce);
 
 -- The outbox: one row per event and webhook, written in the transaction of the write
 -- that made the event, and delivered by a background task (keysvc.delivery). Instants
--- the scheduler compares are unix seconds.
+-- the scheduler compares are unix seconds. mac: HMAC with a key from the pepper over
+-- what the row sends and where (keysvc.db.outbox.Seal); a row without a valid one is
+-- not sent.
 create table if not exists webhook_deliveries (
     seq             integer primary key,
     id              text not null unique,  -- uuid
@@ -259,7 +265,8 @@ create table if not exists webhook_deliveries (
     attempts        integer not null default 0,
     next_attempt_at real,                  -- null once delivered or failed
     lease_until     real,                  -- a process is attempting it until then
-    lease_owner     text
+    lease_owner     text,
+    mac             blob                   -- null: queued before MACs, or not keysvc's
 ) strict;
 
 create index if not exists webhook_deliveries_due on webhook_deliveries (next_attempt_at)

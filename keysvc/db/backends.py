@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from keysvc.config import ConfigError, Settings
-from keysvc.credentials import ACTIVITY_CHAIN, Hasher
+from keysvc.credentials import ACTIVITY_CHAIN, OUTBOX_SEAL, Hasher
 from keysvc.db import contract
 from keysvc.db.activities import Verdict
 from keysvc.db.contract import NO_RECORDS, Records
@@ -75,6 +75,7 @@ async def open_store(
         await store.check_writable()
         hasher = Hasher(settings.pepper)
         await store.check_pepper(hasher.fingerprint())
+        store.key_outbox(hasher.derive(OUTBOX_SEAL))
         await store.key_activities(hasher.derive(ACTIVITY_CHAIN))
         yield store, hasher
     finally:

@@ -144,9 +144,10 @@ class RevokedUses:
     """Uses of revoked keys waiting to be logged, at most one per key a minute, and
     the task that writes them in one transaction."""
 
-    def __init__(self, writer: Writes, chain: activity_sql.Chain):
+    def __init__(self, writer: Writes, chain: activity_sql.Chain, seal: outbox.Seal):
         self._writer = writer
         self._chain = chain
+        self._seal = seal
         # Keys whose use was logged (or is waiting) in the minute of _minute.
         self._noted: set[str] = set()
         self._minute: datetime | None = None
@@ -177,7 +178,7 @@ class RevokedUses:
                         activity = use.activity
                         await activity_sql.record(conn, self._chain, activity)
                         await outbox.enqueue(
-                            conn, activity.organization_id, "key.used_after_revoke",
+                            conn, self._seal, activity.organization_id, "key.used_after_revoke",
                             use.key_view, activity.created_at,
                         )  # fmt: skip
             except InsufficientStorage:

@@ -11,7 +11,7 @@ as keysvc's own errors (``keysvc.errors``): ``DatabaseUnavailable``, ``Conflict`
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -33,6 +33,7 @@ from keysvc.models import (
 )
 
 if TYPE_CHECKING:
+    from keysvc.db.outbox import Seal
     from keysvc.db.timing import Observer
 
 
@@ -175,6 +176,11 @@ class Store(Protocol):
     def roles(self) -> RoleReads: ...
 
     @property
+    def seal(self) -> Seal:
+        """The outbox rows' MAC key (``key_outbox``), which delivery checks them with."""
+        ...
+
+    @property
     def space(self) -> Space: ...
 
     @property
@@ -188,6 +194,24 @@ class Store(Protocol):
     def authorization_changed(self, conn: Connection) -> Awaitable[None]: ...
 
     def record(self, conn: Connection, activity: Activity) -> Awaitable[None]: ...
+
+    def enqueue(
+        self,
+        conn: Connection,
+        organization_id: str,
+        event_type: str,
+        data: dict[str, Any],
+        now: datetime,
+        webhook_ids: Collection[str] | None = None,
+    ) -> Awaitable[None]:
+        """Inside a write transaction: an event for the organization's webhooks subscribed
+        to ``event_type`` (among ``webhook_ids``, when given), each row MACed with the
+        outbox key (``keysvc.db.outbox``)."""
+        ...
+
+    def key_outbox(self, key: bytes) -> None:
+        """Key the outbox rows' MACs (from the pepper), before any event is enqueued."""
+        ...
 
     def schema_is_current(self) -> Awaitable[bool]: ...
 

@@ -10,15 +10,16 @@ activity chain; and the usage upkeep of a serving store.
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from keysvc.config import Settings
 from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
-from keysvc.db import meta
+from keysvc.db import meta, outbox
 from keysvc.db import roles as role_sql
 from keysvc.db import usage as usage_sql
 from keysvc.db import webhooks as webhook_sql
@@ -77,8 +78,10 @@ class StoreCore:
         self.space = writer.space
         # The activity log's chain key: set once the pepper is loaded (key_activities).
         self.chain = activity_sql.Chain()
+        # The outbox rows' MAC key: set once the pepper is loaded (key_outbox).
+        self.seal = outbox.Seal()
         self.touches = Touches(writer)
-        self.revoked_uses = RevokedUses(writer, self.chain)
+        self.revoked_uses = RevokedUses(writer, self.chain, self.seal)
         self.roles = RoleStore(reader, observer)
         self._upkeep: asyncio.Task[None] | None = None
 
@@ -178,6 +181,17 @@ class StoreCore:
     async def record(self, conn: Connection, activity: Activity) -> None:
         """Inside a write transaction: log ``activity`` (``keysvc.db.activities.record``)."""
         await activity_sql.record(conn, self.chain, activity)
+
+    async def enqueue(
+        self, conn: Connection, organization_id: str, event_type: str, data: dict[str, Any],
+        now: datetime, webhook_ids: Collection[str] | None = None,
+    ) -> None:  # fmt: skip
+        """Inside a write transaction: send an event (``keysvc.db.outbox.enqueue``)."""
+        await outbox.enqueue(conn, self.seal, organization_id, event_type, data, now, webhook_ids)
+
+    def key_outbox(self, key: bytes) -> None:
+        """Key the outbox rows' MACs (from the pepper)."""
+        self.seal.keyed(key)
 
     async def key_activities(self, key: bytes) -> None:
         """Key the activity chains (from the pepper), and start the chain of each

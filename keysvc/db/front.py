@@ -4,13 +4,15 @@ the ``StoreCore`` each holds. ``keysvc.db.sqlite.store.Store`` and
 call added to the contract and the core is written once, not once per backend.
 """
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
+from typing import Any
 
 from keysvc.db.activities import Chain
 from keysvc.db.contract import Connection, Rendered, RevokedUse, Space
 from keysvc.db.core import StoreCore
+from keysvc.db.outbox import Seal
 from keysvc.db.roles import RoleStore
 from keysvc.models import (
     Activity,
@@ -29,6 +31,7 @@ class CoreFront:
     space: Space
     chain: Chain
     roles: RoleStore
+    seal: Seal
     needs_touch: Callable[[Key, datetime], bool]
     count_use: Callable[[str, datetime, int], None]
 
@@ -38,6 +41,7 @@ class CoreFront:
         self.space = core.space
         self.chain = core.chain
         self.roles = core.roles
+        self.seal = core.seal
         # Asked on every authenticated request, so bound once rather than forwarded.
         self.needs_touch = core.touches.needs_touch
         self.count_use = core.touches.tally.add
@@ -61,6 +65,15 @@ class CoreFront:
 
     def key_activities(self, key: bytes) -> Awaitable[None]:
         return self._core.key_activities(key)
+
+    def enqueue(
+        self, conn: Connection, organization_id: str, event_type: str, data: dict[str, Any],
+        now: datetime, webhook_ids: Collection[str] | None = None,
+    ) -> Awaitable[None]:  # fmt: skip
+        return self._core.enqueue(conn, organization_id, event_type, data, now, webhook_ids)
+
+    def key_outbox(self, key: bytes) -> None:
+        self._core.key_outbox(key)
 
     def has_organization(self) -> Awaitable[bool]:
         return self._core.has_organization()

@@ -7,8 +7,18 @@ synchronous twin for the create batches' own connection (``keysvc.db.sqlite.crea
 Both build the same rows (``_rows``). Nothing here waits on the network: a claim
 leases deliveries in one short transaction, the attempt happens outside any, and
 its outcome is recorded in another.
+
+Each row carries a MAC (``Seal``), made with a key derived from the pepper, over
+everything its attempt sends and where: the delivery's and its webhook's IDs, the
+organization, the target URL, the event's ID and type, and the body. The delivery
+task sends a row only if its MAC verifies against the row and its webhook as they are
+then, so a row written or changed by someone who can write the database but does not
+hold the pepper is never signed. Rows queued before the MAC existed have none, and
+are not sent either.
 """
 
+import hashlib
+import hmac
 import json
 import sqlite3
 import uuid
@@ -31,25 +41,25 @@ PRUNED_PER_TRANSACTION = 1000
 # The webhooks subscribed to an event type: their events (a JSON array) hold it.
 SUBSCRIBERS = Sql(
     """
-    select id from webhooks
+    select id, url from webhooks
     where organization_id = ? and exists (select 1 from json_each(webhooks.events) where value = ?)
     order by seq
     """,
     """
-    select id from webhooks
+    select id, url from webhooks
     where organization_id = ? and webhooks.events::jsonb @> jsonb_build_array(?::text)
     order by seq
     """,
 )
 SUBSCRIBERS_OF = with_json_list(
     """
-    select id, organization_id from webhooks
+    select id, organization_id, url from webhooks
     where organization_id in {json_list}
       and exists (select 1 from json_each(webhooks.events) where value = ?)
     order by seq
     """,
     """
-    select id, organization_id from webhooks
+    select id, organization_id, url from webhooks
     where organization_id in {json_list}
       and webhooks.events::jsonb @> jsonb_build_array(?::text)
     order by seq
@@ -57,8 +67,8 @@ SUBSCRIBERS_OF = with_json_list(
 )
 INSERT_DELIVERY = """
     insert into webhook_deliveries (id, webhook_id, event_id, event_type, body, created_at,
-                                    give_up_at, state, next_attempt_at)
-    values (?, ?, ?, ?, ?, ?, ?, 'pending', ?)
+                                    give_up_at, state, next_attempt_at, mac)
+    values (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)
 """
 ANY_DUE = """
     select 1 from webhook_deliveries
@@ -66,7 +76,8 @@ ANY_DUE = """
     limit 1
 """
 DUE = """
-    select d.seq, d.event_id, d.event_type, d.body, d.attempts, d.give_up_at, w.url, w.nonce
+    select d.seq, d.event_id, d.event_type, d.body, d.attempts, d.give_up_at, w.url, w.nonce,
+           d.id, d.webhook_id, d.mac, w.organization_id, w.secret_version
     from webhook_deliveries d join webhooks w on w.id = d.webhook_id
     where d.state = 'pending' and d.next_attempt_at <= ?
       and (d.lease_until is null or d.lease_until <= ?)
@@ -155,6 +166,11 @@ class Due:
     give_up_at: float
     url: str
     nonce: bytes
+    id: str
+    webhook_id: str
+    mac: bytes | None
+    organization_id: str
+    secret_version: int
 
 
 @dataclass(frozen=True)
@@ -163,6 +179,35 @@ class Expiring:
     key_id: str
     organization_id: str
     expire_at: str
+
+
+class Seal:
+    """The key outbox rows are MACed with, derived from the pepper; set once the pepper
+    is known (``Store.key_outbox``), as the activity chain's is."""
+
+    def __init__(self, key: bytes | None = None):
+        self._key = key
+
+    def keyed(self, key: bytes) -> None:
+        self._key = key
+
+    def of(self, delivery_id: str, webhook_id: str, organization_id: str, url: str,
+           event_id: str, event_type: str, body: str) -> bytes:  # fmt: skip
+        """The MAC of a delivery row: over a JSON array of what its attempt sends, and
+        where, so that no field can run into the next."""
+        if self._key is None:
+            raise RuntimeError("the outbox has no key: the pepper was not loaded")
+        fields = [delivery_id, webhook_id, organization_id, url, event_id, event_type, body]
+        text = json.dumps(fields, ensure_ascii=True, separators=(",", ":"))
+        return hmac.new(self._key, b"delivery\0" + text.encode(), hashlib.sha256).digest()
+
+    def verifies(self, due: "Due") -> bool:
+        """Whether ``due``'s MAC is the one keysvc wrote for it, to its webhook as it is."""
+        if due.mac is None:
+            return False
+        expected = self.of(due.id, due.webhook_id, due.organization_id, due.url,
+                           due.event_id, due.event_type, due.body)  # fmt: skip
+        return hmac.compare_digest(expected, bytes(due.mac))
 
 
 def event_body(
@@ -182,27 +227,32 @@ def event_body(
 
 
 def _rows(
-    webhook_ids: Sequence[str],
+    seal: Seal,
+    webhooks: Sequence[tuple[str, str]],
     organization_id: str,
     event_type: str,
     data: dict[str, Any],
     now: datetime,
 ) -> list[tuple[object, ...]]:
-    """One delivery row per webhook, all of one event: due now, given up a day later."""
-    if not webhook_ids:
+    """One delivery row per webhook (ID, URL), all of one event: due now, given up a
+    day later, each with its MAC."""
+    if not webhooks:
         return []
     event_id = str(uuid.uuid4())
     body = event_body(event_id, event_type, organization_id, data, now)
     at = now.timestamp()
-    return [
-        (str(uuid.uuid4()), webhook_id, event_id, event_type, body, to_text(now),
-         at + RETRY_FOR_SECONDS, at)
-        for webhook_id in webhook_ids
-    ]  # fmt: skip
+    rows: list[tuple[object, ...]] = []
+    for webhook_id, url in webhooks:
+        delivery_id = str(uuid.uuid4())
+        mac = seal.of(delivery_id, webhook_id, organization_id, url, event_id, event_type, body)
+        rows.append((delivery_id, webhook_id, event_id, event_type, body, to_text(now),
+                     at + RETRY_FOR_SECONDS, at, mac))  # fmt: skip
+    return rows
 
 
 async def enqueue(
     conn: Connection,
+    seal: Seal,
     organization_id: str,
     event_type: str,
     data: dict[str, Any],
@@ -212,17 +262,18 @@ async def enqueue(
     """Inside the write's transaction: the event, for each of the organization's
     webhooks subscribed to ``event_type`` (among ``webhook_ids``, when given)."""
     subscribed = [
-        row[0] for row in await fetch_all(conn, SUBSCRIBERS, (organization_id, event_type))
+        (row[0], row[1])
+        for row in await fetch_all(conn, SUBSCRIBERS, (organization_id, event_type))
+        if webhook_ids is None or row[0] in webhook_ids
     ]
-    if webhook_ids is not None:
-        subscribed = [webhook_id for webhook_id in subscribed if webhook_id in webhook_ids]
-    rows = _rows(subscribed, organization_id, event_type, data, now)
+    rows = _rows(seal, subscribed, organization_id, event_type, data, now)
     if rows:
         await conn.executemany(INSERT_DELIVERY, rows)
 
 
 def enqueue_now(
     conn: sqlite3.Connection,
+    seal: Seal,
     event_type: str,
     events: Sequence[tuple[str, dict[str, Any], datetime]],
 ) -> None:
@@ -230,13 +281,13 @@ def enqueue_now(
     events of one type at once, each (organization, data, time): one read and one
     insert whatever their number, as a create batch needs."""
     orgs = json.dumps(list(dict.fromkeys(org for org, _, _ in events)))
-    subscribed: dict[str, list[str]] = {}
-    for webhook_id, org in conn.execute(SUBSCRIBERS_OF, (orgs, event_type)):
-        subscribed.setdefault(org, []).append(webhook_id)
+    subscribed: dict[str, list[tuple[str, str]]] = {}
+    for webhook_id, org, url in conn.execute(SUBSCRIBERS_OF, (orgs, event_type)):
+        subscribed.setdefault(org, []).append((webhook_id, url))
     rows = [
         row
         for org, data, now in events
-        for row in _rows(subscribed.get(org, ()), org, event_type, data, now)
+        for row in _rows(seal, subscribed.get(org, ()), org, event_type, data, now)
     ]
     if rows:
         conn.executemany(INSERT_DELIVERY, rows)
@@ -257,7 +308,8 @@ async def claim(
         await conn.execute(LEASE, (lease_until, owner, seqs))
     return [
         Due(row["seq"], row["event_id"], row["event_type"], row["body"], row["attempts"],
-            row["give_up_at"], row["url"], row["nonce"])
+            row["give_up_at"], row["url"], row["nonce"], row["id"], row["webhook_id"],
+            row["mac"], row["organization_id"], row["secret_version"])
         for row in rows
     ]  # fmt: skip
 

@@ -8,6 +8,7 @@ import json
 import sqlite3
 from datetime import UTC, datetime
 
+from keysvc.credentials import BOUND_SECRET
 from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql
 from keysvc.db.statements import fetch_all, fetch_one
@@ -24,8 +25,9 @@ WEBHOOKS_OF = """
 """
 COUNT_WEBHOOKS = "select count(*) from webhooks where organization_id = ?"
 INSERT_WEBHOOK = """
-    insert into webhooks (id, organization_id, url, events, expiring_days, nonce, created_at)
-    values (?, ?, ?, ?, ?, ?, ?)
+    insert into webhooks (id, organization_id, url, events, expiring_days, nonce, created_at,
+                          secret_version)
+    values (?, ?, ?, ?, ?, ?, ?, ?)
 """
 DELETE_WEBHOOK = "delete from webhooks where id = ? and organization_id = ?"
 # Newest first, before the cursor's delivery (seq); one more than the page, to know
@@ -90,7 +92,7 @@ async def insert_webhook(
     created_at: datetime,
 ) -> Webhook:
     params = (webhook_id, organization_id, url, json.dumps(list(events)), expiring_days, nonce)
-    await conn.execute(INSERT_WEBHOOK, (*params, to_text(created_at)))
+    await conn.execute(INSERT_WEBHOOK, (*params, to_text(created_at), BOUND_SECRET))
     made = await get_webhook(conn, organization_id, webhook_id)
     assert made is not None  # inserted just now, in this transaction
     return made

@@ -21,7 +21,7 @@ from keysvc.db import keys as key_sql
 from keysvc.db import meta
 from keysvc.db.contract import Connection, Recheck, Store
 from keysvc.db.statements import settle, tentatively
-from keysvc.domain import activities, cursors, webhooks
+from keysvc.domain import activities, cursors
 from keysvc.domain.activities import SYSTEM
 from keysvc.domain.limits import MAX_ROLE_IDS, OWN_ACCESS
 from keysvc.domain.permissions import cannot_grant, missing
@@ -299,7 +299,7 @@ async def announce_change(
         return
     for activity in logged:
         await store.record(conn, activity)
-    await webhooks.enqueue(conn, key.organization_id, "key.updated", api_key(key), at)
+    await store.enqueue(conn, key.organization_id, "key.updated", api_key(key), at)
 
 
 async def delete_key(
@@ -340,7 +340,7 @@ async def remove_key(
         await store.authorization_changed(conn)
         at = now or utcnow()
         await store.record(conn, activities.key_deleted(current, actor, at))
-        await webhooks.enqueue(conn, organization_id, "key.deleted", api_key(current), at)
+        await store.enqueue(conn, organization_id, "key.deleted", api_key(current), at)
     return True
 
 
@@ -412,7 +412,7 @@ async def rotate_key(
         rotated = await key_sql.get_key(conn, organization_id, key_id)
         assert rotated is not None
         await store.record(conn, activities.key_rotated(current, rotated, actor, now))
-        await webhooks.enqueue(conn, organization_id, "key.rotated", api_key(rotated), now)
+        await store.enqueue(conn, organization_id, "key.rotated", api_key(rotated), now)
     return Issued(rotated, made.key_id, made.secret)
 
 

@@ -1,11 +1,15 @@
 """Webhook subscriptions and the events keysvc sends them: the rules of a subscription
-(its URL, events and limits), its signing secret, shown once, the delivery log's
-signed cursor, and ``enqueue``, the one call a write makes, inside its transaction,
-to send an event. A create and a delete are recorded in the activity log in their own
-transaction (``keysvc.domain.activities.webhook_created``), without the secret.
+(its URL, events and limits), its signing secret, shown once, and the delivery log's
+signed cursor. A write sends an event with ``Store.enqueue``, inside its transaction:
+the event goes to the organization's webhooks subscribed to its type, and is delivered
+only if that transaction commits, then at least once; its data holds public fields
+only, never a secret or a hash. A create and a delete are recorded in the activity log
+in their own transaction (``keysvc.domain.activities.webhook_created``), without the
+secret.
 
-A webhook's secret is not stored: the webhook keeps a random nonce, and the secret
-is derived from it with a key that comes from the pepper (``Hasher.webhook_secret``).
+A webhook's secret is not stored: the webhook keeps a random nonce (unique), and the
+secret is derived from it, the webhook's ID, organization and URL with a key that
+comes from the pepper (``Hasher.webhook_secret``).
 """
 
 import secrets
@@ -14,8 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from keysvc.credentials import Hasher
-from keysvc.db import outbox
+from keysvc.credentials import BOUND_SECRET, Hasher
 from keysvc.db import webhooks as webhook_sql
 from keysvc.db.contract import Store
 from keysvc.domain import activities, cursors
@@ -52,13 +55,6 @@ class DeliveryPage:
     total: int
 
 
-# The one call a write makes, inside its transaction, to send an event: the event goes
-# to the organization's webhooks subscribed to its type (among ``webhook_ids``, when
-# given), and is delivered only if that transaction commits, then at least once. Its
-# data holds public fields only, never a secret or a hash.
-enqueue = outbox.enqueue
-
-
 async def create_webhook(
     store: Store,
     hasher: Hasher,
@@ -80,6 +76,7 @@ async def create_webhook(
     await check_addresses(url, allow_private)
     events = tuple(dict.fromkeys(data["events"]))
     nonce = secrets.token_bytes(NONCE_BYTES)
+    webhook_id = str(uuid.uuid4())
     async with store.transaction("create_webhook") as conn:
         if await webhook_sql.count_webhooks(conn, organization_id) >= MAX_WEBHOOKS_PER_ORG:
             raise Conflict(
@@ -88,7 +85,7 @@ async def create_webhook(
             )
         webhook = await webhook_sql.insert_webhook(
             conn,
-            str(uuid.uuid4()),
+            webhook_id,
             organization_id,
             str(url),
             events,
@@ -97,7 +94,8 @@ async def create_webhook(
             now,
         )
         await store.record(conn, activities.webhook_created(webhook, actor, now))
-    return Created(webhook, hasher.webhook_secret(nonce))
+    secret = hasher.webhook_secret(nonce, BOUND_SECRET, webhook.id, organization_id, webhook.url)
+    return Created(webhook, secret)
 
 
 async def list_webhooks(store: Store, organization_id: str) -> list[Webhook]:

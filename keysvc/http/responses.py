@@ -325,7 +325,8 @@ class AttemptSchema(Schema):
         allow_none=True,
         metadata={
             "description": "Why there was no status: timeout, connection_refused, dns_error,"
-            " blocked_address, tls_error, disconnected, http_error or error."
+            " blocked_address, tls_error, disconnected, http_error or error; unauthenticated"
+            " when keysvc did not send it, as its outbox row's MAC did not verify."
         },
     )
 

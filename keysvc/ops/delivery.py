@@ -11,6 +11,10 @@ redirect followed, every address resolved and checked again (``keysvc.domain.tar
 with each failure (with jitter, at most an hour), until a day after the event, then
 failed. A lease outlives its attempt's timeout, so a process killed mid-attempt leaves
 the delivery to be attempted again once its lease runs out: at least once.
+
+Just before it is signed, a delivery's MAC is checked against the row and its webhook
+as they are (``keysvc.db.outbox.Seal``): one that fails was not written by keysvc (or
+was changed since), and is not sent but failed at once, as ``unauthenticated``.
 """
 
 import asyncio
@@ -33,7 +37,6 @@ from keysvc.db import keys as key_sql
 from keysvc.db import outbox
 from keysvc.db.contract import Connection, Store
 from keysvc.db.outbox import Due
-from keysvc.domain import webhooks
 from keysvc.domain.targets import ip_literal, is_public
 from keysvc.keyview import api_key
 from keysvc.ops.resolver import BlockedAddress, GuardedResolver
@@ -52,14 +55,22 @@ WATCH_SECONDS = 0.1
 EXPIRING_PER_SCAN = 500
 
 
+# Why an attempt was not made: the row's MAC does not verify (keysvc.db.outbox.Seal).
+UNAUTHENTICATED = "unauthenticated"
+
+
 def signature(secret: str, timestamp: int, event_id: str, event_type: str, body: str) -> str:
-    """The Keysvc-Signature header: ``t=<unix seconds>,v2=<hex HMAC-SHA256(secret,
-    "<t>.<event ID>.<event type>.<body>")>``, Stripe's scheme with the Keysvc-Event-Id
-    and Keysvc-Event-Type headers signed too. The ID is a UUID, the type one of the
-    event types and the body a JSON object, so no field can run into the next."""
+    """The Keysvc-Signature header: ``t=<unix seconds>,v1=<hex>,v2=<hex>``, Stripe's
+    scheme. v2 is HMAC-SHA256(secret, "<t>.<event ID>.<event type>.<body>"), the
+    Keysvc-Event-Id and Keysvc-Event-Type headers signed too; the ID is a UUID, the type
+    one of the event types and the body a JSON object, so no field can run into the
+    next. v1, over "<t>.<body>" alone, is sent as well for receivers not yet moved to v2:
+    it leaves the event headers unsigned."""
+    key = secret.encode()
+    v1 = hmac.new(key, f"{timestamp}.{body}".encode(), hashlib.sha256).hexdigest()
     signed = f"{timestamp}.{event_id}.{event_type}.{body}".encode()
-    mac = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
-    return f"t={timestamp},v2={mac}"
+    v2 = hmac.new(key, signed, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={v1},v2={v2}"
 
 
 def retry_delay(base: float, attempts: int) -> float:
@@ -177,16 +188,28 @@ class Deliverer:
     async def _attempt(self, due: Due) -> None:
         status: int | None = None
         error: str | None = None
-        try:
-            status = await self._send(due)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            error = error_class(exc)
+        authentic = self._store.seal.verifies(due)
+        if not authentic:
+            error = UNAUTHENTICATED
+            logger.error(
+                "webhook delivery %s (event %s, webhook %s) not sent: its row's MAC does not"
+                " verify, so keysvc did not write it as it is (written or changed by hand, or"
+                " queued before outbox MACs); marked failed",
+                due.id, due.event_id, due.webhook_id,
+            )  # fmt: skip
+        else:
+            try:
+                status = await self._send(due)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                error = error_class(exc)
         at = self._clock()
         delivered = status is not None and 200 <= status < 300
         state, next_at = "delivered", None
-        if not delivered:
+        if not authentic:
+            state = "failed"
+        elif not delivered:
             next_at = at.timestamp() + retry_delay(
                 self._settings.webhook_retry_seconds, due.attempts + 1
             )
@@ -209,7 +232,9 @@ class Deliverer:
         private = self._settings.webhook_allow_private
         if literal is not None and not private and not is_public(literal):
             raise BlockedAddress(f"{literal} is not a public address")
-        secret = self._hasher.webhook_secret(due.nonce)
+        secret = self._hasher.webhook_secret(
+            due.nonce, due.secret_version, due.webhook_id, due.organization_id, due.url
+        )
         headers = {
             "Content-Type": "application/json",
             "Keysvc-Event-Id": due.event_id,
@@ -259,4 +284,4 @@ class Deliverer:
             warn = [w for w in webhook_ids if await outbox.warned(conn, w, key_id, expire_at)]
             if warn:
                 data = api_key(key)
-                await webhooks.enqueue(conn, organization_id, "key.expiring", data, now, warn)
+                await self._store.enqueue(conn, organization_id, "key.expiring", data, now, warn)

@@ -243,12 +243,13 @@ async def test_webhooks_and_their_outbox(conn: Any) -> None:
         conn, "w1", ORG, "https://example.com/h", ("key.created", "key.expiring"), 7, b"n", NOW
     )
     assert await webhook_sql.list_webhooks(conn, ORG) == [hook]
-    await outbox.enqueue(conn, ORG, "key.created", {"id": "k"}, NOW)
-    await outbox.enqueue(conn, ORG, "key.deleted", {"id": "k"}, NOW)  # not subscribed
+    seal = outbox.Seal(b"k" * 32)
+    await outbox.enqueue(conn, seal, ORG, "key.created", {"id": "k"}, NOW)
+    await outbox.enqueue(conn, seal, ORG, "key.deleted", {"id": "k"}, NOW)  # not subscribed
     at = NOW.timestamp()
     assert await outbox.any_due(conn, at)
     (due,) = await outbox.claim(conn, at, at + 30, "me", 10)
-    assert json.loads(due.body)["type"] == "key.created"
+    assert json.loads(due.body)["type"] == "key.created" and seal.verifies(due)
     assert not await outbox.any_due(conn, at)  # leased
     await outbox.record(conn, due, "me", NOW, 500, None, "pending", at + 60)
     deliveries, more, total = await webhook_sql.delivery_page(conn, "w1", None, 10)

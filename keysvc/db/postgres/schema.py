@@ -19,7 +19,12 @@ from importlib import resources
 from typing import Any
 
 from keysvc.config import ConfigError
-from keysvc.db.sqlite.migrations import MIGRATIONS, SHARED_LIMITS_STEP, schema_version
+from keysvc.db.sqlite.migrations import (
+    MIGRATIONS,
+    SHARED_LIMITS_STEP,
+    WEBHOOK_BINDING_STEP,
+    schema_version,
+)
 
 # POSTGRES_MIGRATIONS[n] takes a PostgreSQL database from version n - 1 to n; add one
 # with each step appended to keysvc.db.sqlite.migrations.MIGRATIONS, and change
@@ -74,6 +79,15 @@ POSTGRES_MIGRATIONS: Mapping[int, str] = {
         primary key (name, starts_at)
     );
     create index if not exists shared_limits_expiry on shared_limits (expires_at);
+    """,
+    # SQLite's WEBHOOK_BINDING_STEP, wherever the lead's merge puts it.
+    schema_version(MIGRATIONS[: MIGRATIONS.index(WEBHOOK_BINDING_STEP) + 1]): """
+    alter table webhooks add column if not exists secret_version bigint not null default 1;
+    alter table webhook_deliveries add column if not exists mac bytea;
+    update webhooks set nonce = sha256(nonce || convert_to(gen_random_uuid()::text, 'UTF8'))
+    where exists (
+        select 1 from webhooks w where w.nonce = webhooks.nonce and w.seq < webhooks.seq);
+    create unique index if not exists webhooks_nonce on webhooks (nonce);
     """,
 }
 

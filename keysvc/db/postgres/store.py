@@ -534,7 +534,7 @@ class PgStore(CoreFront):
             key = await key_sql.insert_key(conn, new)
             await conn.execute(_NEW_KEY, ("",))
             await activity_sql.record(conn, self.chain, announce(key))
-            await enqueue(conn, org, "key.created", key_event(key), key.created_at)
+            await enqueue(conn, self.seal, org, "key.created", key_event(key), key.created_at)
             return key
 
     # The counts the instances share (keysvc.domain.sharedlimits): one statement each, on a

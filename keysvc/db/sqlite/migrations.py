@@ -18,6 +18,19 @@ from keysvc.config import ConfigError
 # serves a file and counts in its own memory; kept so both number their versions alike.
 SHARED_LIMITS_STEP = "-- shared rate counters: PostgreSQL only\n"
 
+# The webhook binding step (h/whmac): outbox rows get a MAC column (existing rows have
+# none, and are not sent: keysvc.db.outbox), webhooks a secret_version (existing ones
+# keep 1, the nonce-only secret their receivers hold), and nonces become unique. A row
+# whose nonce repeats an older row's can only have been copied by hand, so its nonce is
+# replaced first by a random one: it no longer derives the older webhook's secret.
+WEBHOOK_BINDING_STEP = """
+    alter table webhooks add column secret_version integer not null default 1;
+    alter table webhook_deliveries add column mac blob;
+    update webhooks set nonce = randomblob(32) where exists (
+        select 1 from webhooks w where w.nonce = webhooks.nonce and w.seq < webhooks.seq);
+    create unique index if not exists webhooks_nonce on webhooks (nonce);
+"""
+
 # MIGRATIONS[n] takes a database from version n + 1 to n + 2. Version 1 is the
 # first release of schema.sql; append steps here and change schema.sql to match.
 MIGRATIONS: Sequence[str] = (
@@ -239,6 +252,8 @@ MIGRATIONS: Sequence[str] = (
     "",
     # 13: the shared rate counters, a table on PostgreSQL only (see SHARED_LIMITS_STEP).
     SHARED_LIMITS_STEP,
+    # 14: outbox MACs and webhook secrets bound to their webhook (WEBHOOK_BINDING_STEP).
+    WEBHOOK_BINDING_STEP,
 )
 
 

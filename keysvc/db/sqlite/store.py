@@ -19,7 +19,7 @@ from pathlib import Path
 import aiosqlite
 
 from keysvc.config import ConfigError, Settings
-from keysvc.credentials import ACTIVITY_CHAIN, Hasher, load_pepper
+from keysvc.credentials import ACTIVITY_CHAIN, OUTBOX_SEAL, Hasher, load_pepper
 from keysvc.db import meta
 from keysvc.db.cache import Caches
 from keysvc.db.contract import NO_RECORDS, Announce, Connection, Recheck, Records, SharedCountStore
@@ -68,7 +68,7 @@ class Store(CoreFront):
             self.reader, self.points, self.writer, self.caches, observer, records
         )
         self._front(core)
-        self._creates = Creates(path, self.writer, self.chain, records)
+        self._creates = Creates(path, self.writer, self.chain, self.seal, records)
 
     @classmethod
     async def open(
@@ -198,6 +198,7 @@ async def open_checked(
         pepper = load_pepper(settings.pepper, settings.pepper_path, create=recorded is None)
         hasher = Hasher(pepper)
         await store.check_pepper(hasher.fingerprint())
+        store.key_outbox(hasher.derive(OUTBOX_SEAL))
         await store.key_activities(hasher.derive(ACTIVITY_CHAIN))
         yield store, hasher
     finally:
