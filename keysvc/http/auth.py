@@ -4,7 +4,12 @@ Every non-public route is authenticated (``guarded``, from keysvc's middleware).
 malformed, unknown and wrong credentials all fail alike: one message, and
 the same hashing work, so the caller cannot tell an unknown key ID from a
 wrong secret. A rotated key's previous key ID and secret work until their
-grace period ends (``Credential.until``), then fail as an unknown key ID does.
+grace period ends (``Credential.until``). After that, and for as long as a deleted
+key's tombstone is kept, they are refused with their own message ("key is rotated",
+reason ``rotated``) and never counted as a failed login: a client still retrying
+with them must not lock its new credentials out of its address. Only the right
+secret, compared in constant time as any, gets that answer; a wrong one with the old
+key ID fails, and counts, as an unknown key ID does.
 A deleted key's credentials (its tombstone, ``Credential.deleted``) always fail as an
 unknown key ID does, after the same work; its own secret only notes the use.
 Only once the secret is proven does the answer say that the key is disabled,
@@ -104,6 +109,8 @@ _USAGE_OUTCOME: dict[str, int] = {
         ("rate_limited", "rate_limited"),
     )
 }
+# The answer to a rotated key's replaced key ID and secret, their grace over.
+ROTATED = "key is rotated: use its new credentials"
 # The store-timing operation every credential check is observed as (keysvc.metrics).
 CHECK_CREDENTIALS = "check_credentials"
 
@@ -155,8 +162,9 @@ async def _check_credentials(
 ) -> tuple[bytes, Credential]:
     """The key-ID hash and credential of the key whose ID and secret ``header`` carries.
 
-    A previous key ID (``Credential.until``) past its end is answered as an unknown
-    one, after the same work: compared against nothing, with the reads of a miss.
+    A rotated key's replaced key ID (``Credential.replaced_at``: a previous key ID past
+    its end, or its tombstone) with its own secret is refused as rotated, uncounted;
+    with any other secret, as an unknown key ID is, after the same work.
 
     Checks from one network run only while those already under way, should they all
     fail, would stay within the failed-login limit (``Limits.begin_check``); others
@@ -181,9 +189,14 @@ async def _check_credentials(
         if found is None:
             found = await store.find_credential(key_id_hash)
         offered = hasher.of_plain(secret)
-        live = found if found is not None and found.usable_at(moment) else None
-        expected = live.secret_hash if live is not None else _ABSENT
+        # A previous secret hash cleared by hand (docs/SECURITY.md) is no hash at all.
+        expected = (found.secret_hash if found is not None else None) or _ABSENT
         matched = hmac.compare_digest(offered, expected)
+        if matched and found is not None and found.replaced_at(moment):
+            # Not a guess: its holder is told, and not counted toward the throttle.
+            _outcome(request, "rotated")
+            raise Unauthorized(ROTATED)
+        live = found if found is not None and found.usable_at(moment) else None
         if not matched or live is None or live.deleted:
             # The answer, the recorded reason and the work done are the same, database
             # read included: a cached key runs the read an uncached one made.
