@@ -3,7 +3,7 @@ and whether credentials authenticate, or are refused as a rotated key's old pair
 
 from typing import Any
 
-from tests.helpers import UNAUTHORIZED, Client, Creds, assert_error, assert_ok
+from tests.helpers import ROTATED, UNAUTHORIZED, Client, Creds, assert_error, assert_ok
 
 
 def rotate_url(caller: Creds, key_uuid: str) -> str:
@@ -39,10 +39,6 @@ async def works(client: Client, creds: Creds) -> bool:
         return True
     await assert_error(response, 401, UNAUTHORIZED)
     return False
-
-
-# The 401 of a rotated key's replaced key ID and secret, their grace over.
-ROTATED = "key is rotated: use its new credentials"
 
 
 async def rotated_away(client: Client, creds: Creds) -> bool:

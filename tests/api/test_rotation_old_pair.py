@@ -9,6 +9,7 @@ import ipaddress
 from keysvc.config import Settings
 from tests.api.rotation import rotate, works
 from tests.helpers import (
+    ROTATED,
     UNAUTHORIZED,
     Client,
     ClientFactory,
@@ -22,7 +23,6 @@ from tests.helpers import (
     create_creds,
 )
 
-ROTATED = "key is rotated: use its new credentials"
 FAILURES = 3
 ADDRESS = {"X-Forwarded-For": "198.51.100.66"}
 
