@@ -27,9 +27,11 @@ FAILURES = 3
 ADDRESS = {"X-Forwarded-For": "198.51.100.66"}
 
 
-async def throttled_client(
+async def started(
     aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
-) -> Client:
+) -> tuple[Client, Creds, Creds]:
+    """A client of an app that refuses an address after FAILURES failed logins (behind
+    the test's proxy, 127.0.0.1), its admin key, and a developer key to rotate."""
     client = await client_with(
         aiohttp_client,
         settings,
@@ -39,7 +41,9 @@ async def throttled_client(
     )
     # At a window's start, so that the whole test runs in one failed-login window.
     clock.now = clock.now.replace(second=0, microsecond=0)
-    return client
+    admin = await bootstrap(client.app)
+    svc = await create_creds(client, admin, {"name": "svc", "roles": ["developer"]})
+    return client, admin, svc
 
 
 def paths(caller: Creds) -> list[str]:
@@ -56,9 +60,7 @@ async def assert_rotated(client: Client, creds: Creds, path: str = "/v1/whoami")
 async def test_old_pair_after_grace_is_rotated_and_never_locks_out_the_new_pair(
     aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
 ) -> None:
-    client = await throttled_client(aiohttp_client, settings, clock)
-    admin = await bootstrap(client.app)
-    old = await create_creds(client, admin, {"name": "svc", "roles": ["admin"]})
+    client, admin, old = await started(aiohttp_client, settings, clock)
     new, _ = await rotate(client, admin, old, {"gracePeriodSeconds": 1})
     clock.advance(seconds=2)
     for _ in range(FAILURES + 2):
@@ -81,9 +83,7 @@ async def test_old_pair_after_grace_is_rotated_and_never_locks_out_the_new_pair(
 async def test_old_pair_in_its_grace_still_works(
     aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
 ) -> None:
-    client = await throttled_client(aiohttp_client, settings, clock)
-    admin = await bootstrap(client.app)
-    old = await create_creds(client, admin, {"name": "svc", "roles": ["developer"]})
+    client, admin, old = await started(aiohttp_client, settings, clock)
     new, _ = await rotate(client, admin, old, {"gracePeriodSeconds": 60})
     assert await works(client, old) and await works(client, new)
     clock.advance(seconds=60)
@@ -94,9 +94,7 @@ async def test_old_pair_in_its_grace_still_works(
 async def test_credentials_that_stop_at_once_are_rotated_too(
     aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
 ) -> None:
-    client = await throttled_client(aiohttp_client, settings, clock)
-    admin = await bootstrap(client.app)
-    first = await create_creds(client, admin, {"name": "svc", "roles": ["developer"]})
+    client, admin, first = await started(aiohttp_client, settings, clock)
     # No grace: the first pair stops at once.
     second, _ = await rotate(client, admin, first, {"gracePeriodSeconds": 0})
     # A grace: the second pair is kept, then a third rotation ends it at once.
@@ -111,9 +109,7 @@ async def test_credentials_that_stop_at_once_are_rotated_too(
 async def test_deleted_key_old_pair_is_unknown(
     aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock
 ) -> None:
-    client = await throttled_client(aiohttp_client, settings, clock)
-    admin = await bootstrap(client.app)
-    old = await create_creds(client, admin, {"name": "svc", "roles": ["developer"]})
+    client, admin, old = await started(aiohttp_client, settings, clock)
     new, _ = await rotate(client, admin, old, {"gracePeriodSeconds": 0})
     await assert_rotated(client, old)
     path = f"/v1/organizations/{admin.organization_id}/keys/{old.id}"
