@@ -32,6 +32,8 @@ from prometheus_client.utils import floatToGoString
 # invalid_credentials  no key has this key ID, or the secret is wrong: one value for both,
 #             as the caller gets one answer for both, so that no signal tells whether a
 #             key ID exists
+# rotated     the key ID and secret a rotation replaced, their grace over (the secret
+#             is right, so this tells its holder nothing new); not a failed login
 # disabled    the secret is right but the key is disabled
 # expired     the secret is right but the key has expired
 # ip          the client address is outside the key's IP access list
@@ -41,6 +43,7 @@ AuthReason = Literal[
     "ok",
     "malformed",
     "invalid_credentials",
+    "rotated",
     "disabled",
     "expired",
     "ip",

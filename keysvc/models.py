@@ -95,17 +95,24 @@ class Credential:
     with the key ID it was found by. ``until``: that key ID is the key's previous one,
     which stops working then (``keysvc.domain.keys.rotate_key``); None for its current one.
     ``deleted``: a deleted key's tombstone, never a working credential (``key`` then
-    carries only its UUID and organization, and the state ``deleted``)."""
+    carries only its UUID and organization, and the state ``deleted``). ``rotated``: the
+    tombstone of credentials a rotation replaced, of a key that still exists; never a
+    working credential either (``key`` as for ``deleted``)."""
 
     key: Key
     secret_hash: bytes = field(repr=False)
     until: datetime | None = None
     deleted: bool = False
+    rotated: bool = False
 
     def usable_at(self, now: datetime) -> bool:
         """Whether this credential still works at ``now``; the key's own state and
         expiry are checked apart (``keysvc.http.auth.authenticate``)."""
-        return self.until is None or now < self.until
+        return not self.rotated and (self.until is None or now < self.until)
+
+    def replaced_at(self, now: datetime) -> bool:
+        """Whether these are credentials a rotation replaced, their grace over at ``now``."""
+        return self.rotated or (self.until is not None and now >= self.until)
 
 
 @dataclass(frozen=True)

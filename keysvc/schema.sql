@@ -111,6 +111,9 @@ end;
 -- deleted key's use is logged (keysvc.auth) while it fails as an unknown key ID
 -- does; pruned after the usage retention (keysvc.db.core). The trigger also runs
 -- for a delete by hand. A rotation's previous key ID is kept while its grace runs.
+-- A rotated key's replaced credentials are kept here too once they stop working
+-- (keysvc.db.keys ENTOMB_*), key_id then naming a key that still exists, so that
+-- their use is answered "rotated" rather than counted as a failed login.
 create table if not exists deleted_credentials (
     key_id_hash     blob primary key,
     secret_hash     blob not null,

@@ -31,6 +31,8 @@ _seen_request_ids: set[str] = set()
 BACKGROUND_TASKS = "keysvc-"
 
 UNAUTHORIZED = "invalid credentials: send Authorization: Basic base64(keyId:keySecret)"
+# The 401 of a rotated key's replaced key ID and secret, their grace over.
+ROTATED = "key is rotated: use its new credentials"
 FAR_FUTURE = "2099-01-01T00:00:00Z"
 # The entries of the long lists the list-limit tests send (API and server alike).
 ENTRIES = 9_000

@@ -260,7 +260,7 @@ class StoreCore:
         if key is None:
             return None
         credential = key_sql.credential_of(key, rows[0])
-        if not credential.deleted:  # a tombstone is never cached as a credential
+        if not (credential.deleted or credential.rotated):  # nor is a tombstone cached
             caches.keep_credential(key_id_hash, credential, version, generation)
         return credential
 

@@ -41,9 +41,10 @@ KEY_PAGE = """
 # with that key ID: its current one, else the previous one a rotation left
 # (credential_until says when that stops working). Both columns are unique, and no key
 # is given another's previous key ID (schema.sql); were one edited in by hand, the
-# current key ID would win. Last, a deleted key's tombstone (previous = 2): its UUID,
-# organization and secret hash, with placeholders for the columns a Key needs, so that
-# a deleted key ID costs the same one statement as any other (docs/SECURITY.md).
+# current key ID would win. Last, a tombstone: its key's UUID, organization and secret
+# hash, with placeholders for the columns a Key needs, so that a deleted key ID costs
+# the same one statement as any other (docs/SECURITY.md); a deleted key's (previous = 2),
+# or, while its key still exists, credentials a rotation replaced (previous = 3).
 CREDENTIAL = """
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
            used_at, ip_access_list, rate_limit, rate_window, previous_until,
@@ -57,7 +58,9 @@ CREDENTIAL = """
     union all
     select 0, 0, key_id, organization_id, '', 'deleted', '', deleted_at, null,
            null, '[]', null, null, null,
-           secret_hash, null, 2
+           secret_hash, null,
+           case when exists (select 1 from api_keys k where k.id = deleted_credentials.key_id)
+                then 3 else 2 end
     from deleted_credentials where key_id_hash = ?
     order by previous limit 1
 """
@@ -140,8 +143,32 @@ ROTATE_DROPPING = """
     where id = ?
 """
 
-# CREDENTIAL's ``previous`` for a deleted key's tombstone.
+# CREDENTIAL's ``previous`` for a deleted key's tombstone, and for a rotated key's.
 _TOMBSTONE = 2
+_ROTATED = 3
+# A rotated key's replaced credentials, kept as a tombstone from ``deleted_at`` (here
+# when they stopped working) for as long as a deleted key's: their use is then refused
+# as "rotated", not counted as a failed login (keysvc.http.auth). The current ones,
+# when a rotation has no grace; the previous ones, when a rotation replaces them or
+# their grace ends.
+_ENTOMB = """
+    insert into deleted_credentials (key_id_hash, secret_hash, key_id, organization_id, deleted_at)
+    select {pair}, id, organization_id, {stamp} from api_keys where {where}
+    on conflict (key_id_hash) do update
+        set secret_hash = excluded.secret_hash, key_id = excluded.key_id,
+            organization_id = excluded.organization_id, deleted_at = excluded.deleted_at
+"""
+_PREVIOUS_PAIR = "previous_key_id_hash, previous_secret_hash"
+_PREVIOUS_KEPT = "previous_key_id_hash is not null and previous_secret_hash is not null"
+ENTOMB_CURRENT = _ENTOMB.format(pair="key_id_hash, secret_hash", stamp="?", where="id = ?")
+ENTOMB_PREVIOUS = _ENTOMB.format(
+    pair=_PREVIOUS_PAIR, stamp="?", where=f"{_PREVIOUS_KEPT} and id = ?"
+)
+ENTOMB_ENDED = _ENTOMB.format(
+    pair=_PREVIOUS_PAIR,
+    stamp="previous_until",
+    where=f"{_PREVIOUS_KEPT} and previous_until is not null and previous_until <= ?",
+)
 # Tombstones past their retention (deleted_credentials, schema.sql).
 PRUNE_TOMBSTONES = Sql(
     "delete from deleted_credentials where julianday(deleted_at) < julianday(?)",
@@ -185,6 +212,7 @@ def credential_of(key: Key, row: sqlite3.Row) -> Credential:
         row["credential_secret_hash"],
         from_text(until) if until else None,
         deleted=row["previous"] == _TOMBSTONE,
+        rotated=row["previous"] == _ROTATED,
     )
 
 
@@ -205,10 +233,14 @@ async def rotate_key(
     secret_hash: bytes,
     key_suffix: str,
     previous_until: datetime | None,
+    now: datetime,
 ) -> None:
     """Give the key new credentials; its current ones keep working until
-    ``previous_until``, or stop at once when it is None."""
+    ``previous_until``, or stop at once when it is None. Those that stop at ``now``
+    are kept as tombstones (``ENTOMB_CURRENT``)."""
+    await conn.execute(ENTOMB_PREVIOUS, (to_text(now), key_id))
     if previous_until is None:
+        await conn.execute(ENTOMB_CURRENT, (to_text(now), key_id))
         await conn.execute(ROTATE_DROPPING, (key_id_hash, secret_hash, key_suffix, key_id))
     else:
         await conn.execute(
@@ -331,7 +363,9 @@ DROP_ENDED_PREVIOUS = """
 
 
 async def drop_ended_previous(conn: Connection, now: datetime) -> None:
-    """Forget the previous credentials of every key whose grace ended by ``now``."""
+    """Forget the previous credentials of every key whose grace ended by ``now``, but
+    as tombstones."""
+    await conn.execute(ENTOMB_ENDED, (to_text(now),))
     await conn.execute(DROP_ENDED_PREVIOUS, (to_text(now),))
 
 

@@ -406,7 +406,7 @@ async def rotate_key(
             if current.expire_at is not None:
                 until = min(until, current.expire_at)
         await key_sql.rotate_key(
-            conn, key_id, made.key_id_hash, made.secret_hash, made.suffix, until
+            conn, key_id, made.key_id_hash, made.secret_hash, made.suffix, until, now
         )
         await store.authorization_changed(conn)
         rotated = await key_sql.get_key(conn, organization_id, key_id)

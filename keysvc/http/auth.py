@@ -3,7 +3,9 @@ request, in ``guarded``, before any view.
 
 Missing, malformed, unknown and wrong credentials fail alike: one message and the
 same work, so a key ID's existence never shows. Only a proven secret learns that its
-key is disabled, expired or outside its IP access list. Each outcome is recorded on
+key is disabled, expired or outside its IP access list,
+or that it is a rotated key's previous pair past its grace (refused as "rotated", never
+counted as a failed login). Each outcome is recorded on
 the request (``AUTH_OUTCOME``) for the access log and metrics, and an admitted key's
 request counts once in its usage. The client address is the TCP peer, or, behind a
 trusted proxy or the unix socket, read from ``X-Forwarded-For``. The rules and their
@@ -76,6 +78,8 @@ _USAGE_OUTCOME: dict[str, int] = {
         ("rate_limited", "rate_limited"),
     )
 }
+# The answer to a rotated key's replaced key ID and secret, their grace over.
+ROTATED = "key is rotated: use its new credentials"
 # The store-timing operation every credential check is observed as (keysvc.metrics).
 CHECK_CREDENTIALS = "check_credentials"
 
@@ -127,8 +131,9 @@ async def _check_credentials(
 ) -> tuple[bytes, Credential]:
     """The key-ID hash and credential of the key whose ID and secret ``header`` carries.
 
-    A previous key ID (``Credential.until``) past its end is answered as an unknown
-    one, after the same work: compared against nothing, with the reads of a miss.
+    A rotated key's replaced key ID (``Credential.replaced_at``: a previous key ID past
+    its end, or its tombstone) with its own secret is refused as rotated, uncounted;
+    with any other secret, as an unknown key ID is, after the same work.
 
     Checks from one network run only while those already under way, should they all
     fail, would stay within the failed-login limit (``Limits.begin_check``); others
@@ -153,9 +158,14 @@ async def _check_credentials(
         if found is None:
             found = await store.find_credential(key_id_hash)
         offered = hasher.of_plain(secret)
-        live = found if found is not None and found.usable_at(moment) else None
-        expected = live.secret_hash if live is not None else _ABSENT
+        # A previous secret hash cleared by hand (docs/SECURITY.md) is no hash at all.
+        expected = (found.secret_hash if found is not None else None) or _ABSENT
         matched = hmac.compare_digest(offered, expected)
+        if matched and found is not None and found.replaced_at(moment):
+            # Not a guess: its holder is told, and not counted toward the throttle.
+            _outcome(request, "rotated")
+            raise Unauthorized(ROTATED)
+        live = found if found is not None and found.usable_at(moment) else None
         if not matched or live is None or live.deleted:
             # The answer, the recorded reason and the work done are the same, database
             # read included: a cached key runs the read an uncached one made.

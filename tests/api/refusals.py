@@ -9,14 +9,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.helpers import UNAUTHORIZED, Client, Creds, assert_error
 
 
-async def invalid_credentials(client: Client) -> float:
-    """The metrics' count of authentications refused as unknown key or wrong secret."""
+async def invalid_credentials(client: Client, reason: str = "invalid_credentials") -> float:
+    """The metrics' count of authentications refused as unknown key or wrong secret, or
+    for another ``reason``."""
     text = await (await client.get("/metrics")).text()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == "keysvc_auth_outcomes_total" and sample.labels == {
-                "reason": "invalid_credentials"
-            }:
+            if sample.name == "keysvc_auth_outcomes_total" and sample.labels == {"reason": reason}:
                 return sample.value
     return 0.0
 

@@ -1,9 +1,9 @@
 """What the rotation tests (tests/api/test_rotation*.py) share: the rotate request,
-and whether credentials authenticate."""
+and whether credentials authenticate, or are refused as a rotated key's old pair."""
 
 from typing import Any
 
-from tests.helpers import UNAUTHORIZED, Client, Creds, assert_error, assert_ok
+from tests.helpers import ROTATED, UNAUTHORIZED, Client, Creds, assert_error, assert_ok
 
 
 def rotate_url(caller: Creds, key_uuid: str) -> str:
@@ -39,3 +39,14 @@ async def works(client: Client, creds: Creds) -> bool:
         return True
     await assert_error(response, 401, UNAUTHORIZED)
     return False
+
+
+async def rotated_away(client: Client, creds: Creds) -> bool:
+    """Whether ``creds`` are refused as a rotated key's replaced pair; if they are not,
+    they must authenticate."""
+    response = await client.get("/v1/whoami", headers=creds.headers)
+    if response.status == 200:
+        assert (await response.json())["result"]["id"] == creds.id
+        return False
+    await assert_error(response, 401, ROTATED)
+    return True

@@ -114,6 +114,7 @@ async def test_metrics_after_traffic(
         "ok": 4 + 1,  # the four creates and the developer's read
         "malformed": 4,
         "invalid_credentials": 2 + 3,  # unknown key IDs and wrong secrets alike
+        "rotated": 0,
         "disabled": 1,
         "expired": 1,
         "ip": 1,

@@ -12,7 +12,7 @@ from keysvc.domain.keys import DISABLED, EXPIRED, ROTATED_BY_PREVIOUS, STRONGER_
 from keysvc.http.schemas import MAX_GRACE_SECONDS
 from keysvc.http.state import STORE
 from keysvc.timeutil import from_text, to_text
-from tests.api.rotation import post_rotate, rotate, rotate_url, works
+from tests.api.rotation import post_rotate, rotate, rotate_url, rotated_away, works
 from tests.helpers import (
     UNAUTHORIZED,
     Client,
@@ -45,7 +45,7 @@ async def test_rotation_gives_new_credentials_and_keeps_the_rest(
     assert rotated == {**before, "keySuffix": new.key_id[-4:]}
     assert await assert_ok(await client.get(url, headers=admin.headers)) == rotated
     assert await works(client, new)
-    assert not await works(client, svc)
+    assert await rotated_away(client, svc)
 
 
 async def test_no_body_and_an_empty_body_mean_no_grace(client: Client, admin: Creds) -> None:
@@ -53,7 +53,7 @@ async def test_no_body_and_an_empty_body_mean_no_grace(client: Client, admin: Cr
         svc = await create_creds(client, admin, {"name": "svc", "roles": ["developer"]})
         new, rotated = await rotate(client, admin, svc, body)
         assert "previousCredentialExpiresAt" not in rotated
-        assert not await works(client, svc)
+        assert await rotated_away(client, svc)
         assert await works(client, new)
 
 
@@ -72,7 +72,7 @@ async def test_old_credentials_work_until_the_grace_period_ends(
     clock.advance(seconds=59.999)
     assert await works(client, svc) and await works(client, new)
     clock.advance(seconds=0.001)
-    assert not await works(client, svc)
+    assert await rotated_away(client, svc)
     assert await works(client, new)
     # Still shown, now in the past: when the old credentials stopped working.
     shown = await assert_ok(await client.get(url, headers=admin.headers))
@@ -95,14 +95,13 @@ async def test_a_second_rotation_ends_the_first_grace_at_once(
     assert await works(client, first)
     third, rotated = await rotate(client, admin, second, {"gracePeriodSeconds": 60})
     assert rotated["previousCredentialExpiresAt"] == to_text(clock.now + timedelta(seconds=60))
-    assert not await works(client, first)
+    assert await rotated_away(client, first)
     assert await works(client, second) and await works(client, third)
     # A rotation without grace ends the one running, and shows none.
     fourth, rotated = await rotate(client, admin, third)
     assert "previousCredentialExpiresAt" not in rotated
-    assert [await works(client, c) for c in (first, second, third, fourth)] == [
-        False, False, False, True,
-    ]  # fmt: skip
+    assert [await rotated_away(client, c) for c in (first, second, third)] == [True] * 3
+    assert await works(client, fourth)
 
 
 async def test_the_grace_period_ends_with_the_key(
@@ -126,7 +125,7 @@ async def test_client_chosen_credentials(client: Client, admin: Creds) -> None:
     assert set(result) == {"key"}  # nothing echoed: the client chose them
     assert result["key"]["keySuffix"] == "0001"
     assert await works(client, own)
-    assert not await works(client, svc)
+    assert await rotated_away(client, svc)
 
 
 async def test_a_key_id_in_use_is_refused(client: Client, admin: Creds) -> None:
@@ -244,7 +243,7 @@ async def test_rotation_needs_keys_update_and_a_key_no_stronger(
     dev_role = await create_role(client, admin, {"name": "reader", "permissions": ["keys:read"]})
     weak = await create_creds(client, admin, {"name": "weak", "assignedRoleIds": [dev_role["id"]]})
     new, _ = await rotate(client, rotator, weak)
-    assert await works(client, new) and not await works(client, weak)
+    assert await works(client, new) and await rotated_away(client, weak)
 
 
 async def test_a_key_rotates_itself_with_its_current_credentials_only(
@@ -260,7 +259,8 @@ async def test_a_key_rotates_itself_with_its_current_credentials_only(
     assert await works(client, auto) and await works(client, second)
     # With its current credentials it may, and that ends the previous ones at once.
     third, _ = await rotate(client, second, second, {"gracePeriodSeconds": 600})
-    assert [await works(client, c) for c in (auto, second, third)] == [False, True, True]
+    assert await rotated_away(client, auto)
+    assert await works(client, second) and await works(client, third)
 
 
 async def test_previous_credentials_rotate_other_keys_as_the_current_ones_would(

@@ -16,7 +16,7 @@ from keysvc.http.responses import ApiKeySchema
 from keysvc.http.state import HASHER, STORE
 from keysvc.models import Key, Role
 from tests.api.refusals import invalid_credentials, refusal
-from tests.api.rotation import post_rotate, rotate, works
+from tests.api.rotation import post_rotate, rotate, rotated_away, works
 from tests.handsql import hand_sql, hand_value
 from tests.helpers import (
     Client,
@@ -29,16 +29,23 @@ from tests.helpers import (
 ROTATE_PATH = "/v1/organizations/{organizationId}/keys/{keyId}/rotate"
 
 
-async def test_an_ended_previous_credential_answers_as_an_unknown_key(
+async def test_an_ended_previous_credential_is_refused_as_rotated_not_as_invalid(
     client: Client, admin: Creds, clock: FakeClock
 ) -> None:
+    """Its own answer and metrics reason; with a wrong secret, the old key ID answers
+    and counts as an unknown one does."""
     svc = await create_creds(client, admin, {"name": "svc", "roles": ["developer"]})
     await rotate(client, admin, svc, {"gracePeriodSeconds": 30})
     assert await works(client, svc)
     clock.advance(seconds=30)
     unknown = Creds(svc.organization_id, svc.id, new_key_id(), new_secret())
+    wrong = Creds(svc.organization_id, svc.id, svc.key_id, new_secret())
     before = await invalid_credentials(client)
-    assert await refusal(client, svc) == await refusal(client, unknown)
+    rotated_before = await invalid_credentials(client, "rotated")
+    assert await rotated_away(client, svc)
+    assert await invalid_credentials(client) == before
+    assert await invalid_credentials(client, "rotated") == rotated_before + 1
+    assert await refusal(client, wrong) == await refusal(client, unknown)
     assert await invalid_credentials(client) == before + 2
 
 
@@ -58,13 +65,13 @@ async def test_a_cached_previous_credential_ends_without_any_invalidation(
     clock.advance(seconds=29.9)
     assert await works(client, svc)
     clock.advance(seconds=0.1)
-    assert not await works(client, svc)
+    assert await rotated_away(client, svc)
     assert store.caches.generation == generation  # no invalidation did it
     assert store.caches.cached_credential(hasher.of_plain(svc.key_id)) is not None
 
 
 @pytest.mark.parametrize("cached", [True, False], ids=["cached", "uncached"])
-async def test_an_ended_previous_credential_costs_the_reads_of_an_unknown_key(
+async def test_an_ended_previous_key_id_with_a_wrong_secret_costs_the_reads_of_an_unknown_key(
     client: Client,
     admin: Creds,
     clock: FakeClock,
@@ -77,13 +84,14 @@ async def test_an_ended_previous_credential_costs_the_reads_of_an_unknown_key(
     clock.advance(seconds=31)
     store = client.app[STORE]
     unknown = Creds(svc.organization_id, svc.id, new_key_id(), new_secret())
+    wrong = Creds(svc.organization_id, svc.id, svc.key_id, new_secret())
     statements = count_reads(store, monkeypatch)
     await refusal(client, unknown)
     unknown_reads = list(statements)
     statements.clear()
     if not cached:
         store.caches.credentials.clear()
-    await refusal(client, svc)
+    await refusal(client, wrong)
     assert statements == unknown_reads and len(unknown_reads) == 1
 
 
@@ -144,7 +152,8 @@ async def test_hand_edits_of_previous_credentials_move_the_generation(
         hand_sql(settings, edit, svc.id)
         assert hand_value(settings, generation) == before + 1, edit
         if edit == HAND_EDITS[0]:
-            assert not await works(client, svc)
+            assert await rotated_away(client, svc)
+    # Its hashes gone by hand, with no tombstone kept: an unknown key ID's answer.
     assert not await works(client, svc)
 
 

@@ -1,13 +1,14 @@
 """A rotation's previous credentials once their grace has ended: a serving process's
-upkeep (at start, then every few minutes) drops their hashes, so the key no longer
-shows previousCredentialExpiresAt and no dead hash is kept."""
+upkeep (at start, then every few minutes) moves their hashes off the key, so the key no
+longer shows previousCredentialExpiresAt, into a tombstone, so that the old pair is still
+answered as rotated."""
 
 import asyncio
 from datetime import UTC, datetime
 
 from keysvc.config import Settings
 from keysvc.timeutil import from_text
-from tests.api.rotation import rotate, works
+from tests.api.rotation import rotate, rotated_away, works
 from tests.handsql import hand_sql
 from tests.helpers import (
     Client,
@@ -46,7 +47,7 @@ async def test_ended_previous_credentials_are_dropped(
     # The upkeep reads the real clock: wait until the grace has ended by it too.
     await asyncio.sleep(max(0.0, (end - datetime.now(UTC)).total_seconds()) + 0.1)
     clock.now = datetime.now(UTC)
-    assert not await works(client, svc)
+    assert await rotated_away(client, svc)
     generation = read(settings, GENERATION)[0]
 
     # Another serving process on the same database tidies as it starts.
@@ -62,7 +63,8 @@ async def test_ended_previous_credentials_are_dropped(
     shown = await assert_ok(await client.get(f"{url}/{svc.id}", headers=admin.headers))
     assert "previousCredentialExpiresAt" not in shown
     assert shown["keySuffix"] == new.key_id[-4:]
-    assert not await works(client, svc) and await works(client, new)
+    # Kept as a tombstone: still answered as rotated, not counted as a failed login.
+    assert await rotated_away(client, svc) and await works(client, new)
     other = await assert_ok(await client.get(f"{url}/{kept.id}", headers=admin.headers))
     assert other["previousCredentialExpiresAt"] == still["previousCredentialExpiresAt"]
     assert await works(client, kept)

@@ -29,6 +29,7 @@ from tests.console_page import (
     key_row,
     screenshot,
 )
+from tests.helpers import ROTATED
 
 OUTCOMES = ("success", "disabled", "expired", "ipDenied", "forbidden", "rateLimited")
 # The usage counts reach the database each second (conftest's SERVE_ARGS); this is
@@ -102,9 +103,9 @@ def test_signed_in_key_rotating_itself_goes_on_with_its_new_pair(
     page.get_by_role("button", name="I have stored the secret").click()
     messages = page.locator("#messages")
     expect(messages).to_contain_text("You rotated the key you are signed in with")
-    # The old pair is refused at once; the new one is the admin key.
+    # The old pair is refused at once, as rotated; the new one is the admin key.
     status, body = console.api("/v1/whoami", creds(admin.key_id, admin.secret))
-    assert status == 401 and body["error"].startswith("invalid credentials"), body
+    assert status == 401 and body["error"] == ROTATED, body
     status, body = console.api("/v1/whoami", creds(key_id, secret))
     assert status == 200, body
     assert body["result"]["id"] == admin.id

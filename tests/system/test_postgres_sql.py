@@ -90,7 +90,7 @@ async def test_keys(conn: Any) -> None:
     assert changed is not None and changed.state == "disabled"
     assert [role.name for role in changed.roles] == ["developer"]
 
-    await key_sql.rotate_key(conn, first.id, b"c" * 32, b"t" * 32, "wxyz", NOW)
+    await key_sql.rotate_key(conn, first.id, b"c" * 32, b"t" * 32, "wxyz", NOW, NOW)
     assert await key_sql.key_id_in_use(conn, b"a" * 32)  # the previous key ID
     assert await key_sql.key_id_in_use(conn, b"c" * 32)
     assert not await key_sql.key_id_in_use(conn, b"d" * 32)
@@ -124,9 +124,11 @@ async def test_a_deleted_keys_tombstone(conn: Any) -> None:
     while their grace runs; CREDENTIAL reads them last; the upkeep prunes them."""
     now = datetime.now(UTC)
     key = await key_sql.insert_key(conn, new_key("k", b"a" * 32))
-    await key_sql.rotate_key(conn, key.id, b"c" * 32, b"t" * 32, "wxyz", now + timedelta(hours=1))
+    await key_sql.rotate_key(
+        conn, key.id, b"c" * 32, b"t" * 32, "wxyz", now + timedelta(hours=1), now
+    )
     ended = await key_sql.insert_key(conn, new_key("ended", b"e" * 32))
-    await key_sql.rotate_key(conn, ended.id, b"f" * 32, b"u" * 32, "wxyz", NOW)
+    await key_sql.rotate_key(conn, ended.id, b"f" * 32, b"u" * 32, "wxyz", NOW, NOW)
     assert await key_sql.delete_key(conn, ORG, key.id)
     assert await key_sql.delete_key(conn, ORG, ended.id)
 
@@ -154,13 +156,20 @@ async def test_a_deleted_keys_tombstone(conn: Any) -> None:
 async def test_ended_previous_credentials_are_dropped(conn: Any) -> None:
     ending = await key_sql.insert_key(conn, new_key("ending", b"a" * 32))
     running = await key_sql.insert_key(conn, new_key("running", b"b" * 32))
-    await key_sql.rotate_key(conn, ending.id, b"c" * 32, b"t" * 32, "wxyz", NOW)
+    await key_sql.rotate_key(conn, ending.id, b"c" * 32, b"t" * 32, "wxyz", NOW, NOW)
     await key_sql.rotate_key(
-        conn, running.id, b"d" * 32, b"t" * 32, "wxyz", NOW + timedelta(hours=1)
+        conn, running.id, b"d" * 32, b"t" * 32, "wxyz", NOW + timedelta(hours=1), NOW
     )
     await key_sql.drop_ended_previous(conn, NOW)
     assert not await key_sql.key_id_in_use(conn, b"a" * 32)
     assert await key_sql.key_id_in_use(conn, b"b" * 32)
+    # The ended pair is kept as a rotated key's tombstone; the running one is not.
+    (kept,) = await conn.execute_fetchall(key_sql.CREDENTIAL, key_sql.credential_params(b"a" * 32))
+    assert kept["previous"] == 3 and kept["id"] == ending.id
+    (running_row,) = await conn.execute_fetchall(
+        key_sql.CREDENTIAL, key_sql.credential_params(b"b" * 32)
+    )
+    assert running_row["previous"] == 1
 
 
 async def test_a_tentative_write_is_undone_or_kept(conn: Any) -> None:
