@@ -195,14 +195,21 @@ def test_every_authorization_change_on_one_holds_on_the_other_at_once(
 
 @contextmanager
 def ghost(postgres: Postgres, database: str) -> Iterator[str]:
-    """A connection named as a listening one that acknowledges nothing: an instance
-    stuck, from the writer's side. Its name is yielded."""
+    """A connection registered as a listening one (keysvc.db.postgres.peers, as keysvc's
+    role) that acknowledges nothing: an instance stuck, from the writer's side. Its
+    name is yielded."""
     name = f"{LISTENER_PREFIX}ghost"
     uri = f"{postgres.url(database)}?application_name={quote(name, safe='')}"
     command = postgres.command("psql", "--no-psqlrc", "--quiet", uri)
     proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
     try:
-        sql = f"select 1 from pg_stat_activity where application_name = '{name}'"
+        assert proc.stdin is not None
+        proc.stdin.write(
+            b"insert into listeners (instance, pid, backend_start) select 'ghost', pid,"
+            b" backend_start from pg_stat_activity where pid = pg_backend_pid();\n"
+        )
+        proc.stdin.flush()
+        sql = "select 1 from listeners where instance = 'ghost'"
         deadline = time.monotonic() + WAIT_SECONDS
         while not postgres.psql(database, sql):
             assert proc.poll() is None and time.monotonic() < deadline, "psql did not connect"

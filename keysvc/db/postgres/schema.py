@@ -19,7 +19,12 @@ from importlib import resources
 from typing import Any
 
 from keysvc.config import ConfigError
-from keysvc.db.sqlite.migrations import MIGRATIONS, SHARED_LIMITS_STEP, schema_version
+from keysvc.db.sqlite.migrations import (
+    LISTENERS_STEP,
+    MIGRATIONS,
+    SHARED_LIMITS_STEP,
+    schema_version,
+)
 
 # POSTGRES_MIGRATIONS[n] takes a PostgreSQL database from version n - 1 to n; add one
 # with each step appended to keysvc.db.sqlite.migrations.MIGRATIONS, and change
@@ -74,6 +79,16 @@ POSTGRES_MIGRATIONS: Mapping[int, str] = {
         primary key (name, starts_at)
     );
     create index if not exists shared_limits_expiry on shared_limits (expires_at);
+    """,
+    # h/pgauth: the instances' listening connections (keysvc.db.postgres.peers), which
+    # only keysvc's role may write; numbered where SQLite's no-op step lands.
+    schema_version(MIGRATIONS[: MIGRATIONS.index(LISTENERS_STEP) + 1]): """
+    create table if not exists listeners (
+        instance      text collate "C" primary key,
+        pid           integer not null,
+        backend_start timestamptz not null
+    );
+    revoke all on listeners from public;
     """,
 }
 

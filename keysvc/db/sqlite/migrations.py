@@ -17,6 +17,9 @@ from keysvc.config import ConfigError
 # its PostgreSQL form by this step's place), nothing on SQLite, where one instance
 # serves a file and counts in its own memory; kept so both number their versions alike.
 SHARED_LIMITS_STEP = "-- shared rate counters: PostgreSQL only\n"
+# The instances' listening connections, registered (keysvc.db.postgres.peers): a table
+# on PostgreSQL only, nothing on SQLite, whose one instance has no one to wait for.
+LISTENERS_STEP = "-- listening instances: PostgreSQL only\n"
 
 # MIGRATIONS[n] takes a database from version n + 1 to n + 2. Version 1 is the
 # first release of schema.sql; append steps here and change schema.sql to match.
@@ -239,6 +242,8 @@ MIGRATIONS: Sequence[str] = (
     "",
     # 13: the shared rate counters, a table on PostgreSQL only (see SHARED_LIMITS_STEP).
     SHARED_LIMITS_STEP,
+    # h/pgauth: the instances' listening connections, PostgreSQL only (LISTENERS_STEP).
+    LISTENERS_STEP,
 )
 
 
