@@ -16,7 +16,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -30,9 +30,9 @@ from keysvc.db.postgres.store import (
     SEEN_CHANNEL,
 )
 from tests.postgres import Postgres
-from tests.server import Server, keysvc
+from tests.server import Server
+from tests.system import test_postgres_next_request as next_request
 from tests.system.test_postgres_next_request import (
-    ENV,
     SLACK_SECONDS,
     WAIT_SECONDS,
     Client,
@@ -45,23 +45,10 @@ from tests.system.test_postgres_next_request import (
 BOUND = PROBE_SECONDS + PROBE_TIMEOUT
 
 
-@pytest.fixture
-def admin(postgres: Postgres, pg_database: str) -> dict[str, str]:
-    done = keysvc("bootstrap", "--db", postgres.url(pg_database), env=ENV)
-    assert done.returncode == 0, done.stderr
-    return dict(json.loads(done.stdout))
-
-
-@pytest.fixture
-def two(
-    postgres: Postgres, pg_database: str, admin: dict[str, str]
-) -> Iterator[tuple[Client, Client]]:
-    url = postgres.url(pg_database)
-    with Server(url, env=ENV) as a, Server(url, env=ENV) as b:  # type: ignore[arg-type]
-        clients = Client(a), Client(b)
-        yield clients
-        for client in clients:
-            client.close()
+# Two real instances on the test's database, bootstrapped, as the next-request tests
+# have them.
+admin = next_request.admin
+two = next_request.two
 
 
 @pytest.fixture
@@ -184,6 +171,13 @@ async def test_connections_named_as_listeners_do_not_hold_writers_up(
         for n in range(3)
     ]
     try:
+        # Nor can such a role register one: the table is keysvc's role's alone.
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await fakes[0].execute(
+                "insert into listeners (instance, pid, backend_start)"
+                " select 'fake', pid, backend_start from pg_stat_activity"
+                " where pid = pg_backend_pid()"
+            )
         for state, answer in (("disabled", 401), ("enabled", 200)):
             took = await in_thread(timed_change, a, admin, key, state)
             assert took < 1.0, took
