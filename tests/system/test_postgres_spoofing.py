@@ -29,10 +29,8 @@ from keysvc.db.postgres.store import (
     PROBE_TIMEOUT,
     SEEN_CHANNEL,
 )
-from tests.postgres import Postgres
-from tests.server import Server
-from tests.system import test_postgres_next_request as next_request
-from tests.system.test_postgres_next_request import (
+from tests import pginstances
+from tests.pginstances import (
     SLACK_SECONDS,
     WAIT_SECONDS,
     Client,
@@ -41,14 +39,14 @@ from tests.system.test_postgres_next_request import (
     made_on,
     timed_change,
 )
+from tests.postgres import Postgres
+from tests.server import Server
 
 BOUND = PROBE_SECONDS + PROBE_TIMEOUT
 
 
-# Two real instances on the test's database, bootstrapped, as the next-request tests
-# have them.
-admin = next_request.admin
-two = next_request.two
+admin = pginstances.admin
+two = pginstances.two
 
 
 @pytest.fixture

@@ -83,7 +83,7 @@ POSTGRES_MIGRATIONS: Mapping[int, str] = {
     # h/pgauth: the instances' listening connections (keysvc.db.postgres.peers), which
     # only keysvc's role may write; numbered where SQLite's no-op step lands.
     schema_version(MIGRATIONS[: MIGRATIONS.index(LISTENERS_STEP) + 1]): """
-    create table if not exists listeners (
+    create unlogged table if not exists listeners (
         instance      text collate "C" primary key,
         pid           integer not null,
         backend_start timestamptz not null
