@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from keysvc.db.postgres.store import LISTENER_PREFIX
 from tests.helpers import basic
 from tests.postgres import PEPPER, Postgres
 from tests.server import Server, keysvc
@@ -115,3 +116,15 @@ def lines_with(server: Server, text: str) -> list[str]:
         assert time.monotonic() < deadline, f"never logged: {text}"
         time.sleep(0.05)
     return found
+
+
+def listening(postgres: Postgres, database: str, server: Server, column: str) -> list[str]:
+    """``column`` of pg_stat_activity for ``server``'s listening connection (named
+    after its pid), once it is there."""
+    name = f"{LISTENER_PREFIX}{server.proc.pid}.%"
+    sql = f"select {column} from pg_stat_activity where application_name like '{name}'"
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not (rows := postgres.psql(database, sql)):
+        assert time.monotonic() < deadline, "no listening connection"
+        time.sleep(0.05)
+    return [row[0] for row in rows]

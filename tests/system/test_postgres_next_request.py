@@ -27,6 +27,7 @@ from tests.pginstances import (
     cached_on_both,
     changed,
     lines_with,
+    listening,
     made_on,
     made_role,
     org_path,
@@ -42,13 +43,7 @@ two = pginstances.two
 
 def listener_pid(postgres: Postgres, database: str, server: Server) -> int:
     """The server process of ``server``'s listening connection (named after its pid)."""
-    name = f"{LISTENER_PREFIX}{server.proc.pid}.%"
-    sql = f"select pid from pg_stat_activity where application_name like '{name}'"
-    deadline = time.monotonic() + WAIT_SECONDS
-    while not (rows := postgres.psql(database, sql)):
-        assert time.monotonic() < deadline, "no listening connection"
-        time.sleep(0.05)
-    (pid,) = [int(row[0]) for row in rows]
+    (pid,) = [int(value) for value in listening(postgres, database, server, "pid")]
     return pid
 
 

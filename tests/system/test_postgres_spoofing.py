@@ -14,7 +14,6 @@ import asyncio
 import json
 import os
 import signal
-import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -36,6 +35,7 @@ from tests.pginstances import (
     Client,
     cached_on_both,
     lines_with,
+    listening,
     made_on,
     timed_change,
 )
@@ -123,13 +123,8 @@ async def test_a_spoofed_generation_does_not_hide_a_later_disable(
 def instances_listening(postgres: Postgres, database: str, server: Server) -> list[str]:
     """The instance names ``server``'s listening connection shows in pg_stat_activity,
     as any role may read them."""
-    name = f"{LISTENER_PREFIX}{server.proc.pid}.%"
-    sql = f"select application_name from pg_stat_activity where application_name like '{name}'"
-    deadline = time.monotonic() + WAIT_SECONDS
-    while not (rows := postgres.psql(database, sql)):
-        assert time.monotonic() < deadline, "no listening connection"
-        time.sleep(0.05)
-    return [row[0].removeprefix(LISTENER_PREFIX) for row in rows]
+    names = listening(postgres, database, server, "application_name")
+    return [name.removeprefix(LISTENER_PREFIX) for name in names]
 
 
 async def test_a_forged_acknowledgement_does_not_release_a_writer_early(
