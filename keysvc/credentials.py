@@ -35,6 +35,9 @@ SUFFIX_LENGTH = 4
 PEPPER_BYTES = 32
 # What the activity log's chain key is derived for (``Hasher.derive``).
 ACTIVITY_CHAIN = "activity chain"
+# What the instances sharing a PostgreSQL database sign their acknowledgements with
+# (``keysvc.db.postgres.peers``), so that a session without the pepper cannot forge one.
+PEER_ACKNOWLEDGEMENTS = "peer acknowledgements"
 
 
 def _random_base62(length: int) -> str:

@@ -346,3 +346,16 @@ create unlogged table if not exists shared_limits (
 );
 
 create index if not exists shared_limits_expiry on shared_limits (expires_at);
+
+-- The instances' listening connections (keysvc.db.postgres.peers): each registers its
+-- server process, so that a writer waits for the instances that are listening, and
+-- not for any session that names itself like one. Only keysvc's role may write it.
+-- PostgreSQL only: on SQLite one instance serves a file, with no one to wait for.
+-- Unlogged, as shared_limits: a crash of the server ends every listening connection
+-- with it, and each instance registers again when it listens again.
+create unlogged table if not exists listeners (
+    instance      text collate "C" primary key,
+    pid           integer not null,
+    backend_start timestamptz not null
+);
+revoke all on listeners from public;

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import asyncpg
 
+from keysvc.credentials import PEER_ACKNOWLEDGEMENTS, Hasher
 from keysvc.db.postgres.schema import migrate
 from tests.components import give_to_unprivileged, require_command, unprivileged
 from tests.server import free_port
@@ -37,6 +38,9 @@ SUPERUSER = "keysvc"
 TEMPLATE = "keysvc_template"
 # The pepper every test's instances share (PostgreSQL needs KEYSVC_PEPPER).
 PEPPER = bytes(range(32))
+# What the instances sign their acknowledgements with, derived from PEPPER as keysvc
+# derives it (keysvc.db.backends.open_store): for a store opened by a test itself.
+PEER_KEY = Hasher(PEPPER).derive(PEER_ACKNOWLEDGEMENTS)
 # Ports tried in turn, should one be taken between its choice and the server's bind.
 PORT_ATTEMPTS = 3
 # Server settings for throwaway data: no waiting for the disk, and only loopback.

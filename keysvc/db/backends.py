@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from keysvc.config import ConfigError, Settings
-from keysvc.credentials import ACTIVITY_CHAIN, OUTBOX_SEAL, Hasher
+from keysvc.credentials import ACTIVITY_CHAIN, OUTBOX_SEAL, PEER_ACKNOWLEDGEMENTS, Hasher
 from keysvc.db import contract
 from keysvc.db.activities import Verdict
 from keysvc.db.contract import NO_RECORDS, Records
@@ -60,6 +60,7 @@ async def open_store(
     if settings.pepper is None:
         raise ConfigError(NEEDS_PEPPER)
     postgres = with_driver("keysvc.db.postgres.store")
+    hasher = Hasher(settings.pepper)
     try:
         store = await postgres.PgStore.open_url(
             settings.db_url,
@@ -68,12 +69,12 @@ async def open_store(
             create=create,
             upkeep=upkeep_of(settings) if serving else None,
             records=records,
+            peer_key=hasher.derive(PEER_ACKNOWLEDGEMENTS),
         )
     except postgres.CONNECT_ERRORS as exc:
         raise ConfigError(f"cannot use the PostgreSQL database: {exc}") from None
     try:
         await store.check_writable()
-        hasher = Hasher(settings.pepper)
         await store.check_pepper(hasher.fingerprint())
         store.key_outbox(hasher.derive(OUTBOX_SEAL))
         await store.key_activities(hasher.derive(ACTIVITY_CHAIN))

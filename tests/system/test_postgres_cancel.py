@@ -22,7 +22,7 @@ from keysvc.db.postgres.store import PgStore
 from keysvc.domain import keys
 from keysvc.http.app import STORE_RECORDS
 from keysvc.models import Actor, Key
-from tests.postgres import Postgres
+from tests.postgres import PEER_KEY, Postgres
 
 HASHER = Hasher(b"c" * 32)
 NOW = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
@@ -62,7 +62,9 @@ def wait_blocking(check: Callable[[], bool], what: str) -> None:
 
 @pytest.fixture
 async def store(postgres: Postgres, pg_database: str) -> AsyncIterator[PgStore]:
-    opened = await PgStore.open_url(postgres.url(pg_database), records=STORE_RECORDS)
+    opened = await PgStore.open_url(
+        postgres.url(pg_database), records=STORE_RECORDS, peer_key=PEER_KEY
+    )
     try:
         await opened.check_pepper(HASHER.fingerprint())
         await opened.key_activities(HASHER.derive(ACTIVITY_CHAIN))

@@ -26,7 +26,7 @@ from keysvc.domain.sharedlimits import BUDGET_SHARE, SharedCounts, budget_of
 from keysvc.http.app import create_app
 from keysvc.http.state import LIMITS
 from tests.helpers import Client, ClientFactory, Creds, FakeClock, basic, bootstrap, create_creds
-from tests.postgres import PEPPER, Postgres
+from tests.postgres import PEER_KEY, PEPPER, Postgres
 from tests.server import Server, call, keysvc
 
 # A window far longer than a test, begun after the real clock's now (FakeClock
@@ -276,7 +276,7 @@ def test_two_real_instances_of_two_workers_share_a_keys_limit(url: str) -> None:
 
 
 async def test_failures_from_ever_new_networks_do_not_grow_the_table(url: str, pg: Any) -> None:
-    store = await PgStore.open_url(url)
+    store = await PgStore.open_url(url, peer_key=PEER_KEY)
     try:
         shared = SharedCounts(store, bytes(32), FAILURES, max_names=5)
         now = time.time()
@@ -296,7 +296,7 @@ async def test_adding_counts_announces_no_change_to_the_instances(url: str, pg: 
     instance's caches cold (keysvc_data, keysvc.db.postgres.store) once a second."""
     heard: asyncio.Queue[str] = asyncio.Queue()
     await pg.add_listener("keysvc_data", lambda *args: heard.put_nowait(args[2]))
-    store = await PgStore.open_url(url)
+    store = await PgStore.open_url(url, peer_key=PEER_KEY)
     try:
         shared = SharedCounts(store, bytes(32), FAILURES)
         now = time.time()

@@ -8,136 +8,42 @@ The requests go over kept-alive connections, so that the next one reaches the ot
 instance as soon as the client has read the writer's answer: the narrowest window a
 client can make."""
 
-import http.client
-import json
 import os
 import signal
 import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 from urllib.parse import quote
 
 import pytest
 
 from keysvc.db.postgres.store import LISTENER_PREFIX, PROBE_SECONDS, PROBE_TIMEOUT
-from tests.helpers import basic
-from tests.postgres import PEPPER, Postgres
-from tests.server import Server, keysvc
+from tests import pginstances
+from tests.pginstances import (
+    SLACK_SECONDS,
+    WAIT_SECONDS,
+    Client,
+    cached_on_both,
+    changed,
+    lines_with,
+    listening,
+    made_on,
+    made_role,
+    org_path,
+    timed_change,
+)
+from tests.postgres import Postgres
+from tests.server import Server
 
-# No rate limit, and room for the refusals the tests count.
-ENV = {"KEYSVC_PEPPER": PEPPER.hex(), "KEYSVC_RATE_LIMIT": "off", "KEYSVC_AUTH_FAILURES": "100000"}
 ITERATIONS = 100
-# Generous, for a loaded machine.
-WAIT_SECONDS = 30.0
-SLACK_SECONDS = 5.0
-
-
-class Client:
-    """A kept-alive HTTP connection to one instance."""
-
-    def __init__(self, server: Server):
-        self.server = server
-        self._conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=WAIT_SECONDS)
-
-    def request(
-        self, method: str, path: str, creds: dict[str, str], body: Any = None
-    ) -> tuple[int, dict[str, Any]]:
-        headers = {**basic(creds["keyId"], creds["keySecret"]), "Content-Type": "application/json"}
-        data = None if body is None else json.dumps(body)
-        self._conn.request(method, path, body=data, headers=headers)
-        response = self._conn.getresponse()
-        raw = response.read()
-        return response.status, json.loads(raw) if raw else {}
-
-    def whoami(self, creds: dict[str, str]) -> int:
-        return self.request("GET", "/v1/whoami", creds)[0]
-
-    def close(self) -> None:
-        self._conn.close()
-
-
-@pytest.fixture
-def admin(postgres: Postgres, pg_database: str) -> dict[str, str]:
-    """The database bootstrapped: its first admin key's credentials."""
-    done = keysvc("bootstrap", "--db", postgres.url(pg_database), env=ENV)
-    assert done.returncode == 0, done.stderr
-    return dict(json.loads(done.stdout))
-
-
-@pytest.fixture
-def two(
-    postgres: Postgres, pg_database: str, admin: dict[str, str]
-) -> Iterator[tuple[Client, Client]]:
-    url = postgres.url(pg_database)
-    with Server(url, env=ENV) as a, Server(url, env=ENV) as b:  # type: ignore[arg-type]
-        clients = Client(a), Client(b)
-        yield clients
-        for client in clients:
-            client.close()
-
-
-def org_path(admin: dict[str, str], path: str) -> str:
-    return f"/v1/organizations/{admin['organizationId']}{path}"
-
-
-def made_on(
-    client: Client, admin: dict[str, str], body: dict[str, Any]
-) -> tuple[str, dict[str, str]]:
-    """A key created through ``client``: its UUID and its credentials."""
-    status, made = client.request("POST", org_path(admin, "/keys"), admin, body)
-    assert status == 200, made
-    result = made["result"]
-    return result["key"]["id"], {"keyId": result["keyId"], "keySecret": result["keySecret"]}
-
-
-def changed(client: Client, admin: dict[str, str], method: str, path: str, body: Any) -> None:
-    status, answer = client.request(method, org_path(admin, path), admin, body)
-    assert status == 200, answer
-
-
-def made_role(client: Client, admin: dict[str, str], name: str, permission: str) -> str:
-    body = {"name": name, "permissions": [permission]}
-    status, made = client.request("POST", org_path(admin, "/roles"), admin, body)
-    assert status == 200, made
-    role: str = made["result"]["id"]
-    return role
-
-
-def cached_on_both(two: tuple[Client, Client], admin: dict[str, str]) -> tuple[str, dict[str, str]]:
-    """A key created through the first instance and used on the second (which caches it)."""
-    a, b = two
-    key, creds = made_on(a, admin, {"name": "cached", "roles": ["developer"]})
-    assert b.whoami(creds) == 200
-    return key, creds
-
-
-def timed_change(client: Client, admin: dict[str, str], key: str, state: str) -> float:
-    """How long the key's change of state took to be answered."""
-    started = time.monotonic()
-    changed(client, admin, "PATCH", f"/keys/{key}", {"state": state})
-    return time.monotonic() - started
-
-
-def lines_with(server: Server, text: str) -> list[str]:
-    """The log lines holding ``text``, once there is one (written from a queue)."""
-    deadline = time.monotonic() + WAIT_SECONDS
-    while not (found := [line for line in server.stderr_text().splitlines() if text in line]):
-        assert time.monotonic() < deadline, f"never logged: {text}"
-        time.sleep(0.05)
-    return found
+admin = pginstances.admin
+two = pginstances.two
 
 
 def listener_pid(postgres: Postgres, database: str, server: Server) -> int:
     """The server process of ``server``'s listening connection (named after its pid)."""
-    name = f"{LISTENER_PREFIX}{server.proc.pid}.%"
-    sql = f"select pid from pg_stat_activity where application_name like '{name}'"
-    deadline = time.monotonic() + WAIT_SECONDS
-    while not (rows := postgres.psql(database, sql)):
-        assert time.monotonic() < deadline, "no listening connection"
-        time.sleep(0.05)
-    (pid,) = [int(row[0]) for row in rows]
+    (pid,) = [int(value) for value in listening(postgres, database, server, "pid")]
     return pid
 
 
@@ -195,14 +101,21 @@ def test_every_authorization_change_on_one_holds_on_the_other_at_once(
 
 @contextmanager
 def ghost(postgres: Postgres, database: str) -> Iterator[str]:
-    """A connection named as a listening one that acknowledges nothing: an instance
-    stuck, from the writer's side. Its name is yielded."""
+    """A connection registered as a listening one (keysvc.db.postgres.peers, as keysvc's
+    role) that acknowledges nothing: an instance stuck, from the writer's side. Its
+    name is yielded."""
     name = f"{LISTENER_PREFIX}ghost"
     uri = f"{postgres.url(database)}?application_name={quote(name, safe='')}"
     command = postgres.command("psql", "--no-psqlrc", "--quiet", uri)
     proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
     try:
-        sql = f"select 1 from pg_stat_activity where application_name = '{name}'"
+        assert proc.stdin is not None
+        proc.stdin.write(
+            b"insert into listeners (instance, pid, backend_start) select 'ghost', pid,"
+            b" backend_start from pg_stat_activity where pid = pg_backend_pid();\n"
+        )
+        proc.stdin.flush()
+        sql = "select 1 from listeners where instance = 'ghost'"
         deadline = time.monotonic() + WAIT_SECONDS
         while not postgres.psql(database, sql):
             assert proc.poll() is None and time.monotonic() < deadline, "psql did not connect"

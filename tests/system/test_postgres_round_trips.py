@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from keysvc.db.postgres.store import PgStore
-from tests.postgres import Postgres
+from tests.postgres import PEER_KEY, Postgres
 
 # Generous, for a loaded machine.
 WAIT_SECONDS = 30.0
@@ -26,7 +26,7 @@ def url(postgres: Postgres, pg_database: str) -> str:
 
 @pytest.fixture
 async def store(url: str) -> AsyncIterator[PgStore]:
-    opened = await PgStore.open_url(url)
+    opened = await PgStore.open_url(url, peer_key=PEER_KEY)
     try:
         yield opened
     finally:
@@ -66,12 +66,16 @@ async def test_its_own_commit_heard_back_does_not_move_the_version_again(
     async with store.transaction("round_trip_test") as conn:
         if write:
             await conn.execute(write)
-    # Another session's announcement, committed after the store's: one queue delivers
-    # them in commit order, so once the store has heard this one it has heard its own.
-    marker = f"marker-{uuid.uuid4().hex}"
+    # Another session's change of the generation, committed after the store's: one
+    # queue delivers the announcements in commit order, so once the store has read the
+    # generation it announced, it has heard its own commit. (The generation is read
+    # from the database, not taken from the announcement: any session may send one.)
     other = await asyncpg.connect(url)
     try:
-        await other.execute("select pg_notify('keysvc_auth', $1)", marker)
+        marker = await other.fetchval(
+            "update meta set value = (value::bigint + 1)::text"
+            " where name = 'auth_generation' returning value"
+        )
     finally:
         await other.close()
 
@@ -83,5 +87,5 @@ async def test_its_own_commit_heard_back_does_not_move_the_version_again(
     while not heard():
         assert time.monotonic() < deadline, f"the store never heard {marker}"
         await asyncio.sleep(0.02)
-    # One move for its commit, one for the other session's announcement.
+    # One move for its commit, one for the other session's.
     assert store.caches.data_version() == before + 2

@@ -24,8 +24,9 @@ TYPES = {"text": "text", "integer": "bigint", "blob": "bytea", "real": "double p
 SQLITE_ONLY_TRIGGERS = {"api_keys_roles_dropped"}
 POSTGRES_ONLY_TRIGGERS = {"meta_auth_announced"}
 # The instances' shared rate counters: SQLite's one instance counts in memory
-# (keysvc.domain.sharedlimits); its numbered step there is a no-op.
-POSTGRES_ONLY_TABLES = {"shared_limits"}
+# (keysvc.domain.sharedlimits); its numbered step there is a no-op. The instances'
+# listening connections (keysvc.db.postgres.peers): SQLite's one instance waits for none.
+POSTGRES_ONLY_TABLES = {"shared_limits", "listeners"}
 
 ORG = "00000000-0000-4000-8000-000000000001"
 ADMIN_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000001"

@@ -21,7 +21,7 @@ from keysvc.errors import Conflict
 from keysvc.http.app import STORE_RECORDS
 from keysvc.models import Actor, Key
 from tests.helpers import hash_data
-from tests.postgres import Postgres
+from tests.postgres import PEER_KEY, Postgres
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
 HASHER = Hasher(b"p" * 32)
@@ -31,7 +31,7 @@ WAIT_SECONDS = 30.0
 
 
 async def opened(url: str) -> PgStore:
-    store = await PgStore.open_url(url, records=STORE_RECORDS)
+    store = await PgStore.open_url(url, records=STORE_RECORDS, peer_key=PEER_KEY)
     await store.check_writable()
     await store.check_pepper(HASHER.fingerprint())
     await store.key_activities(HASHER.derive(ACTIVITY_CHAIN))
@@ -185,7 +185,7 @@ async def test_a_lost_listener_turns_the_caches_off_until_it_is_back(
 
 
 def test_while_not_listening_nothing_read_is_current() -> None:
-    notifications = Notifications("postgresql://unused")
+    notifications = Notifications("postgresql://unused", PEER_KEY)
     first, first_generation = notifications.look(), notifications.generation
     assert notifications.look() != first
     assert notifications.generation != first_generation

@@ -20,6 +20,7 @@ from typing import Any
 
 from keysvc.config import ConfigError
 from keysvc.db.sqlite.migrations import (
+    LISTENERS_STEP,
     MIGRATIONS,
     SHARED_LIMITS_STEP,
     WEBHOOK_BINDING_STEP,
@@ -88,6 +89,16 @@ POSTGRES_MIGRATIONS: Mapping[int, str] = {
     where exists (
         select 1 from webhooks w where w.nonce = webhooks.nonce and w.seq < webhooks.seq);
     create unique index if not exists webhooks_nonce on webhooks (nonce);
+    """,
+    # The instances' listening connections (keysvc.db.postgres.peers), which
+    # only keysvc's role may write; numbered where SQLite's no-op step lands.
+    schema_version(MIGRATIONS[: MIGRATIONS.index(LISTENERS_STEP) + 1]): """
+    create unlogged table if not exists listeners (
+        instance      text collate "C" primary key,
+        pid           integer not null,
+        backend_start timestamptz not null
+    );
+    revoke all on listeners from public;
     """,
 }
 

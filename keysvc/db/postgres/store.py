@@ -32,8 +32,8 @@ from keysvc.db.keys import GRANTED_ROLES, over_limit
 from keysvc.db.keystates import KeyStates
 from keysvc.db.meta import GENERATION
 from keysvc.db.outbox import enqueue
+from keysvc.db.postgres import peers, sharedcounts
 from keysvc.db.postgres import schema as pgschema
-from keysvc.db.postgres import sharedcounts
 from keysvc.db.postgres.connection import (
     UNAVAILABLE,
     Outage,
@@ -54,16 +54,11 @@ CONNECT_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 WRITE_LOCK = 0x6B657977
 DATA_CHANNEL = "keysvc_data"
 AUTH_CHANNEL = "keysvc_auth"
-# Where each instance acknowledges a generation it has heard: '<instance>:<generation>'.
+# Where each instance acknowledges a generation it has heard, signed (keysvc.db.postgres.peers).
 SEEN_CHANNEL = "keysvc_seen"
-# Each listening connection's application_name: this prefix and its instance.
+# Each listening connection's application_name: this prefix and its instance. It tells
+# an operator which connection is which; the instances go by ``peers.LISTENING``.
 LISTENER_PREFIX = "keysvc-listen/"
-# The other instances listening on this database now, by their connections' names.
-LISTENERS = (
-    "select application_name from pg_stat_activity"
-    " where datname = current_database() and application_name like $1"
-    " and application_name <> $2"
-)
 # How often the listening connection is checked, and a lost one tried again: the
 # longest a dead connection can go unnoticed is about this plus PROBE_TIMEOUT.
 PROBE_SECONDS = 1.0
@@ -81,8 +76,10 @@ class Notifications:
     """``Freshness`` for PostgreSQL: a version that moves with every commit any
     instance announces, and the authorization generation as last announced."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, peer_key: bytes):
         self._url = url
+        # Signs this instance's acknowledgements and checks the others'.
+        self._peer_key = peer_key
         self._version = 0
         self.generation: object = None
         self._conn: Any = None
@@ -104,6 +101,16 @@ class Notifications:
         # replaced) at each acknowledgement heard.
         self._seen: dict[str, int] = {}
         self._acknowledged = asyncio.Event()
+        # Whether an unsigned acknowledgement has been logged yet (once per process).
+        self._forgery_logged = False
+        # A notification on keysvc_auth is a hint, as any session may send one: the
+        # generation is read from the database, one read at a time, and one more if a
+        # hint came during it, however many came.
+        self._hinted = False
+        self._reading: asyncio.Task[None] | None = None
+        # The newest generation read: one read later that is not newer (a read begun
+        # before this instance's own commit, say) changes nothing.
+        self._newest = -1
         # Carried by this instance's own announcements (see is_own_commit).
         self.token = uuid.uuid4().hex
 
@@ -121,14 +128,38 @@ class Notifications:
     def _heard(self, conn: Any, pid: int, channel: str, payload: str) -> None:
         if channel == SEEN_CHANNEL:
             self._heard_seen(payload)
-            return
-        if self.is_own_commit(channel, payload):
-            return
-        self._version += 1
-        if channel == AUTH_CHANNEL:
-            self.generation = payload
-            # The caches now drop what they hold before answering anything more.
-            self._acknowledge(payload)
+        elif channel == AUTH_CHANNEL:
+            self._hint()
+        elif not self.is_own_commit(channel, payload):
+            self._version += 1
+
+    # The generation, read from the database when a notification hints that it moved.
+
+    def _hint(self) -> None:
+        self._hinted = True
+        if self._reading is None or self._reading.done():
+            self._reading = asyncio.create_task(self._read_generation(), name="keysvc-generation")
+
+    async def _read_generation(self) -> None:
+        """Read the generation until no hint came during the read. A new one is taken
+        in (the caches drop what they hold before answering anything more), then
+        acknowledged: a writer waiting for it returns only once this instance refuses
+        what it revoked. A read that fails leaves the caches cold until the connection
+        is listening again, which reads the generation afresh."""
+        while self._hinted and (conn := self._conn) is not None:
+            self._hinted = False
+            try:
+                async with asyncio.timeout(PROBE_TIMEOUT), self._using:
+                    generation = await conn.fetchval(GENERATION)
+            except Exception as exc:
+                logger.debug("could not read the generation: %s", type(exc).__name__)
+                self._lost(conn)
+                await self._drop()
+                return
+            if int(generation) > self._newest:
+                self._newest = int(generation)
+                self.generation = generation
+                self._acknowledge(generation)
 
     async def start(self) -> None:
         await self._listen()
@@ -141,12 +172,18 @@ class Notifications:
             await conn.add_listener(AUTH_CHANNEL, self._heard)
             await conn.add_listener(SEEN_CHANNEL, self._heard)
             conn.add_termination_listener(self._lost)
+            # Registered once listening, and before the generation is read: a writer
+            # that finds this connection registered after its commit waits for this
+            # instance, which hears of that commit or reads what it made.
+            await conn.execute(peers.REGISTER, self.instance)
+            await conn.execute(peers.FORGET_ENDED)
             # Listening before the generation is read: a move in between is heard.
             generation = await conn.fetchval(GENERATION)
         except BaseException:
             await conn.close()
             raise
         self.generation = generation
+        self._newest = int(generation)
         self._conn = conn
         self._version += 1
         self.listening.set()
@@ -189,14 +226,17 @@ class Notifications:
         return None if self._conn is None else int(self._conn.get_server_pid())
 
     async def close(self) -> None:
-        tasks = [task for task in (self._task, self._acknowledging) if task is not None]
+        tasks = [self._task, self._acknowledging, self._reading]
         for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*[task for task in tasks if task is not None], return_exceptions=True)
         self.listening.clear()
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
+                async with asyncio.timeout(PROBE_TIMEOUT):
+                    await conn.execute(peers.UNREGISTER, self.instance)
                 await conn.close(timeout=PROBE_TIMEOUT)
             except Exception:
                 conn.terminate()  # a server that does not answer: closed all the same
@@ -233,35 +273,41 @@ class Notifications:
                 continue  # listening again acknowledges what it reads
             try:
                 async with asyncio.timeout(PROBE_TIMEOUT), self._using:
-                    await conn.execute(
-                        "select pg_notify($1, $2)", SEEN_CHANNEL, f"{self.instance}:{generation}"
-                    )
+                    signed = peers.acknowledgement(self._peer_key, self.instance, generation)
+                    await conn.execute("select pg_notify($1, $2)", SEEN_CHANNEL, signed)
             except Exception as exc:
                 # The probe finds a dead connection, and the writers waiting give up in
                 # time; what a new one read meanwhile is still to be sent.
                 logger.debug("could not acknowledge a generation: %s", type(exc).__name__)
 
     def _heard_seen(self, payload: str) -> None:
-        instance, _, generation = payload.rpartition(":")
-        try:
-            seen = int(generation)
-        except ValueError:
-            return  # not an acknowledgement keysvc sent
+        acknowledged = peers.acknowledged(self._peer_key, payload)
+        if acknowledged is None:
+            # Sent by a session without the pepper (or an instance with another one).
+            if not self._forgery_logged:
+                self._forgery_logged = True
+                logger.warning(
+                    "dropped an acknowledgement keysvc did not sign on %s: some session"
+                    " without the pepper is sending on keysvc's channels",
+                    SEEN_CHANNEL,
+                )
+            return
+        instance, seen = acknowledged
         if instance != self.instance and seen > self._seen.get(instance, -1):
             self._seen[instance] = seen
             self._acknowledged.set()
             self._acknowledged = asyncio.Event()
 
     async def seen_everywhere(self, generation: int, listeners: list[str]) -> None:
-        """Return once every instance whose listening connection is named in
-        ``listeners`` has acknowledged ``generation`` or a later one, or after
+        """Return once every instance in ``listeners`` (registered and live,
+        ``peers.LISTENING``) has acknowledged ``generation`` or a later one, or after
         PROBE_SECONDS + PROBE_TIMEOUT: by then one that has not has a dead or stuck
         connection, and its own probe has turned its caches cold."""
         if not self.listening.is_set():
             # Cold here, and deaf to the acknowledgements: nothing to wait for.
             logger.debug("not listening: the other instances are not waited for")
             return
-        waited_for = {name.removeprefix(LISTENER_PREFIX) for name in listeners}
+        waited_for = set(listeners)
         deadline = asyncio.get_running_loop().time() + PROBE_SECONDS + PROBE_TIMEOUT
         while missing := sorted(i for i in waited_for if self._seen.get(i, -1) < generation):
             acknowledged = self._acknowledged
@@ -363,10 +409,10 @@ class PgWriter:
             raise self._outage.unavailable(exc) from None
 
     async def _listeners(self, raw: Any) -> list[str]:
-        """The other instances' listening connections, by name. Committed already, a
-        write that cannot list them answers as committed, unwaited."""
+        """The other instances listening now (``peers.LISTENING``). Committed already,
+        a write that cannot list them answers as committed, unwaited."""
         try:
-            rows = await raw.fetch(LISTENERS, LISTENER_PREFIX + "%", self._notifications.name)
+            rows = await raw.fetch(peers.LISTENING, self._notifications.instance)
         except CONNECT_ERRORS as exc:
             logger.warning("could not list the other instances: %s", type(exc).__name__)
             return []
@@ -420,10 +466,11 @@ class PgStore(CoreFront):
         observer: Observer | None,
         cache_size: int,
         records: Records = NO_RECORDS,
+        peer_key: bytes,
     ):
         self._pool = pool
         self._records = records
-        self.notifications = Notifications(url)
+        self.notifications = Notifications(url, peer_key)
         self._outage = Outage()
         self.reader = PgReader(pool, self._outage)
         # The point reads (get_key, find_credential) run on the pool as well.
@@ -448,12 +495,22 @@ class PgStore(CoreFront):
         create: bool = True,
         upkeep: UsageUpkeep | None = None,
         records: Records = NO_RECORDS,
+        peer_key: bytes,
     ) -> "PgStore":
+        """``peer_key``: what the instances sign their acknowledgements with, derived
+        from the pepper they share (``keysvc.credentials.PEER_ACKNOWLEDGEMENTS``)."""
         pool = await asyncpg.create_pool(url, min_size=1, max_size=10, reset=keep_session)
         try:
             async with pool.acquire() as conn:
                 await pgschema.migrate(conn, create=create)
-            store = cls(pool, url, observer=observer, cache_size=cache_size, records=records)
+            store = cls(
+                pool,
+                url,
+                observer=observer,
+                cache_size=cache_size,
+                records=records,
+                peer_key=peer_key,
+            )
             await store.notifications.start()
         except BaseException:
             await pool.close()

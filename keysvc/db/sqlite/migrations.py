@@ -17,6 +17,9 @@ from keysvc.config import ConfigError
 # its PostgreSQL form by this step's place), nothing on SQLite, where one instance
 # serves a file and counts in its own memory; kept so both number their versions alike.
 SHARED_LIMITS_STEP = "-- shared rate counters: PostgreSQL only\n"
+# The instances' listening connections, registered (keysvc.db.postgres.peers): a table
+# on PostgreSQL only, nothing on SQLite, whose one instance has no one to wait for.
+LISTENERS_STEP = "-- listening instances: PostgreSQL only\n"
 
 # The webhook binding step (h/whmac): outbox rows get a MAC column (existing rows have
 # none, and are not sent: keysvc.db.outbox), webhooks a secret_version (existing ones
@@ -254,6 +257,8 @@ MIGRATIONS: Sequence[str] = (
     SHARED_LIMITS_STEP,
     # 14: outbox MACs and webhook secrets bound to their webhook (WEBHOOK_BINDING_STEP).
     WEBHOOK_BINDING_STEP,
+    # 15: the instances' listening connections, PostgreSQL only (LISTENERS_STEP).
+    LISTENERS_STEP,
 )
 
 

@@ -1,0 +1,60 @@
+"""How keysvc instances sharing a PostgreSQL database know each other without taking
+any session's word for it: any role that may connect can LISTEN, NOTIFY and read
+``pg_stat_activity``'s names, so neither a channel's payload nor an
+``application_name`` proves anything.
+
+- An instance's listening connection registers in ``listeners`` (its instance name,
+  ``pg_backend_pid()`` and ``backend_start``), a table only keysvc's role may write.
+  The instances listening now are the registered rows whose server process is live
+  (same pid, same start), as the role the instances share sees them; rows of ended
+  processes are ignored, and removed by the next instance to register.
+- An acknowledgement on keysvc_seen carries an HMAC of its instance and generation,
+  keyed by a key derived from the pepper (``keysvc.credentials.PEER_ACKNOWLEDGEMENTS``);
+  one whose MAC fails is dropped.
+"""
+
+import hashlib
+import hmac
+
+# This connection's row, as pg_stat_activity knows its server process.
+REGISTER = (
+    "insert into listeners (instance, pid, backend_start)"
+    " select $1, pid, backend_start from pg_stat_activity where pid = pg_backend_pid()"
+    " on conflict (instance) do update"
+    " set pid = excluded.pid, backend_start = excluded.backend_start"
+)
+# The rows of server processes that have ended (or of a pid since given to another).
+FORGET_ENDED = (
+    "delete from listeners l where not exists (select 1 from pg_stat_activity a"
+    " where a.pid = l.pid and a.backend_start = l.backend_start)"
+)
+UNREGISTER = "delete from listeners where instance = $1"
+# The other instances listening now.
+LISTENING = (
+    "select l.instance from listeners l join pg_stat_activity a"
+    " on a.pid = l.pid and a.backend_start = l.backend_start"
+    " where a.datname = current_database() and l.instance <> $1"
+)
+
+
+def _mac(key: bytes, text: str) -> str:
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+
+def acknowledgement(key: bytes, instance: str, generation: str) -> str:
+    """The keysvc_seen payload saying ``instance`` has heard ``generation``."""
+    text = f"{instance}:{generation}"
+    return f"{text}:{_mac(key, text)}"
+
+
+def acknowledged(key: bytes, payload: str) -> tuple[str, int] | None:
+    """The instance and generation a keysvc_seen payload acknowledges, or None when
+    keysvc did not sign it with ``key``."""
+    text, _, mac = payload.rpartition(":")
+    if not hmac.compare_digest(mac.encode(errors="replace"), _mac(key, text).encode()):
+        return None
+    instance, _, generation = text.rpartition(":")
+    try:
+        return instance, int(generation)
+    except ValueError:
+        return None

@@ -1,0 +1,130 @@
+"""Two real `keysvc serve` processes on one PostgreSQL database (tests/postgres.py),
+bootstrapped, each with a kept-alive client: the fixtures (``admin``, ``two``) and
+helpers the tests of changes across instances share (tests/system/test_postgres_*).
+A test module takes the fixtures by name: ``admin = pginstances.admin``."""
+
+import http.client
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from keysvc.db.postgres.store import LISTENER_PREFIX
+from tests.helpers import basic
+from tests.postgres import PEPPER, Postgres
+from tests.server import Server, keysvc
+
+# No rate limit, and room for the refusals the tests count.
+ENV = {"KEYSVC_PEPPER": PEPPER.hex(), "KEYSVC_RATE_LIMIT": "off", "KEYSVC_AUTH_FAILURES": "100000"}
+# Generous, for a loaded machine.
+WAIT_SECONDS = 30.0
+SLACK_SECONDS = 5.0
+
+
+class Client:
+    """A kept-alive HTTP connection to one instance."""
+
+    def __init__(self, server: Server):
+        self.server = server
+        self._conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=WAIT_SECONDS)
+
+    def request(
+        self, method: str, path: str, creds: dict[str, str], body: Any = None
+    ) -> tuple[int, dict[str, Any]]:
+        headers = {**basic(creds["keyId"], creds["keySecret"]), "Content-Type": "application/json"}
+        data = None if body is None else json.dumps(body)
+        self._conn.request(method, path, body=data, headers=headers)
+        response = self._conn.getresponse()
+        raw = response.read()
+        return response.status, json.loads(raw) if raw else {}
+
+    def whoami(self, creds: dict[str, str]) -> int:
+        return self.request("GET", "/v1/whoami", creds)[0]
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+@pytest.fixture
+def admin(postgres: Postgres, pg_database: str) -> dict[str, str]:
+    """The database bootstrapped: its first admin key's credentials."""
+    done = keysvc("bootstrap", "--db", postgres.url(pg_database), env=ENV)
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+@pytest.fixture
+def two(
+    postgres: Postgres, pg_database: str, admin: dict[str, str]
+) -> Iterator[tuple[Client, Client]]:
+    url = postgres.url(pg_database)
+    with Server(url, env=ENV) as a, Server(url, env=ENV) as b:  # type: ignore[arg-type]
+        clients = Client(a), Client(b)
+        yield clients
+        for client in clients:
+            client.close()
+
+
+def org_path(admin: dict[str, str], path: str) -> str:
+    return f"/v1/organizations/{admin['organizationId']}{path}"
+
+
+def made_on(
+    client: Client, admin: dict[str, str], body: dict[str, Any]
+) -> tuple[str, dict[str, str]]:
+    """A key created through ``client``: its UUID and its credentials."""
+    status, made = client.request("POST", org_path(admin, "/keys"), admin, body)
+    assert status == 200, made
+    result = made["result"]
+    return result["key"]["id"], {"keyId": result["keyId"], "keySecret": result["keySecret"]}
+
+
+def changed(client: Client, admin: dict[str, str], method: str, path: str, body: Any) -> None:
+    status, answer = client.request(method, org_path(admin, path), admin, body)
+    assert status == 200, answer
+
+
+def made_role(client: Client, admin: dict[str, str], name: str, permission: str) -> str:
+    body = {"name": name, "permissions": [permission]}
+    status, made = client.request("POST", org_path(admin, "/roles"), admin, body)
+    assert status == 200, made
+    role: str = made["result"]["id"]
+    return role
+
+
+def cached_on_both(two: tuple[Client, Client], admin: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """A key created through the first instance and used on the second (which caches it)."""
+    a, b = two
+    key, creds = made_on(a, admin, {"name": "cached", "roles": ["developer"]})
+    assert b.whoami(creds) == 200
+    return key, creds
+
+
+def timed_change(client: Client, admin: dict[str, str], key: str, state: str) -> float:
+    """How long the key's change of state took to be answered."""
+    started = time.monotonic()
+    changed(client, admin, "PATCH", f"/keys/{key}", {"state": state})
+    return time.monotonic() - started
+
+
+def lines_with(server: Server, text: str) -> list[str]:
+    """The log lines holding ``text``, once there is one (written from a queue)."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not (found := [line for line in server.stderr_text().splitlines() if text in line]):
+        assert time.monotonic() < deadline, f"never logged: {text}"
+        time.sleep(0.05)
+    return found
+
+
+def listening(postgres: Postgres, database: str, server: Server, column: str) -> list[str]:
+    """``column`` of pg_stat_activity for ``server``'s listening connection (named
+    after its pid), once it is there."""
+    name = f"{LISTENER_PREFIX}{server.proc.pid}.%"
+    sql = f"select {column} from pg_stat_activity where application_name like '{name}'"
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not (rows := postgres.psql(database, sql)):
+        assert time.monotonic() < deadline, "no listening connection"
+        time.sleep(0.05)
+    return [row[0] for row in rows]
