@@ -246,10 +246,10 @@ async def test_webhooks_and_their_outbox(conn: Any) -> None:
     await outbox.enqueue(conn, ORG, "key.created", {"id": "k"}, NOW)
     await outbox.enqueue(conn, ORG, "key.deleted", {"id": "k"}, NOW)  # not subscribed
     at = NOW.timestamp()
-    assert await outbox.any_due(conn, at)
-    (due,) = await outbox.claim(conn, at, at + 30, "me", 10)
+    assert await outbox.any_due(conn, at, 2)
+    (due,) = await outbox.claim(conn, at, at + 30, "me", 10, 2)
     assert json.loads(due.body)["type"] == "key.created"
-    assert not await outbox.any_due(conn, at)  # leased
+    assert not await outbox.any_due(conn, at, 2)  # leased
     await outbox.record(conn, due, "me", NOW, 500, None, "pending", at + 60)
     deliveries, more, total = await webhook_sql.delivery_page(conn, "w1", None, 10)
     assert (len(deliveries), more, total) == (1, False, 1)
