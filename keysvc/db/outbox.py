@@ -66,8 +66,9 @@ INSERT_DELIVERY = """
 # heads are taken round the organizations, the one with fewest attempts under way first
 # (``share``: its attempts under way once this one starts), then the oldest due. So one
 # tenant's slow receivers hold one slot each, its share in all, and every other tenant's
-# next delivery comes first once a slot is free. Leased rows are few (at most the
-# processes' concurrency), and due rows are bounded by what an organization may keep.
+# next delivery comes first once a slot is free. Each webhook's head is one seek in
+# ``webhook_deliveries_next``, however long its queue, and the leased rows, few (at
+# most the processes' concurrency), are found in ``webhook_deliveries_leased``.
 DUE = """
     with busy as (
         select d.webhook_id, w.organization_id
@@ -75,21 +76,21 @@ DUE = """
         where d.state = 'pending' and d.lease_until > ?
     ),
     heads as (
-        select d.seq, d.next_attempt_at, w.organization_id,
-               row_number() over (partition by d.webhook_id
-                                  order by d.next_attempt_at, d.seq) as nth
-        from webhook_deliveries d join webhooks w on w.id = d.webhook_id
-        where d.state = 'pending' and d.next_attempt_at <= ?
-          and (d.lease_until is null or d.lease_until <= ?)
-          and d.webhook_id not in (select webhook_id from busy)
+        select w.organization_id,
+               (select d.seq from webhook_deliveries d
+                where d.webhook_id = w.id and d.state = 'pending' and d.next_attempt_at <= ?
+                  and (d.lease_until is null or d.lease_until <= ?)
+                order by d.next_attempt_at, d.seq limit 1) as seq
+        from webhooks w
+        where w.id not in (select webhook_id from busy)
     ),
     turns as (
-        select h.seq, h.next_attempt_at,
+        select h.seq, d.next_attempt_at,
                row_number() over (partition by h.organization_id
-                                  order by h.next_attempt_at, h.seq)
+                                  order by d.next_attempt_at, h.seq)
                + (select count(*) from busy b where b.organization_id = h.organization_id)
                as share
-        from heads h where h.nth = 1
+        from heads h join webhook_deliveries d on d.seq = h.seq
     )
     select d.seq, d.event_id, d.event_type, d.body, d.attempts, d.give_up_at, w.url, w.nonce
     from turns t

@@ -19,7 +19,12 @@ from importlib import resources
 from typing import Any
 
 from keysvc.config import ConfigError
-from keysvc.db.sqlite.migrations import MIGRATIONS, SHARED_LIMITS_STEP, schema_version
+from keysvc.db.sqlite.migrations import (
+    FAIR_DELIVERY_STEP,
+    MIGRATIONS,
+    SHARED_LIMITS_STEP,
+    schema_version,
+)
 
 # POSTGRES_MIGRATIONS[n] takes a PostgreSQL database from version n - 1 to n; add one
 # with each step appended to keysvc.db.sqlite.migrations.MIGRATIONS, and change
@@ -75,6 +80,8 @@ POSTGRES_MIGRATIONS: Mapping[int, str] = {
     );
     create index if not exists shared_limits_expiry on shared_limits (expires_at);
     """,
+    # Fair delivery: indexes for its choice (the same text as SQLite's).
+    schema_version(MIGRATIONS[: MIGRATIONS.index(FAIR_DELIVERY_STEP) + 1]): FAIR_DELIVERY_STEP,
 }
 
 # The advisory lock that serializes schema changes between instances (any constant

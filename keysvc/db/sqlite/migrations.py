@@ -17,6 +17,15 @@ from keysvc.config import ConfigError
 # its PostgreSQL form by this step's place), nothing on SQLite, where one instance
 # serves a file and counts in its own memory; kept so both number their versions alike.
 SHARED_LIMITS_STEP = "-- shared rate counters: PostgreSQL only\n"
+# Fair webhook delivery's step (keysvc.db.outbox.DUE): each webhook's next due delivery
+# in one seek, and the few leased deliveries without a scan. The same text on both
+# backends; PostgreSQL keys it by its place too.
+FAIR_DELIVERY_STEP = """
+    create index if not exists webhook_deliveries_next
+        on webhook_deliveries (webhook_id, next_attempt_at) where state = 'pending';
+    create index if not exists webhook_deliveries_leased
+        on webhook_deliveries (lease_until) where lease_until is not null;
+"""
 
 # MIGRATIONS[n] takes a database from version n + 1 to n + 2. Version 1 is the
 # first release of schema.sql; append steps here and change schema.sql to match.
@@ -239,6 +248,8 @@ MIGRATIONS: Sequence[str] = (
     "",
     # 13: the shared rate counters, a table on PostgreSQL only (see SHARED_LIMITS_STEP).
     SHARED_LIMITS_STEP,
+    # 14 (fair delivery): indexes for fair delivery's choice (see FAIR_DELIVERY_STEP).
+    FAIR_DELIVERY_STEP,
 )
 
 
