@@ -1,6 +1,6 @@
 """The webhook tables' migration step: on a database without them it makes, with the
-steps after it, what schema.sql makes (tables, indexes, their columns and constraints), so that an
-upgraded database and a new one hold the same outbox."""
+steps after it, what schema.sql makes (tables, indexes, their columns and
+constraints), so that an upgraded database and a new one hold the same outbox."""
 
 import re
 import sqlite3
