@@ -71,6 +71,7 @@ class Settings:
     webhook_retry_seconds: float = 30.0
     webhook_timeout: float = 10.0
     webhook_concurrency: int = 8
+    webhook_org_concurrency: int = 2
     webhook_expiry_scan: float = 300.0
     # On PostgreSQL: request limits and failed logins counted with every instance on
     # the database (keysvc.domain.sharedlimits). Nothing to share on SQLite.
@@ -414,6 +415,11 @@ OPTIONS = (
     Option(
         "webhook_concurrency", "KEYSVC_WEBHOOK_CONCURRENCY", "8", _positive,
         "webhook delivery attempts under way at once, per process",
+    ),
+    Option(
+        "webhook_org_concurrency", "KEYSVC_WEBHOOK_ORG_CONCURRENCY", "2", _positive,
+        "one organization's webhook delivery attempts under way at once, across all"
+        " processes (keep it below KEYSVC_WEBHOOK_CONCURRENCY)",
     ),
     Option(
         "webhook_expiry_scan", "KEYSVC_WEBHOOK_EXPIRY_SCAN", "300", _seconds,

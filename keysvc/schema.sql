@@ -275,6 +275,12 @@ create table if not exists webhook_deliveries (
 create index if not exists webhook_deliveries_due on webhook_deliveries (next_attempt_at)
     where state = 'pending';
 create index if not exists webhook_deliveries_of on webhook_deliveries (webhook_id, seq);
+-- Fair delivery's choice (keysvc.db.outbox.DUE): each webhook's next due delivery in
+-- one seek, and the few leased deliveries without a scan.
+create index if not exists webhook_deliveries_next
+    on webhook_deliveries (webhook_id, next_attempt_at) where state = 'pending';
+create index if not exists webhook_deliveries_leased
+    on webhook_deliveries (lease_until) where lease_until is not null;
 create index if not exists webhook_deliveries_done on webhook_deliveries (give_up_at)
     where state <> 'pending';
 

@@ -1,6 +1,7 @@
 """A real webhook receiver for the tests: an aiohttp server on a loopback port that
-records what it is sent and answers as told (2xx, 500, a redirect, or not at all), and
-a signature check written from the README's description, apart from keysvc's code."""
+records what it is sent and answers as told (2xx, 500, a redirect, or not at all); a
+tarpit, a bare TCP server that reads a request's first line and never answers; and a
+signature check written from the README's description, apart from keysvc's code."""
 
 import asyncio
 import hashlib
@@ -95,3 +96,50 @@ class Receiver:
 
     def events(self, event_type: str | None = None) -> list[dict[str, Any]]:
         return [r.event for r in self.received if event_type in (None, r.event["type"])]
+
+
+class Tarpit:
+    """A receiver that never answers: it accepts every connection, reads the request
+    line, and holds the connection open, silent, until stopped. ``open`` holds the
+    path of each request under way; ``most`` and ``most_per_path`` how many there
+    ever were at once, in all and for one path."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.open: list[str] = []
+        self.most = 0
+        self.most_per_path = 0
+        self._server: asyncio.Server | None = None
+        self._held: set[asyncio.StreamWriter] = set()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{path}"
+
+    async def _hold(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._held.add(writer)
+        path = ""
+        try:
+            line = (await reader.readline()).decode(errors="replace").split()
+            path = line[1] if len(line) > 1 else ""
+            self.open.append(path)
+            self.most = max(self.most, len(self.open))
+            self.most_per_path = max(self.most_per_path, self.open.count(path))
+            while await reader.read(4096):  # until the client gives up
+                pass
+        finally:
+            if path in self.open:
+                self.open.remove(path)
+            self._held.discard(writer)
+            writer.close()
+
+    async def start(self) -> "Tarpit":
+        self._server = await asyncio.start_server(self._hold, "127.0.0.1", self.port)
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for writer in list(self._held):
+                writer.close()
+            await self._server.wait_closed()
+            self._server = None

@@ -70,18 +70,46 @@ INSERT_DELIVERY = """
                                     give_up_at, state, next_attempt_at, mac)
     values (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)
 """
-ANY_DUE = """
-    select 1 from webhook_deliveries
-    where state = 'pending' and next_attempt_at <= ? and (lease_until is null or lease_until <= ?)
-    limit 1
-"""
+# The next attempts to make, fairly: a webhook has one attempt under way at most (the
+# head of its due deliveries, and none while one of its deliveries is leased), an
+# organization at most ``per_org`` (the leases held in every process count), and the
+# heads are taken round the organizations, the one with fewest attempts under way first
+# (``share``: its attempts under way once this one starts), then the oldest due. So one
+# tenant's slow receivers hold one slot each, its share in all, and every other tenant's
+# next delivery comes first once a slot is free. Each webhook's head is one seek in
+# ``webhook_deliveries_next``, however long its queue, and the leased rows, few (at
+# most the processes' concurrency), are found in ``webhook_deliveries_leased``.
 DUE = """
+    with busy as (
+        select d.webhook_id, w.organization_id
+        from webhook_deliveries d join webhooks w on w.id = d.webhook_id
+        where d.state = 'pending' and d.lease_until > ?
+    ),
+    heads as (
+        select w.organization_id,
+               (select d.seq from webhook_deliveries d
+                where d.webhook_id = w.id and d.state = 'pending' and d.next_attempt_at <= ?
+                  and (d.lease_until is null or d.lease_until <= ?)
+                order by d.next_attempt_at, d.seq limit 1) as seq
+        from webhooks w
+        where w.id not in (select webhook_id from busy)
+    ),
+    turns as (
+        select h.seq, d.next_attempt_at,
+               row_number() over (partition by h.organization_id
+                                  order by d.next_attempt_at, h.seq)
+               + (select count(*) from busy b where b.organization_id = h.organization_id)
+               as share
+        from heads h join webhook_deliveries d on d.seq = h.seq
+    )
     select d.seq, d.event_id, d.event_type, d.body, d.attempts, d.give_up_at, w.url, w.nonce,
            d.id, d.webhook_id, d.mac, w.organization_id, w.secret_version
-    from webhook_deliveries d join webhooks w on w.id = d.webhook_id
-    where d.state = 'pending' and d.next_attempt_at <= ?
-      and (d.lease_until is null or d.lease_until <= ?)
-    order by d.next_attempt_at limit ?
+    from turns t
+    join webhook_deliveries d on d.seq = t.seq
+    join webhooks w on w.id = d.webhook_id
+    where t.share <= ?
+    order by t.share, t.next_attempt_at, t.seq
+    limit ?
 """
 LEASE = with_json_list(
     "update webhook_deliveries set lease_until = ?, lease_owner = ? where seq in {json_list}",
@@ -293,16 +321,20 @@ def enqueue_now(
         conn.executemany(INSERT_DELIVERY, rows)
 
 
-async def any_due(conn: Connection, now: float) -> bool:
-    return await fetch_one(conn, ANY_DUE, (now, now)) is not None
+async def any_due(conn: Connection, now: float, per_org: int) -> bool:
+    """Whether ``claim`` would find an attempt to make (a read, to spare a write
+    transaction when every due delivery waits on its webhook or organization)."""
+    return await fetch_one(conn, DUE, (now, now, now, per_org, 1)) is not None
 
 
 async def claim(
-    conn: Connection, now: float, lease_until: float, owner: str, limit: int
+    conn: Connection, now: float, lease_until: float, owner: str, limit: int, per_org: int
 ) -> list[Due]:
-    """Inside a write transaction: up to ``limit`` due deliveries nobody holds, leased
-    to ``owner`` until ``lease_until`` so that no other process attempts them meanwhile."""
-    rows = await fetch_all(conn, DUE, (now, now, limit))
+    """Inside a write transaction: up to ``limit`` due deliveries nobody holds, chosen
+    fairly (``DUE``: one per webhook, at most ``per_org`` under way per organization,
+    round the organizations), leased to ``owner`` until ``lease_until`` so that no
+    other process attempts them, nor another of their webhook's, meanwhile."""
+    rows = await fetch_all(conn, DUE, (now, now, now, per_org, limit))
     if rows:
         seqs = json.dumps([row["seq"] for row in rows])
         await conn.execute(LEASE, (lease_until, owner, seqs))

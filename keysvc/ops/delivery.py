@@ -5,12 +5,15 @@
 An attempt is leased in one short write transaction (so that another worker process
 does not make the same attempt at once), made outside any transaction, and its outcome
 recorded in another: the API's writes never wait on a receiver. At most
-``webhook_concurrency`` attempts run at once, each within ``webhook_timeout``, no
-redirect followed, every address resolved and checked again (``keysvc.domain.targets``). A
-2xx is delivered; anything else is retried after ``webhook_retry_seconds``, doubled
-with each failure (with jitter, at most an hour), until a day after the event, then
-failed. A lease outlives its attempt's timeout, so a process killed mid-attempt leaves
-the delivery to be attempted again once its lease runs out: at least once.
+``webhook_concurrency`` attempts run at once, chosen fairly (``outbox.DUE``): one at a
+time per webhook, ``webhook_org_concurrency`` per organization, and round the
+organizations, so that one tenant's slow receivers do not hold up another's. Each runs
+within ``webhook_timeout``, no redirect followed, every address resolved and checked
+again (``keysvc.domain.targets``). A 2xx is delivered; anything else is retried after
+``webhook_retry_seconds``, doubled with each failure (with jitter, at most an hour),
+until a day after the event, then failed. A lease outlives its attempt's timeout, so a
+process killed mid-attempt leaves the delivery to be attempted again once its lease
+runs out: at least once.
 
 Just before it is signed, a delivery's MAC is checked against the row and its webhook
 as they are (``keysvc.db.outbox.Seal``): one that fails was not written by keysvc (or
@@ -175,11 +178,12 @@ class Deliverer:
         free = self._settings.webhook_concurrency - len(self._attempts)
         now = self._clock().timestamp()
         assert self._reader is not None
-        if free <= 0 or not await outbox.any_due(self._reader, now):
+        per_org = self._settings.webhook_org_concurrency
+        if free <= 0 or not await outbox.any_due(self._reader, now, per_org):
             return
         lease = now + self._settings.webhook_timeout + LEASE_MARGIN_SECONDS
         async with self._store.transaction("claim_webhook_deliveries") as conn:
-            claimed = await outbox.claim(conn, now, lease, self._owner, free)
+            claimed = await outbox.claim(conn, now, lease, self._owner, free, per_org)
         for due in claimed:
             task = asyncio.create_task(self._attempt(due))
             self._attempts.add(task)

@@ -246,8 +246,9 @@ async def test_a_hanging_receiver_does_not_slow_writes(
     aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock, receiver: Receiver
 ) -> None:
     client, admin, webhook_id, _ = await _setup(
-        aiohttp_client, settings, clock, receiver, webhook_timeout=120.0, webhook_concurrency=4
-    )
+        aiohttp_client, settings, clock, receiver, webhook_timeout=120.0, webhook_concurrency=4,
+        webhook_org_concurrency=4,
+    )  # fmt: skip
     made = await create(client, admin, {"name": "x", "roles": ["developer"]})
     await receiver.wait_for(lambda got: len(got) >= 1)  # answered: the path is warm
     key_url = f"/v1/organizations/{admin.organization_id}/keys/{made['key']['id']}"
@@ -264,7 +265,8 @@ async def test_a_hanging_receiver_does_not_slow_writes(
 
     await client.delete(hooks_url(admin, webhook_id), headers=admin.headers)
     quiet = await writes(20)  # no webhook at all
-    await create_webhook(client, admin, {"url": receiver.url, "events": KEY_EVENTS})
+    for _ in range(4):  # a webhook makes one attempt at a time: one per slot
+        await create_webhook(client, admin, {"url": receiver.url, "events": KEY_EVENTS})
     receiver.hang = True
     loaded = await writes(20)
     # Every slot holds a request the receiver never answers, and more wait in the outbox.

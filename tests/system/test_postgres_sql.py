@@ -256,10 +256,10 @@ async def test_webhooks_and_their_outbox(conn: Any) -> None:
     await outbox.enqueue(conn, seal, ORG, "key.created", {"id": "k"}, NOW)
     await outbox.enqueue(conn, seal, ORG, "key.deleted", {"id": "k"}, NOW)  # not subscribed
     at = NOW.timestamp()
-    assert await outbox.any_due(conn, at)
-    (due,) = await outbox.claim(conn, at, at + 30, "me", 10)
+    assert await outbox.any_due(conn, at, 2)
+    (due,) = await outbox.claim(conn, at, at + 30, "me", 10, 2)
     assert json.loads(due.body)["type"] == "key.created" and seal.verifies(due)
-    assert not await outbox.any_due(conn, at)  # leased
+    assert not await outbox.any_due(conn, at, 2)  # leased
     await outbox.record(conn, due, "me", NOW, 500, None, "pending", at + 60)
     deliveries, more, total = await webhook_sql.delivery_page(conn, "w1", None, 10)
     assert (len(deliveries), more, total) == (1, False, 1)
@@ -276,6 +276,35 @@ async def test_webhooks_and_their_outbox(conn: Any) -> None:
     assert await outbox.expiring(conn, NOW, 10) == []
     assert await webhook_sql.delete_webhook(conn, ORG, "w1")
     assert not await webhook_sql.delete_webhook(conn, ORG, "w1")
+
+
+async def test_the_outbox_is_claimed_fairly(conn: Any) -> None:
+    """A webhook has one attempt under way at a time, an organization at most its
+    share, and the heads go round the organizations, the one with fewest under way
+    first, then the oldest; a lease run out is taken again."""
+    other = "00000000-0000-4000-8000-000000000002"
+    await meta.insert_organization(conn, Organization(other, "other", NOW))
+    for org, name in [(ORG, "a0"), (ORG, "a1"), (ORG, "a2"), (other, "b0")]:
+        url = f"https://example.com/{name}"
+        await webhook_sql.insert_webhook(conn, name, org, url, ("key.created",), 7, b"n", NOW)
+    for n in range(2):
+        await outbox.enqueue(conn, ORG, "key.created", {"n": n}, NOW + timedelta(seconds=n))
+    await outbox.enqueue(conn, other, "key.created", {"n": 9}, NOW + timedelta(seconds=5))
+
+    def made(claimed: list[outbox.Due]) -> list[tuple[str, int]]:
+        return [(due.url.rsplit("/", 1)[1], json.loads(due.body)["data"]["n"]) for due in claimed]
+
+    at = (NOW + timedelta(minutes=1)).timestamp()
+    first = await outbox.claim(conn, at, at + 30, "me", 10, 2)
+    assert made(first) == [("a0", 0), ("b0", 9), ("a1", 0)]
+    assert not await outbox.any_due(conn, at, 2)  # a2: its organization holds 2
+    await outbox.record(conn, first[0], "me", NOW, 204, None, "delivered", None)
+    assert made(await outbox.claim(conn, at, at + 30, "me", 10, 2)) == [("a2", 0)]
+    assert not await outbox.any_due(conn, at, 2)
+    later = at + 31  # every lease has run out
+    assert made(await outbox.claim(conn, later, later + 30, "me", 10, 2)) == [
+        ("a1", 0), ("b0", 9), ("a2", 0),
+    ]  # fmt: skip
 
 
 async def test_an_empty_delivery_log(conn: Any) -> None:

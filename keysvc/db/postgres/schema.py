@@ -20,6 +20,7 @@ from typing import Any
 
 from keysvc.config import ConfigError
 from keysvc.db.sqlite.migrations import (
+    FAIR_DELIVERY_STEP,
     LISTENERS_STEP,
     MIGRATIONS,
     SHARED_LIMITS_STEP,
@@ -100,6 +101,8 @@ POSTGRES_MIGRATIONS: Mapping[int, str] = {
     );
     revoke all on listeners from public;
     """,
+    # Fair delivery: indexes for its choice (the same text as SQLite's).
+    schema_version(MIGRATIONS[: MIGRATIONS.index(FAIR_DELIVERY_STEP) + 1]): FAIR_DELIVERY_STEP,
 }
 
 # The advisory lock that serializes schema changes between instances (any constant

@@ -34,6 +34,16 @@ WEBHOOK_BINDING_STEP = """
     create unique index if not exists webhooks_nonce on webhooks (nonce);
 """
 
+# Fair webhook delivery's step (keysvc.db.outbox.DUE): each webhook's next due delivery
+# in one seek, and the few leased deliveries without a scan. The same text on both
+# backends; PostgreSQL keys it by its place too.
+FAIR_DELIVERY_STEP = """
+    create index if not exists webhook_deliveries_next
+        on webhook_deliveries (webhook_id, next_attempt_at) where state = 'pending';
+    create index if not exists webhook_deliveries_leased
+        on webhook_deliveries (lease_until) where lease_until is not null;
+"""
+
 # MIGRATIONS[n] takes a database from version n + 1 to n + 2. Version 1 is the
 # first release of schema.sql; append steps here and change schema.sql to match.
 MIGRATIONS: Sequence[str] = (
@@ -259,6 +269,8 @@ MIGRATIONS: Sequence[str] = (
     WEBHOOK_BINDING_STEP,
     # 15: the instances' listening connections, PostgreSQL only (LISTENERS_STEP).
     LISTENERS_STEP,
+    # 16: indexes for fair delivery's choice (see FAIR_DELIVERY_STEP).
+    FAIR_DELIVERY_STEP,
 )
 
 
