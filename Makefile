@@ -17,11 +17,12 @@ HOST := $(or $(KEYSVC_HOST),127.0.0.1)
 PORT := $(or $(KEYSVC_PORT),8080)
 
 # Real components that tests drive, from Debian's packages, as command:package:
-# systemd only for systemd-analyze on the unit file; PostgreSQL's initdb is looked for
+# systemd only for systemd-analyze on the unit file; wrk for the bench's smoke test on
+# PostgreSQL (tests/system/test_bench_postgres.py); PostgreSQL's initdb is looked for
 # where Debian puts it, off PATH (PG_BIN). Installed when missing, where
 # this user may (root, or sudo without a password); else make says what to install
 # and goes on, and the tests that need one report it as not run (failed under CI=true).
-SYSTEM_DEPS ?= chromium:chromium nginx:nginx systemd-analyze:systemd initdb:postgresql
+SYSTEM_DEPS ?= chromium:chromium nginx:nginx systemd-analyze:systemd initdb:postgresql wrk:wrk
 PG_BIN := $(subst $(eval) ,:,$(wildcard /usr/lib/postgresql/*/bin))
 
 .PHONY: install system-deps run test test-fast lint fmt bench soak dist constraints clean
