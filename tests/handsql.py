@@ -43,7 +43,8 @@ def hand_value(settings: Settings, sql: str, *params: Any) -> Any:
 
 
 def _on_sqlite(settings: Settings, statements: Sequence[Statement]) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(settings.db_path, isolation_level=None)
+    # A loaded machine can hold the app's write lock past sqlite3's default 5 s wait.
+    conn = sqlite3.connect(settings.db_path, isolation_level=None, timeout=30)
     try:
         conn.execute("begin immediate")
         rows: list[tuple[Any, ...]] = []
