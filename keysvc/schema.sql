@@ -253,7 +253,7 @@ create unique index if not exists webhooks_nonce on webhooks (nonce);
 -- The outbox: one row per event and webhook, written in the transaction of the write
 -- that made the event, and delivered by a background task (keysvc.delivery). Instants
 -- the scheduler compares are unix seconds. mac: HMAC with a key from the pepper over
--- what the row sends and where (keysvc.db.outbox.Seal); a row without a valid one is
+-- what the row sends and where (keysvc.db.seal.Seal); a row without a valid one is
 -- not sent.
 create table if not exists webhook_deliveries (
     seq             integer primary key,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from keysvc.db.postgres.store import LISTENER_PREFIX
+from keysvc.db.postgres.notifications import LISTENER_PREFIX
 from tests.helpers import basic
 from tests.postgres import PEPPER, Postgres
 from tests.server import Server, keysvc

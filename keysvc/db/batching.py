@@ -21,6 +21,7 @@ from keysvc.db import keys as key_sql
 from keysvc.db import outbox
 from keysvc.db import usage as usage_sql
 from keysvc.db.contract import RevokedUse, Writes
+from keysvc.db.seal import Seal
 from keysvc.errors import InsufficientStorage
 from keysvc.models import Key
 from keysvc.timeutil import to_minute, to_text
@@ -144,7 +145,7 @@ class RevokedUses:
     """Uses of revoked keys waiting to be logged, at most one per key a minute, and
     the task that writes them in one transaction."""
 
-    def __init__(self, writer: Writes, chain: activity_sql.Chain, seal: outbox.Seal):
+    def __init__(self, writer: Writes, chain: activity_sql.Chain, seal: Seal):
         self._writer = writer
         self._chain = chain
         self._seal = seal

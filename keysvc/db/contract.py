@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
+from keysvc.db.seal import Seal
 from keysvc.models import (
     Activity,
     ActivityKinds,
@@ -33,7 +34,6 @@ from keysvc.models import (
 )
 
 if TYPE_CHECKING:
-    from keysvc.db.outbox import Seal
     from keysvc.db.timing import Observer
 
 

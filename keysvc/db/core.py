@@ -28,6 +28,7 @@ from keysvc.db.cache import Caches
 from keysvc.db.contract import Connection, PointReads, Records, RevokedUse, Writes
 from keysvc.db.roles import RoleStore
 from keysvc.db.rows import key_from_joined
+from keysvc.db.seal import Seal
 from keysvc.db.timing import Observer, timed
 from keysvc.models import (
     Activity,
@@ -79,7 +80,7 @@ class StoreCore:
         # The activity log's chain key: set once the pepper is loaded (key_activities).
         self.chain = activity_sql.Chain()
         # The outbox rows' MAC key: set once the pepper is loaded (key_outbox).
-        self.seal = outbox.Seal()
+        self.seal = Seal()
         self.touches = Touches(writer)
         self.revoked_uses = RevokedUses(writer, self.chain, self.seal)
         self.roles = RoleStore(reader, observer)

@@ -12,8 +12,8 @@ from typing import Any
 from keysvc.db.activities import Chain
 from keysvc.db.contract import Connection, Rendered, RevokedUse, Space
 from keysvc.db.core import StoreCore
-from keysvc.db.outbox import Seal
 from keysvc.db.roles import RoleStore
+from keysvc.db.seal import Seal
 from keysvc.models import (
     Activity,
     ActivityKinds,

@@ -17,8 +17,6 @@ hold the pepper is never signed. Rows queued before the MAC existed have none, a
 are not sent either.
 """
 
-import hashlib
-import hmac
 import json
 import sqlite3
 import uuid
@@ -29,6 +27,7 @@ from typing import Any
 
 from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql, with_json_list
+from keysvc.db.seal import Seal
 from keysvc.db.statements import fetch_all, fetch_one
 from keysvc.timeutil import to_text
 
@@ -207,35 +206,6 @@ class Expiring:
     key_id: str
     organization_id: str
     expire_at: str
-
-
-class Seal:
-    """The key outbox rows are MACed with, derived from the pepper; set once the pepper
-    is known (``Store.key_outbox``), as the activity chain's is."""
-
-    def __init__(self, key: bytes | None = None):
-        self._key = key
-
-    def keyed(self, key: bytes) -> None:
-        self._key = key
-
-    def of(self, delivery_id: str, webhook_id: str, organization_id: str, url: str,
-           event_id: str, event_type: str, body: str) -> bytes:  # fmt: skip
-        """The MAC of a delivery row: over a JSON array of what its attempt sends, and
-        where, so that no field can run into the next."""
-        if self._key is None:
-            raise RuntimeError("the outbox has no key: the pepper was not loaded")
-        fields = [delivery_id, webhook_id, organization_id, url, event_id, event_type, body]
-        text = json.dumps(fields, ensure_ascii=True, separators=(",", ":"))
-        return hmac.new(self._key, b"delivery\0" + text.encode(), hashlib.sha256).digest()
-
-    def verifies(self, due: "Due") -> bool:
-        """Whether ``due``'s MAC is the one keysvc wrote for it, to its webhook as it is."""
-        if due.mac is None:
-            return False
-        expected = self.of(due.id, due.webhook_id, due.organization_id, due.url,
-                           due.event_id, due.event_type, due.body)  # fmt: skip
-        return hmac.compare_digest(expected, bytes(due.mac))
 
 
 def event_body(

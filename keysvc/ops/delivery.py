@@ -16,7 +16,7 @@ process killed mid-attempt leaves the delivery to be attempted again once its le
 runs out: at least once.
 
 Just before it is signed, a delivery's MAC is checked against the row and its webhook
-as they are (``keysvc.db.outbox.Seal``): one that fails was not written by keysvc (or
+as they are (``keysvc.db.seal.Seal``): one that fails was not written by keysvc (or
 was changed since), and is not sent but failed at once, as ``unauthenticated``.
 """
 
@@ -58,7 +58,7 @@ WATCH_SECONDS = 0.1
 EXPIRING_PER_SCAN = 500
 
 
-# Why an attempt was not made: the row's MAC does not verify (keysvc.db.outbox.Seal).
+# Why an attempt was not made: the row's MAC does not verify (keysvc.db.seal.Seal).
 UNAUTHENTICATED = "unauthenticated"
 
 

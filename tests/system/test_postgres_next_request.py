@@ -2,7 +2,7 @@
 a change that moves the authorization generation, made through one instance, is
 answered by the other from the very next request, with no tolerance; and a second
 instance whose listening connection is stuck holds the writer up no longer than the
-bound (keysvc.db.postgres.store.Notifications.seen_everywhere).
+bound (keysvc.db.postgres.notifications.Notifications.seen_everywhere).
 
 The requests go over kept-alive connections, so that the next one reaches the other
 instance as soon as the client has read the writer's answer: the narrowest window a
@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import pytest
 
-from keysvc.db.postgres.store import LISTENER_PREFIX, PROBE_SECONDS, PROBE_TIMEOUT
+from keysvc.db.postgres.notifications import LISTENER_PREFIX, PROBE_SECONDS, PROBE_TIMEOUT
 from tests import pginstances
 from tests.pginstances import (
     SLACK_SECONDS,

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from keysvc.db.postgres.store import LISTENER_PREFIX
+from keysvc.db.postgres.notifications import LISTENER_PREFIX
 from tests.helpers import Creds
 from tests.nginx import (
     CLIENT,
@@ -147,7 +147,7 @@ class Stack:
 
     def listener_pid(self, server: Server) -> int:
         """The server process of an instance's listening connection, named after the
-        instance's process (keysvc.db.postgres.store.Notifications)."""
+        instance's process (keysvc.db.postgres.notifications.Notifications)."""
         name = f"{LISTENER_PREFIX}{server.proc.pid}.%"
         sql = f"select pid from pg_stat_activity where application_name like '{name}'"
         deadline = time.monotonic() + WAIT_SECONDS

@@ -1,6 +1,6 @@
 """What a database role with only CONNECT (PUBLIC's default) can do to keysvc instances
 sharing a PostgreSQL database through the channels they talk on
-(keysvc.db.postgres.store.Notifications): LISTEN and NOTIFY need no other privilege, and
+(keysvc.db.postgres.notifications.Notifications): LISTEN and NOTIFY need no other privilege, and
 pg_stat_activity shows every session's application_name. Each test is one attack of
 issue 31, made by a real second role against real `keysvc serve` processes:
 
@@ -21,7 +21,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from keysvc.db.postgres.store import (
+from keysvc.db.postgres.notifications import (
     AUTH_CHANNEL,
     LISTENER_PREFIX,
     PROBE_SECONDS,

@@ -19,6 +19,7 @@ from keysvc.db import usage as usage_sql
 from keysvc.db import webhooks as webhook_sql
 from keysvc.db.postgres.connection import connect_postgres
 from keysvc.db.rows import key_from_joined
+from keysvc.db.seal import Seal
 from keysvc.db.sqlite.connections import connect
 from keysvc.db.sqlite.migrations import migrate
 from keysvc.db.statements import settle, tentatively
@@ -252,7 +253,7 @@ async def test_webhooks_and_their_outbox(conn: Any) -> None:
         conn, "w1", ORG, "https://example.com/h", ("key.created", "key.expiring"), 7, b"n", NOW
     )
     assert await webhook_sql.list_webhooks(conn, ORG) == [hook]
-    seal = outbox.Seal(b"k" * 32)
+    seal = Seal(b"k" * 32)
     await outbox.enqueue(conn, seal, ORG, "key.created", {"id": "k"}, NOW)
     await outbox.enqueue(conn, seal, ORG, "key.deleted", {"id": "k"}, NOW)  # not subscribed
     at = NOW.timestamp()

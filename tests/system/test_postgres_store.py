@@ -15,7 +15,8 @@ import asyncpg
 import pytest
 
 from keysvc.credentials import ACTIVITY_CHAIN, Hasher
-from keysvc.db.postgres.store import Notifications, PgStore
+from keysvc.db.postgres.notifications import Notifications
+from keysvc.db.postgres.store import PgStore
 from keysvc.domain import keys
 from keysvc.errors import Conflict
 from keysvc.http.app import STORE_RECORDS

@@ -12,9 +12,6 @@ SQLite's, and why: docs/SECURITY.md, "Several instances on one PostgreSQL databa
 import asyncio
 import json
 import logging
-import os
-import secrets
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -40,6 +37,10 @@ from keysvc.db.postgres.connection import (
     PgConnection,
     refusal,
 )
+from keysvc.db.postgres.notifications import (
+    DATA_CHANNEL,
+    Notifications,
+)
 from keysvc.db.postgres.reader import PgReader
 from keysvc.db.rows import role_from_row
 from keysvc.db.statements import fetch_all, fetch_one, to_the_end
@@ -52,17 +53,6 @@ logger = logging.getLogger("keysvc")
 CONNECT_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 # The advisory lock every write transaction holds (pgschema's MIGRATION_LOCK is another).
 WRITE_LOCK = 0x6B657977
-DATA_CHANNEL = "keysvc_data"
-AUTH_CHANNEL = "keysvc_auth"
-# Where each instance acknowledges a generation it has heard, signed (keysvc.db.postgres.peers).
-SEEN_CHANNEL = "keysvc_seen"
-# Each listening connection's application_name: this prefix and its instance. It tells
-# an operator which connection is which; the instances go by ``peers.LISTENING``.
-LISTENER_PREFIX = "keysvc-listen/"
-# How often the listening connection is checked, and a lost one tried again: the
-# longest a dead connection can go unnoticed is about this plus PROBE_TIMEOUT.
-PROBE_SECONDS = 1.0
-PROBE_TIMEOUT = 2.0
 # How long closing waits for the writes under way, then for the pool's connections.
 CLOSE_SECONDS = 10.0
 _BUMP_GENERATION = (
@@ -70,264 +60,6 @@ _BUMP_GENERATION = (
 )
 # Set around a new key's inserts: its role rows do not move the generation.
 _NEW_KEY = "select set_config('keysvc.new_key', ?, true)"
-
-
-class Notifications:
-    """``Freshness`` for PostgreSQL: a version that moves with every commit any
-    instance announces, and the authorization generation as last announced."""
-
-    def __init__(self, url: str, peer_key: bytes):
-        self._url = url
-        # Signs this instance's acknowledgements and checks the others'.
-        self._peer_key = peer_key
-        self._version = 0
-        self.generation: object = None
-        self._conn: Any = None
-        self._task: asyncio.Task[None] | None = None
-        self.listening = asyncio.Event()
-        # Listening connections lost so far.
-        self.losses = 0
-        # The process id tells the operator which process it is; the random part keeps
-        # instances on different hosts apart.
-        self.instance = f"{os.getpid()}.{secrets.token_hex(4)}"
-        self.name = LISTENER_PREFIX + self.instance
-        # One statement at a time on the listening connection: probes and acknowledgements.
-        self._using = asyncio.Lock()
-        # The newest generation heard and not yet acknowledged, and the task sending it.
-        self._unacknowledged: str | None = None
-        self._acknowledging: asyncio.Task[None] | None = None
-        # The newest generation each other instance has acknowledged (an entry for each
-        # instance heard since this one started); ``_acknowledged`` is set (and
-        # replaced) at each acknowledgement heard.
-        self._seen: dict[str, int] = {}
-        self._acknowledged = asyncio.Event()
-        # Whether an unsigned acknowledgement has been logged yet (once per process).
-        self._forgery_logged = False
-        # A notification on keysvc_auth is a hint, as any session may send one: the
-        # generation is read from the database, one read at a time, and one more if a
-        # hint came during it, however many came.
-        self._hinted = False
-        self._reading: asyncio.Task[None] | None = None
-        # The newest generation read: one read later that is not newer (a read begun
-        # before this instance's own commit, say) changes nothing.
-        self._newest = -1
-        # Carried by this instance's own announcements (see is_own_commit).
-        self.token = uuid.uuid4().hex
-
-    def look(self) -> int:
-        if not self.listening.is_set():
-            # Cold: nothing read before can be known current, nor anything read now.
-            self._version += 1
-            self.generation = object()
-        return self._version
-
-    def committed(self) -> None:
-        """This process committed: what it read before is not current any more."""
-        self._version += 1
-
-    def _heard(self, conn: Any, pid: int, channel: str, payload: str) -> None:
-        if channel == SEEN_CHANNEL:
-            self._heard_seen(payload)
-        elif channel == AUTH_CHANNEL:
-            self._hint()
-        elif not self.is_own_commit(channel, payload):
-            self._version += 1
-
-    # The generation, read from the database when a notification hints that it moved.
-
-    def _hint(self) -> None:
-        self._hinted = True
-        if self._reading is None or self._reading.done():
-            self._reading = asyncio.create_task(self._read_generation(), name="keysvc-generation")
-
-    async def _read_generation(self) -> None:
-        """Read the generation until no hint came during the read. A new one is taken
-        in (the caches drop what they hold before answering anything more), then
-        acknowledged: a writer waiting for it returns only once this instance refuses
-        what it revoked. A read that fails leaves the caches cold until the connection
-        is listening again, which reads the generation afresh."""
-        while self._hinted and (conn := self._conn) is not None:
-            self._hinted = False
-            try:
-                async with asyncio.timeout(PROBE_TIMEOUT), self._using:
-                    generation = await conn.fetchval(GENERATION)
-            except Exception as exc:
-                logger.debug("could not read the generation: %s", type(exc).__name__)
-                self._lost(conn)
-                await self._drop()
-                return
-            if int(generation) > self._newest:
-                self._newest = int(generation)
-                self.generation = generation
-                self._acknowledge(generation)
-
-    async def start(self) -> None:
-        await self._listen()
-        self._task = asyncio.create_task(self._watch(), name="keysvc-notifications")
-
-    async def _listen(self) -> None:
-        conn = await asyncpg.connect(self._url, server_settings={"application_name": self.name})
-        try:
-            await conn.add_listener(DATA_CHANNEL, self._heard)
-            await conn.add_listener(AUTH_CHANNEL, self._heard)
-            await conn.add_listener(SEEN_CHANNEL, self._heard)
-            conn.add_termination_listener(self._lost)
-            # Registered once listening, and before the generation is read: a writer
-            # that finds this connection registered after its commit waits for this
-            # instance, which hears of that commit or reads what it made.
-            await conn.execute(peers.REGISTER, self.instance)
-            await conn.execute(peers.FORGET_ENDED)
-            # Listening before the generation is read: a move in between is heard.
-            generation = await conn.fetchval(GENERATION)
-        except BaseException:
-            await conn.close()
-            raise
-        self.generation = generation
-        self._newest = int(generation)
-        self._conn = conn
-        self._version += 1
-        self.listening.set()
-        # A writer may be waiting for a generation this connection never heard of, as it
-        # was committed before it listened: what was just read is at least as new.
-        self._acknowledge(generation)
-
-    async def _watch(self) -> None:
-        """Check the listening connection every PROBE_SECONDS; a lost one makes the
-        caches cold until a new one listens."""
-        while True:
-            await asyncio.sleep(PROBE_SECONDS)
-            try:
-                if self._conn is None or self._conn.is_closed():
-                    raise ConnectionError("the listening connection is closed")
-                async with asyncio.timeout(PROBE_TIMEOUT), self._using:
-                    await self._conn.fetchval("select 1")
-            except Exception:
-                if self.listening.is_set():
-                    self.losses += 1
-                    logger.warning("lost the PostgreSQL notification connection; caches off")
-                self.listening.clear()
-                await self._drop()
-                try:
-                    await self._listen()
-                except Exception as exc:
-                    # Tried again every PROBE_SECONDS; the loss itself was logged.
-                    logger.debug("PostgreSQL notifications still down: %s", type(exc).__name__)
-                    continue
-                logger.warning("PostgreSQL notifications back; caches on")
-
-    async def _drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.terminate()
-
-    @property
-    def backend_pid(self) -> int | None:
-        """The listening connection's server process, while there is one."""
-        return None if self._conn is None else int(self._conn.get_server_pid())
-
-    async def close(self) -> None:
-        tasks = [self._task, self._acknowledging, self._reading]
-        for task in tasks:
-            if task is not None:
-                task.cancel()
-        await asyncio.gather(*[task for task in tasks if task is not None], return_exceptions=True)
-        self.listening.clear()
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                async with asyncio.timeout(PROBE_TIMEOUT):
-                    await conn.execute(peers.UNREGISTER, self.instance)
-                await conn.close(timeout=PROBE_TIMEOUT)
-            except Exception:
-                conn.terminate()  # a server that does not answer: closed all the same
-
-    # A listening connection lost between two probes.
-
-    def _lost(self, conn: Any) -> None:
-        """The listening connection closed (its server process ended, the network
-        reset it): the caches are cold from now on, not from the next probe, as the
-        notifications sent meanwhile are lost. ``_watch`` listens again."""
-        if conn is not self._conn or not self.listening.is_set():
-            return  # closed here (``_drop``, ``close``), or already counted
-        self.losses += 1
-        logger.warning("lost the PostgreSQL notification connection; caches off")
-        self.listening.clear()
-
-    # Acknowledgements: this instance's, and the others' a writer waits for.
-
-    def _acknowledge(self, generation: str) -> None:
-        """Tell the other instances, on keysvc_seen, that this one has heard
-        ``generation``. Sent from a task of its own, the newest first: generations
-        are announced in commit order, so one acknowledgement covers the older ones."""
-        self._unacknowledged = generation
-        if self._acknowledging is None or self._acknowledging.done():
-            self._acknowledging = asyncio.create_task(
-                self._send_acknowledgements(), name="keysvc-acknowledgements"
-            )
-
-    async def _send_acknowledgements(self) -> None:
-        while (generation := self._unacknowledged) is not None:
-            self._unacknowledged = None
-            conn = self._conn
-            if conn is None:
-                continue  # listening again acknowledges what it reads
-            try:
-                async with asyncio.timeout(PROBE_TIMEOUT), self._using:
-                    signed = peers.acknowledgement(self._peer_key, self.instance, generation)
-                    await conn.execute("select pg_notify($1, $2)", SEEN_CHANNEL, signed)
-            except Exception as exc:
-                # The probe finds a dead connection, and the writers waiting give up in
-                # time; what a new one read meanwhile is still to be sent.
-                logger.debug("could not acknowledge a generation: %s", type(exc).__name__)
-
-    def _heard_seen(self, payload: str) -> None:
-        acknowledged = peers.acknowledged(self._peer_key, payload)
-        if acknowledged is None:
-            # Sent by a session without the pepper (or an instance with another one).
-            if not self._forgery_logged:
-                self._forgery_logged = True
-                logger.warning(
-                    "dropped an acknowledgement keysvc did not sign on %s: some session"
-                    " without the pepper is sending on keysvc's channels",
-                    SEEN_CHANNEL,
-                )
-            return
-        instance, seen = acknowledged
-        if instance != self.instance and seen > self._seen.get(instance, -1):
-            self._seen[instance] = seen
-            self._acknowledged.set()
-            self._acknowledged = asyncio.Event()
-
-    async def seen_everywhere(self, generation: int, listeners: list[str]) -> None:
-        """Return once every instance in ``listeners`` (registered and live,
-        ``peers.LISTENING``) has acknowledged ``generation`` or a later one, or after
-        PROBE_SECONDS + PROBE_TIMEOUT: by then one that has not has a dead or stuck
-        connection, and its own probe has turned its caches cold."""
-        if not self.listening.is_set():
-            # Cold here, and deaf to the acknowledgements: nothing to wait for.
-            logger.debug("not listening: the other instances are not waited for")
-            return
-        waited_for = set(listeners)
-        deadline = asyncio.get_running_loop().time() + PROBE_SECONDS + PROBE_TIMEOUT
-        while missing := sorted(i for i in waited_for if self._seen.get(i, -1) < generation):
-            acknowledged = self._acknowledged
-            try:
-                async with asyncio.timeout_at(deadline):
-                    await acknowledged.wait()
-            except TimeoutError:
-                logger.warning(
-                    "instances did not acknowledge an authorization change in time;"
-                    " their own probes turn their caches off: %s",
-                    ", ".join(LISTENER_PREFIX + name for name in missing),
-                )
-                return
-
-    def is_own_commit(self, channel: str, payload: str) -> bool:
-        """Whether a notification is this instance's own commit heard back, which
-        moved the version already (``committed``, called by the writer after every
-        transaction that may have committed): counted again, it would make everything
-        read since that commit look stale, and read again, once more."""
-        return channel == DATA_CHANNEL and payload == self.token
 
 
 class AlwaysRoom:

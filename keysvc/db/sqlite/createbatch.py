@@ -22,8 +22,9 @@ from keysvc.db import keys as key_sql
 from keysvc.db.contract import Announce, KeyEvent, Recheck, Records
 from keysvc.db.keys import GRANTED_ROLES, over_limit
 from keysvc.db.meta import GENERATION
-from keysvc.db.outbox import Seal, enqueue_now
+from keysvc.db.outbox import enqueue_now
 from keysvc.db.rows import keys_with_roles, role_from_row
+from keysvc.db.seal import Seal
 from keysvc.db.sqlite.connections import BUSY_TIMEOUT_MS, Writer, connect_now
 from keysvc.db.sqlite.diskspace import DiskSpace
 from keysvc.db.statements import many_rows
