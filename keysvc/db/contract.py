@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the SQL modules below run their statements on ``Connection`
     from keysvc.db.batching import RevokedUse
     from keysvc.db.cache import Caches
     from keysvc.db.keys import Announce, Recheck
+    from keysvc.db.quota import Quota
     from keysvc.db.roles import RoleStore
     from keysvc.db.timing import Observer
 
@@ -162,6 +163,9 @@ class Store(Protocol):
 
     def record(self, conn: Connection, activity: Activity) -> Awaitable[None]: ...
 
+    @property
+    def quota(self) -> Quota: ...
+
     def schema_is_current(self) -> Awaitable[bool]: ...
 
     def has_organization(self) -> Awaitable[bool]: ...
@@ -196,6 +200,7 @@ class Store(Protocol):
         since: datetime | None = None,
         until: datetime | None = None,
         kinds: ActivityKinds | None = None,
+        max_bytes: int | None = None,
     ) -> Awaitable[ActivityPage]: ...
 
     def touch_used(self, key_id: str, minute: datetime) -> Awaitable[None]: ...

@@ -291,7 +291,7 @@ async def announce_change(
         return
     for activity in logged:
         await store.record(conn, activity)
-    await webhooks.enqueue(conn, key.organization_id, "key.updated", api_key(key), at)
+    await webhooks.enqueue(store, conn, key.organization_id, "key.updated", api_key(key), at)
 
 
 async def delete_key(
@@ -332,7 +332,7 @@ async def remove_key(
         await store.authorization_changed(conn)
         at = now or utcnow()
         await store.record(conn, activities.key_deleted(current, actor, at))
-        await webhooks.enqueue(conn, organization_id, "key.deleted", api_key(current), at)
+        await webhooks.enqueue(store, conn, organization_id, "key.deleted", api_key(current), at)
     return True
 
 
@@ -404,7 +404,7 @@ async def rotate_key(
         rotated = await key_sql.get_key(conn, organization_id, key_id)
         assert rotated is not None
         await store.record(conn, activities.key_rotated(current, rotated, actor, now))
-        await webhooks.enqueue(conn, organization_id, "key.rotated", api_key(rotated), now)
+        await webhooks.enqueue(store, conn, organization_id, "key.rotated", api_key(rotated), now)
     return Issued(rotated, made.key_id, made.secret)
 
 

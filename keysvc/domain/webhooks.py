@@ -10,6 +10,7 @@ is derived from it with a key that comes from the pepper (``Hasher.webhook_secre
 
 import secrets
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from keysvc.credentials import Hasher
 from keysvc.db import outbox
 from keysvc.db import webhooks as webhook_sql
-from keysvc.db.contract import Store
+from keysvc.db.contract import Connection, Store
 from keysvc.db.webhooks import Delivery, Webhook
 from keysvc.domain import activities, cursors
 from keysvc.domain.limits import DEFAULT_EXPIRING_DAYS, MAX_WEBHOOKS_PER_ORG
@@ -53,11 +54,22 @@ class DeliveryPage:
     total: int
 
 
-# The one call a write makes, inside its transaction, to send an event: the event goes
-# to the organization's webhooks subscribed to its type (among ``webhook_ids``, when
-# given), and is delivered only if that transaction commits, then at least once. Its
-# data holds public fields only, never a secret or a hash.
-enqueue = outbox.enqueue
+async def enqueue(
+    store: Store,
+    conn: Connection,
+    organization_id: str,
+    event_type: str,
+    data: dict[str, Any],
+    now: datetime,
+    webhook_ids: Collection[str] | None = None,
+) -> None:
+    """The one call a write makes, inside its transaction, to send an event: the event
+    goes to the organization's webhooks subscribed to its type (among ``webhook_ids``,
+    when given), and is delivered only if that transaction commits, then at least once.
+    Its data holds public fields only, never a secret or a hash. A webhook with its
+    queue full, or an organization past its write budget, refuses the write (429,
+    ``keysvc.db.quota``)."""
+    await outbox.enqueue(conn, store.quota, organization_id, event_type, data, now, webhook_ids)
 
 
 async def create_webhook(

@@ -259,4 +259,6 @@ class Deliverer:
             warn = [w for w in webhook_ids if await outbox.warned(conn, w, key_id, expire_at)]
             if warn:
                 data = api_key(key)
-                await webhooks.enqueue(conn, organization_id, "key.expiring", data, now, warn)
+                await webhooks.enqueue(
+                    self._store, conn, organization_id, "key.expiring", data, now, warn
+                )

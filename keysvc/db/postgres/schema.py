@@ -19,7 +19,12 @@ from importlib import resources
 from typing import Any
 
 from keysvc.config import ConfigError
-from keysvc.db.sqlite.migrations import MIGRATIONS, SHARED_LIMITS_STEP, schema_version
+from keysvc.db.sqlite.migrations import (
+    GROWTH_STEP,
+    MIGRATIONS,
+    SHARED_LIMITS_STEP,
+    schema_version,
+)
 
 # POSTGRES_MIGRATIONS[n] takes a PostgreSQL database from version n - 1 to n; add one
 # with each step appended to keysvc.db.sqlite.migrations.MIGRATIONS, and change
@@ -74,6 +79,33 @@ POSTGRES_MIGRATIONS: Mapping[int, str] = {
         primary key (name, starts_at)
     );
     create index if not exists shared_limits_expiry on shared_limits (expires_at);
+    """,
+    # growth: the activity date index, the write budgets, the waiting deliveries' index
+    # and the pruned log's anchors (as SQLite's GROWTH_STEP).
+    schema_version(MIGRATIONS[: MIGRATIONS.index(GROWTH_STEP) + 1]): """
+    create index if not exists activities_org_time
+        on activities (organization_id, created_at, org_seq, type, key_update_type);
+    create table if not exists activity_anchors (
+        organization_id text collate "C" primary key,
+        first_seq       bigint not null,
+        prev_hash       bytea not null,
+        state           text collate "C" not null,
+        mac             bytea not null
+    );
+
+    create table if not exists write_budgets (
+        organization_id text collate "C" primary key,
+        window_start    bigint not null,
+        bytes           bigint not null
+    );
+    create index if not exists webhook_deliveries_waiting
+        on webhook_deliveries (webhook_id) where state = 'pending';
+    create or replace trigger activity_anchors_data_changed
+        after insert or update or delete or truncate on activity_anchors
+        for each statement execute function keysvc_data_changed();
+    create or replace trigger write_budgets_data_changed
+        after insert or update or delete or truncate on write_budgets
+        for each statement execute function keysvc_data_changed();
     """,
 }
 

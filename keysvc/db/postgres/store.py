@@ -67,6 +67,7 @@ from keysvc.db.postgres.connection import (
     PgConnection,
     refusal,
 )
+from keysvc.db.quota import Quota
 from keysvc.db.rows import role_from_row
 from keysvc.db.statements import fetch_all, fetch_one, to_the_end
 from keysvc.db.timing import Observer
@@ -604,7 +605,7 @@ class PgStore:
             key = await key_sql.insert_key(conn, new)
             await conn.execute(_NEW_KEY, ("",))
             await activity_sql.record(conn, self.chain, announce(key))
-            await enqueue(conn, org, "key.created", key_event(key), key.created_at)
+            await enqueue(conn, self.quota, org, "key.created", key_event(key), key.created_at)
             return key
 
     # The contract's calls both backends answer alike (``StoreCore``).
@@ -619,6 +620,10 @@ class PgStore:
 
     def record(self, conn: Connection, activity: Activity) -> Awaitable[None]:
         return self._core.record(conn, activity)
+
+    @property
+    def quota(self) -> Quota:
+        return self._core.quota
 
     def recorded_pepper(self) -> Awaitable[str | None]:
         return self._core.recorded_pepper()
@@ -663,8 +668,11 @@ class PgStore:
         since: datetime | None = None,
         until: datetime | None = None,
         kinds: ActivityKinds | None = None,
+        max_bytes: int | None = None,
     ) -> Awaitable[ActivityPage]:
-        return self._core.list_activities(organization_id, after, limit, since, until, kinds)
+        return self._core.list_activities(
+            organization_id, after, limit, since, until, kinds, max_bytes
+        )
 
     def touch_used(self, key_id: str, minute: datetime) -> Awaitable[None]:
         return self._core.touch_used(key_id, minute)

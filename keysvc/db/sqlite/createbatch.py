@@ -23,6 +23,7 @@ from keysvc.db.contract import KeyEvent, Records
 from keysvc.db.keys import GRANTED_ROLES, Announce, Recheck, over_limit
 from keysvc.db.meta import GENERATION
 from keysvc.db.outbox import enqueue_now
+from keysvc.db.quota import Quota
 from keysvc.db.rows import keys_with_roles, role_from_row
 from keysvc.db.sqlite.connections import BUSY_TIMEOUT_MS, Writer, connect_now
 from keysvc.db.sqlite.diskspace import DiskSpace
@@ -103,7 +104,7 @@ class CreateThread:
             if conn is None or not _begin_now(conn):
                 conn = await self._on_thread(_begin, self)
             try:
-                outcomes = _stage_batch(conn, batch, self._key_event())
+                outcomes = _stage_batch(conn, batch, self._key_event(), self._chain.quota)
                 made = [
                     announce(key)
                     for (_, _, announce, _), (key, _) in zip(batch, outcomes, strict=True)
@@ -178,7 +179,7 @@ def _commit(conn: sqlite3.Connection) -> None:
 
 
 def _stage_batch(
-    conn: sqlite3.Connection, batch: Sequence[Create], key_event: KeyEvent
+    conn: sqlite3.Connection, batch: Sequence[Create], key_event: KeyEvent, quota: Quota
 ) -> list[Made]:
     """The batch's keys, inserted in the transaction begun for them. Should a constraint
     refuse any of them (a taken keyIdHash, a role deleted meanwhile), it starts again
@@ -190,17 +191,17 @@ def _stage_batch(
     conn.execute("savepoint whole_batch")
     (generation,) = conn.execute(GENERATION).fetchone()
     try:
-        outcomes = _insert_batch(conn, batch, key_event)
+        outcomes = _insert_batch(conn, batch, key_event, quota)
     except sqlite3.IntegrityError:
         conn.execute("rollback to whole_batch")
-        outcomes = [_insert_alone(conn, item, key_event) for item in batch]
+        outcomes = [_insert_alone(conn, item, key_event, quota) for item in batch]
     conn.execute(_SET_GENERATION, (generation,))
     conn.execute("release whole_batch")
     return outcomes
 
 
 def _insert_batch(
-    conn: sqlite3.Connection, batch: Sequence[Create], key_event: KeyEvent
+    conn: sqlite3.Connection, batch: Sequence[Create], key_event: KeyEvent, quota: Quota
 ) -> list[Made]:
     """Insert the batch's keys with one statement per table; IntegrityError if any is refused."""
     orgs = list(dict.fromkeys(item[0].organization_id for item in batch))
@@ -239,7 +240,7 @@ def _insert_batch(
         keys = {key.id: key for key in keys_with_roles(rows, role_of_keys)}
         # The creates' key.created events, in the transaction that writes their keys.
         created = [(key.organization_id, key_event(key), key.created_at) for key in keys.values()]
-        enqueue_now(conn, "key.created", created)
+        enqueue_now(conn, quota, "key.created", created)
     return [(None if key_id is None else keys[key_id], error) for key_id, error in planned]
 
 
@@ -266,12 +267,14 @@ def _insert_rows(conn: sqlite3.Connection, into: str, rows: Sequence[tuple[objec
         conn.execute(many_rows(into, len(chunk), len(chunk[0])), [v for r in chunk for v in r])
 
 
-def _insert_alone(conn: sqlite3.Connection, item: Create, key_event: KeyEvent) -> Made:
+def _insert_alone(
+    conn: sqlite3.Connection, item: Create, key_event: KeyEvent, quota: Quota
+) -> Made:
     """One key in a savepoint of its own: a refusal fails only this request."""
     conn.execute("savepoint one_create")
     made: Made
     try:
-        (made,) = _insert_batch(conn, [item], key_event)
+        (made,) = _insert_batch(conn, [item], key_event, quota)
     except Exception as exc:
         conn.execute("rollback to one_create")
         made = (None, _refused(exc))

@@ -17,6 +17,24 @@ from keysvc.config import ConfigError
 # its PostgreSQL form by this step's place), nothing on SQLite, where one instance
 # serves a file and counts in its own memory; kept so both number their versions alike.
 SHARED_LIMITS_STEP = "-- shared rate counters: PostgreSQL only\n"
+GROWTH_STEP = """
+    create index if not exists activities_org_time
+        on activities (organization_id, created_at, org_seq, type, key_update_type);
+    create table if not exists write_budgets (
+        organization_id text primary key,
+        window_start    integer not null,
+        bytes           integer not null
+    ) strict, without rowid;
+    create index if not exists webhook_deliveries_waiting
+        on webhook_deliveries (webhook_id) where state = 'pending';
+    create table if not exists activity_anchors (
+        organization_id text primary key,
+        first_seq       integer not null,
+        prev_hash       blob not null,
+        state           text not null,
+        mac             blob not null
+    ) strict, without rowid;
+"""
 
 # MIGRATIONS[n] takes a database from version n + 1 to n + 2. Version 1 is the
 # first release of schema.sql; append steps here and change schema.sql to match.
@@ -239,6 +257,10 @@ MIGRATIONS: Sequence[str] = (
     "",
     # 13: the shared rate counters, a table on PostgreSQL only (see SHARED_LIMITS_STEP).
     SHARED_LIMITS_STEP,
+    # 14 (growth): the index the activity log's date filter and counts read, the
+    # organizations' write budgets, the index of the deliveries still waiting, and the
+    # anchors a pruned activity log starts from (see schema.sql).
+    GROWTH_STEP,
 )
 
 

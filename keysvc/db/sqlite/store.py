@@ -27,6 +27,7 @@ from keysvc.db.contract import NO_RECORDS, Connection, Records, SharedCountStore
 from keysvc.db.core import StoreCore, UsageUpkeep, upkeep_of
 from keysvc.db.keys import Announce, Recheck
 from keysvc.db.keystates import KeyStates
+from keysvc.db.quota import Quota
 from keysvc.db.sqlite.connections import (
     Writer,
     connect,
@@ -176,6 +177,10 @@ class Store:
     def record(self, conn: Connection, activity: Activity) -> Awaitable[None]:
         return self._core.record(conn, activity)
 
+    @property
+    def quota(self) -> Quota:
+        return self._core.quota
+
     def recorded_pepper(self) -> Awaitable[str | None]:
         return self._core.recorded_pepper()
 
@@ -219,8 +224,11 @@ class Store:
         since: datetime | None = None,
         until: datetime | None = None,
         kinds: ActivityKinds | None = None,
+        max_bytes: int | None = None,
     ) -> Awaitable[ActivityPage]:
-        return self._core.list_activities(organization_id, after, limit, since, until, kinds)
+        return self._core.list_activities(
+            organization_id, after, limit, since, until, kinds, max_bytes
+        )
 
     def touch_used(self, key_id: str, minute: datetime) -> Awaitable[None]:
         return self._core.touch_used(key_id, minute)
