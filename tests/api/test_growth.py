@@ -3,8 +3,10 @@ webhook queue limit under the PATCH flood (two 100-entry IP lists in turn, 20 we
 to a closed port), the activity page bounded in bytes, the date filter served by an
 index, and the activity retention that `keysvc audit verify` still passes after."""
 
+import asyncio
 import socket
 import sqlite3
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +14,9 @@ import asyncpg
 
 from keysvc.config import Settings
 from keysvc.db.activities import COUNT, PAGE_DATED
+from keysvc.db.backends import verify_audit
 from keysvc.db.dialect import Sql, postgres_text
-from tests.api.activities import url
+from tests.api.activities import listed, url
 from tests.api.webhooks import create_webhook, private_client
 from tests.helpers import Client, ClientFactory, Creds, FakeClock, assert_ok, bootstrap, create
 
@@ -196,3 +199,44 @@ _MANY_RECORDS = """
            'key_create', 'system', '\\x00'::bytea, '\\x00'::bytea
     from generate_series(1, 100000) as n
 """
+
+
+async def test_retention_prunes_old_activities_and_audit_verify_still_passes(
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock, backend: str
+) -> None:
+    clock.advance(days=-10)
+    client = await private_client(aiohttp_client, settings, clock)
+    admin = await bootstrap(client.app)
+    old = await create(client, admin, {"name": "old", "roles": ["developer"]})
+    old_url = f"/v1/organizations/{admin.organization_id}/keys/{old['key']['id']}"
+    await assert_ok(await client.patch(old_url, json={"name": "old-2"}, headers=admin.headers))
+    clock.advance(days=10)
+    await assert_ok(await client.patch(old_url, json={"name": "old-3"}, headers=admin.headers))
+    everything = await listed(client, admin)
+    unpruned = await asyncio.to_thread(verify_audit, settings)
+    assert unpruned.problem is None
+    # A server with a retention of 5 days prunes the two records from 10 days ago.
+    pruning = await private_client(aiohttp_client, settings, clock, activity_retention_days=5)
+    cutoff = (clock.now - timedelta(days=5)).isoformat()
+    recent = [a["id"] for a in everything if a["createdAt"] >= cutoff]
+    kept: list[str] = []
+    for _ in range(100):
+        kept = [a["id"] for a in await listed(pruning, admin)]
+        if kept == recent:
+            break
+        await asyncio.sleep(0.1)
+    assert kept == recent, (everything, kept)
+    pruned = len(everything) - len(recent)
+    assert pruned >= 2
+    verdict = await asyncio.to_thread(verify_audit, settings)
+    assert verdict.problem is None, verdict
+    assert verdict.records == unpruned.records - pruned
+    # The key's later change still replays onto what the pruned records left.
+    await assert_ok(await pruning.patch(old_url, json={"name": "old-4"}, headers=admin.headers))
+    again = await asyncio.to_thread(verify_audit, settings)
+    assert again.problem is None, again
+    if backend == "sqlite":
+        with sqlite3.connect(settings.db_path) as conn:
+            conn.execute("update activity_anchors set first_seq = first_seq - 1")
+        tampered = await asyncio.to_thread(verify_audit, settings)
+        assert "anchor" in str(tampered.problem), tampered
