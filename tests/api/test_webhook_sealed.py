@@ -16,7 +16,7 @@ import pytest
 
 from keysvc.config import Settings
 from keysvc.credentials import WEBHOOK_SECRET_PREFIX, WEBHOOK_SIGNING
-from keysvc.db.sqlite.migrations import schema_version
+from keysvc.db.sqlite.migrations import MIGRATIONS, WEBHOOK_BINDING_STEP, schema_version
 from tests.api.webhooks import attempted, create_webhook, private_client
 from tests.handsql import hand_sql, hand_transaction, hand_value
 from tests.helpers import Client, ClientFactory, Creds, FakeClock, bootstrap, create
@@ -169,9 +169,14 @@ def _old_secret(pepper: bytes, nonce: bytes) -> str:
 
 def _back_to_the_version_before(settings: Settings) -> None:
     """The database as the version before this step left it: no outbox MACs, no secret
-    versions, no unique nonces (the step is then run again at the next start)."""
-    before = schema_version() - 1
+    versions, no unique nonces, nor what the steps after it make (they are then run
+    again at the next start)."""
+    before = schema_version(MIGRATIONS[: MIGRATIONS.index(WEBHOOK_BINDING_STEP)])
     undo = [
+        ("drop index activities_org_time", ()),
+        ("drop index webhook_deliveries_waiting", ()),
+        ("drop table write_budgets", ()),
+        ("drop table activity_anchors", ()),
         ("drop index webhooks_nonce", ()),
         ("alter table webhooks drop column secret_version", ()),
         ("alter table webhook_deliveries drop column mac", ()),

@@ -23,6 +23,7 @@ from keysvc.db.contract import Announce, KeyEvent, Recheck, Records
 from keysvc.db.keys import GRANTED_ROLES, over_limit
 from keysvc.db.meta import GENERATION
 from keysvc.db.outbox import Seal, enqueue_now
+from keysvc.db.quota import Quota
 from keysvc.db.rows import keys_with_roles, role_from_row
 from keysvc.db.sqlite.connections import BUSY_TIMEOUT_MS, Writer, connect_now
 from keysvc.db.sqlite.diskspace import DiskSpace
@@ -98,7 +99,9 @@ class CreateThread:
             if conn is None or not _begin_now(conn):
                 conn = await self._on_thread(_begin, self)
             try:
-                outcomes = _stage_batch(conn, batch, self._key_event(), self._seal)
+                outcomes = _stage_batch(
+                    conn, batch, self._key_event(), self._seal, self._chain.quota
+                )
                 made = [
                     announce(key)
                     for (_, _, announce, _), (key, _) in zip(batch, outcomes, strict=True)
@@ -173,8 +176,9 @@ def _commit(conn: sqlite3.Connection) -> None:
 
 
 def _stage_batch(
-    conn: sqlite3.Connection, batch: Sequence[Create], key_event: KeyEvent, seal: Seal
-) -> list[Made]:
+    conn: sqlite3.Connection, batch: Sequence[Create], key_event: KeyEvent, seal: Seal,
+    quota: Quota,
+) -> list[Made]:  # fmt: skip
     """The batch's keys, inserted in the transaction begun for them. Should a constraint
     refuse any of them (a taken keyIdHash, a role deleted meanwhile), it starts again
     one key at a time, each in its own savepoint, so that only that request fails.
@@ -185,18 +189,19 @@ def _stage_batch(
     conn.execute("savepoint whole_batch")
     (generation,) = conn.execute(GENERATION).fetchone()
     try:
-        outcomes = _insert_batch(conn, batch, key_event, seal)
+        outcomes = _insert_batch(conn, batch, key_event, seal, quota)
     except sqlite3.IntegrityError:
         conn.execute("rollback to whole_batch")
-        outcomes = [_insert_alone(conn, item, key_event, seal) for item in batch]
+        outcomes = [_insert_alone(conn, item, key_event, seal, quota) for item in batch]
     conn.execute(_SET_GENERATION, (generation,))
     conn.execute("release whole_batch")
     return outcomes
 
 
 def _insert_batch(
-    conn: sqlite3.Connection, batch: Sequence[Create], key_event: KeyEvent, seal: Seal
-) -> list[Made]:
+    conn: sqlite3.Connection, batch: Sequence[Create], key_event: KeyEvent, seal: Seal,
+    quota: Quota,
+) -> list[Made]:  # fmt: skip
     """Insert the batch's keys with one statement per table; IntegrityError if any is refused."""
     orgs = list(dict.fromkeys(item[0].organization_id for item in batch))
     counts: dict[str, int] = {}
@@ -234,7 +239,7 @@ def _insert_batch(
         keys = {key.id: key for key in keys_with_roles(rows, role_of_keys)}
         # The creates' key.created events, in the transaction that writes their keys.
         created = [(key.organization_id, key_event(key), key.created_at) for key in keys.values()]
-        enqueue_now(conn, seal, "key.created", created)
+        enqueue_now(conn, seal, quota, "key.created", created)
     return [(None if key_id is None else keys[key_id], error) for key_id, error in planned]
 
 
@@ -261,12 +266,14 @@ def _insert_rows(conn: sqlite3.Connection, into: str, rows: Sequence[tuple[objec
         conn.execute(many_rows(into, len(chunk), len(chunk[0])), [v for r in chunk for v in r])
 
 
-def _insert_alone(conn: sqlite3.Connection, item: Create, key_event: KeyEvent, seal: Seal) -> Made:
+def _insert_alone(
+    conn: sqlite3.Connection, item: Create, key_event: KeyEvent, seal: Seal, quota: Quota
+) -> Made:
     """One key in a savepoint of its own: a refusal fails only this request."""
     conn.execute("savepoint one_create")
     made: Made
     try:
-        (made,) = _insert_batch(conn, [item], key_event, seal)
+        (made,) = _insert_batch(conn, [item], key_event, seal, quota)
     except Exception as exc:
         conn.execute("rollback to one_create")
         made = (None, _refused(exc))
