@@ -1,7 +1,8 @@
 """What one organization can make the shared database hold: the write budget and the
 webhook queue limit under the PATCH flood (two 100-entry IP lists in turn, 20 webhooks
 to a closed port), the activity page bounded in bytes, the date filter served by an
-index, and the activity retention that `keysvc audit verify` still passes after."""
+index, the activity retention that `keysvc audit verify` still passes after, and a
+create batch where one organization over its budget fails only its own creates."""
 
 import asyncio
 import socket
@@ -11,14 +12,25 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import pytest
 
 from keysvc.config import Settings
 from keysvc.db.activities import COUNT, PAGE_DATED
 from keysvc.db.backends import verify_audit
 from keysvc.db.dialect import Sql, postgres_text
+from keysvc.http.state import STORE
 from tests.api.activities import listed, url
 from tests.api.webhooks import create_webhook, private_client
-from tests.helpers import Client, ClientFactory, Creds, FakeClock, assert_ok, bootstrap, create
+from tests.helpers import (
+    Client,
+    ClientFactory,
+    Creds,
+    FakeClock,
+    assert_ok,
+    bootstrap,
+    client_with,
+    create,
+)
 
 FLOOD_PATCHES = 200
 # Half of what the flood grew a file by with no limits.
@@ -240,3 +252,72 @@ async def test_retention_prunes_old_activities_and_audit_verify_still_passes(
             conn.execute("update activity_anchors set first_seq = first_seq - 1")
         tampered = await asyncio.to_thread(verify_audit, settings)
         assert "anchor" in str(tampered.problem), tampered
+
+
+# A create whose activity record weighs some 30 KB of the write budget.
+BIG_CREATE = {"name": "big", "roles": ["developer"], "ipAccessList": ip_list("a")}
+
+
+async def over_budget(client: Client, admin: Creds) -> None:
+    """Create keys with long IP lists in ``admin``'s organization until its write budget
+    refuses one (429): the budget has no room left for another such create."""
+    keys_url = f"/v1/organizations/{admin.organization_id}/keys"
+    for _ in range(FLOOD_PATCHES):
+        response = await client.post(keys_url, json=BIG_CREATE, headers=admin.headers)
+        if response.status == 429:
+            return
+        await assert_ok(response)
+    raise AssertionError(f"{FLOOD_PATCHES} creates went through")
+
+
+def batches_of_orgs(client: Client, monkeypatch: pytest.MonkeyPatch) -> list[set[str]]:
+    """The organizations of each SQLite create batch written from now on."""
+    batches: list[set[str]] = []
+    thread = client.app[STORE]._creates.thread
+    run = thread.run
+
+    async def noted(batch: list[Any]) -> Any:
+        batches.append({item[0].organization_id for item in batch})
+        return await run(batch)
+
+    monkeypatch.setattr(thread, "run", noted)
+    return batches
+
+
+async def test_an_organization_over_its_budget_fails_only_its_own_creates_in_a_batch(
+    aiohttp_client: ClientFactory,
+    settings: Settings,
+    clock: FakeClock,
+    backend: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = await client_with(aiohttp_client, settings, clock, org_write_budget_mib=1)
+    flooder = await bootstrap(client.app, "flooder")
+    other = await bootstrap(client.app, "other")
+    await over_budget(client, flooder)
+    batches = batches_of_orgs(client, monkeypatch) if backend == "sqlite" else []
+    small = {"name": "small", "roles": ["developer"]}
+    for _ in range(20):
+        callers = [flooder, other] * 4
+        responses = await asyncio.gather(
+            *(
+                client.post(
+                    f"/v1/organizations/{c.organization_id}/keys",
+                    json=BIG_CREATE if c is flooder else small,
+                    headers=c.headers,
+                )
+                for c in callers
+            )
+        )
+        for caller, response in zip(callers, responses, strict=True):
+            body = await response.json()
+            if caller is other:
+                assert response.status == 200, body
+            else:
+                assert response.status == 429, body
+                assert "KEYSVC_ORG_WRITE_BUDGET_MIB" in body["error"], body
+        # On SQLite, until a batch held both organizations' creates.
+        if backend != "sqlite" or any(len(orgs) == 2 for orgs in batches):
+            break
+    else:
+        raise AssertionError(f"no batch held both organizations' creates: {batches}")
