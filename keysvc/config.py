@@ -76,6 +76,15 @@ class Settings:
     # On PostgreSQL: request limits and failed logins counted with every instance on
     # the database (keysvc.domain.sharedlimits). Nothing to share on SQLite.
     shared_limits: bool = True
+    # What one organization may make the database hold (keysvc.db.quota): MiB of
+    # activities and webhook deliveries an hour (0: off), and deliveries waiting per
+    # webhook (0: off).
+    org_write_budget_mib: int = 32
+    webhook_queue_limit: int = 1000
+    # Days activities are kept (None: for ever), pruned in the background
+    # (keysvc.db.retention); and the most bytes of records one activity page holds.
+    activity_retention_days: int | None = None
+    activity_page_bytes: int = 1024 * 1024
 
     @property
     def pepper_path(self) -> Path:
@@ -145,6 +154,24 @@ def _retention_days(value: str) -> int:
     if not 1 <= days <= MAX_USAGE_RETENTION_DAYS:
         raise ConfigError(f"{days} must be from 1 to {MAX_USAGE_RETENTION_DAYS} days (ten years)")
     return days
+
+
+def _activity_retention(value: str) -> int | None:
+    if value.strip().lower() == "off":
+        return None
+    return _retention_days(value)
+
+
+# An activity page's bounds in bytes: room for the largest record, and far below
+# what a client should hold at once.
+MIN_PAGE_BYTES, MAX_PAGE_BYTES = 64 * 1024, 64 * 1024 * 1024
+
+
+def _page_bytes(value: str) -> int:
+    number = _int(value)
+    if not MIN_PAGE_BYTES <= number <= MAX_PAGE_BYTES:
+        raise ConfigError(f"{number} must be from {MIN_PAGE_BYTES} to {MAX_PAGE_BYTES} bytes")
+    return number
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
@@ -429,6 +456,27 @@ OPTIONS = (
         "shared_limits", "KEYSVC_SHARED_LIMITS", "on", _on_off,
         "on a PostgreSQL database, count request limits and failed logins with every"
         " instance on it: on, or off for each process to count its own (SQLite: unused)",
+    ),
+    Option(
+        "org_write_budget_mib", "KEYSVC_ORG_WRITE_BUDGET_MIB", "32", _count,
+        "MiB of activity records and webhook deliveries one organization may write an"
+        " hour; past it its writes get 429 until the hour ends (0: no budget)",
+    ),
+    Option(
+        "webhook_queue_limit", "KEYSVC_WEBHOOK_QUEUE_LIMIT", "1000", _count,
+        "deliveries that may wait per webhook; past it writes that would send it an event"
+        " get 429 (0: no limit)",
+    ),
+    Option(
+        "activity_retention_days", "KEYSVC_ACTIVITY_RETENTION_DAYS", "off",
+        _activity_retention,
+        f"days activity records are kept, 1 to {MAX_USAGE_RETENTION_DAYS}, older ones pruned"
+        " from each chain's start; or off (default) to keep every record",
+    ),
+    Option(
+        "activity_page_bytes", "KEYSVC_ACTIVITY_PAGE_BYTES", str(1024 * 1024), _page_bytes,
+        "bytes of records an activity page holds at most before it ends with a nextCursor,"
+        f" {MIN_PAGE_BYTES} to {MAX_PAGE_BYTES}",
     ),
 )  # fmt: skip
 

@@ -221,6 +221,28 @@ create table if not exists activities (
 
 create unique index if not exists activities_org_position
     on activities (organization_id, org_seq);
+-- The date filter and the counts of a list read this, not the records themselves.
+create index if not exists activities_org_time
+    on activities (organization_id, created_at, org_seq, type, key_update_type);
+
+-- Where a pruned organization's chain starts (keysvc.db.retention): the first record
+-- kept, the hash of the one before it, and what the pruned records left (the keys and
+-- custom roles as they replay, JSON), with an HMAC of all of them.
+create table if not exists activity_anchors (
+    organization_id text primary key,
+    first_seq       integer not null,
+    prev_hash       blob not null,
+    state           text not null,
+    mac             blob not null
+) strict, without rowid;
+
+-- What each organization wrote this hour, in bytes of activities and webhook
+-- deliveries (keysvc.db.quota): the write budget's counter.
+create table if not exists write_budgets (
+    organization_id text primary key,
+    window_start    integer not null,
+    bytes           integer not null
+) strict, without rowid;
 
 create table if not exists activity_heads (
     organization_id text primary key,
@@ -281,6 +303,9 @@ create index if not exists webhook_deliveries_next
     on webhook_deliveries (webhook_id, next_attempt_at) where state = 'pending';
 create index if not exists webhook_deliveries_leased
     on webhook_deliveries (lease_until) where lease_until is not null;
+-- The deliveries still waiting, counted per webhook against its queue limit.
+create index if not exists webhook_deliveries_waiting
+    on webhook_deliveries (webhook_id) where state = 'pending';
 create index if not exists webhook_deliveries_done on webhook_deliveries (give_up_at)
     where state <> 'pending';
 

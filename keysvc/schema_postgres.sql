@@ -231,6 +231,22 @@ create table if not exists activities (
 
 create unique index if not exists activities_org_position
     on activities (organization_id, org_seq);
+create index if not exists activities_org_time
+    on activities (organization_id, created_at, org_seq, type, key_update_type);
+
+create table if not exists activity_anchors (
+    organization_id text collate "C" primary key,
+    first_seq       bigint not null,
+    prev_hash       bytea not null,
+    state           text collate "C" not null,
+    mac             bytea not null
+);
+
+create table if not exists write_budgets (
+    organization_id text collate "C" primary key,
+    window_start    bigint not null,
+    bytes           bigint not null
+);
 
 create table if not exists activity_heads (
     organization_id text collate "C" primary key,
@@ -280,6 +296,8 @@ create index if not exists webhook_deliveries_next
     on webhook_deliveries (webhook_id, next_attempt_at) where state = 'pending';
 create index if not exists webhook_deliveries_leased
     on webhook_deliveries (lease_until) where lease_until is not null;
+create index if not exists webhook_deliveries_waiting
+    on webhook_deliveries (webhook_id) where state = 'pending';
 create index if not exists webhook_deliveries_done on webhook_deliveries (give_up_at)
     where state <> 'pending';
 
@@ -330,7 +348,8 @@ declare
 begin
     foreach name in array array['meta', 'organizations', 'roles', 'api_keys', 'key_roles',
         'deleted_credentials', 'key_usage', 'activities', 'activity_heads', 'webhooks',
-        'webhook_deliveries', 'webhook_attempts', 'webhook_expiry_warnings'] loop
+        'webhook_deliveries', 'webhook_attempts', 'webhook_expiry_warnings',
+        'activity_anchors', 'write_budgets'] loop
         execute format('create or replace trigger %I'
             ' after insert or update or delete or truncate on %I'
             ' for each statement execute function keysvc_data_changed()',

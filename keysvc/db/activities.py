@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from keysvc.db import quota as quota_sql
 from keysvc.db import replay
 from keysvc.db.contract import Connection
 from keysvc.db.dialect import with_json_list
+from keysvc.db.quota import UNLIMITED, Quota
 from keysvc.db.statements import fetch_all, fetch_one, many_rows
 from keysvc.models import Activity, ActivityKinds, ActivityPage, Actor
 from keysvc.timeutil import from_text, to_text
@@ -55,14 +57,16 @@ _BY_ID = """
            before, after
     from activities where id = ? and organization_id = ?
 """
-# PostgreSQL needs the type of a parameter only tested for null.
-_SINCE_UNTIL = "(? is null or created_at >= ?) and (? is null or created_at <= ?)"
-_SINCE_UNTIL_PG = "(?::text is null or created_at >= ?) and (?::text is null or created_at <= ?)"
 _PAGE_HEAD = """
     select id, organization_id, org_seq, created_at, type, key_update_type, actor_type,
            actor_id, actor_ip, user_agent, actor_details, target_key_id, target_role_id,
            before, after
-    from activities where organization_id = ? and org_seq > ? and """
+    from activities {index} where organization_id = ? and org_seq > ?"""
+# A date filter reads the time index: the organization's records of those dates, not
+# all of them (SQLite is told so, as it would rather keep org_seq's order).
+_DATED = " and created_at >= ? and created_at <= ?"
+# The bounds of an open side of a date filter: every record's time sorts between them.
+_EARLIEST, _LATEST = "", "~"
 # With an ``ActivityKinds`` (its two lists as JSON arrays; else nulls): only the records
 # of its types whose keyUpdateType, when they have one, it lists.
 _KINDS = (
@@ -70,15 +74,32 @@ _KINDS = (
     " and (key_update_type is null or key_update_type in {json_list})))"
 )
 _KINDS_PG = _KINDS.replace("(? is null", "(?::text is null")
+_ORDER = " order by org_seq limit ?"
 _PAGE = with_json_list(
-    _PAGE_HEAD + _SINCE_UNTIL + _KINDS + " order by org_seq limit ?",
-    _PAGE_HEAD + _SINCE_UNTIL_PG + _KINDS_PG + " order by org_seq limit ?",
+    _PAGE_HEAD.format(index="") + _KINDS + _ORDER,
+    _PAGE_HEAD.format(index="") + _KINDS_PG + _ORDER,
 )
-_COUNT_HEAD = "select count(*) from activities where organization_id = ? and "
-_COUNT = with_json_list(
-    _COUNT_HEAD + _SINCE_UNTIL + _KINDS, _COUNT_HEAD + _SINCE_UNTIL_PG + _KINDS_PG
+PAGE_DATED = with_json_list(
+    _PAGE_HEAD.format(index="indexed by activities_org_time") + _DATED + _KINDS + _ORDER,
+    # org_seq + 0: PostgreSQL too would rather read org_seq's index.
+    _PAGE_HEAD.format(index="").replace("org_seq > ?", "org_seq + 0 > ?")
+    + _DATED
+    + _KINDS_PG
+    + _ORDER,
 )
-_HEAD_COUNT = "select count from activity_heads where organization_id = ?"
+# Counted from the time index alone, which holds every column the filters test.
+_COUNT_HEAD = """
+    select count(*) from activities
+    where organization_id = ? and created_at >= ? and created_at <= ?"""
+COUNT = with_json_list(_COUNT_HEAD + _KINDS, _COUNT_HEAD + _KINDS_PG)
+# The records an organization holds: its head's count, less those pruned.
+_HEAD_COUNT = """
+    select h.count - coalesce((select a.first_seq - 1 from activity_anchors a
+                               where a.organization_id = h.organization_id), 0)
+    from activity_heads h where h.organization_id = ?
+"""
+# What a record weighs in a page beyond its stored text: its IDs, names and time.
+RECORD_OVERHEAD = 400
 _WALK = """
     select id, organization_id, org_seq, created_at, type, key_update_type, actor_type,
            actor_id, actor_ip, user_agent, actor_details, target_key_id, target_role_id,
@@ -86,6 +107,7 @@ _WALK = """
     from activities order by organization_id, org_seq
 """
 _HEADS = "select organization_id, count, last_hash, mac from activity_heads"
+_ANCHORS = "select organization_id, first_seq, prev_hash, state, mac from activity_anchors"
 _UNHEADED = """
     select id from organizations
     where id not in (select organization_id from activity_heads) order by created_at
@@ -99,13 +121,15 @@ class Chain:
     """The key the chains are made with, derived from the pepper; set once the pepper
     is known (``Store.key_activities``)."""
 
-    def __init__(self, key: bytes | None = None):
+    def __init__(self, key: bytes | None = None, quota: Quota = UNLIMITED):
         self._key = key
+        # The organizations' write budget the records are charged to (keysvc.db.quota).
+        self.quota = quota
 
     def keyed(self, key: bytes) -> None:
         self._key = key
 
-    def _mac(self, *parts: bytes) -> bytes:
+    def mac(self, *parts: bytes) -> bytes:
         if self._key is None:
             raise RuntimeError("the activity chain has no key: the pepper was not loaded")
         return hmac.new(self._key, b"\0".join(parts), hashlib.sha256).digest()
@@ -113,10 +137,10 @@ class Chain:
     def link(self, prev_hash: bytes, content: Sequence[object]) -> bytes:
         """The hash of a record of ``content`` (its columns, in order) after ``prev_hash``."""
         text = json.dumps(list(content), ensure_ascii=True, separators=(",", ":"))
-        return self._mac(b"activity", prev_hash, text.encode())
+        return self.mac(b"activity", prev_hash, text.encode())
 
-    def head_mac(self, organization_id: str, count: int, last_hash: bytes) -> bytes:
-        return self._mac(b"head", organization_id.encode(), str(count).encode(), last_hash)
+    def headmac(self, organization_id: str, count: int, last_hash: bytes) -> bytes:
+        return self.mac(b"head", organization_id.encode(), str(count).encode(), last_hash)
 
 
 async def _all(conn: Writing, sql: str, params: Sequence[object]) -> list[Any]:
@@ -132,7 +156,7 @@ async def _run(conn: Writing, sql: str, params: Sequence[object]) -> None:
         await conn.execute(sql, params)
 
 
-def _stamp(moment: datetime) -> str:
+def stamp(moment: datetime) -> str:
     """A record's time with its microseconds always written, so that the text sorts in
     time order and the date filters can compare it (``to_text`` drops a zero fraction,
     and "...00Z" sorts after "...00.5Z")."""
@@ -147,7 +171,7 @@ def _content(activity: Activity, org_seq: int) -> tuple[object, ...]:
     """The stored columns of ``activity`` at ``org_seq``, in ``_COLUMNS``'s order."""
     actor = activity.actor
     return (
-        activity.id, activity.organization_id, org_seq, _stamp(activity.created_at),
+        activity.id, activity.organization_id, org_seq, stamp(activity.created_at),
         activity.type, activity.key_update_type, actor.type, actor.id, actor.ip,
         actor.user_agent, actor.details, activity.target_key_id, activity.target_role_id,
         _json(activity.before), _json(activity.after),
@@ -175,9 +199,25 @@ async def record(conn: Writing, chain: Chain, *activities: Activity) -> None:
     for start in range(0, len(rows), ROWS_PER_INSERT):
         chunk = rows[start : start + ROWS_PER_INSERT]
         await _run(conn, many_rows(_INSERT, len(chunk), _WIDTH), [v for r in chunk for v in r])
-    heads = [(org, *ends[org], chain.head_mac(org, *ends[org])) for org in orgs]
+    await _charge(conn, chain.quota, rows, activities[-1].created_at.timestamp())
+    heads = [(org, *ends[org], chain.headmac(org, *ends[org])) for org in orgs]
     sql = many_rows(_INSERT_HEADS, len(heads), 4) + _ON_CONFLICT
     await _run(conn, sql, [v for head in heads for v in head])
+
+
+async def _charge(
+    conn: Writing, quota: Quota, rows: Sequence[Sequence[object]], now: float
+) -> None:
+    """Each organization's records' stored text, against its write budget."""
+    sizes: dict[str, int] = {}
+    for row in rows:
+        org = str(row[1])
+        sizes[org] = sizes.get(org, 0) + sum(len(v) for v in row if isinstance(v, str))
+    for org, size in sizes.items():
+        if isinstance(conn, sqlite3.Connection):
+            quota_sql.charge_now(conn, quota, org, size, now)
+        else:
+            await quota_sql.charge(conn, quota, org, size, now)
 
 
 async def unheaded(conn: Connection) -> list[str]:
@@ -195,7 +235,7 @@ async def seal(
     if existing:
         await record(conn, chain, *existing)
         return
-    mac = chain.head_mac(organization_id, 0, GENESIS)
+    mac = chain.headmac(organization_id, 0, GENESIS)
     await conn.execute(many_rows(_INSERT_HEADS, 1, 4), (organization_id, 0, GENESIS, mac))
 
 
@@ -230,23 +270,44 @@ async def page(
     since: datetime | None,
     until: datetime | None,
     kinds: ActivityKinds | None = None,
+    max_bytes: int | None = None,
 ) -> ActivityPage:
     """Oldest first, after the organization's ``after``-th record, created within
     ``since`` to ``until`` (both included, either open), of ``kinds`` (None: every
-    record). ``total`` counts the records of those dates and kinds."""
-    low = None if since is None else _stamp(since)
-    high = None if until is None else _stamp(until)
+    record); at most ``limit`` records, and no more than ``max_bytes`` of them (always
+    one). ``total`` counts the records of those dates and kinds."""
+    dated = since is not None or until is not None
+    low = _EARLIEST if since is None else stamp(since)
+    high = _LATEST if until is None else stamp(until)
     types = None if kinds is None else json.dumps(kinds.types)
     updates = None if kinds is None else json.dumps(kinds.update_types)
-    where = (organization_id, after, low, low, high, high, types, types, updates)
-    rows = await fetch_all(conn, _PAGE, (*where, limit + 1))
-    if low is None and high is None and kinds is None:  # the head keeps the count
+    sorts = (types, types, updates)
+    if dated:
+        rows = await fetch_all(
+            conn, PAGE_DATED, (organization_id, after, low, high, *sorts, limit + 1)
+        )
+    else:
+        rows = await fetch_all(conn, _PAGE, (organization_id, after, *sorts, limit + 1))
+    if not dated and kinds is None:
         counted = await fetch_one(conn, _HEAD_COUNT, (organization_id,))
     else:
-        counted = await fetch_one(conn, _COUNT, (organization_id, *where[2:]))
+        counted = await fetch_one(conn, COUNT, (organization_id, low, high, *sorts))
     total = 0 if counted is None else int(counted[0])
-    found = [_activity(row) for row in rows[:limit]]
-    return ActivityPage(found, len(rows) > limit, total)
+    found = _within(rows[:limit], max_bytes)
+    return ActivityPage(found, len(rows) > len(found), total)
+
+
+def _within(rows: Sequence[Sequence[Any]], max_bytes: int | None) -> list[Activity]:
+    """The records of ``rows``, up to the first that would take the page past
+    ``max_bytes`` (the first record always)."""
+    found: list[Activity] = []
+    size = 0
+    for row in rows:
+        size += RECORD_OVERHEAD + sum(len(v) for v in row[9:] if isinstance(v, str))
+        if found and max_bytes is not None and size > max_bytes:
+            break
+        found.append(_activity(row))
+    return found
 
 
 # What ``keysvc audit verify`` says on either backend when it cannot check.
@@ -270,9 +331,12 @@ class Verdict:
     organizations: int
 
 
-def _walk(conn: sqlite3.Connection, chain: Chain) -> Iterator[tuple[str, int, bytes] | str]:
-    """Each organization's end (its ID, count and last hash) as the records say; or a
-    problem, the first of which ends the walk."""
+def _walk(
+    conn: sqlite3.Connection, chain: Chain, starts: dict[str, tuple[int, bytes]]
+) -> Iterator[tuple[str, int, bytes] | str]:
+    """Each organization's end (its ID, count and last hash) as the records say, from
+    its anchor's start when it was pruned (``starts``); or a problem, the first of
+    which ends the walk."""
     org: str | None = None
     count, last = 0, GENESIS
     for row in conn.execute(_WALK):
@@ -280,7 +344,8 @@ def _walk(conn: sqlite3.Connection, chain: Chain) -> Iterator[tuple[str, int, by
         if row[1] != org:
             if org is not None:
                 yield org, count, last
-            org, count, last = row[1], 0, GENESIS
+            org = row[1]
+            count, last = starts.get(row[1], (0, GENESIS))
         where = f"activity {row[0]} (organization {row[1]}, record {row[2]})"
         if row[2] != count + 1:
             yield f"{where}: expected record {count + 1} here: records were removed or moved"
@@ -307,21 +372,38 @@ def verify(conn: sqlite3.Connection, chain: Chain) -> Verdict:
         conn.execute("rollback")
 
 
+def _starts(conn: sqlite3.Connection, chain: Chain) -> dict[str, tuple[int, bytes]] | str:
+    """Where each pruned organization's chain starts now (the count before its first
+    record kept, and that record's prev_hash), from its anchor; or a problem."""
+    starts: dict[str, tuple[int, bytes]] = {}
+    for org, first_seq, prev_hash, state, mac in conn.execute(_ANCHORS):
+        made = chain.mac(
+            b"anchor", org.encode(), str(first_seq).encode(), bytes(prev_hash), state.encode()
+        )
+        if not hmac.compare_digest(made, bytes(mac)):
+            return f"organization {org}: its chain's anchor (where pruning left it) was edited"
+        starts[org] = (int(first_seq) - 1, bytes(prev_hash))
+    return starts
+
+
 def _verify(conn: sqlite3.Connection, chain: Chain) -> Verdict:
     heads = {row[0]: (int(row[1]), bytes(row[2]), bytes(row[3])) for row in conn.execute(_HEADS)}
+    starts = _starts(conn, chain)
+    if isinstance(starts, str):
+        return Verdict(starts, 0, 0)
     records, seen = 0, set[str]()
-    for end in _walk(conn, chain):
+    for end in _walk(conn, chain, starts):
         if isinstance(end, str):
             return Verdict(end, records, len(seen))
         org, count, last = end
         seen.add(org)
-        records += count
+        records += count - starts.get(org, (0, GENESIS))[0]
         problem = _check_head(chain, org, heads.get(org), count, last)
         if problem is not None:
             return Verdict(problem, records, len(seen))
     organizations = {row[0] for row in conn.execute(_ORGANIZATIONS)}
     for org in sorted((set(heads) | organizations) - seen):
-        problem = _check_head(chain, org, heads.get(org), 0, GENESIS)
+        problem = _check_head(chain, org, heads.get(org), *starts.get(org, (0, GENESIS)))
         if problem is not None:
             return Verdict(problem, records, len(seen))
         seen.add(org)
@@ -338,7 +420,7 @@ def _check_head(
     if head is None:
         return f"organization {org}: its chain has no head: records or the head were removed"
     head_count, head_hash, mac = head
-    if not hmac.compare_digest(chain.head_mac(org, head_count, head_hash), mac):
+    if not hmac.compare_digest(chain.headmac(org, head_count, head_hash), mac):
         return f"organization {org}: its chain head was edited"
     if head_count != count or not hmac.compare_digest(head_hash, last):
         return (

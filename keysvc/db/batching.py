@@ -179,8 +179,8 @@ class RevokedUses:
                         activity = use.activity
                         await activity_sql.record(conn, self._chain, activity)
                         await outbox.enqueue(
-                            conn, self._seal, activity.organization_id, "key.used_after_revoke",
-                            use.key_view, activity.created_at,
+                            conn, self._seal, self._chain.quota, activity.organization_id,
+                            "key.used_after_revoke", use.key_view, activity.created_at,
                         )  # fmt: skip
             except InsufficientStorage:
                 self._pending = []  # the full disk has its own log line (sqlite.diskspace)

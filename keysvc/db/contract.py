@@ -206,7 +206,8 @@ class Store(Protocol):
     ) -> Awaitable[None]:
         """Inside a write transaction: an event for the organization's webhooks subscribed
         to ``event_type`` (among ``webhook_ids``, when given), each row MACed with the
-        outbox key (``keysvc.db.outbox``)."""
+        outbox key (``keysvc.db.outbox``); TooManyRequests when a webhook's queue is full
+        or the organization is past its write budget (``keysvc.db.quota``)."""
         ...
 
     def key_outbox(self, key: bytes) -> None:
@@ -273,6 +274,7 @@ class Store(Protocol):
         since: datetime | None = None,
         until: datetime | None = None,
         kinds: ActivityKinds | None = None,
+        max_bytes: int | None = None,
     ) -> Awaitable[ActivityPage]: ...
 
     def list_webhooks(self, organization_id: str) -> Awaitable[list[Webhook]]: ...

@@ -19,13 +19,14 @@ from typing import Any
 from keysvc.config import Settings
 from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
-from keysvc.db import meta, outbox
+from keysvc.db import meta, outbox, retention
 from keysvc.db import roles as role_sql
 from keysvc.db import usage as usage_sql
 from keysvc.db import webhooks as webhook_sql
 from keysvc.db.batching import RevokedUses, Touches
 from keysvc.db.cache import Caches
 from keysvc.db.contract import Connection, PointReads, Records, RevokedUse, Writes
+from keysvc.db.quota import UNLIMITED, Quota, quota_of
 from keysvc.db.roles import RoleStore
 from keysvc.db.rows import key_from_joined
 from keysvc.db.seal import Seal
@@ -47,16 +48,26 @@ logger = logging.getLogger("keysvc")
 
 @dataclass(frozen=True)
 class UsageUpkeep:
-    """How a serving store keeps the usage counts: written every ``flush_seconds``,
-    rows older than ``retention`` pruned."""
+    """How a serving store keeps itself: the usage counts written every
+    ``flush_seconds``, rows older than ``retention`` pruned; activity records older
+    than ``activity_retention`` pruned (None: kept); each organization's writes
+    within ``quota`` (``keysvc.db.quota``)."""
 
     flush_seconds: float
     retention: timedelta
+    activity_retention: timedelta | None = None
+    quota: Quota = UNLIMITED
 
 
 def upkeep_of(settings: Settings) -> UsageUpkeep:
     retention = timedelta(days=settings.usage_retention_days)
-    return UsageUpkeep(settings.usage_flush_seconds, retention)
+    days = settings.activity_retention_days
+    return UsageUpkeep(
+        settings.usage_flush_seconds,
+        retention,
+        None if days is None else timedelta(days=days),
+        quota_of(settings.org_write_budget_mib, settings.webhook_queue_limit),
+    )
 
 
 class StoreCore:
@@ -90,7 +101,13 @@ class StoreCore:
         """Write and prune the usage counts in the background, as a serving store does;
         without it they are written with usedAt and at close."""
         if upkeep is not None:
+            self.chain.quota = upkeep.quota
             self._upkeep = asyncio.create_task(self._keep_usage(upkeep))
+
+    @property
+    def quota(self) -> Quota:
+        """What each organization may write (``keysvc.db.quota``)."""
+        return self.chain.quota
 
     async def _keep_usage(self, upkeep: UsageUpkeep) -> None:
         """Write the usage counts every flush interval; prune old rows now, then at
@@ -114,8 +131,22 @@ class StoreCore:
                     "prune_tombstones", "pruning the tombstones of deleted keys",
                     key_sql.prune_tombstones, now - upkeep.retention,
                 )  # fmt: skip
+                if upkeep.activity_retention is not None:
+                    await self.prune_activities(now - upkeep.activity_retention)
             await asyncio.sleep(upkeep.flush_seconds)
             await self.touches.write_counts()
+
+    async def prune_activities(self, before: datetime) -> None:
+        """Prune the activity records from before ``before``, a short transaction at a
+        time (``keysvc.db.retention``); a failure is logged, and the next round tries
+        again."""
+        try:
+            while True:
+                async with self.transaction("prune_activities") as conn:
+                    if not await retention.prune(conn, self.chain, before):
+                        return
+        except Exception:
+            logger.exception("pruning old activity records failed; trying again later")
 
     async def _tidy(
         self,
@@ -188,7 +219,9 @@ class StoreCore:
         now: datetime, webhook_ids: Collection[str] | None = None,
     ) -> None:  # fmt: skip
         """Inside a write transaction: send an event (``keysvc.db.outbox.enqueue``)."""
-        await outbox.enqueue(conn, self.seal, organization_id, event_type, data, now, webhook_ids)
+        await outbox.enqueue(
+            conn, self.seal, self.quota, organization_id, event_type, data, now, webhook_ids
+        )
 
     def key_outbox(self, key: bytes) -> None:
         """Key the outbox rows' MACs (from the pepper)."""
@@ -296,11 +329,12 @@ class StoreCore:
         since: datetime | None = None,
         until: datetime | None = None,
         kinds: ActivityKinds | None = None,
+        max_bytes: int | None = None,
     ) -> ActivityPage:
         """Oldest first, after the organization's ``after``-th record (a keyset page), of
-        ``kinds`` only (None: every record)."""
+        ``kinds`` only (None: every record), ``max_bytes`` of them at most."""
         return await activity_sql.page(
-            self.reader, organization_id, after, limit, since, until, kinds
+            self.reader, organization_id, after, limit, since, until, kinds, max_bytes
         )
 
     # Webhooks (their writes run in the domain's transactions)

@@ -133,8 +133,11 @@ class CoreFront:
         since: datetime | None = None,
         until: datetime | None = None,
         kinds: ActivityKinds | None = None,
+        max_bytes: int | None = None,
     ) -> Awaitable[ActivityPage]:
-        return self._core.list_activities(organization_id, after, limit, since, until, kinds)
+        return self._core.list_activities(
+            organization_id, after, limit, since, until, kinds, max_bytes
+        )
 
     def list_webhooks(self, organization_id: str) -> Awaitable[list[Webhook]]:
         return self._core.list_webhooks(organization_id)

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from keysvc.db import quota as quota_sql
 from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql, with_json_list
+from keysvc.db.quota import Quota
 from keysvc.db.seal import Seal
 from keysvc.db.statements import fetch_all, fetch_one
 from keysvc.timeutil import to_text
@@ -248,9 +250,15 @@ def _rows(
     return rows
 
 
+def _size(rows: Sequence[tuple[object, ...]]) -> int:
+    """The bytes of delivery bodies ``rows`` store, as the write budget counts them."""
+    return sum(len(str(row[4])) for row in rows)
+
+
 async def enqueue(
     conn: Connection,
     seal: Seal,
+    quota: Quota,
     organization_id: str,
     event_type: str,
     data: dict[str, Any],
@@ -266,12 +274,15 @@ async def enqueue(
     ]
     rows = _rows(seal, subscribed, organization_id, event_type, data, now)
     if rows:
+        await quota_sql.admit(conn, quota, [webhook_id for webhook_id, _ in subscribed])
+        await quota_sql.charge(conn, quota, organization_id, _size(rows), now.timestamp())
         await conn.executemany(INSERT_DELIVERY, rows)
 
 
 def enqueue_now(
     conn: sqlite3.Connection,
     seal: Seal,
+    quota: Quota,
     event_type: str,
     events: Sequence[tuple[str, dict[str, Any], datetime]],
 ) -> None:
@@ -282,11 +293,13 @@ def enqueue_now(
     subscribed: dict[str, list[tuple[str, str]]] = {}
     for webhook_id, org, url in conn.execute(SUBSCRIBERS_OF, (orgs, event_type)):
         subscribed.setdefault(org, []).append((webhook_id, url))
-    rows = [
-        row
-        for org, data, now in events
-        for row in _rows(seal, subscribed.get(org, ()), org, event_type, data, now)
-    ]
+    rows = []
+    for org, data, now in events:
+        made = _rows(seal, subscribed.get(org, ()), org, event_type, data, now)
+        if made:
+            quota_sql.admit_now(conn, quota, [webhook_id for webhook_id, _ in subscribed[org]])
+            quota_sql.charge_now(conn, quota, org, _size(made), now.timestamp())
+        rows += made
     if rows:
         conn.executemany(INSERT_DELIVERY, rows)
 

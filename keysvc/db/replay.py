@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from keysvc.timeutil import from_text
+from keysvc.timeutil import from_text, to_text
 
 _RECORDS = """
     select organization_id, type, target_key_id, target_role_id, after
@@ -33,6 +33,8 @@ _KEYS = """
     from api_keys order by organization_id, org_seq
 """
 _KEY_ROLES = "select key_id, role_id from key_roles"
+# What the records a retention pruned left, per organization (keysvc.db.retention).
+_ANCHOR_STATES = "select state from activity_anchors order by organization_id"
 _CUSTOM_ROLES = """
     select id, organization_id, name, permissions from roles
     where type = 'custom' order by organization_id, name
@@ -80,7 +82,39 @@ def _hold(replay: _Replay, role_id: str, actors: Iterable[str], organization_id:
             (roles.add if key_id in holders else roles.discard)(role_id)
 
 
-def _apply(replay: _Replay, row: sqlite3.Row | tuple[Any, ...]) -> None:
+def restore(state: dict[str, Any]) -> _Replay:
+    """The replay a pruned chain's anchor saved (``save``), to go on from."""
+    made = _Replay()
+    for key_id, (org, values, suffix) in state["keys"].items():
+        values = dict(values, assignedRoles=set(values["assignedRoles"]))
+        if values["expireAt"] is not None:
+            values["expireAt"] = from_text(values["expireAt"])
+        made.keys[key_id] = _Key(org, values, suffix)
+    for role_id, (org, values) in state["roles"].items():
+        if "permissions" in values:
+            values = dict(values, permissions=set(values["permissions"]))
+        made.roles[role_id] = (org, values)
+    return made
+
+
+def save(replay: _Replay) -> dict[str, Any]:
+    """``replay`` as JSON values (``restore`` reads them back)."""
+    keys = {}
+    for key_id, key in replay.keys.items():
+        values = dict(key.values, assignedRoles=sorted(key.values["assignedRoles"]))
+        if values["expireAt"] is not None:
+            values["expireAt"] = to_text(values["expireAt"], fraction=True)
+        keys[key_id] = [key.organization_id, values, key.suffix]
+    roles = {}
+    for role_id, (org, values) in replay.roles.items():
+        if "permissions" in values:
+            values = dict(values, permissions=sorted(values["permissions"]))
+        roles[role_id] = [org, values]
+    return {"keys": keys, "roles": roles}
+
+
+def apply(replay: _Replay, row: sqlite3.Row | tuple[Any, ...]) -> None:
+    """``replay`` after the record ``row`` (``_RECORDS``' columns)."""
     org, kind, key_id, role_id, after_text = row
     after: dict[str, Any] = {} if after_text is None else json.loads(after_text)
     if kind == "key_create":
@@ -157,8 +191,12 @@ def check(conn: sqlite3.Connection) -> str | None:
     """The first key or custom role that is not as its organization's records leave
     it; None when all are. Run in ``verify``'s read transaction, after the chains."""
     replay = _Replay()
+    for (state,) in conn.execute(_ANCHOR_STATES):
+        pruned = restore(json.loads(state))
+        replay.keys.update(pruned.keys)
+        replay.roles.update(pruned.roles)
     for row in conn.execute(_RECORDS):
-        _apply(replay, row)
+        apply(replay, row)
     live = _live_keys(conn)
     for key_id, key in live.items():
         problem = _key_problem(key_id, key, replay.keys.get(key_id))

@@ -3,9 +3,10 @@
 signed cursor. A write sends an event with ``Store.enqueue``, inside its transaction:
 the event goes to the organization's webhooks subscribed to its type, and is delivered
 only if that transaction commits, then at least once; its data holds public fields
-only, never a secret or a hash. A create and a delete are recorded in the activity log
-in their own transaction (``keysvc.domain.activities.webhook_created``), without the
-secret.
+only, never a secret or a hash. A webhook with its queue full, or an organization past
+its write budget, refuses the write (429, ``keysvc.db.quota``). A create and a delete
+are recorded in the activity log in their own transaction
+(``keysvc.domain.activities.webhook_created``), without the secret.
 
 A webhook's secret is not stored: the webhook keeps a random nonce (unique), and the
 secret is derived from it, the webhook's ID, organization and URL with a key that

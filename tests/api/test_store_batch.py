@@ -94,19 +94,21 @@ async def test_a_batch_of_creates_is_one_transaction_of_few_statements(
         "pragma busy_timeout = 5000",
         "savepoint whole_batch",
     ]
-    assert statements[-5] == "release whole_batch" and statements[-1] == "commit"
+    assert statements[-2] == "release whole_batch" and statements[-1] == "commit"
     # One statement a table, whatever the number of keys; the reads (the authorization
     # generation, the organization's count, the keys and their roles back, the webhooks
-    # subscribed to key.created) once; and the generation put back as it was (the
-    # key_roles triggers moved it: see _stage_batch). Then, in the same transaction, the
-    # keys' activities: their chain's head read, one insert for them all, the head moved.
+    # subscribed to key.created) once; then, in the same savepoint, the keys' activities:
+    # their chain's head read, one insert for them all, the organization's write budget
+    # charged, the head moved; and the generation put back as it was (the key_roles
+    # triggers moved it: see _stage_batch).
     assert sum(s.startswith("insert into api_keys") for s in statements) == 1
     assert sum(s.startswith("insert into key_roles") for s in statements) == 1
     assert sum(s.startswith("insert into activities") for s in statements) == 1
     assert sum(s.startswith("insert into activity_heads") for s in statements) == 1
+    assert sum(s.startswith("insert into write_budgets") for s in statements) == 1
     assert sum(s.startswith("select") for s in statements) == 6
-    assert statements[-6].startswith("update meta set value = ")
-    assert len(statements) == 17
+    assert statements[-3].startswith("update meta set value = ")
+    assert len(statements) == 18
     assert all(isinstance(key, Key) for key in made)
     keys = [key for key in made if isinstance(key, Key)]
     assert [key.name for key in keys] == [f"k{n}" for n in range(30)]
@@ -192,16 +194,16 @@ async def test_a_batch_waits_for_another_processs_write_lock_off_the_loop(
 _STAGE = store_module._stage_batch
 
 
-def _fails_staging(conn: sqlite3.Connection, batch: Any, key_event: Any) -> object:
-    _STAGE(conn, batch, key_event)
+async def _fails_staging(conn: sqlite3.Connection, batch: Any, staged: Any) -> object:
+    await _STAGE(conn, batch, staged)
     raise sqlite3.OperationalError("disk I/O error")
 
 
-def _fails_at_commit(conn: sqlite3.Connection, batch: Any, key_event: Any) -> object:
+async def _fails_at_commit(conn: sqlite3.Connection, batch: Any, staged: Any) -> object:
     """The batch, plus a row that the commit refuses: the real commit fails."""
     conn.execute("pragma defer_foreign_keys = on")
     conn.execute("insert into key_roles (key_id, role_id) values ('no-such-key', 'no-such-role')")
-    return _STAGE(conn, batch, key_event)
+    return await _STAGE(conn, batch, staged)
 
 
 @pytest.mark.sqlite_only  # SQLite's create batches (keysvc.db.sqlite.createbatch)

@@ -169,10 +169,14 @@ def _old_secret(pepper: bytes, nonce: bytes) -> str:
 
 def _back_to_the_version_before(settings: Settings) -> None:
     """The database as the version before this step left it: no outbox MACs, no secret
-    versions, no unique nonces (the step, and those after it, run again at the next
-    start)."""
+    versions, no unique nonces, nor what the steps after it make (they are then run
+    again at the next start)."""
     before = schema_version(MIGRATIONS[: MIGRATIONS.index(WEBHOOK_BINDING_STEP)])
     undo = [
+        ("drop index activities_org_time", ()),
+        ("drop index webhook_deliveries_waiting", ()),
+        ("drop table write_budgets", ()),
+        ("drop table activity_anchors", ()),
         ("drop index webhooks_nonce", ()),
         ("alter table webhooks drop column secret_version", ()),
         ("alter table webhook_deliveries drop column mac", ()),

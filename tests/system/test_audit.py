@@ -10,6 +10,7 @@ import pytest
 
 from keysvc.db.sqlite.migrations import MIGRATIONS
 from tests.helpers import write_sql as sql
+from tests.rewind import UNDO_WEBHOOK_BINDING
 from tests.server import bootstrap, keysvc
 
 
@@ -110,7 +111,8 @@ def test_a_database_from_before_the_log_is_upgraded_and_its_organizations_sealed
     assert before < version
     conn = sqlite3.connect(db)
     conn.executescript(
-        f"drop table activities; drop table activity_heads; pragma user_version = {before};"
+        f"drop table activities; drop table activity_heads; {UNDO_WEBHOOK_BINDING}"
+        f" pragma user_version = {before};"
     )
     conn.close()
     old = keysvc("audit", "verify", "--db", str(db))

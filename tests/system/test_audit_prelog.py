@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 from keysvc.db.sqlite.migrations import MIGRATIONS
+from tests.rewind import UNDO_WEBHOOK_BINDING
 from tests.server import bootstrap, keysvc
 
 ROLE = "66666666-7777-4888-8999-000000000000"
@@ -31,7 +32,7 @@ def test_what_existed_before_the_log_is_recorded_at_its_seal(tmp_path: Path) -> 
         # tables only if they are missing).
         conn.executescript(
             "drop table activities; drop table activity_heads;"
-            f" pragma user_version = {log_step + 1};"
+            f" {UNDO_WEBHOOK_BINDING} pragma user_version = {log_step + 1};"
         )
     finally:
         conn.close()

@@ -11,6 +11,7 @@ import json
 import shutil
 import sqlite3
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -167,6 +168,21 @@ def _populate(base: str, admins: list[Creds], receiver_port: int, source: Source
     return paths
 
 
+_BACKDATE = """
+    update activities set created_at = '2001-01-01T00:00:00.000000Z'
+    where organization_id = ? and org_seq = 1
+"""
+
+
+def _wait_for_anchor(db: Path) -> None:
+    for _ in range(100):
+        with sqlite3.connect(db) as conn:
+            if conn.execute("select count(*) from activity_anchors").fetchone()[0]:
+                return
+        time.sleep(0.1)
+    raise AssertionError("the retention pruned nothing")
+
+
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> Source:
     """Made once, stopped with SIGTERM (which writes the usage counts), then served
@@ -181,7 +197,13 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Source:
     with Server(db, ENV) as server:
         paths = _populate(server.base, admins, made.receiver_port, made)
         assert server.stop() < 10
-    with Server(db, ENV) as server:
+    # The second organization's first record, dated long ago, is pruned by a retention
+    # of a day, so that the copy carries an anchor too (keysvc.db.retention). Its hash
+    # no longer matches its date, but it is gone once pruned, and the chain starts after it.
+    with sqlite3.connect(db) as conn:
+        conn.execute(_BACKDATE, (admins[1]["organizationId"],))
+    with Server(db, {**ENV, "KEYSVC_ACTIVITY_RETENTION_DAYS": "1"}) as server:
+        _wait_for_anchor(db)
         for path in paths:
             status, body = call(server.base, path, made.reader_of(path))
             assert status == 200, (path, body)

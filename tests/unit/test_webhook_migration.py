@@ -35,7 +35,9 @@ def test_the_step_makes_what_schema_sql_makes(tmp_path: Path) -> None:
     for table in reversed(TABLES):
         upgraded.execute(f"drop table {table}")
     assert _shape(upgraded) == {}
-    # The step, then the later steps an upgraded database also takes (fair delivery's indexes).
+    # The step, then every step after it, as an upgrade runs them: the later ones that
+    # change these tables too (outbox MACs, bound secrets, unique nonces; fair delivery's
+    # indexes; the waiting deliveries' index).
     for later in migrations.MIGRATIONS[migrations.MIGRATIONS.index(step) :]:
         upgraded.executescript(later)
     made = _shape(upgraded)

@@ -39,6 +39,8 @@ TABLES = (
     "key_usage",
     "activities",
     "activity_heads",
+    "activity_anchors",
+    "write_budgets",
     "webhooks",
     "webhook_deliveries",
     "webhook_attempts",

@@ -21,6 +21,7 @@ from typing import Any
 from keysvc.config import ConfigError
 from keysvc.db.sqlite.migrations import (
     FAIR_DELIVERY_STEP,
+    GROWTH_STEP,
     LISTENERS_STEP,
     MIGRATIONS,
     SHARED_LIMITS_STEP,
@@ -82,7 +83,7 @@ POSTGRES_MIGRATIONS: Mapping[int, str] = {
     );
     create index if not exists shared_limits_expiry on shared_limits (expires_at);
     """,
-    # SQLite's WEBHOOK_BINDING_STEP, wherever the lead's merge puts it.
+    # 14: outbox MACs and bound webhook secrets (as SQLite's WEBHOOK_BINDING_STEP).
     schema_version(MIGRATIONS[: MIGRATIONS.index(WEBHOOK_BINDING_STEP) + 1]): """
     alter table webhooks add column if not exists secret_version bigint not null default 1;
     alter table webhook_deliveries add column if not exists mac bytea;
@@ -103,6 +104,33 @@ POSTGRES_MIGRATIONS: Mapping[int, str] = {
     """,
     # Fair delivery: indexes for its choice (the same text as SQLite's).
     schema_version(MIGRATIONS[: MIGRATIONS.index(FAIR_DELIVERY_STEP) + 1]): FAIR_DELIVERY_STEP,
+    # 17: the activity date index, the write budgets, the waiting deliveries' index and
+    # the pruned log's anchors (as SQLite's GROWTH_STEP).
+    schema_version(MIGRATIONS[: MIGRATIONS.index(GROWTH_STEP) + 1]): """
+    create index if not exists activities_org_time
+        on activities (organization_id, created_at, org_seq, type, key_update_type);
+    create table if not exists activity_anchors (
+        organization_id text collate "C" primary key,
+        first_seq       bigint not null,
+        prev_hash       bytea not null,
+        state           text collate "C" not null,
+        mac             bytea not null
+    );
+
+    create table if not exists write_budgets (
+        organization_id text collate "C" primary key,
+        window_start    bigint not null,
+        bytes           bigint not null
+    );
+    create index if not exists webhook_deliveries_waiting
+        on webhook_deliveries (webhook_id) where state = 'pending';
+    create or replace trigger activity_anchors_data_changed
+        after insert or update or delete or truncate on activity_anchors
+        for each statement execute function keysvc_data_changed();
+    create or replace trigger write_budgets_data_changed
+        after insert or update or delete or truncate on write_budgets
+        for each statement execute function keysvc_data_changed();
+    """,
 }
 
 # The advisory lock that serializes schema changes between instances (any constant

@@ -323,7 +323,10 @@ class PgStore(CoreFront):
             key = await key_sql.insert_key(conn, new)
             await conn.execute(_NEW_KEY, ("",))
             await activity_sql.record(conn, self.chain, announce(key))
-            await enqueue(conn, self.seal, org, "key.created", key_event(key), key.created_at)
+            await enqueue(
+                conn, self.seal, self._core.quota, org, "key.created", key_event(key),
+                key.created_at,
+            )  # fmt: skip
             return key
 
     # The counts the instances share (keysvc.domain.sharedlimits): one statement each, on a

@@ -4,7 +4,9 @@ Here too the batch's connection, the thread that begins and commits it, and the
 statements that insert a whole batch of keys and record their activities
 (``keysvc.db.activities.record``) in that same transaction. Should one be refused,
 the batch starts again a key at a time, each in its own savepoint, so that it fails
-only its own request; a create refused so records nothing.
+only its own request; a create refused so records nothing. So too when one
+organization's write budget or webhook queue refuses the batch (``keysvc.db.quota``):
+that organization's creates get the 429, the other organizations' go in.
 """
 
 import asyncio
@@ -28,7 +30,7 @@ from keysvc.db.seal import Seal
 from keysvc.db.sqlite.connections import BUSY_TIMEOUT_MS, Writer, connect_now
 from keysvc.db.sqlite.diskspace import DiskSpace
 from keysvc.db.statements import many_rows
-from keysvc.errors import Conflict, ServiceUnavailable
+from keysvc.errors import Conflict, ServiceUnavailable, TooManyRequests
 from keysvc.models import Key, NewKey, Role
 
 _T = TypeVar("_T")
@@ -99,15 +101,10 @@ class CreateThread:
             if conn is None or not _begin_now(conn):
                 conn = await self._on_thread(_begin, self)
             try:
-                outcomes = _stage_batch(conn, batch, self._key_event(), self._seal)
-                made = [
-                    announce(key)
-                    for (_, _, announce, _), (key, _) in zip(batch, outcomes, strict=True)
-                    if key is not None
-                ]
                 # Nothing in it waits: the sqlite3 connection runs each statement now, so
-                # nothing is cancelled between the batch and its records.
-                await activity_sql.record(conn, self._chain, *made)
+                # nothing is cancelled between the batch's keys and their records.
+                staged = _Staged(self._key_event(), self._chain, self._seal)
+                outcomes = await _stage_batch(conn, batch, staged)
             except Exception:
                 if conn.in_transaction:  # SQLite may have rolled back already (a full disk)
                     conn.execute("rollback")
@@ -173,12 +170,24 @@ def _commit(conn: sqlite3.Connection) -> None:
         raise
 
 
-def _stage_batch(
-    conn: sqlite3.Connection, batch: Sequence[Create], key_event: KeyEvent, seal: Seal
+@dataclass(frozen=True)
+class _Staged:
+    """What a batch writes beside its keys: their key.created events (``key_event``,
+    rows MACed with ``seal``) and their activities (``chain``, whose quota both are
+    charged to)."""
+
+    key_event: KeyEvent
+    chain: activity_sql.Chain
+    seal: Seal
+
+
+async def _stage_batch(
+    conn: sqlite3.Connection, batch: Sequence[Create], staged: _Staged
 ) -> list[Made]:
-    """The batch's keys, inserted in the transaction begun for them. Should a constraint
-    refuse any of them (a taken keyIdHash, a role deleted meanwhile), it starts again
-    one key at a time, each in its own savepoint, so that only that request fails.
+    """The batch's keys, their events and activities, inserted in the transaction begun
+    for them. Should a constraint refuse any of them (a taken keyIdHash, a role deleted
+    meanwhile), or an organization's write budget or webhook queue (429), it starts
+    again one key at a time, each in its own savepoint, so that only that request fails.
 
     The new keys' key_roles rows move the authorization generation (schema.sql's
     triggers); it is put back as it was, since no cache can hold a key that was not
@@ -186,19 +195,20 @@ def _stage_batch(
     conn.execute("savepoint whole_batch")
     (generation,) = conn.execute(GENERATION).fetchone()
     try:
-        outcomes = _insert_batch(conn, batch, key_event, seal)
-    except sqlite3.IntegrityError:
+        outcomes = await _insert_batch(conn, batch, staged)
+    except (sqlite3.IntegrityError, TooManyRequests):
         conn.execute("rollback to whole_batch")
-        outcomes = [_insert_alone(conn, item, key_event, seal) for item in batch]
+        outcomes = [await _insert_alone(conn, item, staged) for item in batch]
     conn.execute(_SET_GENERATION, (generation,))
     conn.execute("release whole_batch")
     return outcomes
 
 
-def _insert_batch(
-    conn: sqlite3.Connection, batch: Sequence[Create], key_event: KeyEvent, seal: Seal
+async def _insert_batch(
+    conn: sqlite3.Connection, batch: Sequence[Create], staged: _Staged
 ) -> list[Made]:
-    """Insert the batch's keys with one statement per table; IntegrityError if any is refused."""
+    """Insert the batch's keys, their events and activities, a few statements per table;
+    IntegrityError or TooManyRequests if any is refused."""
     orgs = list(dict.fromkeys(item[0].organization_id for item in batch))
     counts: dict[str, int] = {}
     # Each organization's last org_seq: a key gets the next, its place in the organization.
@@ -234,9 +244,18 @@ def _insert_batch(
         role_of_keys = conn.execute(key_sql.ROLES_OF_KEYS, (ids,)).fetchall()
         keys = {key.id: key for key in keys_with_roles(rows, role_of_keys)}
         # The creates' key.created events, in the transaction that writes their keys.
-        created = [(key.organization_id, key_event(key), key.created_at) for key in keys.values()]
-        enqueue_now(conn, seal, "key.created", created)
-    return [(None if key_id is None else keys[key_id], error) for key_id, error in planned]
+        created = [
+            (key.organization_id, staged.key_event(key), key.created_at) for key in keys.values()
+        ]
+        enqueue_now(conn, staged.seal, staged.chain.quota, "key.created", created)
+    outcomes = [(None if key_id is None else keys[key_id], error) for key_id, error in planned]
+    made = [
+        announce(key)
+        for (_, _, announce, _), (key, _) in zip(batch, outcomes, strict=True)
+        if key is not None
+    ]
+    await activity_sql.record(conn, staged.chain, *made)
+    return outcomes
 
 
 def _granted_roles(conn: sqlite3.Connection, batch: Sequence[Create]) -> dict[str, Role]:
@@ -262,12 +281,12 @@ def _insert_rows(conn: sqlite3.Connection, into: str, rows: Sequence[tuple[objec
         conn.execute(many_rows(into, len(chunk), len(chunk[0])), [v for r in chunk for v in r])
 
 
-def _insert_alone(conn: sqlite3.Connection, item: Create, key_event: KeyEvent, seal: Seal) -> Made:
+async def _insert_alone(conn: sqlite3.Connection, item: Create, staged: _Staged) -> Made:
     """One key in a savepoint of its own: a refusal fails only this request."""
     conn.execute("savepoint one_create")
     made: Made
     try:
-        (made,) = _insert_batch(conn, [item], key_event, seal)
+        (made,) = await _insert_batch(conn, [item], staged)
     except Exception as exc:
         conn.execute("rollback to one_create")
         made = (None, _refused(exc))

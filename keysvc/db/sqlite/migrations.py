@@ -44,6 +44,29 @@ FAIR_DELIVERY_STEP = """
         on webhook_deliveries (lease_until) where lease_until is not null;
 """
 
+# The growth step: the index the activity log's date filter and counts read,
+# the organizations' write budgets (keysvc.db.quota), the index of the deliveries still
+# waiting (the webhook queue limit), and the anchors a pruned activity log starts from
+# (keysvc.db.retention).
+GROWTH_STEP = """
+    create index if not exists activities_org_time
+        on activities (organization_id, created_at, org_seq, type, key_update_type);
+    create table if not exists write_budgets (
+        organization_id text primary key,
+        window_start    integer not null,
+        bytes           integer not null
+    ) strict, without rowid;
+    create index if not exists webhook_deliveries_waiting
+        on webhook_deliveries (webhook_id) where state = 'pending';
+    create table if not exists activity_anchors (
+        organization_id text primary key,
+        first_seq       integer not null,
+        prev_hash       blob not null,
+        state           text not null,
+        mac             blob not null
+    ) strict, without rowid;
+"""
+
 # MIGRATIONS[n] takes a database from version n + 1 to n + 2. Version 1 is the
 # first release of schema.sql; append steps here and change schema.sql to match.
 MIGRATIONS: Sequence[str] = (
@@ -271,6 +294,9 @@ MIGRATIONS: Sequence[str] = (
     LISTENERS_STEP,
     # 16: indexes for fair delivery's choice (see FAIR_DELIVERY_STEP).
     FAIR_DELIVERY_STEP,
+    # 17: the activity date index, the write budgets, the waiting deliveries' index and
+    # the pruned log's anchors (GROWTH_STEP).
+    GROWTH_STEP,
 )
 
 

@@ -9,7 +9,7 @@ from keysvc.http.queries import ListActivitiesQuerySchema
 from keysvc.http.responses import ActivitySchema
 from keysvc.http.routes import GET_ACTIVITY, LIST_ACTIVITIES, serves
 from keysvc.http.schemas import load
-from keysvc.http.state import HASHER, STORE
+from keysvc.http.state import HASHER, SETTINGS, STORE
 from keysvc.http.views.common import authorized, path_uuid, query
 
 NOT_FOUND = "activity not found in this organization"
@@ -27,7 +27,7 @@ async def list_activities(request: web.Request) -> web.Response:
     after = activities.decode_cursor(hasher, organization_id, params.get("cursor"))
     page = await request.app[STORE].list_activities(
         organization_id, after, params["limit"], params.get("from_date"), params.get("to_date"),
-        activities.listed_kinds(params),
+        activities.listed_kinds(params), request.app[SETTINGS].activity_page_bytes,
     )  # fmt: skip
     return ok(
         request,
