@@ -18,6 +18,7 @@ from keysvc.db import roles as role_sql
 from keysvc.db import usage as usage_sql
 from keysvc.db import webhooks as webhook_sql
 from keysvc.db.postgres.connection import connect_postgres
+from keysvc.db.quota import UNLIMITED
 from keysvc.db.rows import key_from_joined
 from keysvc.db.seal import Seal
 from keysvc.db.sqlite.connections import connect
@@ -254,8 +255,10 @@ async def test_webhooks_and_their_outbox(conn: Any) -> None:
     )
     assert await webhook_sql.list_webhooks(conn, ORG) == [hook]
     seal = Seal(b"k" * 32)
-    await outbox.enqueue(conn, seal, ORG, "key.created", {"id": "k"}, NOW)
-    await outbox.enqueue(conn, seal, ORG, "key.deleted", {"id": "k"}, NOW)  # not subscribed
+    await outbox.enqueue(conn, seal, UNLIMITED, ORG, "key.created", {"id": "k"}, NOW)
+    await outbox.enqueue(
+        conn, seal, UNLIMITED, ORG, "key.deleted", {"id": "k"}, NOW
+    )  # not subscribed
     at = NOW.timestamp()
     assert await outbox.any_due(conn, at, 2)
     (due,) = await outbox.claim(conn, at, at + 30, "me", 10, 2)
@@ -279,6 +282,9 @@ async def test_webhooks_and_their_outbox(conn: Any) -> None:
     assert not await webhook_sql.delete_webhook(conn, ORG, "w1")
 
 
+SEAL = Seal(b"k" * 32)
+
+
 async def test_the_outbox_is_claimed_fairly(conn: Any) -> None:
     """A webhook has one attempt under way at a time, an organization at most its
     share, and the heads go round the organizations, the one with fewest under way
@@ -287,10 +293,16 @@ async def test_the_outbox_is_claimed_fairly(conn: Any) -> None:
     await meta.insert_organization(conn, Organization(other, "other", NOW))
     for org, name in [(ORG, "a0"), (ORG, "a1"), (ORG, "a2"), (other, "b0")]:
         url = f"https://example.com/{name}"
-        await webhook_sql.insert_webhook(conn, name, org, url, ("key.created",), 7, b"n", NOW)
+        await webhook_sql.insert_webhook(
+            conn, name, org, url, ("key.created",), 7, name.encode(), NOW
+        )
     for n in range(2):
-        await outbox.enqueue(conn, ORG, "key.created", {"n": n}, NOW + timedelta(seconds=n))
-    await outbox.enqueue(conn, other, "key.created", {"n": 9}, NOW + timedelta(seconds=5))
+        await outbox.enqueue(
+            conn, SEAL, UNLIMITED, ORG, "key.created", {"n": n}, NOW + timedelta(seconds=n)
+        )
+    await outbox.enqueue(
+        conn, SEAL, UNLIMITED, other, "key.created", {"n": 9}, NOW + timedelta(seconds=5)
+    )
 
     def made(claimed: list[outbox.Due]) -> list[tuple[str, int]]:
         return [(due.url.rsplit("/", 1)[1], json.loads(due.body)["data"]["n"]) for due in claimed]

@@ -29,6 +29,9 @@ UNAVAILABLE = (
     OSError,
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
+    # A pooled connection whose protocol is out of step after its backend was killed
+    # mid-statement (asyncpg: "cannot switch to state ..."); the reader terminates it.
+    asyncpg.InternalClientError,
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
     asyncpg.CannotConnectNowError,

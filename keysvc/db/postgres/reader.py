@@ -3,9 +3,24 @@ pooled connection is free, answering the calls SQLite's reader connection and po
 reader answer; a database that does not answer is a 503 (``Outage``).
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import asyncpg
+
 from keysvc.db.postgres.connection import UNAVAILABLE, Done, Outage, PgConnection
+
+
+@contextmanager
+def _dropped_if_broken(raw: Any) -> Iterator[None]:
+    """A connection whose protocol is out of step is terminated, so the pool makes a
+    new one rather than lending this one again."""
+    try:
+        yield
+    except asyncpg.InternalClientError:
+        raw.terminate()
+        raise
 
 
 class PgReader:
@@ -24,14 +39,16 @@ class PgReader:
     async def execute(self, sql: str, params: Any = ()) -> Done:
         try:
             async with self._pool.acquire() as raw:
-                return await PgConnection(raw).execute(sql, params)
+                with _dropped_if_broken(raw):
+                    return await PgConnection(raw).execute(sql, params)
         except UNAVAILABLE as exc:
             raise self._outage.unavailable(exc) from None
 
     async def executemany(self, sql: str, params: Any) -> None:
         try:
             async with self._pool.acquire() as raw:
-                await PgConnection(raw).executemany(sql, params)
+                with _dropped_if_broken(raw):
+                    await PgConnection(raw).executemany(sql, params)
         except UNAVAILABLE as exc:
             raise self._outage.unavailable(exc) from None
 
@@ -42,6 +59,7 @@ class PgReader:
     async def _fetch(self, sql: str, params: Any) -> list[Any]:
         try:
             async with self._pool.acquire() as raw:
-                return await PgConnection(raw).execute_fetchall(sql, params)
+                with _dropped_if_broken(raw):
+                    return await PgConnection(raw).execute_fetchall(sql, params)
         except UNAVAILABLE as exc:
             raise self._outage.unavailable(exc) from None
