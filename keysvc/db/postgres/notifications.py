@@ -95,6 +95,10 @@ class Notifications:
     # The generation, read from the database when a notification hints that it moved.
 
     def _hint(self) -> None:
+        # Until the read answers, nothing cached under the generation before is served:
+        # a hint may be a real change (one made by hand is announced only this way),
+        # and the very next request must not see what it revoked.
+        self.generation = object()
         self._hinted = True
         if self._reading is None or self._reading.done():
             self._reading = asyncio.create_task(self._read_generation(), name="keysvc-generation")
