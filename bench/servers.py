@@ -131,8 +131,14 @@ def start_keysvc(
     db: Path | str, log: Path, settings: dict[str, str] | None = None, name: str = ""
 ) -> Server:
     """``keysvc serve`` of ``db`` (a file or a PostgreSQL URL): one process, default
-    settings (but ``settings``, KEYSVC_* variables), no per-organization key cap to hit."""
-    env = {**keysvc_env(), "KEYSVC_MAX_KEYS_PER_ORG": "10000000", **(settings or {})}
+    settings (but ``settings``, KEYSVC_* variables), no per-organization key cap or
+    write budget to hit (create's rounds write more than an hour's default budget)."""
+    env = {
+        **keysvc_env(),
+        "KEYSVC_MAX_KEYS_PER_ORG": "10000000",
+        "KEYSVC_ORG_WRITE_BUDGET_MIB": "0",
+        **(settings or {}),
+    }
     name = name or f"keysvc ({Path(db).name})"
     return _python(name, ["-m", "keysvc", "serve", "--db", str(db)], log, env)
 
