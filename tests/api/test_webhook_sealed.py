@@ -21,6 +21,7 @@ from tests.api.webhooks import attempted, create_webhook, private_client
 from tests.handsql import hand_sql, hand_transaction, hand_value
 from tests.helpers import Client, ClientFactory, Creds, FakeClock, bootstrap, create
 from tests.receiver import Receiver, signature_valid
+from tests.rewind import WEBHOOK_BINDING_UNDO
 
 # The columns of a delivery row as the version before outbox MACs had them.
 DELIVERY_COLUMNS = (
@@ -177,9 +178,7 @@ def _back_to_the_version_before(settings: Settings) -> None:
         ("drop index webhook_deliveries_waiting", ()),
         ("drop table write_budgets", ()),
         ("drop table activity_anchors", ()),
-        ("drop index webhooks_nonce", ()),
-        ("alter table webhooks drop column secret_version", ()),
-        ("alter table webhook_deliveries drop column mac", ()),
+        *((statement, ()) for statement in WEBHOOK_BINDING_UNDO),
     ]
     if settings.db_url is None:
         undo.append((f"pragma user_version = {before}", ()))
