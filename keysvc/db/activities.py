@@ -129,6 +129,10 @@ class Chain:
     def keyed(self, key: bytes) -> None:
         self._key = key
 
+    @property
+    def is_keyed(self) -> bool:
+        return self._key is not None
+
     def mac(self, *parts: bytes) -> bytes:
         if self._key is None:
             raise RuntimeError("the activity chain has no key: the pepper was not loaded")

@@ -67,7 +67,6 @@ async def open_store(
             observer=observer,
             cache_size=settings.cache_size,
             create=create,
-            upkeep=upkeep_of(settings) if serving else None,
             records=records,
             peer_key=hasher.derive(PEER_ACKNOWLEDGEMENTS),
         )
@@ -78,6 +77,8 @@ async def open_store(
         await store.check_pepper(hasher.fingerprint())
         store.key_outbox(hasher.derive(OUTBOX_SEAL))
         await store.key_activities(hasher.derive(ACTIVITY_CHAIN))
+        if serving:
+            store.start_upkeep(upkeep_of(settings))
         yield store, hasher
     finally:
         await store.close()

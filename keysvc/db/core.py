@@ -97,12 +97,15 @@ class StoreCore:
         self.roles = RoleStore(reader, observer)
         self._upkeep: asyncio.Task[None] | None = None
 
-    def start_upkeep(self, upkeep: UsageUpkeep | None) -> None:
+    def start_upkeep(self, upkeep: UsageUpkeep) -> None:
         """Write and prune the usage counts in the background, as a serving store does;
-        without it they are written with usedAt and at close."""
-        if upkeep is not None:
-            self.chain.quota = upkeep.quota
-            self._upkeep = asyncio.create_task(self._keep_usage(upkeep))
+        without it they are written with usedAt and at close. Only once the pepper has
+        keyed the chain and the outbox: the first prune runs at once, and an unkeyed
+        chain would fail it until the next round, an hour later."""
+        if not (self.chain.is_keyed and self.seal.is_keyed):
+            raise RuntimeError("the upkeep starts once the pepper has keyed the store")
+        self.chain.quota = upkeep.quota
+        self._upkeep = asyncio.create_task(self._keep_usage(upkeep))
 
     @property
     def quota(self) -> Quota:

@@ -11,7 +11,7 @@ from typing import Any
 
 from keysvc.db.activities import Chain
 from keysvc.db.contract import Connection, Rendered, RevokedUse, Space
-from keysvc.db.core import StoreCore
+from keysvc.db.core import StoreCore, UsageUpkeep
 from keysvc.db.roles import RoleStore
 from keysvc.db.seal import Seal
 from keysvc.models import (
@@ -74,6 +74,11 @@ class CoreFront:
 
     def key_outbox(self, key: bytes) -> None:
         self._core.key_outbox(key)
+
+    def start_upkeep(self, upkeep: UsageUpkeep) -> None:
+        """Not in the contract: only opening a serving store (``keysvc.db.backends``)
+        starts it, once the pepper has keyed the store."""
+        self._core.start_upkeep(upkeep)
 
     def has_organization(self) -> Awaitable[bool]:
         return self._core.has_organization()

@@ -39,6 +39,10 @@ class Seal:
     def keyed(self, key: bytes) -> None:
         self._key = key
 
+    @property
+    def is_keyed(self) -> bool:
+        return self._key is not None
+
     def of(self, delivery_id: str, webhook_id: str, organization_id: str, url: str,
            event_id: str, event_type: str, body: str) -> bytes:  # fmt: skip
         """The MAC of a delivery row: over a JSON array of what its attempt sends, and

@@ -2,6 +2,7 @@
 
 import base64
 import hmac
+import sys
 from collections import Counter
 
 import pytest
@@ -156,6 +157,10 @@ def test_has_permission(granted: list[str], needed: str, allowed: bool, kind: ty
     assert has_permission(kind(granted), needed) is allowed
 
 
+# The modules whose compares authenticate a request.
+AUTHENTICATING = {"keysvc.http.auth", "keysvc.credentials", "keysvc.db.cache"}
+
+
 class Work:
     """Counts the hashing and comparing authentication does, through the real code."""
 
@@ -181,7 +186,10 @@ class Work:
             return proven(proof)
 
         def counting_compare(a: bytes, b: bytes) -> bool:
-            self.compares += 1
+            # Authentication's compares only: on PostgreSQL, a peer's acknowledgement
+            # arriving meanwhile is checked too (keysvc.db.postgres.peers).
+            if sys._getframe(1).f_globals["__name__"] in AUTHENTICATING:
+                self.compares += 1
             return compare(a, b)
 
         def counting_find(key_id_hash: bytes):  # type: ignore[no-untyped-def]

@@ -5,12 +5,14 @@ import os
 import sqlite3
 import stat
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from keysvc.config import ConfigError
 from keysvc.credentials import load_pepper
+from keysvc.db.core import UsageUpkeep
 from keysvc.db.sqlite import connections, migrations
 from keysvc.db.sqlite.store import Store
 
@@ -207,5 +209,22 @@ async def test_wrong_pepper_is_refused(tmp_path: Path) -> None:
         await store.check_pepper("one")
         with pytest.raises(ConfigError, match="pepper does not match"):
             await store.check_pepper("two")
+    finally:
+        await store.close()
+
+
+async def test_upkeep_waits_for_the_peppers_keys(tmp_path: Path) -> None:
+    """The upkeep's first prune runs at once and writes MACs: started before the pepper
+    keyed the chain and the outbox, it failed and waited an hour for its next round."""
+    store = await Store.open(tmp_path / "k.db")
+    upkeep = UsageUpkeep(60.0, timedelta(days=30), timedelta(days=5))
+    try:
+        with pytest.raises(RuntimeError, match="once the pepper has keyed"):
+            store.start_upkeep(upkeep)
+        store.key_outbox(b"o" * 32)
+        with pytest.raises(RuntimeError, match="once the pepper has keyed"):
+            store.start_upkeep(upkeep)
+        await store.key_activities(b"a" * 32)
+        store.start_upkeep(upkeep)
     finally:
         await store.close()

@@ -23,7 +23,7 @@ from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
 from keysvc.db.cache import Caches
 from keysvc.db.contract import NO_RECORDS, Announce, Connection, Recheck, Records
-from keysvc.db.core import StoreCore, UsageUpkeep
+from keysvc.db.core import StoreCore
 from keysvc.db.front import CoreFront
 from keysvc.db.keys import GRANTED_ROLES, over_limit
 from keysvc.db.keystates import KeyStates
@@ -225,7 +225,6 @@ class PgStore(CoreFront):
         observer: Observer | None = None,
         cache_size: int = 10_000,
         create: bool = True,
-        upkeep: UsageUpkeep | None = None,
         records: Records = NO_RECORDS,
         peer_key: bytes,
     ) -> "PgStore":
@@ -247,7 +246,6 @@ class PgStore(CoreFront):
         except BaseException:
             await pool.close()
             raise
-        store._core.start_upkeep(upkeep)
         return store
 
     async def close(self) -> None:

@@ -23,7 +23,7 @@ from keysvc.credentials import ACTIVITY_CHAIN, OUTBOX_SEAL, Hasher, load_pepper
 from keysvc.db import meta
 from keysvc.db.cache import Caches
 from keysvc.db.contract import NO_RECORDS, Announce, Connection, Recheck, Records, SharedCountStore
-from keysvc.db.core import StoreCore, UsageUpkeep, upkeep_of
+from keysvc.db.core import StoreCore, upkeep_of
 from keysvc.db.front import CoreFront
 from keysvc.db.keystates import KeyStates
 from keysvc.db.sqlite.connections import (
@@ -78,11 +78,10 @@ class Store(CoreFront):
         observer: Observer | None = None,
         cache_size: int = 10_000,
         create: bool = True,
-        upkeep: UsageUpkeep | None = None,
         records: Records = NO_RECORDS,
     ) -> "Store":
-        """``upkeep``: write and prune the usage counts in the background, as a
-        serving store does; without it they are written with usedAt and at close."""
+        """Migrated and open. No upkeep runs until ``start_upkeep``, called once the
+        pepper has keyed the store (``open_checked``)."""
         writer = await connect(path, create=create)
         try:
             await migrate(writer, create=create)
@@ -100,7 +99,6 @@ class Store(CoreFront):
         except BaseException:
             await store.close()
             raise
-        store._core.start_upkeep(upkeep)
         return store
 
     async def close(self) -> None:
@@ -182,7 +180,6 @@ async def open_checked(
             observer=observer,
             cache_size=settings.cache_size,
             create=create,
-            upkeep=upkeep_of(settings) if serving else None,
             records=records,
         )
     except sqlite3.Error as exc:
@@ -200,6 +197,8 @@ async def open_checked(
         await store.check_pepper(hasher.fingerprint())
         store.key_outbox(hasher.derive(OUTBOX_SEAL))
         await store.key_activities(hasher.derive(ACTIVITY_CHAIN))
+        if serving:
+            store.start_upkeep(upkeep_of(settings))
         yield store, hasher
     finally:
         await store.close()
