@@ -96,6 +96,7 @@ class StoreCore:
         self.revoked_uses = RevokedUses(writer, self.chain, self.seal)
         self.roles = RoleStore(reader, observer)
         self._upkeep: asyncio.Task[None] | None = None
+        self._first_round = asyncio.Event()
 
     def start_upkeep(self, upkeep: UsageUpkeep) -> None:
         """Write and prune the usage counts in the background, as a serving store does;
@@ -106,6 +107,12 @@ class StoreCore:
             raise RuntimeError("the upkeep starts once the pepper has keyed the store")
         self.chain.quota = upkeep.quota
         self._upkeep = asyncio.create_task(self._keep_usage(upkeep))
+
+    async def first_upkeep(self) -> None:
+        """Once the upkeep's first round of pruning has run (at once when no upkeep
+        runs)."""
+        if self._upkeep is not None:
+            await self._first_round.wait()
 
     @property
     def quota(self) -> Quota:
@@ -136,6 +143,7 @@ class StoreCore:
                 )  # fmt: skip
                 if upkeep.activity_retention is not None:
                     await self.prune_activities(now - upkeep.activity_retention)
+                self._first_round.set()
             await asyncio.sleep(upkeep.flush_seconds)
             await self.touches.write_counts()
 

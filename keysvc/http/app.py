@@ -33,7 +33,6 @@ from keysvc.http.middleware import (
     parser_error_log,
     service_middleware,
 )
-from keysvc.http.openapi import build_spec
 from keysvc.http.routes import METRICS as METRICS_ROUTE
 from keysvc.http.routes import ROUTES, register
 from keysvc.http.state import (
@@ -43,7 +42,6 @@ from keysvc.http.state import (
     KEY_STATES,
     LIMITS,
     METRICS,
-    OPENAPI,
     PARSER_ERROR_LOG,
     SETTINGS,
     STORE,
@@ -141,7 +139,6 @@ def create_app(
     app[LIMITS] = Limits(failures or FailureSketch.of(settings))
     app[IN_FLIGHT] = in_flight
     app[PARSER_ERROR_LOG] = parser_error_log(logger)
-    app[OPENAPI] = build_spec()
     app.cleanup_ctx.append(_database)
     app.cleanup_ctx.append(_webhooks)
     if settings.shared_limits:

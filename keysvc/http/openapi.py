@@ -11,8 +11,10 @@ accepts the other ISO-8601 forms ``datetime.fromisoformat`` reads. Responses car
 links from each create to the operations on what it created.
 """
 
+import json
 import re
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 from apispec import APISpec
@@ -428,8 +430,15 @@ def _public(route: Route) -> dict[str, Any]:
     return operation
 
 
+@cache
+def document_text() -> str:
+    """The document as served, built once per process on its first request rather than
+    with each app: it is pure, and building it costs more than the rest of an app."""
+    return json.dumps(build_spec())
+
+
 def build_spec() -> dict[str, Any]:
-    """The whole document as a dict. Pure: safe to build once at app creation."""
+    """The whole document as a dict. Pure: the same for every app of a process."""
     plugin = MarshmallowPlugin()
     spec = APISpec(
         title="keysvc",

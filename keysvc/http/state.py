@@ -1,7 +1,6 @@
 """Typed keys for what the application and each request carry."""
 
 from datetime import datetime
-from typing import Any
 
 from aiohttp import web
 
@@ -22,7 +21,6 @@ CLOCK: web.AppKey[Clock] = web.AppKey("clock")
 METRICS = web.AppKey("metrics", Metrics)
 # Present only when metrics are on: the counts behind the keys-by-state gauge.
 KEY_STATES: web.AppKey[KeyCounts] = web.AppKey("key_states")
-OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("openapi")
 LIMITS = web.AppKey("limits", Limits)
 # The log of requests aiohttp's parser refuses (keysvc.http.middleware).
 PARSER_ERROR_LOG = web.AppKey("parser_error_log", Throttled)

@@ -16,8 +16,8 @@ from aiohttp import web
 
 from keysvc.errors import NotFound
 from keysvc.http.envelope import ok
+from keysvc.http.openapi import document_text
 from keysvc.http.routes import CONSOLE, DOCS, DOCS_ASSET, OPENAPI_DOCUMENT, ROOT, serves
-from keysvc.http.state import OPENAPI
 from keysvc.http.views.assets import file_response
 
 
@@ -53,7 +53,7 @@ async def root(request: web.Request) -> web.Response:
 
 @serves(OPENAPI_DOCUMENT)
 async def openapi_document(request: web.Request) -> web.Response:
-    return web.json_response(request.app[OPENAPI])
+    return web.Response(text=document_text(), content_type="application/json")
 
 
 @serves(DOCS)
