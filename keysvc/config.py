@@ -21,6 +21,11 @@ LOOPS = ("asyncio", "uvloop")
 ACCESS_LOGS = ("all", "errors", "off")
 
 
+# What a leaked key's report does (keysvc.domain.leaks): disable it, or leave it enabled
+# and only record the report and send key.leaked.
+LEAKED_KEY_ACTIONS = ("disable", "notify")
+
+
 class ConfigError(ValueError):
     """A setting has a value keysvc cannot use; the message says which and why."""
 
@@ -85,6 +90,9 @@ class Settings:
     # (keysvc.db.retention); and the most bytes of records one activity page holds.
     activity_retention_days: int | None = None
     activity_page_bytes: int = 1024 * 1024
+    # What a report of a key's leaked secret does to the key (keysvc.domain.leaks): one
+    # of LEAKED_KEY_ACTIONS.
+    leaked_key_action: str = "disable"
 
     @property
     def pepper_path(self) -> Path:
@@ -246,6 +254,13 @@ def _access_log(value: str) -> str:
             f"{value!r} is not an access log setting; use one of {', '.join(ACCESS_LOGS)}"
         )
     return mode
+
+
+def _leaked_key_action(value: str) -> str:
+    action = value.strip().lower()
+    if action not in LEAKED_KEY_ACTIONS:
+        raise ConfigError(f"{value!r} must be one of {', '.join(LEAKED_KEY_ACTIONS)}")
+    return action
 
 
 def _switch(value: str) -> bool:
@@ -477,6 +492,11 @@ OPTIONS = (
         "activity_page_bytes", "KEYSVC_ACTIVITY_PAGE_BYTES", str(1024 * 1024), _page_bytes,
         "bytes of records an activity page holds at most before it ends with a nextCursor,"
         f" {MIN_PAGE_BYTES} to {MAX_PAGE_BYTES}",
+    ),
+    Option(
+        "leaked_key_action", "KEYSVC_LEAKED_KEY_ACTION", "disable", _leaked_key_action,
+        "what a report of a key's leaked secret does: disable the key (default), or notify"
+        " (record it and send key.leaked, the key left enabled)",
     ),
 )  # fmt: skip
 

@@ -492,6 +492,7 @@ def _components(now: datetime) -> tuple[tuple[str, Schema | type[Schema]], ...]:
         ("WebhookCreateResponse", r.CreateWebhookResultSchema),
         ("WebhookDeliveryAttempt", r.AttemptSchema),
         ("WebhookDelivery", r.DeliverySchema),
+        ("RevokeLeakedRequest", s.RevokeLeakedSchema),
     )
 
 

@@ -435,6 +435,28 @@ LIST_DELIVERIES = Route(
     statuses=(*AUTHENTICATED, 404),
     description=_DELIVERIES,
 )
+REVOKE_LEAKED = Route(
+    "POST",
+    "/v1/keys/revoke-leaked",
+    "keysvcRevokeLeaked",
+    "Report a key's leaked secret: the key is disabled (keysvc addition)",
+    tag="keys",
+    public=True,
+    body=s.RevokeLeakedSchema,
+    answer="The report was received. The same answer whether or not the secret was a key's.",
+    statuses=(400, 429, 500, 507),
+    fields=("status",),
+    description=(
+        "Public: holding the secret is the authority. The key whose current secret it is, "
+        "or whose previous secret within a rotation's grace, is disabled (with "
+        "KEYSVC_LEAKED_KEY_ACTION=notify it is left enabled), a `key_leaked` activity "
+        "records the report, and the `key.leaked` event is sent, in one transaction. The "
+        "answer is the same whether or not the secret was a key's, and each report counts "
+        "as a failed login of its client network: 429 past KEYSVC_AUTH_FAILURES a minute. "
+        "A secret reported again changes nothing. Also 429 while the key's organization "
+        "is past its write budget or a webhook's queue is full, as for any write."
+    ),
+)
 DOCS_ASSET = Route(
     "GET", "/docs/assets/{name}", "keysvcDocsAsset", "An asset of the docs page", tag="ops",
     public=True, statuses=(404, 500), media_type="application/octet-stream",
@@ -463,6 +485,7 @@ ROUTES: tuple[Route, ...] = (
     LIST_ROLES, CREATE_ROLE, GET_ROLE, UPDATE_ROLE, DELETE_ROLE,
     LIST_ACTIVITIES, GET_ACTIVITY,
     LIST_WEBHOOKS, CREATE_WEBHOOK, GET_WEBHOOK, DELETE_WEBHOOK, LIST_DELIVERIES,
+    REVOKE_LEAKED,
     WHOAMI, VERIFY, ROOT, HEALTHZ, READYZ, METRICS, OPENAPI_DOCUMENT, DOCS, DOCS_ASSET,
     CONSOLE, CONSOLE_ASSET,
 )  # fmt: skip
