@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from keysvc.scanning import ScanningKeys, load_keys
+
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 MAX_BODY_BYTES = 64 * 1024
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -93,6 +95,9 @@ class Settings:
     # What a report of a key's leaked secret does to the key (keysvc.domain.leaks): one
     # of LEAKED_KEY_ACTIONS.
     leaked_key_action: str = "disable"
+    # GitHub secret scanning's public keys (keysvc.scanning), read at start from the
+    # file KEYSVC_GITHUB_SCANNING_KEYS names; None: its endpoint is off (404).
+    github_scanning_keys: ScanningKeys | None = None
 
     @property
     def pepper_path(self) -> Path:
@@ -261,6 +266,15 @@ def _leaked_key_action(value: str) -> str:
     if action not in LEAKED_KEY_ACTIONS:
         raise ConfigError(f"{value!r} must be one of {', '.join(LEAKED_KEY_ACTIONS)}")
     return action
+
+
+def _scanning_keys(value: str) -> ScanningKeys | None:
+    if not value:
+        return None
+    try:
+        return load_keys(Path(value))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _switch(value: str) -> bool:
@@ -497,6 +511,11 @@ OPTIONS = (
         "leaked_key_action", "KEYSVC_LEAKED_KEY_ACTION", "disable", _leaked_key_action,
         "what a report of a key's leaked secret does: disable the key (default), or notify"
         " (record it and send key.leaked, the key left enabled)",
+    ),
+    Option(
+        "github_scanning_keys", "KEYSVC_GITHUB_SCANNING_KEYS", "", _scanning_keys,
+        "file of GitHub secret scanning's public keys (the JSON GitHub publishes), read at"
+        " start: turns POST /v1/secret-scanning/github on (default: off, 404)",
     ),
 )  # fmt: skip
 

@@ -380,12 +380,10 @@ def request_address(request: web.Request) -> IPAddress | None:
     return client_address(request.remote, forwarded, trusted, from_proxy)
 
 
-async def admit_unproven(request: web.Request) -> IPAddress | None:
-    """Admit a public request that proves nothing about its sender (a report of a
-    leaked secret) as a failed login is throttled: refused (429) while its network is
-    over KEYSVC_AUTH_FAILURES a minute, then counted as a failed login whatever it
-    turns out to be, so that neither the answer nor the throttle tells what it found.
-    The client address, which it is counted under."""
+async def throttled_address(request: web.Request) -> IPAddress | None:
+    """The client address of a public request that proves nothing of its sender, once
+    its network is found under the failed-login limit (KEYSVC_AUTH_FAILURES a minute):
+    else it is refused with 429, as a login from there would be."""
     app = request.app
     settings, limits = app[SETTINGS], app[LIMITS]
     now = app[CLOCK]().timestamp()
@@ -393,7 +391,15 @@ async def admit_unproven(request: web.Request) -> IPAddress | None:
     if not await limits.failures_allow(address, settings.auth_failures, now):
         _refuse_address(request, limits, now)
     request[CLIENT_ADDRESS] = None if address is None else str(address)
-    limits.failed(address, now)
+    return address
+
+
+async def admit_unproven(request: web.Request) -> IPAddress | None:
+    """Admit a report of a leaked secret as a failed login is throttled
+    (``throttled_address``), and count it as a failed login whatever it turns out to be,
+    so that neither the answer nor the throttle tells what it found. Its client address."""
+    address = await throttled_address(request)
+    request.app[LIMITS].failed(address, request.app[CLOCK]().timestamp())
     return address
 
 

@@ -26,13 +26,7 @@ from marshmallow import (
 
 from keysvc.credentials import SUFFIX_LENGTH, is_sha256_b64
 from keysvc.domain.addresses import kept_source
-from keysvc.domain.limits import (
-    ACTOR_PREFIX,
-    DEFAULT_EXPIRING_DAYS,
-    MAX_LEAKED_SECRET,
-    MAX_ROLE_IDS,
-    MAX_WEBHOOK_URL,
-)
+from keysvc.domain.limits import ACTOR_PREFIX, DEFAULT_EXPIRING_DAYS, MAX_ROLE_IDS, MAX_WEBHOOK_URL
 from keysvc.domain.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.errors import BadRequest
 from keysvc.timeutil import to_text
@@ -583,18 +577,3 @@ class CreateWebhookSchema(Schema):
     def _each_once(self, value: list[str], data_key: str) -> None:
         if len(set(value)) != len(value):
             raise ValidationError("must name each event type once")
-
-
-class RevokeLeakedSchema(Schema):
-    """The revoke-by-secret body (keysvc addition): the secret found leaked."""
-
-    secret = fields.String(
-        required=True,
-        validate=validate.Length(
-            1, MAX_LEAKED_SECRET, error=f"must be 1 to {MAX_LEAKED_SECRET} characters"
-        ),
-        metadata={
-            **ADDITION,
-            "description": "A key's secret, as found leaked. Never echoed, stored or logged.",
-        },
-    )
