@@ -280,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = build_settings(flags)
         # JSON lines from here on; a setting refused above is one plain line.
-        configure_logging(settings.log_level)
+        configure_logging(settings.log_level, secret_prefix=settings.secret_prefix)
         if args.command == "serve":
             with listeners.prepared(settings) as unix:
                 serve = functools.partial(_serve, unix=unix)

@@ -98,6 +98,9 @@ class Settings:
     # GitHub secret scanning's public keys (keysvc.scanning), read at start from the
     # file KEYSVC_GITHUB_SCANNING_KEYS names; None: its endpoint is off (404).
     github_scanning_keys: ScanningKeys | None = None
+    # What the secrets this deployment issues start with (keysvc.credentials); secrets
+    # issued under another prefix before keep working (they are checked by hash).
+    secret_prefix: str = "keysvc_"  # noqa: S105 - a public marker for scanners
 
     @property
     def pepper_path(self) -> Path:
@@ -275,6 +278,21 @@ def _scanning_keys(value: str) -> ScanningKeys | None:
         return load_keys(Path(value))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+# A deployment's secret prefix: lowercase letters, digits and underscores, starting with
+# a letter and ending with an underscore (which base62 lacks, so a scanner's regex tells
+# where the prefix ends), 3 to 32 characters; never the webhook secrets' whsec_.
+_SECRET_PREFIX = re.compile(r"[a-z][a-z0-9_]{1,30}_")
+
+
+def _secret_prefix(value: str) -> str:
+    if not _SECRET_PREFIX.fullmatch(value) or value == "whsec_":
+        raise ConfigError(
+            f"{value[:40]!r} must be 3 to 32 lowercase letters, digits and underscores,"
+            " starting with a letter and ending with _ (not whsec_), such as acme_"
+        )
+    return value
 
 
 def _switch(value: str) -> bool:
@@ -511,6 +529,11 @@ OPTIONS = (
         "leaked_key_action", "KEYSVC_LEAKED_KEY_ACTION", "disable", _leaked_key_action,
         "what a report of a key's leaked secret does: disable the key (default), or notify"
         " (record it and send key.leaked, the key left enabled)",
+    ),
+    Option(
+        "secret_prefix", "KEYSVC_SECRET_PREFIX", "keysvc_", _secret_prefix,
+        "what the secrets this deployment issues start with, so that scanners tell its"
+        " secrets from another deployment's; secrets issued before keep working",
     ),
     Option(
         "github_scanning_keys", "KEYSVC_GITHUB_SCANNING_KEYS", "", _scanning_keys,

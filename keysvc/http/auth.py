@@ -141,7 +141,7 @@ async def _check_credentials(
     only, every guess sent at once would pass the limit together.
     """
     credentials = parse_basic(header)
-    if credentials is None or checksum_fails(credentials[1]):
+    if credentials is None or checksum_fails(credentials[1], hasher.secret_prefix):
         _outcome(request, "malformed")
         raise Unauthorized()
     key_id, secret = credentials
