@@ -102,9 +102,20 @@ def scanning_operation(operation: dict[str, Any], token: dict[str, str]) -> dict
     """The secret-scanning operation (``keysvc.http.openapi``): GitHub's signed array in,
     GitHub's feedback out (``SCANNING_FEEDBACK``, the requestId in a header), public.
     ``token`` is the reference to ``ScanningTokenSchema``'s component."""
-    for name in (IDENTIFIER_HEADER, SIGNATURE_HEADER):
+    # Not "required": with the endpoint off (the default) every request is a 404, headers
+    # or not; on, a report without both is refused (403) before anything else.
+    for name, what in (
+        (IDENTIFIER_HEADER, "The `key_identifier` of the GitHub key that signed the body."),
+        (SIGNATURE_HEADER, "Base64 of the DER ECDSA P-256 / SHA-256 signature of the body."),
+    ):
         operation["parameters"].append(
-            {"name": name, "in": "header", "required": True, "schema": {"type": "string"}}
+            {
+                "name": name,
+                "in": "header",
+                "required": False,
+                "description": what + " Without it, the report is refused (403).",
+                "schema": {"type": "string"},
+            }
         )
     array = {"type": "array", "items": token, "minItems": 1, "maxItems": MAX_SCANNING_TOKENS}
     operation["requestBody"] = {
