@@ -318,21 +318,18 @@ class StoreCore:
         """The keys that answer to the secret of ``secret_hash`` at ``now``: as their
         current secret, or a rotation's previous one within its grace. The same work for a
         hit as for a miss, as authentication's check does: one indexed read
-        (``keysvc.db.keys.BY_SECRET``), and each row's hash, or an absent one when there
-        is none, compared with ``hmac.compare_digest``."""
+        (``keysvc.db.keys.BY_SECRET``) and one of the matches' roles, empty or not, and
+        each row's hash, or an absent one when there is none, compared with
+        ``hmac.compare_digest``."""
         rows = await key_sql.rows_with_secret(conn, secret_hash, now)
         matched = [
             row for row in rows if hmac.compare_digest(secret_hash, bytes(row["matched_hash"]))
         ]
         if not rows:
             hmac.compare_digest(secret_hash, _ABSENT)
-        keys = await key_sql.keys_from_rows(conn, matched)
+        keys = await key_sql.holders_of(conn, matched)
         return [
-            SecretHolder(
-                key,
-                bool(row["previous"]),
-                bool(row["reported"]),
-            )
+            SecretHolder(key, bool(row["previous"]), bool(row["reported"]))
             for key, row in zip(keys, matched, strict=True)
         ]
 

@@ -417,6 +417,14 @@ MARK_LEAKED = """
 """
 
 
+async def holders_of(conn: Connection, rows: Sequence[sqlite3.Row]) -> list[Key]:
+    """The keys of BY_SECRET's matching ``rows``, with their roles, as ``keys_from_rows``
+    reads them, but with the roles' statement run for no row too: a miss runs the
+    statements a hit runs (``Store.keys_with_secret``)."""
+    ids = json.dumps([row["id"] for row in rows])
+    return keys_with_roles(rows, await fetch_all(conn, ROLES_OF_KEYS, (ids,)))
+
+
 async def rows_with_secret(conn: Connection, secret_hash: bytes, now: datetime) -> list[Any]:
     """BY_SECRET's rows for ``secret_hash`` at ``now``."""
     params = (secret_hash, secret_hash, to_text(now), LEAKED_KEYS_READ)
