@@ -218,3 +218,26 @@ def test_a_malformed_keys_file_is_refused_in_one_line(tmp_path: Path) -> None:
         assert said in message and "\n" not in message
     with pytest.raises(ConfigError, match="cannot read"):
         build_settings(env={"KEYSVC_GITHUB_SCANNING_KEYS": str(tmp_path / "missing.json")})
+
+
+async def test_forged_reports_are_throttled_like_failed_logins(
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock, tmp_path: Path
+) -> None:
+    signer, stranger = GitHubSigner(), GitHubSigner()
+    client = await _scanning_client(
+        aiohttp_client, settings, clock, tmp_path, signer, auth_failures=2
+    )
+    admin = await bootstrap(client.app)
+    made = await create_creds(client, admin, {"name": "ci", "roles": ["developer"]})
+    body = report(made.secret)
+    for _ in range(2):
+        assert (await _post(client, body, stranger.headers(body))).status == 403
+    refused = await _post(client, body, signer.headers(body))
+    assert refused.status == 429 and "Retry-After" in refused.headers
+    clock.advance(seconds=61)
+    assert await _state(client, admin, made.id) == "enabled"
+    # GitHub's own reports count nothing: many in a row are all answered.
+    for _ in range(3):
+        answer = await _post(client, body, signer.headers(body))
+        assert [e["label"] for e in await answer.json()] == ["true_positive"]
+    assert await _state(client, admin, made.id) == "disabled"
