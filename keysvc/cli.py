@@ -1,5 +1,5 @@
 """The ``keysvc`` command: ``serve``, ``bootstrap``, ``admin-key``, ``backup``,
-``audit verify`` and ``migrate``.
+``audit verify``, ``migrate`` and ``revoke-leaked``.
 
 Settings come from flags, then KEYSVC_* variables, then defaults (``keysvc.config``).
 A setting keysvc cannot use, or a refused backup or migration, stops it with a
@@ -8,7 +8,9 @@ makes a database: ``serve`` and ``admin-key`` refuse a path where there is none.
 ``admin-key`` is the way back in when every admin secret is lost (logged as a
 ``system`` activity); ``audit verify`` checks the activity log's hash chains
 (``keysvc.ops.audit``); ``migrate`` copies SQLite into an empty PostgreSQL database
-(``keysvc.ops.migrate``).
+(``keysvc.ops.migrate``); ``revoke-leaked`` acts on a leaked secret read from standard
+input, never from an argument, which every user of the machine can read in ``ps``
+(``keysvc.domain.leaks``).
 """
 
 import argparse
@@ -21,12 +23,14 @@ import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import IO
 
 import uvloop
 
 from keysvc.config import OPTIONS, ConfigError, Settings, build_settings
 from keysvc.db.backends import open_store
-from keysvc.domain import keys
+from keysvc.domain import keys, leaks
+from keysvc.domain.limits import MAX_LEAKED_SECRET
 from keysvc.domain.ratelimit import FailureSketch
 from keysvc.errors import ApiError
 from keysvc.http import listeners
@@ -41,6 +45,7 @@ from keysvc.timeutil import utcnow
 SHUTDOWN_SECONDS = 5.0
 _BOOTSTRAP_FLAGS = ("db_path",)
 _ADMIN_KEY_FLAGS = ("db_path", "max_keys_per_org")
+_REVOKE_LEAKED_FLAGS = ("db_path", "leaked_key_action")
 ADMIN_KEY_NAME = "admin (keysvc admin-key)"
 
 
@@ -107,6 +112,13 @@ def _parser() -> argparse.ArgumentParser:
         " line when intact, 1 naming the first edited or removed record",
     )
     _add_options(verify, _BOOTSTRAP_FLAGS)
+    revoke = commands.add_parser(
+        "revoke-leaked",
+        help="act on a key's leaked secret, read from standard input (one line; never an"
+        " argument, which ps shows): the key is disabled, or with --leaked-key-action"
+        " notify left enabled, and the report recorded; prints one JSON object",
+    )
+    _add_options(revoke, _REVOKE_LEAKED_FLAGS)
     move = commands.add_parser(
         "migrate",
         help="copy a SQLite database whole into an empty PostgreSQL database, checking"
@@ -167,6 +179,30 @@ async def _admin_key(settings: Settings, org: str | None, name: str) -> dict[str
         name = load(CreateKeySchema(now=now), {"name": name, "roles": ["admin"]})["name"]
         issued = await keys.admin_key(store, hasher, org, name, now, settings.max_keys_per_org)
     return _shown(issued)
+
+
+STDIN_ONLY = "revoke-leaked: give the secret on standard input, one line (not as an argument)"
+
+
+def _read_secret(stream: IO[str]) -> str:
+    """The secret on ``stream``'s first line, without its line end and surrounding blanks;
+    ConfigError when there is none or it is longer than any secret keysvc takes."""
+    secret = stream.readline(MAX_LEAKED_SECRET + 2).strip()
+    if not secret:
+        raise ConfigError(STDIN_ONLY)
+    if len(secret) > MAX_LEAKED_SECRET:
+        raise ConfigError(f"revoke-leaked: the secret is over {MAX_LEAKED_SECRET} characters")
+    return secret
+
+
+async def _revoke_leaked(settings: Settings, secret: str) -> dict[str, bool]:
+    """Report ``secret`` leaked as the operator (``keysvc.domain.leaks.CLI_ACTOR``); the
+    operator, who holds the database, is told whether it was some key's."""
+    async with open_store(settings, create=False, records=STORE_RECORDS) as (store, hasher):
+        report = leaks.Report(leaks.CLI, leaks.CLI_ACTOR)
+        action = settings.leaked_key_action
+        matched = await leaks.report_leak(store, hasher, secret, report, action, utcnow())
+    return {"matched": matched}
 
 
 def _backup(settings: Settings, out: Path) -> int:
@@ -244,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = build_settings(flags)
         # JSON lines from here on; a setting refused above is one plain line.
-        configure_logging(settings.log_level)
+        configure_logging(settings.log_level, secret_prefix=settings.secret_prefix)
         if args.command == "serve":
             with listeners.prepared(settings) as unix:
                 serve = functools.partial(_serve, unix=unix)
@@ -259,6 +295,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _backup(settings, args.out)
         if args.command == "audit":
             return _audit_verify(settings)
+        if args.command == "revoke-leaked":
+            secret = _read_secret(sys.stdin)
+            print(json.dumps(asyncio.run(_revoke_leaked(settings, secret))))
+            return 0
         if args.command == "admin-key":
             print(json.dumps(asyncio.run(_admin_key(settings, args.org, args.name))))
             return 0

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from keysvc.scanning import ScanningKeys, load_keys
+
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 MAX_BODY_BYTES = 64 * 1024
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -19,6 +21,11 @@ LOOPS = ("asyncio", "uvloop")
 # Which requests get an access line (keysvc.http.access): every one, all but the verify
 # successes, or none.
 ACCESS_LOGS = ("all", "errors", "off")
+
+
+# What a leaked key's report does (keysvc.domain.leaks): disable it, or leave it enabled
+# and only record the report and send key.leaked.
+LEAKED_KEY_ACTIONS = ("disable", "notify")
 
 
 class ConfigError(ValueError):
@@ -85,6 +92,15 @@ class Settings:
     # (keysvc.db.retention); and the most bytes of records one activity page holds.
     activity_retention_days: int | None = None
     activity_page_bytes: int = 1024 * 1024
+    # What a report of a key's leaked secret does to the key (keysvc.domain.leaks): one
+    # of LEAKED_KEY_ACTIONS.
+    leaked_key_action: str = "disable"
+    # GitHub secret scanning's public keys (keysvc.scanning), read at start from the
+    # file KEYSVC_GITHUB_SCANNING_KEYS names; None: its endpoint is off (404).
+    github_scanning_keys: ScanningKeys | None = None
+    # What the secrets this deployment issues start with (keysvc.credentials); secrets
+    # issued under another prefix before keep working (they are checked by hash).
+    secret_prefix: str = "keysvc_"  # noqa: S105 - a public marker for scanners
 
     @property
     def pepper_path(self) -> Path:
@@ -246,6 +262,37 @@ def _access_log(value: str) -> str:
             f"{value!r} is not an access log setting; use one of {', '.join(ACCESS_LOGS)}"
         )
     return mode
+
+
+def _leaked_key_action(value: str) -> str:
+    action = value.strip().lower()
+    if action not in LEAKED_KEY_ACTIONS:
+        raise ConfigError(f"{value!r} must be one of {', '.join(LEAKED_KEY_ACTIONS)}")
+    return action
+
+
+def _scanning_keys(value: str) -> ScanningKeys | None:
+    if not value:
+        return None
+    try:
+        return load_keys(Path(value))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+# A deployment's secret prefix: lowercase letters, digits and underscores, starting with
+# a letter and ending with an underscore (which base62 lacks, so a scanner's regex tells
+# where the prefix ends), 3 to 32 characters; never the webhook secrets' whsec_.
+_SECRET_PREFIX = re.compile(r"[a-z][a-z0-9_]{1,30}_")
+
+
+def _secret_prefix(value: str) -> str:
+    if not _SECRET_PREFIX.fullmatch(value) or value == "whsec_":
+        raise ConfigError(
+            f"{value[:40]!r} must be 3 to 32 lowercase letters, digits and underscores,"
+            " starting with a letter and ending with _ (not whsec_), such as acme_"
+        )
+    return value
 
 
 def _switch(value: str) -> bool:
@@ -477,6 +524,21 @@ OPTIONS = (
         "activity_page_bytes", "KEYSVC_ACTIVITY_PAGE_BYTES", str(1024 * 1024), _page_bytes,
         "bytes of records an activity page holds at most before it ends with a nextCursor,"
         f" {MIN_PAGE_BYTES} to {MAX_PAGE_BYTES}",
+    ),
+    Option(
+        "leaked_key_action", "KEYSVC_LEAKED_KEY_ACTION", "disable", _leaked_key_action,
+        "what a report of a key's leaked secret does: disable the key (default), or notify"
+        " (record it and send key.leaked, the key left enabled)",
+    ),
+    Option(
+        "secret_prefix", "KEYSVC_SECRET_PREFIX", "keysvc_", _secret_prefix,
+        "what the secrets this deployment issues start with, so that scanners tell its"
+        " secrets from another deployment's; secrets issued before keep working",
+    ),
+    Option(
+        "github_scanning_keys", "KEYSVC_GITHUB_SCANNING_KEYS", "", _scanning_keys,
+        "file of GitHub secret scanning's public keys (the JSON GitHub publishes), read at"
+        " start: turns POST /v1/secret-scanning/github on (default: off, 404)",
     ),
 )  # fmt: skip
 

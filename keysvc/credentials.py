@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import string
 import zlib
@@ -31,6 +32,14 @@ SECRET_PREFIX = "keysvc_"  # noqa: S105 - a public marker for scanners, not a se
 SECRET_RANDOM_LENGTH = 36
 CHECKSUM_LENGTH = 6
 SECRET_PATTERN = rf"{SECRET_PREFIX}[0-9A-Za-z]{{{SECRET_RANDOM_LENGTH + CHECKSUM_LENGTH}}}"
+
+
+def secret_pattern(prefix: str) -> str:
+    """The regex of the secrets a deployment issues with ``prefix`` (KEYSVC_SECRET_PREFIX):
+    ``SECRET_PATTERN`` for the default one."""
+    return rf"{re.escape(prefix)}[0-9A-Za-z]{{{SECRET_RANDOM_LENGTH + CHECKSUM_LENGTH}}}"
+
+
 SUFFIX_LENGTH = 4
 PEPPER_BYTES = 32
 # What the activity log's chain key is derived for (``Hasher.derive``).
@@ -68,19 +77,21 @@ def new_key_id() -> str:
     return _random_base62(KEY_ID_LENGTH)
 
 
-def new_secret() -> str:
+def new_secret(prefix: str = SECRET_PREFIX) -> str:
     body = _random_base62(SECRET_RANDOM_LENGTH)
-    return SECRET_PREFIX + body + checksum(body)
+    return prefix + body + checksum(body)
 
 
-def checksum_fails(secret: str) -> bool:
-    """True for a secret that claims our format but cannot be one of ours.
+def checksum_fails(secret: str, prefix: str = SECRET_PREFIX) -> bool:
+    """True for a secret that claims our format (``prefix``, the deployment's) but cannot
+    be one of ours.
 
-    Secrets chosen by ``hashData`` clients without the prefix are not judged.
+    Secrets without the prefix are not judged: those chosen by ``hashData`` clients, and
+    those issued under a prefix the deployment used before (they still verify by hash).
     """
-    if not secret.startswith(SECRET_PREFIX):
+    if not secret.startswith(prefix):
         return False
-    rest = secret[len(SECRET_PREFIX) :]
+    rest = secret[len(prefix) :]
     if len(rest) != SECRET_RANDOM_LENGTH + CHECKSUM_LENGTH:
         return True
     body, check = rest[:SECRET_RANDOM_LENGTH], rest[SECRET_RANDOM_LENGTH:]
@@ -116,8 +127,11 @@ OUTBOX_SEAL = "webhook outbox"
 class Hasher:
     """Keyed hashing with the pepper; the only holder of the pepper at run time."""
 
-    def __init__(self, pepper: bytes):
+    def __init__(self, pepper: bytes, secret_prefix: str = SECRET_PREFIX):
         self._pepper = pepper
+        # What the secrets this deployment issues start with (KEYSVC_SECRET_PREFIX): not
+        # hashed with them, but kept here, beside the hashing of every secret issued.
+        self.secret_prefix = secret_prefix
         # Keyed once: each hash copies it (the pepper's padding is not hashed again).
         self._keyed = hmac.new(pepper, digestmod=hashlib.sha256)
 

@@ -26,7 +26,7 @@ import weakref
 from datetime import UTC, datetime
 from typing import IO, NamedTuple, Protocol
 
-from keysvc.credentials import SECRET_PATTERN
+from keysvc.credentials import SECRET_PATTERN, SECRET_PREFIX, secret_pattern
 
 REDACTED = "[redacted]"
 _SCRUBS = (
@@ -40,6 +40,9 @@ _SCRUBS = (
 # substring test stand in for the patterns: case-insensitive matching also pairs
 # non-ASCII letters with these (the long s with "s", a dotted capital I with "i").
 _SECRET_MARKER = SECRET_PATTERN[: SECRET_PATTERN.index("[")]
+# Secrets of a deployment's own prefix (KEYSVC_SECRET_PREFIX), scrubbed as keysvc_'s
+# are: (prefix, pattern), set by ``configure_logging``.
+_PREFIXED: list[tuple[str, re.Pattern[str]]] = []
 
 # The attributes every LogRecord has; anything else came in through ``extra=``.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
@@ -59,11 +62,20 @@ def scrub(text: str) -> str:
     """``text`` without Authorization header values, Basic tokens or keysvc secrets."""
     if text.isascii() and _SECRET_MARKER not in text:
         lowered = text.lower()
-        if "uthorization" not in lowered and "asic" not in lowered:
+        plain = "uthorization" not in lowered and "asic" not in lowered
+        if plain and not any(prefix in text for prefix, _ in _PREFIXED):
             return text
     for pattern, replacement in _SCRUBS:
         text = pattern.sub(replacement, text)
+    for _, prefixed in _PREFIXED:
+        text = prefixed.sub(REDACTED, text)
     return text
+
+
+def scrub_secrets_of(prefix: str) -> None:
+    """Scrub the secrets of ``prefix`` too, besides the default prefix's."""
+    if prefix != SECRET_PREFIX and all(known != prefix for known, _ in _PREFIXED):
+        _PREFIXED.append((prefix, re.compile(secret_pattern(prefix))))
 
 
 def _without_parameters(value: object) -> object:
@@ -501,13 +513,19 @@ os.register_at_fork(
 
 
 def configure_logging(
-    level: str, stream: IO[str] | None = None, *, background: bool | None = None
+    level: str,
+    stream: IO[str] | None = None,
+    *,
+    background: bool | None = None,
+    secret_prefix: str = SECRET_PREFIX,
 ) -> logging.Handler:
-    """Send every logger's records at ``level`` and above to ``stream`` (stderr) as JSON lines.
+    """Send every logger's records at ``level`` and above to ``stream`` (stderr) as JSON lines,
+    scrubbed of secrets, those of the deployment's ``secret_prefix`` included.
 
     ``background`` (the default without ``stream``): format and write on a writer
     thread, see ``QueueingHandler``; otherwise on the thread that logs.
     """
+    scrub_secrets_of(secret_prefix)
     target = logging.StreamHandler(stream or sys.stderr)
     target.setFormatter(JsonFormatter())
     handler: logging.Handler = target

@@ -73,6 +73,12 @@ create table if not exists api_keys (
 create unique index if not exists api_keys_org_position on api_keys (organization_id, org_seq);
 -- A previous key ID is looked up like a current one (keysvc.db.keys.CREDENTIAL).
 create unique index if not exists api_keys_previous_key_id on api_keys (previous_key_id_hash);
+-- A key found by its secret's keyed hash alone (keysvc.db.keys.BY_SECRET: revoke-by-secret
+-- and secret scanning), current or a rotation's previous one; not unique (hashData keys
+-- may share a secret).
+create index if not exists api_keys_secret on api_keys (secret_hash);
+create index if not exists api_keys_previous_secret on api_keys (previous_secret_hash)
+    where previous_secret_hash is not null;
 -- Nor may a new key take a key ID that another key's replaced credentials still
 -- answer to (a rotation checks its own new key ID: keysvc.keys.rotate_key).
 create trigger if not exists api_keys_key_id_not_previous before insert on api_keys
@@ -99,6 +105,15 @@ create table if not exists key_roles (
 ) strict, without rowid;
 
 create index if not exists key_roles_role on key_roles (role_id);
+
+-- The secrets reported leaked per key, as keyed hashes (keysvc.domain.leaks), so that
+-- the same report again records nothing. Gone with the key.
+create table if not exists leak_reports (
+    key_id      text not null references api_keys (id) on delete cascade,
+    secret_hash blob not null,
+    reported_at text not null,
+    primary key (key_id, secret_hash)
+) strict, without rowid;
 
 -- The cascade above runs only where foreign keys are on: keysvc turns them on, the
 -- sqlite3 shell does not. A key deleted there by hand (docs/SECURITY.md) would leave

@@ -74,6 +74,12 @@ create table if not exists api_keys (
 
 create unique index if not exists api_keys_org_position on api_keys (organization_id, org_seq);
 create unique index if not exists api_keys_previous_key_id on api_keys (previous_key_id_hash);
+-- A key found by its secret's keyed hash alone (keysvc.db.keys.BY_SECRET: revoke-by-secret
+-- and secret scanning), current or a rotation's previous one; not unique (hashData keys
+-- may share a secret).
+create index if not exists api_keys_secret on api_keys (secret_hash);
+create index if not exists api_keys_previous_secret on api_keys (previous_secret_hash)
+    where previous_secret_hash is not null;
 
 create or replace function keysvc_key_id_not_previous() returns trigger
 language plpgsql as $$
@@ -114,6 +120,14 @@ create table if not exists key_roles (
 );
 
 create index if not exists key_roles_role on key_roles (role_id);
+
+-- The secrets reported leaked per key, as keyed hashes (keysvc.domain.leaks).
+create table if not exists leak_reports (
+    key_id      text collate "C" not null references api_keys (id) on delete cascade,
+    secret_hash bytea not null,
+    reported_at text collate "C" not null,
+    primary key (key_id, secret_hash)
+);
 
 -- Tombstones, as in schema.sql: a deleted key's credentials (and its rotation's
 -- previous ones while their grace runs), kept until pruned (keysvc.db.core).
@@ -349,7 +363,7 @@ begin
     foreach name in array array['meta', 'organizations', 'roles', 'api_keys', 'key_roles',
         'deleted_credentials', 'key_usage', 'activities', 'activity_heads', 'webhooks',
         'webhook_deliveries', 'webhook_attempts', 'webhook_expiry_warnings',
-        'activity_anchors', 'write_budgets'] loop
+        'activity_anchors', 'write_budgets', 'leak_reports'] loop
         execute format('create or replace trigger %I'
             ' after insert or update or delete or truncate on %I'
             ' for each statement execute function keysvc_data_changed()',

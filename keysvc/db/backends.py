@@ -60,7 +60,7 @@ async def open_store(
     if settings.pepper is None:
         raise ConfigError(NEEDS_PEPPER)
     postgres = with_driver("keysvc.db.postgres.store")
-    hasher = Hasher(settings.pepper)
+    hasher = Hasher(settings.pepper, settings.secret_prefix)
     try:
         store = await postgres.PgStore.open_url(
             settings.db_url,

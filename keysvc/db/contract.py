@@ -62,6 +62,17 @@ class RevokedUse:
 
 
 @dataclass(frozen=True)
+class SecretHolder:
+    """A key that answers to a secret (``Store.keys_with_secret``): as its current secret,
+    or as a rotation's previous one within its grace (``previous``); ``reported``: this
+    secret was reported leaked for it before."""
+
+    key: Key
+    previous: bool
+    reported: bool
+
+
+@dataclass(frozen=True)
 class Records:
     """What a store writes but the layers above it shape: given when it is opened, as
     the database layer imports neither the domain nor the HTTP layer. A store opened
@@ -257,6 +268,14 @@ class Store(Protocol):
     def find_credential(self, key_id_hash: bytes) -> Awaitable[Credential | None]: ...
 
     def read_as_uncached(self, key_id_hash: bytes) -> Awaitable[None]: ...
+
+    def keys_with_secret(
+        self, conn: Connection, secret_hash: bytes, now: datetime
+    ) -> Awaitable[list[SecretHolder]]:
+        """Inside a write transaction: the keys whose secret has the keyed hash
+        ``secret_hash`` at ``now``, found by it alone (one indexed read), each match
+        compared again in constant time; a miss does the same read and one compare."""
+        ...
 
     def note_revoked_use(
         self, key_id: str, moment: datetime, make: Callable[[], RevokedUse]

@@ -8,6 +8,7 @@ activity chain; and the usage upkeep of a serving store.
 """
 
 import asyncio
+import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
@@ -25,7 +26,7 @@ from keysvc.db import usage as usage_sql
 from keysvc.db import webhooks as webhook_sql
 from keysvc.db.batching import RevokedUses, Touches
 from keysvc.db.cache import Caches
-from keysvc.db.contract import Connection, PointReads, Records, RevokedUse, Writes
+from keysvc.db.contract import Connection, PointReads, Records, RevokedUse, SecretHolder, Writes
 from keysvc.db.quota import UNLIMITED, Quota, quota_of
 from keysvc.db.roles import RoleStore
 from keysvc.db.rows import key_from_joined
@@ -44,6 +45,8 @@ from keysvc.models import (
 from keysvc.timeutil import utcnow
 
 logger = logging.getLogger("keysvc")
+# Compared against when no key answers to a secret, so a miss does a hit's compare.
+_ABSENT = bytes(32)
 
 
 @dataclass(frozen=True)
@@ -316,6 +319,27 @@ class StoreCore:
         an uncached key, so that the time of a 401 does not tell them apart
         (docs/SECURITY.md)."""
         await self.points.rows(key_sql.CREDENTIAL_JOINED, key_sql.credential_params(key_id_hash))
+
+    async def keys_with_secret(
+        self, conn: Connection, secret_hash: bytes, now: datetime
+    ) -> list[SecretHolder]:
+        """The keys that answer to the secret of ``secret_hash`` at ``now``: as their
+        current secret, or a rotation's previous one within its grace. The same work for a
+        hit as for a miss, as authentication's check does: one indexed read
+        (``keysvc.db.keys.BY_SECRET``) and one of the matches' roles, empty or not, and
+        each row's hash, or an absent one when there is none, compared with
+        ``hmac.compare_digest``."""
+        rows = await key_sql.rows_with_secret(conn, secret_hash, now)
+        matched = [
+            row for row in rows if hmac.compare_digest(secret_hash, bytes(row["matched_hash"]))
+        ]
+        if not rows:
+            hmac.compare_digest(secret_hash, _ABSENT)
+        keys = await key_sql.holders_of(conn, matched)
+        return [
+            SecretHolder(key, bool(row["previous"]), bool(row["reported"]))
+            for key, row in zip(keys, matched, strict=True)
+        ]
 
     def note_revoked_use(
         self, key_id: str, moment: datetime, make: Callable[[], RevokedUse]

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from keysvc.db.activities import Chain
-from keysvc.db.contract import Connection, Rendered, RevokedUse, Space
+from keysvc.db.contract import Connection, Rendered, RevokedUse, SecretHolder, Space
 from keysvc.db.core import StoreCore, UsageUpkeep
 from keysvc.db.roles import RoleStore
 from keysvc.db.seal import Seal
@@ -126,6 +126,11 @@ class CoreFront:
 
     def read_as_uncached(self, key_id_hash: bytes) -> Awaitable[None]:
         return self._core.read_as_uncached(key_id_hash)
+
+    def keys_with_secret(
+        self, conn: Connection, secret_hash: bytes, now: datetime
+    ) -> Awaitable[list[SecretHolder]]:
+        return self._core.keys_with_secret(conn, secret_hash, now)
 
     def note_revoked_use(
         self, key_id: str, moment: datetime, make: Callable[[], RevokedUse]

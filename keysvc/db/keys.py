@@ -12,6 +12,7 @@ import sqlite3
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql, with_json_list
@@ -376,3 +377,60 @@ async def prune_tombstones(conn: Connection, before: datetime) -> None:
 
 def over_limit(max_keys: int) -> Conflict:
     return Conflict(f"this organization has reached its limit of {max_keys} keys")
+
+
+# The keys whose secret has this keyed hash (``Store.keys_with_secret``): as their current
+# secret, or as a rotation's previous one while its grace lasts (previous = 1); each row
+# with the hash it matched on, compared again by the caller in constant time, and
+# whether this secret was reported leaked for the key before (leak_reports). Two
+# indexes (api_keys_secret, api_keys_previous_secret): one seek each, hit or miss. A
+# hashData client may give two keys one secret: at most LEAKED_KEYS_READ are read.
+LEAKED_KEYS_READ = 16
+_HOLDERS = """
+    select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
+           used_at, ip_access_list, rate_limit, rate_window, previous_until,
+           secret_hash as matched_hash, 0 as previous
+    from api_keys where secret_hash = ?
+    union all
+    select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
+           used_at, ip_access_list, rate_limit, rate_window, previous_until,
+           previous_secret_hash, 1
+    from api_keys where previous_secret_hash = ? and {in_grace}
+"""
+_REPORTED = """
+    select holders.*, exists (
+        select 1 from leak_reports r
+        where r.key_id = holders.id and r.secret_hash = holders.matched_hash
+    ) as reported
+    from ({holders}) holders
+    order by seq, previous limit ?
+"""
+BY_SECRET = Sql(
+    _REPORTED.format(holders=_HOLDERS.format(in_grace="julianday(previous_until) > julianday(?)")),
+    _REPORTED.format(
+        holders=_HOLDERS.format(in_grace="previous_until::timestamptz > ?::text::timestamptz")
+    ),
+)
+MARK_LEAKED = """
+    insert into leak_reports (key_id, secret_hash, reported_at) values (?, ?, ?)
+    on conflict (key_id, secret_hash) do nothing
+"""
+
+
+async def holders_of(conn: Connection, rows: Sequence[sqlite3.Row]) -> list[Key]:
+    """The keys of BY_SECRET's matching ``rows``, with their roles, as ``keys_from_rows``
+    reads them, but with the roles' statement run for no row too: a miss runs the
+    statements a hit runs (``Store.keys_with_secret``)."""
+    ids = json.dumps([row["id"] for row in rows])
+    return keys_with_roles(rows, await fetch_all(conn, ROLES_OF_KEYS, (ids,)))
+
+
+async def rows_with_secret(conn: Connection, secret_hash: bytes, now: datetime) -> list[Any]:
+    """BY_SECRET's rows for ``secret_hash`` at ``now``."""
+    params = (secret_hash, secret_hash, to_text(now), LEAKED_KEYS_READ)
+    return await fetch_all(conn, BY_SECRET, params)
+
+
+async def mark_leaked(conn: Connection, key_id: str, secret_hash: bytes, now: datetime) -> None:
+    """Remember that the secret of ``secret_hash`` was reported leaked for the key."""
+    await conn.execute(MARK_LEAKED, (key_id, secret_hash, to_text(now)))

@@ -26,12 +26,17 @@ from keysvc.timeutil import to_text
 KEY_CREATE, KEY_DELETE, KEY_UPDATE = "key_create", "key_delete", "openapi_key_update"
 ROLE_CREATE, ROLE_UPDATE, ROLE_DELETE = "role_create", "role_update", "role_delete"
 KEY_USED_AFTER_REVOKE = "key_used_after_revoke"
+# A key's secret reported leaked (keysvc.domain.leaks): by revoke-by-secret, the CLI or
+# GitHub's secret scanning. Changes nothing a replay compares: a disable it makes is
+# recorded beside it as a state-changed update (keysvc.db.replay).
+KEY_LEAKED = "key_leaked"
 WEBHOOK_CREATE, WEBHOOK_DELETE = "webhook_create", "webhook_delete"
 # The state a deleted key's use is recorded with (keysvc.db.keys.CREDENTIAL's tombstones).
 DELETED = "deleted"
 UPSTREAM_TYPES = (KEY_CREATE, KEY_DELETE, KEY_UPDATE)
 ADDED_TYPES = (
-    ROLE_CREATE, ROLE_UPDATE, ROLE_DELETE, KEY_USED_AFTER_REVOKE, WEBHOOK_CREATE, WEBHOOK_DELETE
+    ROLE_CREATE, ROLE_UPDATE, ROLE_DELETE, KEY_USED_AFTER_REVOKE, WEBHOOK_CREATE, WEBHOOK_DELETE,
+    KEY_LEAKED,
 )  # fmt: skip
 RATE_LIMIT_CHANGED, KEY_ROTATED = "rate-limit-changed", "key-rotated"
 ADDED_UPDATE_TYPES = (RATE_LIMIT_CHANGED, KEY_ROTATED)
@@ -143,6 +148,14 @@ def key_used_after_revoke(key: Key, actor: Actor, now: datetime) -> Activity:
         key.organization_id, KEY_USED_AFTER_REVOKE, actor, now, target_key_id=key.id,
         after={"state": key.state},
     )  # fmt: skip
+
+
+def key_leaked(key: Key, actor: Actor, now: datetime, report: Mapping[str, Any]) -> Activity:
+    """A report that the key's secret leaked: ``report`` holds who reported it, where it
+    was found (GitHub's ``url`` and ``source``) and what was done (never the secret)."""
+    return Activity(
+        key.organization_id, KEY_LEAKED, actor, now, target_key_id=key.id, after=dict(report)
+    )
 
 
 def role_view(detail: RoleDetail) -> dict[str, Any]:

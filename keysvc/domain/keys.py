@@ -100,7 +100,7 @@ def new_credentials(hasher: Hasher, hash_data: Mapping[str, str] | None) -> NewC
             hasher.keyed(hash_data["keySecretHash"]),
             hash_data["keyIdSuffix"],
         )
-    key_id, secret = new_key_id(), new_secret()
+    key_id, secret = new_key_id(), new_secret(hasher.secret_prefix)
     return NewCredentials(
         hasher.of_plain(key_id), hasher.of_plain(secret), key_id[-SUFFIX_LENGTH:], key_id, secret
     )

@@ -21,3 +21,8 @@ MAX_WEBHOOKS_PER_ORG = 20
 DEFAULT_EXPIRING_DAYS = 7
 # The most buckets one usage query may ask for: a day of minutes.
 MAX_USAGE_BUCKETS = 1440
+# Leaked secrets (keysvc.domain.leaks): the longest secret a report may name (a
+# hashData client's own secrets may be long), and the most tokens one GitHub
+# secret-scanning report may carry.
+MAX_LEAKED_SECRET = 4096
+MAX_SCANNING_TOKENS = 100

@@ -13,6 +13,7 @@ import keysvc.http.views.console
 import keysvc.http.views.docs
 import keysvc.http.views.health
 import keysvc.http.views.keys
+import keysvc.http.views.leaks
 import keysvc.http.views.metrics
 import keysvc.http.views.roles
 import keysvc.http.views.usage

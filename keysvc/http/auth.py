@@ -141,7 +141,7 @@ async def _check_credentials(
     only, every guess sent at once would pass the limit together.
     """
     credentials = parse_basic(header)
-    if credentials is None or checksum_fails(credentials[1]):
+    if credentials is None or checksum_fails(credentials[1], hasher.secret_prefix):
         _outcome(request, "malformed")
         raise Unauthorized()
     key_id, secret = credentials
@@ -366,13 +366,8 @@ def _refuse_address(request: web.Request, limits: Limits, now: float) -> NoRetur
     )
 
 
-async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
-    """Authenticate within the limits: failed logins per network, then requests per
-    key. The caller's key, and its standing against its request limit if it has one."""
-    app = request.app
-    settings, limits = app[SETTINGS], app[LIMITS]
-    moment = app[CLOCK]()
-    now = moment.timestamp()
+def request_address(request: web.Request) -> IPAddress | None:
+    """The client address of ``request`` (``client_address``), as keysvc believes it."""
     forwarded = request.headers.get(hdrs.X_FORWARDED_FOR)
     if forwarded is not None:
         # One list, in order, however many lines carry it: a proxy that appends its own
@@ -381,7 +376,41 @@ async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
     # Only a forwarded header makes the socket matter: without one, a unix peer has
     # no address either way (its peername is empty), so most requests skip the lookup.
     from_proxy = forwarded is not None and _over_unix(request)
-    address = client_address(request.remote, forwarded, settings.trusted_proxies, from_proxy)
+    trusted = request.app[SETTINGS].trusted_proxies
+    return client_address(request.remote, forwarded, trusted, from_proxy)
+
+
+async def throttled_address(request: web.Request) -> IPAddress | None:
+    """The client address of a public request that proves nothing of its sender, once
+    its network is found under the failed-login limit (KEYSVC_AUTH_FAILURES a minute):
+    else it is refused with 429, as a login from there would be."""
+    app = request.app
+    settings, limits = app[SETTINGS], app[LIMITS]
+    now = app[CLOCK]().timestamp()
+    address = request_address(request)
+    if not await limits.failures_allow(address, settings.auth_failures, now):
+        _refuse_address(request, limits, now)
+    request[CLIENT_ADDRESS] = None if address is None else str(address)
+    return address
+
+
+async def admit_unproven(request: web.Request) -> IPAddress | None:
+    """Admit a report of a leaked secret as a failed login is throttled
+    (``throttled_address``), and count it as a failed login whatever it turns out to be,
+    so that neither the answer nor the throttle tells what it found. Its client address."""
+    address = await throttled_address(request)
+    request.app[LIMITS].failed(address, request.app[CLOCK]().timestamp())
+    return address
+
+
+async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
+    """Authenticate within the limits: failed logins per network, then requests per
+    key. The caller's key, and its standing against its request limit if it has one."""
+    app = request.app
+    settings, limits = app[SETTINGS], app[LIMITS]
+    moment = app[CLOCK]()
+    now = moment.timestamp()
+    address = request_address(request)
     # Checked before the credentials, so a blocked address is refused even with valid ones.
     if not await limits.failures_allow(address, settings.auth_failures, now):
         _refuse_address(request, limits, now)

@@ -26,10 +26,12 @@ from keysvc.credentials import SUFFIX_LENGTH
 from keysvc.domain.limits import MAX_ROLE_IDS
 from keysvc.domain.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.http import queries as q
+from keysvc.http import reports
 from keysvc.http import responses as r
 from keysvc.http import schemas as s
 from keysvc.http.render import MAX_PERMISSIONS_HEADER
 from keysvc.http.routes import (
+    GITHUB_SCANNING,
     KEY_PATH,
     KEYS_PATH,
     LIST_ACTIVITIES,
@@ -303,6 +305,10 @@ def _operations() -> dict[str, dict[str, Any]]:
         on_path = operations.setdefault(route.path, {})
         if route.method == "*":
             on_path.update({method: _verify(route, method) for method in ("get", "head", "post")})
+        elif route is GITHUB_SCANNING:
+            ok = _json(reports.SCANNING_FEEDBACK, route.answer)
+            token = _ref(_COMPONENT_OF[reports.ScanningTokenSchema])
+            on_path[route.method.lower()] = reports.scanning_operation(_op(route, ok), token)
         elif route.media_type:
             on_path[route.method.lower()] = _plain(route, route.media_type)
         elif route.public:
@@ -501,6 +507,8 @@ def _components(now: datetime) -> tuple[tuple[str, Schema | type[Schema]], ...]:
         ("WebhookCreateResponse", r.CreateWebhookResultSchema),
         ("WebhookDeliveryAttempt", r.AttemptSchema),
         ("WebhookDelivery", r.DeliverySchema),
+        ("RevokeLeakedRequest", reports.RevokeLeakedSchema),
+        ("GithubSecretScanningToken", reports.ScanningTokenSchema),
     )
 
 

@@ -26,6 +26,7 @@ from keysvc.errors import BadRequest
 from keysvc.http import queries as q
 from keysvc.http import responses as r
 from keysvc.http import schemas as s
+from keysvc.http.reports import RevokeLeakedSchema
 
 View = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -435,6 +436,55 @@ LIST_DELIVERIES = Route(
     statuses=(*AUTHENTICATED, 404),
     description=_DELIVERIES,
 )
+REVOKE_LEAKED = Route(
+    "POST",
+    "/v1/keys/revoke-leaked",
+    "keysvcRevokeLeaked",
+    "Report a key's leaked secret: the key is disabled (keysvc addition)",
+    tag="keys",
+    public=True,
+    body=RevokeLeakedSchema,
+    answer="The report was received. The same answer whether or not the secret was a key's.",
+    statuses=(400, 429, 500, 507),
+    fields=("status",),
+    description=(
+        "Public: holding the secret is the authority. The key whose current secret it is, "
+        "or whose previous secret within a rotation's grace, is disabled (with "
+        "KEYSVC_LEAKED_KEY_ACTION=notify it is left enabled), a `key_leaked` activity "
+        "records the report, and the `key.leaked` event is sent, in one transaction. The "
+        "answer is the same whether or not the secret was a key's, and each report counts "
+        "as a failed login of its client network: 429 past KEYSVC_AUTH_FAILURES a minute. "
+        "A secret reported again changes nothing. Also 429 while the key's organization "
+        "is past its write budget or a webhook's queue is full, as for any write."
+    ),
+)
+GITHUB_SCANNING = Route(
+    "POST",
+    "/v1/secret-scanning/github",
+    "keysvcGithubSecretScanning",
+    "GitHub secret scanning's reports of leaked secrets (keysvc addition)",
+    tag="keys",
+    public=True,
+    answer="GitHub's feedback: one label per token reported.",
+    statuses=(400, 403, 404, 413, 429, 500, 507),
+    description=(
+        "Public, off unless KEYSVC_GITHUB_SCANNING_KEYS names a file of GitHub's secret "
+        "scanning public keys (then 404, as for an unknown path). Each request is verified "
+        "before anything else: an ECDSA P-256 / SHA-256 signature over the raw body, "
+        "base64 DER in `Github-Public-Key-Signature`, with the key "
+        "`Github-Public-Key-Identifier` names; a missing or unknown identifier or a bad "
+        "signature is a 403 that changes nothing and counts as a failed login of its "
+        "client network. The body is GitHub's array of `{token, type, url, source}` (1 to "
+        "100 tokens; a body that is not is a 400). Each token that is a key's secret "
+        "(current, or previous within a rotation's grace) is acted on as "
+        "`POST /v1/keys/revoke-leaked` does, its `key_leaked` activity keeping the "
+        "report's `url`, `source` and `type`. **Not the envelope**: a 200 answers GitHub's "
+        "feedback format, an array of `{token_hash, token_type, label}`, `token_hash` the "
+        "SHA-256 hex of the token (never the token), `label` `true_positive` for a key's "
+        "secret and `false_positive` otherwise, including a look-alike with a valid "
+        "checksum; the requestId is in the `X-Request-Id` header. Errors are envelopes."
+    ),
+)
 DOCS_ASSET = Route(
     "GET", "/docs/assets/{name}", "keysvcDocsAsset", "An asset of the docs page", tag="ops",
     public=True, statuses=(404, 500), media_type="application/octet-stream",
@@ -463,6 +513,7 @@ ROUTES: tuple[Route, ...] = (
     LIST_ROLES, CREATE_ROLE, GET_ROLE, UPDATE_ROLE, DELETE_ROLE,
     LIST_ACTIVITIES, GET_ACTIVITY,
     LIST_WEBHOOKS, CREATE_WEBHOOK, GET_WEBHOOK, DELETE_WEBHOOK, LIST_DELIVERIES,
+    REVOKE_LEAKED, GITHUB_SCANNING,
     WHOAMI, VERIFY, ROOT, HEALTHZ, READYZ, METRICS, OPENAPI_DOCUMENT, DOCS, DOCS_ASSET,
     CONSOLE, CONSOLE_ASSET,
 )  # fmt: skip

@@ -532,6 +532,7 @@ EVENT_TYPES = (
     "key.rotated",
     "key.expiring",
     "key.used_after_revoke",
+    "key.leaked",
 )
 MAX_EXPIRING_DAYS = 90
 

@@ -115,6 +115,7 @@ def _populate(base: str, admins: list[Creds], receiver_port: int, source: Source
         "rotated": {"name": "rotated", "roles": ["developer"]},
         "deleted": {"name": "deleted", "roles": ["developer"]},
         "reader": {"name": "reader", "roles": ["admin"]},
+        "leaked": {"name": "leaked", "roles": ["developer"]},
     }
     ids, creds = {}, {}
     for name, body in bodies.items():
@@ -134,6 +135,9 @@ def _populate(base: str, admins: list[Creds], receiver_port: int, source: Source
     )
     creds["rotated (previous)"], creds["rotated"] = creds["rotated"], _creds(rotated)
     _ok(base, keys + ids["deleted"], admins[0], "DELETE")
+    # Reported leaked (a leak_reports row), by its secret alone: the key is disabled.
+    leaked = {"secret": creds["leaked"]["keySecret"]}
+    _ok(base, "/v1/keys/revoke-leaked", admins[0], "POST", leaked)
     other = f"/v1/organizations/{admins[1]['organizationId']}"
     _ok(
         base,

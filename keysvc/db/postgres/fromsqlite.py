@@ -45,6 +45,7 @@ TABLES = (
     "webhook_deliveries",
     "webhook_attempts",
     "webhook_expiry_warnings",
+    "leak_reports",
     "meta",
 )
 # What PostgreSQL's migration writes into a new database: the copy replaces these

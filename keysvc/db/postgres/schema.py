@@ -22,6 +22,7 @@ from keysvc.config import ConfigError
 from keysvc.db.sqlite.migrations import (
     FAIR_DELIVERY_STEP,
     GROWTH_STEP,
+    LEAK_LOOKUP_STEP,
     LISTENERS_STEP,
     MIGRATIONS,
     SHARED_LIMITS_STEP,
@@ -129,6 +130,22 @@ POSTGRES_MIGRATIONS: Mapping[int, str] = {
         for each statement execute function keysvc_data_changed();
     create or replace trigger write_budgets_data_changed
         after insert or update or delete or truncate on write_budgets
+        for each statement execute function keysvc_data_changed();
+    """,
+    # 18: keys found by their secret's keyed hash, and the secrets reported leaked (as
+    # SQLite's LEAK_LOOKUP_STEP).
+    schema_version(MIGRATIONS[: MIGRATIONS.index(LEAK_LOOKUP_STEP) + 1]): """
+    create index if not exists api_keys_secret on api_keys (secret_hash);
+    create index if not exists api_keys_previous_secret on api_keys (previous_secret_hash)
+        where previous_secret_hash is not null;
+    create table if not exists leak_reports (
+        key_id      text collate "C" not null references api_keys (id) on delete cascade,
+        secret_hash bytea not null,
+        reported_at text collate "C" not null,
+        primary key (key_id, secret_hash)
+    );
+    create or replace trigger leak_reports_data_changed
+        after insert or update or delete or truncate on leak_reports
         for each statement execute function keysvc_data_changed();
     """,
 }

@@ -67,6 +67,24 @@ GROWTH_STEP = """
     ) strict, without rowid;
 """
 
+# The leaked-secret step (h/30a, issue 30): a key found by its secret's keyed hash alone
+# (keysvc.db.keys.BY_SECRET), current or a rotation's previous one, for revoke-by-secret
+# and GitHub's secret scanning; not unique, as two hashData keys may share a secret.
+# leak_reports: the secrets reported leaked per key, as keyed hashes, so that the same
+# report again records nothing (keysvc.domain.leaks). PostgreSQL's form is keyed by
+# this step's place.
+LEAK_LOOKUP_STEP = """
+    create index if not exists api_keys_secret on api_keys (secret_hash);
+    create index if not exists api_keys_previous_secret on api_keys (previous_secret_hash)
+        where previous_secret_hash is not null;
+    create table if not exists leak_reports (
+        key_id      text not null references api_keys (id) on delete cascade,
+        secret_hash blob not null,
+        reported_at text not null,
+        primary key (key_id, secret_hash)
+    ) strict, without rowid;
+"""
+
 # MIGRATIONS[n] takes a database from version n + 1 to n + 2. Version 1 is the
 # first release of schema.sql; append steps here and change schema.sql to match.
 MIGRATIONS: Sequence[str] = (
@@ -297,6 +315,8 @@ MIGRATIONS: Sequence[str] = (
     # 17: the activity date index, the write budgets, the waiting deliveries' index and
     # the pruned log's anchors (GROWTH_STEP).
     GROWTH_STEP,
+    # 18: keys found by their secret's keyed hash (LEAK_LOOKUP_STEP).
+    LEAK_LOOKUP_STEP,
 )
 
 

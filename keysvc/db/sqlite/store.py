@@ -193,7 +193,7 @@ async def open_checked(
             raise unusable(path, exc) from None
         recorded = await store.recorded_pepper()
         pepper = load_pepper(settings.pepper, settings.pepper_path, create=recorded is None)
-        hasher = Hasher(pepper)
+        hasher = Hasher(pepper, settings.secret_prefix)
         await store.check_pepper(hasher.fingerprint())
         store.key_outbox(hasher.derive(OUTBOX_SEAL))
         await store.key_activities(hasher.derive(ACTIVITY_CHAIN))

@@ -154,7 +154,20 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
         raise BadRequest(BODY_REQUIRED)
     if request.content_type != "application/json":
         raise UnsupportedMediaType()
-    raw = await _read_body(request)
+    value: dict[str, Any] = decode_json(await _read_body(request), dict, "a JSON object")
+    return value
+
+
+async def read_raw_body(request: web.Request) -> bytes:
+    """The body's bytes as sent, within the size limit (413) and the body timeout: for a
+    view that checks a signature over them before it reads them (``decode_json``)."""
+    return await _read_body(request)
+
+
+def decode_json(raw: bytes, kind: type, what: str) -> Any:
+    """A body's JSON value, of ``kind`` (``what`` names it: "a JSON object"), or a 400
+    that says what is wrong with it: strict UTF-8, no repeated field, no NaN or
+    Infinity, bounded numbers, no lone surrogate escape."""
     if not raw.strip():
         raise BadRequest(BODY_REQUIRED)
     try:
@@ -179,8 +192,8 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
         raise BadRequest("body: JSON is nested too deeply") from None
     except ValueError as exc:
         raise BadRequest(f"body: invalid JSON: {str(exc)[:100]}") from None
-    if not isinstance(value, dict):
-        raise BadRequest("body: must be a JSON object")
+    if not isinstance(value, kind):
+        raise BadRequest(f"body: must be {what}")
     # Only a \ud800-style escape makes a lone surrogate (the bytes were strict UTF-8): a
     # body without one is not walked, so a long list costs no more than its parsing.
     surrogate = _lone_surrogate(value) if _SURROGATE_ESCAPE.search(text) else None
