@@ -85,6 +85,8 @@ class Settings:
     # (keysvc.db.retention); and the most bytes of records one activity page holds.
     activity_retention_days: int | None = None
     activity_page_bytes: int = 1024 * 1024
+    # Seconds a proxy may reuse a /v1/verify answer (keysvc.domain.reuse); 0: none.
+    verify_reuse_seconds: int = 1
 
     @property
     def pepper_path(self) -> Path:
@@ -172,6 +174,18 @@ def _page_bytes(value: str) -> int:
     if not MIN_PAGE_BYTES <= number <= MAX_PAGE_BYTES:
         raise ConfigError(f"{number} must be from {MIN_PAGE_BYTES} to {MAX_PAGE_BYTES} bytes")
     return number
+
+
+# The longest a proxy may reuse a verify answer: a disabled, deleted or narrowed key
+# may pass for this long after the change (docs/SECURITY.md, "Reused verify answers").
+MAX_VERIFY_REUSE_SECONDS = 60
+
+
+def _reuse_seconds(value: str) -> int:
+    seconds = _int(value)
+    if not 0 <= seconds <= MAX_VERIFY_REUSE_SECONDS:
+        raise ConfigError(f"{seconds} must be from 0 (no reuse) to {MAX_VERIFY_REUSE_SECONDS} s")
+    return seconds
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
@@ -477,6 +491,11 @@ OPTIONS = (
         "activity_page_bytes", "KEYSVC_ACTIVITY_PAGE_BYTES", str(1024 * 1024), _page_bytes,
         "bytes of records an activity page holds at most before it ends with a nextCursor,"
         f" {MIN_PAGE_BYTES} to {MAX_PAGE_BYTES}",
+    ),
+    Option(
+        "verify_reuse_seconds", "KEYSVC_VERIFY_REUSE_SECONDS", "1", _reuse_seconds,
+        "seconds a proxy may reuse a /v1/verify answer (X-Accel-Expires, Cache-Control),"
+        f" 0 to {MAX_VERIFY_REUSE_SECONDS}; 0: every request reaches keysvc",
     ),
 )  # fmt: skip
 
