@@ -36,13 +36,17 @@ def nginx_binary() -> str:
     return require_command("nginx", package="nginx")
 
 
-def render(listen_port: int, keysvc_socket: Path, upstream: str, organization_id: str) -> str:
-    """The template with its placeholders filled in; none may be left over."""
+def render(
+    listen_port: int, keysvc_socket: Path, upstream: str, organization_id: str, cache: Path
+) -> str:
+    """The template with its placeholders filled in; none may be left over. ``cache``:
+    the folder of nginx's cache of keysvc's answers."""
     values = {
         "listen_port": str(listen_port),
         "keysvc_socket": str(keysvc_socket),
         "upstream": upstream,
         "organization_id": organization_id,
+        "keysvc_cache": str(cache),
     }
     text = TEMPLATE.read_text()
     unknown = set(PLACEHOLDER.findall(text)) - set(values)
@@ -83,7 +87,8 @@ class Nginx:
         self.binary, self.directory = binary, directory
         self.port = free_port()
         self.conf = directory / "nginx.conf"
-        block = render(self.port, keysvc_socket, upstream, organization_id)
+        self.cache = directory / "keysvc-cache"
+        block = render(self.port, keysvc_socket, upstream, organization_id, self.cache)
         self.conf.write_text(wrap(directory, block))
         self.error_log = directory / "error.log"
         self.proc: subprocess.Popen[bytes] | None = None

@@ -76,8 +76,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     created = bootstrap(db)
     admin = Creds(created["organizationId"], created["id"], created["keyId"], created["keySecret"])
     # keysvc believes nginx's X-Forwarded-For on its socket, and no TCP peer's; no
-    # default rate limit, only a key's own.
-    env = {"KEYSVC_TRUSTED_PROXIES": "", "KEYSVC_RATE_LIMIT": "off"}
+    # default rate limit, only a key's own. No answer may be reused: each request here
+    # checks keysvc's own answer, and nginx's cache keeps none that says 0 (the reuse
+    # bound through this same config: tests/system/test_nginx_reuse.py).
+    env = {
+        "KEYSVC_TRUSTED_PROXIES": "",
+        "KEYSVC_RATE_LIMIT": "off",
+        "KEYSVC_VERIFY_REUSE_SECONDS": "0",
+    }
     socket_path = directory / "keysvc.sock"
     with ExitStack() as resources:
         upstream = Upstream()
