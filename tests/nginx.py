@@ -23,6 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.components import require_command
+from tests.helpers import Creds
 from tests.server import free_port
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "docs" / "nginx-auth-request.conf"
@@ -232,3 +233,18 @@ def call(
         return Answer(response.status, response.headers, response.read())
     finally:
         connection.close()
+
+
+def admin_api(port: int, admin: Creds, method: str, path: str, body: Any = None) -> Any:
+    """keysvc's API on ``port`` directly, as ``admin``, under its organization; the
+    answer's result."""
+    url = f"/v1/organizations/{admin.organization_id}{path}"
+    answer = call(port, url, method=method, headers=admin.headers, body=body)
+    assert answer.status == 200, answer.body
+    return answer.json().get("result")
+
+
+def create_key(port: int, admin: Creds, **fields: Any) -> Creds:
+    """A key made through keysvc's API on ``port`` by ``admin``, with ``fields``."""
+    result = admin_api(port, admin, "POST", "/keys", {"name": "behind nginx", **fields})
+    return Creds(admin.organization_id, result["key"]["id"], result["keyId"], result["keySecret"])

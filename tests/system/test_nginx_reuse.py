@@ -20,7 +20,16 @@ from typing import Any
 import pytest
 
 from tests.helpers import Creds
-from tests.nginx import CLIENT, Answer, Nginx, Upstream, call, nginx_binary
+from tests.nginx import (
+    CLIENT,
+    Answer,
+    Nginx,
+    Upstream,
+    admin_api,
+    call,
+    create_key,
+    nginx_binary,
+)
 from tests.server import Server, bootstrap
 
 # KEYSVC_VERIFY_REUSE_SECONDS's default, and the bound the tests hold nginx to.
@@ -46,16 +55,10 @@ class Stack:
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
         """keysvc's API directly, as the admin; the answer's result."""
-        url = f"/v1/organizations/{self.admin.organization_id}{path}"
-        answer = call(self.keysvc.port, url, method=method, headers=self.admin.headers, body=body)
-        assert answer.status == 200, answer.body
-        return answer.json().get("result")
+        return admin_api(self.keysvc.port, self.admin, method, path, body)
 
     def create_key(self, **fields: Any) -> Creds:
-        result = self.api("POST", "/keys", {"name": "reused", **fields})
-        return Creds(
-            self.admin.organization_id, result["key"]["id"], result["keyId"], result["keySecret"]
-        )
+        return create_key(self.keysvc.port, self.admin, **fields)
 
     def verified(self) -> int:
         """How many verify requests reached keysvc so far, by its metrics."""
