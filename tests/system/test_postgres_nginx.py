@@ -43,7 +43,7 @@ from tests.server import Server, admin_creds, free_port, keysvc
 ROOT = Path(__file__).resolve().parents[2]
 TWO_INSTANCES = ROOT / "docs" / "nginx-two-instances.conf"
 # What docs/nginx-two-instances.conf says to change in the shipped config.
-SOCKET_VERIFY = "proxy_pass http://unix:{keysvc_socket}:/v1/verify;"
+SOCKET_VERIFY = "proxy_pass http://keysvc_verify/v1/verify;"
 SHARED_VERIFY = "proxy_pass http://keysvc/v1/verify;"
 # Generous, for a loaded machine.
 WAIT_SECONDS = 30.0
