@@ -26,6 +26,7 @@ broken scenario cannot pass for a slow one.
 """
 
 import argparse
+import os
 import shutil
 import statistics
 import sys
@@ -383,7 +384,7 @@ def _forward(
 ) -> bool:
     """The forward-auth scenario (bench/forward.py), its section written; whether any of
     its setups is broken."""
-    started = time.monotonic()
+    started, load = time.monotonic(), os.getloadavg()[0]
     wrk_path, hey_path = wrk.ensure_wrk(), hey.ensure_hey()
     with ExitStack() as stack:
         work = Path(tempfile.mkdtemp(prefix="keysvc-bench-forward-", dir=args.workdir))
@@ -396,6 +397,7 @@ def _forward(
     facts = [
         *report.head_facts(date, revision, _command(argv, args)),
         ("event loop", f"keysvc on {args.loop} (`KEYSVC_LOOP`)"),
+        ("load", f"the machine's load average was {load:.1f} at the start (1 minute)"),
         (
             "wrk",
             f"{wrk.version(wrk_path, '-v')}: `{settings.describe()}` through each nginx;"
