@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import Creds
+from tests.helpers import Creds, hash_data
 from tests.nginx import (
     CLIENT,
     Answer,
@@ -252,3 +252,30 @@ def test_no_answer_is_served_past_its_bound_with_keysvc_stopped(tmp_path: Path) 
         key = own.create_key(roles=["developer"])
         seen = seen_after(own, "/orders", key, own.keysvc.stop)
         assert_within_the_bound(seen, 500)
+
+
+@pytest.mark.parametrize("length", [400, 1450])
+def test_long_credentials_with_a_long_permission_list_are_reused(stack: Stack, length: int) -> None:
+    # The Authorization header (here a key ID and secret of the client's own, up to
+    # keysvc's 4,096 characters) goes into nginx's cache key, ahead of an answer with a
+    # 3,000-character permissions header: both must fit the subrequest's buffer. With
+    # nginx's default 4 KiB, the shorter was a 500 (too big a header), the longer never kept.
+    granted = sorted(f"svc{n:02d}:{'b' * 113}" for n in range(40))
+    role = stack.api("POST", "/roles", {"name": f"wide-{length}", "permissions": granted})
+    key_id, secret = "k" * length, "s" * (length + 150)
+    made = stack.api(
+        "POST",
+        "/keys",
+        {"name": "own", "assignedRoleIds": [role["id"]], "hashData": hash_data(key_id, secret)},
+    )
+    own = Creds(stack.admin.organization_id, made["key"]["id"], key_id, secret)
+    assert len(own.headers["Authorization"]) > 2.6 * length
+    for _ in range(5):
+        second = int(early_in_a_second())
+        before = stack.verified()
+        answers = [stack.get("/orders", own) for _ in range(3)]
+        if int(time.time()) == second:
+            break
+    assert [answer.status for answer in answers] == [200] * 3, stack.nginx.log()[-2000:]
+    assert stack.verified() == before + 1
+    assert "[error]" not in stack.nginx.log(), stack.nginx.log()[-2000:]
