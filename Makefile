@@ -18,11 +18,12 @@ PORT := $(or $(KEYSVC_PORT),8080)
 
 # Real components that tests drive, from Debian's packages, as command:package:
 # systemd only for systemd-analyze on the unit file; wrk for the bench's smoke test on
-# PostgreSQL (tests/system/test_bench_postgres.py); PostgreSQL's initdb is looked for
+# PostgreSQL (tests/system/test_bench_postgres.py), and with hey for the forward-auth
+# one (tests/system/test_nginx_reuse_bench.py); PostgreSQL's initdb is looked for
 # where Debian puts it, off PATH (PG_BIN). Installed when missing, where
 # this user may (root, or sudo without a password); else make says what to install
 # and goes on, and the tests that need one report it as not run (failed under CI=true).
-SYSTEM_DEPS ?= chromium:chromium nginx:nginx systemd-analyze:systemd initdb:postgresql wrk:wrk
+SYSTEM_DEPS ?= chromium:chromium nginx:nginx systemd-analyze:systemd initdb:postgresql wrk:wrk hey:hey
 PG_BIN := $(subst $(eval) ,:,$(wildcard /usr/lib/postgresql/*/bin))
 
 .PHONY: install system-deps run test test-fast lint fmt bench soak dist constraints clean
@@ -106,6 +107,10 @@ test-fast: $(TEST_STAMP)
 # (durability at its defaults) seeded with the same keys, takes its turn in every
 # round; its section compares it with SQLite's. BACKEND=sqlite leaves it out;
 # BACKEND=postgres fails without PostgreSQL rather than leave it out.
+# Then forward-auth (bench/forward.py): nginx in front of a static file with no auth,
+# auth_basic, and auth_request to keysvc with the shipped config, reuse off and on
+# (1 s), wrk through each in turn, ratios to auth_basic; and hey through auth_basic
+# and reuse at one paced rate, p99 against p99. Its own section.
 # Options: .venv/bin/python -m bench.run --help.
 bench: $(TEST_STAMP)
 	$(BIN)/python -m bench.run $(if $(SCALE),--keys 1000000)$(if $(LOOP), --loop $(LOOP))$(if $(BACKEND), --backend $(BACKEND))

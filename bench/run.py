@@ -26,6 +26,7 @@ broken scenario cannot pass for a slow one.
 """
 
 import argparse
+import os
 import shutil
 import statistics
 import sys
@@ -37,7 +38,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import hey, postgres, report, scenarios, seed, wrk
+from bench import forward, hey, postgres, report, scenarios, seed, wrk
 from bench.report import Cell, CellGrid, Column
 from bench.scenarios import Scenario
 from bench.servers import ROOT, Server, start_baseline, start_keysvc, stop_servers_on_sigterm
@@ -93,8 +94,15 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         help="comma-separated scenarios to run (of "
-        + ", ".join(s.name for s in scenarios.SCENARIOS)
-        + "); all by default; verify-paced needs verify",
+        + ", ".join([*(s.name for s in scenarios.SCENARIOS), forward.NAME])
+        + "); all by default; verify-paced needs verify; forward-auth runs nginx in front"
+        " of a static file four ways (bench/forward.py)",
+    )
+    parser.add_argument(
+        "--forward-keys",
+        type=int,
+        default=forward.DEFAULT_KEYS,
+        help=f"keys forward-auth's requests rotate through ({forward.DEFAULT_KEYS})",
     )
     parser.add_argument(
         "--backend",
@@ -367,6 +375,47 @@ def _postgres_section(
     return _section(heading, [sqlite, on_postgres.app], chosen, grid, extra + mine)
 
 
+def _forward(
+    argv: Sequence[str],
+    args: argparse.Namespace,
+    settings: wrk.WrkSettings,
+    date: str,
+    revision: str,
+) -> bool:
+    """The forward-auth scenario (bench/forward.py), its section written; whether any of
+    its setups is broken."""
+    started, load = time.monotonic(), os.getloadavg()[0]
+    wrk_path, hey_path = wrk.ensure_wrk(), hey.ensure_hey()
+    with ExitStack() as stack:
+        work = Path(tempfile.mkdtemp(prefix="keysvc-bench-forward-", dir=args.workdir))
+        if args.workdir is None:
+            stack.callback(shutil.rmtree, work, ignore_errors=True)
+        running = forward.start(stack, work, args.forward_keys, args.loop)
+        grid, rate = forward.measure(
+            wrk_path, hey_path, settings, args.rounds, args.warmup, args.paced_workers, running
+        )
+    facts = [
+        *report.head_facts(date, revision, _command(argv, args)),
+        ("event loop", f"keysvc on {args.loop} (`KEYSVC_LOOP`)"),
+        ("load", f"the machine's load average was {load:.1f} at the start (1 minute)"),
+        (
+            "wrk",
+            f"{wrk.version(wrk_path, '-v')}: `{settings.describe()}` through each nginx;"
+            f" {args.warmup}s warm-up each, then {args.rounds} rounds of the four in turn;"
+            " medians shown",
+        ),
+        ("run time", f"{time.monotonic() - started:.0f}s"),
+    ]
+    text = forward.section(grid, rate, facts, args.forward_keys)
+    print("\n" + text, flush=True)
+    key = "forward" + ("" if args.loop == "asyncio" else f"-{args.loop}")
+    report.write_section(args.doc, key, text)
+    broken = [(name, label) for name, row in grid.items() for label, c in row.items() if c.broken]
+    for name, label in broken:
+        print(f"bench: BROKEN: {label} {name}", file=sys.stderr)
+    return bool(broken)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _args(argv)
@@ -378,15 +427,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     scale = args.keys != DEFAULT_KEYS
     some = SCALE_SCENARIOS if scale else None  # None: every scenario
     chosen = [s for s in scenarios.SCENARIOS if some is None or s.name in some]
+    forward_auth = not scale
     if args.only:
         wanted = set(args.only.split(","))
+        forward_auth = forward_auth and forward.NAME in wanted
+        wanted.discard(forward.NAME if forward_auth else "")
         if wanted - {s.name for s in chosen}:
-            raise SystemExit(f"bench: --only: choose from {', '.join(s.name for s in chosen)}")
+            known = [s.name for s in chosen] + ([forward.NAME] if not scale else [])
+            raise SystemExit(f"bench: --only: choose from {', '.join(known)}")
         chosen = [s for s in chosen if s.name in wanted]
     names = {s.name for s in chosen}
     for scenario in chosen:
         if scenario.paced and scenario.calls not in names:
             raise SystemExit(f"bench: {scenario.name} paces {scenario.calls}: choose both")
+    forward_broken = forward_auth and _forward(argv, args, settings, date, revision)
+    if not chosen:
+        return 1 if forward_broken else 0
+    started = time.monotonic()
     pacing = any(s.paced for s in chosen)
     pg_bin = _postgres_bin(args)
     on_postgres: OnPostgres | None = None
@@ -467,7 +524,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f" failed (non-2xx or socket errors; probe answered {cell.probe_status})",
             file=sys.stderr,
         )
-    return 1 if broken else 0
+    return 1 if broken or forward_broken else 0
 
 
 if __name__ == "__main__":

@@ -101,6 +101,8 @@ class Settings:
     # What the secrets this deployment issues start with (keysvc.credentials); secrets
     # issued under another prefix before keep working (they are checked by hash).
     secret_prefix: str = "keysvc_"  # noqa: S105 - a public marker for scanners
+    # Seconds a proxy may reuse a /v1/verify answer (keysvc.domain.reuse); 0: none.
+    verify_reuse_seconds: int = 1
 
     @property
     def pepper_path(self) -> Path:
@@ -188,6 +190,18 @@ def _page_bytes(value: str) -> int:
     if not MIN_PAGE_BYTES <= number <= MAX_PAGE_BYTES:
         raise ConfigError(f"{number} must be from {MIN_PAGE_BYTES} to {MAX_PAGE_BYTES} bytes")
     return number
+
+
+# The longest a proxy may reuse a verify answer: a disabled, deleted or narrowed key
+# may pass for this long after the change (docs/SECURITY.md, "Reused verify answers").
+MAX_VERIFY_REUSE_SECONDS = 60
+
+
+def _reuse_seconds(value: str) -> int:
+    seconds = _int(value)
+    if not 0 <= seconds <= MAX_VERIFY_REUSE_SECONDS:
+        raise ConfigError(f"{seconds} must be from 0 (no reuse) to {MAX_VERIFY_REUSE_SECONDS} s")
+    return seconds
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
@@ -539,6 +553,11 @@ OPTIONS = (
         "github_scanning_keys", "KEYSVC_GITHUB_SCANNING_KEYS", "", _scanning_keys,
         "file of GitHub secret scanning's public keys (the JSON GitHub publishes), read at"
         " start: turns POST /v1/secret-scanning/github on (default: off, 404)",
+    ),
+    Option(
+        "verify_reuse_seconds", "KEYSVC_VERIFY_REUSE_SECONDS", "1", _reuse_seconds,
+        "seconds a proxy may reuse a /v1/verify answer (X-Accel-Expires, Cache-Control),"
+        f" 0 to {MAX_VERIFY_REUSE_SECONDS}; 0: every request reaches keysvc",
     ),
 )  # fmt: skip
 

@@ -23,6 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.components import require_command
+from tests.helpers import Creds
 from tests.server import free_port
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "docs" / "nginx-auth-request.conf"
@@ -36,13 +37,17 @@ def nginx_binary() -> str:
     return require_command("nginx", package="nginx")
 
 
-def render(listen_port: int, keysvc_socket: Path, upstream: str, organization_id: str) -> str:
-    """The template with its placeholders filled in; none may be left over."""
+def render(
+    listen_port: int, keysvc_socket: Path, upstream: str, organization_id: str, cache: Path
+) -> str:
+    """The template with its placeholders filled in; none may be left over. ``cache``:
+    the folder of nginx's cache of keysvc's answers."""
     values = {
         "listen_port": str(listen_port),
         "keysvc_socket": str(keysvc_socket),
         "upstream": upstream,
         "organization_id": organization_id,
+        "keysvc_cache": str(cache),
     }
     text = TEMPLATE.read_text()
     unknown = set(PLACEHOLDER.findall(text)) - set(values)
@@ -83,7 +88,8 @@ class Nginx:
         self.binary, self.directory = binary, directory
         self.port = free_port()
         self.conf = directory / "nginx.conf"
-        block = render(self.port, keysvc_socket, upstream, organization_id)
+        self.cache = directory / "keysvc-cache"
+        block = render(self.port, keysvc_socket, upstream, organization_id, self.cache)
         self.conf.write_text(wrap(directory, block))
         self.error_log = directory / "error.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -227,3 +233,18 @@ def call(
         return Answer(response.status, response.headers, response.read())
     finally:
         connection.close()
+
+
+def admin_api(port: int, admin: Creds, method: str, path: str, body: Any = None) -> Any:
+    """keysvc's API on ``port`` directly, as ``admin``, under its organization; the
+    answer's result."""
+    url = f"/v1/organizations/{admin.organization_id}{path}"
+    answer = call(port, url, method=method, headers=admin.headers, body=body)
+    assert answer.status == 200, answer.body
+    return answer.json().get("result")
+
+
+def create_key(port: int, admin: Creds, **fields: Any) -> Creds:
+    """A key made through keysvc's API on ``port`` by ``admin``, with ``fields``."""
+    result = admin_api(port, admin, "POST", "/keys", {"name": "behind nginx", **fields})
+    return Creds(admin.organization_id, result["key"]["id"], result["keyId"], result["keySecret"])

@@ -42,7 +42,8 @@ from keysvc.errors import (
     TooManyRequests,
     Unauthorized,
 )
-from keysvc.http.routes import path_uuid, route_of
+from keysvc.http.reuse import reuse_headers
+from keysvc.http.routes import VERIFY, path_uuid, route_of
 from keysvc.http.state import (
     AUTH_OUTCOME,
     CALLER,
@@ -457,6 +458,8 @@ async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = await handler(request)
     except ApiError as exc:
         refused = exc.status == Forbidden.status
+        if route is VERIFY:  # how long the proxy may reuse the refusal (keysvc.http.reuse)
+            exc.headers.update(reuse_headers(request, exc.status))
         raise
     finally:
         _count_use(request, refused)

@@ -30,6 +30,7 @@ from keysvc.http import reports
 from keysvc.http import responses as r
 from keysvc.http import schemas as s
 from keysvc.http.render import MAX_PERMISSIONS_HEADER
+from keysvc.http.reuse import REUSE_HEADERS_DOCUMENTED
 from keysvc.http.routes import (
     GITHUB_SCANNING,
     KEY_PATH,
@@ -304,7 +305,7 @@ def _operations() -> dict[str, dict[str, Any]]:
     for route in ROUTES:
         on_path = operations.setdefault(route.path, {})
         if route.method == "*":
-            on_path.update({method: _verify(route, method) for method in ("get", "head", "post")})
+            on_path.update({m: _with_reuse(_verify(route, m)) for m in ("get", "head", "post")})
         elif route is GITHUB_SCANNING:
             ok = _json(reports.SCANNING_FEEDBACK, route.answer)
             token = _ref(_COMPONENT_OF[reports.ScanningTokenSchema])
@@ -350,6 +351,14 @@ def _links(on_item: dict[str, Any], param: str, value: str) -> dict[str, Any]:
         }
         for method, operation in on_item.items()
     }
+
+
+def _with_reuse(operation: dict[str, Any]) -> dict[str, Any]:
+    """``operation`` with the reuse headers (keysvc.http.reuse) on each answer but a 500."""
+    for status, response in operation["responses"].items():
+        if status != "500":
+            response["headers"] = {**response["headers"], **REUSE_HEADERS_DOCUMENTED}
+    return operation
 
 
 def _verify(route: Route, method: str) -> dict[str, Any]:

@@ -19,7 +19,16 @@ from typing import Any
 import pytest
 
 from tests.helpers import Creds
-from tests.nginx import CLIENT, Answer, Nginx, Upstream, call, nginx_binary
+from tests.nginx import (
+    CLIENT,
+    Answer,
+    Nginx,
+    Upstream,
+    admin_api,
+    call,
+    create_key,
+    nginx_binary,
+)
 from tests.server import Server, admin_creds, bootstrap
 
 
@@ -38,16 +47,10 @@ class Stack:
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
         """keysvc's API directly, as the admin; the answer's result."""
-        url = f"/v1/organizations/{self.admin.organization_id}{path}"
-        answer = call(self.keysvc.port, url, method=method, headers=self.admin.headers, body=body)
-        assert answer.status == 200, answer.body
-        return answer.json().get("result")
+        return admin_api(self.keysvc.port, self.admin, method, path, body)
 
     def create_key(self, **fields: Any) -> Creds:
-        result = self.api("POST", "/keys", {"name": "behind nginx", **fields})
-        return Creds(
-            self.admin.organization_id, result["key"]["id"], result["keyId"], result["keySecret"]
-        )
+        return create_key(self.keysvc.port, self.admin, **fields)
 
     def refused(self, path: str, creds: Creds | None, status: int) -> Answer:
         """Refused with ``status`` by nginx, and the upstream never saw the request."""
@@ -76,8 +79,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     created = bootstrap(db)
     admin = Creds(created["organizationId"], created["id"], created["keyId"], created["keySecret"])
     # keysvc believes nginx's X-Forwarded-For on its socket, and no TCP peer's; no
-    # default rate limit, only a key's own.
-    env = {"KEYSVC_TRUSTED_PROXIES": "", "KEYSVC_RATE_LIMIT": "off"}
+    # default rate limit, only a key's own. No answer may be reused: each request here
+    # checks keysvc's own answer, and nginx's cache keeps none that says 0 (the reuse
+    # bound through this same config: tests/system/test_nginx_reuse.py).
+    env = {
+        "KEYSVC_TRUSTED_PROXIES": "",
+        "KEYSVC_RATE_LIMIT": "off",
+        "KEYSVC_VERIFY_REUSE_SECONDS": "0",
+    }
     socket_path = directory / "keysvc.sock"
     with ExitStack() as resources:
         upstream = Upstream()

@@ -43,7 +43,7 @@ from tests.server import Server, admin_creds, free_port, keysvc
 ROOT = Path(__file__).resolve().parents[2]
 TWO_INSTANCES = ROOT / "docs" / "nginx-two-instances.conf"
 # What docs/nginx-two-instances.conf says to change in the shipped config.
-SOCKET_VERIFY = "proxy_pass http://unix:{keysvc_socket}:/v1/verify;"
+SOCKET_VERIFY = "proxy_pass http://keysvc_verify/v1/verify;"
 SHARED_VERIFY = "proxy_pass http://keysvc/v1/verify;"
 # Generous, for a loaded machine.
 WAIT_SECONDS = 30.0
@@ -67,7 +67,7 @@ def two_instance_config(
     two = TWO_INSTANCES.read_text()
     assert SOCKET_VERIFY in two and SHARED_VERIFY in two  # the change the file asks for
     socket = Path("/keysvc-is-an-upstream.sock")
-    shipped = render(nginx.port, socket, upstream, organization)
+    shipped = render(nginx.port, socket, upstream, organization, nginx.cache)
     verify = SOCKET_VERIFY.replace("{keysvc_socket}", str(socket))
     assert shipped.count(verify) == 1
     shipped = shipped.replace(verify, SHARED_VERIFY)
@@ -187,8 +187,11 @@ def started(
         "KEYSVC_PEPPER": PEPPER.hex(),
         # nginx's X-Forwarded-For is believed on the sockets alone; no default rate
         # limit, and room for the refusals the tests count; an access line for every
-        # answer, to tell which instance served what.
+        # answer, to tell which instance served what; no verify answer reused by nginx,
+        # so that the very next request reaches an instance (tests/system/test_nginx_reuse.py
+        # checks the reuse bound).
         "KEYSVC_TRUSTED_PROXIES": "",
+        "KEYSVC_VERIFY_REUSE_SECONDS": "0",
         "KEYSVC_RATE_LIMIT": "off",
         "KEYSVC_AUTH_FAILURES": "100000",
         "KEYSVC_ACCESS_LOG": "all",

@@ -7,7 +7,9 @@ rules as the management API (secret, state, expiry, IP access list, rate
 limits). Here only what the proxy asks for is checked: the organization the key
 must belong to and the permissions it must hold. Success is 200 with an empty
 body and headers the proxy can pass upstream; failures are envelopes, so
-whoever reads the proxy's logs sees why.
+whoever reads the proxy's logs sees why. Every answer says how long the proxy may
+reuse it (``keysvc.http.reuse``: ``X-Accel-Expires`` and ``Cache-Control``), the
+refusals' from ``keysvc.http.auth.guarded``, which sees them all.
 """
 
 from aiohttp import web
@@ -16,6 +18,7 @@ from keysvc.domain.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.errors import BadRequest
 from keysvc.http import render
 from keysvc.http.auth import authorize_organization, authorize_permission
+from keysvc.http.reuse import reuse_headers
 from keysvc.http.routes import VERIFY, serves
 from keysvc.http.schemas import UUID_PATTERN
 from keysvc.http.state import CALLER
@@ -69,6 +72,7 @@ async def verify(request: web.Request) -> web.Response:
     return web.Response(
         status=200,
         headers={
+            **reuse_headers(request, 200),
             "X-Key-Id": caller.id,
             "X-Organization-Id": caller.organization_id,
             "X-Key-Permissions": render.permissions_header(caller),

@@ -1,0 +1,76 @@
+"""The reuse bound a ``/v1/verify`` answer states to the proxy in front of it, from the
+rule in ``keysvc.domain.reuse``: ``X-Accel-Expires`` (nginx reads it first, and keeps to
+it alone in the shipped config) and ``Cache-Control`` for any other cache.
+
+A 200 and a refusal (401, 403) may be reused for the bound; anything else (a 400, a 429,
+a 503) says not at all (``X-Accel-Expires: 0``, ``Cache-Control: no-store``), as does
+an answer of a key keysvc must see every request of. The bound holds only for a cache
+whose key covers all the answer depends on: the Authorization header, the
+X-Required-Organization and X-Required-Permission headers and the X-Forwarded-For
+header keysvc receives (the client address, for IP access lists): docs/SECURITY.md,
+"Reused verify answers". Requirements given in the query are not in that key, so their
+answers say not at all.
+"""
+
+from aiohttp import web
+
+from keysvc.config import Settings
+from keysvc.domain.reuse import reuse_bound
+from keysvc.http.state import CALLER, CLOCK, PREVIOUS_CREDENTIAL, SETTINGS
+from keysvc.models import Key
+
+NO_REUSE = {"X-Accel-Expires": "0", "Cache-Control": "no-store"}
+# What the OpenAPI document says of them (keysvc.http.openapi), on each verify answer but a 500.
+REUSE_HEADERS_DOCUMENTED = {
+    "X-Accel-Expires": {
+        "description": "How long a proxy may reuse this answer, for nginx: `@` and the last "
+        "whole unix second it may be served in (nginx's cache clock counts whole seconds), "
+        "within KEYSVC_VERIFY_REUSE_SECONDS, the key's expireAt and, when the answer used a "
+        "rotated key's previous credentials, their grace; `0`: not at all (a key with a "
+        "request limit, a 400, a 429, requirements given in the query, or the setting at 0). "
+        "It holds for a cache whose key covers Authorization, X-Required-Organization, "
+        "X-Required-Permission and X-Forwarded-For.",
+        "schema": {"type": "string", "pattern": "^(?:0|@[0-9]+)$"},
+    },
+    "Cache-Control": {
+        "description": "The same bound for other caches: `private, max-age=N` (whole "
+        "seconds from now), or `no-store`.",
+        "schema": {"type": "string", "pattern": "^(?:no-store|private, max-age=[0-9]+)$"},
+    },
+}
+# The statuses whose answer may be reused: a 429 must be seen again, and others are errors.
+REUSABLE = frozenset({200, 401, 403})
+
+
+def must_see_every_request(caller: Key, settings: Settings) -> bool:
+    """Whether every request of ``caller``'s key must reach keysvc: it has a request
+    limit (its own or the server's), which counts each one."""
+    return (caller.rate_limit or settings.rate_limit) is not None
+
+
+def reuse_headers(request: web.Request, status: int) -> dict[str, str]:
+    """The headers that say how long the verify answer of ``status`` to ``request`` may
+    be reused: within the setting, the caller's key's expiry and, when it used its
+    previous credentials, their grace. A refusal before the key was admitted (a 401, or
+    the 403 of an IP access list) ends with nothing sooner than the setting's bound."""
+    settings = request.app[SETTINGS]
+    seconds = settings.verify_reuse_seconds
+    if not seconds or status not in REUSABLE or request.query_string:
+        return dict(NO_REUSE)
+    caller = request.get(CALLER)
+    if caller is None:
+        bound = reuse_bound(request.app[CLOCK](), seconds)
+    else:
+        grace = caller.previous_until if request.get(PREVIOUS_CREDENTIAL, False) else None
+        bound = reuse_bound(
+            request.app[CLOCK](),
+            seconds,
+            every_request=must_see_every_request(caller, settings),
+            ends=(caller.expire_at, grace),
+        )
+    if bound is None:
+        return dict(NO_REUSE)
+    return {
+        "X-Accel-Expires": f"@{bound.last_second}",
+        "Cache-Control": f"private, max-age={bound.max_age}",
+    }
