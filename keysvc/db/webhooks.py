@@ -8,13 +8,15 @@ import json
 import sqlite3
 from datetime import UTC, datetime
 
-from keysvc.credentials import BOUND_SECRET
 from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql
 from keysvc.db.statements import fetch_all, fetch_one
 from keysvc.models import Attempt, Delivery, Webhook
 from keysvc.timeutil import from_text, to_text
 
+# A webhook's secret_version since Standard Webhooks: derived as BOUND_SECRET's
+# (keysvc.credentials), shown as a Standard Webhooks secret (keysvc.domain.signing).
+STANDARD_SECRET = 3
 WEBHOOK = """
     select seq, id, organization_id, url, events, expiring_days, nonce, created_at
     from webhooks where id = ? and organization_id = ?
@@ -92,7 +94,7 @@ async def insert_webhook(
     created_at: datetime,
 ) -> Webhook:
     params = (webhook_id, organization_id, url, json.dumps(list(events)), expiring_days, nonce)
-    await conn.execute(INSERT_WEBHOOK, (*params, to_text(created_at), BOUND_SECRET))
+    await conn.execute(INSERT_WEBHOOK, (*params, to_text(created_at), STANDARD_SECRET))
     made = await get_webhook(conn, organization_id, webhook_id)
     assert made is not None  # inserted just now, in this transaction
     return made

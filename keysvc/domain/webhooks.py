@@ -10,7 +10,8 @@ are recorded in the activity log in their own transaction
 
 A webhook's secret is not stored: the webhook keeps a random nonce (unique), and the
 secret is derived from it, the webhook's ID, organization and URL with a key that
-comes from the pepper (``Hasher.webhook_secret``).
+comes from the pepper (``Hasher.webhook_secret``); a new one is shown in Standard
+Webhooks' ``whsec_<base64>`` form (``keysvc.domain.signing``).
 """
 
 import secrets
@@ -19,12 +20,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from keysvc.credentials import BOUND_SECRET, Hasher
+from keysvc.credentials import Hasher
 from keysvc.db import webhooks as webhook_sql
 from keysvc.db.contract import Store
 from keysvc.domain import activities, cursors
 from keysvc.domain.limits import DEFAULT_EXPIRING_DAYS, MAX_WEBHOOKS_PER_ORG
 from keysvc.domain.permissions import has_permission
+from keysvc.domain.signing import signing_secret
 from keysvc.domain.targets import check_addresses, parse_url
 from keysvc.errors import Conflict, Forbidden, NotFound
 from keysvc.models import Actor, Delivery, Key, Webhook
@@ -95,8 +97,10 @@ async def create_webhook(
             now,
         )
         await store.record(conn, activities.webhook_created(webhook, actor, now))
-    secret = hasher.webhook_secret(nonce, BOUND_SECRET, webhook.id, organization_id, webhook.url)
-    return Created(webhook, secret)
+    secret = signing_secret(
+        hasher, nonce, webhook_sql.STANDARD_SECRET, webhook.id, organization_id, webhook.url
+    )
+    return Created(webhook, secret.shown)
 
 
 async def list_webhooks(store: Store, organization_id: str) -> list[Webhook]:

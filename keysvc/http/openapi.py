@@ -26,6 +26,7 @@ from keysvc.domain.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.http import queries as q
 from keysvc.http import responses as r
 from keysvc.http import schemas as s
+from keysvc.http.openapi_webhooks import delivery_webhooks
 from keysvc.http.render import MAX_PERMISSIONS_HEADER
 from keysvc.http.routes import (
     KEY_PATH,
@@ -461,6 +462,7 @@ def build_spec() -> dict[str, Any]:
         spec.path(path=path, operations=path_operations)
     document = spec.to_dict()
     _tighten(document["components"]["schemas"])
+    document["webhooks"] = delivery_webhooks()
     return document
 
 

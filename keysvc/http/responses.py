@@ -312,6 +312,8 @@ class CreateWebhookResultSchema(Schema):
     secret = fields.String(
         metadata={
             "description": "The signing secret, shown this once: keysvc cannot show it again."
+            " A Standard Webhooks secret: whsec_ and the standard base64 of 32 bytes.",
+            "pattern": "^whsec_[A-Za-z0-9+/]{43}=$",
         }
     )
 

@@ -1,6 +1,7 @@
 """The webhook delivery task: started with the app, it sends the outbox's due deliveries
-(``keysvc.db.outbox``), signed, and schedules the retries; it also enqueues the
-``key.expiring`` warnings, and drops deliveries finished long enough ago.
+(``keysvc.db.outbox``), signed (``keysvc.domain.signing``), and schedules the retries;
+it also enqueues the ``key.expiring`` warnings, and drops deliveries finished long
+enough ago.
 
 An attempt is leased in one short write transaction (so that another worker process
 does not make the same attempt at once), made outside any transaction, and its outcome
@@ -21,8 +22,6 @@ was changed since), and is not sent but failed at once, as ``unauthenticated``.
 """
 
 import asyncio
-import hashlib
-import hmac
 import logging
 import random
 import time
@@ -40,6 +39,7 @@ from keysvc.db import keys as key_sql
 from keysvc.db import outbox
 from keysvc.db.contract import Connection, Store
 from keysvc.db.outbox import Due
+from keysvc.domain.signing import signed_headers, signing_secret
 from keysvc.domain.targets import ip_literal, is_public
 from keysvc.keyview import api_key
 from keysvc.ops.resolver import BlockedAddress, GuardedResolver
@@ -60,20 +60,6 @@ EXPIRING_PER_SCAN = 500
 
 # Why an attempt was not made: the row's MAC does not verify (keysvc.db.seal.Seal).
 UNAUTHENTICATED = "unauthenticated"
-
-
-def signature(secret: str, timestamp: int, event_id: str, event_type: str, body: str) -> str:
-    """The Keysvc-Signature header: ``t=<unix seconds>,v1=<hex>,v2=<hex>``, Stripe's
-    scheme. v2 is HMAC-SHA256(secret, "<t>.<event ID>.<event type>.<body>"), the
-    Keysvc-Event-Id and Keysvc-Event-Type headers signed too; the ID is a UUID, the type
-    one of the event types and the body a JSON object, so no field can run into the
-    next. v1, over "<t>.<body>" alone, is sent as well for receivers not yet moved to v2:
-    it leaves the event headers unsigned."""
-    key = secret.encode()
-    v1 = hmac.new(key, f"{timestamp}.{body}".encode(), hashlib.sha256).hexdigest()
-    signed = f"{timestamp}.{event_id}.{event_type}.{body}".encode()
-    v2 = hmac.new(key, signed, hashlib.sha256).hexdigest()
-    return f"t={timestamp},v1={v1},v2={v2}"
 
 
 def retry_delay(base: float, attempts: int) -> float:
@@ -236,16 +222,13 @@ class Deliverer:
         private = self._settings.webhook_allow_private
         if literal is not None and not private and not is_public(literal):
             raise BlockedAddress(f"{literal} is not a public address")
-        secret = self._hasher.webhook_secret(
-            due.nonce, due.secret_version, due.webhook_id, due.organization_id, due.url
-        )
+        secret = signing_secret(
+            self._hasher, due.nonce, due.secret_version, due.webhook_id, due.organization_id,
+            due.url,
+        )  # fmt: skip
         headers = {
             "Content-Type": "application/json",
-            "Keysvc-Event-Id": due.event_id,
-            "Keysvc-Event-Type": due.event_type,
-            "Keysvc-Signature": signature(
-                secret, int(time.time()), due.event_id, due.event_type, due.body
-            ),
+            **signed_headers([secret], int(time.time()), due.event_id, due.event_type, due.body),
         }
         async with self._session.post(
             due.url, data=due.body.encode(), headers=headers, allow_redirects=False
