@@ -104,7 +104,8 @@ DUE = """
         from heads h join webhook_deliveries d on d.seq = h.seq
     )
     select d.seq, d.event_id, d.event_type, d.body, d.attempts, d.give_up_at, w.url, w.nonce,
-           d.id, d.webhook_id, d.mac, w.organization_id, w.secret_version
+           d.id, d.webhook_id, d.mac, w.organization_id, w.secret_version, w.previous_nonce,
+           w.previous_secret_version, w.previous_until
     from turns t
     join webhook_deliveries d on d.seq = t.seq
     join webhooks w on w.id = d.webhook_id
@@ -200,6 +201,10 @@ class Due:
     mac: bytes | None
     organization_id: str
     secret_version: int
+    # The webhook's previous secret, which signs too until previous_until (unix seconds).
+    previous_nonce: bytes | None = None
+    previous_secret_version: int | None = None
+    previous_until: float | None = None
 
 
 @dataclass(frozen=True)
@@ -324,7 +329,8 @@ async def claim(
     return [
         Due(row["seq"], row["event_id"], row["event_type"], row["body"], row["attempts"],
             row["give_up_at"], row["url"], row["nonce"], row["id"], row["webhook_id"],
-            row["mac"], row["organization_id"], row["secret_version"])
+            row["mac"], row["organization_id"], row["secret_version"], row["previous_nonce"],
+            row["previous_secret_version"], row["previous_until"])
         for row in rows
     ]  # fmt: skip
 

@@ -18,11 +18,13 @@ from keysvc.timeutil import from_text, to_text
 # (keysvc.credentials), shown as a Standard Webhooks secret (keysvc.domain.signing).
 STANDARD_SECRET = 3
 WEBHOOK = """
-    select seq, id, organization_id, url, events, expiring_days, nonce, created_at
+    select seq, id, organization_id, url, events, expiring_days, nonce, created_at,
+           previous_until, failing_since, disabled_at
     from webhooks where id = ? and organization_id = ?
 """
 WEBHOOKS_OF = """
-    select seq, id, organization_id, url, events, expiring_days, nonce, created_at
+    select seq, id, organization_id, url, events, expiring_days, nonce, created_at,
+           previous_until, failing_since, disabled_at
     from webhooks where organization_id = ? order by seq
 """
 COUNT_WEBHOOKS = "select count(*) from webhooks where organization_id = ?"
@@ -32,6 +34,13 @@ INSERT_WEBHOOK = """
     values (?, ?, ?, ?, ?, ?, ?, ?)
 """
 DELETE_WEBHOOK = "delete from webhooks where id = ? and organization_id = ?"
+# A new secret (nonce, STANDARD_SECRET); the one it replaces signs too until ``until``.
+NEW_NONCE = """
+    update webhooks
+    set previous_nonce = nonce, previous_secret_version = secret_version, previous_until = ?,
+        nonce = ?, secret_version = ?
+    where id = ? and organization_id = ?
+"""
 # Newest first, before the cursor's delivery (seq); one more than the page, to know
 # whether another follows. One statement, so one snapshot: an attempt and its
 # delivery's new state are committed together, and separate reads could show one
@@ -62,6 +71,9 @@ def webhook_from_row(row: sqlite3.Row) -> Webhook:
         expiring_days=row["expiring_days"],
         nonce=row["nonce"],
         created_at=from_text(row["created_at"]),
+        previous_until=from_unix(row["previous_until"]),
+        failing_since=from_unix(row["failing_since"]),
+        disabled_at=None if row["disabled_at"] is None else from_text(row["disabled_at"]),
     )
 
 
@@ -98,6 +110,16 @@ async def insert_webhook(
     made = await get_webhook(conn, organization_id, webhook_id)
     assert made is not None  # inserted just now, in this transaction
     return made
+
+
+async def rotate_secret(
+    conn: Connection, organization_id: str, webhook_id: str, nonce: bytes, until: datetime
+) -> Webhook | None:
+    """Give the webhook a new secret (from ``nonce``); its current one signs beside it
+    until ``until``. The webhook, or None if it is not this organization's."""
+    params = (until.timestamp(), nonce, STANDARD_SECRET, webhook_id, organization_id)
+    await conn.execute(NEW_NONCE, params)
+    return await get_webhook(conn, organization_id, webhook_id)
 
 
 async def delete_webhook(conn: Connection, organization_id: str, webhook_id: str) -> bool:

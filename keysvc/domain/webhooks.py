@@ -17,7 +17,7 @@ Webhooks' ``whsec_<base64>`` form (``keysvc.domain.signing``).
 import secrets
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from keysvc.credentials import Hasher
@@ -46,6 +46,14 @@ KEY_EVENTS_REFUSED = (
 @dataclass(frozen=True)
 class Created:
     """A stored webhook, and its signing secret (shown once)."""
+
+    webhook: Webhook
+    secret: str
+
+
+@dataclass(frozen=True)
+class Rotated:
+    """A webhook after its secret's rotation, and its new secret (shown once)."""
 
     webhook: Webhook
     secret: str
@@ -125,6 +133,31 @@ async def delete_webhook(
         ):
             raise NotFound(NOT_FOUND)
         await store.record(conn, activities.webhook_deleted(webhook, actor, now))
+
+
+async def rotate_secret(
+    store: Store,
+    hasher: Hasher,
+    organization_id: str,
+    webhook_id: str,
+    overlap_seconds: int,
+    actor: Actor,
+    now: datetime,
+) -> Rotated:
+    """Give the webhook a new secret (a new nonce, shown in the ``whsec_`` form); the one
+    it replaces signs its deliveries too for ``overlap_seconds`` (0: not at all). A
+    secret replaced before, still in its overlap, stops signing. Recorded as an activity."""
+    nonce = secrets.token_bytes(NONCE_BYTES)
+    until = now + timedelta(seconds=overlap_seconds)
+    async with store.transaction("rotate_webhook_secret") as conn:
+        webhook = await webhook_sql.rotate_secret(conn, organization_id, webhook_id, nonce, until)
+        if webhook is None:
+            raise NotFound(NOT_FOUND)
+        await store.record(conn, activities.webhook_secret_rotated(webhook, actor, now))
+    secret = signing_secret(
+        hasher, nonce, webhook_sql.STANDARD_SECRET, webhook.id, organization_id, webhook.url
+    )
+    return Rotated(webhook, secret.shown)
 
 
 async def deliveries(

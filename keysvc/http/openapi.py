@@ -494,6 +494,8 @@ def _components(now: datetime) -> tuple[tuple[str, Schema | type[Schema]], ...]:
         ("WebhookCreateResponse", r.CreateWebhookResultSchema),
         ("WebhookDeliveryAttempt", r.AttemptSchema),
         ("WebhookDelivery", r.DeliverySchema),
+        ("WebhookRotateSecretRequest", s.RotateWebhookSecretSchema),
+        ("WebhookRotateSecretResponse", r.RotateWebhookSecretResultSchema),
     )
 
 

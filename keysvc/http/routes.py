@@ -36,6 +36,7 @@ ROLES_PATH, ROLE_PATH = ORG + "/roles", ORG + "/roles/{roleId}"
 ACTIVITIES_PATH, ACTIVITY_PATH = ORG + "/activities", ORG + "/activities/{activityId}"
 WEBHOOKS_PATH, WEBHOOK_PATH = ORG + "/webhooks", ORG + "/webhooks/{webhookId}"
 DELIVERIES_PATH = WEBHOOK_PATH + "/deliveries"
+ROTATE_SECRET_PATH = WEBHOOK_PATH + "/rotate-secret"
 
 # What any authenticated operation may answer besides its success; a write may also
 # be refused whole for a full disk.
@@ -435,6 +436,28 @@ LIST_DELIVERIES = Route(
     statuses=(*AUTHENTICATED, 404),
     description=_DELIVERIES,
 )
+ROTATE_WEBHOOK_SECRET = Route(
+    "POST",
+    ROTATE_SECRET_PATH,
+    "keysvcWebhookRotateSecret",
+    "Rotate a webhook's signing secret (keysvc addition)",
+    tag="webhooks",
+    permission="webhooks:write",
+    body=s.RotateWebhookSecretSchema,
+    body_required=False,
+    response=r.RotateWebhookSecretResultSchema,
+    answer="The webhook, and its new signing secret once.",
+    statuses=(*WRITE, 404),
+    description=(
+        "Needs the permission `webhooks:write`. keysvc addition. Gives the webhook a new "
+        "signing secret, shown in this answer only; for `overlapSeconds` (default a day, at "
+        "most 7 days; 0: none) every delivery is signed with both, the new first "
+        "(`webhook-signature: v1,<new> v1,<old>`, and a second v1 and v2 in "
+        "`Keysvc-Signature`), so that receivers can move to the new one. A rotation during "
+        "an overlap ends the older secret's at once. Recorded as a `webhook_secret_rotate` "
+        "activity."
+    ),
+)
 DOCS_ASSET = Route(
     "GET", "/docs/assets/{name}", "keysvcDocsAsset", "An asset of the docs page", tag="ops",
     public=True, statuses=(404, 500), media_type="application/octet-stream",
@@ -463,6 +486,7 @@ ROUTES: tuple[Route, ...] = (
     LIST_ROLES, CREATE_ROLE, GET_ROLE, UPDATE_ROLE, DELETE_ROLE,
     LIST_ACTIVITIES, GET_ACTIVITY,
     LIST_WEBHOOKS, CREATE_WEBHOOK, GET_WEBHOOK, DELETE_WEBHOOK, LIST_DELIVERIES,
+    ROTATE_WEBHOOK_SECRET,
     WHOAMI, VERIFY, ROOT, HEALTHZ, READYZ, METRICS, OPENAPI_DOCUMENT, DOCS, DOCS_ASSET,
     CONSOLE, CONSOLE_ASSET,
 )  # fmt: skip

@@ -39,7 +39,7 @@ from keysvc.db import keys as key_sql
 from keysvc.db import outbox
 from keysvc.db.contract import Connection, Store
 from keysvc.db.outbox import Due
-from keysvc.domain.signing import signed_headers, signing_secret
+from keysvc.domain.signing import SigningSecret, signed_headers, signing_secret
 from keysvc.domain.targets import ip_literal, is_public
 from keysvc.keyview import api_key
 from keysvc.ops.resolver import BlockedAddress, GuardedResolver
@@ -222,19 +222,28 @@ class Deliverer:
         private = self._settings.webhook_allow_private
         if literal is not None and not private and not is_public(literal):
             raise BlockedAddress(f"{literal} is not a public address")
-        secret = signing_secret(
-            self._hasher, due.nonce, due.secret_version, due.webhook_id, due.organization_id,
-            due.url,
-        )  # fmt: skip
-        headers = {
-            "Content-Type": "application/json",
-            **signed_headers([secret], int(time.time()), due.event_id, due.event_type, due.body),
-        }
+        signed = signed_headers(
+            self._secrets(due), int(time.time()), due.event_id, due.event_type, due.body
+        )
+        headers = {"Content-Type": "application/json", **signed}
         async with self._session.post(
             due.url, data=due.body.encode(), headers=headers, allow_redirects=False
         ) as response:
             await response.content.read(64 * 1024)  # the answer itself is not kept
             return response.status
+
+    def _secrets(self, due: Due) -> list[SigningSecret]:
+        """The secrets ``due`` is signed with: its webhook's, then, during a rotation's
+        overlap (on the app's clock), the one it replaced."""
+        ids = (due.webhook_id, due.organization_id, due.url)
+        made = [signing_secret(self._hasher, due.nonce, due.secret_version, *ids)]
+        previous, version, until = (
+            due.previous_nonce, due.previous_secret_version, due.previous_until
+        )  # fmt: skip
+        overlapping = until is not None and until > self._clock().timestamp()
+        if previous is not None and version is not None and overlapping:
+            made.append(signing_secret(self._hasher, bytes(previous), version, *ids))
+        return made
 
     async def _scan_expiring(self) -> None:
         """Now and then: enqueue ``key.expiring`` for keys a webhook should warn of and

@@ -46,7 +46,10 @@ async def test_create_shows_the_secret_once_then_list_get_delete(
     assert webhook["url"] == PUBLIC
     assert webhook["events"] == ALL_EVENTS
     assert webhook["expiringDays"] == 7
-    assert set(webhook) == {"id", "url", "events", "expiringDays", "createdAt"}
+    assert set(webhook) == {
+        "id", "url", "events", "expiringDays", "createdAt", "previousSecretExpiresAt",
+    }  # fmt: skip
+    assert webhook["previousSecretExpiresAt"] is None  # never rotated
 
     listed = await assert_ok(await client.get(hooks_url(admin), headers=admin.headers))
     assert listed == [webhook]

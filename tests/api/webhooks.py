@@ -1,5 +1,5 @@
-"""What the webhook tests share: their URLs, a create through the API, and a client
-whose app may send webhooks to the loopback receiver quickly."""
+"""What the webhook tests share: their URLs, a create through the API, a client whose
+app may send webhooks to the loopback receiver quickly, and the whole activity log."""
 
 import asyncio
 from typing import Any
@@ -59,3 +59,21 @@ async def attempted(
             return log
         await asyncio.sleep(0.1)
     raise AssertionError(f"not attempted {attempts} times: {log}")
+
+
+def activities_url(creds: Creds, query: str) -> str:
+    return f"/v1/organizations/{creds.organization_id}/activities?{query}"
+
+
+async def every_activity(client: Client, creds: Creds) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    cursor = ""
+    while True:
+        query = "limit=3&include=keysvc" + (f"&cursor={cursor}" if cursor else "")
+        response = await client.get(activities_url(creds, query), headers=creds.headers)
+        body = await response.json()
+        assert response.status == 200, body
+        found += body["result"]
+        if body["nextCursor"] is None:
+            return found
+        cursor = body["nextCursor"]
