@@ -26,6 +26,7 @@ from keysvc.domain.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.http import queries as q
 from keysvc.http import responses as r
 from keysvc.http import schemas as s
+from keysvc.http import webhook_schemas as ws
 from keysvc.http.openapi_webhooks import delivery_webhooks
 from keysvc.http.render import MAX_PERMISSIONS_HEADER
 from keysvc.http.routes import (
@@ -233,6 +234,7 @@ _PATH_PARAMS = {
     "roleId": _ROLE_PARAM,
     "activityId": _ACTIVITY_PARAM,
     "webhookId": _WEBHOOK_PARAM,
+    "deliveryId": _path_param("deliveryId", "ID of the delivery (its `id` in the delivery log)."),
 }
 _PATH_PARAM = re.compile(r"\{([^}]+)\}")
 
@@ -494,7 +496,8 @@ def _components(now: datetime) -> tuple[tuple[str, Schema | type[Schema]], ...]:
         ("WebhookCreateResponse", r.CreateWebhookResultSchema),
         ("WebhookDeliveryAttempt", r.AttemptSchema),
         ("WebhookDelivery", r.DeliverySchema),
-        ("WebhookRotateSecretRequest", s.RotateWebhookSecretSchema),
+        ("WebhookUpdateRequest", ws.UpdateWebhookSchema),
+        ("WebhookRotateSecretRequest", ws.RotateWebhookSecretSchema),
         ("WebhookRotateSecretResponse", r.RotateWebhookSecretResultSchema),
     )
 

@@ -305,6 +305,18 @@ class WebhookSchema(Schema):
     events = fields.List(fields.String(metadata={"enum": list(EVENT_TYPES)}))
     expiringDays = fields.Integer(attribute="expiring_days")
     createdAt = Timestamp(attribute="created_at")
+    enabled = fields.Boolean(
+        metadata={
+            "description": "false: disabled, by PATCH or after failing every attempt for"
+            " KEYSVC_WEBHOOK_DISABLE_AFTER_HOURS; it is sent nothing until enabled again."
+        }
+    )
+    disabledAt = Timestamp(attribute="disabled_at", allow_none=True)
+    failingSince = Timestamp(
+        attribute="failing_since",
+        allow_none=True,
+        metadata={"description": "Since when every attempt has failed (null: the last worked)."},
+    )
     previousSecretExpiresAt = Timestamp(
         attribute="previous_until",
         allow_none=True,

@@ -26,14 +26,7 @@ from marshmallow import (
 
 from keysvc.credentials import SUFFIX_LENGTH, is_sha256_b64
 from keysvc.domain.addresses import kept_source
-from keysvc.domain.limits import (
-    ACTOR_PREFIX,
-    DEFAULT_EXPIRING_DAYS,
-    DEFAULT_SECRET_OVERLAP,
-    MAX_ROLE_IDS,
-    MAX_SECRET_OVERLAP,
-    MAX_WEBHOOK_URL,
-)
+from keysvc.domain.limits import ACTOR_PREFIX, DEFAULT_EXPIRING_DAYS, MAX_ROLE_IDS, MAX_WEBHOOK_URL
 from keysvc.domain.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.errors import BadRequest
 from keysvc.timeutil import to_text
@@ -539,6 +532,7 @@ EVENT_TYPES = (
     "key.rotated",
     "key.expiring",
     "key.used_after_revoke",
+    "webhook.disabled",
 )
 MAX_EXPIRING_DAYS = 90
 
@@ -583,18 +577,3 @@ class CreateWebhookSchema(Schema):
     def _each_once(self, value: list[str], data_key: str) -> None:
         if len(set(value)) != len(value):
             raise ValidationError("must name each event type once")
-
-
-class RotateWebhookSecretSchema(Schema):
-    """The rotate-secret body (keysvc addition), optional as a whole."""
-
-    overlapSeconds = WholeNumber(
-        load_default=DEFAULT_SECRET_OVERLAP,
-        validate=validate.Range(
-            0, MAX_SECRET_OVERLAP, error="must be an integer from {min} to {max} (7 days)"
-        ),
-        metadata={
-            "description": "How long the replaced secret still signs deliveries beside the new"
-            " one, in seconds (default 86400, a day; 0: it stops at once).",
-        },
-    )

@@ -16,6 +16,10 @@ until a day after the event, then failed. A lease outlives its attempt's timeout
 process killed mid-attempt leaves the delivery to be attempted again once its lease
 runs out: at least once.
 
+Each recorded attempt moves its webhook's failure clock
+(``keysvc.domain.webhooks.attempt_recorded``): a webhook that has failed every attempt
+for ``webhook_disable_after_hours`` is disabled, in the same transaction.
+
 Just before it is signed, a delivery's MAC is checked against the row and its webhook
 as they are (``keysvc.db.seal.Seal``): one that fails was not written by keysvc (or
 was changed since), and is not sent but failed at once, as ``unauthenticated``.
@@ -41,6 +45,7 @@ from keysvc.db.contract import Connection, Store
 from keysvc.db.outbox import Due
 from keysvc.domain.signing import SigningSecret, signed_headers, signing_secret
 from keysvc.domain.targets import ip_literal, is_public
+from keysvc.domain.webhooks import attempt_recorded
 from keysvc.keyview import api_key
 from keysvc.ops.resolver import BlockedAddress, GuardedResolver
 from keysvc.timeutil import Clock, to_text
@@ -210,6 +215,11 @@ class Deliverer:
         try:
             async with self._store.transaction("record_webhook_attempt") as conn:
                 await outbox.record(conn, due, self._owner, at, status, error, state, next_at)
+                if authentic:
+                    await attempt_recorded(
+                        self._store, conn, due.organization_id, due.webhook_id, delivered, at,
+                        self._settings.webhook_disable_after_hours,
+                    )  # fmt: skip
         except Exception:
             # The lease runs out, and the delivery is attempted again: at least once.
             logger.exception("webhook attempt not recorded; it will be made again")

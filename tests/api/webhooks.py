@@ -12,7 +12,7 @@ PRIVATE = (
     "url: {} is, or resolves to, a loopback, private or otherwise non-public address; give a"
     " public host (an operator may allow private targets with KEYSVC_WEBHOOK_ALLOW_PRIVATE=1)"
 )
-# Every event type, as the README lists them.
+# Every key event type, as the README lists them (webhook.disabled is the other one).
 ALL_EVENTS = [
     "key.created", "key.updated", "key.deleted", "key.rotated", "key.expiring",
     "key.used_after_revoke",
