@@ -18,30 +18,13 @@ import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from keysvc.config import Settings
-from tests.api.webhooks import attempted, create_webhook, private_client
+from tests.api.webhooks import attempted, hooked
 from tests.handsql import hand_sql
-from tests.helpers import Client, ClientFactory, Creds, FakeClock, assert_ok, bootstrap, create
-from tests.receiver import Received, Receiver, signature_valid
+from tests.helpers import Client, ClientFactory, FakeClock, assert_ok, create
+from tests.receiver import Received, Receiver, signature_valid, standard_valid
 
 KEY_EVENTS = ["key.created", "key.updated", "key.deleted"]
 README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-async def _setup(
-    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock, receiver: Receiver
-) -> tuple[Client, Creds, str, str]:
-    client = await private_client(aiohttp_client, settings, clock)
-    admin = await bootstrap(client.app)
-    created = await create_webhook(client, admin, {"url": receiver.url, "events": KEY_EVENTS})
-    return client, admin, created["webhook"]["id"], created["secret"]
-
-
-def verifies(secret: str | bytes, body: bytes, headers: dict[str, str]) -> bool:
-    try:
-        Webhook(secret).verify(body, headers)
-    except WebhookVerificationError:
-        return False
-    return True
 
 
 def standard_form(old: str) -> str:
@@ -57,9 +40,9 @@ def assert_standard(secret: str, got: Received) -> None:
     assert Webhook(secret).verify(got.body, headers) == got.event
     assert headers["webhook-id"] == got.event["id"] == headers["Keysvc-Event-Id"]
     assert abs(int(headers["webhook-timestamp"]) - time.time()) < 30
-    assert not verifies(secret, got.body + b" ", headers)
-    assert not verifies(secret, got.body.replace(b'"data"', b'"Data"'), headers)
-    assert not verifies("whsec_" + base64.b64encode(b"x" * 32).decode(), got.body, headers)
+    assert not standard_valid(secret, got.body + b" ", headers)
+    assert not standard_valid(secret, got.body.replace(b'"data"', b'"Data"'), headers)
+    assert not standard_valid("whsec_" + base64.b64encode(b"x" * 32).decode(), got.body, headers)
     # Correctly signed with the right secret, but more than five minutes ago.
     then = datetime.now(UTC) - timedelta(seconds=301)
     stale = {
@@ -70,7 +53,7 @@ def assert_standard(secret: str, got: Received) -> None:
     with pytest.raises(WebhookVerificationError, match="too old"):
         Webhook(secret).verify(got.body, stale)
     fresh = {**stale, "webhook-timestamp": headers["webhook-timestamp"]}
-    assert not verifies(secret, got.body, fresh)  # the time is signed too
+    assert not standard_valid(secret, got.body, fresh)  # the time is signed too
 
 
 async def test_every_delivery_verifies_with_a_standard_webhooks_library(
@@ -80,7 +63,9 @@ async def test_every_delivery_verifies_with_a_standard_webhooks_library(
     receiver: Receiver,
     backend: str,
 ) -> None:
-    client, admin, webhook_id, secret = await _setup(aiohttp_client, settings, clock, receiver)
+    client, admin, webhook_id, secret = await hooked(
+        aiohttp_client, settings, clock, receiver, KEY_EVENTS
+    )
     assert secret.startswith("whsec_")
     assert len(base64.b64decode(secret.removeprefix("whsec_"), validate=True)) == 32
     made = await create(client, admin, {"name": "ci", "roles": ["developer"]})
@@ -107,7 +92,9 @@ async def test_a_retry_keeps_its_webhook_id_and_signs_its_own_time(
     receiver: Receiver,
     backend: str,
 ) -> None:
-    client, admin, webhook_id, secret = await _setup(aiohttp_client, settings, clock, receiver)
+    client, admin, webhook_id, secret = await hooked(
+        aiohttp_client, settings, clock, receiver, KEY_EVENTS
+    )
     receiver.status = 500
     await create(client, admin, {"name": "x", "roles": ["developer"]})
     await attempted(client, admin, webhook_id)
@@ -134,7 +121,9 @@ async def test_a_webhook_made_before_standard_webhooks_keeps_its_secret(
     """A webhook whose row has secret_version 2 (made before Standard Webhooks) keeps
     the secret it was shown, in its URL-safe form, for Keysvc-Signature; turned into
     standard base64, the same secret verifies webhook-signature."""
-    client, admin, webhook_id, new_form = await _setup(aiohttp_client, settings, clock, receiver)
+    client, admin, webhook_id, new_form = await hooked(
+        aiohttp_client, settings, clock, receiver, KEY_EVENTS
+    )
     hand_sql(settings, "update webhooks set secret_version = 2 where id = ?", webhook_id)
     raw = base64.b64decode(new_form.removeprefix("whsec_"))
     old = "whsec_" + base64.urlsafe_b64encode(raw).decode().rstrip("=")
@@ -144,7 +133,7 @@ async def test_a_webhook_made_before_standard_webhooks_keeps_its_secret(
     assert not signature_valid(new_form, got)
     assert standard_form(old) == new_form
     assert_standard(standard_form(old), got)
-    assert verifies(raw, got.body, got.headers)  # the library also takes the bytes
+    assert standard_valid(raw, got.body, got.headers)  # the library also takes the bytes
 
 
 async def test_the_readme_standard_webhooks_receiver_verifies_a_delivery(
@@ -154,7 +143,7 @@ async def test_the_readme_standard_webhooks_receiver_verifies_a_delivery(
     namespace: dict[str, Any] = {}
     exec(snippet, namespace)
     receive = namespace["receive_standard"]
-    client, admin, _, secret = await _setup(aiohttp_client, settings, clock, receiver)
+    client, admin, _, secret = await hooked(aiohttp_client, settings, clock, receiver, KEY_EVENTS)
     await create(client, admin, {"name": "x", "roles": ["developer"]})
     (got,) = await receiver.wait_for(lambda received: len(received) >= 1)
     handled: list[dict[str, Any]] = []

@@ -20,8 +20,8 @@ from tests.api.webhooks import (
     create_webhook,
     deliveries,
     every_activity,
+    hooked,
     hooks_url,
-    private_client,
 )
 from tests.handsql import audit_verdict
 from tests.helpers import (
@@ -38,6 +38,7 @@ from tests.helpers import (
 )
 from tests.receiver import Receiver
 
+CREATED = ["key.created"]
 NOT_FOUND = "webhook not found in this organization"
 DELIVERY_NOT_FOUND = "delivery not found for this webhook"
 DISABLED = "this webhook is disabled: enable it first (PATCH it with enabled: true), then retry"
@@ -49,15 +50,6 @@ async def watcher() -> AsyncIterator[Receiver]:
     started = await Receiver().start()
     yield started
     await started.stop()
-
-
-async def _setup(
-    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock, receiver: Receiver
-) -> tuple[Client, Creds, str, str]:
-    client = await private_client(aiohttp_client, settings, clock)
-    admin = await bootstrap(client.app)
-    created = await create_webhook(client, admin, {"url": receiver.url, "events": ["key.created"]})
-    return client, admin, created["webhook"]["id"], created["secret"]
 
 
 def retry_url(caller: Creds, webhook_id: str, delivery_id: str) -> str:
@@ -82,7 +74,9 @@ async def test_a_delivery_is_sent_again_on_demand(
     receiver: Receiver,
     backend: str,
 ) -> None:
-    client, admin, webhook_id, secret = await _setup(aiohttp_client, settings, clock, receiver)
+    client, admin, webhook_id, secret = await hooked(
+        aiohttp_client, settings, clock, receiver, CREATED
+    )
     await create(client, admin, {"name": "k", "roles": ["developer"]})
     (entry,) = await attempted(client, admin, webhook_id)
     assert entry["state"] == "delivered"
@@ -104,7 +98,7 @@ async def test_a_failed_delivery_gets_one_attempt_more(
     receiver: Receiver,
     backend: str,
 ) -> None:
-    client, admin, webhook_id, _ = await _setup(aiohttp_client, settings, clock, receiver)
+    client, admin, webhook_id, _ = await hooked(aiohttp_client, settings, clock, receiver, CREATED)
     receiver.status = 500
     await create(client, admin, {"name": "k", "roles": ["developer"]})
     await attempted(client, admin, webhook_id)
@@ -130,7 +124,7 @@ async def test_a_retry_is_refused_outside_its_webhook(
     receiver: Receiver,
     backend: str,
 ) -> None:
-    client, admin, first, _ = await _setup(aiohttp_client, settings, clock, receiver)
+    client, admin, first, _ = await hooked(aiohttp_client, settings, clock, receiver, CREATED)
     other_admin = await bootstrap(client.app, "other")
     body = {"url": receiver.url, "events": ["key.deleted"]}
     second = (await create_webhook(client, admin, body))["webhook"]["id"]
@@ -170,7 +164,7 @@ async def test_a_webhook_failing_for_five_days_is_disabled_until_enabled_again(
     watcher: Receiver,
     backend: str,
 ) -> None:
-    client, admin, webhook_id, _ = await _setup(aiohttp_client, settings, clock, receiver)
+    client, admin, webhook_id, _ = await hooked(aiohttp_client, settings, clock, receiver, CREATED)
     body = {"url": watcher.url, "events": ["webhook.disabled"]}
     watching = await create_webhook(client, admin, body)
     receiver.status = 500

@@ -1,11 +1,21 @@
 """What the webhook tests share: their URLs, a create through the API, a client whose
-app may send webhooks to the loopback receiver quickly, and the whole activity log."""
+app may send webhooks to the loopback receiver quickly (and a webhook to it), and the
+whole activity log."""
 
 import asyncio
 from typing import Any
 
 from keysvc.config import Settings
-from tests.helpers import Client, ClientFactory, Creds, FakeClock, assert_ok, client_with
+from tests.helpers import (
+    Client,
+    ClientFactory,
+    Creds,
+    FakeClock,
+    assert_ok,
+    bootstrap,
+    client_with,
+)
+from tests.receiver import Receiver
 
 # The create's refusal of a non-public host, as the README describes it.
 PRIVATE = (
@@ -45,6 +55,18 @@ async def private_client(
     """A client of an app that may send webhooks to loopback, retrying after a second."""
     changes = {"webhook_allow_private": True, "webhook_retry_seconds": 1.0, **changes}
     return await client_with(aiohttp_client, settings, clock, **changes)
+
+
+async def hooked(
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock, receiver: Receiver,
+    events: list[str],
+) -> tuple[Client, Creds, str, str]:  # fmt: skip
+    """A private client, its admin, and a webhook of ``events`` to ``receiver``: its ID
+    and secret."""
+    client = await private_client(aiohttp_client, settings, clock)
+    admin = await bootstrap(client.app)
+    created = await create_webhook(client, admin, {"url": receiver.url, "events": events})
+    return client, admin, created["webhook"]["id"], created["secret"]
 
 
 async def attempted(
