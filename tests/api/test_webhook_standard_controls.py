@@ -247,8 +247,11 @@ async def test_patch_enables_and_disables_and_refuses_bad_bodies(
     assert await deliveries(client, admin, webhook_id) == []  # a disabled webhook gets none
     same = await assert_ok(await client.patch(url, json={"enabled": False}, headers=admin.headers))
     assert same == off
-    for bad in ({}, {"enabled": "yes"}, {"enabled": None}, {"enabled": "true"},
-                {"enabled": True, "url": "http://x"}):  # fmt: skip
+    for bad in ({"enabled": "yes"}, {"enabled": "true"}, {"enabled": 1},
+                {"enabled": 0}):  # fmt: skip
+        response = await client.patch(url, json=bad, headers=admin.headers)
+        await assert_error(response, 400, "enabled: must be true or false")
+    for bad in ({}, {"enabled": None}, {"enabled": True, "url": "http://x"}):
         response = await client.patch(url, json=bad, headers=admin.headers)
         assert response.status == 400, bad
     missing = hooks_url(admin, "00000000-0000-4000-8000-000000000000")
