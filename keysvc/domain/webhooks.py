@@ -8,6 +8,11 @@ its write budget, refuses the write (429, ``keysvc.db.quota``). A create and a d
 are recorded in the activity log in their own transaction
 (``keysvc.domain.activities.webhook_created``), without the secret.
 
+Controls: a secret's rotation (the replaced one signs too for an overlap), a manual
+retry of one delivery, and enable or disable; a webhook that has failed every attempt
+for ``webhook_disable_after_hours`` is disabled by the delivery task
+(``attempt_recorded``), and its organization's other webhooks are sent ``webhook.disabled``.
+
 A webhook's secret is not stored: the webhook keeps a random nonce (unique), and the
 secret is derived from it, the webhook's ID, organization and URL with a key that
 comes from the pepper (``Hasher.webhook_secret``); a new one is shown in Standard
@@ -182,10 +187,13 @@ async def deliveries(
     return DeliveryPage(found, more, total), following
 
 
+def text_or_none(moment: datetime | None) -> str | None:
+    return None if moment is None else to_text(moment)
+
+
 def webhook_data(webhook: Webhook) -> dict[str, Any]:
     """A webhook as an event's data (``webhook.disabled``): its public fields, as GET
     shows them; never its secret or nonce."""
-
     return {
         "id": webhook.id,
         "url": webhook.url,
@@ -223,14 +231,11 @@ async def attempt_recorded(
     try:
         await store.enqueue(conn, organization_id, WEBHOOK_DISABLED, webhook_data(webhook), at)
     except TooManyRequests:
-        # The other webhooks' queues are full: the disable and its activity stand.
-        logger.warning("webhook %s disabled; webhook.disabled not queued: %s", webhook_id,
-                       "a subscriber's queue is full")  # fmt: skip
+        # A subscriber's queue, or the organization's write budget, is full (the budget
+        # may keep this event's bytes: it is past its limit anyway). The disable and its
+        # activity stand.
+        logger.warning("webhook.disabled of webhook %s not queued: a queue is full", webhook_id)
     logger.warning("webhook %s disabled: every attempt failed since %s", webhook_id, failing)
-
-
-def text_or_none(moment: datetime | None) -> str | None:
-    return None if moment is None else to_text(moment)
 
 
 async def set_enabled(
