@@ -80,6 +80,8 @@ class Settings:
     webhook_concurrency: int = 8
     webhook_org_concurrency: int = 2
     webhook_expiry_scan: float = 300.0
+    # Hours a webhook may fail every attempt before it is disabled (0: never).
+    webhook_disable_after_hours: int = 120
     # On PostgreSQL: request limits and failed logins counted with every instance on
     # the database (keysvc.domain.sharedlimits). Nothing to share on SQLite.
     shared_limits: bool = True
@@ -221,6 +223,17 @@ def _count(value: str) -> int:
     if number < 0:
         raise ConfigError(f"{number} must not be negative")
     return number
+
+
+# The longest a webhook may fail before it is disabled: a year, in hours.
+MAX_WEBHOOK_DISABLE_HOURS = 8760
+
+
+def _disable_after_hours(value: str) -> int:
+    hours = _int(value)
+    if not 0 <= hours <= MAX_WEBHOOK_DISABLE_HOURS:
+        raise ConfigError(f"{hours} must be from 0 (never) to {MAX_WEBHOOK_DISABLE_HOURS} hours")
+    return hours
 
 
 def _seconds(value: str) -> float:
@@ -512,6 +525,12 @@ OPTIONS = (
     Option(
         "webhook_expiry_scan", "KEYSVC_WEBHOOK_EXPIRY_SCAN", "300", _seconds,
         "seconds between scans for keys a key.expiring webhook should warn of",
+    ),
+    Option(
+        "webhook_disable_after_hours", "KEYSVC_WEBHOOK_DISABLE_AFTER_HOURS", "120",
+        _disable_after_hours,
+        "hours a webhook may fail every delivery attempt before it is disabled (and its"
+        " organization's webhook.disabled sent); 0: never",
     ),
     Option(
         "shared_limits", "KEYSVC_SHARED_LIMITS", "on", _on_off,

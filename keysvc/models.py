@@ -208,6 +208,15 @@ class Webhook:
     expiring_days: int
     nonce: bytes
     created_at: datetime
+    # Until when a rotation's previous secret still signs; since when every attempt
+    # has failed; when it was disabled (None: enabled). keysvc.domain.webhooks.
+    previous_until: datetime | None = None
+    failing_since: datetime | None = None
+    disabled_at: datetime | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.disabled_at is None
 
 
 @dataclass(frozen=True)

@@ -271,7 +271,10 @@ create table if not exists activity_heads (
 -- with a key that comes from the pepper (keysvc.credentials), so the database alone
 -- cannot sign. secret_version 2 binds the secret to the webhook's id, organization and
 -- url as well; 1 (webhooks made before it) derives it from the nonce alone. A nonce is
--- unique, so that no second row can share a webhook's secret.
+-- unique, so that no second row can share a webhook's secret. A rotation's previous
+-- secret (previous_nonce, previous_secret_version) signs beside the new one until
+-- previous_until (unix seconds); failing_since: since when every attempt has failed
+-- (null: the last one was delivered); disabled_at: when it was disabled (null: enabled).
 create table if not exists webhooks (
     seq             integer primary key,
     id              text not null unique,  -- uuid
@@ -281,7 +284,12 @@ create table if not exists webhooks (
     expiring_days   integer not null,
     nonce           blob not null,
     created_at      text not null,
-    secret_version  integer not null default 1
+    secret_version  integer not null default 1,
+    previous_nonce  blob,
+    previous_secret_version integer,
+    previous_until  real,
+    failing_since   real,
+    disabled_at     text
 ) strict;
 
 create index if not exists webhooks_org on webhooks (organization_id, seq);

@@ -278,7 +278,12 @@ create table if not exists webhooks (
     expiring_days   bigint not null,
     nonce           bytea not null,
     created_at      text collate "C" not null,
-    secret_version  bigint not null default 1
+    secret_version  bigint not null default 1,
+    previous_nonce  bytea,
+    previous_secret_version bigint,
+    previous_until  double precision,
+    failing_since   double precision,
+    disabled_at     text collate "C"
 );
 
 create index if not exists webhooks_org on webhooks (organization_id, seq);

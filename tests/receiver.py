@@ -1,7 +1,8 @@
 """A real webhook receiver for the tests: an aiohttp server on a loopback port that
 records what it is sent and answers as told (2xx, 500, a redirect, or not at all); a
-tarpit, a bare TCP server that reads a request's first line and never answers; and a
-signature check written from the README's description, apart from keysvc's code."""
+tarpit, a bare TCP server that reads a request's first line and never answers; a
+signature check written from the README's description, apart from keysvc's code; and
+the Standard Webhooks library's check."""
 
 import asyncio
 import hashlib
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from standardwebhooks import Webhook, WebhookVerificationError
 
 from tests.server import free_port
 
@@ -44,6 +46,15 @@ def signature_valid(secret: str, received: Received, tolerance: float = 300) -> 
     signed = ".".join([str(timestamp), *event]).encode() + b"." + received.body
     expected = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
     return abs(time.time() - timestamp) <= tolerance and hmac.compare_digest(expected, parts["v2"])
+
+
+def standard_valid(secret: str | bytes, body: bytes, headers: dict[str, str]) -> bool:
+    """Whether the ``standardwebhooks`` package's check accepts the request."""
+    try:
+        Webhook(secret).verify(body, headers)
+    except WebhookVerificationError:
+        return False
+    return True
 
 
 class Receiver:

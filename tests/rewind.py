@@ -3,7 +3,17 @@ later steps make what they make only where it is missing, and run again harmless
 the webhook binding step adds columns, which SQLite cannot add "if not exists", so
 what it made is undone first. The statements are valid on both backends."""
 
+# The webhook controls step's columns (keysvc.db.sqlite.migrations.WEBHOOK_CONTROLS_STEP),
+# added after the binding step: a database taken back before that step loses them too.
+WEBHOOK_CONTROLS_UNDO = (
+    "alter table webhooks drop column previous_nonce",
+    "alter table webhooks drop column previous_secret_version",
+    "alter table webhooks drop column previous_until",
+    "alter table webhooks drop column failing_since",
+    "alter table webhooks drop column disabled_at",
+)
 WEBHOOK_BINDING_UNDO = (
+    *WEBHOOK_CONTROLS_UNDO,
     "drop index if exists webhooks_nonce",
     "alter table webhooks drop column secret_version",
     "alter table webhook_deliveries drop column mac",

@@ -4,9 +4,10 @@ one row per event and subscribed webhook, and the short statements the delivery 
 
 ``enqueue`` is the one way an event enters the outbox; ``enqueue_now`` is its
 synchronous twin for the create batches' own connection (``keysvc.db.sqlite.createbatch``).
-Both build the same rows (``_rows``). Nothing here waits on the network: a claim
-leases deliveries in one short transaction, the attempt happens outside any, and
-its outcome is recorded in another.
+Both build the same rows (``_rows``). A disabled webhook is sent no event, and its
+pending deliveries wait, unattempted, until it is enabled again. Nothing here waits
+on the network: a claim leases deliveries in one short transaction, the attempt
+happens outside any, and its outcome is recorded in another.
 
 Each row carries a MAC (``Seal``), made with a key derived from the pepper, over
 everything its attempt sends and where: the delivery's and its webhook's IDs, the
@@ -43,25 +44,27 @@ PRUNED_PER_TRANSACTION = 1000
 SUBSCRIBERS = Sql(
     """
     select id, url from webhooks
-    where organization_id = ? and exists (select 1 from json_each(webhooks.events) where value = ?)
+    where organization_id = ? and disabled_at is null
+      and exists (select 1 from json_each(webhooks.events) where value = ?)
     order by seq
     """,
     """
     select id, url from webhooks
-    where organization_id = ? and webhooks.events::jsonb @> jsonb_build_array(?::text)
+    where organization_id = ? and disabled_at is null
+      and webhooks.events::jsonb @> jsonb_build_array(?::text)
     order by seq
     """,
 )
 SUBSCRIBERS_OF = with_json_list(
     """
     select id, organization_id, url from webhooks
-    where organization_id in {json_list}
+    where organization_id in {json_list} and disabled_at is null
       and exists (select 1 from json_each(webhooks.events) where value = ?)
     order by seq
     """,
     """
     select id, organization_id, url from webhooks
-    where organization_id in {json_list}
+    where organization_id in {json_list} and disabled_at is null
       and webhooks.events::jsonb @> jsonb_build_array(?::text)
     order by seq
     """,
@@ -93,7 +96,7 @@ DUE = """
                   and (d.lease_until is null or d.lease_until <= ?)
                 order by d.next_attempt_at, d.seq limit 1) as seq
         from webhooks w
-        where w.id not in (select webhook_id from busy)
+        where w.id not in (select webhook_id from busy) and w.disabled_at is null
     ),
     turns as (
         select h.seq, d.next_attempt_at,
@@ -104,7 +107,8 @@ DUE = """
         from heads h join webhook_deliveries d on d.seq = h.seq
     )
     select d.seq, d.event_id, d.event_type, d.body, d.attempts, d.give_up_at, w.url, w.nonce,
-           d.id, d.webhook_id, d.mac, w.organization_id, w.secret_version
+           d.id, d.webhook_id, d.mac, w.organization_id, w.secret_version, w.previous_nonce,
+           w.previous_secret_version, w.previous_until
     from turns t
     join webhook_deliveries d on d.seq = t.seq
     join webhooks w on w.id = d.webhook_id
@@ -136,14 +140,14 @@ FINISH_ATTEMPT = """
 RELEASE = """
     update webhook_deliveries set lease_until = null, lease_owner = null where lease_owner = ?
 """
-# Keys that a webhook subscribed to key.expiring should now warn of, and has not for
-# this expiry date: enabled, expiring after ``now`` and within its expiringDays.
+# Keys that an enabled webhook subscribed to key.expiring should now warn of, and has
+# not for this expiry date: enabled, expiring after ``now`` and within its expiringDays.
 EXPIRING = Sql(
     """
     select w.id as webhook_id, k.id as key_id, k.organization_id, k.expire_at
     from webhooks w join api_keys k on k.organization_id = w.organization_id
     where exists (select 1 from json_each(w.events) where value = 'key.expiring')
-      and k.state = 'enabled' and k.expire_at is not null
+      and w.disabled_at is null and k.state = 'enabled' and k.expire_at is not null
       and julianday(k.expire_at) > julianday(?)
       and julianday(k.expire_at) <= julianday(?) + w.expiring_days
       and not exists (
@@ -156,7 +160,7 @@ EXPIRING = Sql(
     select w.id as webhook_id, k.id as key_id, k.organization_id, k.expire_at
     from webhooks w join api_keys k on k.organization_id = w.organization_id
     where w.events::jsonb @> '["key.expiring"]'::jsonb
-      and k.state = 'enabled' and k.expire_at is not null
+      and w.disabled_at is null and k.state = 'enabled' and k.expire_at is not null
       and k.expire_at::timestamptz > ?::text::timestamptz
       and k.expire_at::timestamptz
           <= ?::text::timestamptz + make_interval(days => w.expiring_days::int)
@@ -200,6 +204,10 @@ class Due:
     mac: bytes | None
     organization_id: str
     secret_version: int
+    # The webhook's previous secret, which signs too until previous_until (unix seconds).
+    previous_nonce: bytes | None = None
+    previous_secret_version: int | None = None
+    previous_until: float | None = None
 
 
 @dataclass(frozen=True)
@@ -324,7 +332,8 @@ async def claim(
     return [
         Due(row["seq"], row["event_id"], row["event_type"], row["body"], row["attempts"],
             row["give_up_at"], row["url"], row["nonce"], row["id"], row["webhook_id"],
-            row["mac"], row["organization_id"], row["secret_version"])
+            row["mac"], row["organization_id"], row["secret_version"], row["previous_nonce"],
+            row["previous_secret_version"], row["previous_until"])
         for row in rows
     ]  # fmt: skip
 

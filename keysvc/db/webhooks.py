@@ -8,19 +8,23 @@ import json
 import sqlite3
 from datetime import UTC, datetime
 
-from keysvc.credentials import BOUND_SECRET
 from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql
 from keysvc.db.statements import fetch_all, fetch_one
 from keysvc.models import Attempt, Delivery, Webhook
 from keysvc.timeutil import from_text, to_text
 
+# A webhook's secret_version since Standard Webhooks: derived as BOUND_SECRET's
+# (keysvc.credentials), shown as a Standard Webhooks secret (keysvc.domain.signing).
+STANDARD_SECRET = 3
 WEBHOOK = """
-    select seq, id, organization_id, url, events, expiring_days, nonce, created_at
+    select seq, id, organization_id, url, events, expiring_days, nonce, created_at,
+           previous_until, failing_since, disabled_at
     from webhooks where id = ? and organization_id = ?
 """
 WEBHOOKS_OF = """
-    select seq, id, organization_id, url, events, expiring_days, nonce, created_at
+    select seq, id, organization_id, url, events, expiring_days, nonce, created_at,
+           previous_until, failing_since, disabled_at
     from webhooks where organization_id = ? order by seq
 """
 COUNT_WEBHOOKS = "select count(*) from webhooks where organization_id = ?"
@@ -30,6 +34,41 @@ INSERT_WEBHOOK = """
     values (?, ?, ?, ?, ?, ?, ?, ?)
 """
 DELETE_WEBHOOK = "delete from webhooks where id = ? and organization_id = ?"
+# A new secret (nonce, STANDARD_SECRET); the one it replaces signs too until ``until``.
+NEW_NONCE = """
+    update webhooks
+    set previous_nonce = nonce, previous_secret_version = secret_version, previous_until = ?,
+        nonce = ?, secret_version = ?
+    where id = ? and organization_id = ?
+"""
+# Every attempt to the webhook failed since (the first such attempt's unix seconds),
+# until one is delivered.
+FAILING = "update webhooks set failing_since = coalesce(failing_since, ?) where id = ?"
+NOT_FAILING = "update webhooks set failing_since = null where id = ? and failing_since is not null"
+# Disabled at ``?`` if it has failed every attempt since ``?`` or before.
+DISABLE_FAILING = """
+    update webhooks set disabled_at = ?
+    where id = ? and disabled_at is null and failing_since <= ?
+"""
+DISABLE = """
+    update webhooks set disabled_at = ?
+    where id = ? and organization_id = ? and disabled_at is null
+"""
+# Enabled again, its failure clock reset.
+ENABLE = """
+    update webhooks set disabled_at = null, failing_since = null
+    where id = ? and organization_id = ? and disabled_at is not null
+"""
+DELIVERY_OF = """
+    select seq, state, lease_until, give_up_at from webhook_deliveries
+    where id = ? and webhook_id = ?
+"""
+REDELIVER = """
+    update webhook_deliveries
+    set state = 'pending', next_attempt_at = ?, give_up_at = ?, lease_until = null,
+        lease_owner = null
+    where seq = ?
+"""
 # Newest first, before the cursor's delivery (seq); one more than the page, to know
 # whether another follows. One statement, so one snapshot: an attempt and its
 # delivery's new state are committed together, and separate reads could show one
@@ -60,6 +99,9 @@ def webhook_from_row(row: sqlite3.Row) -> Webhook:
         expiring_days=row["expiring_days"],
         nonce=row["nonce"],
         created_at=from_text(row["created_at"]),
+        previous_until=from_unix(row["previous_until"]),
+        failing_since=from_unix(row["failing_since"]),
+        disabled_at=None if row["disabled_at"] is None else from_text(row["disabled_at"]),
     )
 
 
@@ -92,10 +134,64 @@ async def insert_webhook(
     created_at: datetime,
 ) -> Webhook:
     params = (webhook_id, organization_id, url, json.dumps(list(events)), expiring_days, nonce)
-    await conn.execute(INSERT_WEBHOOK, (*params, to_text(created_at), BOUND_SECRET))
+    await conn.execute(INSERT_WEBHOOK, (*params, to_text(created_at), STANDARD_SECRET))
     made = await get_webhook(conn, organization_id, webhook_id)
     assert made is not None  # inserted just now, in this transaction
     return made
+
+
+async def rotate_secret(
+    conn: Connection, organization_id: str, webhook_id: str, nonce: bytes, until: datetime
+) -> Webhook | None:
+    """Give the webhook a new secret (from ``nonce``); its current one signs beside it
+    until ``until``. The webhook, or None if it is not this organization's."""
+    params = (until.timestamp(), nonce, STANDARD_SECRET, webhook_id, organization_id)
+    await conn.execute(NEW_NONCE, params)
+    return await get_webhook(conn, organization_id, webhook_id)
+
+
+async def attempted(conn: Connection, webhook_id: str, delivered: bool, at: float) -> None:
+    """An attempt's outcome on the webhook's failure clock: a delivered one stops it, a
+    failed one starts it unless it runs already."""
+    if delivered:
+        await conn.execute(NOT_FAILING, (webhook_id,))
+    else:
+        await conn.execute(FAILING, (at, webhook_id))
+
+
+async def disable_failing(
+    conn: Connection, webhook_id: str, at: datetime, failing_since: float
+) -> bool:
+    """Disable the webhook at ``at`` if it has failed every attempt since
+    ``failing_since`` or before; whether it was disabled now."""
+    cursor = await conn.execute(DISABLE_FAILING, (to_text(at), webhook_id, failing_since))
+    return cursor.rowcount > 0
+
+
+async def set_enabled(
+    conn: Connection, organization_id: str, webhook_id: str, enabled: bool, at: datetime
+) -> bool:
+    """Enable (its failure clock reset) or disable the webhook; whether it changed."""
+    if enabled:
+        cursor = await conn.execute(ENABLE, (webhook_id, organization_id))
+    else:
+        cursor = await conn.execute(DISABLE, (to_text(at), webhook_id, organization_id))
+    return cursor.rowcount > 0
+
+
+async def redeliver(conn: Connection, webhook_id: str, delivery_id: str, now: float) -> int | None:
+    """Make the webhook's delivery ``delivery_id`` due now: pending again, attempted once
+    more even if it had failed (one attempt, then failed again, unless it still had
+    retries left). One being attempted (leased, so pending, with its retries left) is
+    left to that attempt. Its seq; None if the webhook has no such delivery."""
+    row = await fetch_one(conn, DELIVERY_OF, (delivery_id, webhook_id))
+    if row is None:
+        return None
+    if row["state"] == "pending" and row["lease_until"] is not None and row["lease_until"] > now:
+        return int(row["seq"])
+    give_up_at = max(float(row["give_up_at"]), now)
+    await conn.execute(REDELIVER, (now, give_up_at, row["seq"]))
+    return int(row["seq"])
 
 
 async def delete_webhook(conn: Connection, organization_id: str, webhook_id: str) -> bool:

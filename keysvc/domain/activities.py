@@ -31,12 +31,16 @@ KEY_USED_AFTER_REVOKE = "key_used_after_revoke"
 # recorded beside it as a state-changed update (keysvc.db.replay).
 KEY_LEAKED = "key_leaked"
 WEBHOOK_CREATE, WEBHOOK_DELETE = "webhook_create", "webhook_delete"
+# A webhook's secret rotated (keysvc.domain.webhooks.rotate_secret).
+WEBHOOK_SECRET_ROTATE = "webhook_secret_rotate"  # noqa: S105 - a type, not a secret
+# A webhook enabled or disabled: by PATCH, or by keysvc after failing for long enough.
+WEBHOOK_UPDATE = "webhook_update"
 # The state a deleted key's use is recorded with (keysvc.db.keys.CREDENTIAL's tombstones).
 DELETED = "deleted"
 UPSTREAM_TYPES = (KEY_CREATE, KEY_DELETE, KEY_UPDATE)
 ADDED_TYPES = (
     ROLE_CREATE, ROLE_UPDATE, ROLE_DELETE, KEY_USED_AFTER_REVOKE, WEBHOOK_CREATE, WEBHOOK_DELETE,
-    KEY_LEAKED,
+    KEY_LEAKED, WEBHOOK_SECRET_ROTATE, WEBHOOK_UPDATE,
 )  # fmt: skip
 RATE_LIMIT_CHANGED, KEY_ROTATED = "rate-limit-changed", "key-rotated"
 ADDED_UPDATE_TYPES = (RATE_LIMIT_CHANGED, KEY_ROTATED)
@@ -260,3 +264,18 @@ def check_range(params: Mapping[str, Any]) -> None:
     since, until = params.get("from_date"), params.get("to_date")
     if since is not None and until is not None and since > until:
         raise BadRequest(BAD_RANGE)
+
+
+def webhook_secret_rotated(webhook: Webhook, actor: Actor, now: datetime) -> Activity:
+    """A rotation: the webhook, and until when its previous secret signs too (never a
+    secret or a nonce)."""
+    assert webhook.previous_until is not None  # set by the rotation itself
+    after = {**webhook_view(webhook), "previousSecretExpiresAt": to_text(webhook.previous_until)}
+    return Activity(webhook.organization_id, WEBHOOK_SECRET_ROTATE, actor, now, after=after)
+
+
+def webhook_enabled_changed(webhook: Webhook, actor: Actor, now: datetime) -> Activity:
+    """``webhook`` (as it is now) enabled or disabled: by a PATCH, or by keysvc itself."""
+    ids = {"webhookId": webhook.id, "url": webhook.url}
+    before, after = {**ids, "enabled": not webhook.enabled}, {**ids, "enabled": webhook.enabled}
+    return Activity(webhook.organization_id, WEBHOOK_UPDATE, actor, now, before=before, after=after)

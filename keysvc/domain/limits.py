@@ -19,6 +19,9 @@ OWN_ACCESS = tuple(field for field in KEY_FIELDS if field != "name")
 MAX_WEBHOOK_URL = 2048
 MAX_WEBHOOKS_PER_ORG = 20
 DEFAULT_EXPIRING_DAYS = 7
+# How long a webhook's previous secret signs beside the new one after a rotation.
+DEFAULT_SECRET_OVERLAP = 24 * 3600
+MAX_SECRET_OVERLAP = 7 * 24 * 3600
 # The most buckets one usage query may ask for: a day of minutes.
 MAX_USAGE_BUCKETS = 1440
 # Leaked secrets (keysvc.domain.leaks): the longest secret a report may name (a

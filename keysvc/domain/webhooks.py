@@ -8,29 +8,44 @@ its write budget, refuses the write (429, ``keysvc.db.quota``). A create and a d
 are recorded in the activity log in their own transaction
 (``keysvc.domain.activities.webhook_created``), without the secret.
 
+Controls: a secret's rotation (the replaced one signs too for an overlap), a manual
+retry of one delivery, and enable or disable; a webhook that has failed every attempt
+for ``webhook_disable_after_hours`` is disabled by the delivery task
+(``attempt_recorded``), and its organization's other webhooks are sent ``webhook.disabled``.
+
 A webhook's secret is not stored: the webhook keeps a random nonce (unique), and the
 secret is derived from it, the webhook's ID, organization and URL with a key that
-comes from the pepper (``Hasher.webhook_secret``).
+comes from the pepper (``Hasher.webhook_secret``); a new one is shown in Standard
+Webhooks' ``whsec_<base64>`` form (``keysvc.domain.signing``).
 """
 
+import logging
 import secrets
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from keysvc.credentials import BOUND_SECRET, Hasher
+from keysvc.credentials import Hasher
 from keysvc.db import webhooks as webhook_sql
-from keysvc.db.contract import Store
+from keysvc.db.contract import Connection, Store
 from keysvc.domain import activities, cursors
 from keysvc.domain.limits import DEFAULT_EXPIRING_DAYS, MAX_WEBHOOKS_PER_ORG
 from keysvc.domain.permissions import has_permission
+from keysvc.domain.signing import signing_secret
 from keysvc.domain.targets import check_addresses, parse_url
-from keysvc.errors import Conflict, Forbidden, NotFound
+from keysvc.errors import Conflict, Forbidden, NotFound, TooManyRequests
 from keysvc.models import Actor, Delivery, Key, Webhook
+from keysvc.timeutil import to_text
+
+logger = logging.getLogger("keysvc")
 
 NONCE_BYTES = 32
 NOT_FOUND = "webhook not found in this organization"
+DELIVERY_NOT_FOUND = "delivery not found for this webhook"
+DISABLED = "this webhook is disabled: enable it first (PATCH it with enabled: true), then retry"
+# The event sent to an organization's other webhooks when one is disabled for failing.
+WEBHOOK_DISABLED = "webhook.disabled"
 _CURSOR = "webhook deliveries position"
 # A key event's data is the key's public view: a subscription to one reads keys, so
 # it asks for what reading them asks for.
@@ -44,6 +59,14 @@ KEY_EVENTS_REFUSED = (
 @dataclass(frozen=True)
 class Created:
     """A stored webhook, and its signing secret (shown once)."""
+
+    webhook: Webhook
+    secret: str
+
+
+@dataclass(frozen=True)
+class Rotated:
+    """A webhook after its secret's rotation, and its new secret (shown once)."""
 
     webhook: Webhook
     secret: str
@@ -95,8 +118,10 @@ async def create_webhook(
             now,
         )
         await store.record(conn, activities.webhook_created(webhook, actor, now))
-    secret = hasher.webhook_secret(nonce, BOUND_SECRET, webhook.id, organization_id, webhook.url)
-    return Created(webhook, secret)
+    secret = signing_secret(
+        hasher, nonce, webhook_sql.STANDARD_SECRET, webhook.id, organization_id, webhook.url
+    )
+    return Created(webhook, secret.shown)
 
 
 async def list_webhooks(store: Store, organization_id: str) -> list[Webhook]:
@@ -123,6 +148,31 @@ async def delete_webhook(
         await store.record(conn, activities.webhook_deleted(webhook, actor, now))
 
 
+async def rotate_secret(
+    store: Store,
+    hasher: Hasher,
+    organization_id: str,
+    webhook_id: str,
+    overlap_seconds: int,
+    actor: Actor,
+    now: datetime,
+) -> Rotated:
+    """Give the webhook a new secret (a new nonce, shown in the ``whsec_`` form); the one
+    it replaces signs its deliveries too for ``overlap_seconds`` (0: not at all). A
+    secret replaced before, still in its overlap, stops signing. Recorded as an activity."""
+    nonce = secrets.token_bytes(NONCE_BYTES)
+    until = now + timedelta(seconds=overlap_seconds)
+    async with store.transaction("rotate_webhook_secret") as conn:
+        webhook = await webhook_sql.rotate_secret(conn, organization_id, webhook_id, nonce, until)
+        if webhook is None:
+            raise NotFound(NOT_FOUND)
+        await store.record(conn, activities.webhook_secret_rotated(webhook, actor, now))
+    secret = signing_secret(
+        hasher, nonce, webhook_sql.STANDARD_SECRET, webhook.id, organization_id, webhook.url
+    )
+    return Rotated(webhook, secret.shown)
+
+
 async def deliveries(
     store: Store, hasher: Hasher, organization_id: str, webhook_id: str, cursor: str | None,
     limit: int,
@@ -135,3 +185,92 @@ async def deliveries(
     if more:
         following = cursors.encode(hasher, _CURSOR, webhook_id, found[-1].seq)
     return DeliveryPage(found, more, total), following
+
+
+def text_or_none(moment: datetime | None) -> str | None:
+    return None if moment is None else to_text(moment)
+
+
+def webhook_data(webhook: Webhook) -> dict[str, Any]:
+    """A webhook as an event's data (``webhook.disabled``): its public fields, as GET
+    shows them; never its secret or nonce."""
+    return {
+        "id": webhook.id,
+        "url": webhook.url,
+        "events": list(webhook.events),
+        "expiringDays": webhook.expiring_days,
+        "createdAt": to_text(webhook.created_at),
+        "enabled": webhook.enabled,
+        "disabledAt": text_or_none(webhook.disabled_at),
+        "failingSince": text_or_none(webhook.failing_since),
+    }
+
+
+async def attempt_recorded(
+    store: Store, conn: Connection, organization_id: str, webhook_id: str, delivered: bool,
+    at: datetime, disable_after_hours: int,
+) -> None:  # fmt: skip
+    """Inside the transaction that records an attempt: the webhook's failure clock
+    (stopped by a delivered attempt, started by a failed one); a webhook that has failed
+    every attempt for ``disable_after_hours`` (0: never) is disabled, the organization's
+    other webhooks sent ``webhook.disabled``, and an activity recorded."""
+    await webhook_sql.attempted(conn, webhook_id, delivered, at.timestamp())
+    if delivered or not disable_after_hours:
+        return
+    since = at - timedelta(hours=disable_after_hours)
+    if not await webhook_sql.disable_failing(conn, webhook_id, at, since.timestamp()):
+        return
+    webhook = await webhook_sql.get_webhook(conn, organization_id, webhook_id)
+    assert webhook is not None  # disabled just now, in this transaction
+    failing = text_or_none(webhook.failing_since)
+    actor = Actor(
+        "system", details=f"every delivery attempt failed since {failing}"
+        f" ({disable_after_hours} hours or more: KEYSVC_WEBHOOK_DISABLE_AFTER_HOURS)",
+    )  # fmt: skip
+    await store.record(conn, activities.webhook_enabled_changed(webhook, actor, at))
+    try:
+        await store.enqueue(conn, organization_id, WEBHOOK_DISABLED, webhook_data(webhook), at)
+    except TooManyRequests:
+        # A subscriber's queue, or the organization's write budget, is full (the budget
+        # may keep this event's bytes: it is past its limit anyway). The disable and its
+        # activity stand.
+        logger.warning("webhook.disabled of webhook %s not queued: a queue is full", webhook_id)
+    logger.warning("webhook %s disabled: every attempt failed since %s", webhook_id, failing)
+
+
+async def set_enabled(
+    store: Store, organization_id: str, webhook_id: str, enabled: bool, actor: Actor,
+    now: datetime,
+) -> Webhook:  # fmt: skip
+    """Enable the webhook (its failure clock starts again from nothing) or disable it;
+    a change is recorded as an activity."""
+    async with store.transaction("update_webhook") as conn:
+        changed = await webhook_sql.set_enabled(conn, organization_id, webhook_id, enabled, now)
+        webhook = await webhook_sql.get_webhook(conn, organization_id, webhook_id)
+        if webhook is None:
+            raise NotFound(NOT_FOUND)
+        if changed:
+            await store.record(conn, activities.webhook_enabled_changed(webhook, actor, now))
+    return webhook
+
+
+async def retry_delivery(
+    store: Store, organization_id: str, webhook_id: str, delivery_id: str, now: datetime
+) -> Delivery:
+    """Attempt the webhook's delivery again, now: its event, body and webhook-id as
+    before. A delivery that had failed gets one attempt more; a pending one keeps its
+    retries (one under way now is left to that attempt). 404 if this organization's
+    webhook has no such delivery; 409 while the webhook is disabled."""
+    async with store.transaction("retry_webhook_delivery") as conn:
+        webhook = await webhook_sql.get_webhook(conn, organization_id, webhook_id)
+        if webhook is None:
+            raise NotFound(NOT_FOUND)
+        if not webhook.enabled:
+            raise Conflict(DISABLED)
+        seq = await webhook_sql.redeliver(conn, webhook_id, delivery_id, now.timestamp())
+        if seq is None:
+            raise NotFound(DELIVERY_NOT_FOUND)
+    found, _, _ = await store.delivery_page(webhook_id, seq + 1, 1)
+    if not found or found[0].id != delivery_id:
+        raise NotFound(DELIVERY_NOT_FOUND)  # the webhook deleted meanwhile
+    return found[0]

@@ -29,6 +29,8 @@ from keysvc.http import queries as q
 from keysvc.http import reports
 from keysvc.http import responses as r
 from keysvc.http import schemas as s
+from keysvc.http import webhook_schemas as ws
+from keysvc.http.openapi_webhooks import delivery_webhooks
 from keysvc.http.render import MAX_PERMISSIONS_HEADER
 from keysvc.http.reuse import REUSE_HEADERS_DOCUMENTED
 from keysvc.http.routes import (
@@ -237,6 +239,7 @@ _PATH_PARAMS = {
     "roleId": _ROLE_PARAM,
     "activityId": _ACTIVITY_PARAM,
     "webhookId": _WEBHOOK_PARAM,
+    "deliveryId": _path_param("deliveryId", "ID of the delivery (its `id` in the delivery log)."),
 }
 _PATH_PARAM = re.compile(r"\{([^}]+)\}")
 
@@ -485,6 +488,7 @@ def build_spec() -> dict[str, Any]:
         spec.path(path=path, operations=path_operations)
     document = spec.to_dict()
     _tighten(document["components"]["schemas"])
+    document["webhooks"] = delivery_webhooks()
     return document
 
 
@@ -518,6 +522,9 @@ def _components(now: datetime) -> tuple[tuple[str, Schema | type[Schema]], ...]:
         ("WebhookDelivery", r.DeliverySchema),
         ("RevokeLeakedRequest", reports.RevokeLeakedSchema),
         ("GithubSecretScanningToken", reports.ScanningTokenSchema),
+        ("WebhookUpdateRequest", ws.UpdateWebhookSchema),
+        ("WebhookRotateSecretRequest", ws.RotateWebhookSecretSchema),
+        ("WebhookRotateSecretResponse", r.RotateWebhookSecretResultSchema),
     )
 
 

@@ -305,6 +305,26 @@ class WebhookSchema(Schema):
     events = fields.List(fields.String(metadata={"enum": list(EVENT_TYPES)}))
     expiringDays = fields.Integer(attribute="expiring_days")
     createdAt = Timestamp(attribute="created_at")
+    enabled = fields.Boolean(
+        metadata={
+            "description": "false: disabled, by PATCH or after failing every attempt for"
+            " KEYSVC_WEBHOOK_DISABLE_AFTER_HOURS; it is sent nothing until enabled again."
+        }
+    )
+    disabledAt = Timestamp(attribute="disabled_at", allow_none=True)
+    failingSince = Timestamp(
+        attribute="failing_since",
+        allow_none=True,
+        metadata={"description": "Since when every attempt has failed (null: the last worked)."},
+    )
+    previousSecretExpiresAt = Timestamp(
+        attribute="previous_until",
+        allow_none=True,
+        metadata={
+            "description": "After a secret's rotation: until when the replaced secret"
+            " signs deliveries too (null: never rotated)."
+        },
+    )
 
 
 class CreateWebhookResultSchema(Schema):
@@ -312,6 +332,20 @@ class CreateWebhookResultSchema(Schema):
     secret = fields.String(
         metadata={
             "description": "The signing secret, shown this once: keysvc cannot show it again."
+            " A Standard Webhooks secret: whsec_ and the standard base64 of 32 bytes.",
+            "pattern": "^whsec_[A-Za-z0-9+/]{43}=$",
+        }
+    )
+
+
+class RotateWebhookSecretResultSchema(Schema):
+    webhook = fields.Nested(WebhookSchema)
+    secret = fields.String(
+        metadata={
+            "description": "The new signing secret, shown this once (whsec_ and the standard"
+            " base64 of 32 bytes). The replaced one signs too until the webhook's"
+            " previousSecretExpiresAt.",
+            "pattern": "^whsec_[A-Za-z0-9+/]{43}=$",
         }
     )
 

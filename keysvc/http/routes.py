@@ -26,6 +26,7 @@ from keysvc.errors import BadRequest
 from keysvc.http import queries as q
 from keysvc.http import responses as r
 from keysvc.http import schemas as s
+from keysvc.http import webhook_schemas as ws
 from keysvc.http.reports import RevokeLeakedSchema
 
 View = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -37,6 +38,8 @@ ROLES_PATH, ROLE_PATH = ORG + "/roles", ORG + "/roles/{roleId}"
 ACTIVITIES_PATH, ACTIVITY_PATH = ORG + "/activities", ORG + "/activities/{activityId}"
 WEBHOOKS_PATH, WEBHOOK_PATH = ORG + "/webhooks", ORG + "/webhooks/{webhookId}"
 DELIVERIES_PATH = WEBHOOK_PATH + "/deliveries"
+ROTATE_SECRET_PATH = WEBHOOK_PATH + "/rotate-secret"
+RETRY_PATH = DELIVERIES_PATH + "/{deliveryId}/retry"
 
 # What any authenticated operation may answer besides its success; a write may also
 # be refused whole for a full disk.
@@ -485,6 +488,67 @@ GITHUB_SCANNING = Route(
         "checksum; the requestId is in the `X-Request-Id` header. Errors are envelopes."
     ),
 )
+ROTATE_WEBHOOK_SECRET = Route(
+    "POST",
+    ROTATE_SECRET_PATH,
+    "keysvcWebhookRotateSecret",
+    "Rotate a webhook's signing secret (keysvc addition)",
+    tag="webhooks",
+    permission="webhooks:write",
+    body=ws.RotateWebhookSecretSchema,
+    body_required=False,
+    response=r.RotateWebhookSecretResultSchema,
+    answer="The webhook, and its new signing secret once.",
+    statuses=(*WRITE, 404),
+    description=(
+        "Needs the permission `webhooks:write`. keysvc addition. Gives the webhook a new "
+        "signing secret, shown in this answer only; for `overlapSeconds` (default a day, at "
+        "most 7 days; 0: none) every delivery is signed with both, the new first "
+        "(`webhook-signature: v1,<new> v1,<old>`, and a second v1 and v2 in "
+        "`Keysvc-Signature`), so that receivers can move to the new one. A rotation during "
+        "an overlap ends the older secret's at once. Recorded as a `webhook_secret_rotate` "
+        "activity."
+    ),
+)
+UPDATE_WEBHOOK = Route(
+    "PATCH",
+    WEBHOOK_PATH,
+    "keysvcWebhookUpdate",
+    "Enable or disable a webhook (keysvc addition)",
+    tag="webhooks",
+    permission="webhooks:write",
+    body=ws.UpdateWebhookSchema,
+    response=r.WebhookSchema,
+    answer=_WEBHOOK,
+    statuses=(*WRITE, 404),
+    description=(
+        "Needs the permission `webhooks:write`. keysvc addition. `enabled: false` disables "
+        "the webhook: it is sent no event, and its pending deliveries wait. `enabled: true` "
+        "enables it again and resets its failure clock: keysvc disables a webhook that has "
+        "failed every attempt for KEYSVC_WEBHOOK_DISABLE_AFTER_HOURS (120, five days), and "
+        "sends its organization's other webhooks `webhook.disabled`. A change is recorded "
+        "as a `webhook_update` activity."
+    ),
+)
+RETRY_DELIVERY = Route(
+    "POST",
+    RETRY_PATH,
+    "keysvcWebhookDeliveryRetry",
+    "Attempt a delivery again now (keysvc addition)",
+    tag="webhooks",
+    permission="webhooks:write",
+    response=r.DeliverySchema,
+    answer="The delivery, pending.",
+    statuses=(*WRITE, 404, 409),
+    description=(
+        "Needs the permission `webhooks:write`. keysvc addition. The delivery (its event, "
+        "body and `webhook-id` as before, newly signed) is attempted again at once: one "
+        "attempt more for a delivered or failed one, while a pending one keeps its "
+        "retries (one being attempted right now is left to that attempt). 404 when the "
+        "webhook, or this delivery of it, is not in this organization; 409 while the "
+        "webhook is disabled."
+    ),
+)
 DOCS_ASSET = Route(
     "GET", "/docs/assets/{name}", "keysvcDocsAsset", "An asset of the docs page", tag="ops",
     public=True, statuses=(404, 500), media_type="application/octet-stream",
@@ -512,7 +576,8 @@ ROUTES: tuple[Route, ...] = (
     LIST_KEYS, CREATE_KEY, GET_KEY, UPDATE_KEY, DELETE_KEY, ROTATE_KEY, KEY_USAGE,
     LIST_ROLES, CREATE_ROLE, GET_ROLE, UPDATE_ROLE, DELETE_ROLE,
     LIST_ACTIVITIES, GET_ACTIVITY,
-    LIST_WEBHOOKS, CREATE_WEBHOOK, GET_WEBHOOK, DELETE_WEBHOOK, LIST_DELIVERIES,
+    LIST_WEBHOOKS, CREATE_WEBHOOK, GET_WEBHOOK, UPDATE_WEBHOOK, DELETE_WEBHOOK,
+    LIST_DELIVERIES, RETRY_DELIVERY, ROTATE_WEBHOOK_SECRET,
     REVOKE_LEAKED, GITHUB_SCANNING,
     WHOAMI, VERIFY, ROOT, HEALTHZ, READYZ, METRICS, OPENAPI_DOCUMENT, DOCS, DOCS_ASSET,
     CONSOLE, CONSOLE_ASSET,

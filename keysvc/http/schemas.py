@@ -533,6 +533,7 @@ EVENT_TYPES = (
     "key.expiring",
     "key.used_after_revoke",
     "key.leaked",
+    "webhook.disabled",
 )
 MAX_EXPIRING_DAYS = 90
 

@@ -1,6 +1,7 @@
 """The webhook delivery task: started with the app, it sends the outbox's due deliveries
-(``keysvc.db.outbox``), signed, and schedules the retries; it also enqueues the
-``key.expiring`` warnings, and drops deliveries finished long enough ago.
+(``keysvc.db.outbox``), signed (``keysvc.domain.signing``), and schedules the retries;
+it also enqueues the ``key.expiring`` warnings, and drops deliveries finished long
+enough ago.
 
 An attempt is leased in one short write transaction (so that another worker process
 does not make the same attempt at once), made outside any transaction, and its outcome
@@ -15,14 +16,16 @@ until a day after the event, then failed. A lease outlives its attempt's timeout
 process killed mid-attempt leaves the delivery to be attempted again once its lease
 runs out: at least once.
 
+Each recorded attempt moves its webhook's failure clock
+(``keysvc.domain.webhooks.attempt_recorded``): a webhook that has failed every attempt
+for ``webhook_disable_after_hours`` is disabled, in the same transaction.
+
 Just before it is signed, a delivery's MAC is checked against the row and its webhook
 as they are (``keysvc.db.seal.Seal``): one that fails was not written by keysvc (or
 was changed since), and is not sent but failed at once, as ``unauthenticated``.
 """
 
 import asyncio
-import hashlib
-import hmac
 import logging
 import random
 import time
@@ -40,7 +43,9 @@ from keysvc.db import keys as key_sql
 from keysvc.db import outbox
 from keysvc.db.contract import Connection, Store
 from keysvc.db.outbox import Due
+from keysvc.domain.signing import SigningSecret, signed_headers, signing_secret
 from keysvc.domain.targets import ip_literal, is_public
+from keysvc.domain.webhooks import attempt_recorded
 from keysvc.keyview import api_key
 from keysvc.ops.resolver import BlockedAddress, GuardedResolver
 from keysvc.timeutil import Clock, to_text
@@ -60,20 +65,6 @@ EXPIRING_PER_SCAN = 500
 
 # Why an attempt was not made: the row's MAC does not verify (keysvc.db.seal.Seal).
 UNAUTHENTICATED = "unauthenticated"
-
-
-def signature(secret: str, timestamp: int, event_id: str, event_type: str, body: str) -> str:
-    """The Keysvc-Signature header: ``t=<unix seconds>,v1=<hex>,v2=<hex>``, Stripe's
-    scheme. v2 is HMAC-SHA256(secret, "<t>.<event ID>.<event type>.<body>"), the
-    Keysvc-Event-Id and Keysvc-Event-Type headers signed too; the ID is a UUID, the type
-    one of the event types and the body a JSON object, so no field can run into the
-    next. v1, over "<t>.<body>" alone, is sent as well for receivers not yet moved to v2:
-    it leaves the event headers unsigned."""
-    key = secret.encode()
-    v1 = hmac.new(key, f"{timestamp}.{body}".encode(), hashlib.sha256).hexdigest()
-    signed = f"{timestamp}.{event_id}.{event_type}.{body}".encode()
-    v2 = hmac.new(key, signed, hashlib.sha256).hexdigest()
-    return f"t={timestamp},v1={v1},v2={v2}"
 
 
 def retry_delay(base: float, attempts: int) -> float:
@@ -224,6 +215,11 @@ class Deliverer:
         try:
             async with self._store.transaction("record_webhook_attempt") as conn:
                 await outbox.record(conn, due, self._owner, at, status, error, state, next_at)
+                if authentic:
+                    await attempt_recorded(
+                        self._store, conn, due.organization_id, due.webhook_id, delivered, at,
+                        self._settings.webhook_disable_after_hours,
+                    )  # fmt: skip
         except Exception:
             # The lease runs out, and the delivery is attempted again: at least once.
             logger.exception("webhook attempt not recorded; it will be made again")
@@ -236,22 +232,28 @@ class Deliverer:
         private = self._settings.webhook_allow_private
         if literal is not None and not private and not is_public(literal):
             raise BlockedAddress(f"{literal} is not a public address")
-        secret = self._hasher.webhook_secret(
-            due.nonce, due.secret_version, due.webhook_id, due.organization_id, due.url
+        signed = signed_headers(
+            self._secrets(due), int(time.time()), due.event_id, due.event_type, due.body
         )
-        headers = {
-            "Content-Type": "application/json",
-            "Keysvc-Event-Id": due.event_id,
-            "Keysvc-Event-Type": due.event_type,
-            "Keysvc-Signature": signature(
-                secret, int(time.time()), due.event_id, due.event_type, due.body
-            ),
-        }
+        headers = {"Content-Type": "application/json", **signed}
         async with self._session.post(
             due.url, data=due.body.encode(), headers=headers, allow_redirects=False
         ) as response:
             await response.content.read(64 * 1024)  # the answer itself is not kept
             return response.status
+
+    def _secrets(self, due: Due) -> list[SigningSecret]:
+        """The secrets ``due`` is signed with: its webhook's, then, during a rotation's
+        overlap (on the app's clock), the one it replaced."""
+        ids = (due.webhook_id, due.organization_id, due.url)
+        made = [signing_secret(self._hasher, due.nonce, due.secret_version, *ids)]
+        previous, version, until = (
+            due.previous_nonce, due.previous_secret_version, due.previous_until
+        )  # fmt: skip
+        overlapping = until is not None and until > self._clock().timestamp()
+        if previous is not None and version is not None and overlapping:
+            made.append(signing_secret(self._hasher, bytes(previous), version, *ids))
+        return made
 
     async def _scan_expiring(self) -> None:
         """Now and then: enqueue ``key.expiring`` for keys a webhook should warn of and

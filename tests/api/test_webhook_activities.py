@@ -3,32 +3,12 @@ did it, the webhook's ID, URL, events and expiringDays, never its secret; a key 
 holds only the webhook permissions leaves a trace when it deletes the admin's
 webhook; and ``keysvc audit verify`` still holds on such a log."""
 
-from typing import Any
-
 from keysvc.config import Settings
-from tests.api.webhooks import create_webhook, hooks_url
+from tests.api.webhooks import create_webhook, every_activity, hooks_url
 from tests.handsql import audit_verdict
 from tests.helpers import Client, Creds, assert_ok, create_creds, create_role
 
 URL = "http://93.184.215.14/hooks"  # a public literal: nothing to resolve
-
-
-def activities_url(creds: Creds, query: str) -> str:
-    return f"/v1/organizations/{creds.organization_id}/activities?{query}"
-
-
-async def every_activity(client: Client, creds: Creds) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    cursor = ""
-    while True:
-        query = "limit=3&include=keysvc" + (f"&cursor={cursor}" if cursor else "")
-        response = await client.get(activities_url(creds, query), headers=creds.headers)
-        body = await response.json()
-        assert response.status == 200, body
-        found += body["result"]
-        if body["nextCursor"] is None:
-            return found
-        cursor = body["nextCursor"]
 
 
 async def test_a_webhook_s_create_and_delete_are_recorded_without_its_secret(

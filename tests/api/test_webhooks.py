@@ -46,7 +46,13 @@ async def test_create_shows_the_secret_once_then_list_get_delete(
     assert webhook["url"] == PUBLIC
     assert webhook["events"] == ALL_EVENTS
     assert webhook["expiringDays"] == 7
-    assert set(webhook) == {"id", "url", "events", "expiringDays", "createdAt"}
+    assert set(webhook) == {
+        "id", "url", "events", "expiringDays", "createdAt", "enabled", "disabledAt",
+        "failingSince", "previousSecretExpiresAt",
+    }  # fmt: skip
+    assert webhook["enabled"] is True and webhook["disabledAt"] is None
+    assert webhook["failingSince"] is None  # nothing attempted yet
+    assert webhook["previousSecretExpiresAt"] is None  # never rotated
 
     listed = await assert_ok(await client.get(hooks_url(admin), headers=admin.headers))
     assert listed == [webhook]
@@ -78,7 +84,7 @@ async def test_two_webhooks_have_different_secrets(client: Client, admin: Creds)
     [
         ({"events": ["key.created"]}, "url: is required"),
         ({"url": PUBLIC}, "events: is required"),
-        ({"url": PUBLIC, "events": []}, "events: must name 1 to 7 event types, each once"),
+        ({"url": PUBLIC, "events": []}, "events: must name 1 to 8 event types, each once"),
         (
             {"url": PUBLIC, "events": ["key.created", "key.created"]},
             "events: must name each event type once",
@@ -86,7 +92,7 @@ async def test_two_webhooks_have_different_secrets(client: Client, admin: Creds)
         (
             {"url": PUBLIC, "events": ["key.exploded"]},
             "events.0: must be one of: key.created, key.updated, key.deleted, key.rotated,"
-            " key.expiring, key.used_after_revoke, key.leaked",
+            " key.expiring, key.used_after_revoke, key.leaked, webhook.disabled",
         ),
         (
             {"url": PUBLIC, "events": ["key.expiring"], "expiringDays": 0},

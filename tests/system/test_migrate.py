@@ -73,13 +73,16 @@ def _creds(made: dict[str, Any]) -> Creds:
 
 
 def _scrubbed(body: Any, readers: set[str]) -> Any:
-    """``body`` without what differs between two reads by design: the requestId, and
-    the usedAt of the keys the reads are made with."""
+    """``body`` without what differs between two reads by design: the requestId, the
+    usedAt of the keys the reads are made with, and a webhook's failingSince (its
+    delivery state: its pending deliveries fail, then reach the receiver, meanwhile)."""
     if isinstance(body, list):
         return [_scrubbed(item, readers) for item in body]
     if not isinstance(body, dict):
         return body
     drop = {"requestId"} | ({"usedAt"} if body.get("id") in readers else set())
+    if "failingSince" in body and "expiringDays" in body:
+        drop.add("failingSince")
     return {name: _scrubbed(value, readers) for name, value in body.items() if name not in drop}
 
 

@@ -318,9 +318,10 @@ def test_every_operation_that_needs_credentials_answers_401_without(live: Live) 
         for method, path, operation in operations(document)
         if operation.get("security", document["security"])
     ]
-    assert len(protected) == 23
+    assert len(protected) == 26
     for method, path in protected:
-        ids = {name: uuid.uuid4() for name in ("keyId", "roleId", "activityId", "webhookId")}
+        names = ("keyId", "roleId", "activityId", "webhookId", "deliveryId")
+        ids = {name: uuid.uuid4() for name in names}
         url = path.format(organizationId=live.organization, **ids)
         request = urllib.request.Request(
             live.server.base + url,

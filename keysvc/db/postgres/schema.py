@@ -27,6 +27,7 @@ from keysvc.db.sqlite.migrations import (
     MIGRATIONS,
     SHARED_LIMITS_STEP,
     WEBHOOK_BINDING_STEP,
+    WEBHOOK_CONTROLS_STEP,
     schema_version,
 )
 
@@ -147,6 +148,14 @@ POSTGRES_MIGRATIONS: Mapping[int, str] = {
     create or replace trigger leak_reports_data_changed
         after insert or update or delete or truncate on leak_reports
         for each statement execute function keysvc_data_changed();
+    """,
+    # Webhook secret rotation, failing since and disabled (as SQLite's WEBHOOK_CONTROLS_STEP).
+    schema_version(MIGRATIONS[: MIGRATIONS.index(WEBHOOK_CONTROLS_STEP) + 1]): """
+    alter table webhooks add column if not exists previous_nonce bytea;
+    alter table webhooks add column if not exists previous_secret_version bigint;
+    alter table webhooks add column if not exists previous_until double precision;
+    alter table webhooks add column if not exists failing_since double precision;
+    alter table webhooks add column if not exists disabled_at text collate "C";
     """,
 }
 

@@ -85,6 +85,19 @@ LEAK_LOOKUP_STEP = """
     ) strict, without rowid;
 """
 
+# The webhook controls step (h/30b): a webhook's previous secret during a rotation's
+# overlap (its nonce and secret_version, and until when, unix seconds: keysvc.domain.signing),
+# since when every attempt to it has failed (unix seconds; null: its last attempt was
+# delivered) and when it was disabled for it (null: enabled). Existing webhooks are
+# enabled, not failing, and have no previous secret.
+WEBHOOK_CONTROLS_STEP = """
+    alter table webhooks add column previous_nonce blob;
+    alter table webhooks add column previous_secret_version integer;
+    alter table webhooks add column previous_until real;
+    alter table webhooks add column failing_since real;
+    alter table webhooks add column disabled_at text;
+"""
+
 # MIGRATIONS[n] takes a database from version n + 1 to n + 2. Version 1 is the
 # first release of schema.sql; append steps here and change schema.sql to match.
 MIGRATIONS: Sequence[str] = (
@@ -317,6 +330,8 @@ MIGRATIONS: Sequence[str] = (
     GROWTH_STEP,
     # 18: keys found by their secret's keyed hash (LEAK_LOOKUP_STEP).
     LEAK_LOOKUP_STEP,
+    # 19: webhook secret rotation, failing since and disabled (WEBHOOK_CONTROLS_STEP).
+    WEBHOOK_CONTROLS_STEP,
 )
 
 

@@ -1,23 +1,39 @@
-"""Webhook views: an organization's webhooks (create, list, read, delete) and each
-one's delivery log."""
+"""Webhook views: an organization's webhooks (create, list, read, enable or disable,
+delete, rotate the secret) and each one's delivery log (list, retry one)."""
 
 from aiohttp import web
 
 from keysvc.domain import webhooks
 from keysvc.http.envelope import ok
 from keysvc.http.queries import ListDeliveriesQuerySchema
-from keysvc.http.responses import CreateWebhookResultSchema, DeliverySchema, WebhookSchema
+from keysvc.http.responses import (
+    CreateWebhookResultSchema,
+    DeliverySchema,
+    RotateWebhookSecretResultSchema,
+    WebhookSchema,
+)
 from keysvc.http.routes import (
     CREATE_WEBHOOK,
     DELETE_WEBHOOK,
     GET_WEBHOOK,
     LIST_DELIVERIES,
     LIST_WEBHOOKS,
+    RETRY_DELIVERY,
+    ROTATE_WEBHOOK_SECRET,
+    UPDATE_WEBHOOK,
     serves,
 )
 from keysvc.http.schemas import CreateWebhookSchema, load
 from keysvc.http.state import CLOCK, HASHER, SETTINGS, STORE
-from keysvc.http.views.common import actor, authorized, path_uuid, query, read_json_object
+from keysvc.http.views.common import (
+    actor,
+    authorized,
+    path_uuid,
+    query,
+    read_json_object,
+    read_optional_json_object,
+)
+from keysvc.http.webhook_schemas import RotateWebhookSecretSchema, UpdateWebhookSchema
 
 _webhook = WebhookSchema()
 _webhooks = WebhookSchema(many=True)
@@ -25,6 +41,10 @@ _created = CreateWebhookResultSchema()
 _deliveries = DeliverySchema(many=True)
 _create = CreateWebhookSchema()
 _deliveries_query = ListDeliveriesQuerySchema()
+_rotate = RotateWebhookSecretSchema()
+_update = UpdateWebhookSchema()
+_delivery = DeliverySchema()
+_rotated = RotateWebhookSecretResultSchema()
 
 
 @serves(LIST_WEBHOOKS)
@@ -77,3 +97,38 @@ async def list_deliveries(request: web.Request) -> web.Response:
         params.get("cursor"), params["limit"],
     )  # fmt: skip
     return ok(request, _deliveries.dump(page.deliveries), nextCursor=cursor, totalCount=page.total)
+
+
+@serves(ROTATE_WEBHOOK_SECRET)
+async def rotate_secret(request: web.Request) -> web.Response:
+    _, organization_id = authorized(request)
+    webhook_id = path_uuid(request, "webhookId")
+    data = load(_rotate, await read_optional_json_object(request))
+    rotated = await webhooks.rotate_secret(
+        request.app[STORE], request.app[HASHER], organization_id, webhook_id,
+        data["overlapSeconds"], actor(request), request.app[CLOCK](),
+    )  # fmt: skip
+    return ok(request, _rotated.dump(rotated))
+
+
+@serves(UPDATE_WEBHOOK)
+async def update_webhook(request: web.Request) -> web.Response:
+    _, organization_id = authorized(request)
+    webhook_id = path_uuid(request, "webhookId")
+    data = load(_update, await read_json_object(request))
+    webhook = await webhooks.set_enabled(
+        request.app[STORE], organization_id, webhook_id, data["enabled"], actor(request),
+        request.app[CLOCK](),
+    )  # fmt: skip
+    return ok(request, _webhook.dump(webhook))
+
+
+@serves(RETRY_DELIVERY)
+async def retry_delivery(request: web.Request) -> web.Response:
+    _, organization_id = authorized(request)
+    webhook_id = path_uuid(request, "webhookId")
+    delivery_id = path_uuid(request, "deliveryId")
+    delivery = await webhooks.retry_delivery(
+        request.app[STORE], organization_id, webhook_id, delivery_id, request.app[CLOCK]()
+    )
+    return ok(request, _delivery.dump(delivery))
