@@ -275,10 +275,14 @@ class StoreCore:
         return key
 
     @timed
-    async def list_keys(self, organization_id: str, after: int, limit: int) -> KeyPage:
+    async def list_keys(
+        self, organization_id: str, after: int, limit: int, external_id: str | None = None
+    ) -> KeyPage:
         """Keys oldest first, after the organization's ``after``-th key (``Key.org_seq``):
-        a keyset page, as cheap at page N as page 1."""
-        keys, more, total = await key_sql.list_page(self.reader, organization_id, after, limit)
+        a keyset page, as cheap at page N as page 1; only ``external_id``'s when given."""
+        keys, more, total = await key_sql.list_page(
+            self.reader, organization_id, after, limit, external_id
+        )
         return KeyPage(keys=keys, more=more, total=total)
 
     async def find_credential(self, key_id_hash: bytes) -> Credential | None:

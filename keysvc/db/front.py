@@ -113,8 +113,10 @@ class CoreFront:
     def get_key(self, organization_id: str, key_id: str) -> Awaitable[Key | None]:
         return self._core.get_key(organization_id, key_id)
 
-    def list_keys(self, organization_id: str, after: int, limit: int) -> Awaitable[KeyPage]:
-        return self._core.list_keys(organization_id, after, limit)
+    def list_keys(
+        self, organization_id: str, after: int, limit: int, external_id: str | None = None
+    ) -> Awaitable[KeyPage]:
+        return self._core.list_keys(organization_id, after, limit, external_id)
 
     def find_credential(self, key_id_hash: bytes) -> Awaitable[Credential | None]:
         return self._core.find_credential(key_id_hash)

@@ -31,6 +31,7 @@ from keysvc.http.routes import (
     KEY_PATH,
     KEYS_PATH,
     LIST_ACTIVITIES,
+    LIST_KEYS,
     ROLE_PATH,
     ROLES_PATH,
     ROUTES,
@@ -180,6 +181,15 @@ _INCLUDE_PARAM = {
     "x-keysvc-addition": True,
 }
 _WEBHOOK_PARAM = _path_param("webhookId", "ID of the requested webhook.")
+# Issue 29: the key list's filter (keysvc.http.queries.ExternalIdQuerySchema).
+_EXTERNAL_ID_PARAM = {
+    "in": "query",
+    "name": "externalId",
+    "description": "keysvc addition: only the keys with this externalId.",
+    "required": False,
+    "schema": {"type": "string", "minLength": 1, "maxLength": s.MAX_NAME},
+    "x-keysvc-addition": True,
+}
 _LIST_PARAMS = [
     {
         "in": "query",
@@ -245,6 +255,8 @@ def _params(route: Route) -> list[dict[str, Any]]:
     ]
     if route is LIST_ACTIVITIES:
         params.extend([*_DATE_PARAMS, _INCLUDE_PARAM])
+    if route is LIST_KEYS:
+        params.append(_EXTERNAL_ID_PARAM)
     if route.paged:
         params.extend(_LIST_PARAMS)
     if route.query:

@@ -29,6 +29,7 @@ from keysvc.domain.addresses import kept_source
 from keysvc.domain.limits import ACTOR_PREFIX, DEFAULT_EXPIRING_DAYS, MAX_ROLE_IDS, MAX_WEBHOOK_URL
 from keysvc.domain.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.errors import BadRequest
+from keysvc.http.keyfields import CREDITS_DOC, EXTERNAL_ID_DOC, META_DOC, CreditsSchema, Meta
 from keysvc.timeutil import to_text
 
 LEGACY_ROLES = ("admin", "developer", "query_endpoints")
@@ -287,6 +288,10 @@ class _KeyFieldsSchema(Schema):
         metadata={"description": IP_ACCESS_LIST_DOC},
     )
     rateLimit = fields.Nested(RateLimitSchema, allow_none=True, metadata=RATE_LIMIT_DOC)
+    # Issue 29 (keysvc.http.keyfields): null on PATCH clears each.
+    externalId = Name(allow_none=True, metadata={**ADDITION, "description": EXTERNAL_ID_DOC})
+    meta = Meta(metadata={**ADDITION, "description": META_DOC})
+    credits = fields.Nested(CreditsSchema, allow_none=True, metadata=CREDITS_DOC)
 
     def __init__(self, *, now: datetime, **kwargs: Any):
         super().__init__(**kwargs)

@@ -115,6 +115,15 @@ def _populate(base: str, admins: list[Creds], receiver_port: int, source: Source
         "rotated": {"name": "rotated", "roles": ["developer"]},
         "deleted": {"name": "deleted", "roles": ["developer"]},
         "reader": {"name": "reader", "roles": ["admin"]},
+        # Issue 29's details, and credits for two of its three verifies below: the
+        # third is refused and counted (key_usage_credits).
+        "credited": {
+            "name": "credited",
+            "roles": ["developer"],
+            "externalId": "cust_7",
+            "meta": {"plan": "pro"},
+            "credits": {"remaining": 2, "refill": {"interval": "monthly", "amount": 9}},
+        },
     }
     ids, creds = {}, {}
     for name, body in bodies.items():

@@ -16,7 +16,7 @@ from aiohttp import hdrs, web
 from keysvc.domain import keys
 from keysvc.http import render
 from keysvc.http.envelope import envelope, envelope_bytes, json_body_response, json_response, ok
-from keysvc.http.queries import ListKeysQuerySchema
+from keysvc.http.queries import KeyListQuerySchema
 from keysvc.http.routes import (
     CREATE_KEY,
     DELETE_KEY,
@@ -43,7 +43,7 @@ from keysvc.http.views.common import (
 )
 from keysvc.models import Key
 
-_list_query = ListKeysQuerySchema()
+_list_query = KeyListQuerySchema()
 # Built once, not per request: building a marshmallow schema deep-copies its fields,
 # which costs more than loading a body. Only the clock reading they check expireAt
 # against changes; it is set right before each load, which is synchronous, so no
@@ -92,15 +92,16 @@ async def list_keys(request: web.Request) -> web.Response:
     hasher = request.app[HASHER]
     after = keys.decode_cursor(hasher, organization_id, params.get("cursor"))
     store = request.app[STORE]
-    limit = params["limit"]
+    limit, external_id = params["limit"], params.get("externalId")
 
     async def page_text() -> tuple[bytes, bytes]:
-        page = await keys.list_keys(store, organization_id, after, limit)
+        page = await keys.list_keys(store, organization_id, after, limit, external_id)
         cursor = keys.next_cursor(hasher, organization_id, page)
         rest = f', "nextCursor": {render.encode(cursor)}, "totalCount": {render.encode(page.total)}'
         return render.keys_json(page.keys).encode(), rest.encode()
 
-    rendered = await store.cached_page(("keys", organization_id, after, limit), page_text)
+    page = ("keys", organization_id, after, limit, external_id)
+    rendered = await store.cached_page(page, page_text)
     return json_body_response(envelope_bytes(request[REQUEST_ID], *rendered))
 
 
