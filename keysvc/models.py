@@ -3,7 +3,7 @@
 import hashlib
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -70,6 +70,21 @@ class Credits:
 
 
 LOW_SENT, EXHAUSTED_SENT = 1, 2
+
+
+@dataclass(frozen=True)
+class Spend:
+    """What a spend of credits decided (``keysvc.domain.credits.spent``): whether it is
+    allowed, the credits after it, and the events to send in its transaction, each
+    (type, data)."""
+
+    allowed: bool
+    credits: Credits
+    events: Sequence[tuple[str, dict[str, Any]]] = ()
+
+
+# The domain's rule for a spend, from the key's credits as stored (Store.spend_credits).
+SpendRule = Callable[[Credits], Spend]
 
 
 @dataclass(frozen=True)

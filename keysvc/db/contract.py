@@ -30,6 +30,8 @@ from keysvc.models import (
     Role,
     RoleDetail,
     RolePage,
+    Spend,
+    SpendRule,
     Webhook,
 )
 
@@ -248,6 +250,14 @@ class Store(Protocol):
         self, key: tuple[object, ...], render: Callable[[], Awaitable[Rendered]]
     ) -> Awaitable[Rendered]:
         """The page rendered for ``key`` as committed now: kept, else ``render()``'s."""
+        ...
+
+    def spend_credits(
+        self, organization_id: str, key_id: str, now: datetime, rule: SpendRule
+    ) -> Awaitable[Spend | None]:
+        """Spend from the key's credits as ``rule`` decides, exactly, in one write
+        transaction with the events it sends (``keysvc.db.credits``); None when they are
+        unlimited. Never from a cache."""
         ...
 
     def get_key(self, organization_id: str, key_id: str) -> Awaitable[Key | None]: ...

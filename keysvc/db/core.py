@@ -18,6 +18,7 @@ from typing import Any
 
 from keysvc.config import Settings
 from keysvc.db import activities as activity_sql
+from keysvc.db import credits as credit_sql
 from keysvc.db import keys as key_sql
 from keysvc.db import meta, outbox, retention
 from keysvc.db import roles as role_sql
@@ -31,6 +32,7 @@ from keysvc.db.roles import RoleStore
 from keysvc.db.rows import key_from_joined
 from keysvc.db.seal import Seal
 from keysvc.db.timing import Observer, timed
+from keysvc.errors import Conflict
 from keysvc.models import (
     Activity,
     ActivityKinds,
@@ -39,11 +41,15 @@ from keysvc.models import (
     Delivery,
     Key,
     KeyPage,
+    Spend,
+    SpendRule,
     Webhook,
 )
 from keysvc.timeutil import utcnow
 
 logger = logging.getLogger("keysvc")
+# Never seen: a spend's write runs under the write lock it read in.
+CREDITS_MOVED = "the key's credits changed while this request ran; try again"
 
 
 @dataclass(frozen=True)
@@ -256,6 +262,27 @@ class StoreCore:
         if not roles and not keys:
             return []
         return self.records.pre_log_of()(roles, keys, now)
+
+    # Credits (issue 29)
+
+    async def spend_credits(
+        self, organization_id: str, key_id: str, now: datetime, rule: SpendRule
+    ) -> Spend | None:
+        """In one write transaction: the key's credits read, ``rule``'s answer written
+        over them (a compare-and-set, ``keysvc.db.credits``) and its events enqueued;
+        None when the key's credits are unlimited. Acknowledged once committed."""
+        async with self.transaction("spend_credits") as conn:
+            read = await credit_sql.credits_of(conn, key_id)
+            if read is None:
+                return None
+            spend = rule(read)
+            if spend.credits != read and not await credit_sql.write_spent(
+                conn, key_id, read, spend.credits
+            ):
+                raise Conflict(CREDITS_MOVED)
+            for event_type, data in spend.events:
+                await self.enqueue(conn, organization_id, event_type, data, now)
+            return spend
 
     # Keys
 

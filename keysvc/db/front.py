@@ -22,6 +22,8 @@ from keysvc.models import (
     Delivery,
     Key,
     KeyPage,
+    Spend,
+    SpendRule,
     Webhook,
 )
 
@@ -107,6 +109,11 @@ class CoreFront:
         self, key: tuple[object, ...], render: Callable[[], Awaitable[Rendered]]
     ) -> Awaitable[Rendered]:
         return self._core.caches.page(key, render)
+
+    def spend_credits(
+        self, organization_id: str, key_id: str, now: datetime, rule: SpendRule
+    ) -> Awaitable[Spend | None]:
+        return self._core.spend_credits(organization_id, key_id, now, rule)
 
     # Reads
 

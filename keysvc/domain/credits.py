@@ -80,7 +80,7 @@ def spent(credits: Credits, cost: int, now: datetime) -> tuple[bool, Credits, li
     refused only by a key with no credits left)."""
     current = settled(credits, now)
     if current.remaining < cost or (cost == 0 and current.remaining == 0):
-        if current.flags & EXHAUSTED_SENT:
+        if current.flags & EXHAUSTED_SENT or current.remaining > 0:
             return False, current, []
         return False, replace(current, flags=current.flags | EXHAUSTED_SENT), [CREDITS_EXHAUSTED]
     after = replace(current, remaining=current.remaining - cost)

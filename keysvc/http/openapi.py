@@ -26,6 +26,7 @@ from keysvc.domain.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.http import queries as q
 from keysvc.http import responses as r
 from keysvc.http import schemas as s
+from keysvc.http.keyfields import CreditsChangeSchema
 from keysvc.http.render import MAX_PERMISSIONS_HEADER
 from keysvc.http.routes import (
     KEY_PATH,
@@ -504,6 +505,8 @@ def _components(now: datetime) -> tuple[tuple[str, Schema | type[Schema]], ...]:
         ("WebhookCreateResponse", r.CreateWebhookResultSchema),
         ("WebhookDeliveryAttempt", r.AttemptSchema),
         ("WebhookDelivery", r.DeliverySchema),
+        # Issue 29.
+        ("ApiKeyCreditsRequest", CreditsChangeSchema),
     )
 
 

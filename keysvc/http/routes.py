@@ -26,6 +26,7 @@ from keysvc.errors import BadRequest
 from keysvc.http import queries as q
 from keysvc.http import responses as r
 from keysvc.http import schemas as s
+from keysvc.http.keyfields import CreditsChangeSchema
 
 View = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -186,6 +187,26 @@ ROTATE_KEY = Route(
         "period ends that grace at once. A key may rotate itself, with its current "
         "credentials only; rotating another key also needs `keys:create`, since its new "
         "credentials reach the caller. 409 for a disabled or expired key."
+    ),
+)
+# Issue 29: a key's credits, changed without a race.
+CHANGE_CREDITS = Route(
+    "POST",
+    KEY_PATH + "/credits",
+    "keysvcKeyCredits",
+    "Change the key's credits (keysvc addition)",
+    permission="keys:update",
+    body=CreditsChangeSchema,
+    response=r.ApiKeySchema,
+    answer=_KEY,
+    statuses=(*WRITE, 404, 409),
+    description=(
+        "Needs the permission `keys:update`, and every permission the key holds; a key may "
+        "not change its own credits. Exactly one of `set` (a number, or null for unlimited; "
+        "the refill stays), `increment` or `decrement` (never below 0), applied in one "
+        "transaction, with any refill due applied first: no spend in between is lost. "
+        "Recorded as a `credits-changed` key update. 409 to increment or decrement "
+        "unlimited credits."
     ),
 )
 LIST_ROLES = Route(
@@ -460,6 +481,7 @@ CONSOLE_ASSET = Route(
 # In the document's order; the routes of one path next to each other.
 ROUTES: tuple[Route, ...] = (
     LIST_KEYS, CREATE_KEY, GET_KEY, UPDATE_KEY, DELETE_KEY, ROTATE_KEY, KEY_USAGE,
+    CHANGE_CREDITS,
     LIST_ROLES, CREATE_ROLE, GET_ROLE, UPDATE_ROLE, DELETE_ROLE,
     LIST_ACTIVITIES, GET_ACTIVITY,
     LIST_WEBHOOKS, CREATE_WEBHOOK, GET_WEBHOOK, DELETE_WEBHOOK, LIST_DELIVERIES,

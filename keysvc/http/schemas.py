@@ -29,7 +29,13 @@ from keysvc.domain.addresses import kept_source
 from keysvc.domain.limits import ACTOR_PREFIX, DEFAULT_EXPIRING_DAYS, MAX_ROLE_IDS, MAX_WEBHOOK_URL
 from keysvc.domain.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.errors import BadRequest
-from keysvc.http.keyfields import CREDITS_DOC, EXTERNAL_ID_DOC, META_DOC, CreditsSchema, Meta
+from keysvc.http.keyfields import (
+    CREDITS_DOC,
+    EXTERNAL_ID_DOC,
+    META_DOC,
+    CreditsSchema,
+    Meta,
+)
 from keysvc.timeutil import to_text
 
 LEGACY_ROLES = ("admin", "developer", "query_endpoints")
