@@ -19,6 +19,15 @@ EXTERNAL_ID_DOC = (
     "1 to 255 characters as a name; several keys may share one. Filter the list with "
     "?externalId=."
 )
+# The key list's filter, as the OpenAPI document states it (keysvc.http.openapi).
+EXTERNAL_ID_PARAM = {
+    "in": "query",
+    "name": "externalId",
+    "description": "keysvc addition: only the keys with this externalId.",
+    "required": False,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+    "x-keysvc-addition": True,
+}
 META_DOC = "keysvc addition: a JSON object for your own use, at most 4 KiB; returned as given."
 _RANGE = "must be an integer from {min} to {max}"
 

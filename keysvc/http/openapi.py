@@ -26,7 +26,7 @@ from keysvc.domain.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.http import queries as q
 from keysvc.http import responses as r
 from keysvc.http import schemas as s
-from keysvc.http.keyfields import CreditsChangeSchema
+from keysvc.http.keyfields import EXTERNAL_ID_PARAM, CreditsChangeSchema
 from keysvc.http.render import MAX_PERMISSIONS_HEADER
 from keysvc.http.routes import (
     KEY_PATH,
@@ -182,15 +182,6 @@ _INCLUDE_PARAM = {
     "x-keysvc-addition": True,
 }
 _WEBHOOK_PARAM = _path_param("webhookId", "ID of the requested webhook.")
-# Issue 29: the key list's filter (keysvc.http.queries.ExternalIdQuerySchema).
-_EXTERNAL_ID_PARAM = {
-    "in": "query",
-    "name": "externalId",
-    "description": "keysvc addition: only the keys with this externalId.",
-    "required": False,
-    "schema": {"type": "string", "minLength": 1, "maxLength": s.MAX_NAME},
-    "x-keysvc-addition": True,
-}
 _LIST_PARAMS = [
     {
         "in": "query",
@@ -257,7 +248,7 @@ def _params(route: Route) -> list[dict[str, Any]]:
     if route is LIST_ACTIVITIES:
         params.extend([*_DATE_PARAMS, _INCLUDE_PARAM])
     if route is LIST_KEYS:
-        params.append(_EXTERNAL_ID_PARAM)
+        params.append(EXTERNAL_ID_PARAM)
     if route.paged:
         params.extend(_LIST_PARAMS)
     if route.query:
