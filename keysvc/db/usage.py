@@ -21,7 +21,13 @@ from keysvc.timeutil import to_text
 
 # The outcomes counted, in the columns' order. Only requests whose credentials were
 # right (a known key) are counted: unknown keys and wrong secrets are metrics only.
-OUTCOMES = ("success", "disabled", "expired", "ip_denied", "forbidden", "rate_limited")
+OUTCOMES = (
+    "success", "disabled", "expired", "ip_denied", "forbidden", "rate_limited",
+    "credits_exhausted",
+)  # fmt: skip
+# key_usage's outcomes; the last, verifies refused for exhausted credits (issue 29),
+# has a table of its own, key_usage_credits, written beside it.
+_KEY_USAGE_OUTCOMES = len(OUTCOMES) - 1
 PRUNE_EVERY_SECONDS = 300.0
 
 # (key UUID, minute) -> counts in OUTCOMES' order.
@@ -66,6 +72,25 @@ SERIES = """
     group by bucket order by bucket
 """
 PRUNE = "delete from key_usage where minute < ?"
+PRUNE_EXHAUSTED = "delete from key_usage_credits where minute < ?"
+ADD_EXHAUSTED = Sql(
+    """
+    insert into key_usage_credits (key_id, minute, exhausted)
+    select ?, ?, ? where exists (select 1 from api_keys where id = ?)
+    on conflict (key_id, minute) do update set exhausted = exhausted + excluded.exhausted
+    """,
+    """
+    insert into key_usage_credits (key_id, minute, exhausted)
+    select ?::text, ?::text, ?::bigint where exists (select 1 from api_keys where id = ?)
+    on conflict (key_id, minute) do update
+        set exhausted = key_usage_credits.exhausted + excluded.exhausted
+    """,
+)
+SERIES_EXHAUSTED = """
+    select substr(minute, 1, ?) as bucket, sum(exhausted) as credits_exhausted
+    from key_usage_credits where key_id = ? and minute >= ? and minute < ?
+    group by bucket order by bucket
+"""
 
 
 class Tally:
@@ -103,15 +128,24 @@ async def add_counts(conn: Connection, counts: Counts) -> None:
     await conn.executemany(
         ADD_COUNTS,
         [
-            (key_id, to_text(minute), *numbers, key_id)
+            (key_id, to_text(minute), *numbers[:_KEY_USAGE_OUTCOMES], key_id)
             for (key_id, minute), numbers in counts.items()
+            if any(numbers[:_KEY_USAGE_OUTCOMES])
         ],
     )
+    exhausted = [
+        (key_id, to_text(minute), numbers[_KEY_USAGE_OUTCOMES], key_id)
+        for (key_id, minute), numbers in counts.items()
+        if numbers[_KEY_USAGE_OUTCOMES]
+    ]
+    if exhausted:
+        await conn.executemany(ADD_EXHAUSTED, exhausted)
 
 
 async def prune(conn: Connection, before: datetime) -> None:
     """Delete the rows of minutes before ``before``."""
     await conn.execute(PRUNE, (to_text(before),))
+    await conn.execute(PRUNE_EXHAUSTED, (to_text(before),))
 
 
 async def series(
@@ -119,5 +153,11 @@ async def series(
 ) -> Mapping[str, Sequence[int]]:
     """The key's counts from ``start`` up to ``end``, summed by the first ``width``
     characters of their minute: bucket text -> counts in OUTCOMES' order."""
-    rows = await fetch_all(conn, SERIES, (width, key_id, to_text(start), to_text(end)))
-    return {row["bucket"]: [int(row[name]) for name in OUTCOMES] for row in rows}
+    params = (width, key_id, to_text(start), to_text(end))
+    found: dict[str, list[int]] = {}
+    for row in await fetch_all(conn, SERIES, params):
+        found[row["bucket"]] = [int(row[name]) for name in OUTCOMES[:_KEY_USAGE_OUTCOMES]] + [0]
+    for row in await fetch_all(conn, SERIES_EXHAUSTED, params):
+        counts = found.setdefault(row["bucket"], [0] * len(OUTCOMES))
+        counts[_KEY_USAGE_OUTCOMES] = int(row["credits_exhausted"])
+    return found

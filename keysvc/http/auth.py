@@ -53,8 +53,10 @@ from keysvc.http.state import (
     METRICS,
     PREVIOUS_CREDENTIAL,
     PROVEN,
+    RATE_DECISION,
     SETTINGS,
     STORE,
+    USAGE_REFUSAL,
 )
 from keysvc.keyview import api_key
 from keysvc.metrics import AuthReason
@@ -76,6 +78,7 @@ _USAGE_OUTCOME: dict[str, int] = {
         ("ip", "ip_denied"),
         ("permission", "forbidden"),
         ("rate_limited", "rate_limited"),
+        ("credits_exhausted", "credits_exhausted"),
     )
 }
 # The answer to a rotated key's replaced key ID and secret, their grace over.
@@ -423,6 +426,8 @@ async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
     refused = False
     try:
         request[CALLER], decision = await _admit(request)
+        if decision is not None:
+            request[RATE_DECISION] = decision
         if route is not None and route.permission is not None:
             authorize(request, path_uuid(request, "organizationId"), route.permission)
         response = await handler(request)
@@ -441,7 +446,10 @@ def _count_use(request: web.Request, refused: bool) -> None:
     answer is a 403, ``forbidden`` for an admitted key whatever raised it."""
     proven = request.get(PROVEN)
     if proven is not None:
-        reason = request[AUTH_OUTCOME]
-        outcome = _USAGE_OUTCOME.get("permission" if refused and reason == "ok" else reason)
+        reason: str = request[AUTH_OUTCOME]
+        reason = request.get(USAGE_REFUSAL) or (
+            "permission" if refused and reason == "ok" else reason
+        )
+        outcome = _USAGE_OUTCOME.get(reason)
         if outcome is not None:
             request.app[STORE].count_use(proven[0], proven[1], outcome)

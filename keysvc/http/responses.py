@@ -216,6 +216,13 @@ class UsageBucketSchema(Schema):
         attribute="rate_limited",
         metadata={"description": _COUNT_OF + "refused: over the key's request limit."},
     )
+    creditsExhausted = fields.Integer(
+        attribute="credits_exhausted",
+        metadata={
+            **ADDITION,
+            "description": _COUNT_OF + "refused by verify: not enough credits (issue 29).",
+        },
+    )
 
 
 class UsageSchema(Schema):
