@@ -543,6 +543,9 @@ EVENT_TYPES = (
     "key.rotated",
     "key.expiring",
     "key.used_after_revoke",
+    # Issue 29 (keysvc.domain.credits): sent in the spend's transaction.
+    "key.credits_low",
+    "key.credits_exhausted",
 )
 MAX_EXPIRING_DAYS = 90
 

@@ -15,7 +15,7 @@ PRIVATE = (
 # Every event type, as the README lists them.
 ALL_EVENTS = [
     "key.created", "key.updated", "key.deleted", "key.rotated", "key.expiring",
-    "key.used_after_revoke",
+    "key.used_after_revoke", "key.credits_low", "key.credits_exhausted",
 ]  # fmt: skip
 
 
