@@ -31,6 +31,7 @@ from keysvc.db.quota import UNLIMITED, Quota, quota_of
 from keysvc.db.roles import RoleStore
 from keysvc.db.rows import key_from_joined
 from keysvc.db.seal import Seal
+from keysvc.db.spendbatch import SpendBatches
 from keysvc.db.timing import Observer, timed
 from keysvc.errors import Conflict
 from keysvc.models import (
@@ -101,6 +102,8 @@ class StoreCore:
         self.touches = Touches(writer)
         self.revoked_uses = RevokedUses(writer, self.chain, self.seal)
         self.roles = RoleStore(reader, observer)
+        # Verify's spends of credits, in group commits (issue 29).
+        self.spends = SpendBatches(self.transaction, self._spend_on)
         self._upkeep: asyncio.Task[None] | None = None
 
     def start_upkeep(self, upkeep: UsageUpkeep) -> None:
@@ -178,6 +181,7 @@ class StoreCore:
         if self._upkeep is not None:
             self._upkeep.cancel()
             await asyncio.gather(self._upkeep, return_exceptions=True)
+        await self.spends.finish()
         await self.touches.write_counts()
         running = (*flushers, self.touches.flusher, self.revoked_uses.flusher)
         await asyncio.gather(*(t for t in running if t is not None), return_exceptions=True)
@@ -268,21 +272,27 @@ class StoreCore:
     async def spend_credits(
         self, organization_id: str, key_id: str, now: datetime, rule: SpendRule
     ) -> Spend | None:
-        """In one write transaction: the key's credits read, ``rule``'s answer written
-        over them (a compare-and-set, ``keysvc.db.credits``) and its events enqueued;
-        None when the key's credits are unlimited. Acknowledged once committed."""
-        async with self.transaction("spend_credits") as conn:
-            read = await credit_sql.credits_of(conn, key_id)
-            if read is None:
-                return None
-            spend = rule(read)
-            if spend.credits != read and not await credit_sql.write_spent(
-                conn, key_id, read, spend.credits
-            ):
-                raise Conflict(CREDITS_MOVED)
-            for event_type, data in spend.events:
-                await self.enqueue(conn, organization_id, event_type, data, now)
-            return spend
+        """The key's credits read, ``rule``'s answer written over them (a compare-and-set,
+        ``keysvc.db.credits``) and its events enqueued, in a write transaction shared with
+        the spends that arrive meanwhile (``keysvc.db.spendbatch``); None when the key's
+        credits are unlimited. Answered once committed."""
+        return await self.spends.spend(organization_id, key_id, now, rule)
+
+    async def _spend_on(
+        self, conn: Connection, organization_id: str, key_id: str, now: datetime, rule: SpendRule
+    ) -> Spend | None:
+        """One spend inside the write transaction ``conn`` is in."""
+        read = await credit_sql.credits_of(conn, key_id)
+        if read is None:
+            return None
+        spend = rule(read)
+        if spend.credits != read and not await credit_sql.write_spent(
+            conn, key_id, read, spend.credits
+        ):
+            raise Conflict(CREDITS_MOVED)
+        for event_type, data in spend.events:
+            await self.enqueue(conn, organization_id, event_type, data, now)
+        return spend
 
     # Keys
 
