@@ -139,20 +139,19 @@ class _Rows:
     def batches(self) -> Iterator[tuple[list[KeyRow], list[RoleRow]]]:
         rng = random.Random(self.seed_value)  # noqa: S311 - benchmark data, see the module
         chosen = set(rng.sample(range(self.keys), min(self.rotate, self.keys)))
-        # Keys with credits (issue 29's verify-credits), as many as the sample, after
-        # every other key: the others are made as before, and no list page shows them.
-        first_credited = self.keys + self.others
-        credited = min(self.rotate, self.keys)
+        # Keys with credits (issue 29's verify-credits): the last of the others, up to
+        # half of them and as many as the sample; no key more is made, and none sampled.
+        first_credited = self.keys + self.others - min(self.rotate, self.others // 2)
         created_at = to_text(utcnow())
         used_at = to_text(to_minute(utcnow()))
         key_rows: list[KeyRow] = []
         role_rows: list[RoleRow] = []
-        for index, cred in enumerate(_credentials(rng, first_credited + credited)):
+        for index, cred in enumerate(_credentials(rng, self.keys + self.others)):
             if index in chosen:
                 self.sample.append(cred)
             if index >= first_credited:
                 self.credited.append(cred)
-            elif index >= self.keys:
+            if index >= self.keys:
                 self.unused.append(cred.id)
             key_rows.append(
                 (

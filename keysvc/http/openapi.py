@@ -40,6 +40,7 @@ from keysvc.http.routes import (
     WEBHOOKS_PATH,
     Route,
 )
+from keysvc.http.verifydoc import VERIFY_HEADERS, VERIFY_JSON, VERIFY_PARAMS
 from keysvc.timeutil import utcnow
 
 _ERRORS = {
@@ -351,10 +352,13 @@ def _links(on_item: dict[str, Any], param: str, value: str) -> dict[str, Any]:
 def _verify(route: Route, method: str) -> dict[str, Any]:
     """Forward auth (keysvc addition): any method; these three are the ones proxies use."""
     ok = {
-        "description": "Allowed: no body; the headers say who the caller is.",
+        "description": "Allowed: no body (JSON with Accept: application/json); the headers "
+        "say who the caller is.",
+        "content": VERIFY_JSON,
         "headers": {
             **_HEADERS,
             **_RATE_HEADERS,
+            **VERIFY_HEADERS,
             "X-Key-Id": {"description": "The key's UUID", "schema": {"type": "string"}},
             "X-Organization-Id": {"description": "Its organization", "schema": {"type": "string"}},
             "X-Key-Permissions": {
@@ -403,6 +407,7 @@ def _verify(route: Route, method: str) -> dict[str, Any]:
                 "are given, the key must belong to both (so they must be the same).",
                 "schema": {"type": "string", "format": "uuid", "pattern": f"^{_UUID}$"},
             },
+            *VERIFY_PARAMS,
         ],
     )
 
