@@ -35,8 +35,14 @@ def api_key(key: Key) -> dict[str, Any]:
         out["rateLimit"] = {"limit": key.rate_limit[0], "windowSeconds": key.rate_limit[1]}
     if key.previous_until is not None:
         out["previousCredentialExpiresAt"] = to_text(key.previous_until)
-    # Issue 29's fields, absent when unset (as rateLimit): no externalId, no meta,
-    # unlimited credits.
+    out.update(details(key))
+    return out
+
+
+def details(key: Key) -> dict[str, Any]:
+    """Issue 29's fields of a key, each absent when unset (as rateLimit): externalId,
+    meta and credits (absent: unlimited)."""
+    out: dict[str, Any] = {}
     if key.external_id is not None:
         out["externalId"] = key.external_id
     if key.meta is not None:

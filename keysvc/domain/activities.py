@@ -20,7 +20,7 @@ from typing import Any
 from keysvc.credentials import Hasher
 from keysvc.domain import cursors
 from keysvc.errors import BadRequest
-from keysvc.keyview import credits_json
+from keysvc.keyview import details
 from keysvc.models import Activity, ActivityKinds, ActivityPage, Actor, Key, RoleDetail, Webhook
 from keysvc.timeutil import to_text
 
@@ -77,14 +77,7 @@ _UNSET_ABSENT = ("externalId", "meta", "credits")
 
 def key_view(key: Key) -> dict[str, Any]:
     """The values of a key an activity keeps: what a PATCH can change."""
-    view = _base_view(key)
-    if key.external_id is not None:
-        view["externalId"] = key.external_id
-    if key.meta is not None:
-        view["meta"] = key.meta
-    if key.credits is not None:
-        view["credits"] = credits_json(key.credits)
-    return view
+    return {**_base_view(key), **details(key)}
 
 
 def _base_view(key: Key) -> dict[str, Any]:
