@@ -31,7 +31,7 @@ from keysvc.db.quota import UNLIMITED, Quota, quota_of
 from keysvc.db.roles import RoleStore
 from keysvc.db.rows import key_from_joined
 from keysvc.db.seal import Seal
-from keysvc.db.spendbatch import SpendBatches
+from keysvc.db.spendbatch import Pending, SpendBatches
 from keysvc.db.timing import Observer, timed
 from keysvc.errors import Conflict
 from keysvc.models import (
@@ -103,7 +103,7 @@ class StoreCore:
         self.revoked_uses = RevokedUses(writer, self.chain, self.seal)
         self.roles = RoleStore(reader, observer)
         # Verify's spends of credits, in group commits (issue 29).
-        self.spends = SpendBatches(self.transaction, self._spend_on)
+        self.spends = SpendBatches(self.transaction, self._spend_all)
         self._upkeep: asyncio.Task[None] | None = None
 
     def start_upkeep(self, upkeep: UsageUpkeep) -> None:
@@ -278,21 +278,28 @@ class StoreCore:
         credits are unlimited. Answered once committed."""
         return await self.spends.spend(organization_id, key_id, now, rule)
 
-    async def _spend_on(
-        self, conn: Connection, organization_id: str, key_id: str, now: datetime, rule: SpendRule
-    ) -> Spend | None:
-        """One spend inside the write transaction ``conn`` is in."""
-        read = await credit_sql.credits_of(conn, key_id)
-        if read is None:
-            return None
-        spend = rule(read)
-        if spend.credits != read and not await credit_sql.write_spent(
-            conn, key_id, read, spend.credits
-        ):
+    async def _spend_all(self, conn: Connection, batch: Sequence[Pending]) -> list[Spend | None]:
+        """A batch's spends in order, inside the write transaction ``conn`` is in: every
+        key's credits read in one statement, each rule given what the ones before it
+        left, the results written in one call (compare-and-set) and their events
+        enqueued."""
+        read = await credit_sql.credits_of_many(conn, list({p.key_id: p for p in batch}))
+        current = dict(read)
+        answers: list[Spend | None] = []
+        events: list[tuple[str, str, dict[str, Any], datetime]] = []
+        for pending in batch:
+            credits = current.get(pending.key_id)
+            spend = None if credits is None else pending.rule(credits)
+            if spend is not None:
+                current[pending.key_id] = spend.credits
+                events += [(pending.organization_id, t, d, pending.now) for t, d in spend.events]
+            answers.append(spend)
+        writes = [(key, read[key], after) for key, after in current.items() if after != read[key]]
+        if not await credit_sql.write_many(conn, writes):
             raise Conflict(CREDITS_MOVED)
-        for event_type, data in spend.events:
+        for organization_id, event_type, data, now in events:
             await self.enqueue(conn, organization_id, event_type, data, now)
-        return spend
+        return answers
 
     # Keys
 

@@ -12,7 +12,7 @@ for, say) fails only that request.
 """
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,13 +20,11 @@ from datetime import datetime
 from keysvc.db.contract import Connection
 from keysvc.models import Spend, SpendRule
 
-# Runs one spend on a connection inside a write transaction: the core's.
-SpendOn = Callable[[Connection, str, str, datetime, SpendRule], Awaitable[Spend | None]]
-Transaction = Callable[[str], AbstractAsyncContextManager[Connection]]
-
 
 @dataclass
-class _Waiting:
+class Pending:
+    """A spend waiting for its batch."""
+
     organization_id: str
     key_id: str
     now: datetime
@@ -36,19 +34,24 @@ class _Waiting:
     )
 
 
+# Runs a batch's spends, in order, on a connection inside a write transaction: the core's.
+SpendAll = Callable[[Connection, Sequence[Pending]], Awaitable[list[Spend | None]]]
+Transaction = Callable[[str], AbstractAsyncContextManager[Connection]]
+
+
 class SpendBatches:
     """The spends waiting for a transaction, and the task that writes them."""
 
-    def __init__(self, transaction: Transaction, spend_on: SpendOn):
+    def __init__(self, transaction: Transaction, spend_all: SpendAll):
         self._transaction = transaction
-        self._spend_on = spend_on
-        self._waiting: list[_Waiting] = []
+        self._spend_all = spend_all
+        self._waiting: list[Pending] = []
         self._writer: asyncio.Task[None] | None = None
 
     async def spend(
         self, organization_id: str, key_id: str, now: datetime, rule: SpendRule
     ) -> Spend | None:
-        waiting = _Waiting(organization_id, key_id, now, rule)
+        waiting = Pending(organization_id, key_id, now, rule)
         self._waiting.append(waiting)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write())
@@ -60,10 +63,8 @@ class SpendBatches:
         while self._waiting:
             batch, self._waiting = self._waiting, []
             try:
-                answers = []
                 async with self._transaction("spend_credits") as conn:
-                    for item in batch:
-                        answers.append(await self._run(conn, item))
+                    answers = await self._spend_all(conn, batch)
             except Exception:
                 await self._alone(batch)
                 continue
@@ -71,20 +72,17 @@ class SpendBatches:
                 if not item.answer.done():
                     item.answer.set_result(answer)
 
-    async def _alone(self, batch: list[_Waiting]) -> None:
+    async def _alone(self, batch: list[Pending]) -> None:
         for item in batch:
             try:
                 async with self._transaction("spend_credits") as conn:
-                    answer = await self._run(conn, item)
+                    (answer,) = await self._spend_all(conn, [item])
             except Exception as exc:
                 if not item.answer.done():
                     item.answer.set_exception(exc)
             else:
                 if not item.answer.done():
                     item.answer.set_result(answer)
-
-    async def _run(self, conn: Connection, item: _Waiting) -> Spend | None:
-        return await self._spend_on(conn, item.organization_id, item.key_id, item.now, item.rule)
 
     async def finish(self) -> None:
         """Wait for the spends under way (a clean stop answers every one it took)."""
