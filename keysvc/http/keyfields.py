@@ -32,9 +32,18 @@ META_DOC = "keysvc addition: a JSON object for your own use, at most 4 KiB; retu
 _RANGE = "must be an integer from {min} to {max}"
 
 
+class _Count(fields.Integer):
+    """An integer as JSON Schema has it: 5 and 5.0 alike, never 5.5, "5" or true."""
+
+    def _validated(self, value: Any) -> int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return super()._validated(value)
+
+
 def _count(low: int, high: int = MAX_CREDITS, **kwargs: Any) -> fields.Integer:
-    """An integer from ``low`` to ``high``: 5, never 5.5, "5" or true."""
-    return fields.Integer(strict=True, validate=validate.Range(low, high, error=_RANGE), **kwargs)
+    """A count from ``low`` to ``high``."""
+    return _Count(strict=True, validate=validate.Range(low, high, error=_RANGE), **kwargs)
 
 
 class Meta(fields.Field[dict[str, Any] | None]):

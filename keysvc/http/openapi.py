@@ -26,6 +26,7 @@ from keysvc.domain.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.http import queries as q
 from keysvc.http import responses as r
 from keysvc.http import schemas as s
+from keysvc.http import verifydoc
 from keysvc.http.keyfields import EXTERNAL_ID_PARAM, CreditsChangeSchema
 from keysvc.http.render import MAX_PERMISSIONS_HEADER
 from keysvc.http.routes import (
@@ -249,7 +250,7 @@ def _params(route: Route) -> list[dict[str, Any]]:
     if route is LIST_ACTIVITIES:
         params.extend([*_DATE_PARAMS, _INCLUDE_PARAM])
     if route is LIST_KEYS:
-        params.append(EXTERNAL_ID_PARAM)
+        params.append({**EXTERNAL_ID_PARAM, "schema": _NAME})
     if route.paged:
         params.extend(_LIST_PARAMS)
     if route.query:
@@ -354,7 +355,7 @@ def _verify(route: Route, method: str) -> dict[str, Any]:
     ok = {
         "description": "Allowed: no body (JSON with Accept: application/json); the headers "
         "say who the caller is.",
-        "content": VERIFY_JSON,
+        **VERIFY_JSON,
         "headers": {
             **_HEADERS,
             **_RATE_HEADERS,
@@ -566,6 +567,7 @@ def _tighten(schemas: dict[str, Any]) -> None:
             properties[field]["description"] = " ".join(
                 filter(None, (properties[field].get("description"), _ROLE_PERMISSIONS))
             )
+    verifydoc.tighten(schemas, _NAME)
     policy = schemas["RBACPolicyCreateRequest"]["properties"]
     policy["allowDeny"]["not"] = {"const": "DENY"}
     policy["permissions"]["items"] = dict(_PERMISSION)

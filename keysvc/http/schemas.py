@@ -296,7 +296,7 @@ class _KeyFieldsSchema(Schema):
     rateLimit = fields.Nested(RateLimitSchema, allow_none=True, metadata=RATE_LIMIT_DOC)
     # Issue 29 (keysvc.http.keyfields): null on PATCH clears each.
     externalId = Name(allow_none=True, metadata={**ADDITION, "description": EXTERNAL_ID_DOC})
-    meta = Meta(metadata={**ADDITION, "description": META_DOC})
+    meta = Meta(metadata={**ADDITION, "description": META_DOC, "type": "object"})
     credits = fields.Nested(CreditsSchema, allow_none=True, metadata=CREDITS_DOC)
 
     def __init__(self, *, now: datetime, **kwargs: Any):

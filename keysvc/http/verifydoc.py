@@ -1,7 +1,8 @@
-"""What the OpenAPI document says of issue 29's additions to ``/v1/verify``
-(``keysvc.http.views.verify``): the cost it spends, the headers of an answer about a
+"""What the OpenAPI document says of issue 29's additions: to ``/v1/verify``
+(``keysvc.http.views.verify``) the cost it spends, the headers of an answer about a
 key with credits or an externalId, and the JSON answer ``Accept: application/json``
-gets. ``keysvc.http.openapi`` puts them in verify's operations."""
+gets; to the key schemas, the rules their fields check in Python (``tighten``).
+``keysvc.http.openapi`` puts them in the document."""
 
 from typing import Any
 
@@ -16,8 +17,8 @@ VERIFY_PARAMS: list[dict[str, Any]] = [
         "name": "X-Credit-Cost",
         "required": False,
         "description": "Credits this request spends from a key with credits (default 1; 0 "
-        "checks without spending), once every other check has passed. Give it here or in "
-        "?cost=, not both.",
+        "checks without spending), once every other check has passed. Given both here and "
+        "in ?cost=, the larger counts: a client header cannot lower a proxy's cost.",
         "schema": _COST,
         "x-keysvc-addition": True,
     },
@@ -50,9 +51,10 @@ VERIFY_HEADERS: dict[str, Any] = {
     },
 }
 
-# The 200's body with Accept: application/json (without it, the body is empty).
+# The 200's body with Accept: application/json (without it, the body is empty, so it
+# is stated as an extension of the response rather than as its content).
 VERIFY_JSON: dict[str, Any] = {
-    "application/json": {
+    "x-keysvc-json-answer": {
         "schema": {
             "type": "object",
             "properties": {
@@ -87,3 +89,14 @@ VERIFY_JSON: dict[str, Any] = {
         }
     }
 }
+
+
+def tighten(schemas: dict[str, Any], name: dict[str, Any]) -> None:
+    """Add the rules issue 29's request fields check in Python: externalId is a name
+    (``name``'s pattern), refillDay is for a monthly refill only, and the credits body
+    names exactly one change."""
+    for body in ("ApiKeyPostRequest", "ApiKeyPatchRequest"):
+        schemas[body]["properties"]["externalId"]["pattern"] = name["pattern"]
+    daily = {"properties": {"interval": {"const": "daily"}}}
+    schemas["Refill"].update({"if": daily, "then": {"not": {"required": ["refillDay"]}}})
+    schemas["ApiKeyCreditsRequest"].update(minProperties=1, maxProperties=1)

@@ -96,10 +96,15 @@ async def test_a_malformed_cost_is_a_400(client: Client, admin: Creds, cost: str
     assert await _remaining(client, admin, key.id) == 10
 
 
-async def test_cost_given_twice_is_a_400(client: Client, admin: Creds) -> None:
+async def test_cost_given_both_ways_is_the_larger(client: Client, admin: Creds) -> None:
     key = await _metered(client, admin, {"remaining": 10})
-    response = await client.get(VERIFY + "?cost=1", headers={**key.headers, "X-Credit-Cost": "1"})
-    await assert_error(response, 400, "cost: give it once, in X-Credit-Cost or ?cost=")
+    # A client's header cannot lower the cost a proxy names in the query, nor the reverse.
+    response = await client.get(VERIFY + "?cost=4", headers={**key.headers, "X-Credit-Cost": "0"})
+    assert response.headers["X-Credits-Remaining"] == "6"
+    response = await client.get(VERIFY + "?cost=0", headers={**key.headers, "X-Credit-Cost": "3"})
+    assert response.headers["X-Credits-Remaining"] == "3"
+    twice = await client.get(VERIFY + "?cost=1&cost=1", headers=key.headers)
+    await assert_error(twice, 400, "cost: give it once, in X-Credit-Cost or ?cost=")
     ok = await client.get(VERIFY + "?cost=1000000", headers=key.headers)
     assert ok.status == 429  # the largest cost is well-formed
 

@@ -81,16 +81,14 @@ NOT_REUSABLE = {"Cache-Control": "no-store", "X-Accel-Expires": "0"}
 
 
 def _cost(request: web.Request) -> int:
-    """The credits this request costs: 1 unless ``X-Credit-Cost`` or ``?cost=`` says."""
+    """The credits this request costs: 1 unless ``X-Credit-Cost`` or ``?cost=`` says;
+    given both ways, the larger, so that a client's header that a proxy forwards cannot
+    lower the cost the proxy names in the query."""
     given = _asked(request, _COST)
-    if not given:
-        return 1
-    if len(given) > 1:
-        raise BadRequest("cost: give it once, in X-Credit-Cost or ?cost=")
-    (text,) = given
-    if not (text.isascii() and text.isdigit() and len(text) <= 7) or int(text) > MAX_COST:
-        raise BadRequest(BAD_COST)
-    return int(text)
+    for text in given:
+        if not (text.isascii() and text.isdigit() and len(text) <= 7) or int(text) > MAX_COST:
+            raise BadRequest(BAD_COST)
+    return max((int(text) for text in given), default=1)
 
 
 class CreditsExhausted(ApiError):
