@@ -414,5 +414,5 @@ class StoreCore:
         self, key_id: str, start: datetime, end: datetime, width: int
     ) -> Mapping[str, Sequence[int]]:
         """The key's usage counts from ``start`` up to ``end`` as written, summed by
-        bucket (``keysvc.db.usage.series``)."""
-        return await usage_sql.series(self.reader, key_id, start, end, width)
+        bucket, in ``keysvc.db.usage.COUNTED``'s order (``keysvc.db.usage.series_counted``)."""
+        return await usage_sql.series_counted(self.reader, key_id, start, end, width)

@@ -21,16 +21,14 @@ from keysvc.timeutil import to_text
 
 # The outcomes counted, in the columns' order. Only requests whose credentials were
 # right (a known key) are counted: unknown keys and wrong secrets are metrics only.
-OUTCOMES = (
-    "success", "disabled", "expired", "ip_denied", "forbidden", "rate_limited",
-    "credits_exhausted",
-)  # fmt: skip
-# key_usage's outcomes; the last, verifies refused for exhausted credits (issue 29),
-# has a table of its own, key_usage_credits, written beside it.
-_KEY_USAGE_OUTCOMES = len(OUTCOMES) - 1
+OUTCOMES = ("success", "disabled", "expired", "ip_denied", "forbidden", "rate_limited")
+# Every outcome counted: key_usage's, then verifies refused for exhausted credits
+# (issue 29), which have a table of their own, key_usage_credits, written beside it.
+COUNTED = (*OUTCOMES, "credits_exhausted")
+_KEY_USAGE_OUTCOMES = len(OUTCOMES)
 PRUNE_EVERY_SECONDS = 300.0
 
-# (key UUID, minute) -> counts in OUTCOMES' order.
+# (key UUID, minute) -> counts in COUNTED's order (OUTCOMES' alone are read as such).
 Counts = dict[tuple[str, datetime], list[int]]
 
 # PostgreSQL types the selected parameters by their casts, and reads the row's own
@@ -104,10 +102,10 @@ class Tally:
         return bool(self._counts)
 
     def add(self, key_id: str, minute: datetime, outcome: int) -> None:
-        """One authentication of ``key_id`` in ``minute``; ``outcome`` indexes OUTCOMES."""
+        """One authentication of ``key_id`` in ``minute``; ``outcome`` indexes COUNTED."""
         counts = self._counts.get((key_id, minute))
         if counts is None:
-            counts = self._counts[(key_id, minute)] = [0] * len(OUTCOMES)
+            counts = self._counts[(key_id, minute)] = [0] * len(COUNTED)
         counts[outcome] += 1
 
     def take(self) -> Counts:
@@ -118,7 +116,7 @@ class Tally:
     def give_back(self, counts: Counts) -> None:
         """Counts taken whose write failed: kept for the next one."""
         for where, numbers in counts.items():
-            kept = self._counts.setdefault(where, [0] * len(OUTCOMES))
+            kept = self._counts.setdefault(where, [0] * len(COUNTED))
             for index, number in enumerate(numbers):
                 kept[index] += number
 
@@ -136,7 +134,7 @@ async def add_counts(conn: Connection, counts: Counts) -> None:
     exhausted = [
         (key_id, to_text(minute), numbers[_KEY_USAGE_OUTCOMES], key_id)
         for (key_id, minute), numbers in counts.items()
-        if numbers[_KEY_USAGE_OUTCOMES]
+        if len(numbers) > _KEY_USAGE_OUTCOMES and numbers[_KEY_USAGE_OUTCOMES]
     ]
     if exhausted:
         await conn.executemany(ADD_EXHAUSTED, exhausted)
@@ -153,11 +151,20 @@ async def series(
 ) -> Mapping[str, Sequence[int]]:
     """The key's counts from ``start`` up to ``end``, summed by the first ``width``
     characters of their minute: bucket text -> counts in OUTCOMES' order."""
+    rows = await fetch_all(conn, SERIES, (width, key_id, to_text(start), to_text(end)))
+    return {row["bucket"]: [int(row[name]) for name in OUTCOMES] for row in rows}
+
+
+async def series_counted(
+    conn: Connection, key_id: str, start: datetime, end: datetime, width: int
+) -> Mapping[str, Sequence[int]]:
+    """``series`` with the refusals for exhausted credits last: counts in COUNTED's order."""
+    found = {
+        bucket: [*counts, 0]
+        for bucket, counts in (await series(conn, key_id, start, end, width)).items()
+    }
     params = (width, key_id, to_text(start), to_text(end))
-    found: dict[str, list[int]] = {}
-    for row in await fetch_all(conn, SERIES, params):
-        found[row["bucket"]] = [int(row[name]) for name in OUTCOMES[:_KEY_USAGE_OUTCOMES]] + [0]
     for row in await fetch_all(conn, SERIES_EXHAUSTED, params):
-        counts = found.setdefault(row["bucket"], [0] * len(OUTCOMES))
+        counts = found.setdefault(row["bucket"], [0] * len(COUNTED))
         counts[_KEY_USAGE_OUTCOMES] = int(row["credits_exhausted"])
     return found

@@ -30,7 +30,7 @@ from aiohttp.typedefs import Handler
 from keysvc.config import IPNetwork
 from keysvc.credentials import Hasher, checksum_fails
 from keysvc.db.contract import RevokedUse, Store
-from keysvc.db.usage import OUTCOMES
+from keysvc.db.usage import COUNTED
 from keysvc.domain.activities import DELETED, api_actor, key_used_after_revoke
 from keysvc.domain.addresses import IPAddress, network_of
 from keysvc.domain.permissions import has_permission
@@ -68,9 +68,9 @@ _ABSENT = bytes(32)
 # Longest Authorization header read: room for a key ID and secret of your own
 # (hashData) of a thousand characters or more each.
 MAX_AUTHORIZATION = 4096
-# The usage outcome (its index in OUTCOMES) of each reason a request of a known key ends with.
+# The usage outcome (its index in COUNTED) of each reason a request of a known key ends with.
 _USAGE_OUTCOME: dict[str, int] = {
-    reason: OUTCOMES.index(outcome)
+    reason: COUNTED.index(outcome)
     for reason, outcome in (
         ("ok", "success"),
         ("disabled", "disabled"),
