@@ -87,6 +87,12 @@ SCENARIOS = (
         paced=True,
     ),
     Scenario(
+        "verify-credits",
+        "GET /v1/verify spending 1 credit, rotating keys with credits (issue 29)",
+        lambda s: [Line("GET", "/v1/verify", basic(c)) for c in s.credited],
+        route="verify",
+    ),
+    Scenario(
         "list",
         "GET the first page of 100 keys, rotating keys",
         lambda s: [Line("GET", f"{_keys(s)}?limit=100", basic(c)) for c in s.sample],

@@ -55,6 +55,11 @@ _INSERT_KEY = """
     values (?, ?, ?, 'enabled', ?, ?, ?, ?, ?, ?)
 """
 _INSERT_ROLE = "insert into key_roles (key_id, role_id) values (?, ?)"
+# Issue 29: the keys of the verify-credits scenario, with more credits than any run spends.
+_INSERT_CREDITS = (
+    "insert into key_details (key_id, credits_remaining, credits_base) values (?, ?, ?)"
+)
+CREDITS = 10**12
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,7 @@ class Seeded:
     keys: int  # seeded keys, the admin key and the others not counted
     sample: list[Credential]  # the keys the benchmark rotates through
     others: list[str]  # UUIDs of the keys that never authenticate, only read
+    credited: list[Credential] = field(default_factory=list)  # keys with credits, not sampled
 
 
 def keysvc_env() -> dict[str, str]:
@@ -124,10 +130,18 @@ class _Rows:
     seed_value: int
     sample: list[Credential] = field(default_factory=list)
     unused: list[str] = field(default_factory=list)
+    credited: list[Credential] = field(default_factory=list)
+
+    def credit_rows(self) -> list[tuple[str, int, int]]:
+        """key_details rows giving the ``credited`` keys credits (taken after ``batches``)."""
+        return [(cred.id, CREDITS, CREDITS) for cred in self.credited]
 
     def batches(self) -> Iterator[tuple[list[KeyRow], list[RoleRow]]]:
         rng = random.Random(self.seed_value)  # noqa: S311 - benchmark data, see the module
         chosen = set(rng.sample(range(self.keys), min(self.rotate, self.keys)))
+        # Keys with credits (issue 29's verify-credits): the last of the others, up to
+        # half of them and as many as the sample; no key more is made, and none sampled.
+        first_credited = self.keys + self.others - min(self.rotate, self.others // 2)
         created_at = to_text(utcnow())
         used_at = to_text(to_minute(utcnow()))
         key_rows: list[KeyRow] = []
@@ -135,6 +149,8 @@ class _Rows:
         for index, cred in enumerate(_credentials(rng, self.keys + self.others)):
             if index in chosen:
                 self.sample.append(cred)
+            if index >= first_credited:
+                self.credited.append(cred)
             if index >= self.keys:
                 self.unused.append(cred.id)
             key_rows.append(
@@ -157,7 +173,9 @@ class _Rows:
         yield key_rows, role_rows
 
     def seeded(self, db: str, admin: Credential) -> Seeded:
-        return Seeded(db, self.organization_id, admin, self.keys, self.sample, self.unused)
+        return Seeded(
+            db, self.organization_id, admin, self.keys, self.sample, self.unused, self.credited
+        )
 
 
 def seed(db: Path, keys: int, rotate: int = 1000, seed_value: int = 1, others: int = 0) -> Seeded:
@@ -178,6 +196,7 @@ def seed(db: Path, keys: int, rotate: int = 1000, seed_value: int = 1, others: i
         for key_rows, role_rows in rows.batches():
             conn.executemany(_INSERT_KEY, key_rows)
             conn.executemany(_INSERT_ROLE, role_rows)
+        conn.executemany(_INSERT_CREDITS, rows.credit_rows())
         conn.execute("commit")
         conn.execute("pragma wal_checkpoint(truncate)")
     finally:
@@ -204,6 +223,7 @@ async def _insert_postgres(url: str, rows: _Rows) -> None:
             for key_rows, role_rows in rows.batches():
                 await conn.executemany(_INSERT_KEY, key_rows)
                 await conn.executemany(_INSERT_ROLE, role_rows)
+            await conn.executemany(_INSERT_CREDITS, rows.credit_rows())
     finally:
         await conn.close()
 

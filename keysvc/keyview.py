@@ -9,7 +9,7 @@ tests/api/test_views.py holds the two together.
 
 from typing import Any
 
-from keysvc.models import Key
+from keysvc.models import Credits, Key
 from keysvc.timeutil import to_text
 
 
@@ -35,7 +35,35 @@ def api_key(key: Key) -> dict[str, Any]:
         out["rateLimit"] = {"limit": key.rate_limit[0], "windowSeconds": key.rate_limit[1]}
     if key.previous_until is not None:
         out["previousCredentialExpiresAt"] = to_text(key.previous_until)
+    out.update(details(key))
     return out
+
+
+def details(key: Key) -> dict[str, Any]:
+    """Issue 29's fields of a key, each absent when unset (as rateLimit): externalId,
+    meta and credits (absent: unlimited)."""
+    out: dict[str, Any] = {}
+    if key.external_id is not None:
+        out["externalId"] = key.external_id
+    if key.meta is not None:
+        out["meta"] = key.meta
+    if key.credits is not None:
+        out["credits"] = credits_json(key.credits)
+    return out
+
+
+def credits_json(credits: Credits | None) -> dict[str, Any] | None:
+    """A key's public ``credits`` object as stored: remaining, refill, nextRefillAt."""
+    if credits is None:
+        return None
+    refill, due = credits.refill, credits.next_refill_at
+    return {
+        "remaining": credits.remaining,
+        "refill": None
+        if refill is None
+        else {"interval": refill.interval, "amount": refill.amount, "refillDay": refill.day},
+        "nextRefillAt": None if due is None else to_text(due),
+    }
 
 
 def _ip_entry(entry: dict[str, str]) -> dict[str, str]:

@@ -3,7 +3,7 @@
 import hashlib
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -46,6 +46,48 @@ class Organization:
 
 
 @dataclass(frozen=True)
+class Refill:
+    """A key's credit refill: ``amount`` at 00:00 UTC of each day (``daily``) or of day
+    ``day`` of each month (``monthly``; past the month's end, its last day)."""
+
+    interval: str
+    amount: int
+    day: int = 1
+
+
+@dataclass(frozen=True)
+class Credits:
+    """A key's credits as stored: ``remaining``, its refill (None: never), when that is
+    next due (``keysvc.domain.credits``), the last set or refill amount (``base``: what
+    ``key.credits_low`` is measured against) and which credit events were sent since
+    (``flags``: ``LOW_SENT``, ``EXHAUSTED_SENT``)."""
+
+    remaining: int
+    refill: Refill | None = None
+    next_refill_at: datetime | None = None
+    base: int = 0
+    flags: int = 0
+
+
+LOW_SENT, EXHAUSTED_SENT = 1, 2
+
+
+@dataclass(frozen=True)
+class Spend:
+    """What a spend of credits decided (``keysvc.domain.credits.spent``): whether it is
+    allowed, the credits after it, and the events to send in its transaction, each
+    (type, data)."""
+
+    allowed: bool
+    credits: Credits
+    events: Sequence[tuple[str, dict[str, Any]]] = ()
+
+
+# The domain's rule for a spend, from the key's credits as stored (Store.spend_credits).
+SpendRule = Callable[[Credits], Spend]
+
+
+@dataclass(frozen=True)
 class Key:
     id: str
     seq: int
@@ -65,6 +107,11 @@ class Key:
     org_seq: int = 0
     # When the credentials its last rotation replaced stop working; None if it kept none.
     previous_until: datetime | None = None
+    # Issue 29: who the key is for in the caller's own system, its free-form metadata
+    # (a JSON object, as given) and its credits (None: unlimited).
+    external_id: str | None = None
+    meta: Mapping[str, Any] | None = None
+    credits: Credits | None = None
 
     # Cached: a Key never changes (a change is a new Key), and the hot paths ask each
     # request. cached_property stores beside the fields, so the frozen class allows it.
@@ -77,7 +124,7 @@ class Key:
         """A strong ETag of what a PATCH can change and of what the key may do: its
         roles' permissions are covered, so widening a role moves the ETag of every
         key that holds it. usedAt is not: it moves on its own."""
-        state = [
+        state: list[Any] = [
             self.name,
             self.state,
             to_text(self.expire_at) if self.expire_at else None,
@@ -85,6 +132,11 @@ class Key:
             [(role.id, role.name, sorted(role.permissions)) for role in self.roles],
             self.rate_limit,
         ]
+        if self.external_id is not None or self.meta is not None or self.credits is not None:
+            refill = None if self.credits is None else self.credits.refill
+            limited = self.credits is not None
+            plan = None if refill is None else [refill.interval, refill.amount, refill.day]
+            state.append([self.external_id, self.meta, limited, plan])
         digest = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
         return f'"{digest[:20]}"'
 
@@ -128,6 +180,9 @@ class NewKey:
     ip_access_list: list[dict[str, str]] = field(default_factory=list)
     role_ids: Sequence[str] = ()
     rate_limit: tuple[int, int] | None = None
+    external_id: str | None = None
+    meta: Mapping[str, Any] | None = None
+    credits: Credits | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +197,13 @@ class KeyChange:
     role_ids: Sequence[str] | None = None
     rate_limit: tuple[int, int] | None = None
     clear_rate_limit: bool = False
+    external_id: str | None = None
+    clear_external_id: bool = False
+    meta: Mapping[str, Any] | None = None
+    clear_meta: bool = False
+    # The credits as they are to be (None: unlimited), when ``set_credits``.
+    credits: Credits | None = None
+    set_credits: bool = False
 
 
 @dataclass(frozen=True)

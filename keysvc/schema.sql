@@ -169,6 +169,36 @@ create table if not exists key_usage (
 -- Old rows are pruned by minute (KEYSVC_USAGE_RETENTION_DAYS).
 create index if not exists key_usage_minute on key_usage (minute);
 
+-- Issue 29: a key's externalId (the caller's own ID for who the key is for), its meta
+-- (a JSON object, as given) and its credits (credits_remaining null: unlimited; the
+-- refill and its next moment; the last set or refill amount; the credit events sent,
+-- keysvc.models.LOW_SENT and EXHAUSTED_SENT). A row only for a key with one of them; a
+-- spend writes here, never api_keys, whose triggers move auth_generation.
+create table if not exists key_details (
+    key_id                  text primary key references api_keys (id) on delete cascade,
+    external_id             text,
+    meta                    text,
+    credits_remaining       integer,
+    credits_refill_interval text,
+    credits_refill_amount   integer,
+    credits_refill_day      integer,
+    credits_next_refill     text,
+    credits_base            integer,
+    credits_flags           integer not null default 0
+) strict, without rowid;
+create index if not exists key_details_external_id
+    on key_details (external_id) where external_id is not null;
+
+-- Issue 29: verifies refused for exhausted credits, per key and minute: the usage
+-- series' creditsExhausted (beside key_usage, whose rows keysvc.db.usage writes).
+create table if not exists key_usage_credits (
+    key_id    text not null references api_keys (id) on delete cascade,
+    minute    text not null,
+    exhausted integer not null default 0,
+    primary key (key_id, minute)
+) strict, without rowid;
+create index if not exists key_usage_credits_minute on key_usage_credits (minute);
+
 create trigger if not exists api_keys_usage_dropped after delete on api_keys begin
     delete from key_usage where key_id = old.id;
 end;

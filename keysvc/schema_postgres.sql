@@ -176,6 +176,33 @@ create table if not exists key_usage (
     primary key (key_id, minute)
 );
 
+-- Issue 29: keys' externalId, meta and credits (as schema.sql's key_details).
+create table if not exists key_details (
+    key_id                  text collate "C" primary key
+                            references api_keys (id) on delete cascade,
+    external_id             text collate "C",
+    meta                    text collate "C",
+    credits_remaining       bigint,
+    credits_refill_interval text collate "C",
+    credits_refill_amount   bigint,
+    credits_refill_day      bigint,
+    credits_next_refill     text collate "C",
+    credits_base            bigint,
+    credits_flags           bigint not null default 0
+);
+create index if not exists key_details_external_id
+    on key_details (external_id) where external_id is not null;
+
+-- Issue 29: verifies refused for exhausted credits, per key and minute: the usage
+-- series' creditsExhausted (beside key_usage, whose rows keysvc.db.usage writes).
+create table if not exists key_usage_credits (
+    key_id    text collate "C" not null references api_keys (id) on delete cascade,
+    minute    text collate "C" not null,
+    exhausted bigint not null default 0,
+    primary key (key_id, minute)
+);
+create index if not exists key_usage_credits_minute on key_usage_credits (minute);
+
 create index if not exists key_usage_minute on key_usage (minute);
 
 create or replace function keysvc_key_usage_dropped() returns trigger
@@ -368,7 +395,8 @@ begin
     foreach name in array array['meta', 'organizations', 'roles', 'api_keys', 'key_roles',
         'deleted_credentials', 'key_usage', 'activities', 'activity_heads', 'webhooks',
         'webhook_deliveries', 'webhook_attempts', 'webhook_expiry_warnings',
-        'activity_anchors', 'write_budgets', 'leak_reports'] loop
+        'activity_anchors', 'write_budgets', 'leak_reports', 'key_details',
+        'key_usage_credits'] loop
         execute format('create or replace trigger %I'
             ' after insert or update or delete or truncate on %I'
             ' for each statement execute function keysvc_data_changed()',

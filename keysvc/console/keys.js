@@ -4,6 +4,7 @@
 
 import { call, can, me, orgPath, switchCredentials } from "./api.js";
 import { hashedPair } from "./credentials.js";
+import { extraBody, extraFields, extraRows } from "./keyextras.js";
 import { allRoles } from "./roles.js";
 import {
   Pages,
@@ -104,6 +105,7 @@ function details(key) {
     ["Last used", key.usedAt ? time(key.usedAt) : "not yet"],
     ["Rate limit", key.rateLimit ? `${key.rateLimit.limit} requests per ${key.rateLimit.windowSeconds} s` : "the server's"],
     ["Created", time(key.createdAt)],
+    ...extraRows(key),
   ];
   if (key.previousCredentialExpiresAt) {
     rows.push(["Previous key ID and secret work until", time(key.previousCredentialExpiresAt)]);
@@ -202,6 +204,7 @@ function keyFields(key, roles, { self = false, creating = false } = {}) {
     field("State", state),
     field("Expires", expire, "Local time. Empty: never expires."),
     field("IP access list", ip, "One address or CIDR per line, optionally followed by a description. Empty: any address."),
+    extraFields(key, self),
     creating
       ? h(
           "label",
@@ -220,6 +223,7 @@ function formBody(form) {
     state: form.elements.state.value,
     expireAt: fromLocalInput(form.elements.expireAt.value),
     ipAccessList: ipList(form.elements.ip.value),
+    ...extraBody(form),
   };
 }
 
@@ -238,7 +242,7 @@ async function createKey(refresh) {
   if (roles === null) return;
   formDialog("New key", keyFields(null, roles, { creating: true }), "Create key", async (form, dialog) => {
     const body = formBody(form);
-    if (body.expireAt === null) delete body.expireAt;
+    for (const name of ["expireAt", "externalId", "meta", "credits"]) if (body[name] === null) delete body[name];
     let pair = null;
     if (form.elements.hashData.checked) {
       pair = await hashedPair();
@@ -367,8 +371,10 @@ async function editKey(key, etag, refresh) {
   });
 }
 
-function filterBar(keys, filter, apply) {
+function filterBar(keys, filter, apply, byExternalId) {
   const name = h("input", { type: "search", value: filter.name, placeholder: "part of a name" });
+  const external = h("input", { type: "search", value: filter.externalId, placeholder: "exactly", "data-filter": "externalId" });
+  external.addEventListener("change", () => byExternalId(external.value.trim()));
   const state = h("select", {}, h("option", { value: "", text: "any" }), h("option", { value: "enabled", text: "enabled" }), h("option", { value: "disabled", text: "disabled" }));
   state.value = filter.state;
   const roleSet = [...new Set(keys.flatMap(roleNames))].sort();
@@ -377,12 +383,19 @@ function filterBar(keys, filter, apply) {
   name.addEventListener("input", () => apply({ name: name.value }));
   state.addEventListener("change", () => apply({ state: state.value }));
   role.addEventListener("change", () => apply({ role: role.value }));
-  return h("div", { className: "filters", role: "search" }, field("Name", name), field("State", state), field("Role", role));
+  return h(
+    "div",
+    { className: "filters", role: "search" },
+    field("Name", name),
+    field("State", state),
+    field("Role", role),
+    field("External ID", external, "Every page: only the keys with this externalId."),
+  );
 }
 
 async function render(container) {
   const pages = new Pages();
-  const filter = { name: "", state: "", role: "" };
+  const filter = { name: "", state: "", role: "", externalId: "" };
   const listArea = h("div", {});
   let keys = [];
   let answer = null;
@@ -411,13 +424,20 @@ async function render(container) {
 
   async function load() {
     try {
-      answer = await call("GET", orgPath("/keys"), { query: { limit: PAGE_SIZE, cursor: pages.cursor } });
+      const query = { limit: PAGE_SIZE, cursor: pages.cursor };
+      if (filter.externalId) query.externalId = filter.externalId;
+      answer = await call("GET", orgPath("/keys"), { query });
     } catch (error) {
       showError(error);
       return;
     }
     keys = answer.result;
-    filters.replaceChildren(filterBar(keys, filter, apply));
+    const byExternalId = (value) => {
+      filter.externalId = value;
+      pages.reset();
+      load();
+    };
+    filters.replaceChildren(filterBar(keys, filter, apply, byExternalId));
     draw();
   }
 

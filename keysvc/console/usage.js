@@ -13,6 +13,7 @@ export const OUTCOMES = [
   ["ipDenied", "IP denied"],
   ["forbidden", "Forbidden"],
   ["rateLimited", "Rate limited"],
+  ["creditsExhausted", "Credits exhausted"],
 ];
 // How far back each granularity looks: a readable number of bars, within the
 // API's 1,440 buckets.

@@ -30,6 +30,8 @@ from keysvc.models import (
     Role,
     RoleDetail,
     RolePage,
+    Spend,
+    SpendRule,
     Webhook,
 )
 
@@ -261,9 +263,19 @@ class Store(Protocol):
         """The page rendered for ``key`` as committed now: kept, else ``render()``'s."""
         ...
 
+    def spend_credits(
+        self, organization_id: str, key_id: str, now: datetime, rule: SpendRule
+    ) -> Awaitable[Spend | None]:
+        """Spend from the key's credits as ``rule`` decides, exactly, in one write
+        transaction with the events it sends (``keysvc.db.credits``); None when they are
+        unlimited. Never from a cache."""
+        ...
+
     def get_key(self, organization_id: str, key_id: str) -> Awaitable[Key | None]: ...
 
-    def list_keys(self, organization_id: str, after: int, limit: int) -> Awaitable[KeyPage]: ...
+    def list_keys(
+        self, organization_id: str, after: int, limit: int, external_id: str | None = None
+    ) -> Awaitable[KeyPage]: ...
 
     def find_credential(self, key_id_hash: bytes) -> Awaitable[Credential | None]: ...
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from keysvc.config import Settings
 from keysvc.db import activities as activity_sql
+from keysvc.db import credits as credit_sql
 from keysvc.db import keys as key_sql
 from keysvc.db import meta, outbox, retention
 from keysvc.db import roles as role_sql
@@ -31,7 +32,9 @@ from keysvc.db.quota import UNLIMITED, Quota, quota_of
 from keysvc.db.roles import RoleStore
 from keysvc.db.rows import key_from_joined
 from keysvc.db.seal import Seal
+from keysvc.db.spendbatch import Pending, SpendBatches
 from keysvc.db.timing import Observer, timed
+from keysvc.errors import Conflict
 from keysvc.models import (
     Activity,
     ActivityKinds,
@@ -40,6 +43,8 @@ from keysvc.models import (
     Delivery,
     Key,
     KeyPage,
+    Spend,
+    SpendRule,
     Webhook,
 )
 from keysvc.timeutil import utcnow
@@ -47,6 +52,8 @@ from keysvc.timeutil import utcnow
 logger = logging.getLogger("keysvc")
 # Compared against when no key answers to a secret, so a miss does a hit's compare.
 _ABSENT = bytes(32)
+# Never seen: a spend's write runs under the write lock it read in.
+CREDITS_MOVED = "the key's credits changed while this request ran; try again"
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,8 @@ class StoreCore:
         self.touches = Touches(writer)
         self.revoked_uses = RevokedUses(writer, self.chain, self.seal)
         self.roles = RoleStore(reader, observer)
+        # Verify's spends of credits, in group commits (issue 29).
+        self.spends = SpendBatches(self.transaction, self._spend_all)
         self._upkeep: asyncio.Task[None] | None = None
         self._first_round = asyncio.Event()
 
@@ -183,6 +192,7 @@ class StoreCore:
         if self._upkeep is not None:
             self._upkeep.cancel()
             await asyncio.gather(self._upkeep, return_exceptions=True)
+        await self.spends.finish()
         await self.touches.write_counts()
         running = (*flushers, self.touches.flusher, self.revoked_uses.flusher)
         await asyncio.gather(*(t for t in running if t is not None), return_exceptions=True)
@@ -268,6 +278,40 @@ class StoreCore:
             return []
         return self.records.pre_log_of()(roles, keys, now)
 
+    # Credits (issue 29)
+
+    async def spend_credits(
+        self, organization_id: str, key_id: str, now: datetime, rule: SpendRule
+    ) -> Spend | None:
+        """The key's credits read, ``rule``'s answer written over them (a compare-and-set,
+        ``keysvc.db.credits``) and its events enqueued, in a write transaction shared with
+        the spends that arrive meanwhile (``keysvc.db.spendbatch``); None when the key's
+        credits are unlimited. Answered once committed."""
+        return await self.spends.spend(organization_id, key_id, now, rule)
+
+    async def _spend_all(self, conn: Connection, batch: Sequence[Pending]) -> list[Spend | None]:
+        """A batch's spends in order, inside the write transaction ``conn`` is in: every
+        key's credits read in one statement, each rule given what the ones before it
+        left, the results written in one call (compare-and-set) and their events
+        enqueued."""
+        read = await credit_sql.credits_of_many(conn, list({p.key_id: p for p in batch}))
+        current = dict(read)
+        answers: list[Spend | None] = []
+        events: list[tuple[str, str, dict[str, Any], datetime]] = []
+        for pending in batch:
+            credits = current.get(pending.key_id)
+            spend = None if credits is None else pending.rule(credits)
+            if spend is not None:
+                current[pending.key_id] = spend.credits
+                events += [(pending.organization_id, t, d, pending.now) for t, d in spend.events]
+            answers.append(spend)
+        writes = [(key, read[key], after) for key, after in current.items() if after != read[key]]
+        if not await credit_sql.write_many(conn, writes):
+            raise Conflict(CREDITS_MOVED)
+        for organization_id, event_type, data, now in events:
+            await self.enqueue(conn, organization_id, event_type, data, now)
+        return answers
+
     # Keys
 
     @timed
@@ -286,10 +330,14 @@ class StoreCore:
         return key
 
     @timed
-    async def list_keys(self, organization_id: str, after: int, limit: int) -> KeyPage:
+    async def list_keys(
+        self, organization_id: str, after: int, limit: int, external_id: str | None = None
+    ) -> KeyPage:
         """Keys oldest first, after the organization's ``after``-th key (``Key.org_seq``):
-        a keyset page, as cheap at page N as page 1."""
-        keys, more, total = await key_sql.list_page(self.reader, organization_id, after, limit)
+        a keyset page, as cheap at page N as page 1; only ``external_id``'s when given."""
+        keys, more, total = await key_sql.list_page(
+            self.reader, organization_id, after, limit, external_id
+        )
         return KeyPage(keys=keys, more=more, total=total)
 
     async def find_credential(self, key_id_hash: bytes) -> Credential | None:
@@ -398,5 +446,5 @@ class StoreCore:
         self, key_id: str, start: datetime, end: datetime, width: int
     ) -> Mapping[str, Sequence[int]]:
         """The key's usage counts from ``start`` up to ``end`` as written, summed by
-        bucket (``keysvc.db.usage.series``)."""
-        return await usage_sql.series(self.reader, key_id, start, end, width)
+        bucket, in ``keysvc.db.usage.COUNTED``'s order (``keysvc.db.usage.series_counted``)."""
+        return await usage_sql.series_counted(self.reader, key_id, start, end, width)

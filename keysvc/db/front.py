@@ -22,6 +22,8 @@ from keysvc.models import (
     Delivery,
     Key,
     KeyPage,
+    Spend,
+    SpendRule,
     Webhook,
 )
 
@@ -113,13 +115,20 @@ class CoreFront:
     ) -> Awaitable[Rendered]:
         return self._core.caches.page(key, render)
 
+    def spend_credits(
+        self, organization_id: str, key_id: str, now: datetime, rule: SpendRule
+    ) -> Awaitable[Spend | None]:
+        return self._core.spend_credits(organization_id, key_id, now, rule)
+
     # Reads
 
     def get_key(self, organization_id: str, key_id: str) -> Awaitable[Key | None]:
         return self._core.get_key(organization_id, key_id)
 
-    def list_keys(self, organization_id: str, after: int, limit: int) -> Awaitable[KeyPage]:
-        return self._core.list_keys(organization_id, after, limit)
+    def list_keys(
+        self, organization_id: str, after: int, limit: int, external_id: str | None = None
+    ) -> Awaitable[KeyPage]:
+        return self._core.list_keys(organization_id, after, limit, external_id)
 
     def find_credential(self, key_id_hash: bytes) -> Awaitable[Credential | None]:
         return self._core.find_credential(key_id_hash)

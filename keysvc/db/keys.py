@@ -19,7 +19,7 @@ from keysvc.db.dialect import Sql, with_json_list
 from keysvc.db.rows import keys_with_roles
 from keysvc.db.statements import fetch_all, fetch_one
 from keysvc.errors import Conflict
-from keysvc.models import Credential, Key, KeyChange, NewKey
+from keysvc.models import Credential, Credits, Key, KeyChange, NewKey
 from keysvc.timeutil import from_text, to_text
 
 # The roles a batch of creates assigns, as they are inside its transaction.
@@ -30,13 +30,25 @@ GRANTED_ROLES = with_json_list("""
 
 KEY_BY_ID = """
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
-           used_at, ip_access_list, rate_limit, rate_window, previous_until
-    from api_keys where id = ? and organization_id = ?
+           used_at, ip_access_list, rate_limit, rate_window, previous_until,
+           external_id, meta, credits_remaining, credits_refill_interval, credits_refill_amount,
+           credits_refill_day, credits_next_refill, credits_base, credits_flags
+    from api_keys left join key_details on key_details.key_id = api_keys.id
+    where id = ? and organization_id = ?
 """
 KEY_PAGE = """
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
-           used_at, ip_access_list, rate_limit, rate_window, previous_until
-    from api_keys where organization_id = ? and org_seq > ? order by org_seq limit ?
+           used_at, ip_access_list, rate_limit, rate_window, previous_until,
+           external_id, meta, credits_remaining, credits_refill_interval, credits_refill_amount,
+           credits_refill_day, credits_next_refill, credits_base, credits_flags
+    from api_keys left join key_details on key_details.key_id = api_keys.id
+    where organization_id = ? and org_seq > ? order by org_seq limit ?
+"""
+# A page of the keys with one externalId (the list's ?externalId=), and their count.
+KEY_PAGE_EXTERNAL = KEY_PAGE.replace("org_seq > ? order", "external_id = ? and org_seq > ? order")
+COUNT_EXTERNAL = """
+    select count(*) from key_details join api_keys on api_keys.id = key_details.key_id
+    where organization_id = ? and external_id = ?
 """
 # The key a key ID's keyed hash belongs to, with the keyed hash of the secret that goes
 # with that key ID: its current one, else the previous one a rotation left
@@ -49,16 +61,23 @@ KEY_PAGE = """
 CREDENTIAL = """
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
            used_at, ip_access_list, rate_limit, rate_window, previous_until,
+           external_id, meta, credits_remaining, credits_refill_interval, credits_refill_amount,
+           credits_refill_day, credits_next_refill, credits_base, credits_flags,
            secret_hash as credential_secret_hash, null as credential_until, 0 as previous
-    from api_keys where key_id_hash = ?
+    from api_keys left join key_details on key_details.key_id = api_keys.id
+    where key_id_hash = ?
     union all
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
            used_at, ip_access_list, rate_limit, rate_window, previous_until,
+           external_id, meta, credits_remaining, credits_refill_interval, credits_refill_amount,
+           credits_refill_day, credits_next_refill, credits_base, credits_flags,
            previous_secret_hash, previous_until, 1
-    from api_keys where previous_key_id_hash = ?
+    from api_keys left join key_details on key_details.key_id = api_keys.id
+    where previous_key_id_hash = ?
     union all
     select 0, 0, key_id, organization_id, '', 'deleted', '', deleted_at, null,
            null, '[]', null, null, null,
+           null, null, null, null, null, null, null, null, 0,
            secret_hash, null,
            case when exists (select 1 from api_keys k where k.id = deleted_credentials.key_id)
                 then 3 else 2 end
@@ -90,8 +109,11 @@ ROLES_OF_KEYS = with_json_list("""
 """)
 KEYS_WITH_IDS = with_json_list("""
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
-           used_at, ip_access_list, rate_limit, rate_window, previous_until
-    from api_keys where id in {json_list} order by seq
+           used_at, ip_access_list, rate_limit, rate_window, previous_until,
+           external_id, meta, credits_remaining, credits_refill_interval, credits_refill_amount,
+           credits_refill_day, credits_next_refill, credits_base, credits_flags
+    from api_keys left join key_details on key_details.key_id = api_keys.id
+    where id in {json_list} order by seq
 """)
 INSERT_KEY = """
     insert into api_keys (id, org_seq, organization_id, name, state, key_id_hash, secret_hash,
@@ -195,13 +217,23 @@ async def get_key(conn: Connection, organization_id: str, key_id: str) -> Key | 
 
 
 async def list_page(
-    conn: Connection, organization_id: str, after: int, limit: int
+    conn: Connection,
+    organization_id: str,
+    after: int,
+    limit: int,
+    external_id: str | None = None,
 ) -> tuple[list[Key], bool, int]:
     """Up to ``limit`` keys after ``after`` (``Key.org_seq``), whether there are more,
-    and how many the organization holds."""
-    rows = await fetch_all(conn, KEY_PAGE, (organization_id, after, limit + 1))
+    and how many the organization holds; with ``external_id``, only its keys, and
+    how many of them there are."""
+    if external_id is None:
+        rows = await fetch_all(conn, KEY_PAGE, (organization_id, after, limit + 1))
+        total = await fetch_one(conn, COUNT_KEYS, (organization_id,))
+    else:
+        params = (organization_id, external_id, after, limit + 1)
+        rows = await fetch_all(conn, KEY_PAGE_EXTERNAL, params)
+        total = await fetch_one(conn, COUNT_EXTERNAL, (organization_id, external_id))
     keys = await keys_from_rows(conn, rows[:limit])
-    total = await fetch_one(conn, COUNT_KEYS, (organization_id,))
     return keys, len(rows) > limit, total[0] if total else 0
 
 
@@ -268,6 +300,72 @@ def key_row(key_id: str, org_seq: int, new: NewKey) -> tuple[object, ...]:
     )
 
 
+# A key's details (issue 29), written whole: a create's, a PATCH's, a credits change's.
+INSERT_DETAILS = """
+    insert into key_details (key_id, external_id, meta, credits_remaining,
+                             credits_refill_interval, credits_refill_amount, credits_refill_day,
+                             credits_next_refill, credits_base, credits_flags)
+    values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+UPSERT_DETAILS = (
+    INSERT_DETAILS
+    + """
+    on conflict (key_id) do update set
+        external_id = excluded.external_id, meta = excluded.meta,
+        credits_remaining = excluded.credits_remaining,
+        credits_refill_interval = excluded.credits_refill_interval,
+        credits_refill_amount = excluded.credits_refill_amount,
+        credits_refill_day = excluded.credits_refill_day,
+        credits_next_refill = excluded.credits_next_refill,
+        credits_base = excluded.credits_base, credits_flags = excluded.credits_flags
+"""
+)
+
+
+def details_row(
+    key_id: str,
+    external_id: str | None,
+    meta: Mapping[str, Any] | None,
+    credits: Credits | None,
+) -> tuple[object, ...] | None:
+    """INSERT_DETAILS's parameters; None when the key has none of them."""
+    if external_id is None and meta is None and credits is None:
+        return None
+    flags = 0 if credits is None else credits.flags
+    text = None if meta is None else json.dumps(meta)
+    return (key_id, external_id, text, *credits_params(credits), flags)
+
+
+async def write_details(
+    conn: Connection,
+    key_id: str,
+    external_id: str | None,
+    meta: Mapping[str, Any] | None,
+    credits: Credits | None,
+) -> None:
+    """Store the key's details as given, inside the caller's transaction."""
+    row = details_row(key_id, external_id, meta, credits)
+    if row is None:
+        await conn.execute("delete from key_details where key_id = ?", (key_id,))
+    else:
+        await conn.execute(UPSERT_DETAILS, row)
+
+
+def credits_params(credits: Credits | None) -> tuple[object, ...]:
+    """The credit columns for ``credits``, from credits_remaining to credits_base."""
+    if credits is None:
+        return (None,) * 6
+    refill = credits.refill
+    return (
+        credits.remaining,
+        None if refill is None else refill.interval,
+        None if refill is None else refill.amount,
+        None if refill is None else refill.day,
+        None if credits.next_refill_at is None else to_text(credits.next_refill_at),
+        credits.base,
+    )
+
+
 async def insert_key_roles(conn: Connection, key_id: str, role_ids: Sequence[str]) -> None:
     try:
         await conn.executemany(
@@ -289,6 +387,9 @@ async def insert_key(conn: Connection, new: NewKey) -> Key:
             raise Conflict(KEY_ID_TAKEN) from None
         raise
     await insert_key_roles(conn, key_id, new.role_ids)
+    details = details_row(key_id, new.external_id, new.meta, new.credits)
+    if details is not None:
+        await conn.execute(INSERT_DETAILS, details)
     key = await get_key(conn, new.organization_id, key_id)
     assert key is not None
     return key
@@ -312,6 +413,11 @@ async def update_key(conn: Connection, current: Key, change: KeyChange) -> None:
             current.id,
         ),
     )
+    external_id = None if change.clear_external_id else change.external_id or current.external_id
+    meta = None if change.clear_meta else change.meta if change.meta is not None else current.meta
+    credits = change.credits if change.set_credits else current.credits
+    if (external_id, meta, credits) != (current.external_id, current.meta, current.credits):
+        await write_details(conn, current.id, external_id, meta, credits)
     if change.role_ids is not None:
         await conn.execute("delete from key_roles where key_id = ?", (current.id,))
         await insert_key_roles(conn, current.id, change.role_ids)

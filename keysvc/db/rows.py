@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from keysvc.models import Key, Role
+from keysvc.models import Credits, Key, Refill, Role
 from keysvc.timeutil import from_text
 
 _T = TypeVar("_T")
@@ -21,6 +21,9 @@ ROLE_COLUMNS = ("id", "name", "type", "permissions", "created_at", "updated_at")
 KEY_COLUMNS = (
     "seq", "org_seq", "id", "organization_id", "name", "state", "key_suffix", "created_at",
     "expire_at", "used_at", "ip_access_list", "rate_limit", "rate_window", "previous_until",
+    "external_id", "meta", "credits_remaining", "credits_refill_interval",
+    "credits_refill_amount", "credits_refill_day", "credits_next_refill", "credits_base",
+    "credits_flags",
 )  # fmt: skip
 MADE_MAX = 4096
 _roles_made: dict[tuple[object, ...], Role] = {}
@@ -78,7 +81,31 @@ def key_from_row(row: sqlite3.Row, roles: Sequence[Role]) -> Key:
             roles=tuple(roles),
             rate_limit=(row["rate_limit"], row["rate_window"]) if row["rate_limit"] else None,
             previous_until=from_text(row["previous_until"]) if row["previous_until"] else None,
+            external_id=row["external_id"],
+            meta=json.loads(row["meta"]) if row["meta"] is not None else None,
+            credits=credits_from_row(row),
         ),
+    )
+
+
+def credits_from_row(row: sqlite3.Row) -> Credits | None:
+    """The credits in a key's row; None when unlimited."""
+    if row["credits_remaining"] is None:
+        return None
+    refill = None
+    if row["credits_refill_interval"] is not None:
+        refill = Refill(
+            row["credits_refill_interval"],
+            int(row["credits_refill_amount"]),
+            int(row["credits_refill_day"] or 1),
+        )
+    due = row["credits_next_refill"]
+    return Credits(
+        int(row["credits_remaining"]),
+        refill,
+        from_text(due) if due else None,
+        int(row["credits_base"] or 0),
+        int(row["credits_flags"] or 0),
     )
 
 

@@ -22,9 +22,13 @@ from keysvc.timeutil import to_text
 # The outcomes counted, in the columns' order. Only requests whose credentials were
 # right (a known key) are counted: unknown keys and wrong secrets are metrics only.
 OUTCOMES = ("success", "disabled", "expired", "ip_denied", "forbidden", "rate_limited")
+# Every outcome counted: key_usage's, then verifies refused for exhausted credits
+# (issue 29), which have a table of their own, key_usage_credits, written beside it.
+COUNTED = (*OUTCOMES, "credits_exhausted")
+_KEY_USAGE_OUTCOMES = len(OUTCOMES)
 PRUNE_EVERY_SECONDS = 300.0
 
-# (key UUID, minute) -> counts in OUTCOMES' order.
+# (key UUID, minute) -> counts in COUNTED's order (OUTCOMES' alone are read as such).
 Counts = dict[tuple[str, datetime], list[int]]
 
 # PostgreSQL types the selected parameters by their casts, and reads the row's own
@@ -66,6 +70,25 @@ SERIES = """
     group by bucket order by bucket
 """
 PRUNE = "delete from key_usage where minute < ?"
+PRUNE_EXHAUSTED = "delete from key_usage_credits where minute < ?"
+ADD_EXHAUSTED = Sql(
+    """
+    insert into key_usage_credits (key_id, minute, exhausted)
+    select ?, ?, ? where exists (select 1 from api_keys where id = ?)
+    on conflict (key_id, minute) do update set exhausted = exhausted + excluded.exhausted
+    """,
+    """
+    insert into key_usage_credits (key_id, minute, exhausted)
+    select ?::text, ?::text, ?::bigint where exists (select 1 from api_keys where id = ?)
+    on conflict (key_id, minute) do update
+        set exhausted = key_usage_credits.exhausted + excluded.exhausted
+    """,
+)
+SERIES_EXHAUSTED = """
+    select substr(minute, 1, ?) as bucket, sum(exhausted) as credits_exhausted
+    from key_usage_credits where key_id = ? and minute >= ? and minute < ?
+    group by bucket order by bucket
+"""
 
 
 class Tally:
@@ -79,10 +102,10 @@ class Tally:
         return bool(self._counts)
 
     def add(self, key_id: str, minute: datetime, outcome: int) -> None:
-        """One authentication of ``key_id`` in ``minute``; ``outcome`` indexes OUTCOMES."""
+        """One authentication of ``key_id`` in ``minute``; ``outcome`` indexes COUNTED."""
         counts = self._counts.get((key_id, minute))
         if counts is None:
-            counts = self._counts[(key_id, minute)] = [0] * len(OUTCOMES)
+            counts = self._counts[(key_id, minute)] = [0] * len(COUNTED)
         counts[outcome] += 1
 
     def take(self) -> Counts:
@@ -93,7 +116,7 @@ class Tally:
     def give_back(self, counts: Counts) -> None:
         """Counts taken whose write failed: kept for the next one."""
         for where, numbers in counts.items():
-            kept = self._counts.setdefault(where, [0] * len(OUTCOMES))
+            kept = self._counts.setdefault(where, [0] * len(COUNTED))
             for index, number in enumerate(numbers):
                 kept[index] += number
 
@@ -103,15 +126,24 @@ async def add_counts(conn: Connection, counts: Counts) -> None:
     await conn.executemany(
         ADD_COUNTS,
         [
-            (key_id, to_text(minute), *numbers, key_id)
+            (key_id, to_text(minute), *numbers[:_KEY_USAGE_OUTCOMES], key_id)
             for (key_id, minute), numbers in counts.items()
+            if any(numbers[:_KEY_USAGE_OUTCOMES])
         ],
     )
+    exhausted = [
+        (key_id, to_text(minute), numbers[_KEY_USAGE_OUTCOMES], key_id)
+        for (key_id, minute), numbers in counts.items()
+        if len(numbers) > _KEY_USAGE_OUTCOMES and numbers[_KEY_USAGE_OUTCOMES]
+    ]
+    if exhausted:
+        await conn.executemany(ADD_EXHAUSTED, exhausted)
 
 
 async def prune(conn: Connection, before: datetime) -> None:
     """Delete the rows of minutes before ``before``."""
     await conn.execute(PRUNE, (to_text(before),))
+    await conn.execute(PRUNE_EXHAUSTED, (to_text(before),))
 
 
 async def series(
@@ -121,3 +153,18 @@ async def series(
     characters of their minute: bucket text -> counts in OUTCOMES' order."""
     rows = await fetch_all(conn, SERIES, (width, key_id, to_text(start), to_text(end)))
     return {row["bucket"]: [int(row[name]) for name in OUTCOMES] for row in rows}
+
+
+async def series_counted(
+    conn: Connection, key_id: str, start: datetime, end: datetime, width: int
+) -> Mapping[str, Sequence[int]]:
+    """``series`` with the refusals for exhausted credits last: counts in COUNTED's order."""
+    found = {
+        bucket: [*counts, 0]
+        for bucket, counts in (await series(conn, key_id, start, end, width)).items()
+    }
+    params = (width, key_id, to_text(start), to_text(end))
+    for row in await fetch_all(conn, SERIES_EXHAUSTED, params):
+        counts = found.setdefault(row["bucket"], [0] * len(COUNTED))
+        counts[_KEY_USAGE_OUTCOMES] = int(row["credits_exhausted"])
+    return found

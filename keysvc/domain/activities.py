@@ -20,6 +20,7 @@ from typing import Any
 from keysvc.credentials import Hasher
 from keysvc.domain import cursors
 from keysvc.errors import BadRequest
+from keysvc.keyview import details
 from keysvc.models import Activity, ActivityKinds, ActivityPage, Actor, Key, RoleDetail, Webhook
 from keysvc.timeutil import to_text
 
@@ -43,7 +44,13 @@ ADDED_TYPES = (
     KEY_LEAKED, WEBHOOK_SECRET_ROTATE, WEBHOOK_UPDATE,
 )  # fmt: skip
 RATE_LIMIT_CHANGED, KEY_ROTATED = "rate-limit-changed", "key-rotated"
-ADDED_UPDATE_TYPES = (RATE_LIMIT_CHANGED, KEY_ROTATED)
+# Issue 29's updates: externalId, meta and credits (their setting and the POST .../credits
+# changes; spends are not recorded: they are counted in usage).
+EXTERNAL_ID_CHANGED, META_CHANGED = "external-id-changed", "meta-changed"
+CREDITS_CHANGED = "credits-changed"
+ADDED_UPDATE_TYPES = (
+    RATE_LIMIT_CHANGED, KEY_ROTATED, EXTERNAL_ID_CHANGED, META_CHANGED, CREDITS_CHANGED
+)  # fmt: skip
 # The keyUpdateTypes keysvc records that upstream's enum has.
 UPSTREAM_UPDATE_TYPES = (
     "created", "deleted", "name-changed", "state-changed", "date-changed",
@@ -68,11 +75,21 @@ _KEY_UPDATES = {
     "ipAccessList": "ip-access-list-changed",
     "assignedRoles": "role-changed",
     "rateLimit": RATE_LIMIT_CHANGED,
+    "externalId": EXTERNAL_ID_CHANGED,
+    "meta": META_CHANGED,
+    "credits": CREDITS_CHANGED,
 }
+# Issue 29's fields are in a key's view only when set, so that the records of keys
+# without them read as before.
+_UNSET_ABSENT = ("externalId", "meta", "credits")
 
 
 def key_view(key: Key) -> dict[str, Any]:
     """The values of a key an activity keeps: what a PATCH can change."""
+    return {**_base_view(key), **details(key)}
+
+
+def _base_view(key: Key) -> dict[str, Any]:
     return {
         "name": key.name,
         "state": key.state,
@@ -112,6 +129,9 @@ def key_deleted(key: Key, actor: Actor, now: datetime) -> Activity:
 def key_changed(before: Key, after: Key, actor: Actor, now: datetime) -> list[Activity]:
     """One activity per kind of change from ``before`` to ``after``; none if none changed."""
     old, new = key_view(before), key_view(after)
+    for field in _UNSET_ABSENT:
+        old.setdefault(field, None)
+        new.setdefault(field, None)
     return [
         Activity(
             after.organization_id,

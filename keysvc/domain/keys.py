@@ -22,12 +22,24 @@ from keysvc.db import meta
 from keysvc.db.contract import Connection, Recheck, Store
 from keysvc.db.statements import settle, tentatively
 from keysvc.domain import activities, cursors
+from keysvc.domain import credits as credit_rules
 from keysvc.domain.activities import SYSTEM
 from keysvc.domain.limits import MAX_ROLE_IDS, OWN_ACCESS
 from keysvc.domain.permissions import cannot_grant, missing
 from keysvc.errors import BadRequest, Conflict, Forbidden, NotFound, PreconditionFailed
 from keysvc.keyview import api_key
-from keysvc.models import Activity, Actor, Key, KeyChange, KeyPage, NewKey, Organization, Role
+from keysvc.models import (
+    Activity,
+    Actor,
+    Credits,
+    Key,
+    KeyChange,
+    KeyPage,
+    NewKey,
+    Organization,
+    Refill,
+    Role,
+)
 from keysvc.timeutil import utcnow
 
 NO_ROLE = "roles: a key needs at least one role: give roles or assignedRoleIds"
@@ -122,8 +134,22 @@ def _new_key(
         ip_access_list=data.get("ipAccessList") or [],
         role_ids=[role.id for role in roles],
         rate_limit=_rate_limit(data.get("rateLimit")),
+        external_id=data.get("externalId"),
+        meta=data.get("meta"),
+        credits=credits_of(data.get("credits"), now),
     )
     return new, made.key_id, made.secret
+
+
+def credits_of(value: Mapping[str, Any] | None, now: datetime) -> Credits | None:
+    """Credits from a validated ``credits`` object, as set at ``now``; None: unlimited."""
+    if value is None:
+        return None
+    plan = value.get("refill")
+    refill = (
+        None if plan is None else Refill(plan["interval"], plan["amount"], plan.get("refillDay", 1))
+    )
+    return credit_rules.new_credits(value["remaining"], refill, now)
 
 
 def _rate_limit(value: dict[str, int] | None) -> tuple[int, int] | None:
@@ -236,6 +262,12 @@ async def update_key(
         role_ids=role_ids,
         rate_limit=_rate_limit(data.get("rateLimit")),
         clear_rate_limit="rateLimit" in data and data["rateLimit"] is None,
+        external_id=data.get("externalId"),
+        clear_external_id="externalId" in data and data["externalId"] is None,
+        meta=data.get("meta"),
+        clear_meta="meta" in data and data["meta"] is None,
+        credits=credits_of(data.get("credits"), now),
+        set_credits="credits" in data,
     )
     key = await change_key(
         store,
@@ -494,9 +526,12 @@ async def admin_key(
     return Issued(key, key_id, secret)
 
 
-async def list_keys(store: Store, organization_id: str, after: int, limit: int) -> KeyPage:
-    """Up to ``limit`` keys, oldest first, after the place ``after`` (``decode_cursor``)."""
-    return await store.list_keys(organization_id, after, limit)
+async def list_keys(
+    store: Store, organization_id: str, after: int, limit: int, external_id: str | None = None
+) -> KeyPage:
+    """Up to ``limit`` keys, oldest first, after the place ``after`` (``decode_cursor``);
+    only those of ``external_id`` when given."""
+    return await store.list_keys(organization_id, after, limit, external_id)
 
 
 # What a cursor's MAC is made for. Cursors that carried the global row sequence were

@@ -10,7 +10,10 @@ MAX_ROLE_IDS = 100
 ACTOR_PREFIX = "apiKey/"
 # The fields a PATCH of a key may send, in the schema's order
 # (tests/unit/test_limits.py holds the two together).
-KEY_FIELDS = ("name", "expireAt", "state", "roles", "assignedRoleIds", "ipAccessList", "rateLimit")
+KEY_FIELDS = (
+    "name", "expireAt", "state", "roles", "assignedRoleIds", "ipAccessList", "rateLimit",
+    "externalId", "meta", "credits",
+)  # fmt: skip
 # What a key may not change about itself: every field but its name. Otherwise a key
 # could lift the IP access list, expiry or rate limit it was given, or re-role itself.
 OWN_ACCESS = tuple(field for field in KEY_FIELDS if field != "name")

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from keysvc.db.contract import Store
-from keysvc.db.usage import OUTCOMES
+from keysvc.db.usage import COUNTED
 from keysvc.domain.keys import NOT_FOUND
 from keysvc.domain.limits import MAX_USAGE_BUCKETS
 from keysvc.errors import BadRequest, NotFound
@@ -37,7 +37,7 @@ class UsageSeries:
     granularity: str
     start: datetime
     end: datetime
-    # Each bucket: its start, and a count per outcome (keysvc.db.usage.OUTCOMES).
+    # Each bucket: its start, and a count per outcome (keysvc.db.usage.COUNTED).
     buckets: list[dict[str, Any]]
 
 
@@ -93,9 +93,9 @@ async def key_usage(
     step, width = _STEPS[granularity]
     counted = await store.usage_series(key_id, start, end, width)
     buckets = []
-    zeros = (0,) * len(OUTCOMES)
+    zeros = (0,) * len(COUNTED)
     for n in range(count):
         moment = start + n * step
         numbers = counted.get(to_text(moment)[:width], zeros)
-        buckets.append({"start": moment, **dict(zip(OUTCOMES, numbers, strict=True))})
+        buckets.append({"start": moment, **dict(zip(COUNTED, numbers, strict=True))})
     return UsageSeries(granularity, start, end, buckets)

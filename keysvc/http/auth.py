@@ -30,7 +30,7 @@ from aiohttp.typedefs import Handler
 from keysvc.config import IPNetwork
 from keysvc.credentials import Hasher, checksum_fails
 from keysvc.db.contract import RevokedUse, Store
-from keysvc.db.usage import OUTCOMES
+from keysvc.db.usage import COUNTED
 from keysvc.domain.activities import DELETED, api_actor, key_used_after_revoke
 from keysvc.domain.addresses import IPAddress, network_of
 from keysvc.domain.permissions import has_permission
@@ -54,8 +54,10 @@ from keysvc.http.state import (
     METRICS,
     PREVIOUS_CREDENTIAL,
     PROVEN,
+    RATE_DECISION,
     SETTINGS,
     STORE,
+    USAGE_REFUSAL,
 )
 from keysvc.keyview import api_key
 from keysvc.metrics import AuthReason
@@ -67,9 +69,9 @@ _ABSENT = bytes(32)
 # Longest Authorization header read: room for a key ID and secret of your own
 # (hashData) of a thousand characters or more each.
 MAX_AUTHORIZATION = 4096
-# The usage outcome (its index in OUTCOMES) of each reason a request of a known key ends with.
+# The usage outcome (its index in COUNTED) of each reason a request of a known key ends with.
 _USAGE_OUTCOME: dict[str, int] = {
-    reason: OUTCOMES.index(outcome)
+    reason: COUNTED.index(outcome)
     for reason, outcome in (
         ("ok", "success"),
         ("disabled", "disabled"),
@@ -77,6 +79,7 @@ _USAGE_OUTCOME: dict[str, int] = {
         ("ip", "ip_denied"),
         ("permission", "forbidden"),
         ("rate_limited", "rate_limited"),
+        ("credits_exhausted", "credits_exhausted"),
     )
 }
 # The answer to a rotated key's replaced key ID and secret, their grace over.
@@ -453,6 +456,8 @@ async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
     refused = False
     try:
         request[CALLER], decision = await _admit(request)
+        if decision is not None:
+            request[RATE_DECISION] = decision
         if route is not None and route.permission is not None:
             authorize(request, path_uuid(request, "organizationId"), route.permission)
         response = await handler(request)
@@ -473,7 +478,10 @@ def _count_use(request: web.Request, refused: bool) -> None:
     answer is a 403, ``forbidden`` for an admitted key whatever raised it."""
     proven = request.get(PROVEN)
     if proven is not None:
-        reason = request[AUTH_OUTCOME]
-        outcome = _USAGE_OUTCOME.get("permission" if refused and reason == "ok" else reason)
+        reason: str = request[AUTH_OUTCOME]
+        reason = request.get(USAGE_REFUSAL) or (
+            "permission" if refused and reason == "ok" else reason
+        )
+        outcome = _USAGE_OUTCOME.get(reason)
         if outcome is not None:
             request.app[STORE].count_use(proven[0], proven[1], outcome)

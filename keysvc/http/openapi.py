@@ -26,10 +26,11 @@ from keysvc.credentials import SUFFIX_LENGTH
 from keysvc.domain.limits import MAX_ROLE_IDS
 from keysvc.domain.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.http import queries as q
-from keysvc.http import reports
+from keysvc.http import reports, verifydoc
 from keysvc.http import responses as r
 from keysvc.http import schemas as s
 from keysvc.http import webhook_schemas as ws
+from keysvc.http.keyfields import EXTERNAL_ID_PARAM, CreditsChangeSchema
 from keysvc.http.openapi_webhooks import delivery_webhooks
 from keysvc.http.render import MAX_PERMISSIONS_HEADER
 from keysvc.http.reuse import REUSE_HEADERS_DOCUMENTED
@@ -38,6 +39,7 @@ from keysvc.http.routes import (
     KEY_PATH,
     KEYS_PATH,
     LIST_ACTIVITIES,
+    LIST_KEYS,
     ROLE_PATH,
     ROLES_PATH,
     ROUTES,
@@ -45,6 +47,7 @@ from keysvc.http.routes import (
     WEBHOOKS_PATH,
     Route,
 )
+from keysvc.http.verifydoc import VERIFY_HEADERS, VERIFY_JSON, VERIFY_PARAMS
 from keysvc.timeutil import utcnow
 
 _ERRORS = {
@@ -253,6 +256,8 @@ def _params(route: Route) -> list[dict[str, Any]]:
     ]
     if route is LIST_ACTIVITIES:
         params.extend([*_DATE_PARAMS, _INCLUDE_PARAM])
+    if route is LIST_KEYS:
+        params.append({**EXTERNAL_ID_PARAM, "schema": _NAME})
     if route.paged:
         params.extend(_LIST_PARAMS)
     if route.query:
@@ -367,10 +372,13 @@ def _with_reuse(operation: dict[str, Any]) -> dict[str, Any]:
 def _verify(route: Route, method: str) -> dict[str, Any]:
     """Forward auth (keysvc addition): any method; these three are the ones proxies use."""
     ok = {
-        "description": "Allowed: no body; the headers say who the caller is.",
+        "description": "Allowed: no body (JSON with Accept: application/json); the headers "
+        "say who the caller is.",
+        **VERIFY_JSON,
         "headers": {
             **_HEADERS,
             **_RATE_HEADERS,
+            **VERIFY_HEADERS,
             "X-Key-Id": {"description": "The key's UUID", "schema": {"type": "string"}},
             "X-Organization-Id": {"description": "Its organization", "schema": {"type": "string"}},
             "X-Key-Permissions": {
@@ -419,6 +427,7 @@ def _verify(route: Route, method: str) -> dict[str, Any]:
                 "are given, the key must belong to both (so they must be the same).",
                 "schema": {"type": "string", "format": "uuid", "pattern": f"^{_UUID}$"},
             },
+            *VERIFY_PARAMS,
         ],
     )
 
@@ -525,6 +534,8 @@ def _components(now: datetime) -> tuple[tuple[str, Schema | type[Schema]], ...]:
         ("WebhookUpdateRequest", ws.UpdateWebhookSchema),
         ("WebhookRotateSecretRequest", ws.RotateWebhookSecretSchema),
         ("WebhookRotateSecretResponse", r.RotateWebhookSecretResultSchema),
+        # Issue 29.
+        ("ApiKeyCreditsRequest", CreditsChangeSchema),
     )
 
 
@@ -588,6 +599,7 @@ def _tighten(schemas: dict[str, Any]) -> None:
             properties[field]["description"] = " ".join(
                 filter(None, (properties[field].get("description"), _ROLE_PERMISSIONS))
             )
+    verifydoc.tighten(schemas, _NAME)
     policy = schemas["RBACPolicyCreateRequest"]["properties"]
     policy["allowDeny"]["not"] = {"const": "DENY"}
     policy["permissions"]["items"] = dict(_PERMISSION)

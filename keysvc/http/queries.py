@@ -10,7 +10,7 @@ from typing import Any
 from marshmallow import Schema, fields, validate
 
 from keysvc.domain.limits import MAX_USAGE_BUCKETS
-from keysvc.http.schemas import MAX_PAGE, in_utc
+from keysvc.http.schemas import MAX_PAGE, Name, in_utc
 
 
 class QueryInteger(fields.Integer):
@@ -42,6 +42,21 @@ class ListKeysQuerySchema(_PageQuerySchema):
             error="not a cursor from this list; start again without it",
         )
     )
+
+
+class ExternalIdQuerySchema(Schema):
+    """The key list's filter (issue 29): only the keys of one externalId."""
+
+    externalId = Name(
+        metadata={
+            "x-keysvc-addition": True,
+            "description": "keysvc addition: only the keys with this externalId.",
+        }
+    )
+
+
+class KeyListQuerySchema(ListKeysQuerySchema, ExternalIdQuerySchema):
+    """The key list's query: paging, and the externalId filter."""
 
 
 class ListRolesQuerySchema(_PageQuerySchema):

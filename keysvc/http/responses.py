@@ -9,6 +9,7 @@ from marshmallow import Schema, fields, post_dump
 
 from keysvc.domain.activities import ACTOR_TYPES, ADDED_TYPES, ADDED_UPDATE_TYPES, UPSTREAM_TYPES
 from keysvc.domain.limits import ACTOR_PREFIX
+from keysvc.http.keyfields import CREDITS_DOC, EXTERNAL_ID_DOC, META_DOC
 from keysvc.http.queries import USAGE_GRANULARITIES
 from keysvc.http.schemas import (
     ADDITION,
@@ -23,6 +24,7 @@ from keysvc.http.schemas import (
     PolicyTagsSchema,
     Timestamp,
 )
+from keysvc.keyview import credits_json
 
 
 def _array_of(ref: str) -> dict[str, Any]:
@@ -72,6 +74,34 @@ class ApiKeySchema(Schema):
         },
     )
 
+    # Issue 29: absent when unset (no externalId, no meta, unlimited credits).
+    externalId = fields.String(
+        attribute="external_id", metadata={**ADDITION, "description": EXTERNAL_ID_DOC}
+    )
+    meta = fields.Dict(metadata={**ADDITION, "description": META_DOC})
+    credits = fields.Method(
+        "_credits",
+        metadata={
+            **CREDITS_DOC,
+            "type": "object",
+            "properties": {
+                "remaining": {"type": "integer", "minimum": 0},
+                "refill": {
+                    "type": ["object", "null"],
+                    "properties": {
+                        "interval": {"type": "string", "enum": ["daily", "monthly"]},
+                        "amount": {"type": "integer", "minimum": 1},
+                        "refillDay": {"type": ["integer", "null"], "minimum": 1, "maximum": 31},
+                    },
+                },
+                "nextRefillAt": {"type": ["string", "null"], "format": "date-time"},
+            },
+        },
+    )
+
+    def _credits(self, key: Any) -> dict[str, Any] | None:
+        return credits_json(key.credits)
+
     def _rate_limit(self, key: Any) -> dict[str, int] | None:
         if key.rate_limit is None:
             return None
@@ -84,7 +114,9 @@ class ApiKeySchema(Schema):
     def _omit_unused(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         # usedAt is absent, not null, until the key is first used; rateLimit when unset,
         # previousCredentialExpiresAt when no rotation kept the credentials it replaced.
-        for name in ("usedAt", "rateLimit", "previousCredentialExpiresAt"):
+        for name in (
+            "usedAt", "rateLimit", "previousCredentialExpiresAt", "externalId", "meta", "credits"
+        ):  # fmt: skip
             if data.get(name) is None:
                 data.pop(name, None)
         return data
@@ -183,6 +215,13 @@ class UsageBucketSchema(Schema):
     rateLimited = fields.Integer(
         attribute="rate_limited",
         metadata={"description": _COUNT_OF + "refused: over the key's request limit."},
+    )
+    creditsExhausted = fields.Integer(
+        attribute="credits_exhausted",
+        metadata={
+            **ADDITION,
+            "description": _COUNT_OF + "refused by verify: not enough credits (issue 29).",
+        },
     )
 
 

@@ -4,7 +4,8 @@ it alone in the shipped config) and ``Cache-Control`` for any other cache.
 
 A 200 and a refusal (401, 403) may be reused for the bound; anything else (a 400, a 429,
 a 503) says not at all (``X-Accel-Expires: 0``, ``Cache-Control: no-store``), as does
-an answer of a key keysvc must see every request of. The bound holds only for a cache
+an answer of a key keysvc must see every request of (a request limit, credits) and a
+JSON answer, whose body depends on the Accept header. The bound holds only for a cache
 whose key covers all the answer depends on: the Authorization header, the
 X-Required-Organization and X-Required-Permission headers and the X-Forwarded-For
 header keysvc receives (the client address, for IP access lists): docs/SECURITY.md,
@@ -27,7 +28,8 @@ REUSE_HEADERS_DOCUMENTED = {
         "whole unix second it may be served in (nginx's cache clock counts whole seconds), "
         "within KEYSVC_VERIFY_REUSE_SECONDS, the key's expireAt and, when the answer used a "
         "rotated key's previous credentials, their grace; `0`: not at all (a key with a "
-        "request limit, a 400, a 429, requirements given in the query, or the setting at 0). "
+        "request limit or credits, a 400, a 429, a JSON answer, anything given in the query, "
+        "or the setting at 0). "
         "It holds for a cache whose key covers Authorization, X-Required-Organization, "
         "X-Required-Permission and X-Forwarded-For.",
         "schema": {"type": "string", "pattern": "^(?:0|@[0-9]+)$"},
@@ -44,8 +46,9 @@ REUSABLE = frozenset({200, 401, 403})
 
 def must_see_every_request(caller: Key, settings: Settings) -> bool:
     """Whether every request of ``caller``'s key must reach keysvc: it has a request
-    limit (its own or the server's), which counts each one."""
-    return (caller.rate_limit or settings.rate_limit) is not None
+    limit (its own or the server's), which counts each one, or credits, which each
+    request spends."""
+    return (caller.rate_limit or settings.rate_limit) is not None or caller.credits is not None
 
 
 def reuse_headers(request: web.Request, status: int) -> dict[str, str]:

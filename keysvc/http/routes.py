@@ -10,26 +10,42 @@ declarations: none keeps a table of its own (flask-smorest's habit, without the
 framework).
 """
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-
-from aiohttp import web
-from marshmallow import Schema
-
 from keysvc.domain.limits import (
     MAX_ROLE_IDS,
     MAX_USAGE_BUCKETS,
     MAX_WEBHOOK_URL,
     MAX_WEBHOOKS_PER_ORG,
 )
-from keysvc.errors import BadRequest
 from keysvc.http import queries as q
 from keysvc.http import responses as r
 from keysvc.http import schemas as s
 from keysvc.http import webhook_schemas as ws
+from keysvc.http.keyfields import CreditsChangeSchema
 from keysvc.http.reports import RevokeLeakedSchema
-
-View = Callable[[web.Request], Awaitable[web.StreamResponse]]
+from keysvc.http.routing import (
+    Route as Route,
+)
+from keysvc.http.routing import (
+    View as View,
+)
+from keysvc.http.routing import (
+    handler_of as handler_of,
+)
+from keysvc.http.routing import (
+    is_public as is_public,
+)
+from keysvc.http.routing import (
+    path_uuid as path_uuid,
+)
+from keysvc.http.routing import (
+    register as register,
+)
+from keysvc.http.routing import (
+    route_of as route_of,
+)
+from keysvc.http.routing import (
+    serves as serves,
+)
 
 ORG = "/v1/organizations/{organizationId}"
 KEYS_PATH, KEY_PATH = ORG + "/keys", ORG + "/keys/{keyId}"
@@ -45,38 +61,6 @@ RETRY_PATH = DELIVERIES_PATH + "/{deliveryId}/retry"
 # be refused whole for a full disk.
 AUTHENTICATED = (400, 401, 403, 429, 500)
 WRITE = (*AUTHENTICATED, 507)
-
-
-@dataclass(frozen=True, eq=False)
-class Route:
-    """One operation. ``permission``: what the caller's key must hold, in the organization
-    the path names, checked before the view runs (``keysvc.http.auth.guarded``). None
-    with ``public`` False: any admitted key may call it (whoami, verify, which checks
-    what the proxy asks for itself)."""
-
-    method: str  # "*" for any method
-    path: str
-    operation_id: str
-    summary: str
-    tag: str = "keys"
-    permission: str | None = None
-    public: bool = False
-    body: type[Schema] | None = None
-    body_required: bool = True  # False: the body may be left out, as if it were {}
-    # The 200's result: a schema, many of it when ``paged`` names what totalCount counts.
-    response: type[Schema] | None = None
-    paged: str | None = None
-    many: bool = False  # the 200's result is a whole list of ``response``, unpaged
-    answer: str = ""  # what the 200 says it is
-    statuses: tuple[int, ...] = ()  # every other status it may answer
-    description: str | None = None
-    if_match: bool = False  # takes If-Match against the key's ETag
-    # A public envelope whose result is an object of these string fields.
-    fields: tuple[str, ...] = ()
-    # A success that is no envelope, of this media type.
-    media_type: str | None = None
-    # The query parameters it takes besides a list's paging, as a schema.
-    query: type[Schema] | None = None
 
 
 _ROLES_LIST = (
@@ -190,6 +174,26 @@ ROTATE_KEY = Route(
         "period ends that grace at once. A key may rotate itself, with its current "
         "credentials only; rotating another key also needs `keys:create`, since its new "
         "credentials reach the caller. 409 for a disabled or expired key."
+    ),
+)
+# Issue 29: a key's credits, changed without a race.
+CHANGE_CREDITS = Route(
+    "POST",
+    KEY_PATH + "/credits",
+    "keysvcKeyCredits",
+    "Change the key's credits (keysvc addition)",
+    permission="keys:update",
+    body=CreditsChangeSchema,
+    response=r.ApiKeySchema,
+    answer=_KEY,
+    statuses=(*WRITE, 404, 409),
+    description=(
+        "Needs the permission `keys:update`, and every permission the key holds; a key may "
+        "not change its own credits. Exactly one of `set` (a number, or null for unlimited; "
+        "the refill stays), `increment` or `decrement` (never below 0), applied in one "
+        "transaction, with any refill due applied first: no spend in between is lost. "
+        "Recorded as a `credits-changed` key update. 409 to increment or decrement "
+        "unlimited credits."
     ),
 )
 LIST_ROLES = Route(
@@ -574,6 +578,7 @@ CONSOLE_ASSET = Route(
 # In the document's order; the routes of one path next to each other.
 ROUTES: tuple[Route, ...] = (
     LIST_KEYS, CREATE_KEY, GET_KEY, UPDATE_KEY, DELETE_KEY, ROTATE_KEY, KEY_USAGE,
+    CHANGE_CREDITS,
     LIST_ROLES, CREATE_ROLE, GET_ROLE, UPDATE_ROLE, DELETE_ROLE,
     LIST_ACTIVITIES, GET_ACTIVITY,
     LIST_WEBHOOKS, CREATE_WEBHOOK, GET_WEBHOOK, UPDATE_WEBHOOK, DELETE_WEBHOOK,
@@ -582,60 +587,3 @@ ROUTES: tuple[Route, ...] = (
     WHOAMI, VERIFY, ROOT, HEALTHZ, READYZ, METRICS, OPENAPI_DOCUMENT, DOCS, DOCS_ASSET,
     CONSOLE, CONSOLE_ASSET,
 )  # fmt: skip
-
-_HANDLERS: dict[Route, View] = {}
-# The route each view serves: asked on every request, so one dict lookup.
-_ROUTES: dict[object, Route] = {}
-
-
-def serves(route: Route) -> Callable[[View], View]:
-    """Bind the decorated view to ``route``: one view per route. A route's permission is
-    checked for the organization its path names, so it needs one there."""
-    if route.permission is not None and "{organizationId}" not in route.path:
-        raise ValueError(f"{route.operation_id}: a permission needs an organization path")
-
-    def bind(view: View) -> View:
-        if route in _HANDLERS:
-            raise ValueError(f"{route.operation_id} already has a view")
-        _HANDLERS[route] = view
-        _ROUTES[view] = route
-        return view
-
-    return bind
-
-
-def route_of(view: object) -> Route | None:
-    """The route ``view`` serves; None for a view no route declares."""
-    return _ROUTES.get(view)
-
-
-def handler_of(route: Route) -> View:
-    """The view bound to ``route`` (its handler module must have been imported)."""
-    return _HANDLERS[route]
-
-
-def is_public(view: object) -> bool:
-    """Whether ``view`` serves a route that needs no credentials; an undeclared view
-    is never public."""
-    route = _ROUTES.get(view)
-    return route is not None and route.public
-
-
-def path_uuid(request: web.Request, name: str) -> str:
-    """A path parameter that must be a UUID in canonical lowercase form."""
-    value = request.match_info[name]
-    if not s.UUID_PATTERN.fullmatch(value):
-        raise BadRequest(
-            f"{name}: must be a lowercase UUID such as 123e4567-e89b-42d3-a456-426614174000"
-        )
-    return value
-
-
-def register(router: web.UrlDispatcher, routes: tuple[Route, ...]) -> None:
-    """Add ``routes`` to ``router``, each with its view; a GET answers HEAD too."""
-    for route in routes:
-        view = handler_of(route)
-        if route.method == "GET":
-            router.add_get(route.path, view)
-        else:
-            router.add_route(route.method, route.path, view)

@@ -29,6 +29,13 @@ from keysvc.domain.addresses import kept_source
 from keysvc.domain.limits import ACTOR_PREFIX, DEFAULT_EXPIRING_DAYS, MAX_ROLE_IDS, MAX_WEBHOOK_URL
 from keysvc.domain.permissions import MAX_PERMISSION_LENGTH, PERMISSION
 from keysvc.errors import BadRequest
+from keysvc.http.keyfields import (
+    CREDITS_DOC,
+    EXTERNAL_ID_DOC,
+    META_DOC,
+    CreditsSchema,
+    Meta,
+)
 from keysvc.timeutil import to_text
 
 LEGACY_ROLES = ("admin", "developer", "query_endpoints")
@@ -287,6 +294,10 @@ class _KeyFieldsSchema(Schema):
         metadata={"description": IP_ACCESS_LIST_DOC},
     )
     rateLimit = fields.Nested(RateLimitSchema, allow_none=True, metadata=RATE_LIMIT_DOC)
+    # Issue 29 (keysvc.http.keyfields): null on PATCH clears each.
+    externalId = Name(allow_none=True, metadata={**ADDITION, "description": EXTERNAL_ID_DOC})
+    meta = Meta(metadata={**ADDITION, "description": META_DOC, "type": "object"})
+    credits = fields.Nested(CreditsSchema, allow_none=True, metadata=CREDITS_DOC)
 
     def __init__(self, *, now: datetime, **kwargs: Any):
         super().__init__(**kwargs)
@@ -534,6 +545,9 @@ EVENT_TYPES = (
     "key.used_after_revoke",
     "key.leaked",
     "webhook.disabled",
+    # Issue 29 (keysvc.domain.credits): sent in the spend's transaction.
+    "key.credits_low",
+    "key.credits_exhausted",
 )
 MAX_EXPIRING_DAYS = 90
 

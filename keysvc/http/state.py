@@ -7,7 +7,7 @@ from aiohttp import web
 from keysvc.config import Settings
 from keysvc.credentials import Hasher
 from keysvc.db.contract import KeyCounts, Store
-from keysvc.domain.ratelimit import Limits
+from keysvc.domain.ratelimit import Decision, Limits
 from keysvc.logs import Throttled
 from keysvc.metrics import AuthReason, Metrics
 from keysvc.models import Key
@@ -42,6 +42,11 @@ CALLER = web.RequestKey("caller", Key)
 CLIENT_ADDRESS: web.RequestKey[str | None] = web.RequestKey("client_address")
 # Set by keysvc.http.auth where each outcome is decided; read by the access log and metrics.
 AUTH_OUTCOME: web.RequestKey[AuthReason] = web.RequestKey("auth_outcome")
+# A refusal a view made after authentication that usage counts as its own outcome
+# (verify's "credits_exhausted", issue 29), rather than as the authentication's.
+USAGE_REFUSAL: web.RequestKey[str] = web.RequestKey("usage_refusal")
+# The admitted caller's request-limit standing, when a limit applies (verify's JSON answer).
+RATE_DECISION: web.RequestKey[Decision] = web.RequestKey("rate_decision")
 # The key whose secret a request proved, and the minute it was checked in, whether the
 # key was then admitted or refused: what its usage is counted under (keysvc.http.auth).
 PROVEN: web.RequestKey[tuple[str, datetime]] = web.RequestKey("proven")

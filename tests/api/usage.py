@@ -9,7 +9,9 @@ from tests.helpers import Client, Creds, FakeClock, assert_ok
 
 # Inside a minute, so that rounding to whole buckets shows.
 MOMENT = datetime(2026, 3, 4, 5, 6, 30, tzinfo=UTC)
-OUTCOMES = ("success", "disabled", "expired", "ipDenied", "forbidden", "rateLimited")
+OUTCOMES = (
+    "success", "disabled", "expired", "ipDenied", "forbidden", "rateLimited", "creditsExhausted"
+)  # fmt: skip
 NOTHING = dict.fromkeys(OUTCOMES, 0)
 
 

@@ -25,7 +25,7 @@ PRIVATE = (
 # Every key event type, as the README lists them (webhook.disabled is the other one).
 ALL_EVENTS = [
     "key.created", "key.updated", "key.deleted", "key.rotated", "key.expiring",
-    "key.used_after_revoke", "key.leaked",
+    "key.used_after_revoke", "key.leaked", "key.credits_low", "key.credits_exhausted",
 ]  # fmt: skip
 
 

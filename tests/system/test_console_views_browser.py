@@ -31,7 +31,9 @@ from tests.console_page import (
 )
 from tests.helpers import ROTATED
 
-OUTCOMES = ("success", "disabled", "expired", "ipDenied", "forbidden", "rateLimited")
+OUTCOMES = (
+    "success", "disabled", "expired", "ipDenied", "forbidden", "rateLimited", "creditsExhausted"
+)  # fmt: skip
 # The usage counts reach the database each second (conftest's SERVE_ARGS); this is
 # how long a test waits for them on a loaded machine.
 COUNTS_DEADLINE = 90.0

@@ -119,6 +119,17 @@ def _populate(base: str, admins: list[Creds], receiver_port: int, source: Source
         "deleted": {"name": "deleted", "roles": ["developer"]},
         "reader": {"name": "reader", "roles": ["admin"]},
         "leaked": {"name": "leaked", "roles": ["developer"]},
+        # Issue 29's details, and credits for two of its three verifies below: the
+        # third is refused and counted (key_usage_credits).
+        "credited": {
+            "name": "credited",
+            "roles": ["developer"],
+            "externalId": "cust_7",
+            "meta": {"plan": "pro"},
+            # No refill: the refusal's message, compared after the copy, would name
+            # the seconds until it.
+            "credits": {"remaining": 2},
+        },
     }
     ids, creds = {}, {}
     for name, body in bodies.items():

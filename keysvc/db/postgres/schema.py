@@ -22,6 +22,7 @@ from keysvc.config import ConfigError
 from keysvc.db.sqlite.migrations import (
     FAIR_DELIVERY_STEP,
     GROWTH_STEP,
+    KEY_DETAILS_STEP,
     LEAK_LOOKUP_STEP,
     LISTENERS_STEP,
     MIGRATIONS,
@@ -156,6 +157,37 @@ POSTGRES_MIGRATIONS: Mapping[int, str] = {
     alter table webhooks add column if not exists previous_until double precision;
     alter table webhooks add column if not exists failing_since double precision;
     alter table webhooks add column if not exists disabled_at text collate "C";
+    """,
+    # Keys' externalId, meta and credits (as SQLite's KEY_DETAILS_STEP, issue 29).
+    schema_version(MIGRATIONS[: MIGRATIONS.index(KEY_DETAILS_STEP) + 1]): """
+    create table if not exists key_details (
+        key_id                  text collate "C" primary key
+                                references api_keys (id) on delete cascade,
+        external_id             text collate "C",
+        meta                    text collate "C",
+        credits_remaining       bigint,
+        credits_refill_interval text collate "C",
+        credits_refill_amount   bigint,
+        credits_refill_day      bigint,
+        credits_next_refill     text collate "C",
+        credits_base            bigint,
+        credits_flags           bigint not null default 0
+    );
+    create index if not exists key_details_external_id
+        on key_details (external_id) where external_id is not null;
+    create or replace trigger key_details_data_changed
+        after insert or update or delete or truncate on key_details
+        for each statement execute function keysvc_data_changed();
+    create table if not exists key_usage_credits (
+        key_id    text collate "C" not null references api_keys (id) on delete cascade,
+        minute    text collate "C" not null,
+        exhausted bigint not null default 0,
+        primary key (key_id, minute)
+    );
+    create index if not exists key_usage_credits_minute on key_usage_credits (minute);
+    create or replace trigger key_usage_credits_data_changed
+        after insert or update or delete or truncate on key_usage_credits
+        for each statement execute function keysvc_data_changed();
     """,
 }
 

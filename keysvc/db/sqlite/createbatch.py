@@ -40,6 +40,7 @@ _SET_GENERATION = "update meta set value = ? where name = 'auth_generation'"
 # row; SQLite takes up to 32,766 parameters).
 _INSERT_KEYS = key_sql.INSERT_KEY[: key_sql.INSERT_KEY.index("values")] + "values "
 _INSERT_KEY_ROLES = "insert into key_roles (key_id, role_id) values "
+_INSERT_DETAILS = key_sql.INSERT_DETAILS[: key_sql.INSERT_DETAILS.index("values")] + "values "
 ROWS_PER_INSERT = 500
 _COUNT_KEYS_OF = """
     select id, key_count, last_key_seq from organizations
@@ -216,7 +217,7 @@ async def _insert_batch(
     for org, count, last_seq in conn.execute(_COUNT_KEYS_OF, (json.dumps(orgs),)):
         counts[org], last[org] = count, last_seq
     planned: list[tuple[str | None, Exception | None]] = []
-    key_rows, role_rows = [], []
+    key_rows, role_rows, detail_rows = [], [], []
     granted = _granted_roles(conn, batch)
     for new, max_keys, _, recheck in batch:
         org = new.organization_id
@@ -232,6 +233,9 @@ async def _insert_batch(
         key_id = str(uuid.uuid4())
         key_rows.append(key_sql.key_row(key_id, last[org], new))
         role_rows += [(key_id, role_id) for role_id in dict.fromkeys(new.role_ids)]
+        details = key_sql.details_row(key_id, new.external_id, new.meta, new.credits)
+        if details is not None:
+            detail_rows.append(details)
         planned.append((key_id, None))
     keys: dict[str, Key] = {}
     if key_rows:
@@ -239,6 +243,7 @@ async def _insert_batch(
         # the rows, and the loop waits for all of them.
         _insert_rows(conn, _INSERT_KEYS, key_rows)
         _insert_rows(conn, _INSERT_KEY_ROLES, role_rows)
+        _insert_rows(conn, _INSERT_DETAILS, detail_rows)
         ids = json.dumps([row[0] for row in key_rows])
         rows = conn.execute(key_sql.KEYS_WITH_IDS, (ids,)).fetchall()
         role_of_keys = conn.execute(key_sql.ROLES_OF_KEYS, (ids,)).fetchall()

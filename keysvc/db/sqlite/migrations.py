@@ -98,6 +98,37 @@ WEBHOOK_CONTROLS_STEP = """
     alter table webhooks add column disabled_at text;
 """
 
+# Issue 29's step: keys' externalId, meta and credits, in a table of their own
+# (key_details: a row only for a key that has one of them), and the usage count of
+# refusals for exhausted credits (key_usage_credits, beside key_usage). Tables of their
+# own, made if not there: a spend writes no api_keys row (whose triggers move the
+# authorization generation), and the keys' and usage's own columns stay as they were.
+# The same text on both backends but for the types (keysvc.db.postgres.schema keys
+# its form by this step's place).
+KEY_DETAILS_STEP = """
+    create table if not exists key_details (
+        key_id                  text primary key references api_keys (id) on delete cascade,
+        external_id             text,
+        meta                    text,
+        credits_remaining       integer,
+        credits_refill_interval text,
+        credits_refill_amount   integer,
+        credits_refill_day      integer,
+        credits_next_refill     text,
+        credits_base            integer,
+        credits_flags           integer not null default 0
+    ) strict, without rowid;
+    create index if not exists key_details_external_id
+        on key_details (external_id) where external_id is not null;
+    create table if not exists key_usage_credits (
+        key_id    text not null references api_keys (id) on delete cascade,
+        minute    text not null,
+        exhausted integer not null default 0,
+        primary key (key_id, minute)
+    ) strict, without rowid;
+    create index if not exists key_usage_credits_minute on key_usage_credits (minute);
+"""
+
 # MIGRATIONS[n] takes a database from version n + 1 to n + 2. Version 1 is the
 # first release of schema.sql; append steps here and change schema.sql to match.
 MIGRATIONS: Sequence[str] = (
@@ -332,6 +363,9 @@ MIGRATIONS: Sequence[str] = (
     LEAK_LOOKUP_STEP,
     # 19: webhook secret rotation, failing since and disabled (WEBHOOK_CONTROLS_STEP).
     WEBHOOK_CONTROLS_STEP,
+    # 20: keys' externalId, meta and credits, and the usage count of refusals for
+    # exhausted credits (KEY_DETAILS_STEP, issue 29).
+    KEY_DETAILS_STEP,
 )
 
 

@@ -28,6 +28,7 @@ ASSETS = {
     "ui.js": _JS,
     "views.js": _JS,
     "keys.js": _JS,
+    "keyextras.js": _JS,
     "roles.js": _JS,
     "activities.js": _JS,
     "usage.js": _JS,

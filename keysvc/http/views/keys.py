@@ -13,11 +13,13 @@ from typing import Any
 
 from aiohttp import hdrs, web
 
-from keysvc.domain import keys
+from keysvc.domain import keycredits, keys
 from keysvc.http import render
 from keysvc.http.envelope import envelope, envelope_bytes, json_body_response, json_response, ok
-from keysvc.http.queries import ListKeysQuerySchema
+from keysvc.http.keyfields import CreditsChangeSchema
+from keysvc.http.queries import KeyListQuerySchema
 from keysvc.http.routes import (
+    CHANGE_CREDITS,
     CREATE_KEY,
     DELETE_KEY,
     GET_KEY,
@@ -43,7 +45,7 @@ from keysvc.http.views.common import (
 )
 from keysvc.models import Key
 
-_list_query = ListKeysQuerySchema()
+_list_query = KeyListQuerySchema()
 # Built once, not per request: building a marshmallow schema deep-copies its fields,
 # which costs more than loading a body. Only the clock reading they check expireAt
 # against changes; it is set right before each load, which is synchronous, so no
@@ -51,6 +53,7 @@ _list_query = ListKeysQuerySchema()
 _create_body = CreateKeySchema(now=datetime.fromtimestamp(0, UTC))
 _patch_body = PatchKeySchema(now=datetime.fromtimestamp(0, UTC))
 _rotate_body = RotateKeySchema()
+_credits_body = CreditsChangeSchema()
 
 
 def _load_at(
@@ -92,15 +95,21 @@ async def list_keys(request: web.Request) -> web.Response:
     hasher = request.app[HASHER]
     after = keys.decode_cursor(hasher, organization_id, params.get("cursor"))
     store = request.app[STORE]
-    limit = params["limit"]
+    limit, external_id = params["limit"], params.get("externalId")
+
+    now = request.app[CLOCK]()
 
     async def page_text() -> tuple[bytes, bytes]:
-        page = await keys.list_keys(store, organization_id, after, limit)
+        page = await keycredits.list_refreshed(
+            store, organization_id, after, limit, external_id, now
+        )
         cursor = keys.next_cursor(hasher, organization_id, page)
         rest = f', "nextCursor": {render.encode(cursor)}, "totalCount": {render.encode(page.total)}'
         return render.keys_json(page.keys).encode(), rest.encode()
 
-    rendered = await store.cached_page(("keys", organization_id, after, limit), page_text)
+    # Refills fall due at 00:00 UTC only: a page is kept for its day at most.
+    page = ("keys", organization_id, after, limit, external_id, now.date())
+    rendered = await store.cached_page(page, page_text)
     return json_body_response(envelope_bytes(request[REQUEST_ID], *rendered))
 
 
@@ -140,6 +149,8 @@ async def get_key(request: web.Request) -> web.Response:
     key = keys.cached_key(store, organization_id, key_id) or await keys.read_key(
         store, organization_id, key_id
     )
+    if key.credits is not None:  # a refill due is applied on read
+        key = await keycredits.refreshed(store, key, request.app[CLOCK]())
     return _key_response(request, key)
 
 
@@ -189,6 +200,18 @@ def _key_response(request: web.Request, key: Key) -> web.Response:
     # Quoted hex already, as the ETag setter would write it: set as it is.
     response.headers[hdrs.ETAG] = key.etag
     return response
+
+
+@serves(CHANGE_CREDITS)
+async def change_credits(request: web.Request) -> web.Response:
+    caller, organization_id = authorized(request)
+    key_id = path_uuid(request, "keyId")
+    data = load(_credits_body, await read_json_object(request))
+    key = await keycredits.change_credits(
+        request.app[STORE], caller, organization_id, key_id, data, actor(request),
+        request.app[CLOCK](),
+    )  # fmt: skip
+    return _key_response(request, key)
 
 
 @serves(DELETE_KEY)

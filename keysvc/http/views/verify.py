@@ -10,18 +10,34 @@ body and headers the proxy can pass upstream; failures are envelopes, so
 whoever reads the proxy's logs sees why. Every answer says how long the proxy may
 reuse it (``keysvc.http.reuse``: ``X-Accel-Expires`` and ``Cache-Control``), the
 refusals' from ``keysvc.http.auth.guarded``, which sees them all.
+
+A key with credits spends the request's cost (``X-Credit-Cost`` or
+``?cost=``, default 1) once every other check has passed, exactly, in the database
+(``keysvc.domain.keycredits.spend``, never from a cache); not enough is a 429. Every
+answer about such a key says that no proxy may reuse it
+(``keysvc.http.reuse.must_see_every_request``). A 200 names the key's externalId
+(``X-Key-External-Id``), and ``Accept: application/json`` gets the whole answer as an
+envelope.
 """
 
-from aiohttp import web
+from datetime import datetime
+from typing import Any, NoReturn
 
+from aiohttp import hdrs, web
+
+from keysvc.domain import credits as rules
+from keysvc.domain import keycredits
+from keysvc.domain.credits import MAX_COST
 from keysvc.domain.permissions import MAX_PERMISSION_LENGTH, PERMISSION
-from keysvc.errors import BadRequest
+from keysvc.errors import ApiError, BadRequest, TooManyRequests
 from keysvc.http import render
 from keysvc.http.auth import authorize_organization, authorize_permission
-from keysvc.http.reuse import reuse_headers
+from keysvc.http.envelope import envelope, json_response
+from keysvc.http.reuse import NO_REUSE, reuse_headers
 from keysvc.http.routes import VERIFY, serves
 from keysvc.http.schemas import UUID_PATTERN
-from keysvc.http.state import CALLER
+from keysvc.http.state import CALLER, CLOCK, RATE_DECISION, REQUEST_ID, STORE, USAGE_REFUSAL
+from keysvc.models import Credits, Key, Spend
 
 _PERMISSION = ("permission", "X-Required-Permission")
 _ORGANIZATION = ("organization", "X-Required-Organization")
@@ -61,20 +77,94 @@ def _required_organizations(request: web.Request) -> list[str]:
     return given
 
 
+_COST = ("cost", "X-Credit-Cost")
+BAD_COST = f"cost: must be an integer from 0 to {MAX_COST}"
+
+
+def _cost(request: web.Request) -> int:
+    """The credits this request costs: 1 unless ``X-Credit-Cost`` or ``?cost=`` says;
+    given both ways, the larger, so that a client's header that a proxy forwards cannot
+    lower the cost the proxy names in the query."""
+    given = _asked(request, _COST)
+    for text in given:
+        if not (text.isascii() and text.isdigit() and len(text) <= 7) or int(text) > MAX_COST:
+            raise BadRequest(BAD_COST)
+    return max((int(text) for text in given), default=1)
+
+
+class CreditsExhausted(ApiError):
+    """429 without Retry-After: the key has no refill to wait for."""
+
+    status = 429
+
+
+def _wants_json(request: web.Request) -> bool:
+    return "application/json" in request.headers.get(hdrs.ACCEPT, "")
+
+
 @serves(VERIFY)
 async def verify(request: web.Request) -> web.Response:
     caller = request[CALLER]
     organizations, permissions = _required_organizations(request), _required_permissions(request)
+    cost = _cost(request)
     for organization in organizations:
         authorize_organization(request, organization, "required")
     for needed in permissions:
         authorize_permission(request, needed)
-    return web.Response(
-        status=200,
-        headers={
-            **reuse_headers(request, 200),
-            "X-Key-Id": caller.id,
-            "X-Organization-Id": caller.organization_id,
-            "X-Key-Permissions": render.permissions_header(caller),
-        },
+    headers = {
+        **reuse_headers(request, 200),
+        "X-Key-Id": caller.id,
+        "X-Organization-Id": caller.organization_id,
+        "X-Key-Permissions": render.permissions_header(caller),
+    }
+    if caller.external_id is not None:
+        headers["X-Key-External-Id"] = caller.external_id
+    spent = None
+    if caller.credits is not None:  # the cache says whether; the database says how many
+        spent = await keycredits.spend(request.app[STORE], caller, cost, request.app[CLOCK]())
+    if spent is not None:
+        if not spent.allowed:
+            _refuse(request, spent.credits, request.app[CLOCK]())
+        headers["X-Credits-Remaining"] = str(spent.credits.remaining)
+    if not _wants_json(request):
+        return web.Response(status=200, headers=headers)
+    headers.update(NO_REUSE)  # its body depends on Accept, which no documented cache key covers
+    answer = _answer(request, caller, spent)
+    response = json_response(envelope(request[REQUEST_ID], render.encode(answer)))
+    response.headers.update(headers)
+    return response
+
+
+def _refuse(request: web.Request, credits: Credits, now: datetime) -> NoReturn:
+    """429 for a key without the credits this request costs; Retry-After: the seconds
+    until its next refill, when it has one."""
+    request[USAGE_REFUSAL] = "credits_exhausted"
+    wait = rules.seconds_to_refill(credits, now)
+    message = f"{rules.EXHAUSTED}: {credits.remaining} remaining"
+    if wait is None:
+        raise CreditsExhausted(message + "; no refill is due", headers=NO_REUSE)
+    raise TooManyRequests(
+        message + f"; next refill in {wait} s", retry_after=wait, headers=NO_REUSE
     )
+
+
+def _answer(request: web.Request, caller: Key, spent: Spend | None) -> dict[str, Any]:
+    """Verify's JSON answer: who is calling, what it may do, and its standing."""
+    answer: dict[str, Any] = {
+        "keyId": caller.id,
+        "organizationId": caller.organization_id,
+        "name": caller.name,
+        "externalId": caller.external_id,
+        "meta": caller.meta,
+        "permissions": sorted(caller.permissions),
+    }
+    if spent is not None:
+        answer["credits"] = {"remaining": spent.credits.remaining}
+    decision = request.get(RATE_DECISION)
+    if decision is not None:
+        answer["ratelimit"] = {
+            "limit": decision.limit,
+            "remaining": decision.remaining,
+            "reset": decision.reset,
+        }
+    return answer

@@ -1,0 +1,90 @@
+"""Spends of credits in group commits (issue 29): each spend waits for the next
+write transaction of spends, which takes every spend that arrived while the one
+before it ran. One commit (and so one fsync under ``synchronous=FULL``, or one
+PostgreSQL commit) answers many verifies, and a spend alone waits for none.
+
+A batch runs its spends one after another in one transaction, each reading the
+credits as the ones before it left them (``keysvc.db.credits``): the order within a
+batch is the order of arrival, and exactness is the transaction's. A spend is
+answered only once its batch has committed. If a batch fails, each of its spends runs
+again alone, so that one spend's refusal (an event its webhook queue has no room
+for, say) fails only that request.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from keysvc.db.contract import Connection
+from keysvc.models import Spend, SpendRule
+
+
+@dataclass
+class Pending:
+    """A spend waiting for its batch."""
+
+    organization_id: str
+    key_id: str
+    now: datetime
+    rule: SpendRule
+    answer: asyncio.Future[Spend | None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+# Runs a batch's spends, in order, on a connection inside a write transaction: the core's.
+SpendAll = Callable[[Connection, Sequence[Pending]], Awaitable[list[Spend | None]]]
+Transaction = Callable[[str], AbstractAsyncContextManager[Connection]]
+
+
+class SpendBatches:
+    """The spends waiting for a transaction, and the task that writes them."""
+
+    def __init__(self, transaction: Transaction, spend_all: SpendAll):
+        self._transaction = transaction
+        self._spend_all = spend_all
+        self._waiting: list[Pending] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    async def spend(
+        self, organization_id: str, key_id: str, now: datetime, rule: SpendRule
+    ) -> Spend | None:
+        waiting = Pending(organization_id, key_id, now, rule)
+        self._waiting.append(waiting)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write())
+        # Shielded: a caller that goes away leaves its spend to its batch, which may
+        # already be writing it; it is then made and not acknowledged.
+        return await asyncio.shield(waiting.answer)
+
+    async def _write(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting, []
+            try:
+                async with self._transaction("spend_credits") as conn:
+                    answers = await self._spend_all(conn, batch)
+            except Exception:
+                await self._alone(batch)
+                continue
+            for item, answer in zip(batch, answers, strict=True):
+                if not item.answer.done():
+                    item.answer.set_result(answer)
+
+    async def _alone(self, batch: list[Pending]) -> None:
+        for item in batch:
+            try:
+                async with self._transaction("spend_credits") as conn:
+                    (answer,) = await self._spend_all(conn, [item])
+            except Exception as exc:
+                if not item.answer.done():
+                    item.answer.set_exception(exc)
+            else:
+                if not item.answer.done():
+                    item.answer.set_result(answer)
+
+    async def finish(self) -> None:
+        """Wait for the spends under way (a clean stop answers every one it took)."""
+        if self._writer is not None:
+            await asyncio.gather(self._writer, return_exceptions=True)

@@ -1,0 +1,115 @@
+"""Credits on keys (issue 29): when a refill is due, what a spend leaves and which
+credit events it sends, and the ``POST .../credits`` changes. Pure functions on
+``keysvc.models.Credits``; the store applies their answers in one write
+(``Store.spend_credits``, ``keysvc.db.credits``).
+
+A refill sets ``remaining`` to its amount at 00:00 UTC of its day: every day
+(``daily``), or day ``refillDay`` of every month (``monthly``; a day past the month's
+end means its last day: 31 is 30 April and 28 or 29 February). It is applied lazily:
+the next spend or read after that moment applies it, and ``nextRefillAt`` is then the
+first refill moment after now.
+"""
+
+import calendar
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from keysvc.models import EXHAUSTED_SENT, LOW_SENT, Credits, Refill
+
+DAILY, MONTHLY = "daily", "monthly"
+INTERVALS = (DAILY, MONTHLY)
+MAX_CREDITS = 1_000_000_000_000
+MAX_COST = 1_000_000
+# ``key.credits_low`` is sent once remaining falls to this share of the last set or
+# refill amount, or below.
+LOW_SHARE = 0.10
+CREDITS_LOW, CREDITS_EXHAUSTED = "key.credits_low", "key.credits_exhausted"
+EXHAUSTED = "credits exhausted for this key"
+
+
+def _midnight(day: datetime) -> datetime:
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
+def refill_day_in(year: int, month: int, day: int) -> datetime:
+    """00:00 UTC of day ``day`` of that month, or of its last day when it has fewer."""
+    last = calendar.monthrange(year, month)[1]
+    return datetime(year, month, min(day, last), tzinfo=UTC)
+
+
+def next_refill_at(refill: Refill, after: datetime) -> datetime:
+    """The first refill moment strictly after ``after``."""
+    after = after.astimezone(UTC)
+    if refill.interval == DAILY:
+        return _midnight(after) + timedelta(days=1)
+    this_month = refill_day_in(after.year, after.month, refill.day)
+    if this_month > after:
+        return this_month
+    year, month = (after.year + 1, 1) if after.month == 12 else (after.year, after.month + 1)
+    return refill_day_in(year, month, refill.day)
+
+
+def new_credits(remaining: int, refill: Refill | None, now: datetime) -> Credits:
+    """Credits as set at ``now``: the amount is what ``key.credits_low`` is measured against."""
+    due = None if refill is None else next_refill_at(refill, now)
+    return Credits(remaining, refill, due, base=remaining)
+
+
+def settled(credits: Credits, now: datetime) -> Credits:
+    """``credits`` with a refill due by ``now`` applied (the same object when none is)."""
+    due = credits.next_refill_at
+    if credits.refill is None or due is None or now < due:
+        return credits
+    amount = credits.refill.amount
+    return Credits(amount, credits.refill, next_refill_at(credits.refill, now), amount, 0)
+
+
+def seconds_to_refill(credits: Credits, now: datetime) -> int | None:
+    """Whole seconds until the next refill (at least 1); None without one."""
+    due = credits.next_refill_at
+    if due is None:
+        return None
+    return max(1, int((due - now).total_seconds() + 0.999))
+
+
+def spent(credits: Credits, cost: int, now: datetime) -> tuple[bool, Credits, list[str]]:
+    """A spend of ``cost`` at ``now`` from ``credits`` as stored: whether it is allowed,
+    the credits after it (a due refill applied either way) and the credit events it
+    sends. A refusal spends nothing; a cost of 0 checks without spending (and is
+    refused only by a key with no credits left)."""
+    current = settled(credits, now)
+    if current.remaining < cost or (cost == 0 and current.remaining == 0):
+        if current.flags & EXHAUSTED_SENT or current.remaining > 0:
+            return False, current, []
+        return False, replace(current, flags=current.flags | EXHAUSTED_SENT), [CREDITS_EXHAUSTED]
+    after = replace(current, remaining=current.remaining - cost)
+    events = []
+    if not after.flags & LOW_SENT and after.remaining <= after.base * LOW_SHARE:
+        after = replace(after, flags=after.flags | LOW_SENT)
+        events.append(CREDITS_LOW)
+    if after.remaining == 0 and not after.flags & EXHAUSTED_SENT:
+        after = replace(after, flags=after.flags | EXHAUSTED_SENT)
+        events.append(CREDITS_EXHAUSTED)
+    return True, after, events
+
+
+def changed(credits: Credits | None, change: dict[str, Any], now: datetime) -> Credits | None:
+    """The credits after a validated ``POST .../credits`` body: ``set`` (null: unlimited;
+    a number keeps the refill), ``increment`` or ``decrement`` (never below 0; on
+    unlimited credits, a 409 is raised by the caller). A set or an increase ends an
+    exhaustion, so ``key.credits_exhausted`` may be sent again; ``key.credits_low``
+    measures from the new amount."""
+    if "set" in change:
+        if change["set"] is None:
+            return None
+        refill = None if credits is None else credits.refill
+        return new_credits(change["set"], refill, now)
+    assert credits is not None
+    current = settled(credits, now)
+    if "increment" in change:
+        remaining = min(MAX_CREDITS, current.remaining + change["increment"])
+        base = max(current.base, remaining)
+        flags = 0 if remaining > base * LOW_SHARE else current.flags & LOW_SENT
+        return replace(current, remaining=remaining, base=base, flags=flags)
+    return replace(current, remaining=max(0, current.remaining - change["decrement"]))

@@ -1,0 +1,102 @@
+"""What the OpenAPI document says of issue 29's additions: to ``/v1/verify``
+(``keysvc.http.views.verify``) the cost it spends, the headers of an answer about a
+key with credits or an externalId, and the JSON answer ``Accept: application/json``
+gets; to the key schemas, the rules their fields check in Python (``tighten``).
+``keysvc.http.openapi`` puts them in the document."""
+
+from typing import Any
+
+from keysvc.domain.credits import MAX_COST
+
+_STRING = {"type": "string"}
+_COST = {"type": "integer", "minimum": 0, "maximum": MAX_COST, "default": 1}
+
+VERIFY_PARAMS: list[dict[str, Any]] = [
+    {
+        "in": "header",
+        "name": "X-Credit-Cost",
+        "required": False,
+        "description": "Credits this request spends from a key with credits (default 1; 0 "
+        "checks without spending), once every other check has passed. Given both here and "
+        "in ?cost=, the larger counts: a client header cannot lower a proxy's cost.",
+        "schema": _COST,
+        "x-keysvc-addition": True,
+    },
+    {
+        "in": "query",
+        "name": "cost",
+        "required": False,
+        "description": "The same, for proxies that cannot set a header.",
+        "schema": _COST,
+        "x-keysvc-addition": True,
+    },
+]
+
+VERIFY_HEADERS: dict[str, Any] = {
+    "X-Key-External-Id": {
+        "description": "The key's externalId, when it has one",
+        "schema": _STRING,
+    },
+    "X-Credits-Remaining": {
+        "description": "A key with credits: what remains after this request's cost",
+        "schema": {"type": "integer"},
+    },
+    "Cache-Control": {
+        "description": "no-store on every answer about a key with credits: no proxy may reuse it",
+        "schema": _STRING,
+    },
+    "X-Accel-Expires": {
+        "description": "0 on every answer about a key with credits (nginx: never cache it)",
+        "schema": _STRING,
+    },
+}
+
+# The 200's body with Accept: application/json (without it, the body is empty, so it
+# is stated as an extension of the response rather than as its content).
+VERIFY_JSON: dict[str, Any] = {
+    "x-keysvc-json-answer": {
+        "schema": {
+            "type": "object",
+            "properties": {
+                "status": {"type": "integer"},
+                "requestId": {"type": "string", "format": "uuid"},
+                "result": {
+                    "type": "object",
+                    "properties": {
+                        "keyId": {"type": "string", "format": "uuid"},
+                        "organizationId": {"type": "string", "format": "uuid"},
+                        "name": _STRING,
+                        "externalId": {"type": ["string", "null"]},
+                        "meta": {"type": ["object", "null"]},
+                        "permissions": {"type": "array", "items": _STRING},
+                        "credits": {
+                            "type": "object",
+                            "description": "A key with credits only",
+                            "properties": {"remaining": {"type": "integer"}},
+                        },
+                        "ratelimit": {
+                            "type": "object",
+                            "description": "When a request limit applies",
+                            "properties": {
+                                "limit": {"type": "integer"},
+                                "remaining": {"type": "integer"},
+                                "reset": {"type": "integer"},
+                            },
+                        },
+                    },
+                },
+            },
+        }
+    }
+}
+
+
+def tighten(schemas: dict[str, Any], name: dict[str, Any]) -> None:
+    """Add the rules issue 29's request fields check in Python: externalId is a name
+    (``name``'s pattern), refillDay is for a monthly refill only, and the credits body
+    names exactly one change."""
+    for body in ("ApiKeyPostRequest", "ApiKeyPatchRequest"):
+        schemas[body]["properties"]["externalId"]["pattern"] = name["pattern"]
+    daily = {"properties": {"interval": {"const": "daily"}}}
+    schemas["Refill"].update({"if": daily, "then": {"not": {"required": ["refillDay"]}}})
+    schemas["ApiKeyCreditsRequest"].update(minProperties=1, maxProperties=1)

@@ -1,0 +1,217 @@
+"""Issue 29: credits on keys through the real app on both backends: set on create and
+PATCH, shown by GET with their refill and next refill, refilled lazily on read at
+00:00 UTC, and changed without a race by POST .../credits."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tests.helpers import (
+    Client,
+    Creds,
+    FakeClock,
+    assert_error,
+    assert_ok,
+    create,
+    create_creds,
+    create_role,
+)
+
+
+def _keys(creds: Creds, key: str | None = None) -> str:
+    base = f"/v1/organizations/{creds.organization_id}/keys"
+    return base if key is None else f"{base}/{key}"
+
+
+def _midnight_after(moment: datetime) -> str:
+    day = (moment + timedelta(days=1)).date()
+    return f"{day.isoformat()}T00:00:00Z"
+
+
+async def _credits(client: Client, admin: Creds, key_id: str, body: dict[str, Any]) -> Any:
+    return await client.post(_keys(admin, key_id) + "/credits", json=body, headers=admin.headers)
+
+
+async def _get(client: Client, admin: Creds, key_id: str) -> dict[str, Any]:
+    got: dict[str, Any] = await assert_ok(
+        await client.get(_keys(admin, key_id), headers=admin.headers)
+    )
+    return got
+
+
+async def test_create_and_read_credits(client: Client, admin: Creds, clock: FakeClock) -> None:
+    body = {
+        "name": "metered",
+        "roles": ["developer"],
+        "credits": {"remaining": 5, "refill": {"interval": "daily", "amount": 20}},
+    }
+    key = (await create(client, admin, body))["key"]
+    want = {
+        "remaining": 5,
+        "refill": {"interval": "daily", "amount": 20, "refillDay": 1},
+        "nextRefillAt": _midnight_after(clock.now),
+    }
+    assert key["credits"] == want
+    assert (await _get(client, admin, key["id"]))["credits"] == want
+    plain = await create(
+        client, admin, {"name": "n", "roles": ["developer"], "credits": {"remaining": 0}}
+    )
+    assert plain["key"]["credits"] == {"remaining": 0, "refill": None, "nextRefillAt": None}
+
+
+async def test_monthly_refill_day_defaults_and_validation(client: Client, admin: Creds) -> None:
+    base = {"name": "m", "roles": ["developer"]}
+    monthly = {"remaining": 1, "refill": {"interval": "monthly", "amount": 3}}
+    key = (await create(client, admin, {**base, "credits": monthly}))["key"]
+    assert key["credits"]["refill"] == {"interval": "monthly", "amount": 3, "refillDay": 1}
+    assert key["credits"]["nextRefillAt"].endswith("-01T00:00:00Z")
+    cases = [
+        ({"remaining": -1}, "credits.remaining: must be an integer from 0 to 1000000000000"),
+        ({"remaining": "5"}, "credits.remaining: Not a valid integer."),
+        ({}, "credits.remaining: is required"),
+        (
+            {"remaining": 1, "refill": {"interval": "weekly", "amount": 1}},
+            "credits.refill.interval: must be one of: daily, monthly",
+        ),
+        (
+            {"remaining": 1, "refill": {"interval": "daily", "amount": 0}},
+            "credits.refill.amount: must be an integer from 1 to 1000000000000",
+        ),
+        (
+            {"remaining": 1, "refill": {"interval": "monthly", "amount": 1, "refillDay": 32}},
+            "credits.refill.refillDay: must be an integer from 1 to 31",
+        ),
+        (
+            {"remaining": 1, "refill": {"interval": "daily", "amount": 1, "refillDay": 3}},
+            "credits.refill.refillDay: is for a monthly refill only",
+        ),
+    ]
+    for credits, message in cases:
+        response = await client.post(
+            _keys(admin), json={**base, "credits": credits}, headers=admin.headers
+        )
+        await assert_error(response, 400, message)
+
+
+async def test_a_refill_is_applied_on_read_at_midnight(
+    client: Client, admin: Creds, clock: FakeClock
+) -> None:
+    body = {
+        "name": "daily",
+        "roles": ["developer"],
+        "credits": {"remaining": 2, "refill": {"interval": "daily", "amount": 9}},
+    }
+    key = (await create(client, admin, body))["key"]
+    midnight = datetime.fromisoformat(key["credits"]["nextRefillAt"])
+    clock.now = midnight - timedelta(microseconds=1)
+    assert (await _get(client, admin, key["id"]))["credits"]["remaining"] == 2
+    clock.now = midnight
+    got = (await _get(client, admin, key["id"]))["credits"]
+    assert got["remaining"] == 9
+    assert got["nextRefillAt"] == _midnight_after(midnight)
+    # The list shows it too, and the page kept from before midnight is not served.
+    clock.now = midnight + timedelta(days=3)
+    listed = await assert_ok(await client.get(_keys(admin), headers=admin.headers))
+    (mine,) = [k for k in listed if k["id"] == key["id"]]
+    assert mine["credits"]["nextRefillAt"] == _midnight_after(clock.now)
+
+
+async def test_set_increment_decrement(client: Client, admin: Creds) -> None:
+    key = (await create(client, admin, {"name": "k", "roles": ["developer"]}))["key"]
+    assert "credits" not in key
+    await assert_error(
+        await _credits(client, admin, key["id"], {"increment": 5}),
+        409,
+        'the key\'s credits are unlimited: set a number first ({"set": n}), then increment'
+        " or decrement it",
+    )
+    got = await assert_ok(await _credits(client, admin, key["id"], {"set": 10}))
+    assert got["credits"] == {"remaining": 10, "refill": None, "nextRefillAt": None}
+    got = await assert_ok(await _credits(client, admin, key["id"], {"increment": 5}))
+    assert got["credits"]["remaining"] == 15
+    got = await assert_ok(await _credits(client, admin, key["id"], {"decrement": 4}))
+    assert got["credits"]["remaining"] == 11
+    got = await assert_ok(await _credits(client, admin, key["id"], {"decrement": 400}))
+    assert got["credits"]["remaining"] == 0
+    got = await assert_ok(await _credits(client, admin, key["id"], {"set": None}))
+    assert "credits" not in got
+    assert "credits" not in await _get(client, admin, key["id"])
+
+
+async def test_a_set_keeps_the_refill(client: Client, admin: Creds) -> None:
+    refill = {"interval": "monthly", "amount": 50, "refillDay": 31}
+    body = {"name": "k", "roles": ["developer"], "credits": {"remaining": 1, "refill": refill}}
+    key = (await create(client, admin, body))["key"]
+    got = await assert_ok(await _credits(client, admin, key["id"], {"set": 7}))
+    assert got["credits"]["refill"] == refill
+    assert got["credits"]["remaining"] == 7
+    # PATCH replaces them whole, refill included; null makes them unlimited.
+    patched = await assert_ok(
+        await client.patch(
+            _keys(admin, key["id"]), json={"credits": {"remaining": 3}}, headers=admin.headers
+        )
+    )
+    assert patched["credits"] == {"remaining": 3, "refill": None, "nextRefillAt": None}
+    patched = await assert_ok(
+        await client.patch(_keys(admin, key["id"]), json={"credits": None}, headers=admin.headers)
+    )
+    assert "credits" not in patched
+
+
+async def test_the_body_takes_exactly_one(client: Client, admin: Creds) -> None:
+    key = (await create(client, admin, {"name": "k", "roles": ["developer"]}))["key"]
+    only_one = "set: give exactly one of set, increment, decrement"
+    for body, message in (
+        ({}, only_one),
+        ({"set": 1, "increment": 1}, only_one),
+        ({"increment": 0}, "increment: must be an integer from 1 to 1000000000000"),
+        ({"decrement": -1}, "decrement: must be an integer from 1 to 1000000000000"),
+        ({"set": -1}, "set: must be an integer from 0 to 1000000000000"),
+        ({"add": 1}, "add: is not a known field"),
+    ):
+        await assert_error(await _credits(client, admin, key["id"], body), 400, message)
+    unknown = "00000000-0000-4000-8000-000000000000"
+    await assert_error(
+        await _credits(client, admin, unknown, {"set": 1}),
+        404,
+        "key not found in this organization",
+    )
+
+
+async def test_it_needs_keys_update_and_not_ones_own(client: Client, admin: Creds) -> None:
+    target = (await create(client, admin, {"name": "t", "roles": ["developer"]}))["key"]
+    role = await create_role(client, admin, {"name": "reader", "permissions": ["keys:read"]})
+    reader = await create_creds(client, admin, {"name": "r", "assignedRoleIds": [role["id"]]})
+    response = await _credits(client, reader, target["id"], {"set": 1})
+    assert response.status == 403
+    await assert_error(
+        await _credits(client, admin, admin.id, {"set": 1}),
+        403,
+        "a key cannot change its own credits: use another key to change them",
+    )
+
+
+async def test_changes_are_recorded(client: Client, admin: Creds) -> None:
+    key = (await create(client, admin, {"name": "k", "roles": ["developer"]}))["key"]
+    await assert_ok(await _credits(client, admin, key["id"], {"set": 10}))
+    await assert_ok(await _credits(client, admin, key["id"], {"increment": 2}))
+    url = f"/v1/organizations/{admin.organization_id}/activities?include=keysvc"
+    records = await assert_ok(await client.get(url, headers=admin.headers))
+    changes = [
+        (r["before"]["credits"], r["after"]["credits"])
+        for r in records
+        if r.get("keyUpdateType") == "credits-changed" and r.get("targetKeyId") == key["id"]
+    ]
+    plain = {"refill": None, "nextRefillAt": None}
+    assert (None, {"remaining": 10, **plain}) in changes
+    assert ({"remaining": 10, **plain}, {"remaining": 12, **plain}) in changes
+
+
+async def test_the_day_is_utc(client: Client, admin: Creds, clock: FakeClock) -> None:
+    clock.now = datetime(2026, 1, 31, 23, 30, tzinfo=UTC)
+    refill = {"interval": "monthly", "amount": 4, "refillDay": 31}
+    body = {"name": "k", "roles": ["developer"], "credits": {"remaining": 0, "refill": refill}}
+    key = (await create(client, admin, body))["key"]
+    assert key["credits"]["nextRefillAt"] == "2026-02-28T00:00:00Z"
+    clock.now = datetime(2026, 2, 28, 0, 0, tzinfo=UTC)
+    got = (await _get(client, admin, key["id"]))["credits"]
+    assert (got["remaining"], got["nextRefillAt"]) == (4, "2026-03-31T00:00:00Z")
