@@ -495,13 +495,19 @@ LEAKED_KEYS_READ = 16
 _HOLDERS = """
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
            used_at, ip_access_list, rate_limit, rate_window, previous_until,
+           external_id, meta, credits_remaining, credits_refill_interval, credits_refill_amount,
+           credits_refill_day, credits_next_refill, credits_base, credits_flags,
            secret_hash as matched_hash, 0 as previous
-    from api_keys where secret_hash = ?
+    from api_keys left join key_details on key_details.key_id = api_keys.id
+    where secret_hash = ?
     union all
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
            used_at, ip_access_list, rate_limit, rate_window, previous_until,
+           external_id, meta, credits_remaining, credits_refill_interval, credits_refill_amount,
+           credits_refill_day, credits_next_refill, credits_base, credits_flags,
            previous_secret_hash, 1
-    from api_keys where previous_secret_hash = ? and {in_grace}
+    from api_keys left join key_details on key_details.key_id = api_keys.id
+    where previous_secret_hash = ? and {in_grace}
 """
 _REPORTED = """
     select holders.*, exists (
