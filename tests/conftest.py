@@ -4,17 +4,14 @@ the session's PostgreSQL server (one per xdist worker), with a fresh database pe
 The markers of what a test needs are given here (``pytest_collection_modifyitems``).
 The helpers they use live in tests/helpers.py and tests/postgres.py."""
 
-import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiohttp import web
 
 from keysvc.config import Settings
 from keysvc.http.app import create_app
-from keysvc.http.state import STORE
 from tests.helpers import Client, ClientFactory, Creds, FakeClock, bootstrap
 from tests.postgres import PEPPER, Postgres, start_postgres, stop_postgres
 
@@ -94,22 +91,6 @@ def settings(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Se
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
-
-
-@pytest.fixture
-def aiohttp_client(aiohttp_client: ClientFactory) -> ClientFactory:
-    """pytest-aiohttp's, then the store's first upkeep round waited for: a test that
-    writes the database by hand blocks the loop, and must not find one of the upkeep's
-    transactions open (it would wait for the loop it blocks)."""
-
-    async def started(app: web.Application, *args: Any, **kwargs: Any) -> Client:
-        client = await aiohttp_client(app, *args, **kwargs)
-        store = app.get(STORE)
-        if store is not None:
-            await asyncio.wait_for(store.first_upkeep(), 30)
-        return client
-
-    return started
 
 
 @pytest.fixture

@@ -123,8 +123,13 @@ class StoreCore:
     async def first_upkeep(self) -> None:
         """Once the upkeep's first round of pruning has run (at once when no upkeep
         runs)."""
-        if self._upkeep is not None:
-            await self._first_round.wait()
+        if self._upkeep is None:
+            return
+        round_done = asyncio.ensure_future(self._first_round.wait())
+        try:  # an upkeep that ended (it never should) ends the wait too
+            await asyncio.wait({round_done, self._upkeep}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            round_done.cancel()
 
     @property
     def quota(self) -> Quota:

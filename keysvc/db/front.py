@@ -83,8 +83,8 @@ class CoreFront:
         self._core.start_upkeep(upkeep)
 
     def first_upkeep(self) -> Awaitable[None]:
-        """Once the upkeep's first round of pruning has run: for a caller that must not
-        find its transactions open, such as a test about to write by hand."""
+        """Once the upkeep's first round of pruning has run (``keysvc.db.backends``
+        waits for it before a serving store is used)."""
         return self._core.first_upkeep()
 
     def has_organization(self) -> Awaitable[bool]:

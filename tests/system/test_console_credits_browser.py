@@ -48,6 +48,8 @@ def test_external_id_meta_and_credits_shown_edited_and_filtered(
     dialog.get_by_label("Refill", exact=True).select_option("daily")
     dialog.get_by_label("Refill amount").fill("10")
     dialog.get_by_role("button", name="Save").click()
+    # The row was there before the save: wait for the save's own message.
+    expect(page.locator("#messages")).to_contain_text("saved")
     expect(key_row(page, "tenant key")).to_be_visible()
     status, read = console.api(key)
     assert status == 200, read
