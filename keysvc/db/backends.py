@@ -78,11 +78,7 @@ async def open_store(
         store.key_outbox(hasher.derive(OUTBOX_SEAL))
         await store.key_activities(hasher.derive(ACTIVITY_CHAIN))
         if serving:
-            # Serving starts once the upkeep's first round is done: a worker that says it
-            # serves holds no start-up write, so stopping it (a debugger, SIGSTOP) cannot
-            # hold the write lock the others need.
-            store.start_upkeep(upkeep_of(settings))
-            await store.first_upkeep()
+            await store.start_upkeep(upkeep_of(settings))
         yield store, hasher
     finally:
         await store.close()

@@ -77,15 +77,13 @@ class CoreFront:
     def key_outbox(self, key: bytes) -> None:
         self._core.key_outbox(key)
 
-    def start_upkeep(self, upkeep: UsageUpkeep) -> None:
+    async def start_upkeep(self, upkeep: UsageUpkeep) -> None:
         """Not in the contract: only opening a serving store (``keysvc.db.backends``)
-        starts it, once the pepper has keyed the store."""
+        starts it, once the pepper has keyed the store; answered once its first round
+        is done, so that a worker that says it serves holds no start-up write, which a
+        stopped worker (a debugger, SIGSTOP) would keep from the others."""
         self._core.start_upkeep(upkeep)
-
-    def first_upkeep(self) -> Awaitable[None]:
-        """Once the upkeep's first round of pruning has run (``keysvc.db.backends``
-        waits for it before a serving store is used)."""
-        return self._core.first_upkeep()
+        await self._core.first_upkeep()
 
     def has_organization(self) -> Awaitable[bool]:
         return self._core.has_organization()

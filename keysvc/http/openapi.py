@@ -22,15 +22,14 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from marshmallow import Schema
 
 from keysvc import __version__
-from keysvc.credentials import SUFFIX_LENGTH
-from keysvc.domain.limits import MAX_ROLE_IDS
-from keysvc.domain.permissions import MAX_PERMISSION_LENGTH, PERMISSION
+from keysvc.domain.permissions import PERMISSION
 from keysvc.http import queries as q
-from keysvc.http import reports, verifydoc
+from keysvc.http import reports
 from keysvc.http import responses as r
 from keysvc.http import schemas as s
 from keysvc.http import webhook_schemas as ws
 from keysvc.http.keyfields import EXTERNAL_ID_PARAM, CreditsChangeSchema
+from keysvc.http.openapi_rules import NAME_RULE, PERMISSION_RULE, UUID_TEXT, tighten
 from keysvc.http.openapi_webhooks import delivery_webhooks
 from keysvc.http.render import MAX_PERMISSIONS_HEADER
 from keysvc.http.reuse import REUSE_HEADERS_DOCUMENTED
@@ -125,40 +124,13 @@ def _responses(ok: dict[str, Any], statuses: tuple[int, ...]) -> dict[str, Any]:
     return responses
 
 
-# Control characters (category Cc); what names and descriptions must not hold (those,
-# and the characters not shown as themselves, keysvc.http.schemas.INVISIBLE); and the
-# whitespace str.strip() removes from both ends of a name before it is checked.
-_CC = r"\x00-\x1f\x7f-\x9f"
-_HIDDEN = _CC + s.INVISIBLE
-_WS = r"\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
-_NAME = {
-    "type": "string",
-    "pattern": f"^[{_WS}]*[^{_WS}{_HIDDEN}](?:[^{_HIDDEN}]{{0,{s.MAX_NAME - 2}}}"
-    f"[^{_WS}{_HIDDEN}])?[{_WS}]*$",
-    "description": f"1 to {s.MAX_NAME} characters once leading and trailing whitespace "
-    "is trimmed, no control, invisible or formatting characters.",
-}
-_PERMISSION = {
-    "type": "string",
-    "maxLength": MAX_PERMISSION_LENGTH,
-    "pattern": f"^(?:{PERMISSION.pattern})$",
-}
-# Canonical lowercase, the only form keysvc accepts in a path or an actor.
-_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-_SHA256_B64 = {
-    "type": "string",
-    "pattern": "^[A-Za-z0-9+/]{43}=$",
-    "description": "Base64 of a SHA-256 digest (44 characters).",
-}
-
-
 def _path_param(name: str, description: str) -> dict[str, Any]:
     return {
         "in": "path",
         "name": name,
         "description": description,
         "required": True,
-        "schema": {"type": "string", "format": "uuid", "pattern": f"^{_UUID}$"},
+        "schema": {"type": "string", "format": "uuid", "pattern": f"^{UUID_TEXT}$"},
     }
 
 
@@ -257,7 +229,7 @@ def _params(route: Route) -> list[dict[str, Any]]:
     if route is LIST_ACTIVITIES:
         params.extend([*_DATE_PARAMS, _INCLUDE_PARAM])
     if route is LIST_KEYS:
-        params.append({**EXTERNAL_ID_PARAM, "schema": _NAME})
+        params.append({**EXTERNAL_ID_PARAM, "schema": NAME_RULE})
     if route.paged:
         params.extend(_LIST_PARAMS)
     if route.query:
@@ -401,7 +373,7 @@ def _verify(route: Route, method: str) -> dict[str, Any]:
                 "description": "A permission the key must hold; wildcards apply. Empty is "
                 "the same as absent.",
                 # Empty is allowed: the view falls back to the query parameter.
-                "schema": {**_PERMISSION, "pattern": f"^(?:|{PERMISSION.pattern})$"},
+                "schema": {**PERMISSION_RULE, "pattern": f"^(?:|{PERMISSION.pattern})$"},
             },
             {
                 "in": "query",
@@ -409,7 +381,7 @@ def _verify(route: Route, method: str) -> dict[str, Any]:
                 "required": False,
                 "description": "The same, for proxies that cannot set a header; when both "
                 "are given, the key must hold both.",
-                "schema": _PERMISSION,
+                "schema": PERMISSION_RULE,
             },
             {
                 "in": "header",
@@ -417,7 +389,7 @@ def _verify(route: Route, method: str) -> dict[str, Any]:
                 "required": False,
                 "description": "The organization the key must belong to (its ID). Empty is "
                 "the same as absent.",
-                "schema": {"type": "string", "pattern": f"^(?:|{_UUID})$"},
+                "schema": {"type": "string", "pattern": f"^(?:|{UUID_TEXT})$"},
             },
             {
                 "in": "query",
@@ -425,7 +397,7 @@ def _verify(route: Route, method: str) -> dict[str, Any]:
                 "required": False,
                 "description": "The same, for proxies that cannot set a header; when both "
                 "are given, the key must belong to both (so they must be the same).",
-                "schema": {"type": "string", "format": "uuid", "pattern": f"^{_UUID}$"},
+                "schema": {"type": "string", "format": "uuid", "pattern": f"^{UUID_TEXT}$"},
             },
             *VERIFY_PARAMS,
         ],
@@ -496,7 +468,7 @@ def build_spec() -> dict[str, Any]:
     for path, path_operations in operations.items():
         spec.path(path=path, operations=path_operations)
     document = spec.to_dict()
-    _tighten(document["components"]["schemas"])
+    tighten(document["components"]["schemas"])
     document["webhooks"] = delivery_webhooks()
     return document
 
@@ -544,76 +516,6 @@ _COMPONENT_OF: dict[type[Schema], str] = {
     schema if isinstance(schema, type) else type(schema): name
     for name, schema in _components(datetime.fromtimestamp(0, UTC))
 }
-
-
-_ONE_ROLE = "A key needs at least one role: a non-empty roles or assignedRoleIds."
-_EXPIRE_AT = 'When the key stops working: a date-time in the future; null or "" mean never.'
-_ROLE_IDS = (
-    f"Custom or system roles of this organization, by ID: at most {MAX_ROLE_IDS} roles, "
-    "those named in roles included."
-)
-_DEVELOPER = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002"  # the system role's fixed ID (schema.sql)
-_ACTOR = {"type": "string", "pattern": f"^apiKey/{_UUID}$"}
-_ACTORS = (
-    "The keys that hold the role, as apiKey/<key UUID> of keys in this organization; a key "
-    f"holds at most {MAX_ROLE_IDS} roles (409 past it)."
-)
-_ROLE_PERMISSIONS = (
-    f"At most {s.MAX_PERMISSIONS} entries here and in every policy's permissions together."
-)
-
-
-def _tighten(schemas: dict[str, Any]) -> None:
-    """Add the rules the request schemas check in Python functions, which apispec cannot see."""
-    for name in ("ApiKeyPostRequest", "ApiKeyPatchRequest", "RoleCreateRequest",
-                 "RoleUpdateRequest"):  # fmt: skip
-        schemas[name]["properties"]["name"].update(_NAME)
-    for name in ("ApiKeyPostRequest", "ApiKeyPatchRequest"):
-        properties = schemas[name]["properties"]
-        properties["expireAt"].update(description=_EXPIRE_AT, examples=["2099-12-31T23:59:59Z"])
-        properties["assignedRoleIds"].update(description=_ROLE_IDS, examples=[[_DEVELOPER]])
-    with_roles = {"required": ["roles"], "properties": {"roles": {"minItems": 1}}}
-    with_ids = {"required": ["assignedRoleIds"], "properties": {"assignedRoleIds": {"minItems": 1}}}
-    schemas["ApiKeyPostRequest"]["anyOf"] = [with_roles, with_ids]
-    schemas["ApiKeyPostRequest"]["description"] = _ONE_ROLE
-    # A PATCH need not touch the roles; when it does, they replace, and must not be empty.
-    untouched = {"not": {"anyOf": [{"required": ["roles"]}, {"required": ["assignedRoleIds"]}]}}
-    schemas["ApiKeyPatchRequest"]["anyOf"] = [untouched, with_roles, with_ids]
-    schemas["ApiKeyPatchRequest"]["description"] = "Only the fields given change. " + _ONE_ROLE
-    hash_data = schemas["ApiKeyHashData"]["properties"]
-    hash_data["keyIdHash"].update(_SHA256_B64)
-    hash_data["keySecretHash"].update(_SHA256_B64)
-    hash_data["keyIdSuffix"]["pattern"] = f"^[^{_CC}]{{{SUFFIX_LENGTH}}}$"
-    entry = schemas["IpAccessListEntry"]["properties"]
-    entry["source"].update(
-        description="An IPv4 or IPv6 address or CIDR, host bits clear.",
-        examples=["192.0.2.0/24", "2001:db8::1"],
-    )
-    entry["description"]["pattern"] = f"^[^{_HIDDEN}]*$"
-    for name in ("RoleCreateRequest", "RoleUpdateRequest"):
-        properties = schemas[name]["properties"]
-        properties["permissions"]["items"] = dict(_PERMISSION)
-        properties["actors"]["items"] = dict(_ACTOR)
-        properties["actors"]["description"] = _ACTORS
-        for field in ("permissions", "policies"):
-            properties[field]["description"] = " ".join(
-                filter(None, (properties[field].get("description"), _ROLE_PERMISSIONS))
-            )
-    verifydoc.tighten(schemas, _NAME)
-    policy = schemas["RBACPolicyCreateRequest"]["properties"]
-    policy["allowDeny"]["not"] = {"const": "DENY"}
-    policy["permissions"]["items"] = dict(_PERMISSION)
-    policy["resources"].update(
-        minItems=1, maxItems=1, description='keysvc grants on every resource: ["*"].'
-    )
-    policy["resources"]["items"]["enum"] = ["*"]
-    # Inline rather than a $ref with siblings, which generators skip: the same properties,
-    # none of which keysvc accepts.
-    policy["tags"] = {
-        **schemas["RBACPolicyTags"],
-        "maxProperties": 0,
-        "description": "keysvc has no database grants: only {} is accepted.",
-    }
 
 
 def _error_schema(status_type: str) -> dict[str, Any]:

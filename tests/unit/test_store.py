@@ -220,11 +220,11 @@ async def test_upkeep_waits_for_the_peppers_keys(tmp_path: Path) -> None:
     upkeep = UsageUpkeep(60.0, timedelta(days=30), timedelta(days=5))
     try:
         with pytest.raises(RuntimeError, match="once the pepper has keyed"):
-            store.start_upkeep(upkeep)
+            await store.start_upkeep(upkeep)
         store.key_outbox(b"o" * 32)
         with pytest.raises(RuntimeError, match="once the pepper has keyed"):
-            store.start_upkeep(upkeep)
+            await store.start_upkeep(upkeep)
         await store.key_activities(b"a" * 32)
-        store.start_upkeep(upkeep)
+        await store.start_upkeep(upkeep)
     finally:
         await store.close()
