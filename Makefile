@@ -87,12 +87,19 @@ PARALLEL := -n $(CORES)
 # disk. A test that kills keysvc finds what a killed process leaves either way.
 TEST_TMP := $(or $(shell df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 && $$4 > 2097152 { print "/dev/shm" }'),$(TMPDIR),/tmp)
 PYTEST := TMPDIR=$(TEST_TMP) $(BIN)/pytest
+# keysvc's bytecode, written before the tests run: every keysvc process the system
+# tests start (several hundred) would otherwise compile the whole package again where
+# the environment says PYTHONDONTWRITEBYTECODE (compileall writes it regardless, and
+# only for a source changed since).
+BYTECODE := $(BIN)/python -m compileall -q keysvc tests bench
 
 test: $(TEST_STAMP) system-deps lint
+	$(BYTECODE)
 	$(PYTEST) $(PARALLEL) --dist loadfile
 
 # The inner loop, without lint: tests/unit and tests/api on SQLite alone, in parallel.
 test-fast: $(TEST_STAMP)
+	$(BYTECODE)
 	$(PYTEST) $(PARALLEL) -m "not postgres and not browser and not nginx and not slow" \
 		tests/unit tests/api
 

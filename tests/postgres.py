@@ -10,8 +10,9 @@ worker's template that keysvc's own migration (``keysvc.db.postgres.schema``) br
 the current schema (``CREATE DATABASE ... TEMPLATE``, a file copy), so a test pays
 for no schema and sees nothing another left behind.
 
-Administration goes through ``psql`` over the unix socket, so that the harness needs
-no driver of its own.
+Administration goes through ``psql`` over the unix socket; the databases each test
+makes and drops go through one connection the cluster keeps open
+(``AdminConnection``), not a ``psql`` process each.
 """
 
 import asyncio
@@ -19,11 +20,13 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from glob import glob
 from pathlib import Path
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -51,6 +54,7 @@ SETTINGS = (
     "listen_addresses=127.0.0.1",
     "max_connections=200",
 )
+T = TypeVar("T")
 
 
 def server_bin() -> Path:
@@ -61,6 +65,41 @@ def server_bin() -> Path:
     )
     initdb = require_command("initdb", package="postgresql", also=os.pathsep.join(versioned))
     return Path(initdb).resolve().parent
+
+
+class AdminConnection:
+    """One connection to the cluster's ``postgres`` database, on a thread with an event
+    loop of its own, so that the synchronous fixtures use it whether or not a test's
+    loop is running."""
+
+    def __init__(self, url: str):
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="postgres-admin", daemon=True
+        )
+        self._thread.start()
+        try:
+            self._conn: asyncpg.Connection = self._run(asyncpg.connect(url))
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=120)
+
+    def execute(self, sql: str) -> None:
+        self._run(self._conn.execute(sql))
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def close(self) -> None:
+        try:
+            self._run(self._conn.close())
+        finally:
+            self._stop_loop()
 
 
 class Postgres:
@@ -75,6 +114,7 @@ class Postgres:
         self.socket_dir = root / "socket"
         self.log = root / "server.log"
         self._retired: list[str] = []
+        self._admin: AdminConnection | None = None
 
     def command(self, name: str, *args: str) -> list[str]:
         return [*unprivileged(), str(self.bindir / name), *args]
@@ -118,6 +158,7 @@ class Postgres:
         # an event loop already.
         with ThreadPoolExecutor(max_workers=1) as thread:
             thread.submit(asyncio.run, self._migrate(TEMPLATE)).result()
+        self._admin = AdminConnection(self.url("postgres"))
         return self
 
     def _serve(self) -> None:
@@ -155,6 +196,9 @@ class Postgres:
             await conn.close()
 
     def stop(self) -> None:
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
         subprocess.run(
             self.command("pg_ctl", "stop", "--mode=immediate", f"--pgdata={self.data}"),
             capture_output=True,
@@ -192,7 +236,7 @@ class Postgres:
             self.drop_database(self._retired.pop())
         name = f"test_{uuid.uuid4().hex}"
         # A file copy: with fsync off its checkpoints cost less than logging each page.
-        self.psql("postgres", f"create database {name} template {template} strategy file_copy")
+        self._administer(f"create database {name} template {template} strategy file_copy")
         return name
 
     def retire(self, name: str) -> None:
@@ -202,7 +246,12 @@ class Postgres:
         self._retired.append(name)
 
     def drop_database(self, name: str) -> None:
-        self.psql("postgres", f"drop database if exists {name} with (force)")
+        self._administer(f"drop database if exists {name} with (force)")
+
+    def _administer(self, sql: str) -> None:
+        """One statement on the kept connection (``AdminConnection``)."""
+        assert self._admin is not None, "the cluster is not started"
+        self._admin.execute(sql)
 
 
 def start_postgres() -> Postgres:

@@ -22,8 +22,6 @@ import keysvc.http.views.webhooks
 import keysvc.http.views.whoami  # noqa: F401
 from keysvc.config import Settings
 from keysvc.db.backends import open_store
-from keysvc.db.contract import Records
-from keysvc.domain import activities
 from keysvc.domain.ratelimit import FailureSketch, Limits
 from keysvc.domain.sharedlimits import NETWORK_PURPOSE, SharedCounts
 from keysvc.http import render
@@ -56,15 +54,11 @@ logger = logging.getLogger("keysvc")
 access_logger = logging.getLogger("keysvc.access")
 
 
-# What the store writes that the layers above it shape (keysvc.db.contract.Records).
-STORE_RECORDS = Records(pre_log=activities.pre_log, key_event=render.api_key)
-
-
 async def _database(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     metrics = app.get(METRICS)
     observer = metrics.observe_db if metrics else None
-    opened = open_store(settings, observer=observer, serving=True, records=STORE_RECORDS)
+    opened = open_store(settings, observer=observer, serving=True, records=render.STORE_RECORDS)
     async with opened as (store, hasher):
         app[STORE] = store
         app[HASHER] = hasher

@@ -13,8 +13,14 @@ puts the envelope around it.
 
 import json
 
+from keysvc.db.contract import Records
+from keysvc.domain import activities
 from keysvc.keyview import api_key as api_key
 from keysvc.models import Key
+
+# What the store writes that the layers above it shape (keysvc.db.contract.Records):
+# the serving app's and the commands' alike.
+STORE_RECORDS = Records(pre_log=activities.pre_log, key_event=api_key)
 
 # json.dumps's defaults, as web.json_response uses them: ", " and ": ", ASCII only
 # (for a string, encode_basestring_ascii, which the encoder calls).

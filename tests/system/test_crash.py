@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from keysvc.cli import SHUTDOWN_SECONDS
+from keysvc.cli.serve import SHUTDOWN_SECONDS
 from tests.helpers import Creds
 from tests.server import Server, admin_creds, bootstrap, integrity, listed_keys
 

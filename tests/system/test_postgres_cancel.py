@@ -20,7 +20,7 @@ import pytest
 from keysvc.credentials import ACTIVITY_CHAIN, Hasher
 from keysvc.db.postgres.store import PgStore
 from keysvc.domain import keys
-from keysvc.http.app import STORE_RECORDS
+from keysvc.http.render import STORE_RECORDS
 from keysvc.models import Actor, Key
 from tests.postgres import PEER_KEY, Postgres
 

@@ -19,7 +19,7 @@ from keysvc.db.postgres.notifications import Notifications
 from keysvc.db.postgres.store import PgStore
 from keysvc.domain import keys
 from keysvc.errors import Conflict
-from keysvc.http.app import STORE_RECORDS
+from keysvc.http.render import STORE_RECORDS
 from keysvc.models import Actor, Key
 from tests.helpers import hash_data
 from tests.postgres import PEER_KEY, Postgres

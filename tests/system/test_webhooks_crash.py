@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from keysvc.cli import SHUTDOWN_SECONDS
+from keysvc.cli.serve import SHUTDOWN_SECONDS
 from tests.helpers import Creds
 from tests.receiver import Receiver, signature_valid
 from tests.server import Server, admin_creds, bootstrap
