@@ -77,11 +77,14 @@ fmt: $(TEST_STAMP)
 	$(BIN)/ruff format keysvc tests bench
 	$(BIN)/ruff check --fix keysvc tests bench
 
-# On every core (pytest-xdist): a worker per core, each with a PostgreSQL cluster of its
-# own (tests/postgres.py). A test file's tests run on one worker, so that its module's
-# servers, nginx or Chromium start once.
-CORES := $(shell nproc 2>/dev/null || echo auto)
-PARALLEL := -n $(CORES)
+# On every core (pytest-xdist): a worker per core and one more, each with a PostgreSQL
+# cluster of its own (tests/postgres.py). The system tests spend part of their time
+# waiting (for a server to start, a timeout to pass, a flush to come round), and the
+# extra worker fills it. A test file's tests run on one worker, so that its module's
+# servers, nginx or Chromium start once; the system tests' files go first
+# (tests/conftest.py, by_cost), so that no long one is left for the end.
+CORES := $(shell nproc 2>/dev/null || echo 1)
+PARALLEL := -n $(shell echo $$(( $(CORES) + 1 )))
 # The tests' files (SQLite databases, PostgreSQL clusters, sockets) go to memory when
 # /dev/shm has room (2 GiB free): the same files, without each commit waiting for the
 # disk. A test that kills keysvc finds what a killed process leaves either way.

@@ -4,6 +4,7 @@ the session's PostgreSQL server (one per xdist worker), with a fresh database pe
 The markers of what a test needs are given here (``pytest_collection_modifyitems``).
 The helpers they use live in tests/helpers.py and tests/postgres.py."""
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -50,7 +51,26 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test with what it needs: ``postgres`` (a [postgres] API test, or one using
-    the cluster), ``browser`` (Chromium), ``nginx``, and ``slow``."""
+    the cluster), ``browser`` (Chromium), ``nginx``, and ``slow``. On pytest-xdist's
+    workers, the system tests come first (``by_cost``)."""
+    _mark_needs(items)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=by_cost)
+
+
+def by_cost(item: pytest.Item) -> int:
+    """The order of a parallel run: tests/system first, then tests/api, then tests/unit.
+    A worker takes a file at a time, in this order, as it finishes the last; the system
+    tests hold the longest files (up to 40 s), and one of them taken last would leave the
+    other workers idle to the end. A serial run keeps testpaths' order, cheapest first,
+    so that a broken unit fails before any server starts. A stable sort: every worker
+    collects the same order, as pytest-xdist requires."""
+    if SYSTEM_TESTS in item.path.parents:
+        return 0
+    return 1 if API_TESTS in item.path.parents else 2
+
+
+def _mark_needs(items: list[pytest.Item]) -> None:
     for item in items:
         callspec = getattr(item, "callspec", None)
         # A backend given as a parameter ([sqlite] or [postgres]), the API's or a fixture's.
