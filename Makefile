@@ -33,15 +33,18 @@ PG_BIN := $(subst $(eval) ,:,$(wildcard /usr/lib/postgresql/*/bin))
 # (where pip would fetch the newest setuptools, whatever the pins say).
 QUIET_PIP := --quiet --disable-pip-version-check
 PIP := $(BIN)/python -m pip install $(QUIET_PIP)
+BASE_VENV := test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); $(PIP) -c $(PINS) setuptools
 $(STAMP): pyproject.toml $(PINS)
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PIP) -c $(PINS) setuptools
+	$(BASE_VENV)
 	$(PIP) -c $(PINS) --no-build-isolation -e .
 	touch $(STAMP)
 
-$(TEST_STAMP): $(STAMP)
+# The test extras hold all that serving needs, so one pip run (not one more after
+# serving's) makes both stamps.
+$(TEST_STAMP): pyproject.toml $(PINS)
+	$(BASE_VENV)
 	$(PIP) -c $(PINS) --no-build-isolation -e '.[test]'
-	touch $(TEST_STAMP)
+	touch $(STAMP) $(TEST_STAMP)
 
 install: $(TEST_STAMP)
 
