@@ -388,7 +388,7 @@ class StoreCore:
         ]
         if not rows:
             hmac.compare_digest(secret_hash, _ABSENT)
-        keys = await key_sql.holders_of(conn, matched)
+        keys = await key_sql.keys_from_rows(conn, matched, even_none=True)
         return [
             SecretHolder(key, bool(row["previous"]), bool(row["reported"]))
             for key, row in zip(keys, matched, strict=True)

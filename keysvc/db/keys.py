@@ -203,9 +203,13 @@ KEY_ID_TAKEN = "hashData.keyIdHash: a key with this key ID already exists"
 ROLE_GONE = "a role was deleted while this request ran; try again"
 
 
-async def keys_from_rows(conn: Connection, rows: Sequence[sqlite3.Row]) -> list[Key]:
-    """Keys with their roles, read with one query for the whole batch."""
-    if not rows:
+async def keys_from_rows(
+    conn: Connection, rows: Sequence[sqlite3.Row], *, even_none: bool = False
+) -> list[Key]:
+    """Keys with their roles, read with one query for the whole batch; with ``even_none``
+    the roles' query runs for no row too, so that a miss runs the statements a hit runs
+    (``Store.keys_with_secret``)."""
+    if not rows and not even_none:
         return []
     ids = json.dumps([row["id"] for row in rows])
     return keys_with_roles(rows, await fetch_all(conn, ROLES_OF_KEYS, (ids,)))
@@ -527,14 +531,6 @@ MARK_LEAKED = """
     insert into leak_reports (key_id, secret_hash, reported_at) values (?, ?, ?)
     on conflict (key_id, secret_hash) do nothing
 """
-
-
-async def holders_of(conn: Connection, rows: Sequence[sqlite3.Row]) -> list[Key]:
-    """The keys of BY_SECRET's matching ``rows``, with their roles, as ``keys_from_rows``
-    reads them, but with the roles' statement run for no row too: a miss runs the
-    statements a hit runs (``Store.keys_with_secret``)."""
-    ids = json.dumps([row["id"] for row in rows])
-    return keys_with_roles(rows, await fetch_all(conn, ROLES_OF_KEYS, (ids,)))
 
 
 async def rows_with_secret(conn: Connection, secret_hash: bytes, now: datetime) -> list[Any]:

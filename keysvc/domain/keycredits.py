@@ -46,13 +46,22 @@ async def spend(store: Store, key: Key, cost: int, now: datetime) -> Spend | Non
 async def refreshed(store: Store, key: Key, now: datetime) -> Key:
     """The key with a refill due by ``now`` applied and stored (the same key when none
     is due): a refill is applied on the next use or read."""
-    if key.credits is None or rules.settled(key.credits, now) is key.credits:
+    if not _refill_due(key, now):
         return key
+    await _refill(store, key, now)
+    fresh = await store.get_key(key.organization_id, key.id)
+    return key if fresh is None else fresh
+
+
+def _refill_due(key: Key, now: datetime) -> bool:
+    return key.credits is not None and rules.settled(key.credits, now) is not key.credits
+
+
+async def _refill(store: Store, key: Key, now: datetime) -> None:
+    """The refill due by ``now`` applied to the key's stored credits."""
     await store.spend_credits(
         key.organization_id, key.id, now, lambda stored: Spend(True, rules.settled(stored, now))
     )
-    fresh = await store.get_key(key.organization_id, key.id)
-    return key if fresh is None else fresh
 
 
 async def list_refreshed(
@@ -66,15 +75,11 @@ async def list_refreshed(
     """A page of keys (``keysvc.domain.keys.list_keys``), a refill due on any of them
     applied first."""
     page = await list_keys(store, organization_id, after, limit, external_id)
-    due = [
-        key
-        for key in page.keys
-        if key.credits and rules.settled(key.credits, now) is not key.credits
-    ]
+    due = [key for key in page.keys if _refill_due(key, now)]
     if not due:
         return page
     for key in due:
-        await refreshed(store, key, now)
+        await _refill(store, key, now)
     return await list_keys(store, organization_id, after, limit, external_id)
 
 

@@ -27,7 +27,7 @@ from keysvc.domain.keys import announce_change
 from keysvc.keyview import api_key
 from keysvc.models import Actor, KeyChange
 
-DISABLE, NOTIFY = "disable", "notify"
+DISABLE = "disable"  # else "notify": KEYSVC_LEAKED_KEY_ACTION (keysvc.settingvalues)
 KEY_LEAKED_EVENT = "key.leaked"
 # Who reported a leak, as its activity says.
 REVOKE_LEAKED, CLI, GITHUB = "revoke-leaked", "cli", "github"

@@ -13,6 +13,8 @@ header keysvc receives (the client address, for IP access lists): docs/SECURITY.
 answers say not at all.
 """
 
+from datetime import datetime
+
 from aiohttp import web
 
 from keysvc.config import Settings
@@ -61,16 +63,13 @@ def reuse_headers(request: web.Request, status: int) -> dict[str, str]:
     if not seconds or status not in REUSABLE or request.query_string:
         return dict(NO_REUSE)
     caller = request.get(CALLER)
-    if caller is None:
-        bound = reuse_bound(request.app[CLOCK](), seconds)
-    else:
+    every_request = False
+    ends: tuple[datetime | None, ...] = ()
+    if caller is not None:
         grace = caller.previous_until if request.get(PREVIOUS_CREDENTIAL, False) else None
-        bound = reuse_bound(
-            request.app[CLOCK](),
-            seconds,
-            every_request=must_see_every_request(caller, settings),
-            ends=(caller.expire_at, grace),
-        )
+        every_request = must_see_every_request(caller, settings)
+        ends = (caller.expire_at, grace)
+    bound = reuse_bound(request.app[CLOCK](), seconds, every_request=every_request, ends=ends)
     if bound is None:
         return dict(NO_REUSE)
     return {

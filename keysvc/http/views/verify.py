@@ -112,7 +112,6 @@ async def verify(request: web.Request) -> web.Response:
     for needed in permissions:
         authorize_permission(request, needed)
     headers = {
-        **reuse_headers(request, 200),
         "X-Key-Id": caller.id,
         "X-Organization-Id": caller.organization_id,
         "X-Key-Permissions": render.permissions_header(caller),
@@ -121,13 +120,14 @@ async def verify(request: web.Request) -> web.Response:
         headers["X-Key-External-Id"] = caller.external_id
     spent = None
     if caller.credits is not None:  # the cache says whether; the database says how many
-        spent = await keycredits.spend(request.app[STORE], caller, cost, request.app[CLOCK]())
-    if spent is not None:
-        if not spent.allowed:
-            _refuse(request, spent.credits, request.app[CLOCK]())
-        headers["X-Credits-Remaining"] = str(spent.credits.remaining)
+        now = request.app[CLOCK]()
+        spent = await keycredits.spend(request.app[STORE], caller, cost, now)
+        if spent is not None:
+            if not spent.allowed:
+                _refuse(request, spent.credits, now)
+            headers["X-Credits-Remaining"] = str(spent.credits.remaining)
     if not _wants_json(request):
-        return web.Response(status=200, headers=headers)
+        return web.Response(status=200, headers={**reuse_headers(request, 200), **headers})
     headers.update(NO_REUSE)  # its body depends on Accept, which no documented cache key covers
     answer = _answer(request, caller, spent)
     response = json_response(envelope(request[REQUEST_ID], render.encode(answer)))
@@ -137,15 +137,14 @@ async def verify(request: web.Request) -> web.Response:
 
 def _refuse(request: web.Request, credits: Credits, now: datetime) -> NoReturn:
     """429 for a key without the credits this request costs; Retry-After: the seconds
-    until its next refill, when it has one."""
+    until its next refill, when it has one. No proxy may reuse it: ``auth.guarded`` says
+    so on every verify refusal (``keysvc.http.reuse``)."""
     request[USAGE_REFUSAL] = "credits_exhausted"
     wait = rules.seconds_to_refill(credits, now)
     message = f"{rules.EXHAUSTED}: {credits.remaining} remaining"
     if wait is None:
-        raise CreditsExhausted(message + "; no refill is due", headers=NO_REUSE)
-    raise TooManyRequests(
-        message + f"; next refill in {wait} s", retry_after=wait, headers=NO_REUSE
-    )
+        raise CreditsExhausted(message + "; no refill is due")
+    raise TooManyRequests(message + f"; next refill in {wait} s", retry_after=wait)
 
 
 def _answer(request: web.Request, caller: Key, spent: Spend | None) -> dict[str, Any]:
