@@ -197,6 +197,20 @@ async def exploding_client(
     return await aiohttp_client(app)
 
 
+def keys_url(creds: Creds, key: str | None = None) -> str:
+    """The keys of ``creds``'s organization, or one of them."""
+    base = f"/v1/organizations/{creds.organization_id}/keys"
+    return base if key is None else f"{base}/{key}"
+
+
+async def get_key(client: Client, caller: Creds, key_id: str) -> dict[str, Any]:
+    """The key ``key_id`` as ``caller`` reads it (GET of the key, a 200 envelope)."""
+    result: dict[str, Any] = await assert_ok(
+        await client.get(keys_url(caller, key_id), headers=caller.headers)
+    )
+    return result
+
+
 async def bootstrap(app: web.Application, name: str = "acme") -> Creds:
     """A new organization and its admin key, made the way `keysvc bootstrap` makes them."""
     org, issued = await keys.bootstrap(app[STORE], app[HASHER], name, app[CLOCK]())

@@ -14,12 +14,9 @@ from tests.helpers import (
     create,
     create_creds,
     create_role,
+    get_key,
+    keys_url,
 )
-
-
-def _keys(creds: Creds, key: str | None = None) -> str:
-    base = f"/v1/organizations/{creds.organization_id}/keys"
-    return base if key is None else f"{base}/{key}"
 
 
 def _midnight_after(moment: datetime) -> str:
@@ -28,14 +25,7 @@ def _midnight_after(moment: datetime) -> str:
 
 
 async def _credits(client: Client, admin: Creds, key_id: str, body: dict[str, Any]) -> Any:
-    return await client.post(_keys(admin, key_id) + "/credits", json=body, headers=admin.headers)
-
-
-async def _get(client: Client, admin: Creds, key_id: str) -> dict[str, Any]:
-    got: dict[str, Any] = await assert_ok(
-        await client.get(_keys(admin, key_id), headers=admin.headers)
-    )
-    return got
+    return await client.post(keys_url(admin, key_id) + "/credits", json=body, headers=admin.headers)
 
 
 async def test_create_and_read_credits(client: Client, admin: Creds, clock: FakeClock) -> None:
@@ -51,7 +41,7 @@ async def test_create_and_read_credits(client: Client, admin: Creds, clock: Fake
         "nextRefillAt": _midnight_after(clock.now),
     }
     assert key["credits"] == want
-    assert (await _get(client, admin, key["id"]))["credits"] == want
+    assert (await get_key(client, admin, key["id"]))["credits"] == want
     plain = await create(
         client, admin, {"name": "n", "roles": ["developer"], "credits": {"remaining": 0}}
     )
@@ -87,7 +77,7 @@ async def test_monthly_refill_day_defaults_and_validation(client: Client, admin:
     ]
     for credits, message in cases:
         response = await client.post(
-            _keys(admin), json={**base, "credits": credits}, headers=admin.headers
+            keys_url(admin), json={**base, "credits": credits}, headers=admin.headers
         )
         await assert_error(response, 400, message)
 
@@ -103,14 +93,14 @@ async def test_a_refill_is_applied_on_read_at_midnight(
     key = (await create(client, admin, body))["key"]
     midnight = datetime.fromisoformat(key["credits"]["nextRefillAt"])
     clock.now = midnight - timedelta(microseconds=1)
-    assert (await _get(client, admin, key["id"]))["credits"]["remaining"] == 2
+    assert (await get_key(client, admin, key["id"]))["credits"]["remaining"] == 2
     clock.now = midnight
-    got = (await _get(client, admin, key["id"]))["credits"]
+    got = (await get_key(client, admin, key["id"]))["credits"]
     assert got["remaining"] == 9
     assert got["nextRefillAt"] == _midnight_after(midnight)
     # The list shows it too, and the page kept from before midnight is not served.
     clock.now = midnight + timedelta(days=3)
-    listed = await assert_ok(await client.get(_keys(admin), headers=admin.headers))
+    listed = await assert_ok(await client.get(keys_url(admin), headers=admin.headers))
     (mine,) = [k for k in listed if k["id"] == key["id"]]
     assert mine["credits"]["nextRefillAt"] == _midnight_after(clock.now)
 
@@ -134,7 +124,7 @@ async def test_set_increment_decrement(client: Client, admin: Creds) -> None:
     assert got["credits"]["remaining"] == 0
     got = await assert_ok(await _credits(client, admin, key["id"], {"set": None}))
     assert "credits" not in got
-    assert "credits" not in await _get(client, admin, key["id"])
+    assert "credits" not in await get_key(client, admin, key["id"])
 
 
 async def test_a_set_keeps_the_refill(client: Client, admin: Creds) -> None:
@@ -147,12 +137,14 @@ async def test_a_set_keeps_the_refill(client: Client, admin: Creds) -> None:
     # PATCH replaces them whole, refill included; null makes them unlimited.
     patched = await assert_ok(
         await client.patch(
-            _keys(admin, key["id"]), json={"credits": {"remaining": 3}}, headers=admin.headers
+            keys_url(admin, key["id"]), json={"credits": {"remaining": 3}}, headers=admin.headers
         )
     )
     assert patched["credits"] == {"remaining": 3, "refill": None, "nextRefillAt": None}
     patched = await assert_ok(
-        await client.patch(_keys(admin, key["id"]), json={"credits": None}, headers=admin.headers)
+        await client.patch(
+            keys_url(admin, key["id"]), json={"credits": None}, headers=admin.headers
+        )
     )
     assert "credits" not in patched
 
@@ -213,5 +205,5 @@ async def test_the_day_is_utc(client: Client, admin: Creds, clock: FakeClock) ->
     key = (await create(client, admin, body))["key"]
     assert key["credits"]["nextRefillAt"] == "2026-02-28T00:00:00Z"
     clock.now = datetime(2026, 2, 28, 0, 0, tzinfo=UTC)
-    got = (await _get(client, admin, key["id"]))["credits"]
+    got = (await get_key(client, admin, key["id"]))["credits"]
     assert (got["remaining"], got["nextRefillAt"]) == (4, "2026-03-31T00:00:00Z")

@@ -5,26 +5,22 @@ create, changed and cleared by PATCH, read back by GET and the list, the list's
 import json
 from typing import Any
 
-from tests.helpers import Client, Creds, assert_error, assert_ok, create
+from tests.helpers import (
+    Client,
+    Creds,
+    assert_error,
+    assert_ok,
+    create,
+    get_key,
+    keys_url,
+)
 
 HIDDEN = "must not contain invisible or formatting characters such as U+202E"
 META = {"plan": "pro", "seats": 5, "nested": {"a": [1, 2, None]}, "ünï": "çødé"}
 
 
-def _keys(creds: Creds, key: str | None = None) -> str:
-    base = f"/v1/organizations/{creds.organization_id}/keys"
-    return base if key is None else f"{base}/{key}"
-
-
-async def _get(client: Client, admin: Creds, key_id: str) -> dict[str, Any]:
-    result: dict[str, Any] = await assert_ok(
-        await client.get(_keys(admin, key_id), headers=admin.headers)
-    )
-    return result
-
-
 async def _patch(client: Client, admin: Creds, key_id: str, body: dict[str, Any]) -> Any:
-    return await client.patch(_keys(admin, key_id), json=body, headers=admin.headers)
+    return await client.patch(keys_url(admin, key_id), json=body, headers=admin.headers)
 
 
 async def test_external_id_and_meta_round_trip(client: Client, admin: Creds) -> None:
@@ -32,16 +28,16 @@ async def test_external_id_and_meta_round_trip(client: Client, admin: Creds) -> 
     made = (await create(client, admin, body))["key"]
     assert made["externalId"] == "cust_42"  # trimmed, as a name is
     assert made["meta"] == META
-    got = await _get(client, admin, made["id"])
+    got = await get_key(client, admin, made["id"])
     assert got["externalId"] == "cust_42"
     assert got["meta"] == META
-    listed = await assert_ok(await client.get(_keys(admin), headers=admin.headers))
+    listed = await assert_ok(await client.get(keys_url(admin), headers=admin.headers))
     assert [k["meta"] for k in listed if k["id"] == made["id"]] == [META]
 
 
 async def test_keys_without_them_answer_as_before(client: Client, admin: Creds) -> None:
     made = (await create(client, admin, {"name": "plain", "roles": ["developer"]}))["key"]
-    got = await _get(client, admin, made["id"])
+    got = await get_key(client, admin, made["id"])
     assert not {"externalId", "meta", "credits"} & set(got)
 
 
@@ -58,7 +54,7 @@ async def test_patch_changes_and_clears_them(client: Client, admin: Creds) -> No
         await _patch(client, admin, made["id"], {"externalId": None, "meta": None})
     )
     assert "externalId" not in cleared and "meta" not in cleared
-    assert "externalId" not in await _get(client, admin, made["id"])
+    assert "externalId" not in await get_key(client, admin, made["id"])
 
 
 async def test_the_list_filters_by_external_id(client: Client, admin: Creds) -> None:
@@ -68,27 +64,27 @@ async def test_the_list_filters_by_external_id(client: Client, admin: Creds) -> 
         if external:
             body["externalId"] = external
         ids[name] = (await create(client, admin, body))["key"]["id"]
-    response = await client.get(_keys(admin) + "?externalId=cust_a", headers=admin.headers)
+    response = await client.get(keys_url(admin) + "?externalId=cust_a", headers=admin.headers)
     raw = await response.json()
     assert [k["id"] for k in raw["result"]] == [ids["a1"], ids["a2"]]
     assert raw["totalCount"] == 2
     # Paged: one at a time, the cursor carries on within the filter.
     first = await (
-        await client.get(_keys(admin) + "?externalId=cust_a&limit=1", headers=admin.headers)
+        await client.get(keys_url(admin) + "?externalId=cust_a&limit=1", headers=admin.headers)
     ).json()
     assert [k["id"] for k in first["result"]] == [ids["a1"]]
     after = f"?externalId=cust_a&limit=1&cursor={first['nextCursor']}"
-    second = await (await client.get(_keys(admin) + after, headers=admin.headers)).json()
+    second = await (await client.get(keys_url(admin) + after, headers=admin.headers)).json()
     assert [k["id"] for k in second["result"]] == [ids["a2"]]
     assert second["nextCursor"] is None
     none = await (
-        await client.get(_keys(admin) + "?externalId=nobody", headers=admin.headers)
+        await client.get(keys_url(admin) + "?externalId=nobody", headers=admin.headers)
     ).json()
     assert (none["result"], none["totalCount"]) == ([], 0)
     # A changed externalId moves the key between filters at once.
     await assert_ok(await _patch(client, admin, ids["b"], {"externalId": "cust_a"}))
     again = await (
-        await client.get(_keys(admin) + "?externalId=cust_a", headers=admin.headers)
+        await client.get(keys_url(admin) + "?externalId=cust_a", headers=admin.headers)
     ).json()
     assert {k["id"] for k in again["result"]} == {ids["a1"], ids["a2"], ids["b"]}
 
@@ -98,14 +94,15 @@ async def test_the_filter_is_per_organization(
 ) -> None:
     await create(client, other_admin, {"name": "t", "roles": ["developer"], "externalId": "same"})
     mine = await create(client, admin, {"name": "m", "roles": ["developer"], "externalId": "same"})
-    raw = await (await client.get(_keys(admin) + "?externalId=same", headers=admin.headers)).json()
+    listed = await client.get(keys_url(admin) + "?externalId=same", headers=admin.headers)
+    raw = await listed.json()
     assert [k["id"] for k in raw["result"]] == [mine["key"]["id"]]
     assert raw["totalCount"] == 1
 
 
 async def test_validation(client: Client, admin: Creds) -> None:
     base = {"name": "v", "roles": ["developer"]}
-    url = _keys(admin)
+    url = keys_url(admin)
     cases = [
         ({"externalId": "x" * 256}, "externalId: must be 1 to 255 characters"),
         ({"externalId": ""}, "externalId: must be 1 to 255 characters"),

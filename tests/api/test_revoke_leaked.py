@@ -21,6 +21,7 @@ from tests.helpers import (
     bootstrap,
     create,
     create_creds,
+    get_key,
     hash_data,
 )
 from tests.receiver import Receiver
@@ -41,9 +42,7 @@ async def _revoke(client: Client, secret: str, **headers: str) -> dict[str, Any]
 
 
 async def _state(client: Client, admin: Creds, key_id: str) -> str:
-    url = f"/v1/organizations/{admin.organization_id}/keys/{key_id}"
-    key = await assert_ok(await client.get(url, headers=admin.headers))
-    state: str = key["state"]
+    state: str = (await get_key(client, admin, key_id))["state"]
     return state
 
 

@@ -30,6 +30,7 @@ from tests.helpers import (
     assert_ok,
     bootstrap,
     create_creds,
+    get_key,
 )
 from tests.receiver import Receiver
 
@@ -49,8 +50,7 @@ async def _scanning_client(
 
 
 async def _state(client: Client, admin: Creds, key_id: str) -> str:
-    url = f"/v1/organizations/{admin.organization_id}/keys/{key_id}"
-    state: str = (await assert_ok(await client.get(url, headers=admin.headers)))["state"]
+    state: str = (await get_key(client, admin, key_id))["state"]
     return state
 
 

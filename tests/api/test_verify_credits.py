@@ -21,15 +21,12 @@ from tests.helpers import (
     client_with,
     create_creds,
     create_role,
+    get_key,
+    keys_url,
 )
 
 VERIFY = "/v1/verify"
 BAD_COST = "cost: must be an integer from 0 to 1000000"
-
-
-def _keys(creds: Creds, key: str | None = None) -> str:
-    base = f"/v1/organizations/{creds.organization_id}/keys"
-    return base if key is None else f"{base}/{key}"
 
 
 async def _metered(client: Client, admin: Creds, credits: Any, **extra: Any) -> Creds:
@@ -38,8 +35,7 @@ async def _metered(client: Client, admin: Creds, credits: Any, **extra: Any) -> 
 
 
 async def _remaining(client: Client, admin: Creds, key_id: str) -> int:
-    key = await assert_ok(await client.get(_keys(admin, key_id), headers=admin.headers))
-    remaining: int = key["credits"]["remaining"]
+    remaining: int = (await get_key(client, admin, key_id))["credits"]["remaining"]
     return remaining
 
 
@@ -146,7 +142,7 @@ async def test_the_management_api_spends_nothing(client: Client, admin: Creds) -
     body = {"name": "reader", "assignedRoleIds": [role["id"]], "credits": {"remaining": 2}}
     key = await create_creds(client, admin, body)
     for _ in range(3):
-        await assert_ok(await client.get(_keys(key), headers=key.headers))
+        await assert_ok(await client.get(keys_url(key), headers=key.headers))
     assert await _remaining(client, admin, key.id) == 2
 
 
@@ -157,7 +153,7 @@ async def test_retry_after_is_the_time_to_the_next_refill(
         client, admin, {"remaining": 1, "refill": {"interval": "daily", "amount": 2}}
     )
     assert (await client.get(VERIFY, headers=key.headers)).status == 200
-    got = await assert_ok(await client.get(_keys(admin, key.id), headers=admin.headers))
+    got = await assert_ok(await client.get(keys_url(admin, key.id), headers=admin.headers))
     midnight = datetime.fromisoformat(got["credits"]["nextRefillAt"])
     clock.now = midnight - timedelta(seconds=90)
     refused = await client.get(VERIFY, headers=key.headers)
@@ -237,7 +233,7 @@ async def test_a_spend_sees_credits_changed_since_the_key_was_cached(
     key = await _metered(client, admin, {"remaining": 1})
     assert (await client.get(VERIFY, headers=key.headers)).status == 200
     assert (await client.get(VERIFY, headers=key.headers)).status == 429
-    url = _keys(admin, key.id) + "/credits"
+    url = keys_url(admin, key.id) + "/credits"
     await assert_ok(await client.post(url, json={"increment": 2}, headers=admin.headers))
     response = await client.get(VERIFY, headers=key.headers)
     assert (response.status, response.headers["X-Credits-Remaining"]) == (200, "1")

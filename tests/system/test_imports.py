@@ -12,7 +12,6 @@ import json
 import pkgutil
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
@@ -77,7 +76,7 @@ def _imports(*modules: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def alone() -> Iterator[dict[str, str]]:
+def alone() -> dict[str, str]:
     """Each module's traceback when imported alone ("" when it imports)."""
     result = subprocess.run(
         [sys.executable, "-c", FORKER, *LIBRARIES],
@@ -88,7 +87,8 @@ def alone() -> Iterator[dict[str, str]]:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    yield json.loads(result.stdout)
+    failures: dict[str, str] = json.loads(result.stdout)
+    return failures
 
 
 def test_the_package_has_its_data_layer() -> None:
