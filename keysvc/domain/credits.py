@@ -15,6 +15,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from keysvc.errors import Conflict
 from keysvc.models import EXHAUSTED_SENT, LOW_SENT, Credits, Refill
 
 DAILY, MONTHLY = "daily", "monthly"
@@ -94,12 +95,22 @@ def spent(credits: Credits, cost: int, now: datetime) -> tuple[bool, Credits, li
     return True, after, events
 
 
+def past_the_maximum(remaining: int, increment: int) -> str:
+    """Why an increment of ``remaining`` by ``increment`` is refused."""
+    return (
+        f"increment: {increment} would take remaining from {remaining} past the maximum,"
+        f" {MAX_CREDITS}; nothing was changed (increment by at most {MAX_CREDITS - remaining})"
+    )
+
+
 def changed(credits: Credits | None, change: dict[str, Any], now: datetime) -> Credits | None:
     """The credits after a validated ``POST .../credits`` body: ``set`` (null: unlimited;
     a number keeps the refill), ``increment`` or ``decrement`` (never below 0; on
-    unlimited credits, a 409 is raised by the caller). A set or an increase ends an
-    exhaustion, so ``key.credits_exhausted`` may be sent again; ``key.credits_low``
-    measures from the new amount."""
+    unlimited credits, a 409 is raised by the caller). An increment that would pass
+    ``MAX_CREDITS`` is refused whole (409, ``past_the_maximum``), never capped: a
+    client that counts what it added must not be told 200 for less. A set or an
+    increase ends an exhaustion, so ``key.credits_exhausted`` may be sent again;
+    ``key.credits_low`` measures from the new amount."""
     if "set" in change:
         if change["set"] is None:
             return None
@@ -108,7 +119,9 @@ def changed(credits: Credits | None, change: dict[str, Any], now: datetime) -> C
     assert credits is not None
     current = settled(credits, now)
     if "increment" in change:
-        remaining = min(MAX_CREDITS, current.remaining + change["increment"])
+        remaining = current.remaining + change["increment"]
+        if remaining > MAX_CREDITS:
+            raise Conflict(past_the_maximum(current.remaining, change["increment"]))
         base = max(current.base, remaining)
         flags = 0 if remaining > base * LOW_SHARE else current.flags & LOW_SENT
         return replace(current, remaining=remaining, base=base, flags=flags)

@@ -5,6 +5,7 @@ PATCH, shown by GET with their refill and next refill, refilled lazily on read a
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from keysvc.domain.credits import MAX_CREDITS
 from tests.helpers import (
     Client,
     Creds,
@@ -94,15 +95,24 @@ async def test_a_refill_is_applied_on_read_at_midnight(
     midnight = datetime.fromisoformat(key["credits"]["nextRefillAt"])
     clock.now = midnight - timedelta(microseconds=1)
     assert (await get_key(client, admin, key["id"]))["credits"]["remaining"] == 2
+    before = await _listed(client, admin, key["id"])  # a page kept from before midnight
+    assert (before["remaining"], before["nextRefillAt"]) == (2, _midnight_after(clock.now))
     clock.now = midnight
+    # The list shows the refill: the page kept from before midnight is not served.
+    listed = await _listed(client, admin, key["id"])
+    assert (listed["remaining"], listed["nextRefillAt"]) == (9, _midnight_after(midnight))
     got = (await get_key(client, admin, key["id"]))["credits"]
     assert got["remaining"] == 9
     assert got["nextRefillAt"] == _midnight_after(midnight)
-    # The list shows it too, and the page kept from before midnight is not served.
     clock.now = midnight + timedelta(days=3)
+    assert (await _listed(client, admin, key["id"]))["nextRefillAt"] == _midnight_after(clock.now)
+
+
+async def _listed(client: Client, admin: Creds, key_id: str) -> Any:
+    """The key's credits as the first page of the key list shows them."""
     listed = await assert_ok(await client.get(keys_url(admin), headers=admin.headers))
-    (mine,) = [k for k in listed if k["id"] == key["id"]]
-    assert mine["credits"]["nextRefillAt"] == _midnight_after(clock.now)
+    (mine,) = [k for k in listed if k["id"] == key_id]
+    return mine["credits"]
 
 
 async def test_set_increment_decrement(client: Client, admin: Creds) -> None:
@@ -125,6 +135,27 @@ async def test_set_increment_decrement(client: Client, admin: Creds) -> None:
     got = await assert_ok(await _credits(client, admin, key["id"], {"set": None}))
     assert "credits" not in got
     assert "credits" not in await get_key(client, admin, key["id"])
+
+
+async def test_an_increment_past_the_maximum_is_refused_and_changes_nothing(
+    client: Client, admin: Creds
+) -> None:
+    top = MAX_CREDITS - 5
+    body = {"name": "k", "roles": ["developer"], "credits": {"remaining": top}}
+    key = (await create(client, admin, body))["key"]
+    await assert_error(
+        await _credits(client, admin, key["id"], {"increment": 6}),
+        409,
+        f"increment: 6 would take remaining from {top} past the maximum, {MAX_CREDITS};"
+        " nothing was changed (increment by at most 5)",
+    )
+    assert (await get_key(client, admin, key["id"]))["credits"]["remaining"] == top
+    url = f"/v1/organizations/{admin.organization_id}/activities?include=keysvc"
+    records = await assert_ok(await client.get(url, headers=admin.headers))
+    assert [r for r in records if r.get("keyUpdateType") == "credits-changed"] == []
+    # Up to the maximum exactly is taken.
+    got = await assert_ok(await _credits(client, admin, key["id"], {"increment": 5}))
+    assert got["credits"]["remaining"] == MAX_CREDITS
 
 
 async def test_a_set_keeps_the_refill(client: Client, admin: Creds) -> None:
