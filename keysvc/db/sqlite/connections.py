@@ -7,8 +7,11 @@ the mode its owner gave it.
 
 Only ``keysvc bootstrap`` makes a new database: the other commands open one
 that exists (``create=False``), so a mistyped path is refused rather than
-served empty. A database this process cannot write is refused at start with
-the reason, not at the first write a client makes.
+served empty. Every connection but bootstrap's first opens the file with
+SQLite's ``mode=rw`` (``existing_uri``), never creating it: a file removed while
+keysvc serves is not made again, empty, by a connection opened later (the key
+counts of ``/metrics``, say). A database this process cannot write is refused
+at start with the reason, not at the first write a client makes.
 
 ``Writer`` holds the process's one writing connection and the lock that makes
 each write its own ``BEGIN IMMEDIATE`` transaction (``transaction()``).
@@ -28,6 +31,7 @@ import aiosqlite
 from keysvc.config import ConfigError
 from keysvc.db.contract import Connection
 from keysvc.db.sqlite.diskspace import DiskSpace
+from keysvc.db.sqlite.filewatch import FileWatch
 from keysvc.db.statements import to_the_end
 
 logger = logging.getLogger("keysvc")
@@ -103,6 +107,11 @@ def unusable(path: Path, exc: sqlite3.Error) -> ConfigError:
     return ConfigError(f"cannot use the database {path}: {reason}")
 
 
+def existing_uri(path: Path) -> str:
+    """The URI that opens the database at ``path`` only if it exists (``mode=rw``)."""
+    return path.absolute().as_uri() + "?mode=rw"
+
+
 async def connect(path: Path, *, create: bool = True) -> aiosqlite.Connection:
     """An autocommit connection (transactions are explicit) with the pragmas set.
 
@@ -112,8 +121,7 @@ async def connect(path: Path, *, create: bool = True) -> aiosqlite.Connection:
         create_private(path)
         conn = await aiosqlite.connect(path, isolation_level=None)
     else:
-        target = path.absolute().as_uri() + "?mode=rw"
-        conn = await aiosqlite.connect(target, isolation_level=None, uri=True)
+        conn = await aiosqlite.connect(existing_uri(path), isolation_level=None, uri=True)
     try:
         conn.row_factory = sqlite3.Row
         for pragma in PRAGMAS:
@@ -126,9 +134,11 @@ async def connect(path: Path, *, create: bool = True) -> aiosqlite.Connection:
 
 def connect_now(path: Path, *, shared: bool = False) -> sqlite3.Connection:
     """``connect``'s synchronous twin, for create batches. ``shared``: usable from
-    threads other than the one that opened it (one at a time: the caller's care)."""
-    create_private(path)
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=not shared)
+    threads other than the one that opened it (one at a time: the caller's care).
+    Opens only a file that exists."""
+    conn = sqlite3.connect(
+        existing_uri(path), isolation_level=None, check_same_thread=not shared, uri=True
+    )
     try:
         conn.row_factory = sqlite3.Row
         for pragma in PRAGMAS:
@@ -144,7 +154,7 @@ def connect_point_reader(path: Path) -> sqlite3.Connection:
     (``keysvc.db.sqlite.pointreads``): a few pages each, cheaper than the hand-over to a
     connection's thread. It never waits for a lock (busy_timeout 0): a read that finds
     the database busy is retried on the reader's thread instead of stalling the loop."""
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = sqlite3.connect(existing_uri(path), isolation_level=None, uri=True)
     try:
         conn.row_factory = sqlite3.Row
         conn.execute("pragma query_only = on")
@@ -160,7 +170,8 @@ class Writer:
 
     ``on_authorization_changed`` runs after a transaction that said
     ``authorization_changed`` has committed (the cache owner drops what it holds);
-    other processes see the generation move.
+    other processes see the generation move. ``file``: a transaction commits only
+    while the database file is still the one opened (``keysvc.db.sqlite.filewatch``).
     """
 
     def __init__(
@@ -168,10 +179,12 @@ class Writer:
         conn: aiosqlite.Connection,
         space: DiskSpace,
         on_authorization_changed: Callable[[], None],
+        file: FileWatch,
     ):
         self.conn = conn
         # Whether writes find the disk full (keysvc.db.sqlite.diskspace), for every write path.
         self.space = space
+        self.file = file
         self.lock = asyncio.Lock()
         self._on_authorization_changed = on_authorization_changed
         # Set by authorization_changed inside the running transaction (writes are serial).
@@ -187,6 +200,7 @@ class Writer:
                 await self.conn.execute("begin immediate")
                 try:
                     yield self.conn
+                    self.file.check()  # else rolled back: see keysvc.db.sqlite.filewatch
                     cancelled = await to_the_end(self.conn.execute("commit"))
                 except BaseException:
                     # SQLite may have rolled back already (a full disk does).

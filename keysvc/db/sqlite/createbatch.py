@@ -29,6 +29,7 @@ from keysvc.db.rows import keys_with_roles, role_from_row
 from keysvc.db.seal import Seal
 from keysvc.db.sqlite.connections import BUSY_TIMEOUT_MS, Writer, connect_now
 from keysvc.db.sqlite.diskspace import DiskSpace
+from keysvc.db.sqlite.filewatch import FileWatch
 from keysvc.db.statements import many_rows
 from keysvc.errors import Conflict, ServiceUnavailable, TooManyRequests
 from keysvc.models import Key, NewKey, Role
@@ -66,9 +67,11 @@ class CreateThread:
 
     def __init__(
         self, path: Path, chain: activity_sql.Chain, seal: Seal,
-        key_event: Callable[[], KeyEvent],
+        key_event: Callable[[], KeyEvent], file: FileWatch,
     ):  # fmt: skip
         self._path = path
+        # A batch commits only while the database file is still the one opened.
+        self._file = file
         self._chain = chain
         self._seal = seal
         # The key.created event's body (``Records.key_event``), asked for at each batch.
@@ -106,6 +109,7 @@ class CreateThread:
                 # nothing is cancelled between the batch's keys and their records.
                 staged = _Staged(self._key_event(), self._chain, self._seal)
                 outcomes = await _stage_batch(conn, batch, staged)
+                self._file.check()
             except Exception:
                 if conn.in_transaction:  # SQLite may have rolled back already (a full disk)
                     conn.execute("rollback")
@@ -341,7 +345,7 @@ class Creates:
         self, path: Path, writer: Writer, chain: activity_sql.Chain, seal: Seal,
         records: Records,
     ):  # fmt: skip
-        self.thread = CreateThread(path, chain, seal, records.key_event_of)
+        self.thread = CreateThread(path, chain, seal, records.key_event_of, writer.file)
         self._writer = writer
         self._pending: list[_PendingCreate] = []
         self.flusher: asyncio.Task[None] | None = None

@@ -30,11 +30,13 @@ from keysvc.db.sqlite.connections import (
     Writer,
     connect,
     connect_point_reader,
+    existing_uri,
     require_existing,
     unusable,
 )
 from keysvc.db.sqlite.createbatch import Creates
 from keysvc.db.sqlite.diskspace import DiskSpace
+from keysvc.db.sqlite.filewatch import FileWatch
 from keysvc.db.sqlite.freshness import Freshness
 from keysvc.db.sqlite.migrations import migrate
 from keysvc.db.sqlite.pointreads import PointReader
@@ -59,10 +61,11 @@ class Store(CoreFront):
     ):
         self._path = path
         self.reader = reader
-        self.points = PointReader(connect_point_reader(path), reader)
+        self.file = FileWatch(path)
+        self.points = PointReader(connect_point_reader(path), reader, self.file)
         self._freshness = Freshness(watcher, path)
         self.caches = Caches(self._freshness, cache_size)
-        self.writer = Writer(writer, DiskSpace(path), self.caches.authorization_changed)
+        self.writer = Writer(writer, DiskSpace(path), self.caches.authorization_changed, self.file)
         self.observer = observer
         core = self._core = StoreCore(
             self.reader, self.points, self.writer, self.caches, observer, records
@@ -85,11 +88,11 @@ class Store(CoreFront):
         writer = await connect(path, create=create)
         try:
             await migrate(writer, create=create)
-            reader = await connect(path)
+            reader = await connect(path, create=False)  # the writer has made the file
         except BaseException:
             await writer.close()
             raise
-        watcher = sqlite3.connect(path, isolation_level=None)
+        watcher = sqlite3.connect(existing_uri(path), isolation_level=None, uri=True)
         store = cls(
             writer, reader, watcher, path=path, observer=observer, cache_size=cache_size,
             records=records,
@@ -139,7 +142,9 @@ class Store(CoreFront):
     @timed
     async def schema_is_current(self) -> bool:
         """Whether its schema is the one this code expects; DatabaseUnavailable when
-        the database does not answer."""
+        the database does not answer, or its file is no longer the one opened
+        (``keysvc.db.sqlite.filewatch``): readiness asks this."""
+        self.file.check()
         try:
             return await meta.schema_is_current(self.reader)
         except (sqlite3.Error, ValueError) as exc:
