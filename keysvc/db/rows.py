@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from keysvc.models import Credits, Key, Refill, Role
+from keysvc.nesting import stored_meta
 from keysvc.timeutil import from_text
 
 _T = TypeVar("_T")
@@ -82,7 +83,7 @@ def key_from_row(row: sqlite3.Row, roles: Sequence[Role]) -> Key:
             rate_limit=(row["rate_limit"], row["rate_window"]) if row["rate_limit"] else None,
             previous_until=from_text(row["previous_until"]) if row["previous_until"] else None,
             external_id=row["external_id"],
-            meta=json.loads(row["meta"]) if row["meta"] is not None else None,
+            meta=stored_meta(row["meta"]),
             credits=credits_from_row(row),
         ),
     )

@@ -4,6 +4,9 @@ key may not change about itself. The request schemas (``keysvc.http.schemas``,
 ``keysvc.http.queries``) validate against the same values, imported from here.
 """
 
+from keysvc.nesting import MAX_BODY_DEPTH as MAX_BODY_DEPTH
+from keysvc.nesting import MAX_META_DEPTH as MAX_META_DEPTH
+
 # Roles a key holds at most, those named in its legacy ``roles`` included.
 MAX_ROLE_IDS = 100
 # How an actor names a key in a role's ``actors``: this prefix, then the key's UUID.

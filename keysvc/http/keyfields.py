@@ -11,6 +11,8 @@ from typing import Any
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from keysvc.domain.credits import DAILY, INTERVALS, MAX_CREDITS, MONTHLY
+from keysvc.domain.limits import MAX_META_DEPTH
+from keysvc.nesting import depth_of
 
 MAX_META_BYTES = 4096
 ADDED = {"x-keysvc-addition": True}
@@ -28,7 +30,10 @@ EXTERNAL_ID_PARAM = {
     "schema": {"type": "string", "minLength": 1, "maxLength": 255},
     "x-keysvc-addition": True,
 }
-META_DOC = "keysvc addition: a JSON object for your own use, at most 4 KiB; returned as given."
+META_DOC = (
+    f"keysvc addition: a JSON object for your own use, at most 4 KiB and {MAX_META_DEPTH}"
+    " levels deep (itself included); returned as given."
+)
 _RANGE = "must be an integer from {min} to {max}"
 
 
@@ -48,7 +53,8 @@ def _count(low: int, high: int = MAX_CREDITS, **kwargs: Any) -> fields.Integer:
 
 class Meta(fields.Field[dict[str, Any] | None]):
     """A JSON object kept and answered as given, at most ``MAX_META_BYTES`` as compact
-    UTF-8 JSON; null on PATCH clears it."""
+    UTF-8 JSON and ``MAX_META_DEPTH`` levels deep (measured first, without recursion:
+    ``keysvc.nesting``); null on PATCH clears it."""
 
     def __init__(self, **kwargs: Any):
         super().__init__(allow_none=True, **kwargs)
@@ -58,6 +64,12 @@ class Meta(fields.Field[dict[str, Any] | None]):
     ) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise ValidationError("must be a JSON object")
+        depth = depth_of(value)
+        if depth > MAX_META_DEPTH:
+            raise ValidationError(
+                f"must nest at most {MAX_META_DEPTH} levels of objects and arrays,"
+                f" itself included ({depth} given)"
+            )
         size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
         if size > MAX_META_BYTES:
             raise ValidationError(f"must be at most {MAX_META_BYTES} bytes as JSON ({size} given)")

@@ -10,11 +10,13 @@ from typing import Any
 from aiohttp import hdrs, web
 
 from keysvc.domain.activities import api_actor
+from keysvc.domain.limits import MAX_BODY_DEPTH
 from keysvc.errors import BadRequest, RequestTimeout, UnsupportedMediaType
 from keysvc.http.middleware import parser_error_text
 from keysvc.http.routes import path_uuid as path_uuid
 from keysvc.http.state import CALLER, CLIENT_ADDRESS, SETTINGS
 from keysvc.models import Actor, Key
+from keysvc.nesting import depth_of, may_nest_deeper
 
 
 def authorized(request: web.Request) -> tuple[Key, str]:
@@ -51,6 +53,8 @@ class _Refused(ValueError):
 
 
 BODY_REQUIRED = "body: is required; send a JSON object"
+# The answer to a body nested deeper than MAX_BODY_DEPTH, whatever noticed it first.
+TOO_DEEP = "body: JSON is nested too deeply"
 
 # Far more digits than any field takes, far fewer than Python's own limit (4300).
 MAX_DIGITS = 100
@@ -167,7 +171,9 @@ async def read_raw_body(request: web.Request) -> bytes:
 def decode_json(raw: bytes, kind: type, what: str) -> Any:
     """A body's JSON value, of ``kind`` (``what`` names it: "a JSON object"), or a 400
     that says what is wrong with it: strict UTF-8, no repeated field, no NaN or
-    Infinity, bounded numbers, no lone surrogate escape."""
+    Infinity, bounded numbers, nesting at most ``MAX_BODY_DEPTH`` levels (measured
+    without recursion, so that nothing after it recurses that deep: ``keysvc.nesting``),
+    no lone surrogate escape."""
     if not raw.strip():
         raise BadRequest(BODY_REQUIRED)
     try:
@@ -189,9 +195,11 @@ def decode_json(raw: bytes, kind: type, what: str) -> Any:
             f"body: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from None
     except RecursionError:
-        raise BadRequest("body: JSON is nested too deeply") from None
+        raise BadRequest(TOO_DEEP) from None
     except ValueError as exc:
         raise BadRequest(f"body: invalid JSON: {str(exc)[:100]}") from None
+    if may_nest_deeper(text, MAX_BODY_DEPTH) and depth_of(value) > MAX_BODY_DEPTH:
+        raise BadRequest(TOO_DEEP)
     if not isinstance(value, kind):
         raise BadRequest(f"body: must be {what}")
     # Only a \ud800-style escape makes a lone surrogate (the bytes were strict UTF-8): a
