@@ -239,18 +239,19 @@ class StoreCore:
         """Every organization's ID, oldest first."""
         return await meta.organization_ids(self.reader)
 
-    async def record(self, conn: Connection, activity: Activity) -> None:
+    async def record(self, conn: Connection, activity: Activity, revoking: bool = False) -> None:
         """Inside a write transaction: log ``activity`` (``keysvc.db.activities.record``)."""
-        await activity_sql.record(conn, self.chain, activity)
+        await activity_sql.record(conn, self.chain, activity, revoking=revoking)
 
     async def enqueue(
         self, conn: Connection, organization_id: str, event_type: str, data: dict[str, Any],
-        now: datetime, webhook_ids: Collection[str] | None = None,
+        now: datetime, webhook_ids: Collection[str] | None = None, revoking: bool = False,
     ) -> None:  # fmt: skip
         """Inside a write transaction: send an event (``keysvc.db.outbox.enqueue``)."""
         await outbox.enqueue(
-            conn, self.seal, self.quota, organization_id, event_type, data, now, webhook_ids
-        )
+            conn, self.seal, self.quota, organization_id, event_type, data, now, webhook_ids,
+            revoking,
+        )  # fmt: skip
 
     def key_outbox(self, key: bytes) -> None:
         """Key the outbox rows' MACs (from the pepper)."""

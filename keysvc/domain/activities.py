@@ -148,6 +148,16 @@ def key_changed(before: Key, after: Key, actor: Actor, now: datetime) -> list[Ac
     ]
 
 
+def revokes(logged: Sequence[Activity]) -> bool:
+    """Whether the change ``logged`` records disables a key: a revocation, which no
+    write budget or queue limit refuses (``keysvc.db.quota``)."""
+    return any(
+        activity.key_update_type == "state-changed"
+        and (activity.after or {}).get("state") == "disabled"
+        for activity in logged
+    )
+
+
 def key_rotated(before: Key, after: Key, actor: Actor, now: datetime) -> Activity:
     """A rotation: which key ID suffix the key answered to, which it answers to now, and
     until when the replaced credentials still work (null: no longer)."""

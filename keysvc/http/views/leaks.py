@@ -11,7 +11,7 @@ from aiohttp import hdrs, web
 from keysvc.domain import leaks
 from keysvc.domain.activities import bounded_user_agent
 from keysvc.domain.addresses import IPAddress
-from keysvc.errors import BadRequest, Forbidden
+from keysvc.errors import BadRequest, Forbidden, ServiceUnavailable
 from keysvc.http.auth import admit_unproven, throttled_address
 from keysvc.http.envelope import ok
 from keysvc.http.reports import RevokeLeakedSchema, ScanningReportSchema
@@ -29,6 +29,8 @@ _scanning = ScanningReportSchema()
 # The one answer of a revoke-by-secret, match or not.
 RECEIVED = {"status": "received"}
 REFUSED = "the report is not signed by a key of KEYSVC_GITHUB_SCANNING_KEYS"
+UNFINISHED = "some of the report's tokens could not be acted on now; send the report again"
+RETRY_UNFINISHED = 5
 
 
 def _actor(address: IPAddress | None, request: web.Request, details: str) -> Actor:
@@ -77,19 +79,25 @@ async def github_scanning(request: web.Request) -> web.Response:
     except BadRequest:
         logger.warning("secret scanning report refused from %s: not GitHub's format", address)
         raise
-    feedback = []
     actor = _actor(address, request, "GitHub secret scanning")
-    for found in tokens:
-        report = leaks.Report(leaks.GITHUB, actor, found["url"], found["source"], found["type"])
-        matched = await leaks.report_leak(
-            app[STORE], app[HASHER], found["token"], report, settings.leaked_key_action,
-            moment,
-        )  # fmt: skip
-        feedback.append(
-            {
-                "token_hash": hashlib.sha256(found["token"].encode()).hexdigest(),
-                "token_type": found["type"],
-                "label": "true_positive" if matched else "false_positive",
-            }
-        )
+    found = [
+        (token["token"], leaks.Report(leaks.GITHUB, actor, token["url"], token["source"],
+                                      token["type"]))
+        for token in tokens
+    ]  # fmt: skip
+    outcomes = await leaks.report_each(
+        app[STORE], app[HASHER], found, settings.leaked_key_action, moment
+    )
+    if None in outcomes:
+        # Every other token was acted on; the report is sent again, and those are then
+        # already reported. Nothing of any organization is named.
+        raise ServiceUnavailable(UNFINISHED, headers={"Retry-After": str(RETRY_UNFINISHED)})
+    feedback = [
+        {
+            "token_hash": hashlib.sha256(token["token"].encode()).hexdigest(),
+            "token_type": token["type"],
+            "label": "true_positive" if matched else "false_positive",
+        }
+        for token, matched in zip(tokens, outcomes, strict=True)
+    ]
     return web.json_response(feedback)
