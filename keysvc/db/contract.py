@@ -202,7 +202,12 @@ class Store(Protocol):
     @property
     def count_use(self) -> Callable[[str, datetime, int], None]: ...
 
-    def transaction(self, operation: str) -> AbstractAsyncContextManager[Connection]: ...
+    def transaction(
+        self, operation: str, timed: bool = True
+    ) -> AbstractAsyncContextManager[Connection]:
+        """One write transaction, its duration observed as ``operation``'s unless not
+        ``timed`` (one whose duration would tell a public caller what it found)."""
+        ...
 
     def authorization_changed(self, conn: Connection) -> Awaitable[None]: ...
 

@@ -48,9 +48,11 @@ class CoreFront:
         self.needs_touch = core.touches.needs_touch
         self.count_use = core.touches.tally.add
 
-    def transaction(self, operation: str) -> AbstractAsyncContextManager[Connection]:
+    def transaction(
+        self, operation: str, timed: bool = True
+    ) -> AbstractAsyncContextManager[Connection]:
         """One write transaction (``StoreCore.transaction``)."""
-        return self._core.transaction(operation)
+        return self._core.transaction(operation, timed)
 
     def authorization_changed(self, conn: Connection) -> Awaitable[None]:
         """Inside a transaction: what some key may do has changed. Bumps the generation."""

@@ -16,8 +16,9 @@ a webhook's full queue (``keysvc.db.quota``), so that nothing the leaked key wro
 delay its end; and each token of a report is acted on alone (``report_each``).
 """
 
+import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -27,7 +28,7 @@ from keysvc.db import keys as key_sql
 from keysvc.db.contract import Connection, SecretHolder, Store
 from keysvc.domain import activities
 from keysvc.domain.keys import announce_change
-from keysvc.errors import ApiError
+from keysvc.errors import ApiError, ServiceUnavailable
 from keysvc.keyview import api_key
 from keysvc.models import Actor, KeyChange
 
@@ -39,6 +40,43 @@ KEY_LEAKED_EVENT = "key.leaked"
 REVOKE_LEAKED, CLI, GITHUB = "revoke-leaked", "cli", "github"
 # The actor of a report from the command line.
 CLI_ACTOR = Actor("system", details="keysvc revoke-leaked")
+
+
+# Revoke-by-secret reports that may wait for their work at once; past it, 503 for
+# every report alike, hit or miss, so that none is lost unanswered.
+MAX_WAITING = 1000
+BUSY = "too many leak reports are waiting to be acted on; send the report again shortly"
+BUSY_RETRY_AFTER = 5
+
+
+class Waiting:
+    """Revoke-by-secret reports acted on after their answer: the answer, its headers
+    and its time are then the same for a hit as for a miss, whatever the work a hit
+    causes. At most ``limit`` wait at once (ServiceUnavailable past it, before any
+    work); each runs as its own task, its failure logged; ``drain`` waits for them all
+    (at shutdown, before the store closes, so that none is lost)."""
+
+    def __init__(self, limit: int = MAX_WAITING) -> None:
+        self.limit = limit
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def submit(self, work: Callable[[], Awaitable[object]]) -> None:
+        if len(self._tasks) >= self.limit:
+            raise ServiceUnavailable(BUSY, headers={"Retry-After": str(BUSY_RETRY_AFTER)})
+        task = asyncio.create_task(self._run(work), name="keysvc-leak-report")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    async def _run(work: Callable[[], Awaitable[object]]) -> None:
+        try:
+            await work()
+        except Exception:  # the reporter has its answer: the operator gets the line
+            logger.exception("a leak report could not be acted on")
+
+    async def drain(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
 @dataclass(frozen=True)
@@ -69,7 +107,8 @@ async def report_leak(
     secret_hash = hasher.of_plain(secret.strip())
     matched = False
     while True:
-        async with store.transaction("report_leak") as conn:
+        # Untimed: its duration in /metrics would tell a hit from a miss.
+        async with store.transaction("report_leak", timed=False) as conn:
             holders = await store.keys_with_secret(conn, secret_hash, now)
             matched = matched or bool(holders)
             acted: set[str] = set()

@@ -13,6 +13,7 @@ import pytest
 
 from keysvc.config import Settings
 from keysvc.db.quota import reserve_of
+from keysvc.http.state import LEAK_REPORTS
 from keysvc.scanning import load_keys
 from tests.api.activities import listed
 from tests.api.scanning import SCANNING, GitHubSigner, report
@@ -53,6 +54,7 @@ async def _state(client: Client, admin: Creds, key_id: str) -> str:
 async def _revoke(client: Client, secret: str) -> None:
     response = await client.post(REVOKE, json={"secret": secret})
     assert (await assert_ok(response)) == {"status": "received"}
+    await client.app[LEAK_REPORTS].drain()
 
 
 async def _spend_the_budget(client: Client, leaked: Creds, victim: str) -> None:

@@ -1,5 +1,6 @@
 """Revoke by secret (``POST /v1/keys/revoke-leaked``) through the real app on both
-backends: the key whose secret it is gets disabled and its credentials refused at once,
+backends: the key whose secret it is gets disabled and its credentials refused once the
+report's work, queued after the answer, is done,
 a ``key_leaked`` activity and a ``key.leaked`` delivery exist, the answer is the same for
 a miss, a report again changes nothing, malformed bodies are 400s, reports are
 throttled like failed logins, and ``keysvc audit verify`` still passes."""
@@ -8,6 +9,7 @@ import asyncio
 from typing import Any
 
 from keysvc.config import Settings
+from keysvc.http.state import LEAK_REPORTS
 from tests.api.activities import listed
 from tests.api.webhooks import create_webhook, deliveries, private_client
 from tests.handsql import audit_verdict
@@ -38,6 +40,7 @@ async def _revoke(client: Client, secret: str, **headers: str) -> dict[str, Any]
     assert body["result"] == {"status": "received"}
     assert response.headers["X-Request-Id"] == body["requestId"]
     assert secret not in await response.text()
+    await client.app[LEAK_REPORTS].drain()  # the work a hit causes comes after the answer
     return body
 
 

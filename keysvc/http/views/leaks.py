@@ -1,7 +1,8 @@
 """Reports of leaked secrets (``keysvc.domain.leaks``): revoke-by-secret, public, for
 whoever found a key's secret, whose answer is the same whether or not the secret was a
-key's (no oracle); and GitHub secret scanning's reports, verified against GitHub's
-public keys before anything else and answered in GitHub's feedback format."""
+key's, given before the work a hit causes (no oracle, in the answer or its time); and
+GitHub secret scanning's reports, verified against GitHub's public keys before anything
+else and answered in GitHub's feedback format."""
 
 import hashlib
 import logging
@@ -17,7 +18,7 @@ from keysvc.http.envelope import ok
 from keysvc.http.reports import RevokeLeakedSchema, ScanningReportSchema
 from keysvc.http.routes import GITHUB_SCANNING, REVOKE_LEAKED, serves
 from keysvc.http.schemas import load
-from keysvc.http.state import CLOCK, HASHER, LIMITS, SETTINGS, STORE
+from keysvc.http.state import CLOCK, HASHER, LEAK_REPORTS, LIMITS, SETTINGS, STORE
 from keysvc.http.views.common import decode_json, read_json_object, read_raw_body
 from keysvc.models import Actor
 from keysvc.scanning import IDENTIFIER_HEADER, SIGNATURE_HEADER
@@ -48,10 +49,16 @@ async def revoke_leaked(request: web.Request) -> web.Response:
     data = load(_revoke, await read_json_object(request))
     app = request.app
     report = leaks.Report(leaks.REVOKE_LEAKED, _actor(address, request, "revoke-leaked"))
-    await leaks.report_leak(
-        app[STORE], app[HASHER], data["secret"], report, app[SETTINGS].leaked_key_action,
+    store, hasher, action, now = (
+        app[STORE],
+        app[HASHER],
+        app[SETTINGS].leaked_key_action,
         app[CLOCK](),
-    )  # fmt: skip
+    )
+    # Acted on after the answer: nothing of it, its time included, tells a hit from a miss.
+    app[LEAK_REPORTS].submit(
+        lambda: leaks.report_leak(store, hasher, data["secret"], report, action, now)
+    )
     return ok(request, RECEIVED)
 
 
