@@ -6,6 +6,7 @@ positives without echoing a token; bad signatures, unknown identifiers and malfo
 bodies change nothing; the same report again is idempotent; off, the route is a 404."""
 
 import asyncio
+import gzip
 import hashlib
 import json
 from pathlib import Path
@@ -34,6 +35,10 @@ from tests.helpers import (
     get_key,
 )
 from tests.receiver import Receiver
+
+ENCODED_REFUSAL = (
+    "a secret scanning report is verified over its body as sent: send it without Content-Encoding"
+)
 
 # A look-alike: the format and a valid checksum, but no key's secret.
 LOOK_ALIKE_BODY = "Z" * 36
@@ -259,4 +264,22 @@ async def test_forged_reports_are_throttled_like_failed_logins(
     for _ in range(3):
         answer = await _post(client, body, signer.headers(body))
         assert [e["label"] for e in await answer.json()] == ["true_positive"]
+    assert await _state(client, admin, made.id) == "disabled"
+
+
+async def test_a_report_is_verified_over_its_body_as_sent_never_a_decoded_one(
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock, tmp_path: Path
+) -> None:
+    signer = GitHubSigner()
+    client = await _scanning_client(aiohttp_client, settings, clock, tmp_path, signer)
+    admin = await bootstrap(client.app)
+    made = await create_creds(client, admin, {"name": "ci", "roles": ["developer"]})
+    body = report(made.secret)
+    packed = gzip.compress(body)
+    for signed in (body, packed):  # over the JSON, or over the bytes sent
+        headers = {**signer.headers(signed), "Content-Encoding": "gzip"}
+        await assert_error(await _post(client, packed, headers), 415, ENCODED_REFUSAL)
+    assert await _state(client, admin, made.id) == "enabled"
+    answer = await _post(client, body, {**signer.headers(body), "Content-Encoding": "identity"})
+    assert [e["label"] for e in await answer.json()] == ["true_positive"]
     assert await _state(client, admin, made.id) == "disabled"

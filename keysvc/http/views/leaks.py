@@ -12,7 +12,7 @@ from aiohttp import hdrs, web
 from keysvc.domain import leaks
 from keysvc.domain.activities import bounded_user_agent
 from keysvc.domain.addresses import IPAddress
-from keysvc.errors import BadRequest, Forbidden, ServiceUnavailable
+from keysvc.errors import BadRequest, Forbidden, ServiceUnavailable, UnsupportedMediaType
 from keysvc.http.auth import admit_unproven, throttled_address
 from keysvc.http.envelope import ok
 from keysvc.http.reports import RevokeLeakedSchema, ScanningReportSchema
@@ -32,6 +32,9 @@ RECEIVED = {"status": "received"}
 REFUSED = "the report is not signed by a key of KEYSVC_GITHUB_SCANNING_KEYS"
 UNFINISHED = "some of the report's tokens could not be acted on now; send the report again"
 RETRY_UNFINISHED = 5
+ENCODED = (
+    "a secret scanning report is verified over its body as sent: send it without Content-Encoding"
+)
 
 
 def _actor(address: IPAddress | None, request: web.Request, details: str) -> Actor:
@@ -73,6 +76,9 @@ async def github_scanning(request: web.Request) -> web.Response:
         raise web.HTTPNotFound()
     address = await throttled_address(request)
     moment = app[CLOCK]()
+    if request.headers.get(hdrs.CONTENT_ENCODING, "identity").strip().lower() != "identity":
+        # aiohttp would decode it before the signature is checked: not the body as sent.
+        raise UnsupportedMediaType(ENCODED)
     body = await read_raw_body(request)
     why = keys.verify(
         request.headers.get(IDENTIFIER_HEADER), request.headers.get(SIGNATURE_HEADER), body
