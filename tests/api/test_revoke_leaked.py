@@ -155,16 +155,17 @@ async def test_malformed_reports_are_refused(client: Client, admin: Creds) -> No
     for body, message in (
         ({}, "secret: is required"),
         ({"secret": ""}, "secret: must be 1 to 4096 characters"),
-        ({"secret": 7}, "secret: Not a valid string."),
+        ({"secret": 7}, "secret: must be a string"),
         ({"secret": "x" * 4097}, "secret: must be 1 to 4096 characters"),
-        ({"secret": MISS, "other": 1}, "other: is not a field of this body"),
+        ({"secret": MISS, "other": 1}, "other: is not a known field"),
     ):
-        response = await client.post(REVOKE, json=body)
-        assert response.status == 400, await response.text()
-        text = await response.text()
-        assert message.split(":")[0] in text
+        await assert_error(await client.post(REVOKE, json=body), 400, message)
     response = await client.post(REVOKE, data=b"{", headers={"Content-Type": "application/json"})
-    assert response.status == 400
+    await assert_error(
+        response,
+        400,
+        "body: invalid JSON at line 1 column 2: Expecting property name enclosed in double quotes",
+    )
     await assert_ok(await client.get("/v1/whoami", headers=admin.headers))
 
 
@@ -178,8 +179,11 @@ async def test_reports_are_throttled_like_failed_logins(
         await _revoke(client, MISS)
     # A hit now is refused like the misses before it: nothing tells them apart.
     refused = await client.post(REVOKE, json={"secret": made.secret})
-    assert refused.status == 429
-    assert "Retry-After" in refused.headers
+    retry = refused.headers["Retry-After"]
+    assert 1 <= int(retry) <= 60
+    await assert_error(
+        refused, 429, f"too many failed authentications from this address: retry in {retry} s"
+    )
     # As a failed login would, the reports block the network's logins too, for the minute.
     assert (await client.get("/v1/whoami", headers=admin.headers)).status == 429
     clock.advance(seconds=61)
