@@ -2,7 +2,10 @@
 
 GitHub signs each report it POSTs to a partner with ECDSA P-256 over SHA-256: the
 signature, base64 of its DER form, in ``Github-Public-Key-Signature``, over the raw
-body, made with the key that ``Github-Public-Key-Identifier`` names. The operator gives
+body as sent, made with the key that ``Github-Public-Key-Identifier`` names. GitHub
+sends its reports uncompressed; one with a Content-Encoding is refused (415) before
+the check, since aiohttp would decode it first and the check would then be over bytes
+that were not sent. The operator gives
 the keys as a file, the JSON GitHub publishes for partners
 (``{"public_keys": [{"key_identifier", "key" (PEM), "is_current"}]}``), read once at
 start (``KEYSVC_GITHUB_SCANNING_KEYS``); keysvc fetches nothing at run time. Every key

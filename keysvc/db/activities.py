@@ -182,10 +182,13 @@ def _content(activity: Activity, org_seq: int) -> tuple[object, ...]:
     )  # fmt: skip
 
 
-async def record(conn: Writing, chain: Chain, *activities: Activity) -> None:
+async def record(
+    conn: Writing, chain: Chain, *activities: Activity, revoking: bool = False
+) -> None:
     """Inside the write's transaction: append ``activities``, in order, to their
     organizations' chains and move the heads. The one way an activity is written;
-    a few statements whatever their number (a create batch records its keys' at once)."""
+    a few statements whatever their number (a create batch records its keys' at once).
+    A revocation's are counted against the write budget but never refused by it."""
     if not activities:
         return
     orgs = list(dict.fromkeys(activity.organization_id for activity in activities))
@@ -203,14 +206,14 @@ async def record(conn: Writing, chain: Chain, *activities: Activity) -> None:
     for start in range(0, len(rows), ROWS_PER_INSERT):
         chunk = rows[start : start + ROWS_PER_INSERT]
         await _run(conn, many_rows(_INSERT, len(chunk), _WIDTH), [v for r in chunk for v in r])
-    await _charge(conn, chain.quota, rows, activities[-1].created_at.timestamp())
+    await _charge(conn, chain.quota, rows, activities[-1].created_at.timestamp(), revoking)
     heads = [(org, *ends[org], chain.headmac(org, *ends[org])) for org in orgs]
     sql = many_rows(_INSERT_HEADS, len(heads), 4) + _ON_CONFLICT
     await _run(conn, sql, [v for head in heads for v in head])
 
 
 async def _charge(
-    conn: Writing, quota: Quota, rows: Sequence[Sequence[object]], now: float
+    conn: Writing, quota: Quota, rows: Sequence[Sequence[object]], now: float, revoking: bool
 ) -> None:
     """Each organization's records' stored text, against its write budget."""
     sizes: dict[str, int] = {}
@@ -221,7 +224,7 @@ async def _charge(
         if isinstance(conn, sqlite3.Connection):
             quota_sql.charge_now(conn, quota, org, size, now)
         else:
-            await quota_sql.charge(conn, quota, org, size, now)
+            await quota_sql.charge(conn, quota, org, size, now, revoking)
 
 
 async def unheaded(conn: Connection) -> list[str]:

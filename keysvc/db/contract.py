@@ -202,11 +202,21 @@ class Store(Protocol):
     @property
     def count_use(self) -> Callable[[str, datetime, int], None]: ...
 
-    def transaction(self, operation: str) -> AbstractAsyncContextManager[Connection]: ...
+    def transaction(
+        self, operation: str, timed: bool = True
+    ) -> AbstractAsyncContextManager[Connection]:
+        """One write transaction, its duration observed as ``operation``'s unless not
+        ``timed`` (one whose duration would tell a public caller what it found)."""
+        ...
 
     def authorization_changed(self, conn: Connection) -> Awaitable[None]: ...
 
-    def record(self, conn: Connection, activity: Activity) -> Awaitable[None]: ...
+    def record(
+        self, conn: Connection, activity: Activity, revoking: bool = False
+    ) -> Awaitable[None]:
+        """Inside a write transaction: log ``activity``; TooManyRequests when its
+        organization is past its write budget, unless ``revoking`` (``keysvc.db.quota``)."""
+        ...
 
     def enqueue(
         self,
@@ -216,11 +226,14 @@ class Store(Protocol):
         data: dict[str, Any],
         now: datetime,
         webhook_ids: Collection[str] | None = None,
+        revoking: bool = False,
     ) -> Awaitable[None]:
         """Inside a write transaction: an event for the organization's webhooks subscribed
         to ``event_type`` (among ``webhook_ids``, when given), each row MACed with the
         outbox key (``keysvc.db.outbox``); TooManyRequests when a webhook's queue is full
-        or the organization is past its write budget (``keysvc.db.quota``)."""
+        or the organization is past its write budget (``keysvc.db.quota``). A revocation
+        (``revoking``: a key disabled, deleted or reported leaked) is never refused: it
+        is counted, and its event queued within a reserve past the limit."""
         ...
 
     def key_outbox(self, key: bytes) -> None:

@@ -203,12 +203,13 @@ class StoreCore:
         await asyncio.gather(*(t for t in running if t is not None), return_exceptions=True)
 
     @asynccontextmanager
-    async def transaction(self, operation: str) -> AsyncIterator[Connection]:
+    async def transaction(self, operation: str, timed: bool = True) -> AsyncIterator[Connection]:
         """One write transaction, for the domain to read, check its rules and write in.
         Its duration, waiting for the write lock included, is reported to the observer
         as ``operation``'s, as ``timed`` reports a call's: the name is required, so
-        that no write goes unmeasured."""
-        observer = self.observer
+        that no write goes unmeasured, but for one whose duration would tell a public
+        caller what it found (``timed=False``: a leak report's)."""
+        observer = self.observer if timed else None
         started = time.perf_counter()
         try:
             async with self.writer.transaction() as conn:
@@ -239,18 +240,19 @@ class StoreCore:
         """Every organization's ID, oldest first."""
         return await meta.organization_ids(self.reader)
 
-    async def record(self, conn: Connection, activity: Activity) -> None:
+    async def record(self, conn: Connection, activity: Activity, revoking: bool = False) -> None:
         """Inside a write transaction: log ``activity`` (``keysvc.db.activities.record``)."""
-        await activity_sql.record(conn, self.chain, activity)
+        await activity_sql.record(conn, self.chain, activity, revoking=revoking)
 
     async def enqueue(
         self, conn: Connection, organization_id: str, event_type: str, data: dict[str, Any],
-        now: datetime, webhook_ids: Collection[str] | None = None,
+        now: datetime, webhook_ids: Collection[str] | None = None, revoking: bool = False,
     ) -> None:  # fmt: skip
         """Inside a write transaction: send an event (``keysvc.db.outbox.enqueue``)."""
         await outbox.enqueue(
-            conn, self.seal, self.quota, organization_id, event_type, data, now, webhook_ids
-        )
+            conn, self.seal, self.quota, organization_id, event_type, data, now, webhook_ids,
+            revoking,
+        )  # fmt: skip
 
     def key_outbox(self, key: bytes) -> None:
         """Key the outbox rows' MACs (from the pepper)."""

@@ -48,16 +48,20 @@ class CoreFront:
         self.needs_touch = core.touches.needs_touch
         self.count_use = core.touches.tally.add
 
-    def transaction(self, operation: str) -> AbstractAsyncContextManager[Connection]:
+    def transaction(
+        self, operation: str, timed: bool = True
+    ) -> AbstractAsyncContextManager[Connection]:
         """One write transaction (``StoreCore.transaction``)."""
-        return self._core.transaction(operation)
+        return self._core.transaction(operation, timed)
 
     def authorization_changed(self, conn: Connection) -> Awaitable[None]:
         """Inside a transaction: what some key may do has changed. Bumps the generation."""
         return self._core.writer.authorization_changed(conn)
 
-    def record(self, conn: Connection, activity: Activity) -> Awaitable[None]:
-        return self._core.record(conn, activity)
+    def record(
+        self, conn: Connection, activity: Activity, revoking: bool = False
+    ) -> Awaitable[None]:
+        return self._core.record(conn, activity, revoking)
 
     def recorded_pepper(self) -> Awaitable[str | None]:
         return self._core.recorded_pepper()
@@ -70,9 +74,11 @@ class CoreFront:
 
     def enqueue(
         self, conn: Connection, organization_id: str, event_type: str, data: dict[str, Any],
-        now: datetime, webhook_ids: Collection[str] | None = None,
+        now: datetime, webhook_ids: Collection[str] | None = None, revoking: bool = False,
     ) -> Awaitable[None]:  # fmt: skip
-        return self._core.enqueue(conn, organization_id, event_type, data, now, webhook_ids)
+        return self._core.enqueue(
+            conn, organization_id, event_type, data, now, webhook_ids, revoking
+        )
 
     def key_outbox(self, key: bytes) -> None:
         self._core.key_outbox(key)

@@ -494,7 +494,8 @@ def over_limit(max_keys: int) -> Conflict:
 # with the hash it matched on, compared again by the caller in constant time, and
 # whether this secret was reported leaked for the key before (leak_reports). Two
 # indexes (api_keys_secret, api_keys_previous_secret): one seek each, hit or miss. A
-# hashData client may give two keys one secret: at most LEAKED_KEYS_READ are read.
+# hashData client may give many keys one secret: at most LEAKED_KEYS_READ are read at a
+# time, those not reported yet first, so that a report reads on until none is left.
 LEAKED_KEYS_READ = 16
 _HOLDERS = """
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
@@ -519,7 +520,7 @@ _REPORTED = """
         where r.key_id = holders.id and r.secret_hash = holders.matched_hash
     ) as reported
     from ({holders}) holders
-    order by seq, previous limit ?
+    order by reported, seq, previous limit ?
 """
 BY_SECRET = Sql(
     _REPORTED.format(holders=_HOLDERS.format(in_grace="julianday(previous_until) > julianday(?)")),

@@ -272,18 +272,26 @@ async def enqueue(
     data: dict[str, Any],
     now: datetime,
     webhook_ids: Collection[str] | None = None,
+    revoking: bool = False,
 ) -> None:
     """Inside the write's transaction: the event, for each of the organization's
-    webhooks subscribed to ``event_type`` (among ``webhook_ids``, when given)."""
+    webhooks subscribed to ``event_type`` (among ``webhook_ids``, when given); a
+    revocation's within the quota's reserve, never refused (``keysvc.db.quota``)."""
     subscribed = [
         (row[0], row[1])
         for row in await fetch_all(conn, SUBSCRIBERS, (organization_id, event_type))
         if webhook_ids is None or row[0] in webhook_ids
     ]
+    if not subscribed:
+        return
+    admitted = set(
+        await quota_sql.admit(conn, quota, [webhook_id for webhook_id, _ in subscribed], revoking)
+    )
+    subscribed = [(webhook_id, url) for webhook_id, url in subscribed if webhook_id in admitted]
     rows = _rows(seal, subscribed, organization_id, event_type, data, now)
     if rows:
-        await quota_sql.admit(conn, quota, [webhook_id for webhook_id, _ in subscribed])
-        await quota_sql.charge(conn, quota, organization_id, _size(rows), now.timestamp())
+        at = now.timestamp()
+        await quota_sql.charge(conn, quota, organization_id, _size(rows), at, revoking)
         await conn.executemany(INSERT_DELIVERY, rows)
 
 

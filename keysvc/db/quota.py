@@ -6,9 +6,19 @@ rows go in, so that a refused write stores nothing, its budget charge included.
 The budget counts in fixed hours (``write_budgets``, one row per organization): a
 flood that starts late in one hour may write up to twice the budget before it is
 refused. Refusals are 429 with a Retry-After and name the setting to change.
+
+A revocation (a key disabled, deleted or reported leaked: ``revoking=True``) is never
+refused, so that nothing a leaked key writes can delay its own end: its bytes are
+counted all the same, and its events go to each webhook whose queue has room within
+a reserve past the limit (``reserve_of``: a tenth of it, at least one), kept for
+revocations alone since ordinary writes stop at the limit. A webhook whose reserve is
+full too (its receiver has not taken a thousand deliveries or more) does not get the
+event: the write goes on, and the drop is logged and counted (``DROPPED``), since a
+revocation that waits on a dead receiver is worse than a lost notice of it.
 """
 
 import json
+import logging
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +28,8 @@ from keysvc.db.contract import Connection
 from keysvc.db.dialect import with_json_list
 from keysvc.db.statements import fetch_all
 from keysvc.errors import TooManyRequests
+
+logger = logging.getLogger("keysvc")
 
 HOUR = 3600
 MIB = 1024 * 1024
@@ -53,6 +65,20 @@ class Quota:
 UNLIMITED = Quota()
 
 
+def reserve_of(queue_limit: int) -> int:
+    """The deliveries a revocation's events may add to a webhook past its queue limit."""
+    return max(1, queue_limit // 10)
+
+
+class Dropped:
+    """Revocation events not queued for a webhook whose reserve was full, this process."""
+
+    count = 0
+
+
+DROPPED = Dropped()
+
+
 def quota_of(budget_mib: int, queue_limit: int) -> Quota:
     return Quota(budget_mib * MIB, queue_limit)
 
@@ -79,34 +105,58 @@ def _queue_full(quota: Quota, waiting: Sequence[Any]) -> None:
 
 
 async def charge(
-    conn: Connection, quota: Quota, organization_id: str, size: int, now: float
+    conn: Connection,
+    quota: Quota,
+    organization_id: str,
+    size: int,
+    now: float,
+    revoking: bool = False,
 ) -> None:
     """Inside the write's transaction: count ``size`` bytes against the organization's
-    hour; TooManyRequests when that passes its budget."""
+    hour; TooManyRequests when that passes its budget, unless ``revoking``."""
     if quota.bytes_per_hour and size:
         start = int(now) // HOUR * HOUR
         rows = await fetch_all(conn, _CHARGE, (organization_id, start, size))
-        _over_budget(quota, organization_id, int(rows[0][0]), start, now)
+        if not revoking:
+            _over_budget(quota, organization_id, int(rows[0][0]), start, now)
 
 
 def charge_now(
     conn: sqlite3.Connection, quota: Quota, organization_id: str, size: int, now: float
 ) -> None:
-    """``charge`` on a create batch's synchronous connection."""
+    """``charge`` on a create batch's synchronous connection (never a revocation)."""
     if quota.bytes_per_hour and size:
         start = int(now) // HOUR * HOUR
         rows = conn.execute(_CHARGE, (organization_id, start, size)).fetchall()
         _over_budget(quota, organization_id, int(rows[0][0]), start, now)
 
 
-async def admit(conn: Connection, quota: Quota, webhook_ids: Sequence[str]) -> None:
-    """Inside the write's transaction, before its deliveries go in: TooManyRequests when
-    one of ``webhook_ids`` has its queue limit of deliveries waiting already."""
-    if quota.queue_limit and webhook_ids:
-        _queue_full(quota, await fetch_all(conn, _WAITING, (json.dumps(list(webhook_ids)),)))
+async def admit(
+    conn: Connection, quota: Quota, webhook_ids: Sequence[str], revoking: bool = False
+) -> list[str]:
+    """Inside the write's transaction, before its deliveries go in: the webhooks of
+    ``webhook_ids`` that take the event. TooManyRequests when one has its queue limit of
+    deliveries waiting already; for a revocation, those past the limit and its reserve
+    are left out instead (logged and counted)."""
+    if not quota.queue_limit or not webhook_ids:
+        return list(webhook_ids)
+    waiting = await fetch_all(conn, _WAITING, (json.dumps(list(webhook_ids)),))
+    if not revoking:
+        _queue_full(quota, waiting)
+        return list(webhook_ids)
+    bound = quota.queue_limit + reserve_of(quota.queue_limit)
+    full = {str(webhook_id) for webhook_id, count in waiting if int(count) >= bound}
+    for webhook_id in full:
+        DROPPED.count += 1
+        logger.warning(
+            "webhook %s: a revocation's event not queued, %d waiting already (past"
+            " KEYSVC_WEBHOOK_QUEUE_LIMIT and its reserve); the revocation itself is done",
+            webhook_id, bound,
+        )  # fmt: skip
+    return [webhook_id for webhook_id in webhook_ids if webhook_id not in full]
 
 
 def admit_now(conn: sqlite3.Connection, quota: Quota, webhook_ids: Sequence[str]) -> None:
-    """``admit`` on a create batch's synchronous connection."""
+    """``admit`` on a create batch's synchronous connection (never a revocation)."""
     if quota.queue_limit and webhook_ids:
         _queue_full(quota, conn.execute(_WAITING, (json.dumps(list(webhook_ids)),)).fetchall())

@@ -60,7 +60,7 @@ ENABLE = """
     where id = ? and organization_id = ? and disabled_at is not null
 """
 DELIVERY_OF = """
-    select seq, state, lease_until, give_up_at from webhook_deliveries
+    select seq, state, lease_until, give_up_at, event_type from webhook_deliveries
     where id = ? and webhook_id = ?
 """
 REDELIVER = """
@@ -179,19 +179,23 @@ async def set_enabled(
     return cursor.rowcount > 0
 
 
-async def redeliver(conn: Connection, webhook_id: str, delivery_id: str, now: float) -> int | None:
+async def redeliver(
+    conn: Connection, webhook_id: str, delivery_id: str, now: float
+) -> tuple[int, str] | None:
     """Make the webhook's delivery ``delivery_id`` due now: pending again, attempted once
     more even if it had failed (one attempt, then failed again, unless it still had
     retries left). One being attempted (leased, so pending, with its retries left) is
-    left to that attempt. Its seq; None if the webhook has no such delivery."""
+    left to that attempt. Its seq and event type; None if the webhook has no such
+    delivery."""
     row = await fetch_one(conn, DELIVERY_OF, (delivery_id, webhook_id))
     if row is None:
         return None
+    found = int(row["seq"]), str(row["event_type"])
     if row["state"] == "pending" and row["lease_until"] is not None and row["lease_until"] > now:
-        return int(row["seq"])
+        return found
     give_up_at = max(float(row["give_up_at"]), now)
     await conn.execute(REDELIVER, (now, give_up_at, row["seq"]))
-    return int(row["seq"])
+    return found
 
 
 async def delete_webhook(conn: Connection, organization_id: str, webhook_id: str) -> bool:

@@ -36,12 +36,14 @@ WEBHOOK_CREATE, WEBHOOK_DELETE = "webhook_create", "webhook_delete"
 WEBHOOK_SECRET_ROTATE = "webhook_secret_rotate"  # noqa: S105 - a type, not a secret
 # A webhook enabled or disabled: by PATCH, or by keysvc after failing for long enough.
 WEBHOOK_UPDATE = "webhook_update"
+# A delivery sent again by hand (keysvc.domain.webhooks.retry_delivery).
+WEBHOOK_DELIVERY_RETRY = "webhook_delivery_retry"
 # The state a deleted key's use is recorded with (keysvc.db.keys.CREDENTIAL's tombstones).
 DELETED = "deleted"
 UPSTREAM_TYPES = (KEY_CREATE, KEY_DELETE, KEY_UPDATE)
 ADDED_TYPES = (
     ROLE_CREATE, ROLE_UPDATE, ROLE_DELETE, KEY_USED_AFTER_REVOKE, WEBHOOK_CREATE, WEBHOOK_DELETE,
-    KEY_LEAKED, WEBHOOK_SECRET_ROTATE, WEBHOOK_UPDATE,
+    KEY_LEAKED, WEBHOOK_SECRET_ROTATE, WEBHOOK_UPDATE, WEBHOOK_DELIVERY_RETRY,
 )  # fmt: skip
 RATE_LIMIT_CHANGED, KEY_ROTATED = "rate-limit-changed", "key-rotated"
 # Issue 29's updates: externalId, meta and credits (their setting and the POST .../credits
@@ -146,6 +148,16 @@ def key_changed(before: Key, after: Key, actor: Actor, now: datetime) -> list[Ac
         for field, update in _KEY_UPDATES.items()
         if old[field] != new[field]
     ]
+
+
+def revokes(logged: Sequence[Activity]) -> bool:
+    """Whether the change ``logged`` records disables a key: a revocation, which no
+    write budget or queue limit refuses (``keysvc.db.quota``)."""
+    return any(
+        activity.key_update_type == "state-changed"
+        and (activity.after or {}).get("state") == "disabled"
+        for activity in logged
+    )
 
 
 def key_rotated(before: Key, after: Key, actor: Actor, now: datetime) -> Activity:
@@ -299,3 +311,12 @@ def webhook_enabled_changed(webhook: Webhook, actor: Actor, now: datetime) -> Ac
     ids = {"webhookId": webhook.id, "url": webhook.url}
     before, after = {**ids, "enabled": not webhook.enabled}, {**ids, "enabled": webhook.enabled}
     return Activity(webhook.organization_id, WEBHOOK_UPDATE, actor, now, before=before, after=after)
+
+
+def webhook_delivery_retried(
+    webhook: Webhook, delivery_id: str, event_type: str, actor: Actor, now: datetime
+) -> Activity:
+    """A delivery of ``webhook`` sent again by hand: which one, and its event's type."""
+    after = {"webhookId": webhook.id, "url": webhook.url, "deliveryId": delivery_id,
+             "eventType": event_type}  # fmt: skip
+    return Activity(webhook.organization_id, WEBHOOK_DELIVERY_RETRY, actor, now, after=after)

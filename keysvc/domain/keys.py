@@ -326,12 +326,17 @@ async def announce_change(
     store: Store, conn: Connection, key: Key, logged: list[Activity], at: datetime
 ) -> None:
     """Inside the write's transaction: record a change to ``key`` (now as given) and
-    send its ``key.updated`` event; nothing when ``logged`` is empty (nothing changed)."""
+    send its ``key.updated`` event; nothing when ``logged`` is empty (nothing changed).
+    A change that disables the key is a revocation: never refused for a quota, whatever
+    else it changes (``activities.revokes``)."""
     if not logged:
         return
+    revoking = activities.revokes(logged)
     for activity in logged:
-        await store.record(conn, activity)
-    await store.enqueue(conn, key.organization_id, "key.updated", api_key(key), at)
+        await store.record(conn, activity, revoking)
+    await store.enqueue(
+        conn, key.organization_id, "key.updated", api_key(key), at, revoking=revoking
+    )
 
 
 async def delete_key(
@@ -371,8 +376,11 @@ async def remove_key(
             return False
         await store.authorization_changed(conn)
         at = now or utcnow()
-        await store.record(conn, activities.key_deleted(current, actor, at))
-        await store.enqueue(conn, organization_id, "key.deleted", api_key(current), at)
+        # A revocation: never refused for a quota (keysvc.db.quota).
+        await store.record(conn, activities.key_deleted(current, actor, at), revoking=True)
+        await store.enqueue(
+            conn, organization_id, "key.deleted", api_key(current), at, revoking=True
+        )
     return True
 
 

@@ -255,22 +255,31 @@ async def set_enabled(
 
 
 async def retry_delivery(
-    store: Store, organization_id: str, webhook_id: str, delivery_id: str, now: datetime
+    store: Store,
+    organization_id: str,
+    webhook_id: str,
+    delivery_id: str,
+    actor: Actor,
+    now: datetime,
 ) -> Delivery:
     """Attempt the webhook's delivery again, now: its event, body and webhook-id as
     before. A delivery that had failed gets one attempt more; a pending one keeps its
     retries (one under way now is left to that attempt). 404 if this organization's
-    webhook has no such delivery; 409 while the webhook is disabled."""
+    webhook has no such delivery; 409 while the webhook is disabled. Recorded as
+    ``actor``'s ``webhook_delivery_retry`` activity, in the same transaction."""
     async with store.transaction("retry_webhook_delivery") as conn:
         webhook = await webhook_sql.get_webhook(conn, organization_id, webhook_id)
         if webhook is None:
             raise NotFound(NOT_FOUND)
         if not webhook.enabled:
             raise Conflict(DISABLED)
-        seq = await webhook_sql.redeliver(conn, webhook_id, delivery_id, now.timestamp())
-        if seq is None:
+        found = await webhook_sql.redeliver(conn, webhook_id, delivery_id, now.timestamp())
+        if found is None:
             raise NotFound(DELIVERY_NOT_FOUND)
-    found, _, _ = await store.delivery_page(webhook_id, seq + 1, 1)
-    if not found or found[0].id != delivery_id:
+        seq, event_type = found
+        retried = activities.webhook_delivery_retried(webhook, delivery_id, event_type, actor, now)
+        await store.record(conn, retried)
+    page, _, _ = await store.delivery_page(webhook_id, seq + 1, 1)
+    if not page or page[0].id != delivery_id:
         raise NotFound(DELIVERY_NOT_FOUND)  # the webhook deleted meanwhile
-    return found[0]
+    return page[0]

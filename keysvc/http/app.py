@@ -22,6 +22,7 @@ import keysvc.http.views.webhooks
 import keysvc.http.views.whoami  # noqa: F401
 from keysvc.config import Settings
 from keysvc.db.backends import open_store
+from keysvc.domain.leaks import Waiting
 from keysvc.domain.ratelimit import FailureSketch, Limits
 from keysvc.domain.sharedlimits import NETWORK_PURPOSE, SharedCounts
 from keysvc.http import render
@@ -39,6 +40,7 @@ from keysvc.http.state import (
     HASHER,
     IN_FLIGHT,
     KEY_STATES,
+    LEAK_REPORTS,
     LIMITS,
     METRICS,
     PARSER_ERROR_LOG,
@@ -110,6 +112,12 @@ async def _shared_limits(app: web.Application) -> AsyncIterator[None]:
         await shared.close()
 
 
+async def _leak_reports(app: web.Application) -> AsyncIterator[None]:
+    """After ``_database``, so drained before it closes: no report waits in vain."""
+    yield
+    await app[LEAK_REPORTS].drain()
+
+
 def create_app(
     settings: Settings, *, clock: Clock = utcnow, failures: FailureSketch | None = None
 ) -> web.Application:
@@ -134,7 +142,9 @@ def create_app(
     app[LIMITS] = Limits(failures or FailureSketch.of(settings))
     app[IN_FLIGHT] = in_flight
     app[PARSER_ERROR_LOG] = parser_error_log(logger)
+    app[LEAK_REPORTS] = Waiting()
     app.cleanup_ctx.append(_database)
+    app.cleanup_ctx.append(_leak_reports)
     app.cleanup_ctx.append(_webhooks)
     if settings.shared_limits:
         app.cleanup_ctx.append(_shared_limits)

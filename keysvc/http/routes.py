@@ -452,17 +452,19 @@ REVOKE_LEAKED = Route(
     public=True,
     body=RevokeLeakedSchema,
     answer="The report was received. The same answer whether or not the secret was a key's.",
-    statuses=(400, 429, 500, 507),
+    statuses=(400, 429, 500, 503),
     fields=("status",),
     description=(
-        "Public: holding the secret is the authority. The key whose current secret it is, "
-        "or whose previous secret within a rotation's grace, is disabled (with "
-        "KEYSVC_LEAKED_KEY_ACTION=notify it is left enabled), a `key_leaked` activity "
-        "records the report, and the `key.leaked` event is sent, in one transaction. The "
-        "answer is the same whether or not the secret was a key's, and each report counts "
-        "as a failed login of its client network: 429 past KEYSVC_AUTH_FAILURES a minute. "
-        "A secret reported again changes nothing. Also 429 while the key's organization "
-        "is past its write budget or a webhook's queue is full, as for any write."
+        "Public: holding the secret (surrounding whitespace trimmed) is the authority. The "
+        "key whose current secret it is, or whose previous secret within a rotation's "
+        "grace, is disabled (with KEYSVC_LEAKED_KEY_ACTION=notify it is left enabled), a "
+        "`key_leaked` activity records the report, and the `key.leaked` event is sent, in "
+        "one transaction, just after the answer. The answer, its headers and its time are "
+        "the same whether or not the secret was a key's, and each report counts as a "
+        "failed login of its client network: 429 past KEYSVC_AUTH_FAILURES a minute; 503 "
+        "with Retry-After while 1,000 reports wait for their work. A secret reported again "
+        "changes nothing. A report is a revocation: never refused for its organization's "
+        "write budget or a webhook's full queue."
     ),
 )
 GITHUB_SCANNING = Route(
@@ -473,11 +475,12 @@ GITHUB_SCANNING = Route(
     tag="keys",
     public=True,
     answer="GitHub's feedback: one label per token reported.",
-    statuses=(400, 403, 404, 413, 429, 500, 507),
+    statuses=(400, 403, 404, 413, 415, 429, 500, 503),
     description=(
         "Public, off unless KEYSVC_GITHUB_SCANNING_KEYS names a file of GitHub's secret "
         "scanning public keys (then 404, as for an unknown path). Each request is verified "
-        "before anything else: an ECDSA P-256 / SHA-256 signature over the raw body, "
+        "before anything else: an ECDSA P-256 / SHA-256 signature over the raw body as "
+        "sent (a report with a Content-Encoding is a 415: GitHub sends none), "
         "base64 DER in `Github-Public-Key-Signature`, with the key "
         "`Github-Public-Key-Identifier` names; a missing or unknown identifier or a bad "
         "signature is a 403 that changes nothing and counts as a failed login of its "
@@ -489,7 +492,9 @@ GITHUB_SCANNING = Route(
         "feedback format, an array of `{token_hash, token_type, label}`, `token_hash` the "
         "SHA-256 hex of the token (never the token), `label` `true_positive` for a key's "
         "secret and `false_positive` otherwise, including a look-alike with a valid "
-        "checksum; the requestId is in the `X-Request-Id` header. Errors are envelopes."
+        "checksum; the requestId is in the `X-Request-Id` header. Errors are envelopes. "
+        "Each token is acted on alone; when one cannot be (the database failing), the "
+        "others are, and the answer is a 503 naming nothing, for GitHub to send again."
     ),
 )
 ROTATE_WEBHOOK_SECRET = Route(

@@ -9,6 +9,7 @@ import pytest
 
 from keysvc.config import ConfigError, Settings, build_settings
 from keysvc.credentials import CHECKSUM_LENGTH, SECRET_PATTERN, checksum, secret_pattern
+from keysvc.http.state import LEAK_REPORTS
 from keysvc.logs import REDACTED, scrub, scrub_secrets_of
 from tests.helpers import (
     Client,
@@ -50,6 +51,7 @@ async def test_a_new_prefix_keeps_the_old_secrets_working(
     for leaked in (reported, new):
         answer = await client.post("/v1/keys/revoke-leaked", json={"secret": leaked.secret})
         assert (await assert_ok(answer)) == {"status": "received"}
+        await client.app[LEAK_REPORTS].drain()  # acted on after the answer
         response = await client.get("/v1/whoami", headers=leaked.headers)
         assert response.status == 401
     await assert_ok(await client.get("/v1/whoami", headers=old.headers))

@@ -5,6 +5,8 @@ the report's url and source and sends ``key.leaked``; the feedback labels true a
 positives without echoing a token; bad signatures, unknown identifiers and malformed
 bodies change nothing; the same report again is idempotent; off, the route is a 404."""
 
+import asyncio
+import gzip
 import hashlib
 import json
 from pathlib import Path
@@ -34,6 +36,10 @@ from tests.helpers import (
 )
 from tests.receiver import Receiver
 
+ENCODED_REFUSAL = (
+    "a secret scanning report is verified over its body as sent: send it without Content-Encoding"
+)
+
 # A look-alike: the format and a valid checksum, but no key's secret.
 LOOK_ALIKE_BODY = "Z" * 36
 LOOK_ALIKE = "keysvc_" + LOOK_ALIKE_BODY + checksum(LOOK_ALIKE_BODY)
@@ -47,6 +53,16 @@ async def _scanning_client(
     return await private_client(
         aiohttp_client, settings, clock, github_scanning_keys=keys, **changes
     )
+
+
+async def _settled_log(client: Client, admin: Creds, awaited: str) -> list[dict[str, Any]]:
+    """The activity log once a record of type ``awaited`` is in it."""
+    for _ in range(300):
+        records = await listed(client, admin)
+        if any(a["type"] == awaited for a in records):
+            return records
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no {awaited} record")
 
 
 async def _state(client: Client, admin: Creds, key_id: str) -> str:
@@ -103,21 +119,27 @@ async def test_a_signed_report_disables_the_key_and_labels_each_token(
     assert [r.event["type"] for r in received] == ["key.leaked"]
     assert received[0].event["data"]["id"] == leaked.id
 
-    # The same report again: the same labels, nothing more recorded or sent.
-    before = await listed(client, admin)
+    # The same report again: the same labels, nothing more recorded or sent. (The
+    # refused whoami above is recorded in the background: waited for first.)
+    before = await _settled_log(client, admin, "key_used_after_revoke")
     again = await _post(client, body, signer.headers(body))
     assert [e["label"] for e in await again.json()] == ["true_positive", "false_positive"]
     assert await listed(client, admin) == before
+    await asyncio.sleep(1.5)  # a delivery would be attempted within the retry second
+    assert [r.event["type"] for r in receiver.received] == ["key.leaked"]
     assert audit_verdict(settings).problem is None
 
 
 async def test_unverified_or_malformed_reports_change_nothing(
     aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock, tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, receiver: Receiver,
 ) -> None:  # fmt: skip
     signer, stranger = GitHubSigner(), GitHubSigner("someone-else")
     client = await _scanning_client(aiohttp_client, settings, clock, tmp_path, signer)
     admin = await bootstrap(client.app)
+    await create_webhook(
+        client, admin, {"url": receiver.url, "events": ["key.leaked", "key.updated"]}
+    )
     made = await create_creds(client, admin, {"name": "ci", "roles": ["developer"]})
     body = report(made.secret)
     before = await listed(client, admin)
@@ -164,6 +186,8 @@ async def test_unverified_or_malformed_reports_change_nothing(
     assert await listed(client, admin) == before
     assert await _state(client, admin, made.id) == "enabled"
     await assert_ok(await client.get("/v1/whoami", headers=made.headers))
+    await asyncio.sleep(1.5)  # a delivery would be attempted within the retry second
+    assert receiver.received == []
 
 
 async def test_notify_leaves_the_key_enabled(
@@ -240,4 +264,22 @@ async def test_forged_reports_are_throttled_like_failed_logins(
     for _ in range(3):
         answer = await _post(client, body, signer.headers(body))
         assert [e["label"] for e in await answer.json()] == ["true_positive"]
+    assert await _state(client, admin, made.id) == "disabled"
+
+
+async def test_a_report_is_verified_over_its_body_as_sent_never_a_decoded_one(
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock, tmp_path: Path
+) -> None:
+    signer = GitHubSigner()
+    client = await _scanning_client(aiohttp_client, settings, clock, tmp_path, signer)
+    admin = await bootstrap(client.app)
+    made = await create_creds(client, admin, {"name": "ci", "roles": ["developer"]})
+    body = report(made.secret)
+    packed = gzip.compress(body)
+    for signed in (body, packed):  # over the JSON, or over the bytes sent
+        headers = {**signer.headers(signed), "Content-Encoding": "gzip"}
+        await assert_error(await _post(client, packed, headers), 415, ENCODED_REFUSAL)
+    assert await _state(client, admin, made.id) == "enabled"
+    answer = await _post(client, body, {**signer.headers(body), "Content-Encoding": "identity"})
+    assert [e["label"] for e in await answer.json()] == ["true_positive"]
     assert await _state(client, admin, made.id) == "disabled"

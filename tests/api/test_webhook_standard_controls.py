@@ -1,9 +1,10 @@
 """Delivery controls, through the real app and its delivery task to real loopback
 receivers, on the app's (fake) clock: a manual retry of one delivery (again its
-event, body and webhook-id, newly signed; one attempt more for a failed one) and its
-refusals; a webhook that fails every attempt for KEYSVC_WEBHOOK_DISABLE_AFTER_HOURS is
-disabled, its organization's other webhooks are sent ``webhook.disabled`` (verified with
-the ``standardwebhooks`` package) and an activity is recorded; a disabled webhook is sent
+event, body and webhook-id, newly signed; one attempt more for a failed one; recorded
+as a ``webhook_delivery_retry`` activity) and its refusals (recording nothing); a
+webhook that fails every attempt for KEYSVC_WEBHOOK_DISABLE_AFTER_HOURS is disabled,
+its organization's other webhooks are sent ``webhook.disabled`` (verified with the
+``standardwebhooks`` package) and an activity is recorded; a disabled webhook is sent
 nothing; PATCH ``enabled: true`` enables it again with its failure clock reset."""
 
 import asyncio
@@ -89,6 +90,16 @@ async def test_a_delivery_is_sent_again_on_demand(
     assert Webhook(secret).verify(second.body, second.headers) == first.event
     (entry,) = await attempted(client, admin, webhook_id, attempts=2)
     assert (entry["state"], entry["attemptCount"]) == ("delivered", 2)
+    # The redelivery is recorded: who asked, which delivery of which webhook.
+    (record,) = [a for a in await every_activity(client, admin)
+                 if a["type"] == "webhook_delivery_retry"]  # fmt: skip
+    assert (record["actorType"], record["actorId"]) == ("api", admin.id)
+    assert record["after"] == {
+        "webhookId": webhook_id, "url": receiver.url, "deliveryId": entry["id"],
+        "eventType": "key.created",
+    }  # fmt: skip
+    assert "before" not in record and secret not in repr(record)
+    assert audit_verdict(settings).problem is None
 
 
 async def test_a_failed_delivery_gets_one_attempt_more(
@@ -154,6 +165,8 @@ async def test_a_retry_is_refused_outside_its_webhook(
     after = await deliveries(client, admin, first)
     assert after[-1] == delivery  # unchanged: not sent again
     assert len(receiver.received) == 2
+    log = await every_activity(client, admin)
+    assert not [a for a in log if a["type"] == "webhook_delivery_retry"]  # refused: none
 
 
 async def test_a_webhook_failing_for_five_days_is_disabled_until_enabled_again(
@@ -251,9 +264,13 @@ async def test_patch_enables_and_disables_and_refuses_bad_bodies(
                 {"enabled": 0}):  # fmt: skip
         response = await client.patch(url, json=bad, headers=admin.headers)
         await assert_error(response, 400, "enabled: must be true or false")
-    for bad in ({}, {"enabled": None}, {"enabled": True, "url": "http://x"}):
+    for bad, message in (
+        ({}, "enabled: is required"),
+        ({"enabled": None}, "enabled: must not be null"),
+        ({"enabled": True, "url": "http://x"}, "url: is not a known field"),
+    ):
         response = await client.patch(url, json=bad, headers=admin.headers)
-        assert response.status == 400, bad
+        await assert_error(response, 400, message)
     missing = hooks_url(admin, "00000000-0000-4000-8000-000000000000")
     response = await client.patch(missing, json={"enabled": True}, headers=admin.headers)
     await assert_error(response, 404, NOT_FOUND)

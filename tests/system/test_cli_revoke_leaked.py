@@ -77,3 +77,14 @@ def test_the_secret_is_never_an_argument(tmp_path: Path) -> None:
     missing = _revoke(tmp_path / "none.db", created["keySecret"])
     assert missing.returncode == 2
     assert not (tmp_path / "none.db").exists()
+
+
+def test_blanks_around_the_secret_are_trimmed_as_the_api_trims_them(tmp_path: Path) -> None:
+    # The API's side: tests/api/test_revocation_quota.py, a pasted secret with blanks.
+    db = tmp_path / "keysvc.db"
+    bootstrap(db)
+    minted = keysvc("admin-key", "--db", str(db))
+    leaked = json.loads(minted.stdout)
+    done = _revoke(db, "  \t" + leaked["keySecret"] + " \r\n")
+    assert (done.returncode, json.loads(done.stdout)) == (0, {"matched": True}), done.stderr
+    assert dict(_rows(db, "select id, state from api_keys"))[leaked["id"]] == "disabled"

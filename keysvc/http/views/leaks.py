@@ -1,7 +1,8 @@
 """Reports of leaked secrets (``keysvc.domain.leaks``): revoke-by-secret, public, for
 whoever found a key's secret, whose answer is the same whether or not the secret was a
-key's (no oracle); and GitHub secret scanning's reports, verified against GitHub's
-public keys before anything else and answered in GitHub's feedback format."""
+key's, given before the work a hit causes (no oracle, in the answer or its time); and
+GitHub secret scanning's reports, verified against GitHub's public keys before anything
+else and answered in GitHub's feedback format."""
 
 import hashlib
 import logging
@@ -11,13 +12,13 @@ from aiohttp import hdrs, web
 from keysvc.domain import leaks
 from keysvc.domain.activities import bounded_user_agent
 from keysvc.domain.addresses import IPAddress
-from keysvc.errors import BadRequest, Forbidden
+from keysvc.errors import BadRequest, Forbidden, ServiceUnavailable, UnsupportedMediaType
 from keysvc.http.auth import admit_unproven, throttled_address
 from keysvc.http.envelope import ok
 from keysvc.http.reports import RevokeLeakedSchema, ScanningReportSchema
 from keysvc.http.routes import GITHUB_SCANNING, REVOKE_LEAKED, serves
 from keysvc.http.schemas import load
-from keysvc.http.state import CLOCK, HASHER, LIMITS, SETTINGS, STORE
+from keysvc.http.state import CLOCK, HASHER, LEAK_REPORTS, LIMITS, SETTINGS, STORE
 from keysvc.http.views.common import decode_json, read_json_object, read_raw_body
 from keysvc.models import Actor
 from keysvc.scanning import IDENTIFIER_HEADER, SIGNATURE_HEADER
@@ -29,6 +30,11 @@ _scanning = ScanningReportSchema()
 # The one answer of a revoke-by-secret, match or not.
 RECEIVED = {"status": "received"}
 REFUSED = "the report is not signed by a key of KEYSVC_GITHUB_SCANNING_KEYS"
+UNFINISHED = "some of the report's tokens could not be acted on now; send the report again"
+RETRY_UNFINISHED = 5
+ENCODED = (
+    "a secret scanning report is verified over its body as sent: send it without Content-Encoding"
+)
 
 
 def _actor(address: IPAddress | None, request: web.Request, details: str) -> Actor:
@@ -46,10 +52,16 @@ async def revoke_leaked(request: web.Request) -> web.Response:
     data = load(_revoke, await read_json_object(request))
     app = request.app
     report = leaks.Report(leaks.REVOKE_LEAKED, _actor(address, request, "revoke-leaked"))
-    await leaks.report_leak(
-        app[STORE], app[HASHER], data["secret"], report, app[SETTINGS].leaked_key_action,
+    store, hasher, action, now = (
+        app[STORE],
+        app[HASHER],
+        app[SETTINGS].leaked_key_action,
         app[CLOCK](),
-    )  # fmt: skip
+    )
+    # Acted on after the answer: nothing of it, its time included, tells a hit from a miss.
+    app[LEAK_REPORTS].submit(
+        lambda: leaks.report_leak(store, hasher, data["secret"], report, action, now)
+    )
     return ok(request, RECEIVED)
 
 
@@ -64,6 +76,9 @@ async def github_scanning(request: web.Request) -> web.Response:
         raise web.HTTPNotFound()
     address = await throttled_address(request)
     moment = app[CLOCK]()
+    if request.headers.get(hdrs.CONTENT_ENCODING, "identity").strip().lower() != "identity":
+        # aiohttp would decode it before the signature is checked: not the body as sent.
+        raise UnsupportedMediaType(ENCODED)
     body = await read_raw_body(request)
     why = keys.verify(
         request.headers.get(IDENTIFIER_HEADER), request.headers.get(SIGNATURE_HEADER), body
@@ -77,19 +92,25 @@ async def github_scanning(request: web.Request) -> web.Response:
     except BadRequest:
         logger.warning("secret scanning report refused from %s: not GitHub's format", address)
         raise
-    feedback = []
     actor = _actor(address, request, "GitHub secret scanning")
-    for found in tokens:
-        report = leaks.Report(leaks.GITHUB, actor, found["url"], found["source"], found["type"])
-        matched = await leaks.report_leak(
-            app[STORE], app[HASHER], found["token"], report, settings.leaked_key_action,
-            moment,
-        )  # fmt: skip
-        feedback.append(
-            {
-                "token_hash": hashlib.sha256(found["token"].encode()).hexdigest(),
-                "token_type": found["type"],
-                "label": "true_positive" if matched else "false_positive",
-            }
-        )
+    found = [
+        (token["token"], leaks.Report(leaks.GITHUB, actor, token["url"], token["source"],
+                                      token["type"]))
+        for token in tokens
+    ]  # fmt: skip
+    outcomes = await leaks.report_each(
+        app[STORE], app[HASHER], found, settings.leaked_key_action, moment
+    )
+    if None in outcomes:
+        # Every other token was acted on; the report is sent again, and those are then
+        # already reported. Nothing of any organization is named.
+        raise ServiceUnavailable(UNFINISHED, headers={"Retry-After": str(RETRY_UNFINISHED)})
+    feedback = [
+        {
+            "token_hash": hashlib.sha256(token["token"].encode()).hexdigest(),
+            "token_type": token["type"],
+            "label": "true_positive" if matched else "false_positive",
+        }
+        for token, matched in zip(tokens, outcomes, strict=True)
+    ]
     return web.json_response(feedback)

@@ -129,6 +129,7 @@ async def retry_delivery(request: web.Request) -> web.Response:
     webhook_id = path_uuid(request, "webhookId")
     delivery_id = path_uuid(request, "deliveryId")
     delivery = await webhooks.retry_delivery(
-        request.app[STORE], organization_id, webhook_id, delivery_id, request.app[CLOCK]()
-    )
+        request.app[STORE], organization_id, webhook_id, delivery_id, actor(request),
+        request.app[CLOCK](),
+    )  # fmt: skip
     return ok(request, _delivery.dump(delivery))
