@@ -254,12 +254,13 @@ class Postgres:
         self._admin.execute(sql)
 
 
-def start_postgres() -> Postgres:
-    """A new cluster, running; stop it with ``stop_postgres``."""
+def start_postgres(parent: Path | None = None) -> Postgres:
+    """A new cluster, running, in a new folder of ``parent`` (the temporary folder's by
+    default); stop it with ``stop_postgres``."""
     bindir = server_bin()
     # Under pytest-xdist each worker process starts its own (gw0, gw1, ...).
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    root = Path(tempfile.mkdtemp(prefix=f"keysvc-postgres-{worker}-"))
+    root = Path(tempfile.mkdtemp(prefix=f"keysvc-postgres-{worker}-", dir=parent))
     give_to_unprivileged(root, 0o700)
     cluster = Postgres(root, bindir, free_port())
     try:

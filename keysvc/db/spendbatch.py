@@ -6,9 +6,13 @@ PostgreSQL commit) answers many verifies, and a spend alone waits for none.
 A batch runs its spends one after another in one transaction, each reading the
 credits as the ones before it left them (``keysvc.db.credits``): the order within a
 batch is the order of arrival, and exactness is the transaction's. A spend is
-answered only once its batch has committed. If a batch fails, each of its spends runs
-again alone, so that one spend's refusal (an event its webhook queue has no room
-for, say) fails only that request.
+answered only once its batch has committed. If a batch is refused, each of its spends
+runs again alone, so that one spend's refusal (an event its webhook queue has no room
+for, say) fails only that request. A batch that failed for the database
+(``DatabaseUnavailable``) is never run again: its outcome may be unknown (a COMMIT
+that reached PostgreSQL, its reply lost to a reset, a restart, a failover or a
+pooler), and a spend run twice is credits charged twice. Each of its spends is
+answered 503, and the client may ask again.
 """
 
 import asyncio
@@ -18,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from keysvc.db.contract import Connection
+from keysvc.errors import DatabaseUnavailable
 from keysvc.models import Spend, SpendRule
 
 
@@ -65,6 +70,11 @@ class SpendBatches:
             try:
                 async with self._transaction("spend_credits") as conn:
                     answers = await self._spend_all(conn, batch)
+            except DatabaseUnavailable:
+                for item in batch:
+                    if not item.answer.done():
+                        item.answer.set_exception(DatabaseUnavailable())
+                continue
             except Exception:
                 await self._alone(batch)
                 continue
