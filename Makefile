@@ -23,7 +23,10 @@ PORT := $(or $(KEYSVC_PORT),8080)
 # where Debian puts it, off PATH (PG_BIN). Installed when missing, where
 # this user may (root, or sudo without a password); else make says what to install
 # and goes on, and the tests that need one report it as not run (failed under CI=true).
-SYSTEM_DEPS ?= chromium:chromium nginx:nginx systemd-analyze:systemd initdb:postgresql wrk:wrk hey:hey
+# An entry whose first part is a path (starting with /) is a file the package installs
+# that has no command of its own: nginx's njs module, which the shipped nginx config needs.
+SYSTEM_DEPS ?= chromium:chromium nginx:nginx systemd-analyze:systemd initdb:postgresql wrk:wrk hey:hey \
+	/usr/lib/nginx/modules/ngx_http_js_module.so:libnginx-mod-http-js
 PG_BIN := $(subst $(eval) ,:,$(wildcard /usr/lib/postgresql/*/bin))
 
 .PHONY: install system-deps run test test-fast lint fmt bench soak dist constraints clean
@@ -50,7 +53,8 @@ install: $(TEST_STAMP)
 
 system-deps:
 	@PATH="$$PATH:/usr/sbin:/sbin:$(PG_BIN)"; commands=""; packages=""; \
-	for dep in $(SYSTEM_DEPS); do command -v "$${dep%%:*}" >/dev/null 2>&1 || { \
+	for dep in $(SYSTEM_DEPS); do case "$${dep%%:*}" in \
+		/*) test -e "$${dep%%:*}";; *) command -v "$${dep%%:*}" >/dev/null 2>&1;; esac || { \
 		commands="$$commands $${dep%%:*}"; packages="$$packages $${dep#*:}"; }; done; \
 	[ -z "$$packages" ] && exit 0; \
 	if [ "$$(id -u)" = 0 ]; then sudo=""; \

@@ -47,6 +47,17 @@ def require_command(command: str, package: str, also: str = "") -> str:
     pytest.skip(reason)
 
 
+def require_file(path: str, package: str) -> str:
+    """``path``, a file a package installs that has no command of its own (an nginx
+    module); when it is missing, as ``require_command``."""
+    if Path(path).is_file():
+        return path
+    reason = f"{path} is missing: install it with `sudo apt-get install {package}`"
+    if in_ci():
+        pytest.fail(f"{reason} (CI needs every component)", pytrace=False)
+    pytest.skip(reason)
+
+
 def unprivileged() -> list[str]:
     """A command prefix that runs a command as a user with no privileges: ``nobody``
     when the tests run as root, else the user running them (already unprivileged)."""

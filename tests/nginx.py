@@ -22,11 +22,15 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.components import require_command
+from tests.components import require_command, require_file
 from tests.helpers import Creds
 from tests.server import free_port
 
-TEMPLATE = Path(__file__).resolve().parents[1] / "docs" / "nginx-auth-request.conf"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+TEMPLATE = DOCS / "nginx-auth-request.conf"
+# The njs script the template imports, and Debian's njs module (libnginx-mod-http-js).
+NJS_SCRIPT = DOCS / "nginx-keysvc.js"
+NJS_MODULE = "/usr/lib/nginx/modules/ngx_http_js_module.so"
 PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 # The client's address: loopback, but not the one nginx uses to reach keysvc.
 CLIENT = "127.0.0.2"
@@ -48,6 +52,7 @@ def render(
         "upstream": upstream,
         "organization_id": organization_id,
         "keysvc_cache": str(cache),
+        "keysvc_njs": str(NJS_SCRIPT),
     }
     text = TEMPLATE.read_text()
     unknown = set(PLACEHOLDER.findall(text)) - set(values)
@@ -57,13 +62,16 @@ def render(
 
 def wrap(directory: Path, server_block: str) -> str:
     """A whole nginx.conf around the template: everything nginx writes stays in
-    ``directory``, and as root the workers run as root (the test's files are 0700)."""
+    ``directory``, and as root the workers run as root (the test's files are 0700). It
+    loads the njs module the template needs, as Debian's modules-enabled does."""
+    module = require_file(NJS_MODULE, package="libnginx-mod-http-js")
     user = "user root;\n" if os.geteuid() == 0 else ""
     temp = "\n".join(
         f"    {kind}_temp_path {directory / kind};"
         for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
     )
     return (
+        f"load_module {module};\n"
         f"{user}worker_processes 1;\n"
         "events {\n    worker_connections 64;\n}\n"
         "http {\n"

@@ -10,7 +10,9 @@ whose key covers all the answer depends on: the Authorization header, the
 X-Required-Organization and X-Required-Permission headers and the X-Forwarded-For
 header keysvc receives (the client address, for IP access lists): docs/SECURITY.md,
 "Reused verify answers". Requirements given in the query are not in that key, so their
-answers say not at all.
+answers say not at all. Every answer names those headers, with X-Credit-Cost and
+Accept (a bad cost is a 400, a JSON Accept gets another body), in ``Vary``: a standard
+HTTP cache keys its entries on them.
 """
 
 from datetime import datetime
@@ -22,7 +24,12 @@ from keysvc.domain.reuse import reuse_bound
 from keysvc.http.state import CALLER, CLOCK, PREVIOUS_CREDENTIAL, SETTINGS
 from keysvc.models import Key
 
-NO_REUSE = {"X-Accel-Expires": "0", "Cache-Control": "no-store"}
+# Every request header a verify answer depends on, besides the URL.
+VARY = (
+    "Authorization, X-Required-Organization, X-Required-Permission, X-Forwarded-For, "
+    "X-Credit-Cost, Accept"
+)
+NO_REUSE = {"X-Accel-Expires": "0", "Cache-Control": "no-store", "Vary": VARY}
 # What the OpenAPI document says of them (keysvc.http.openapi), on each verify answer but a 500.
 REUSE_HEADERS_DOCUMENTED = {
     "X-Accel-Expires": {
@@ -40,6 +47,11 @@ REUSE_HEADERS_DOCUMENTED = {
         "description": "The same bound for other caches: `private, max-age=N` (whole "
         "seconds from now), or `no-store`.",
         "schema": {"type": "string", "pattern": "^(?:no-store|private, max-age=[0-9]+)$"},
+    },
+    "Vary": {
+        "description": "The request headers the answer depends on, besides the URL: a cache "
+        "keys a reused answer on them.",
+        "schema": {"type": "string", "enum": [VARY]},
     },
 }
 # The statuses whose answer may be reused: a 429 must be seen again, and others are errors.
@@ -75,4 +87,5 @@ def reuse_headers(request: web.Request, status: int) -> dict[str, str]:
     return {
         "X-Accel-Expires": f"@{bound.last_second}",
         "Cache-Control": f"private, max-age={bound.max_age}",
+        "Vary": VARY,
     }

@@ -34,7 +34,9 @@ VERIFY_PARAMS: list[dict[str, Any]] = [
 
 VERIFY_HEADERS: dict[str, Any] = {
     "X-Key-External-Id": {
-        "description": "The key's externalId, when it has one",
+        "description": "The key's externalId, when it has one, as percent-encoded UTF-8 "
+        "(every byte outside printable ASCII, and every `%`): always ASCII; percent-decode "
+        "it to read it back",
         "schema": _STRING,
     },
     "X-Credits-Remaining": {

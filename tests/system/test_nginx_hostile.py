@@ -1,0 +1,213 @@
+"""A hostile client of the shipped docs/nginx-auth-request.conf, through a real nginx in
+front of a real `keysvc serve` that lets nginx reuse its answers (the default 1 s): a
+client with a valid key of its own sends every header keysvc reads or answers, with
+the cache key's separator, empty and non-ASCII values, and tries to forge a cache entry
+for a path, or for another organization's server block sharing the cache zone. It
+never gets more than its key allows: headers only keysvc may give are refused before
+any check, the rest never reach keysvc, credits are spent at the config's cost, and no
+secret is written to nginx's cache files.
+"""
+
+import base64
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import pytest
+
+from tests.helpers import Creds
+from tests.nginx import CLIENT, call, render, wrap
+from tests.server import free_port
+from tests.system.test_nginx_reuse import ENV, Stack, early_in_a_second, start_stack
+
+OTHER_ORGANIZATION = "0e4f6b5a-1c2d-4e3f-8a9b-0c1d2e3f4a5b"
+# Headers only keysvc's answer may give the upstream (and the client's rate-limit ones).
+KEYSVC_ANSWERS = (
+    "X-Key-Id",
+    "X-Organization-Id",
+    "X-Key-Permissions",
+    "X-Key-External-Id",
+    "X-Credits-Remaining",
+    "X-Key-Anything-Later",
+    "X-Credits-Spent",
+)
+# Values each is sent with: the separator, empty, non-ASCII (sent as Latin-1 bytes).
+HOSTILE_VALUES = ("*", "", "a|b|c", "caf\u00e9 \u00ff")
+# Headers keysvc reads from the auth subrequest, as a client would send them itself.
+KEYSVC_READS = {
+    "X-Required-Permission": "",
+    "X-Required-Organization": OTHER_ORGANIZATION,
+    "X-Credit-Cost": "0",
+    "X-Forwarded-For": "10.9.9.9|reports:read|1.2.3.4",
+    "X-Original-URI": "/orders",
+    "X-Original-Method": "GET",
+    "Accept": "application/json",
+}
+REFUSED = (
+    "bad request: send the path without ; \\ % or . and .. segments, no X-Key-*,"
+    " X-Credits-* or X-Organization-Id header, and no | in Authorization"
+)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with ExitStack() as resources:
+        yield start_stack(resources, tmp_path_factory.mktemp("nginx-hostile"), ENV)
+
+
+def through(stack: Stack, path: str, headers: dict[str, str], port: int = 0) -> tuple[int, int]:
+    """One request through nginx from the client's address: nginx's status, and how
+    many requests the upstream saw for it (0 or 1)."""
+    hits = len(stack.upstream.seen)
+    answer = call(port or stack.nginx.port, path, headers=headers, source=CLIENT)
+    return answer.status, len(stack.upstream.seen) - hits
+
+
+@pytest.mark.parametrize("value", HOSTILE_VALUES)
+@pytest.mark.parametrize("name", [*KEYSVC_ANSWERS, "x-KEY-id", "x-credits-REMAINING"])
+def test_a_header_only_keysvc_may_give_is_refused_before_any_check(
+    stack: Stack, name: str, value: str
+) -> None:
+    key = stack.create_key(roles=["developer"])
+    before = stack.verified()
+    answer = call(stack.nginx.port, "/orders", headers={**key.headers, name: value}, source=CLIENT)
+    assert answer.status == 400, answer.body
+    assert answer.json()["error"] == REFUSED
+    assert stack.verified() == before  # no auth subrequest
+    assert not [seen for seen in stack.upstream.seen if seen["headers"].get(name) == value]
+
+
+def test_headers_keysvc_reads_never_reach_it_from_the_client(stack: Stack) -> None:
+    limited = stack.create_key(roles=["developer"], ipAccessList=[{"source": "10.9.9.9/32"}])
+    # Its address is 127.0.0.2 whatever X-Forwarded-For says: refused.
+    assert through(stack, "/orders", {**limited.headers, **KEYSVC_READS}) == (403, 0)
+    key = stack.create_key(roles=["developer"])
+    # Another organization required, a JSON answer asked for: neither reaches keysvc.
+    assert through(stack, "/orders", {**key.headers, **KEYSVC_READS}) == (200, 1)
+    received = stack.upstream.seen[-1]["headers"]
+    assert received["X-Key-Id"] == key.id
+    assert received["X-Organization-Id"] == stack.admin.organization_id
+    # A permission the path needs is not waived by an empty or a wildcard requirement.
+    for value in ("", "*", "orders:read"):
+        sent = {**key.headers, **KEYSVC_READS, "X-Required-Permission": value}
+        assert through(stack, "/reports/q1", sent) == (403, 0)
+
+
+def test_a_forged_cache_key_never_passes_a_path_s_permission(stack: Stack) -> None:
+    key = stack.create_key(roles=["developer"])  # no reports:read
+    organization = stack.admin.organization_id
+    token = key.headers["Authorization"].removeprefix("Basic ")
+    for _ in range(5):
+        early_in_a_second()  # the primer's answer is kept until the second's end
+        primer = {**key.headers, "X-Forwarded-For": f"{organization}|reports:read|1.2.3.4"}
+        assert through(stack, "/orders", primer) == (200, 1)
+        forged = {"Authorization": f"Basic {token}|{organization}|", "X-Forwarded-For": "1.2.3.4"}
+        assert through(stack, "/reports/q1", forged) == (400, 0)
+        assert through(stack, "/reports/q1", key.headers) == (403, 0)
+
+
+def test_a_forged_cache_key_never_passes_another_organization_s_server(tmp_path: Path) -> None:
+    # Two server blocks sharing the cache zone: this organization's, then another's.
+    with ExitStack() as resources:
+        own = start_stack(resources, tmp_path, ENV)
+        own.nginx.stop()
+        other_port = free_port()
+        assert own.keysvc.unix is not None
+        rendered = render(
+            own.nginx.port,
+            own.keysvc.unix,
+            own.upstream.base,
+            own.admin.organization_id,
+            own.nginx.cache,
+        )
+        server = rendered[rendered.index("\nserver {") :]
+        other = server.replace(f":{own.nginx.port};", f":{other_port};").replace(
+            own.admin.organization_id, OTHER_ORGANIZATION
+        )
+        own.nginx.conf.write_text(wrap(own.nginx.directory, rendered + other))
+        own.nginx.test_config()
+        own.nginx.start()
+        key = own.create_key(roles=["developer"])
+        token = key.headers["Authorization"].removeprefix("Basic ")
+        for _ in range(3):
+            early_in_a_second()
+            primer = {**key.headers, "X-Forwarded-For": f"{OTHER_ORGANIZATION}||1.2.3.4"}
+            assert through(own, "/orders", primer) == (200, 1)
+            forged = {
+                "Authorization": f"Basic {token}|{own.admin.organization_id}|",
+                "X-Forwarded-For": "1.2.3.4",
+            }
+            assert through(own, "/orders", forged, port=other_port) == (400, 0)
+            assert through(own, "/orders", key.headers, port=other_port) == (403, 0)
+
+
+def remaining(stack: Stack, key: Creds) -> int:
+    result: dict[str, Any] = stack.api("GET", f"/keys/{key.id}")
+    return int(result["credits"]["remaining"])
+
+
+@pytest.mark.parametrize("cost", ["0", "abc", "-1", ""])
+def test_credits_are_spent_at_the_config_s_cost_whatever_the_client_says(
+    stack: Stack, cost: str
+) -> None:
+    key = stack.create_key(roles=["developer"], credits={"remaining": 5, "refill": None})
+    sent = {**key.headers, "X-Credit-Cost": cost}
+    statuses = [through(stack, "/orders", sent)[0] for _ in range(7)]
+    assert statuses == [200] * 5 + [429] * 2
+    assert remaining(stack, key) == 0
+    # What reached the upstream came from keysvc's answer.
+    assert stack.upstream.seen[-1]["headers"]["X-Credits-Remaining"] == "0"
+
+
+def test_the_upstream_gets_keysvc_s_external_id_and_credits_alone(stack: Stack) -> None:
+    external = "M\u00fcller 50% \U0001d11e"
+    key = stack.create_key(roles=["developer"], externalId=external, credits={"remaining": 9})
+    assert through(stack, "/orders", key.headers) == (200, 1)
+    received = stack.upstream.seen[-1]["headers"]
+    assert received["X-Key-External-Id"] == "M%C3%BCller 50%25 %F0%9D%84%9E"
+    assert unquote(received["X-Key-External-Id"]) == external
+    assert received["X-Credits-Remaining"] == "8"
+    # A key without either: the upstream gets neither header.
+    plain = stack.create_key(roles=["developer"])
+    assert through(stack, "/orders", plain.headers) == (200, 1)
+    received = stack.upstream.seen[-1]["headers"]
+    assert "X-Key-External-Id" not in received and "X-Credits-Remaining" not in received
+
+
+def test_the_largest_answer_headers_pass_and_are_kept(stack: Stack) -> None:
+    # keysvc's largest: a full X-Key-Permissions (3,072 characters) and an externalId of
+    # 255 four-byte characters, 3,060 characters percent-encoded.
+    granted = sorted(f"svc{n:02d}:{'c' * 113}" for n in range(40))
+    role = stack.api("POST", "/roles", {"name": "widest", "permissions": granted})
+    external = "\U0001d11e" * 255
+    key = stack.create_key(assignedRoleIds=[role["id"]], externalId=external)
+    for _ in range(5):
+        second = int(early_in_a_second())
+        before = stack.verified()
+        statuses = [through(stack, "/orders", key.headers)[0] for _ in range(3)]
+        if int(time.time()) == second:
+            break
+    assert statuses == [200] * 3, stack.nginx.log()[-2000:]
+    assert stack.verified() == before + 1  # kept, and served from the cache
+    received = stack.upstream.seen[-1]["headers"]
+    assert len(received["X-Key-Permissions"]) > 3000
+    assert len(received["X-Key-External-Id"]) == 3060
+    assert unquote(received["X-Key-External-Id"]) == external
+    log = stack.nginx.log()
+    assert "too big header" not in log and "upstream buffer is too small" not in log, log[-2000:]
+
+
+def test_no_secret_is_written_to_the_cache_files(stack: Stack) -> None:
+    key = stack.create_key(roles=["developer"])
+    for url in ("/orders", "/reports/q1", "/orders/1"):
+        through(stack, url, key.headers)
+    basic = base64.b64encode(f"{key.key_id}:{key.secret}".encode())
+    files = [path for path in stack.nginx.cache.rglob("*") if path.is_file()]
+    assert files  # the answers were kept
+    for path in files:
+        content = path.read_bytes()
+        assert key.secret.encode() not in content, path
+        assert basic not in content, path
