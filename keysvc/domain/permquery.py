@@ -2,10 +2,10 @@
 
 A query is permission names joined by ``AND`` and ``OR``, with parentheses:
 ``reports:read AND (region:eu OR region:any)``. AND binds tighter than OR, so
-``a:x OR b:y AND c:z`` is ``a:x OR (b:y AND c:z)``. The words are taken in either
-case; a permission name is never a bare word (it always has a colon, or is ``*``),
-so a word cannot be read both ways. A single name is a query of one term, as
-before queries existed.
+``a:x OR b:y AND c:z`` is ``a:x OR (b:y AND c:z)``. The words are written all upper
+or all lower case, and spaces or tabs separate them; a permission name is never a
+bare word (it always has a colon, or is ``*``), so a word cannot be read both ways.
+A single name is a query of one term, as before queries existed.
 
 Each name is matched with ``keysvc.domain.permissions.has_permission`` (wildcards
 apply). A query is bounded (``MAX_QUERY_LENGTH`` characters, ``MAX_TERMS`` names,
@@ -23,11 +23,18 @@ from keysvc.errors import BadRequest
 MAX_QUERY_LENGTH = 1024
 MAX_TERMS = 32
 MAX_DEPTH = 8
+# The OpenAPI document's pattern for a query, a part of what the parser takes that stays
+# within its bounds: up to 8 terms, each a name or up to 4 names in parentheses (so at
+# most MAX_TERMS names, one level deep). The document states the whole rule in words.
+_NAME = PERMISSION.pattern
+_JOIN = r"[ \t]+(?:AND|and|OR|or)[ \t]+"
+_GROUP = rf"\([ \t]*(?:{_NAME})(?:{_JOIN}(?:{_NAME})){{0,3}}[ \t]*\)"
+QUERY_PATTERN = rf"^[ \t]*(?:{_NAME}|{_GROUP})(?:{_JOIN}(?:{_NAME}|{_GROUP})){{0,7}}[ \t]*$"
 # The message a malformed single name has always had.
 MALFORMED_NAME = "permission: must be namespace:action, such as reports:read"
 
-_TOKEN = re.compile(r"\(|\)|[^\s()]+")
-_WORDS = {"and": "AND", "or": "OR"}
+_TOKEN = re.compile(r"\(|\)|[^ \t()]+")
+_WORDS = {"AND": "AND", "and": "AND", "OR": "OR", "or": "OR"}
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,10 @@ class Query:
         return f"({joined})" if nested and self.op == "OR" else joined
 
 
+def _is_name(value: str) -> bool:
+    return len(value) <= MAX_PERMISSION_LENGTH and PERMISSION.fullmatch(value) is not None
+
+
 def _error(where: str) -> BadRequest:
     return BadRequest(f"permission: {where}")
 
@@ -71,7 +82,7 @@ class _Parser:
 
     def word(self) -> str | None:
         token = self.peek()
-        return None if token is None else _WORDS.get(token[0].lower())
+        return None if token is None else _WORDS.get(token[0])
 
     def either(self) -> Query:
         parts = [self.both()]
@@ -104,9 +115,9 @@ class _Parser:
             self.at += 1
             self.depth -= 1
             return inner
-        if value == ")" or value.lower() in _WORDS:
+        if value == ")" or value in _WORDS:
             raise _error(f"unexpected {value} at character {position}")
-        if len(value) > MAX_PERMISSION_LENGTH or not PERMISSION.fullmatch(value):
+        if not _is_name(value):
             raise _error(
                 f"{value[:40]!r} at character {position} must be namespace:action,"
                 " such as reports:read"
@@ -122,13 +133,14 @@ def parse(text: str) -> Query:
     """The query ``text`` holds; a 400 (``BadRequest``) that says where it is wrong."""
     if len(text) > MAX_QUERY_LENGTH:
         raise _error(f"a query may be at most {MAX_QUERY_LENGTH} characters")
-    if PERMISSION.fullmatch(text) and len(text) <= MAX_PERMISSION_LENGTH:
+    if _is_name(text):
         return Query("name", name=text)
     parser = _Parser(text)
-    if len(parser.tokens) == 1 and parser.tokens[0][0] not in ("(", ")"):
-        raise BadRequest(MALFORMED_NAME)  # one malformed name keeps its old message
     if not parser.tokens:
         raise BadRequest(MALFORMED_NAME)
+    alone = parser.tokens[0][0]
+    if len(parser.tokens) == 1 and alone not in ("(", ")") and not _is_name(alone):
+        raise BadRequest(MALFORMED_NAME)  # one malformed name keeps its old message
     query = parser.either()
     leftover = parser.peek()
     if leftover is not None:

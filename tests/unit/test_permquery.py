@@ -1,8 +1,19 @@
 """Permission queries (keysvc.domain.permquery): grammar, precedence, bounds, errors."""
 
-import pytest
+import re
 
-from keysvc.domain.permquery import MALFORMED_NAME, MAX_DEPTH, MAX_TERMS, parse
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from keysvc.domain.permquery import (
+    MALFORMED_NAME,
+    MAX_DEPTH,
+    MAX_QUERY_LENGTH,
+    MAX_TERMS,
+    QUERY_PATTERN,
+    parse,
+)
 from keysvc.errors import BadRequest
 
 
@@ -32,7 +43,9 @@ def met(query: str, *granted: str) -> bool:
         ("(a:x OR b:y) AND c:z", ["a:x", "c:z"], True),
         ("a:x and (b:y or c:z)", ["a:x", "c:z"], True),
         ("((((a:x))))", ["a:x"], True),
-        ("  a:x\tAND\nb:y  ", ["a:x", "b:y"], True),
+        ("*" + " " * 1000, ["*"], True),
+        ("  a:x  ", ["a:x"], True),
+        ("  a:x\tAND b:y  ", ["a:x", "b:y"], True),
     ],
 )
 def test_queries_are_met_as_written(query: str, granted: list[str], expected: bool) -> None:
@@ -71,12 +84,31 @@ def test_queries_are_written_back_with_the_parentheses_they_need(query: str, tex
         ("a:x AND B:Y", "permission: 'B:Y' at character 9 must be namespace:action,"
          " such as reports:read"),
         ("a:x|b:y", MALFORMED_NAME),
+        ("a:x And b:y", "permission: unexpected And at character 5"),
+        ("a:x\nAND b:y", "permission: 'a:x\\nAND' at character 1 must be namespace:action,"
+         " such as reports:read"),
     ],
 )  # fmt: skip
 def test_a_malformed_query_is_a_400_that_says_where(query: str, message: str) -> None:
     with pytest.raises(BadRequest) as raised:
         parse(query)
     assert raised.value.message == message
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["a:x", " a:x AND b:y ", "(a:x OR b:y) AND c:z", "a:x or (b:y and c:z)", "*", "a:*"],
+)
+def test_the_documents_pattern_admits_what_the_parser_takes(query: str) -> None:
+    assert re.fullmatch(QUERY_PATTERN, query)
+    parse(query)
+
+
+@pytest.mark.parametrize("query", ["a:x AND", "(a:x", "a:x b:y", "A:X", "a:x And b:y", ""])
+def test_the_documents_pattern_refuses_what_the_parser_refuses(query: str) -> None:
+    assert not re.fullmatch(QUERY_PATTERN, query)
+    with pytest.raises(BadRequest):
+        parse(query)
 
 
 def test_a_query_is_bounded_in_length_terms_and_depth() -> None:
@@ -97,3 +129,11 @@ def test_a_hostile_query_costs_little_to_refuse() -> None:
     for hostile in ("(" * 1000, "a:x AND " * 120 + "a:x", ")" * 1000):
         with pytest.raises(BadRequest):
             parse(hostile)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.from_regex(QUERY_PATTERN, fullmatch=True))
+def test_every_query_the_documents_pattern_admits_is_taken(query: str) -> None:
+    """What the OpenAPI document calls valid, verify accepts (schemathesis relies on it)."""
+    if len(query) <= MAX_QUERY_LENGTH:
+        parse(query)
