@@ -34,6 +34,7 @@ from keysvc.db.usage import COUNTED
 from keysvc.domain.activities import DELETED, api_actor, key_used_after_revoke
 from keysvc.domain.addresses import IPAddress, network_of
 from keysvc.domain.permissions import has_permission
+from keysvc.domain.permquery import Query
 from keysvc.domain.ratelimit import Decision, Limits
 from keysvc.errors import (
     ApiError,
@@ -342,6 +343,18 @@ def authorize_organization(request: web.Request, organization_id: str, which: st
     if caller.organization_id != organization_id:
         _outcome(request, "permission")
         raise Forbidden(f"this key does not belong to the organization {which}")
+    return caller
+
+
+def authorize_query(request: web.Request, query: Query) -> Key:
+    """The caller, if its permissions meet ``query`` (``keysvc.domain.permquery``); a
+    query of one name is refused as ``authorize_permission`` refuses it."""
+    if query.op == "name":
+        return authorize_permission(request, query.name)
+    caller = request[CALLER]
+    if not query.met_by(caller.permissions):
+        _outcome(request, "permission")
+        raise Forbidden(f"this key does not meet the permission query {query.text()}")
     return caller
 
 

@@ -22,14 +22,14 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from marshmallow import Schema
 
 from keysvc import __version__
-from keysvc.domain.permissions import PERMISSION
+from keysvc.domain.permquery import MAX_DEPTH, MAX_QUERY_LENGTH, MAX_TERMS, QUERY_PATTERN
 from keysvc.http import queries as q
 from keysvc.http import reports
 from keysvc.http import responses as r
 from keysvc.http import schemas as s
 from keysvc.http import webhook_schemas as ws
 from keysvc.http.keyfields import EXTERNAL_ID_PARAM, CreditsChangeSchema
-from keysvc.http.openapi_rules import NAME_RULE, PERMISSION_RULE, UUID_TEXT, tighten
+from keysvc.http.openapi_rules import NAME_RULE, QUERY_RULE, UUID_TEXT, tighten
 from keysvc.http.openapi_webhooks import delivery_webhooks
 from keysvc.http.render import MAX_PERMISSIONS_HEADER
 from keysvc.http.reuse import REUSE_HEADERS_DOCUMENTED
@@ -370,18 +370,22 @@ def _verify(route: Route, method: str) -> dict[str, Any]:
                 "in": "header",
                 "name": "X-Required-Permission",
                 "required": False,
-                "description": "A permission the key must hold; wildcards apply. Empty is "
-                "the same as absent.",
+                "description": "A permission query the key must meet: a permission "
+                "name (wildcards apply), or names joined by AND and OR with parentheses, "
+                "AND binding tighter, such as `reports:read AND (region:eu OR region:any)`. "
+                f"At most {MAX_QUERY_LENGTH} characters, {MAX_TERMS} names and {MAX_DEPTH} "
+                "levels of parentheses (the pattern shows a part of that: up to 8 terms, each a "
+                "name or up to 4 names in parentheses). Empty is the same as absent.",
                 # Empty is allowed: the view falls back to the query parameter.
-                "schema": {**PERMISSION_RULE, "pattern": f"^(?:|{PERMISSION.pattern})$"},
+                "schema": {**QUERY_RULE, "pattern": f"^$|{QUERY_PATTERN}"},
             },
             {
                 "in": "query",
                 "name": "permission",
                 "required": False,
                 "description": "The same, for proxies that cannot set a header; when both "
-                "are given, the key must hold both.",
-                "schema": PERMISSION_RULE,
+                "are given, the key must meet both.",
+                "schema": {**QUERY_RULE, "pattern": QUERY_PATTERN},
             },
             {
                 "in": "header",

@@ -7,6 +7,7 @@ from typing import Any
 from keysvc.credentials import SUFFIX_LENGTH
 from keysvc.domain.limits import MAX_ROLE_IDS
 from keysvc.domain.permissions import MAX_PERMISSION_LENGTH, PERMISSION
+from keysvc.domain.permquery import MAX_QUERY_LENGTH
 from keysvc.http import schemas as s
 from keysvc.http import verifydoc
 
@@ -28,6 +29,8 @@ PERMISSION_RULE = {
     "maxLength": MAX_PERMISSION_LENGTH,
     "pattern": f"^(?:{PERMISSION.pattern})$",
 }
+# A permission query on verify (keysvc.domain.permquery); each parameter adds its pattern.
+QUERY_RULE = {"type": "string", "maxLength": MAX_QUERY_LENGTH}
 # Canonical lowercase, the only form keysvc accepts in a path or an actor.
 UUID_TEXT = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _SHA256_B64 = {

@@ -175,11 +175,17 @@ BAD_PERMISSIONS = {
     "unicode": "r\u00e9ports:read",
     "wildcard-only-namespace": "*:read",
 }
+# Several words are a permission query (keysvc.domain.permquery): its first bad word is named.
+MESSAGES = {
+    "' or 1=1 --": 'permission: "\'" at character 1 must be namespace:action, such as reports:read',
+    "reports: read": "permission: 'reports:' at character 1 must be namespace:action,"
+    " such as reports:read",
+}
 
 
 @pytest.mark.parametrize("permission", BAD_PERMISSIONS.values(), ids=BAD_PERMISSIONS.keys())
 async def test_verify_bad_permission_is_400(client: Client, admin: Creds, permission: str) -> None:
-    message = "permission: must be namespace:action, such as reports:read"
+    message = MESSAGES.get(permission, "permission: must be namespace:action, such as reports:read")
     in_header = {**admin.headers, "X-Required-Permission": permission}
     response = await client.get("/v1/verify", headers=in_header)
     await expect_error(response, 400, message, "X-Required-Permission")

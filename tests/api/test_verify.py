@@ -145,8 +145,8 @@ async def test_trusted_proxy_address_is_checked(
     ("headers", "params", "message"),
     [
         # Both count, and a malformed value in either place is not silently ignored.
-        ({"X-Required-Permission": "keys:read"}, {"permission": "no colon"}, MALFORMED),
-        ({"X-Required-Permission": "no colon"}, {"permission": "keys:read"}, MALFORMED),
+        ({"X-Required-Permission": "keys:read"}, {"permission": "nocolon"}, MALFORMED),
+        ({"X-Required-Permission": "nocolon"}, {"permission": "keys:read"}, MALFORMED),
         ({}, [("permission", "keys:read"), ("permission", "x:y")], TWICE),
         ([("X-Required-Permission", "keys:read")] * 2, {}, TWICE),
     ],

@@ -27,12 +27,12 @@ from urllib.parse import quote
 from aiohttp import hdrs, web
 
 from keysvc.domain import credits as rules
-from keysvc.domain import keycredits
+from keysvc.domain import keycredits, permquery
 from keysvc.domain.credits import MAX_COST
-from keysvc.domain.permissions import MAX_PERMISSION_LENGTH, PERMISSION
+from keysvc.domain.permquery import Query
 from keysvc.errors import ApiError, BadRequest, TooManyRequests
 from keysvc.http import render
-from keysvc.http.auth import authorize_organization, authorize_permission
+from keysvc.http.auth import authorize_organization, authorize_query
 from keysvc.http.envelope import envelope, json_response
 from keysvc.http.reuse import NO_REUSE, reuse_headers
 from keysvc.http.routes import VERIFY, serves
@@ -59,12 +59,10 @@ def _asked(request: web.Request, what: tuple[str, str]) -> list[str]:
     return [value for value in headers if value] + params  # an empty header is no header
 
 
-def _required_permissions(request: web.Request) -> list[str]:
-    given = _asked(request, _PERMISSION)
-    for value in given:
-        if len(value) > MAX_PERMISSION_LENGTH or not PERMISSION.fullmatch(value):
-            raise BadRequest("permission: must be namespace:action, such as reports:read")
-    return given
+def _required_permissions(request: web.Request) -> list[Query]:
+    """Each permission query asked for (``keysvc.domain.permquery``): a name, or names
+    joined by AND and OR; given both ways, both must be met."""
+    return [permquery.parse(value) for value in _asked(request, _PERMISSION)]
 
 
 def _required_organizations(request: web.Request) -> list[str]:
@@ -122,7 +120,7 @@ async def verify(request: web.Request) -> web.Response:
     for organization in organizations:
         authorize_organization(request, organization, "required")
     for needed in permissions:
-        authorize_permission(request, needed)
+        authorize_query(request, needed)
     headers = {
         "X-Key-Id": caller.id,
         "X-Organization-Id": caller.organization_id,
