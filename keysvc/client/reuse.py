@@ -2,7 +2,7 @@
 (``Cache-Control: private, max-age=N`` or ``no-store``, and nginx's ``X-Accel-Expires``:
 ``0`` or ``@<last unix second>``), and the bounded store the middlewares keep them in.
 
-An answer is kept only when both headers allow it, for the shorter of the two, counted
+An answer is kept only when neither header forbids it, for ``max-age`` seconds counted
 from when the request was sent (so never past keysvc's bound, however slow the answer);
 only a 200 is kept (the caller's rule: a refusal is asked again), and an answer about a
 key with credits or a request limit says ``no-store``, so each of its requests reaches
@@ -21,25 +21,23 @@ _MAX_AGE = re.compile(r"(?:^|[,\s])max-age=(\d+)")
 
 def reuse_seconds(headers: Mapping[str, str], wall_now: float) -> float:
     """The seconds an answer with ``headers`` may be reused from when it was asked for;
-    0: not at all (either header says so, or neither says anything)."""
+    0: not at all (either header says so, or neither says anything). ``Cache-Control``
+    is the bound for a cache with a precise clock, as this one is; ``X-Accel-Expires``
+    (for nginx's whole-second clock: up to a second shorter) counts only without it."""
     control = headers.get("Cache-Control")
     accel = headers.get("X-Accel-Expires")
-    if control is None and accel is None:
+    if accel == "0" or (control is None and accel is None):
         return 0.0
-    bounds: list[float] = []
     if control is not None:
         found = _MAX_AGE.search(control)
         if "no-store" in control or "no-cache" in control or found is None:
             return 0.0
-        bounds.append(float(found.group(1)))
-    if accel is not None:
-        if accel.startswith("@") and accel[1:].isdigit():
-            bounds.append(int(accel[1:]) + 1 - wall_now)  # served through that whole second
-        elif accel.isdigit():
-            bounds.append(float(accel))
-        else:
-            return 0.0
-    return max(0.0, min(bounds))
+        return float(found.group(1))
+    if accel is not None and accel.startswith("@") and accel[1:].isdigit():
+        return max(0.0, int(accel[1:]) + 1 - wall_now)  # served through that whole second
+    if accel is not None and accel.isdigit():
+        return float(accel)
+    return 0.0
 
 
 def digest(*parts: str | None) -> bytes:

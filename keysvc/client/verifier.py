@@ -8,11 +8,14 @@ verify request carries only what the service sets (the route's permission, the
 organization, and the client address when ``forward_client_address`` says keysvc trusts
 this service), never a header of the client's. A 200 is kept, keyed by a digest of all
 four, for as long as keysvc says (not at all for a key with credits or a request limit,
-nor for a JSON answer); a refusal is never kept. keysvc's 401, 403 and 429 reach the
+nor for a JSON answer); a refusal is never kept. While one question is on its way, the
+same question waits for its answer rather than asking again, and takes it only if it may
+be kept. keysvc's 401, 403 and 429 reach the
 client with keysvc's status, message, requestId and Retry-After; anything else (keysvc
 unreachable, a 5xx, a 400 of a misconfigured requirement) is a 503 with Retry-After:
 the service fails closed."""
 
+import asyncio
 import json
 import time
 import uuid
@@ -82,6 +85,10 @@ class Verifier:
         self.full = full
         self.retry_after = retry_after
         self.kept: ReuseStore[Caller] = ReuseStore(max_entries)
+        # Questions on their way to keysvc, by digest: the same one asked meanwhile
+        # waits for the answer and takes it if it may be kept (a key with credits is
+        # asked again: each request spends).
+        self._flights: dict[bytes, asyncio.Event] = {}
 
     async def close(self) -> None:
         await self.client.close()
@@ -94,10 +101,31 @@ class Verifier:
         if not self.forward_client_address:
             client_address = None
         key = digest(authorization, permission, self.organization, client_address)
-        asked = time.monotonic()
-        kept = self.kept.get(key, asked)
+        kept = self.kept.get(key, time.monotonic())
         if kept is not None:
             return kept
+        flight = self._flights.get(key)
+        if flight is not None:  # the same question is on its way: its answer, if kept
+            await flight.wait()
+            kept = self.kept.get(key, time.monotonic())
+            if kept is not None:
+                return kept
+            return await self._ask(key, authorization, permission, client_address)
+        flight = self._flights[key] = asyncio.Event()
+        try:
+            return await self._ask(key, authorization, permission, client_address)
+        finally:
+            del self._flights[key]
+            flight.set()
+
+    async def _ask(
+        self,
+        key: bytes,
+        authorization: str | None,
+        permission: str | None,
+        client_address: str | None,
+    ) -> Caller | Refusal:
+        """keysvc's answer, kept when it says so."""
         headers = calls.verify_headers(
             permission=permission,
             organization=self.organization,
@@ -105,10 +133,9 @@ class Verifier:
             full=self.full,
         )
         call = Call("GET", "/v1/verify", _read, headers=headers)
-        try:
-            caller, seconds = await self.client.send(
-                call, authorization or ""
-            )  # never the client's own
+        asked = time.monotonic()
+        try:  # the caller's header, or none: never the client's own
+            caller, seconds = await self.client.send(call, authorization or "")
         except KeysvcError as refused:
             return refusal(refused, self.retry_after)
         if seconds > 0:

@@ -5,12 +5,17 @@ keysvc unreachable is a 503 with Retry-After; answers are reused within keysvc's
 (fewer verify requests reach keysvc than the service serves), a key disabled through the
 API is refused within it, and a key with credits is verified and spent on every request;
 the client's address reaches keysvc only when the service is told keysvc trusts it, and
-never the address a client claims."""
+never the address a client claims; the README's examples run as written."""
 
 import asyncio
+import os
+import re
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -161,3 +166,42 @@ async def test_the_client_address_is_forwarded_only_when_keysvc_trusts_the_servi
         assert (await service.get("/", headers=claimed)).status == 403  # from 127.0.0.1
     finally:
         await verifier.close()
+
+
+def readme_examples() -> list[str]:
+    """The Python blocks of the README's "Verify from your own code" section."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text.split("### Verify from your own code\n", 1)[1].split("\n### ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+async def test_the_readme_service_runs_as_written(
+    keysvc: Keysvc, aiohttp_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BASE", keysvc.base)
+    monkeypatch.setenv("ORG", keysvc.admin.organization_id)
+    service, _ = readme_examples()
+    names: dict[str, Any] = {"__name__": "readme_service"}
+    exec(compile(service, "README.md", "exec"), names)
+    client = await aiohttp_client(names["app"])
+    status, _, body = await get(client, "/", keysvc.admin)
+    assert (status, body) == (200, {"keyId": keysvc.admin.id})
+    developer = keysvc.create_key(roles=["developer"])
+    assert (await get(client, "/", developer))[0] == 403
+
+
+def test_the_readme_client_runs_as_written(keysvc: Keysvc) -> None:
+    _, script = readme_examples()
+    env = {
+        **os.environ,
+        "BASE": keysvc.base,
+        "ORG": keysvc.admin.organization_id,
+        "KEY_ID": keysvc.admin.key_id,
+        "KEY_SECRET": keysvc.admin.secret,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    names, gone = done.stdout.splitlines()
+    assert "reports v2" in names and gone.startswith("404 ")
