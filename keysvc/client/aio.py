@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from keysvc.client import calls
+import keysvc.client.calls as calls
 from keysvc.client.auth import basic_authorization
 from keysvc.client.errors import Unavailable
 from keysvc.client.records import Caller, JsonObject, Page, Tagged
@@ -153,11 +153,11 @@ class AsyncClient:
     ) -> Caller:
         """Who ``authorization`` (a caller's header, as it came) is, if keysvc admits it
         with ``permission`` in ``organization``; ``full``: with its name and meta."""
-        headers = calls.verify_headers(
+        call = calls.verify(
             permission=permission,
             organization=organization,
             cost=cost,
             forwarded_for=forwarded_for,
             full=full,
         )
-        return await self.send(calls.verify(headers), authorization)
+        return await self.send(call, authorization)

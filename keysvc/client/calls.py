@@ -145,5 +145,20 @@ def read_caller(answer: Answer) -> Caller:
     return caller_from_headers(answer.headers)
 
 
-def verify(headers: Mapping[str, str]) -> Call[Caller]:
-    return Call("GET", "/v1/verify", read_caller, headers=dict(headers))
+def verify(
+    *,
+    permission: str | None = None,
+    organization: str | None = None,
+    cost: int | None = None,
+    forwarded_for: str | None = None,
+    full: bool = False,
+) -> Call[Caller]:
+    """Verify's question; the Authorization it asks about is the caller's, given to send."""
+    headers = verify_headers(
+        permission=permission,
+        organization=organization,
+        cost=cost,
+        forwarded_for=forwarded_for,
+        full=full,
+    )
+    return Call("GET", "/v1/verify", read_caller, headers=headers)

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from keysvc.client import calls
+import keysvc.client.calls as calls
 from keysvc.client.auth import basic_authorization
 from keysvc.client.errors import Unavailable
 from keysvc.client.records import Caller, JsonObject, Page, Tagged
@@ -178,11 +178,11 @@ class Client:
     ) -> Caller:
         """Who ``authorization`` (a caller's header, as it came) is, if keysvc admits it
         with ``permission`` in ``organization``; ``full``: with its name and meta."""
-        headers = calls.verify_headers(
+        call = calls.verify(
             permission=permission,
             organization=organization,
             cost=cost,
             forwarded_for=forwarded_for,
             full=full,
         )
-        return self.send(calls.verify(headers), authorization)
+        return self.send(call, authorization)

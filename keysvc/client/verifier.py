@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from keysvc.client import calls
+import keysvc.client.calls as calls
 from keysvc.client.aio import AsyncClient
 from keysvc.client.errors import KeysvcError
 from keysvc.client.records import Caller
