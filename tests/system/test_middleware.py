@@ -205,3 +205,18 @@ def test_the_readme_client_runs_as_written(keysvc: Keysvc) -> None:
     assert done.returncode == 0, done.stderr
     names, gone = done.stdout.splitlines()
     assert "reports v2" in names and gone.startswith("404 ")
+
+
+async def test_concurrent_requests_of_one_key_ask_keysvc_once_unless_each_must_be_seen(
+    keysvc: Keysvc, verifier: Verifier, aiohttp_client: ClientFactory
+) -> None:
+    client = await aiohttp_client(aiohttp_service(verifier))
+    plain = keysvc.create_key(roles=["developer"])
+    metered = keysvc.create_key(roles=["developer"], credits={"remaining": 10})
+    before = keysvc.verified()
+    answers = await asyncio.gather(*(get(client, "/", plain) for _ in range(10)))
+    assert [status for status, _, _ in answers] == [200] * 10
+    assert keysvc.verified() - before == 1
+    answers = await asyncio.gather(*(get(client, "/", metered) for _ in range(4)))
+    assert sorted(body["creditsRemaining"] for _, _, body in answers) == [6, 7, 8, 9]
+    assert keysvc.verified() - before == 5
