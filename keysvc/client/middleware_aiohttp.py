@@ -29,9 +29,8 @@ def keysvc_middleware(
         if public is not None and public(request):
             return await handler(request)
         needed = permission(request) if callable(permission) else permission
-        found = await verifier.check(
-            request.headers.get(hdrs.AUTHORIZATION), needed, request.remote
-        )
+        address = request.remote if verifier.forward_client_address else None
+        found = await verifier.check(request.headers.get(hdrs.AUTHORIZATION), needed, address)
         if isinstance(found, Refusal):
             return web.Response(status=found.status, body=found.body, headers=found.headers)
         request[CALLER] = found
