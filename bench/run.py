@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import forward, hey, postgres, report, scenarios, seed, wrk
+from bench import forward, hey, middleware, postgres, report, scenarios, seed, wrk
 from bench.report import Cell, CellGrid, Column
 from bench.scenarios import Scenario
 from bench.servers import ROOT, Server, start_baseline, start_keysvc, stop_servers_on_sigterm
@@ -96,7 +96,8 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="comma-separated scenarios to run (of "
         + ", ".join([*(s.name for s in scenarios.SCENARIOS), forward.NAME])
         + "); all by default; verify-paced needs verify; forward-auth runs nginx in front"
-        " of a static file four ways (bench/forward.py)",
+        " of a static file four ways (bench/forward.py); middleware, alone and only when"
+        " named, a service behind keysvc.client's middleware (bench/middleware.py)",
     )
     parser.add_argument(
         "--forward-keys",
@@ -423,6 +424,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     revision = report.git_revision(ROOT)  # now: the code the servers are about to load
+    if args.only == middleware.NAME:
+        head = report.head_facts(date, revision, _command(argv, args))
+        return 1 if middleware.from_run(args, head, args.doc) else 0
     settings = wrk.WrkSettings(args.threads, args.connections, args.seconds)
     scale = args.keys != DEFAULT_KEYS
     some = SCALE_SCENARIOS if scale else None  # None: every scenario

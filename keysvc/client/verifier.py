@@ -1,0 +1,143 @@
+"""The check both middlewares run (``keysvc.client.middleware_aiohttp``,
+``keysvc.client.middleware_asgi``): a request's credentials to keysvc's ``/v1/verify``,
+its answer kept only as keysvc's reuse headers allow (``keysvc.client.reuse``), and a
+refusal turned into the answer the service gives its own client.
+
+The rules: the caller's Authorization header is forwarded as it came; besides it the
+verify request carries only what the service sets (the route's permission, the
+organization, and the client address when ``forward_client_address`` says keysvc trusts
+this service), never a header of the client's. A 200 is kept, keyed by a digest of all
+four, for as long as keysvc says (not at all for a key with credits or a request limit,
+nor for a JSON answer); a refusal is never kept. While one question is on its way, the
+same question waits for its answer rather than asking again, and takes it only if it may
+be kept. keysvc's 401, 403 and 429 reach the
+client with keysvc's status, message, requestId and Retry-After; anything else (keysvc
+unreachable, a 5xx, a 400 of a misconfigured requirement) is a 503 with Retry-After:
+the service fails closed."""
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass
+
+import aiohttp
+
+import keysvc.client.calls as calls
+from keysvc.client.aio import AsyncClient
+from keysvc.client.errors import KeysvcError
+from keysvc.client.records import Caller
+from keysvc.client.reuse import ReuseStore, digest, reuse_seconds
+from keysvc.client.wire import Answer, Call
+
+PASSED_ON = frozenset({401, 403, 429})
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """What the service answers a refused request: status, JSON body, headers."""
+
+    status: int
+    body: bytes
+    headers: dict[str, str]
+
+
+def refusal(error: KeysvcError, retry_after: int) -> Refusal:
+    """keysvc's refusal as it came, or a 503 for anything that is not one."""
+    if error.status in PASSED_ON:
+        status, message, request_id = error.status, error.message, error.request_id
+        wait = error.retry_after
+    else:
+        status, message, request_id = 503, "keysvc unavailable: try again later", None
+        wait = error.retry_after or retry_after
+    body = {"status": status, "error": message, "requestId": request_id or str(uuid.uuid4())}
+    headers = {"Content-Type": "application/json", "Cache-Control": "no-store"}
+    if wait is not None:
+        headers["Retry-After"] = str(wait)
+    return Refusal(status, json.dumps(body).encode(), headers)
+
+
+def _read(answer: Answer) -> tuple[Caller, float]:
+    return calls.read_caller(answer), reuse_seconds(answer.headers, time.time())
+
+
+class Verifier:
+    """Checks requests with keysvc at ``url``. ``organization``: the organization every
+    key must belong to; ``full``: ask for the JSON answer (name and meta), which keysvc
+    never lets be reused; ``max_entries``: the bound on kept answers (0: keep none);
+    ``retry_after``: the seconds a 503 tells clients to wait."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        organization: str | None = None,
+        forward_client_address: bool = False,
+        full: bool = False,
+        max_entries: int = 10_000,
+        timeout: float = 5.0,
+        retry_after: int = 1,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        self.client = AsyncClient(url, timeout=timeout, session=session)
+        self.organization = organization
+        self.forward_client_address = forward_client_address
+        self.full = full
+        self.retry_after = retry_after
+        self.kept: ReuseStore[Caller] = ReuseStore(max_entries)
+        # Questions on their way to keysvc, by digest: the same one asked meanwhile
+        # waits for the answer and takes it if it may be kept (a key with credits is
+        # asked again: each request spends).
+        self._flights: dict[bytes, asyncio.Event] = {}
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def check(
+        self, authorization: str | None, permission: str | None, client_address: str | None
+    ) -> Caller | Refusal:
+        """The caller of a request with ``authorization`` that needs ``permission`` (None:
+        any key of the organization), or the refusal to answer it with."""
+        if not self.forward_client_address:
+            client_address = None
+        key = digest(authorization, permission, self.organization, client_address)
+        kept = self.kept.get(key, time.monotonic())
+        if kept is not None:
+            return kept
+        flight = self._flights.get(key)
+        if flight is not None:  # the same question is on its way: its answer, if kept
+            await flight.wait()
+            kept = self.kept.get(key, time.monotonic())
+            if kept is not None:
+                return kept
+            return await self._ask(key, authorization, permission, client_address)
+        flight = self._flights[key] = asyncio.Event()
+        try:
+            return await self._ask(key, authorization, permission, client_address)
+        finally:
+            del self._flights[key]
+            flight.set()
+
+    async def _ask(
+        self,
+        key: bytes,
+        authorization: str | None,
+        permission: str | None,
+        client_address: str | None,
+    ) -> Caller | Refusal:
+        """keysvc's answer, kept when it says so."""
+        headers = calls.verify_headers(
+            permission=permission,
+            organization=self.organization,
+            forwarded_for=client_address,
+            full=self.full,
+        )
+        call = Call("GET", "/v1/verify", _read, headers=headers)
+        asked = time.monotonic()
+        try:  # the caller's header, or none: never the client's own
+            caller, seconds = await self.client.send(call, authorization or "")
+        except KeysvcError as refused:
+            return refusal(refused, self.retry_after)
+        if seconds > 0:
+            self.kept.put(key, caller, asked + seconds)
+        return caller
