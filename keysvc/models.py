@@ -60,13 +60,18 @@ class Credits:
     """A key's credits as stored: ``remaining``, its refill (None: never), when that is
     next due (``keysvc.domain.credits``), the last set or refill amount (``base``: what
     ``key.credits_low`` is measured against) and which credit events were sent since
-    (``flags``: ``LOW_SENT``, ``EXHAUSTED_SENT``)."""
+    (``flags``: ``LOW_SENT``, ``EXHAUSTED_SENT``). ``revision`` is drawn anew by each
+    change an admin makes (create, PATCH, ``POST .../credits``), kept by spends and
+    refills: the key's ETag covers it, so a PATCH with an ETag read before another
+    admin's change is refused (412), while spends never make one stale. Compared
+    credits are equal whatever their revisions."""
 
     remaining: int
     refill: Refill | None = None
     next_refill_at: datetime | None = None
     base: int = 0
     flags: int = 0
+    revision: int = field(default=0, compare=False)
 
 
 LOW_SENT, EXHAUSTED_SENT = 1, 2
@@ -123,7 +128,9 @@ class Key:
     def etag(self) -> str:
         """A strong ETag of what a PATCH can change and of what the key may do: its
         roles' permissions are covered, so widening a role moves the ETag of every
-        key that holds it. usedAt is not: it moves on its own."""
+        key that holds it. usedAt is not: it moves on its own; neither are the credits a
+        spend or a refill leaves, but each change an admin makes to them is (their
+        ``revision``)."""
         state: list[Any] = [
             self.name,
             self.state,
@@ -136,7 +143,8 @@ class Key:
             refill = None if self.credits is None else self.credits.refill
             limited = self.credits is not None
             plan = None if refill is None else [refill.interval, refill.amount, refill.day]
-            state.append([self.external_id, self.meta, limited, plan])
+            revision = None if self.credits is None else self.credits.revision
+            state.append([self.external_id, self.meta, limited, plan, revision])
         digest = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
         return f'"{digest[:20]}"'
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from keysvc.db.contract import Connection
 from keysvc.db.dialect import with_json_list
 from keysvc.db.keys import credits_params
-from keysvc.db.rows import credits_from_row
+from keysvc.db.rows import credits_flags, credits_from_row
 from keysvc.db.statements import fetch_all
 from keysvc.models import Credits
 
@@ -50,7 +50,7 @@ async def write_many(conn: Connection, writes: Sequence[tuple[str, Credits, Cred
     if not writes:
         return True
     rows = [
-        (*credits_params(after), after.flags, key_id, read.remaining)
+        (*credits_params(after), credits_flags(after), key_id, read.remaining)
         for key_id, read, after in writes
     ]
     done = await conn.executemany(WRITE_SPENT, rows)

@@ -16,7 +16,7 @@ from typing import Any
 
 from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql, with_json_list
-from keysvc.db.rows import keys_with_roles
+from keysvc.db.rows import credits_flags, keys_with_roles
 from keysvc.db.statements import fetch_all, fetch_one
 from keysvc.errors import Conflict
 from keysvc.models import Credential, Credits, Key, KeyChange, NewKey
@@ -335,7 +335,7 @@ def details_row(
     """INSERT_DETAILS's parameters; None when the key has none of them."""
     if external_id is None and meta is None and credits is None:
         return None
-    flags = 0 if credits is None else credits.flags
+    flags = 0 if credits is None else credits_flags(credits)
     text = None if meta is None else json.dumps(meta)
     return (key_id, external_id, text, *credits_params(credits), flags)
 

@@ -89,6 +89,16 @@ def key_from_row(row: sqlite3.Row, roles: Sequence[Role]) -> Key:
     )
 
 
+# credits_flags holds the credit events sent (keysvc.models.LOW_SENT, EXHAUSTED_SENT) in
+# its low bits and the credits' revision above them: one column, no schema change.
+_EVENT_BITS = 8
+
+
+def credits_flags(credits: Credits) -> int:
+    """The credits_flags column's value for ``credits``: its flags and its revision."""
+    return credits.flags | credits.revision << _EVENT_BITS
+
+
 def credits_from_row(row: sqlite3.Row) -> Credits | None:
     """The credits in a key's row; None when unlimited."""
     if row["credits_remaining"] is None:
@@ -101,12 +111,14 @@ def credits_from_row(row: sqlite3.Row) -> Credits | None:
             int(row["credits_refill_day"] or 1),
         )
     due = row["credits_next_refill"]
+    stored = int(row["credits_flags"] or 0)
     return Credits(
         int(row["credits_remaining"]),
         refill,
         from_text(due) if due else None,
         int(row["credits_base"] or 0),
-        int(row["credits_flags"] or 0),
+        stored & ((1 << _EVENT_BITS) - 1),
+        stored >> _EVENT_BITS,
     )
 
 

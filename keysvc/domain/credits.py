@@ -11,6 +11,7 @@ first refill moment after now.
 """
 
 import calendar
+import secrets
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -51,10 +52,16 @@ def next_refill_at(refill: Refill, after: datetime) -> datetime:
     return refill_day_in(year, month, refill.day)
 
 
+def new_revision() -> int:
+    """A revision for credits an admin has just changed (``Credits.revision``): drawn at
+    random, so that no earlier ETag of the key can come back, whoever changed what."""
+    return secrets.randbits(32)
+
+
 def new_credits(remaining: int, refill: Refill | None, now: datetime) -> Credits:
     """Credits as set at ``now``: the amount is what ``key.credits_low`` is measured against."""
     due = None if refill is None else next_refill_at(refill, now)
-    return Credits(remaining, refill, due, base=remaining)
+    return Credits(remaining, refill, due, base=remaining, revision=new_revision())
 
 
 def settled(credits: Credits, now: datetime) -> Credits:
@@ -63,7 +70,8 @@ def settled(credits: Credits, now: datetime) -> Credits:
     if credits.refill is None or due is None or now < due:
         return credits
     amount = credits.refill.amount
-    return Credits(amount, credits.refill, next_refill_at(credits.refill, now), amount, 0)
+    due = next_refill_at(credits.refill, now)
+    return Credits(amount, credits.refill, due, amount, 0, credits.revision)
 
 
 def seconds_to_refill(credits: Credits, now: datetime) -> int | None:
@@ -124,5 +132,8 @@ def changed(credits: Credits | None, change: dict[str, Any], now: datetime) -> C
             raise Conflict(past_the_maximum(current.remaining, change["increment"]))
         base = max(current.base, remaining)
         flags = 0 if remaining > base * LOW_SHARE else current.flags & LOW_SENT
-        return replace(current, remaining=remaining, base=base, flags=flags)
-    return replace(current, remaining=max(0, current.remaining - change["decrement"]))
+        return replace(
+            current, remaining=remaining, base=base, flags=flags, revision=new_revision()
+        )
+    remaining = max(0, current.remaining - change["decrement"])
+    return replace(current, remaining=remaining, revision=new_revision())

@@ -12,6 +12,7 @@ from tests.helpers import (
     FakeClock,
     assert_error,
     assert_ok,
+    basic,
     create,
     create_creds,
     create_role,
@@ -156,6 +157,39 @@ async def test_an_increment_past_the_maximum_is_refused_and_changes_nothing(
     # Up to the maximum exactly is taken.
     got = await assert_ok(await _credits(client, admin, key["id"], {"increment": 5}))
     assert got["credits"]["remaining"] == MAX_CREDITS
+
+
+async def test_if_match_covers_an_admins_credit_change_and_not_a_spend(
+    client: Client, admin: Creds
+) -> None:
+    """A PATCH of credits with the ETag read before another admin's POST .../credits is
+    refused (412), not laid over it; a spend leaves the ETag as it was."""
+    body = {"name": "k", "roles": ["developer"], "credits": {"remaining": 10}}
+    user = await create_creds(client, admin, body)
+    url = keys_url(admin, user.id)
+    read = await client.get(url, headers=admin.headers)
+    stale = read.headers["ETag"]
+    added = await _credits(client, admin, user.id, {"increment": 5})
+    assert (await assert_ok(added))["credits"]["remaining"] == 15
+    assert added.headers["ETag"] != stale
+    patch = {"credits": {"remaining": 3}}
+    await assert_error(
+        await client.patch(url, json=patch, headers={**admin.headers, "If-Match": stale}),
+        412,
+        "the key has changed since you read it (If-Match does not match its ETag)",
+    )
+    assert (await get_key(client, admin, user.id))["credits"]["remaining"] == 15
+    # Spends move remaining, not the ETag: an If-Match read before them still applies.
+    current = added.headers["ETag"]
+    for _ in range(2):
+        assert (
+            await client.get("/v1/verify", headers=basic(user.key_id, user.secret))
+        ).status == 200
+    read = await client.get(url, headers=admin.headers)
+    assert ((await assert_ok(read))["credits"]["remaining"], read.headers["ETag"]) == (13, current)
+    patched = await client.patch(url, json=patch, headers={**admin.headers, "If-Match": current})
+    assert (await assert_ok(patched))["credits"]["remaining"] == 3
+    assert patched.headers["ETag"] != current
 
 
 async def test_a_set_keeps_the_refill(client: Client, admin: Creds) -> None:
