@@ -5,7 +5,7 @@
 
 from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import aiohttp
 
@@ -141,23 +141,8 @@ class AsyncClient:
     async def whoami(self) -> JsonObject:
         return await self.send(calls.whoami())
 
-    async def verify(
-        self,
-        authorization: str,
-        *,
-        permission: str | None = None,
-        organization: str | None = None,
-        cost: int | None = None,
-        forwarded_for: str | None = None,
-        full: bool = False,
-    ) -> Caller:
+    async def verify(self, authorization: str, **asked: Unpack[calls.Requirements]) -> Caller:
         """Who ``authorization`` (a caller's header, as it came) is, if keysvc admits it
-        with ``permission`` in ``organization``; ``full``: with its name and meta."""
-        call = calls.verify(
-            permission=permission,
-            organization=organization,
-            cost=cost,
-            forwarded_for=forwarded_for,
-            full=full,
-        )
-        return await self.send(call, authorization)
+        with what is ``asked`` (``calls.Requirements``: permission, organization, cost,
+        forwarded_for, full)."""
+        return await self.send(calls.verify(**asked), authorization)

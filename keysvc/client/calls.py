@@ -5,6 +5,7 @@ objects, passed through as given: the server validates them and its 400 names th
 field."""
 
 from collections.abc import Mapping
+from typing import TypedDict, Unpack
 
 from keysvc.client.records import (
     Caller,
@@ -115,23 +116,30 @@ def whoami() -> Call[JsonObject]:
     return Call("GET", "/v1/whoami", _result)
 
 
-def verify_headers(
-    *,
-    permission: str | None = None,
-    organization: str | None = None,
-    cost: int | None = None,
-    forwarded_for: str | None = None,
-    full: bool = False,
-) -> dict[str, str]:
-    """The headers of a verify request beside Authorization: only what the caller sets,
-    never anything a client sent. ``full``: the JSON answer (name and meta too), which
-    keysvc says may not be reused."""
-    headers = {"Accept": "application/json" if full else "*/*"}
+class Requirements(TypedDict, total=False):
+    """What a verify request asks of the caller's key, beside its Authorization:
+    ``permission`` it must hold, ``organization`` it must belong to, the ``cost`` in
+    credits to spend, the client's address (``forwarded_for``, for IP access lists,
+    when keysvc trusts the asker), and ``full``: the JSON answer (name and meta too),
+    which keysvc says may not be reused."""
+
+    permission: str | None
+    organization: str | None
+    cost: int | None
+    forwarded_for: str | None
+    full: bool
+
+
+def verify_headers(**asked: Unpack[Requirements]) -> dict[str, str]:
+    """The headers of a verify request beside Authorization: only what the asker sets,
+    never anything a client sent."""
+    headers = {"Accept": "application/json" if asked.get("full") else "*/*"}
+    cost = asked.get("cost")
     for name, value in (
-        ("X-Required-Permission", permission),
-        ("X-Required-Organization", organization),
+        ("X-Required-Permission", asked.get("permission")),
+        ("X-Required-Organization", asked.get("organization")),
         ("X-Credit-Cost", None if cost is None else str(cost)),
-        ("X-Forwarded-For", forwarded_for),
+        ("X-Forwarded-For", asked.get("forwarded_for")),
     ):
         if value is not None:
             headers[name] = value
@@ -145,20 +153,6 @@ def read_caller(answer: Answer) -> Caller:
     return caller_from_headers(answer.headers)
 
 
-def verify(
-    *,
-    permission: str | None = None,
-    organization: str | None = None,
-    cost: int | None = None,
-    forwarded_for: str | None = None,
-    full: bool = False,
-) -> Call[Caller]:
+def verify(**asked: Unpack[Requirements]) -> Call[Caller]:
     """Verify's question; the Authorization it asks about is the caller's, given to send."""
-    headers = verify_headers(
-        permission=permission,
-        organization=organization,
-        cost=cost,
-        forwarded_for=forwarded_for,
-        full=full,
-    )
-    return Call("GET", "/v1/verify", read_caller, headers=headers)
+    return Call("GET", "/v1/verify", read_caller, headers=verify_headers(**asked))

@@ -7,7 +7,7 @@ import http.client
 import threading
 from collections.abc import Iterator, Mapping
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 from urllib.parse import urlsplit
 
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -166,23 +166,8 @@ class Client:
     def whoami(self) -> JsonObject:
         return self.send(calls.whoami())
 
-    def verify(
-        self,
-        authorization: str,
-        *,
-        permission: str | None = None,
-        organization: str | None = None,
-        cost: int | None = None,
-        forwarded_for: str | None = None,
-        full: bool = False,
-    ) -> Caller:
+    def verify(self, authorization: str, **asked: Unpack[calls.Requirements]) -> Caller:
         """Who ``authorization`` (a caller's header, as it came) is, if keysvc admits it
-        with ``permission`` in ``organization``; ``full``: with its name and meta."""
-        call = calls.verify(
-            permission=permission,
-            organization=organization,
-            cost=cost,
-            forwarded_for=forwarded_for,
-            full=full,
-        )
-        return self.send(call, authorization)
+        with what is ``asked`` (``calls.Requirements``: permission, organization, cost,
+        forwarded_for, full)."""
+        return self.send(calls.verify(**asked), authorization)

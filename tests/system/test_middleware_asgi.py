@@ -113,3 +113,25 @@ async def test_a_key_with_credits_is_verified_and_spent_on_every_request(
         assert (await get(client, "/", caller)).status_code == 429
     assert keysvc.verified() - before == 3
     assert keysvc.api("GET", f"/keys/{caller.id}")["credits"]["remaining"] == 0
+
+
+async def test_a_refused_websocket_is_closed_before_it_is_accepted(
+    keysvc: Keysvc, verifier: Verifier
+) -> None:
+    """httpx speaks no websocket: the ASGI app is called as a server would call it."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "websocket.connect"}
+
+    async def send(message: Any) -> None:
+        sent.append(dict(message))
+
+    async def never(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("the app was called for a refused websocket")
+
+    middleware = KeysvcMiddleware(never, verifier=verifier)
+    scope = {"type": "websocket", "path": "/", "headers": [], "client": ("127.0.0.1", 1)}
+    await middleware(scope, receive, send)
+    assert sent == [{"type": "websocket.close", "code": 1008}]
+    assert "keysvc" not in scope
