@@ -73,7 +73,8 @@ def reserve_of(queue_limit: int) -> int:
 class Dropped:
     """Revocation events not queued for a webhook whose reserve was full, this process."""
 
-    count = 0
+    def __init__(self) -> None:
+        self.count = 0
 
 
 DROPPED = Dropped()

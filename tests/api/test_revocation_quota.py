@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from keysvc.config import Settings
-from keysvc.db.quota import reserve_of
+from keysvc.db.quota import DROPPED, reserve_of
 from keysvc.http.state import LEAK_REPORTS
 from keysvc.scanning import load_keys
 from tests.api.activities import listed
@@ -57,6 +57,13 @@ async def _revoke(client: Client, secret: str) -> None:
     await client.app[LEAK_REPORTS].drain()
 
 
+async def _dead_webhook(client: Client, admin: Creds) -> dict[str, Any]:
+    """A webhook of the revocations' events to a closed port: its deliveries wait."""
+    body = {"url": f"http://127.0.0.1:{closed_port()}/hook",
+            "events": ["key.updated", "key.deleted", "key.leaked"]}  # fmt: skip
+    return await create_webhook(client, admin, body)
+
+
 async def _spend_the_budget(client: Client, leaked: Creds, victim: str) -> None:
     """The leaked key PATCHes a key's IP access list, then its own name, until the
     budget refuses even a rename."""
@@ -79,12 +86,7 @@ async def test_a_key_past_the_write_budget_cannot_block_its_own_revocation(
 ) -> None:
     client = await private_client(aiohttp_client, settings, clock, org_write_budget_mib=1)
     admin = await bootstrap(client.app)
-    hook = await create_webhook(
-        client,
-        admin,
-        {"url": f"http://127.0.0.1:{closed_port()}/hook",
-         "events": ["key.updated", "key.deleted", "key.leaked"]},
-    )  # fmt: skip
+    hook = await _dead_webhook(client, admin)
     leaked = await create_creds(client, admin, {"name": "leaked", "roles": ["admin"]})
     victim = await create_creds(client, admin, {"name": "victim", "roles": ["developer"]})
     other = await create_creds(client, admin, {"name": "other", "roles": ["developer"]})
@@ -130,12 +132,7 @@ async def test_a_full_queue_cannot_block_a_revocation(
 ) -> None:
     client = await private_client(aiohttp_client, settings, clock, webhook_queue_limit=QUEUE_LIMIT)
     admin = await bootstrap(client.app)
-    hook = await create_webhook(
-        client,
-        admin,
-        {"url": f"http://127.0.0.1:{closed_port()}/hook",
-         "events": ["key.updated", "key.deleted", "key.leaked"]},
-    )  # fmt: skip
+    hook = await _dead_webhook(client, admin)
     hook_id = hook["webhook"]["id"]
     leaked = await create_creds(client, admin, {"name": "leaked", "roles": ["admin"]})
     spare = [
@@ -162,6 +159,7 @@ async def test_a_full_queue_cannot_block_a_revocation(
     assert [d["eventType"] for d in waiting].count("key.updated") == QUEUE_LIMIT + 1
     # ...then the delete and the report go through without their events, each noted.
     caplog.clear()
+    dropped = DROPPED.count
     with caplog.at_level(logging.WARNING, logger="keysvc"):
         await assert_ok(await client.delete(keys_url(admin, spare[1].id), headers=admin.headers))
         await _revoke(client, spare[2].secret)
@@ -169,6 +167,7 @@ async def test_a_full_queue_cannot_block_a_revocation(
     notes = [r.getMessage() for r in caplog.records if "not queued" in r.getMessage()]
     assert len(notes) == 3, notes  # the delete's; the report's disable and its key.leaked
     assert all(hook_id in note for note in notes)
+    assert DROPPED.count == dropped + 3
     assert len(await deliveries(client, admin, hook_id)) == QUEUE_LIMIT + 1
 
 
