@@ -146,9 +146,10 @@ def test_the_shipped_config_keeps_a_cache_keyed_on_all_the_answer_depends_on() -
         "$keysvc_organization",
         "$keysvc_permission",
         "$remote_addr",
-        "$keysvc_credentials",
+        "$keysvc_credentials_digest",
     ]
     assert "js_set $keysvc_credentials keysvc.credentials;" in template
+    assert "set $keysvc_credentials_digest $keysvc_credentials;" in template
     # Exactly what the auth subrequest sends keysvc in the headers its answer reads,
     # and nothing of the client's besides.
     for header, value in (
