@@ -294,3 +294,18 @@ def test_long_credentials_with_a_long_permission_list_are_reused(stack: Stack, l
     assert [answer.status for answer in answers] == [200] * 3, stack.nginx.log()[-2000:]
     assert stack.verified() == before + 1
     assert "[error]" not in stack.nginx.log(), stack.nginx.log()[-2000:]
+
+
+def test_a_key_given_credits_spends_from_within_the_bound(stack: Stack) -> None:
+    # README, "Spending": a key's answer kept before it had credits is still served for
+    # up to the bound; every request from then on reaches keysvc and spends.
+    key = stack.create_key(roles=["developer"])
+
+    def give() -> None:
+        stack.api("POST", f"/keys/{key.id}/credits", {"set": 1000})
+
+    seen = seen_after(stack, "/orders", key, give)
+    assert_within_the_bound(seen, 200)
+    spent = 1000 - stack.api("GET", f"/keys/{key.id}")["credits"]["remaining"]
+    late = [started for started, _ in seen if started >= BOUND]
+    assert len(late) <= spent <= len(seen)
