@@ -146,9 +146,10 @@ def test_the_shipped_config_keeps_a_cache_keyed_on_all_the_answer_depends_on() -
         "$keysvc_organization",
         "$keysvc_permission",
         "$remote_addr",
-        "$keysvc_credentials",
+        "$keysvc_credentials_digest",
     ]
     assert "js_set $keysvc_credentials keysvc.credentials;" in template
+    assert "set $keysvc_credentials_digest $keysvc_credentials;" in template
     # Exactly what the auth subrequest sends keysvc in the headers its answer reads,
     # and nothing of the client's besides.
     for header, value in (
@@ -293,3 +294,18 @@ def test_long_credentials_with_a_long_permission_list_are_reused(stack: Stack, l
     assert [answer.status for answer in answers] == [200] * 3, stack.nginx.log()[-2000:]
     assert stack.verified() == before + 1
     assert "[error]" not in stack.nginx.log(), stack.nginx.log()[-2000:]
+
+
+def test_a_key_given_credits_spends_from_within_the_bound(stack: Stack) -> None:
+    # README, "Spending": a key's answer kept before it had credits is still served for
+    # up to the bound; every request from then on reaches keysvc and spends.
+    key = stack.create_key(roles=["developer"])
+
+    def give() -> None:
+        stack.api("POST", f"/keys/{key.id}/credits", {"set": 1000})
+
+    seen = seen_after(stack, "/orders", key, give)
+    assert_within_the_bound(seen, 200)
+    spent = 1000 - stack.api("GET", f"/keys/{key.id}")["credits"]["remaining"]
+    late = [started for started, _ in seen if started >= BOUND]
+    assert len(late) <= spent <= len(seen)
