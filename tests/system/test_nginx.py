@@ -306,3 +306,27 @@ def test_a_local_process_cannot_forge_its_address_to_keysvc(stack: Stack) -> Non
     answer = call(stack.keysvc.port, "/v1/verify", headers=forged)
     assert answer.status == 403, answer.body
     assert answer.json()["error"] == "client address not allowed for this key"
+
+
+@pytest.mark.parametrize(
+    ("granted", "allowed"),
+    [
+        (["reports:read", "region:eu"], True),
+        (["reports:read", "region:any"], True),
+        (["reports:read"], False),
+        (["region:eu", "region:any"], False),
+    ],
+)
+def test_the_shipped_map_s_permission_query_is_met_through_nginx(
+    stack: Stack, granted: list[str], allowed: bool
+) -> None:
+    """The config's example: /reports/eu needs reports:read AND (region:eu OR region:any)."""
+    name = "q-" + "-".join(g.replace(":", ".") for g in granted)
+    role = stack.api("POST", "/roles", {"name": name, "permissions": granted})
+    key = stack.create_key(assignedRoleIds=[role["id"]])
+    if allowed:
+        stack.passed("/reports/eu/q1", key)
+    else:
+        stack.refused("/reports/eu/q1", key, 403)
+    if "reports:read" in granted:  # the plain prefix needs the one name
+        stack.passed("/reports/q1", key)
