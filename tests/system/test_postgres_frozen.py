@@ -6,15 +6,17 @@ recovers by itself. And the same server stopped: `/metrics` is still served."""
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
+from aiohttp import ClientResponse
 
 from keysvc.config import Settings
 from keysvc.db.postgres.connection import ACQUIRE_SECONDS, READY_SECONDS, STATEMENT_SECONDS
 from keysvc.http.app import create_app
 from tests.helpers import Client, ClientFactory, assert_error, bootstrap, create_creds, keys_url
-from tests.pgfaults import frozen, own_cluster
+from tests.pgfaults import frozen, module_cluster
 from tests.postgres import PEPPER, Postgres
 
 # The longest a request may take against a frozen server: a pooled connection waited
@@ -26,11 +28,7 @@ RECOVERY_SECONDS = 30.0
 BODY = {"name": "k", "roles": ["developer"]}
 
 
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[Postgres]:
-    """A cluster of this module's own: freezing it stops no other test's database."""
-    with own_cluster() as cluster:
-        yield cluster
+postgres = module_cluster()
 
 
 @pytest.fixture
@@ -43,10 +41,12 @@ async def client(
     await started.close()
 
 
-async def _timed(client: Client, method: str, path: str, **kwargs: object) -> tuple[object, float]:
+async def _timed(
+    client: Client, method: str, path: str, body: Any = None, headers: Any = None
+) -> tuple[ClientResponse, float]:
     started = time.monotonic()
     async with asyncio.timeout(GIVE_UP_SECONDS):
-        response = await client.request(method, path, **kwargs)
+        response = await client.request(method, path, json=body, headers=headers)
         await response.read()
     return response, time.monotonic() - started
 
@@ -66,7 +66,7 @@ async def test_a_frozen_database_is_503_within_the_bound_and_recovers(
             ("POST", url, BODY),
             ("PATCH", f"{url}/{key.id}", {"state": "disabled"}),
         ):
-            response, took = await _timed(client, method, path, json=body, headers=admin.headers)
+            response, took = await _timed(client, method, path, body, admin.headers)
             await assert_error(response, 503, "database unavailable")
             assert response.headers["Retry-After"] == "5"
             assert took < BOUND, (method, took)

@@ -26,7 +26,7 @@ import pytest
 
 from keysvc.db.postgres.notifications import ACKNOWLEDGE_SECONDS, DEAF_USAGE
 from tests import pginstances
-from tests.pgfaults import own_cluster
+from tests.pgfaults import module_cluster
 from tests.pginstances import (
     SLACK_SECONDS,
     WAIT_SECONDS,
@@ -55,10 +55,7 @@ admin = pginstances.admin
 two = pginstances.two
 
 
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[Postgres]:
-    with own_cluster(ON_DISK) as cluster:
-        yield cluster
+postgres = module_cluster(ON_DISK)
 
 
 @pytest.fixture

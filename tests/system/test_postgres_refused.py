@@ -5,25 +5,21 @@ rule rejects it. Each is a 503 with Retry-After, as a stopped server is, never a
 with a traceback."""
 
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
 from keysvc.config import Settings
 from keysvc.http.app import create_app
 from tests.helpers import Client, ClientFactory, assert_error, bootstrap, keys_url
-from tests.pgfaults import own_cluster
+from tests.pgfaults import module_cluster
 from tests.postgres import PEPPER, Postgres
 
 PASSWORD = "right-password"
 BODY = {"name": "k", "roles": ["developer"]}
 
 
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[Postgres]:
-    """A cluster of this module's own: its pg_hba.conf is changed."""
-    with own_cluster() as cluster:
-        yield cluster
+postgres = module_cluster()
 
 
 @pytest.fixture
