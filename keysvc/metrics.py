@@ -178,6 +178,12 @@ class Metrics:
             buckets=_DB_BUCKETS,
             registry=self.registry,
         )
+        self._counted = Gauge(
+            "keysvc_keys_counted",
+            "1 when keysvc_keys is a count made now, 0 when the database did not answer"
+            " the last scrape's count (keysvc_keys is then the last count made).",
+            registry=self.registry,
+        )
         # Every reason (see RequestTallies) and state is exported from the start, at zero,
         # so that rates and alerts need no special case for a series that appears late.
         for state in KEY_STATES:
@@ -197,7 +203,11 @@ class Metrics:
             child = self._db_by_operation[operation] = self._db.labels(operation=operation)
         child.observe(seconds)
 
-    def set_keys_by_state(self, counts: Mapping[str, int]) -> None:
+    def set_keys_by_state(self, counts: Mapping[str, int] | None) -> None:
+        """The keys by state as just counted; None: not counted now (the last kept)."""
+        self._counted.set(0 if counts is None else 1)
+        if counts is None:
+            return
         for state in KEY_STATES:
             self._keys.labels(state=state).set(counts.get(state, 0))
 

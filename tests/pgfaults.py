@@ -7,9 +7,11 @@ cuts a connection between a COMMIT and its reply (``CommitCutter``)."""
 import asyncio
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+
+import pytest
 
 from tests.postgres import Postgres, start_postgres, stop_postgres
 
@@ -29,6 +31,20 @@ def own_cluster(parent: Path | None = None) -> Iterator[Postgres]:
         yield cluster
     finally:
         stop_postgres(cluster)
+
+
+def module_cluster(parent: Path | None = None) -> Callable[[], Iterator[Postgres]]:
+    """A ``postgres`` fixture for a module whose tests harm their cluster (freeze it,
+    change its pg_hba.conf, fill its NOTIFY queue): one of the module's own, in
+    ``parent``, so that no other test's database shares its fate.
+    A test module takes it by name: ``postgres = pgfaults.module_cluster()``."""
+
+    @pytest.fixture(scope="module")
+    def postgres() -> Iterator[Postgres]:
+        with own_cluster(parent) as cluster:
+            yield cluster
+
+    return postgres
 
 
 def server_processes(cluster: Postgres) -> list[int]:

@@ -188,6 +188,10 @@ class Postgres:
                 raise AssertionError(f"pg_ctl failed: {started.stderr}{self.log_text()}")
             self.port = free_port()
 
+    def restart(self) -> None:
+        """Start again, on the same port, a server stopped by ``pg_ctl stop``."""
+        self._serve()
+
     async def _migrate(self, database: str) -> None:
         conn = await asyncpg.connect(self.url(database))
         try:

@@ -22,10 +22,9 @@ import asyncpg
 import pytest
 
 from keysvc.db.postgres.notifications import (
+    ACKNOWLEDGE_SECONDS,
     AUTH_CHANNEL,
     LISTENER_PREFIX,
-    PROBE_SECONDS,
-    PROBE_TIMEOUT,
     SEEN_CHANNEL,
 )
 from tests import pginstances
@@ -42,7 +41,7 @@ from tests.pginstances import (
 from tests.postgres import Postgres
 from tests.server import Server
 
-BOUND = PROBE_SECONDS + PROBE_TIMEOUT
+BOUND = ACKNOWLEDGE_SECONDS
 
 
 admin = pginstances.admin

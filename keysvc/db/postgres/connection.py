@@ -13,7 +13,8 @@ wording names the constraint, never the values refused (keyed hashes included).
 import logging
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,19 @@ UNAVAILABLE = (
 )
 # At most one log line this often while the database stays unavailable.
 UNAVAILABLE_LOG_SECONDS = 10.0
+# The bounds of every call to the database: a connection made, a pooled one waited
+# for, a statement answered. Past one, the call is a 503: a server that stopped
+# answering (frozen, or cut off without a reset) holds no request longer than this,
+# where the TCP stack alone would wait for about 15 minutes. TimeoutError is an
+# OSError, and so in UNAVAILABLE.
+CONNECT_SECONDS = 5.0
+ACQUIRE_SECONDS = 5.0
+STATEMENT_SECONDS = 10.0
+# The keys-by-state count (keysvc.db.keystates), a scan that takes seconds over
+# millions of keys: a scrape waits for it at most every 30 s.
+COUNT_SECONDS = 30.0
+# /readyz's one statement: not ready within a few seconds of the server freezing.
+READY_SECONDS = 3.0
 
 
 class Outage:
@@ -57,6 +71,26 @@ class Outage:
             self._logged_at = now
             logger.warning("PostgreSQL unavailable (%s); answering 503", type(exc).__name__)
         return DatabaseUnavailable()
+
+
+@asynccontextmanager
+async def acquired(pool: Any, outage: Outage) -> AsyncIterator[Any]:
+    """A pooled connection, waited for at most ACQUIRE_SECONDS. A connection the server
+    refuses (a role that may not log in, a database dropped, a wrong password, a
+    pg_hba.conf rule) is a 503, as a server that is down is. One whose statement
+    timed out or whose protocol is out of step is terminated, not lent again: its
+    server process may still be busy, or never answer."""
+    try:
+        raw = await pool.acquire(timeout=ACQUIRE_SECONDS)
+    except (*UNAVAILABLE, asyncpg.PostgresError) as exc:
+        raise outage.unavailable(exc) from None
+    try:
+        yield raw
+    except (TimeoutError, asyncpg.InternalClientError):
+        raw.terminate()
+        raise
+    finally:
+        await pool.release(raw, timeout=ACQUIRE_SECONDS)
 
 
 # asyncpg's class of each refusal -> SQLite's word for it.
@@ -96,8 +130,10 @@ def _rowcount(status: str) -> int:
 
 
 class PgConnection:
-    def __init__(self, conn: Any):
+    def __init__(self, conn: Any, timeout: float | None = None):
         self.raw = conn
+        # Each statement's bound; None: the connection's (STATEMENT_SECONDS on the pool).
+        self._timeout = timeout
 
     @property
     def in_transaction(self) -> bool:
@@ -105,7 +141,7 @@ class PgConnection:
 
     async def execute(self, sql: str, params: Iterable[Any] = ()) -> Done:
         try:
-            status = await self.raw.execute(postgres_text(sql), *params)
+            status = await self.raw.execute(postgres_text(sql), *params, timeout=self._timeout)
         except asyncpg.IntegrityConstraintViolationError as exc:
             raise refusal(exc) from None
         return Done(_rowcount(str(status)))
@@ -115,13 +151,13 @@ class PgConnection:
         if not rows:
             return
         try:
-            await self.raw.executemany(postgres_text(sql), rows)
+            await self.raw.executemany(postgres_text(sql), rows, timeout=self._timeout)
         except asyncpg.IntegrityConstraintViolationError as exc:
             raise refusal(exc) from None
 
     async def execute_fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
         try:
-            return list(await self.raw.fetch(postgres_text(sql), *params))
+            return list(await self.raw.fetch(postgres_text(sql), *params, timeout=self._timeout))
         except asyncpg.IntegrityConstraintViolationError as exc:
             raise refusal(exc) from None
 

@@ -2,7 +2,15 @@
 hears commits (keysvc_data) and authorization generations (keysvc_auth), reads the
 generation itself rather than believing a payload, acknowledges it signed
 (keysvc_seen), and lets a writer wait for every registered instance
-(``keysvc.db.postgres.peers``). While it is down, the caches are cold."""
+(``keysvc.db.postgres.peers``). While it is down, the caches are cold.
+
+Notifications are a fast path, not the only one: the NOTIFY queue is one per cluster,
+and any role that may log in anywhere on the server can fill it (LISTEN, hold a
+transaction open, NOTIFY from another session). So the probe reads the generation
+itself every PROBE_SECONDS, and while the queue is DEAF_USAGE full or more, or an
+announcement of this instance's could not be sent, the caches are cold
+(``deaf``): nothing is served from them that a lost notification could have made
+stale."""
 
 import asyncio
 import logging
@@ -15,6 +23,8 @@ import asyncpg
 
 from keysvc.db.meta import GENERATION
 from keysvc.db.postgres import peers
+from keysvc.db.postgres.connection import CONNECT_SECONDS
+from keysvc.db.postgres.schema import QUIET
 
 logger = logging.getLogger("keysvc")
 
@@ -29,6 +39,16 @@ LISTENER_PREFIX = "keysvc-listen/"
 # longest a dead connection can go unnoticed is about this plus PROBE_TIMEOUT.
 PROBE_SECONDS = 1.0
 PROBE_TIMEOUT = 2.0
+# How long a writer waits for the acknowledgements of a new generation, at most. By
+# then every other instance has read a generation at least as new (a probe begun
+# before the commit ends within PROBE_TIMEOUT, the next starts PROBE_SECONDS later and
+# reads it within PROBE_TIMEOUT), or its probe failed and its caches are cold.
+ACKNOWLEDGE_SECONDS = PROBE_SECONDS + 2 * PROBE_TIMEOUT
+# The share of the NOTIFY queue in use from which notifications are not trusted: far
+# below full, so that the caches are cold before any announcement can be refused.
+DEAF_USAGE = 0.5
+# What the probe reads: the generation, and how full the cluster's NOTIFY queue is.
+PROBE = f"select ({GENERATION}), pg_notification_queue_usage()"
 
 
 class Notifications:
@@ -72,9 +92,11 @@ class Notifications:
         self._newest = -1
         # Carried by this instance's own announcements (see is_own_commit).
         self.token = uuid.uuid4().hex
+        # Whether notifications are not to be trusted now (see the module).
+        self.deaf = False
 
     def look(self) -> int:
-        if not self.listening.is_set():
+        if self.deaf or not self.listening.is_set():
             # Cold: nothing read before can be known current, nor anything read now.
             self._version += 1
             self.generation = object()
@@ -119,17 +141,51 @@ class Notifications:
                 self._lost(conn)
                 await self._drop()
                 return
-            if int(generation) > self._newest:
-                self._newest = int(generation)
-                self.generation = generation
-                self._acknowledge(generation)
+            self._take(generation)
+
+    def _take(self, generation: str) -> None:
+        """A generation read: taken in and acknowledged when newer than any before."""
+        if int(generation) > self._newest:
+            self._newest = int(generation)
+            self.generation = generation
+            self._acknowledge(generation)
+
+    # The NOTIFY queue, which any role that may log in can fill.
+
+    def _queue_used(self, usage: float, generation: str) -> None:
+        """The probe's reading of the queue: deaf from DEAF_USAGE, hearing again below
+        it (everything read before is stale: commits may have gone unheard)."""
+        if usage >= DEAF_USAGE:
+            if not self.deaf:
+                logger.warning(
+                    "the PostgreSQL NOTIFY queue is %.0f%% full; caches off until it empties",
+                    usage * 100,
+                )
+            self.deaf = True
+        elif self.deaf:
+            self.deaf = False
+            self._version += 1
+            self.generation = generation
+            logger.warning("the PostgreSQL NOTIFY queue has room again; caches on")
+
+    def unannounced(self, exc: BaseException) -> None:
+        """A commit of this instance's could not be announced: deaf until the next probe
+        finds the queue with room (the other instances read the generation anyway)."""
+        if not self.deaf:
+            logger.warning("could not announce a commit (%s); caches off", type(exc).__name__)
+        self.deaf = True
 
     async def start(self) -> None:
         await self._listen()
         self._task = asyncio.create_task(self._watch(), name="keysvc-notifications")
 
     async def _listen(self) -> None:
-        conn = await asyncpg.connect(self._url, server_settings={"application_name": self.name})
+        conn = await asyncpg.connect(
+            self._url,
+            timeout=CONNECT_SECONDS,
+            command_timeout=PROBE_TIMEOUT,
+            server_settings={"application_name": self.name, **QUIET},
+        )
         try:
             await conn.add_listener(DATA_CHANNEL, self._heard)
             await conn.add_listener(AUTH_CHANNEL, self._heard)
@@ -163,7 +219,7 @@ class Notifications:
                 if self._conn is None or self._conn.is_closed():
                     raise ConnectionError("the listening connection is closed")
                 async with asyncio.timeout(PROBE_TIMEOUT), self._using:
-                    await self._conn.fetchval("select 1")
+                    generation, usage = await self._conn.fetchrow(PROBE)
             except Exception:
                 if self.listening.is_set():
                     self.losses += 1
@@ -177,6 +233,9 @@ class Notifications:
                     logger.debug("PostgreSQL notifications still down: %s", type(exc).__name__)
                     continue
                 logger.warning("PostgreSQL notifications back; caches on")
+            else:
+                self._queue_used(float(usage), generation)
+                self._take(generation)
 
     async def _drop(self) -> None:
         conn, self._conn = self._conn, None
@@ -264,14 +323,15 @@ class Notifications:
     async def seen_everywhere(self, generation: int, listeners: list[str]) -> None:
         """Return once every instance in ``listeners`` (registered and live,
         ``peers.LISTENING``) has acknowledged ``generation`` or a later one, or after
-        PROBE_SECONDS + PROBE_TIMEOUT: by then one that has not has a dead or stuck
-        connection, and its own probe has turned its caches cold."""
+        ACKNOWLEDGE_SECONDS: by then one that has not has read the generation at its
+        probe, or its probe failed and its caches are cold. While the NOTIFY queue is
+        full no acknowledgement comes, and a writer waits for the whole bound."""
         if not self.listening.is_set():
             # Cold here, and deaf to the acknowledgements: nothing to wait for.
             logger.debug("not listening: the other instances are not waited for")
             return
         waited_for = set(listeners)
-        deadline = asyncio.get_running_loop().time() + PROBE_SECONDS + PROBE_TIMEOUT
+        deadline = asyncio.get_running_loop().time() + ACKNOWLEDGE_SECONDS
         while missing := sorted(i for i in waited_for if self._seen.get(i, -1) < generation):
             acknowledged = self._acknowledged
             try:

@@ -1,35 +1,23 @@
 """PostgreSQL's reads outside a transaction: ``PgReader``, each statement on whichever
-pooled connection is free, answering the calls SQLite's reader connection and point
-reader answer; a database that does not answer is a 503 (``Outage``).
+pooled connection is free (``keysvc.db.postgres.connection.acquired``: bounded, and a
+broken connection is not lent again), answering the calls SQLite's reader connection
+and point reader answer; a database that does not answer is a 503 (``Outage``).
 """
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-import asyncpg
-
-from keysvc.db.postgres.connection import UNAVAILABLE, Done, Outage, PgConnection
-
-
-@contextmanager
-def _dropped_if_broken(raw: Any) -> Iterator[None]:
-    """A connection whose protocol is out of step is terminated, so the pool makes a
-    new one rather than lending this one again."""
-    try:
-        yield
-    except asyncpg.InternalClientError:
-        raw.terminate()
-        raise
+from keysvc.db.postgres.connection import UNAVAILABLE, Done, Outage, PgConnection, acquired
 
 
 class PgReader:
     """Reads on pooled connections, each statement on whichever is free: what SQLite's
     reader connection answers, with the same calls (``execute_fetchall``)."""
 
-    def __init__(self, pool: Any, outage: Outage):
+    def __init__(self, pool: Any, outage: Outage, timeout: float | None = None):
         self._pool = pool
         self._outage = outage
+        # Each statement's bound; None: the pool's (STATEMENT_SECONDS).
+        self._timeout = timeout
 
     in_transaction = False
 
@@ -38,17 +26,15 @@ class PgReader:
 
     async def execute(self, sql: str, params: Any = ()) -> Done:
         try:
-            async with self._pool.acquire() as raw:
-                with _dropped_if_broken(raw):
-                    return await PgConnection(raw).execute(sql, params)
+            async with acquired(self._pool, self._outage) as raw:
+                return await PgConnection(raw, self._timeout).execute(sql, params)
         except UNAVAILABLE as exc:
             raise self._outage.unavailable(exc) from None
 
     async def executemany(self, sql: str, params: Any) -> None:
         try:
-            async with self._pool.acquire() as raw:
-                with _dropped_if_broken(raw):
-                    await PgConnection(raw).executemany(sql, params)
+            async with acquired(self._pool, self._outage) as raw:
+                await PgConnection(raw, self._timeout).executemany(sql, params)
         except UNAVAILABLE as exc:
             raise self._outage.unavailable(exc) from None
 
@@ -58,8 +44,7 @@ class PgReader:
 
     async def _fetch(self, sql: str, params: Any) -> list[Any]:
         try:
-            async with self._pool.acquire() as raw:
-                with _dropped_if_broken(raw):
-                    return await PgConnection(raw).execute_fetchall(sql, params)
+            async with acquired(self._pool, self._outage) as raw:
+                return await PgConnection(raw, self._timeout).execute_fetchall(sql, params)
         except UNAVAILABLE as exc:
             raise self._outage.unavailable(exc) from None

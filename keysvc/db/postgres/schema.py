@@ -197,6 +197,43 @@ MIGRATION_LOCK = 0x6B657973
 
 _VERSION = "select value from meta where name = 'schema_version'"
 
+# keysvc's own sessions are quiet (``QUIET``, set on every connection it makes): the
+# triggers leave their changes unannounced, and keysvc announces them after the
+# commit (``keysvc.db.postgres.store.PgWriter``). A NOTIFY inside a transaction makes
+# its COMMIT depend on the NOTIFY queue, one per cluster, which any role that may log
+# in anywhere on the server can fill. A hand edit still announces itself.
+QUIET = {"keysvc.quiet": "on"}
+_UNLESS_QUIET = "coalesce(current_setting('keysvc.quiet', true), '') <> 'on'"
+# The trigger functions' bodies, replaced at every start when they differ: code, not
+# data, so a database of any version gets them without a numbered step.
+TRIGGER_FUNCTIONS = {
+    "keysvc_data_changed": f"""
+begin
+    if {_UNLESS_QUIET} then
+        perform pg_notify('keysvc_data', coalesce(current_setting('keysvc.token', true), ''));
+    end if;
+    return null;
+end """,
+    "keysvc_auth_announced": f"""
+begin
+    if {_UNLESS_QUIET} then
+        perform pg_notify('keysvc_auth', new.value);
+    end if;
+    return null;
+end """,
+}
+_BODY = "select prosrc from pg_proc where oid = to_regproc($1)"
+
+
+async def _quiet_triggers(conn: Any) -> None:
+    """Give the trigger functions ``TRIGGER_FUNCTIONS``' bodies where they differ."""
+    for name, body in TRIGGER_FUNCTIONS.items():
+        if await conn.fetchval(_BODY, name) != body:
+            await conn.execute(
+                f"create or replace function {name}() returns trigger"
+                f" language plpgsql as $body${body}$body$"
+            )
+
 
 def postgres_schema_sql() -> str:
     return resources.files("keysvc").joinpath("schema_postgres.sql").read_text()
@@ -227,6 +264,7 @@ async def migrate(
                 f"database schema version {current} is newer than this keysvc supports ({target})"
             )
         if current == target:
+            await _quiet_triggers(conn)
             return current
         if current == 0:
             if not create:
@@ -249,6 +287,7 @@ async def migrate(
             " on conflict (name) do update set value = excluded.value",
             str(target),
         )
+        await _quiet_triggers(conn)
     return current
 
 

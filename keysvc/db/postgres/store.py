@@ -32,15 +32,17 @@ from keysvc.db.outbox import enqueue
 from keysvc.db.postgres import peers, sharedcounts
 from keysvc.db.postgres import schema as pgschema
 from keysvc.db.postgres.connection import (
+    CONNECT_SECONDS,
+    COUNT_SECONDS,
+    READY_SECONDS,
+    STATEMENT_SECONDS,
     UNAVAILABLE,
     Outage,
     PgConnection,
+    acquired,
     refusal,
 )
-from keysvc.db.postgres.notifications import (
-    DATA_CHANNEL,
-    Notifications,
-)
+from keysvc.db.postgres.notifications import AUTH_CHANNEL, DATA_CHANNEL, Notifications
 from keysvc.db.postgres.reader import PgReader
 from keysvc.db.rows import role_from_row
 from keysvc.db.statements import fetch_all, fetch_one, to_the_end
@@ -100,12 +102,13 @@ class PgWriter:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[PgConnection]:
-        """One write transaction. One that moved the generation returns once the other
-        instances have heard of it (``Notifications.seen_everywhere``), waited for
-        after the lock is let go."""
+        """One write transaction, announced once committed (``_announce``). One that
+        moved the generation returns once the other instances have heard of it or
+        read it (``Notifications.seen_everywhere``), waited for after the lock is let
+        go."""
         moved: int | None = None
         try:
-            async with self.lock, self._pool.acquire() as raw:
+            async with self.lock, acquired(self._pool, self._outage) as raw:
                 self._authorization_changed = False
                 committing = False
                 try:
@@ -119,8 +122,6 @@ class PgWriter:
                             self._notifications.token,
                         )
                         yield PgConnection(raw)
-                        token = self._notifications.token
-                        await raw.execute("select pg_notify($1, $2)", DATA_CHANNEL, token)
                         if self._authorization_changed:
                             # The triggers may have moved it further than the domain's bump.
                             moved = int(await raw.fetchval(GENERATION))
@@ -132,6 +133,7 @@ class PgWriter:
                         self._notifications.committed()
                     raise
                 self._committed()
+                await self._announce(raw, moved)
                 # Listed after the commit: a listening connection made later reads a
                 # generation at least as new when it starts.
                 listeners = [] if moved is None else await self._listeners(raw)
@@ -139,6 +141,25 @@ class PgWriter:
                 await self._notifications.seen_everywhere(moved, listeners)
         except UNAVAILABLE as exc:
             raise self._outage.unavailable(exc) from None
+
+    async def _announce(self, raw: Any, moved: int | None) -> None:
+        """Tell the other instances of a commit, after it, in a statement of its own:
+        a full NOTIFY queue (one per cluster, which any role that may log in anywhere
+        on the server can fill) must not refuse keysvc's writes. Lost, the commit
+        stands: the other instances read the generation at every probe, and theirs
+        and this one's caches are cold while the queue is filling
+        (``Notifications.deaf``)."""
+        token = self._notifications.token
+        try:
+            if moved is None:
+                await raw.execute("select pg_notify($1, $2)", DATA_CHANNEL, token)
+            else:
+                await raw.execute(
+                    "select pg_notify($1, $2), pg_notify($3, $4)",
+                    DATA_CHANNEL, token, AUTH_CHANNEL, str(moved),
+                )  # fmt: skip
+        except (*UNAVAILABLE, asyncpg.PostgresError) as exc:
+            self._notifications.unannounced(exc)
 
     async def _listeners(self, raw: Any) -> list[str]:
         """The other instances listening now (``peers.LISTENING``). Committed already,
@@ -168,6 +189,8 @@ class PgWriter:
         await transaction.start()
         try:
             yield
+        except (TimeoutError, asyncpg.InternalClientError):
+            raise  # no rollback: the connection is terminated (``acquired``)
         except BaseException:
             await transaction.rollback()
             raise
@@ -230,10 +253,23 @@ class PgStore(CoreFront):
     ) -> "PgStore":
         """``peer_key``: what the instances sign their acknowledgements with, derived
         from the pepper they share (``keysvc.credentials.PEER_ACKNOWLEDGEMENTS``)."""
-        pool = await asyncpg.create_pool(url, min_size=1, max_size=10, reset=keep_session)
+        # Migrated on a connection of its own: a step may take longer than a statement's
+        # bound on the pool.
+        conn = await asyncpg.connect(url, timeout=CONNECT_SECONDS, server_settings=pgschema.QUIET)
         try:
-            async with pool.acquire() as conn:
-                await pgschema.migrate(conn, create=create)
+            await pgschema.migrate(conn, create=create)
+        finally:
+            conn.terminate()  # nothing to wait for: its transaction has ended
+        pool = await asyncpg.create_pool(
+            url,
+            min_size=1,
+            max_size=10,
+            reset=keep_session,
+            timeout=CONNECT_SECONDS,
+            command_timeout=STATEMENT_SECONDS,
+            server_settings=pgschema.QUIET,
+        )
+        try:
             store = cls(
                 pool,
                 url,
@@ -264,7 +300,8 @@ class PgStore(CoreFront):
 
     def key_counts(self, every: timedelta, observer: Observer | None) -> KeyStates:
         """Counted on the pool: the server is not this process's."""
-        return KeyStates(None, every=every, observer=observer, reader=self.reader)
+        counter = PgReader(self._pool, self._outage, timeout=COUNT_SECONDS)
+        return KeyStates(None, every=every, observer=observer, reader=counter)
 
     @asynccontextmanager
     async def delivery_reader(self) -> AsyncIterator[Connection]:
@@ -276,7 +313,7 @@ class PgStore(CoreFront):
 
     async def check_writable(self) -> None:
         """Fail now if this role cannot write keysvc's tables; nothing is kept."""
-        async with self._pool.acquire() as raw:
+        async with acquired(self._pool, self._outage) as raw:
             transaction = raw.transaction()
             await transaction.start()
             try:
@@ -291,7 +328,7 @@ class PgStore(CoreFront):
         """As ``Store.schema_is_current``: a database that does not answer raises
         DatabaseUnavailable."""
         try:
-            async with self._pool.acquire() as raw:
+            async with acquired(self._pool, self._outage) as raw, asyncio.timeout(READY_SECONDS):
                 return await pgschema.schema_is_current(raw)
         except CONNECT_ERRORS as exc:
             raise self._outage.unavailable(exc) from None
@@ -332,15 +369,15 @@ class PgStore(CoreFront):
     # the domain's and must not wait behind its transactions.
 
     async def add_shared_counts(self, rows: list[sharedcounts.Added]) -> dict[tuple[str, int], int]:
-        async with self._pool.acquire() as raw:
+        async with acquired(self._pool, self._outage) as raw:
             return await sharedcounts.add(PgConnection(raw), rows)
 
     async def prune_shared_counts(self, now: float) -> None:
-        async with self._pool.acquire() as raw:
+        async with acquired(self._pool, self._outage) as raw:
             await sharedcounts.prune(PgConnection(raw), now)
 
     async def blocked_networks(self, start: int, limit: int, most: int) -> dict[str, int]:
-        async with self._pool.acquire() as raw:
+        async with acquired(self._pool, self._outage) as raw:
             return await sharedcounts.blocked(PgConnection(raw), start, limit, most)
 
 
