@@ -251,6 +251,20 @@ def test_every_spelling_of_a_protected_path_is_refused_or_checked(stack: Stack, 
     assert len(stack.upstream.seen) == hits, stack.upstream.seen[hits:]
 
 
+# Paths an upstream may route to /reports' handler (a format suffix, encoded or not;
+# an encoded space, "?" or overlong "/"), which a prefix ending at "/" or the path's end
+# would leave unchecked.
+@pytest.mark.parametrize(
+    "path", ["/reports.json", "/reports%2ejson", "/reports%20", "/reports%3f", "/reports%C0%AFx"]
+)
+def test_a_path_that_only_starts_with_a_protected_prefix_is_checked(
+    stack: Stack, path: str
+) -> None:
+    developer = stack.create_key(roles=["developer"])  # no reports:read
+    stack.refused(path, developer, 403)
+    assert stack.passed(path, stack.admin)["raw_path"].lower().startswith("/reports")
+
+
 def test_a_refused_path_is_a_json_400(stack: Stack) -> None:
     answer = stack.refused("/reports;a/q1", stack.admin, 400)
     assert answer.headers["Content-Type"] == "application/json"

@@ -9,6 +9,8 @@ secret is written to nginx's cache files.
 """
 
 import base64
+import json
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -211,3 +213,45 @@ def test_no_secret_is_written_to_the_cache_files(stack: Stack) -> None:
         content = path.read_bytes()
         assert key.secret.encode() not in content, path
         assert basic not in content, path
+
+
+def raw(port: int, head: bytes) -> tuple[int, bytes]:
+    """A request sent byte for byte from the client's address; nginx's status and body."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(CLIENT, 0)) as s:
+        s.sendall(head)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    status_line, _, rest = answer.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
+
+
+@pytest.mark.parametrize("control", ["\x01", "\x7f", "\x1f"])
+def test_credentials_keysvc_finds_malformed_are_a_400_never_a_500(
+    stack: Stack, control: str
+) -> None:
+    key = stack.create_key(roles=["developer"])
+    hits = len(stack.upstream.seen)
+    authorization = key.headers["Authorization"] + control
+    head = (
+        "GET /orders HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        f"Authorization: {authorization}\r\n\r\n"
+    )
+    status, body = raw(stack.nginx.port, head.encode())
+    assert status == 400, body
+    assert json.loads(body) == {"status": 400, "error": "bad request: malformed credentials"}
+    assert len(stack.upstream.seen) == hits
+
+
+@pytest.mark.parametrize("query", ["a=\x01", "a=\x7f", "\x00", "a=\x1b"])
+@pytest.mark.parametrize("with_key", [True, False])
+def test_a_control_character_in_the_query_is_a_400_never_a_500(
+    stack: Stack, query: str, with_key: bool
+) -> None:
+    key = stack.create_key(roles=["developer"])
+    hits = len(stack.upstream.seen)
+    authorization = f"Authorization: {key.headers['Authorization']}\r\n" if with_key else ""
+    head = f"GET /orders?{query} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{authorization}\r\n"
+    status, body = raw(stack.nginx.port, head.encode())
+    assert status == 400, body
+    assert len(stack.upstream.seen) == hits
