@@ -42,12 +42,19 @@ _OLDEST_SQLITE = """
 """
 _OLDEST = Sql(_OLDEST_SQLITE, _OLDEST_SQLITE + " for update skip locked")
 _DELETE = "delete from pending_leak_reports where seq = ?"
+_ANY = "select exists (select 1 from pending_leak_reports) as waiting"
 
 
 async def count_pending(conn: Connection, most: int) -> int:
     """How many reports wait, counted up to ``most``."""
     row = await fetch_one(conn, _COUNT, (most,))
     return int(row[0])
+
+
+async def any_pending(conn: Connection) -> bool:
+    """Whether any report waits: a read, for a reader, so that looking takes no write lock."""
+    row = await fetch_one(conn, _ANY, ())
+    return bool(row[0])
 
 
 async def add_pending(

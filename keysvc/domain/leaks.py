@@ -178,11 +178,20 @@ class PendingReports:
 
     async def _run(self) -> None:
         while True:
-            self._woken.clear()
             try:
-                await self.work_through()
-            except Exception:  # the database's trouble: the report waits for the next round
+                # Looked for on a reader: a write transaction every second would hold the
+                # write lock (every instance's, on PostgreSQL) and announce a change.
+                async with self._store.delivery_reader() as reader:
+                    await self._rounds(reader)
+            except Exception:  # the database's trouble: the reports wait for the next round
                 logger.exception("pending leak reports could not be acted on now")
+                await asyncio.sleep(self.poll)
+
+    async def _rounds(self, reader: Connection) -> None:
+        while True:
+            self._woken.clear()
+            if await pending_sql.any_pending(reader):
+                await self.work_through()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._woken.wait(), self.poll)
 

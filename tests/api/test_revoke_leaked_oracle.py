@@ -1,6 +1,6 @@
 """Revoke by secret tells nobody whether a secret was a key's, on both backends: the
 answer's status, body and headers are the same for a hit as for a miss, its time too
-(the work a hit causes comes after the answer, ``keysvc.domain.leaks.Waiting``), and
+(the work a hit causes comes after the answer, ``keysvc.domain.leaks.PendingReports``), and
 /metrics says the same after either; the hits were acted on all the same."""
 
 import statistics
