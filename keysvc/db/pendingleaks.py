@@ -38,7 +38,7 @@ _INSERT = """
 # write lock; skip locked keeps two instances off one row should that lock ever go.
 _OLDEST_SQLITE = """
     select seq, secret_hash, actor_type, actor_ip, user_agent, actor_details, action, reported_at
-    from pending_leak_reports order by seq limit 1
+    from pending_leak_reports where seq > ? order by seq limit 1
 """
 _OLDEST = Sql(_OLDEST_SQLITE, _OLDEST_SQLITE + " for update skip locked")
 _DELETE = "delete from pending_leak_reports where seq = ?"
@@ -74,8 +74,9 @@ async def add_pending(
     )
 
 
-async def oldest_pending(conn: Connection) -> PendingReport | None:
-    rows = await fetch_all(conn, _OLDEST, ())
+async def oldest_pending(conn: Connection, after: int = 0) -> PendingReport | None:
+    """The oldest report past ``after`` (a ``seq``), or None."""
+    rows = await fetch_all(conn, _OLDEST, (after,))
     if not rows:
         return None
     row = rows[0]

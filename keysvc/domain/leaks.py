@@ -36,7 +36,7 @@ from keysvc.db import pendingleaks as pending_sql
 from keysvc.db.contract import Connection, SecretHolder, Store
 from keysvc.domain import activities
 from keysvc.domain.keys import announce_change
-from keysvc.errors import ApiError, ServiceUnavailable
+from keysvc.errors import ApiError, DatabaseUnavailable, ServiceUnavailable
 from keysvc.keyview import api_key
 from keysvc.models import Actor, KeyChange
 from keysvc.timeutil import Clock
@@ -156,6 +156,8 @@ class PendingReports:
         self.poll = poll
         self._woken = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # The report the running step took, passed over if its work fails.
+        self._taken: int | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="keysvc-leak-reports")
@@ -170,11 +172,25 @@ class PendingReports:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def work_through(self) -> int:
-        """Act on every report waiting now, oldest first; how many transactions it took."""
-        steps = 0
-        while await self._step():
+        """Act on every report waiting now, oldest first; how many transactions it took.
+        A report whose work fails (logged) is passed over until the next round, so that
+        it holds up none after it; the database's own trouble stops the round."""
+        steps, after = 0, 0
+        while True:
+            self._taken = None
+            try:
+                done = await self._step(after)
+            except DatabaseUnavailable:
+                raise
+            except Exception as exc:
+                if self._taken is None:
+                    raise
+                logger.warning("a pending leak report could not be acted on now: %r", exc)
+                after = self._taken
+                continue
+            if not done:
+                return steps
             steps += 1
-        return steps
 
     async def _run(self) -> None:
         while True:
@@ -195,13 +211,15 @@ class PendingReports:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._woken.wait(), self.poll)
 
-    async def _step(self) -> bool:
-        """One transaction on the oldest report: its keys not acted on yet, the report
-        deleted once every key that answers to it was read. False when none waits."""
+    async def _step(self, after: int) -> bool:
+        """One transaction on the oldest report past ``after``: its keys not acted on
+        yet, the report deleted once every key that answers to it was read. False when
+        none waits."""
         async with self._store.transaction("report_leak", timed=False) as conn:
-            pending = await pending_sql.oldest_pending(conn)
+            pending = await pending_sql.oldest_pending(conn, after)
             if pending is None:
                 return False
+            self._taken = pending.seq
             report = Report(REVOKE_LEAKED, pending.actor)
             holders, acted = await _act_on_holders(
                 self._store, conn, pending.secret_hash, report, pending.action,

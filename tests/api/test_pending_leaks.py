@@ -17,7 +17,7 @@ from keysvc.config import Settings
 from keysvc.credentials import new_secret
 from keysvc.domain.leaks import BUSY, BUSY_RETRY_AFTER, MAX_PENDING
 from keysvc.http.state import HASHER, LEAK_REPORTS
-from tests.handsql import everything_stored, hand_sql, hand_value
+from tests.handsql import everything_stored, hand_sql, hand_transaction, hand_value
 from tests.helpers import Client, Creds, assert_error, create, create_creds, get_key, hash_data
 from tests.postgres import Postgres
 
@@ -44,6 +44,22 @@ async def _hand(settings: Settings, sql: str, *params: Any) -> list[tuple[Any, .
 
 async def _hand_value(settings: Settings, sql: str) -> Any:
     return await asyncio.to_thread(hand_value, settings, sql)
+
+
+# A key whose state no update may change, by hand: its report's work fails.
+HOLD = {
+    "sqlite": [
+        "create trigger test_hold before update of state on api_keys when old.name = 'held'"
+        " begin select raise(abort, 'held by the test'); end"
+    ],
+    "postgres": [
+        "create function test_hold() returns trigger language plpgsql as"
+        " $$ begin raise exception 'held by the test'; end $$",
+        "create trigger test_hold before update on api_keys for each row"
+        " when (old.name = 'held') execute function test_hold()",
+    ],
+}
+RELEASE = {"sqlite": "drop trigger test_hold", "postgres": "drop trigger test_hold on api_keys"}
 
 
 async def _report(client: Client, secret: str) -> None:
@@ -164,3 +180,23 @@ async def test_the_table_never_holds_the_secret(
         assert "pending_leak_reports" in dump
         assert made.secret not in dump
         assert hashlib.sha256(made.secret.encode()).hexdigest() not in dump
+
+
+async def test_a_report_whose_work_fails_holds_up_none_after_it(
+    client: Client, admin: Creds, settings: Settings, backend: str
+) -> None:
+    held = await create_creds(client, admin, {"name": "held", "roles": ["developer"]})
+    after = await create_creds(client, admin, {"name": "after", "roles": ["developer"]})
+    tasks = client.app[LEAK_REPORTS]
+    await tasks.close()
+    await asyncio.to_thread(hand_transaction, settings, *((sql, ()) for sql in HOLD[backend]))
+    await _report(client, held.secret)
+    await _report(client, after.secret)
+    await tasks.work_through()
+    assert await _state(client, admin, after.id) == "disabled"
+    assert await _state(client, admin, held.id) == "enabled"
+    assert await _hand_value(settings, "select count(*) from pending_leak_reports") == 1
+    await _hand(settings, RELEASE[backend])
+    await tasks.work_through()  # the next round
+    assert await _state(client, admin, held.id) == "disabled"
+    assert await _hand(settings, PENDING) == []
