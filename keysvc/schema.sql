@@ -115,6 +115,20 @@ create table if not exists leak_reports (
     primary key (key_id, secret_hash)
 ) strict, without rowid;
 
+-- Revoke-by-secret reports received and not yet acted on (keysvc.db.pendingleaks): each
+-- written before its answer, acted on and deleted in one transaction by a background
+-- task. The secret's keyed hash (as api_keys.secret_hash), never the secret.
+create table if not exists pending_leak_reports (
+    seq           integer primary key,
+    secret_hash   blob not null,
+    actor_type    text not null,
+    actor_ip      text,
+    user_agent    text,
+    actor_details text,
+    action        text not null,             -- KEYSVC_LEAKED_KEY_ACTION when received
+    reported_at   text not null
+) strict;
+
 -- The cascade above runs only where foreign keys are on: keysvc turns them on, the
 -- sqlite3 shell does not. A key deleted there by hand (docs/SECURITY.md) would leave
 -- role rows that no API call can clear, and its roles could never be deleted.

@@ -342,8 +342,9 @@ class Store(Protocol):
         ...
 
     def delivery_reader(self) -> AbstractAsyncContextManager[Connection]:
-        """A reader for the webhook delivery task, whose reads must not wait behind the
-        API's (SQLite: a connection of its own; PostgreSQL: the pool)."""
+        """A reader for the background tasks (webhook delivery, pending leak reports),
+        whose reads must not wait behind the API's (SQLite: a connection of its own;
+        PostgreSQL: the pool)."""
         ...
 
     def shared_counts(self) -> SharedCountStore | None:

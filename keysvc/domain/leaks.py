@@ -14,23 +14,32 @@ changes and records nothing: GitHub reports a token again for each place it find
 A report is a revocation: never refused for the key's organization's write budget or
 a webhook's full queue (``keysvc.db.quota``), so that nothing the leaked key wrote can
 delay its end; and each token of a report is acted on alone (``report_each``).
+
+A revoke-by-secret report is not acted on while its reporter waits: ``receive`` writes
+it (its keyed hash, never the secret) before the answer, the same statements for a hit
+and a miss, and ``PendingReports`` acts on it within about a second, in the background,
+so that neither the answer nor its time tells a hit from a miss, and a crash loses
+nothing acknowledged. The CLI's and GitHub's reports are acted on before their answer.
 """
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from keysvc.credentials import Hasher
 from keysvc.db import keys as key_sql
+from keysvc.db import pendingleaks as pending_sql
 from keysvc.db.contract import Connection, SecretHolder, Store
 from keysvc.domain import activities
 from keysvc.domain.keys import announce_change
-from keysvc.errors import ApiError, ServiceUnavailable
+from keysvc.errors import ApiError, DatabaseUnavailable, ServiceUnavailable
 from keysvc.keyview import api_key
 from keysvc.models import Actor, KeyChange
+from keysvc.timeutil import Clock
 
 logger = logging.getLogger("keysvc")
 
@@ -42,41 +51,14 @@ REVOKE_LEAKED, CLI, GITHUB = "revoke-leaked", "cli", "github"
 CLI_ACTOR = Actor("system", details="keysvc revoke-leaked")
 
 
-# Revoke-by-secret reports that may wait for their work at once; past it, 503 for
-# every report alike, hit or miss, so that none is lost unanswered.
-MAX_WAITING = 1000
+# Revoke-by-secret reports that may wait for their work; past it, 503 for every report
+# alike, hit or miss, before anything is written.
+MAX_PENDING = 10_000
 BUSY = "too many leak reports are waiting to be acted on; send the report again shortly"
 BUSY_RETRY_AFTER = 5
-
-
-class Waiting:
-    """Revoke-by-secret reports acted on after their answer: the answer, its headers
-    and its time are then the same for a hit as for a miss, whatever the work a hit
-    causes. At most ``limit`` wait at once (ServiceUnavailable past it, before any
-    work); each runs as its own task, its failure logged; ``drain`` waits for them all
-    (at shutdown, before the store closes, so that none is lost)."""
-
-    def __init__(self, limit: int = MAX_WAITING) -> None:
-        self.limit = limit
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def submit(self, work: Callable[[], Awaitable[object]]) -> None:
-        if len(self._tasks) >= self.limit:
-            raise ServiceUnavailable(BUSY, headers={"Retry-After": str(BUSY_RETRY_AFTER)})
-        task = asyncio.create_task(self._run(work), name="keysvc-leak-report")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    @staticmethod
-    async def _run(work: Callable[[], Awaitable[object]]) -> None:
-        try:
-            await work()
-        except Exception:  # the reporter has its answer: the operator gets the line
-            logger.exception("a leak report could not be acted on")
-
-    async def drain(self) -> None:
-        while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+# How often each instance looks for reports it was not woken for: another process's,
+# or those a killed one left.
+POLL_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -95,29 +77,157 @@ class Report:
 async def report_leak(
     store: Store, hasher: Hasher, secret: str, report: Report, action: str, now: datetime
 ) -> bool:
-    """Act on the report that ``secret`` leaked; whether it is the secret of some key
-    (current, or previous within its grace), reported before or not. The caller must not
-    tell its client which: the answer is the same either way. Each key is acted on once,
-    however many of its credentials answer to the secret; keys not reported yet are read
-    first, ``LEAKED_KEYS_READ`` a transaction, until none is left, so that every key a
-    hashData client gave this secret is reached. The secret is trimmed of surrounding
-    whitespace first."""
-    # Surrounding blanks are never part of a secret keysvc makes; a pasted line end would
-    # otherwise revoke nothing. Trimmed here, the API, the CLI and GitHub's reports agree.
-    secret_hash = hasher.of_plain(secret.strip())
+    """Act on the report that ``secret`` leaked, at once (the CLI's and GitHub's
+    reports); whether it is the secret of some key (current, or previous within its
+    grace), reported before or not. Each key is acted on once, however many of its
+    credentials answer to the secret; keys not reported yet are read first,
+    ``LEAKED_KEYS_READ`` a transaction, until none is left, so that every key a hashData
+    client gave this secret is reached. The secret is trimmed of surrounding whitespace
+    first."""
+    secret_hash = _hash_of(hasher, secret)
     matched = False
     while True:
         # Untimed: its duration in /metrics would tell a hit from a miss.
         async with store.transaction("report_leak", timed=False) as conn:
-            holders = await store.keys_with_secret(conn, secret_hash, now)
+            holders, acted = await _act_on_holders(
+                store, conn, secret_hash, report, action, now, now
+            )
             matched = matched or bool(holders)
-            acted: set[str] = set()
-            for holder in holders:
-                if not holder.reported and holder.key.id not in acted:
-                    acted.add(holder.key.id)
-                    await _act(store, conn, holder, secret_hash, report, action, now)
         if not acted:
             return matched
+
+
+def _hash_of(hasher: Hasher, secret: str) -> bytes:
+    """The keyed hash keys are found by (``keysvc.db.keys.BY_SECRET``)."""
+    # Surrounding blanks are never part of a secret keysvc makes; a pasted line end would
+    # otherwise revoke nothing. Trimmed here, the API, the CLI and GitHub's reports agree.
+    return hasher.of_plain(secret.strip())
+
+
+async def _act_on_holders(
+    store: Store,
+    conn: Connection,
+    secret_hash: bytes,
+    report: Report,
+    action: str,
+    found_at: datetime,
+    now: datetime,
+) -> tuple[list[SecretHolder], int]:
+    """Inside a write transaction: the keys that answered to the secret at ``found_at``
+    (one read of at most ``LEAKED_KEYS_READ``), and how many not reported yet were acted
+    on now."""
+    holders = await store.keys_with_secret(conn, secret_hash, found_at)
+    acted: set[str] = set()
+    for holder in holders:
+        if not holder.reported and holder.key.id not in acted:
+            acted.add(holder.key.id)
+            await _act(store, conn, holder, secret_hash, report, action, now)
+    return holders, len(acted)
+
+
+async def receive(
+    store: Store, hasher: Hasher, secret: str, actor: Actor, action: str, now: datetime
+) -> None:
+    """A revoke-by-secret report, written to be acted on (``PendingReports``) before
+    its reporter is answered: the secret's keyed hash, ``actor``, ``action`` and
+    ``now``, in one transaction whose statements are the same whether the secret is a
+    key's or not. ServiceUnavailable, for every report alike, when ``MAX_PENDING``
+    wait already."""
+    secret_hash = _hash_of(hasher, secret)
+    # Untimed too: the wait for the write lock, behind a hit's work, would show there.
+    async with store.transaction("receive_leak_report", timed=False) as conn:
+        if await pending_sql.count_pending(conn, MAX_PENDING) >= MAX_PENDING:
+            raise ServiceUnavailable(BUSY, headers={"Retry-After": str(BUSY_RETRY_AFTER)})
+        await pending_sql.add_pending(conn, secret_hash, actor, action, now)
+
+
+class PendingReports:
+    """An instance's background task for the reports ``receive`` wrote: the oldest
+    first, each acted on (``_act``) and deleted in the same write transaction, so that a
+    crash at any point leaves it for the next round, and the write lock (the instances'
+    own on PostgreSQL) keeps two processes off one report. Woken by ``wake`` after a
+    report this process wrote; else it looks every ``poll`` seconds, which also finds
+    what a killed process left. A round's failure is logged, and tried again at the
+    next."""
+
+    def __init__(self, store: Store, clock: Clock, poll: float = POLL_SECONDS) -> None:
+        self._store = store
+        self._clock = clock
+        self.poll = poll
+        self._woken = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        # The report the running step took, passed over if its work fails.
+        self._taken: int | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="keysvc-leak-reports")
+
+    def wake(self) -> None:
+        self._woken.set()
+
+    async def close(self) -> None:
+        """Stop: a report being acted on is rolled back and waits for the next start."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def work_through(self) -> int:
+        """Act on every report waiting now, oldest first; how many transactions it took.
+        A report whose work fails (logged) is passed over until the next round, so that
+        it holds up none after it; the database's own trouble stops the round."""
+        steps, after = 0, 0
+        while True:
+            self._taken = None
+            try:
+                done = await self._step(after)
+            except DatabaseUnavailable:
+                raise
+            except Exception as exc:
+                if self._taken is None:
+                    raise
+                logger.warning("a pending leak report could not be acted on now: %r", exc)
+                after = self._taken
+                continue
+            if not done:
+                return steps
+            steps += 1
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                # Looked for on a reader: a write transaction every second would hold the
+                # write lock (every instance's, on PostgreSQL) and announce a change.
+                async with self._store.delivery_reader() as reader:
+                    await self._rounds(reader)
+            except Exception:  # the database's trouble: the reports wait for the next round
+                logger.exception("pending leak reports could not be acted on now")
+                await asyncio.sleep(self.poll)
+
+    async def _rounds(self, reader: Connection) -> None:
+        while True:
+            self._woken.clear()
+            if await pending_sql.any_pending(reader):
+                await self.work_through()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._woken.wait(), self.poll)
+
+    async def _step(self, after: int) -> bool:
+        """One transaction on the oldest report past ``after``: its keys not acted on
+        yet, the report deleted once every key that answers to it was read. False when
+        none waits."""
+        async with self._store.transaction("report_leak", timed=False) as conn:
+            pending = await pending_sql.oldest_pending(conn, after)
+            if pending is None:
+                return False
+            self._taken = pending.seq
+            report = Report(REVOKE_LEAKED, pending.actor)
+            holders, acted = await _act_on_holders(
+                self._store, conn, pending.secret_hash, report, pending.action,
+                pending.reported_at, self._clock(),
+            )  # fmt: skip
+            if not acted or len(holders) < key_sql.LEAKED_KEYS_READ:
+                await pending_sql.remove_pending(conn, pending.seq)
+        return True
 
 
 async def report_each(

@@ -22,7 +22,7 @@ import keysvc.http.views.webhooks
 import keysvc.http.views.whoami  # noqa: F401
 from keysvc.config import Settings
 from keysvc.db.backends import open_store
-from keysvc.domain.leaks import Waiting
+from keysvc.domain.leaks import PendingReports
 from keysvc.domain.ratelimit import FailureSketch, Limits
 from keysvc.domain.sharedlimits import NETWORK_PURPOSE, SharedCounts
 from keysvc.http import render
@@ -113,9 +113,15 @@ async def _shared_limits(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _leak_reports(app: web.Application) -> AsyncIterator[None]:
-    """After ``_database``, so drained before it closes: no report waits in vain."""
-    yield
-    await app[LEAK_REPORTS].drain()
+    """After ``_database``, so stopped before it closes: a report not acted on yet stays
+    in the database for the next start (or another instance)."""
+    reports = PendingReports(app[STORE], app[CLOCK])
+    app[LEAK_REPORTS] = reports
+    reports.start()
+    try:
+        yield
+    finally:
+        await reports.close()
 
 
 def create_app(
@@ -142,7 +148,6 @@ def create_app(
     app[LIMITS] = Limits(failures or FailureSketch.of(settings))
     app[IN_FLIGHT] = in_flight
     app[PARSER_ERROR_LOG] = parser_error_log(logger)
-    app[LEAK_REPORTS] = Waiting()
     app.cleanup_ctx.append(_database)
     app.cleanup_ctx.append(_leak_reports)
     app.cleanup_ctx.append(_webhooks)

@@ -7,7 +7,7 @@ from aiohttp import web
 from keysvc.config import Settings
 from keysvc.credentials import Hasher
 from keysvc.db.contract import KeyCounts, Store
-from keysvc.domain.leaks import Waiting
+from keysvc.domain.leaks import PendingReports
 from keysvc.domain.ratelimit import Decision, Limits
 from keysvc.logs import Throttled
 from keysvc.metrics import AuthReason, Metrics
@@ -23,8 +23,9 @@ METRICS = web.AppKey("metrics", Metrics)
 # Present only when metrics are on: the counts behind the keys-by-state gauge.
 KEY_STATES: web.AppKey[KeyCounts] = web.AppKey("key_states")
 LIMITS = web.AppKey("limits", Limits)
-# Revoke-by-secret reports acted on after their answer (keysvc.domain.leaks.Waiting).
-LEAK_REPORTS = web.AppKey("leak_reports", Waiting)
+# The task that acts on revoke-by-secret reports written before their answer
+# (keysvc.domain.leaks.PendingReports).
+LEAK_REPORTS = web.AppKey("leak_reports", PendingReports)
 # The log of requests aiohttp's parser refuses (keysvc.http.middleware).
 PARSER_ERROR_LOG = web.AppKey("parser_error_log", Throttled)
 

@@ -1,6 +1,6 @@
 """Revoke by secret tells nobody whether a secret was a key's, on both backends: the
 answer's status, body and headers are the same for a hit as for a miss, its time too
-(the work a hit causes comes after the answer, ``keysvc.domain.leaks.Waiting``), and
+(the work a hit causes comes after the answer, ``keysvc.domain.leaks.PendingReports``), and
 /metrics says the same after either; the hits were acted on all the same."""
 
 import statistics
@@ -30,7 +30,7 @@ async def _report(client: Client, secret: str) -> tuple[float, int, dict[str, An
     response = await client.post(REVOKE, json={"secret": secret})
     body = await response.json()
     took = time.perf_counter() - started
-    await client.app[LEAK_REPORTS].drain()  # the work, out of the next sample's way
+    await client.app[LEAK_REPORTS].work_through()  # the work, out of the next sample's way
     del body["requestId"]
     headers = {k: v for k, v in response.headers.items() if k.lower() not in PER_ANSWER}
     return took, response.status, body, headers

@@ -8,6 +8,7 @@ target as it was."""
 
 import asyncio
 import json
+import secrets
 import shutil
 import sqlite3
 import threading
@@ -186,6 +187,10 @@ def _populate(base: str, admins: list[Creds], receiver_port: int, source: Source
     return paths
 
 
+_PENDING_REPORT = """
+    insert into pending_leak_reports (secret_hash, actor_type, actor_details, action, reported_at)
+    values (?, 'system', 'revoke-leaked', 'disable', '2026-01-01T00:00:00.000000Z')
+"""
 _BACKDATE = """
     update activities set created_at = '2001-01-01T00:00:00.000000Z'
     where organization_id = ? and org_seq = 1
@@ -227,6 +232,10 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Source:
             assert status == 200, (path, body)
             made.reads[path] = body
         assert server.stop() < 10
+    # A revoke-by-secret report received and not acted on yet when its server stopped
+    # (no key answers to it): the copy carries it, to be acted on by the next start.
+    with sqlite3.connect(db) as conn:
+        conn.execute(_PENDING_REPORT, (secrets.token_bytes(32),))
     return made
 
 

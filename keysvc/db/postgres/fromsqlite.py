@@ -48,6 +48,7 @@ TABLES = (
     "webhook_attempts",
     "webhook_expiry_warnings",
     "leak_reports",
+    "pending_leak_reports",
     "meta",
 )
 # What PostgreSQL's migration writes into a new database: the copy replaces these

@@ -131,6 +131,22 @@ KEY_DETAILS_STEP = """
 
 # MIGRATIONS[n] takes a database from version n + 1 to n + 2. Version 1 is the
 # first release of schema.sql; append steps here and change schema.sql to match.
+# The pending leak reports' step (issue 35): revoke-by-secret reports received and not yet
+# acted on (keysvc.db.pendingleaks), by the secret's keyed hash, never the secret.
+# PostgreSQL's form is keyed by this step's place.
+PENDING_LEAKS_STEP = """
+    create table if not exists pending_leak_reports (
+        seq           integer primary key,
+        secret_hash   blob not null,
+        actor_type    text not null,
+        actor_ip      text,
+        user_agent    text,
+        actor_details text,
+        action        text not null,
+        reported_at   text not null
+    ) strict;
+"""
+
 MIGRATIONS: Sequence[str] = (
     # 2: per-key request limits, and the generation that invalidates credential caches.
     """
@@ -366,6 +382,8 @@ MIGRATIONS: Sequence[str] = (
     # 20: keys' externalId, meta and credits, and the usage count of refusals for
     # exhausted credits (KEY_DETAILS_STEP, issue 29).
     KEY_DETAILS_STEP,
+    # 21: revoke-by-secret reports not yet acted on (PENDING_LEAKS_STEP, issue 35).
+    PENDING_LEAKS_STEP,
 )
 
 

@@ -1,6 +1,7 @@
 """Reports of leaked secrets (``keysvc.domain.leaks``): revoke-by-secret, public, for
 whoever found a key's secret, whose answer is the same whether or not the secret was a
-key's, given before the work a hit causes (no oracle, in the answer or its time); and
+key's, given once the report is written and before the work a hit causes (no oracle,
+in the answer or its time; ``keysvc.domain.leaks.receive``); and
 GitHub secret scanning's reports, verified against GitHub's public keys before anything
 else and answered in GitHub's feedback format."""
 
@@ -51,17 +52,14 @@ async def revoke_leaked(request: web.Request) -> web.Response:
     address = await admit_unproven(request)
     data = load(_revoke, await read_json_object(request))
     app = request.app
-    report = leaks.Report(leaks.REVOKE_LEAKED, _actor(address, request, "revoke-leaked"))
-    store, hasher, action, now = (
-        app[STORE],
-        app[HASHER],
-        app[SETTINGS].leaked_key_action,
-        app[CLOCK](),
+    actor = _actor(address, request, "revoke-leaked")
+    settings = app[SETTINGS]
+    # Written before the answer, acted on after it: nothing of the work, its time
+    # included, tells a hit from a miss, and nothing acknowledged is lost.
+    await leaks.receive(
+        app[STORE], app[HASHER], data["secret"], actor, settings.leaked_key_action, app[CLOCK]()
     )
-    # Acted on after the answer: nothing of it, its time included, tells a hit from a miss.
-    app[LEAK_REPORTS].submit(
-        lambda: leaks.report_leak(store, hasher, data["secret"], report, action, now)
-    )
+    app[LEAK_REPORTS].wake()
     return ok(request, RECEIVED)
 
 
