@@ -16,12 +16,13 @@ A key with credits spends the request's cost (``X-Credit-Cost`` or
 (``keysvc.domain.keycredits.spend``, never from a cache); not enough is a 429. Every
 answer about such a key says that no proxy may reuse it
 (``keysvc.http.reuse.must_see_every_request``). A 200 names the key's externalId
-(``X-Key-External-Id``), and ``Accept: application/json`` gets the whole answer as an
-envelope.
+(``X-Key-External-Id``, percent-encoded UTF-8: always ASCII on the wire), and
+``Accept: application/json`` gets the whole answer as an envelope.
 """
 
 from datetime import datetime
 from typing import Any, NoReturn
+from urllib.parse import quote
 
 from aiohttp import hdrs, web
 
@@ -92,6 +93,17 @@ def _cost(request: web.Request) -> int:
     return max((int(text) for text in given), default=1)
 
 
+# What X-Key-External-Id leaves as it is: printable ASCII but "%", the escape.
+_AS_IS = "".join(chr(code) for code in range(0x20, 0x7F) if chr(code) != "%")
+
+
+def external_id_header(external_id: str) -> str:
+    """``external_id`` as X-Key-External-Id carries it: UTF-8, every byte outside
+    printable ASCII and every "%" percent-encoded (RFC 3986), so the header is ASCII
+    and an ASCII ID without "%" reads as itself; ``urllib.parse.unquote`` gives it back."""
+    return quote(external_id, safe=_AS_IS)
+
+
 class CreditsExhausted(ApiError):
     """429 without Retry-After: the key has no refill to wait for."""
 
@@ -117,7 +129,7 @@ async def verify(request: web.Request) -> web.Response:
         "X-Key-Permissions": render.permissions_header(caller),
     }
     if caller.external_id is not None:
-        headers["X-Key-External-Id"] = caller.external_id
+        headers["X-Key-External-Id"] = external_id_header(caller.external_id)
     spent = None
     if caller.credits is not None:  # the cache says whether; the database says how many
         now = request.app[CLOCK]()
