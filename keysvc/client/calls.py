@@ -154,5 +154,7 @@ def read_caller(answer: Answer) -> Caller:
 
 
 def verify(**asked: Unpack[Requirements]) -> Call[Caller]:
-    """Verify's question; the Authorization it asks about is the caller's, given to send."""
-    return Call("GET", "/v1/verify", read_caller, headers=verify_headers(**asked))
+    """Verify's question; the Authorization it asks about is the caller's, given to send.
+    A POST (keysvc answers verify on any method): a verify with a cost spends credits,
+    and neither aiohttp nor a proxy sends a POST again after its answer was lost."""
+    return Call("POST", "/v1/verify", read_caller, headers=verify_headers(**asked))

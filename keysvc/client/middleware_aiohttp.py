@@ -30,7 +30,8 @@ def keysvc_middleware(
             return await handler(request)
         needed = permission(request) if callable(permission) else permission
         address = request.remote if verifier.forward_client_address else None
-        found = await verifier.check(request.headers.get(hdrs.AUTHORIZATION), needed, address)
+        given = request.headers.getall(hdrs.AUTHORIZATION, [])
+        found = await verifier.check(given, needed, address)
         if isinstance(found, Refusal):
             return web.Response(status=found.status, body=found.body, headers=found.headers)
         request[CALLER] = found

@@ -21,11 +21,13 @@ Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
-        if key.lower() == name:
-            return bytes(value).decode("latin-1")
-    return None
+def _headers(scope: Scope, name: bytes) -> list[str]:
+    """Every value of the header ``name`` (lower case) the request sent."""
+    return [
+        bytes(value).decode("latin-1")
+        for key, value in scope.get("headers", ())
+        if bytes(key).lower() == name
+    ]
 
 
 class KeysvcMiddleware:
@@ -51,7 +53,7 @@ class KeysvcMiddleware:
         needed = self.permission(scope) if callable(self.permission) else self.permission
         client = scope.get("client")
         found = await self.verifier.check(
-            _header(scope, b"authorization"), needed, client[0] if client else None
+            _headers(scope, b"authorization"), needed, client[0] if client else None
         )
         if isinstance(found, Refusal):
             await _refuse(scope, send, found)

@@ -5,6 +5,7 @@
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 JsonObject = dict[str, Any]
 
@@ -44,17 +45,21 @@ class Caller:
     identity: JsonObject | None = field(default=None, hash=False)
 
     def may(self, permission: str) -> bool:
-        return permission in self.permissions
+        """Whether the key holds ``permission``: itself, ``*``, or its namespace's
+        ``ns:*`` (keysvc's rule, keysvc.domain.permissions.has_permission)."""
+        held = self.permissions
+        return permission in held or "*" in held or f"{permission.partition(':')[0]}:*" in held
 
 
 def caller_from_headers(headers: Mapping[str, str]) -> Caller:
     listed = headers.get("X-Key-Permissions", "")
+    external_id = headers.get("X-Key-External-Id")  # percent-encoded UTF-8
     remaining = headers.get("X-Credits-Remaining")
     return Caller(
         key_id=headers["X-Key-Id"],
         organization_id=headers["X-Organization-Id"],
         permissions=frozenset(p for p in listed.split(",") if p),
-        external_id=headers.get("X-Key-External-Id"),
+        external_id=None if external_id is None else unquote(external_id),
         credits_remaining=int(remaining) if remaining is not None else None,
     )
 

@@ -1,7 +1,8 @@
 """The sync client, on the standard library's ``http.client``: the same calls as
 ``keysvc.client.aio.AsyncClient``, for code without an event loop, with no dependency
 at all. One kept-alive connection per client, used by one thread at a time (a lock);
-a connection keysvc closed while idle is opened again once."""
+a connection keysvc closed while idle is opened again once for a GET or HEAD; any other
+call keysvc may have acted on raises ``Unavailable`` rather than being sent twice."""
 
 import http.client
 import threading
@@ -20,6 +21,9 @@ from keysvc.client.wire import Answer, Call, outcome
 
 T = TypeVar("T")
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+# What may be sent again after a kept-alive connection failed: keysvc may have acted on
+# the request before its answer was lost, so only reads (verify, a POST, spends credits).
+_SAFE_AGAIN = frozenset({"GET", "HEAD"})
 
 
 class Client:
@@ -81,7 +85,7 @@ class Client:
         except _STALE:
             self._connection.close()
             self._connection = None
-            if not reused:
+            if not reused or call.method not in _SAFE_AGAIN:
                 raise
             return self._exchange(call, headers)  # once: the new connection is not reused
         except BaseException:

@@ -3,7 +3,9 @@
 its answer kept only as keysvc's reuse headers allow (``keysvc.client.reuse``), and a
 refusal turned into the answer the service gives its own client.
 
-The rules: the caller's Authorization header is forwarded as it came; besides it the
+The rules: a request without an Authorization header, or with several, is refused as
+keysvc refuses it (401), without asking keysvc; the caller's one header is forwarded as
+it came, in a POST; besides it the
 verify request carries only what the service sets (the route's permission, the
 organization, and the client address when ``forward_client_address`` says keysvc trusts
 this service), never a header of the client's. A 200 is kept, keyed by a digest of all
@@ -19,6 +21,7 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -42,19 +45,38 @@ class Refusal:
     headers: dict[str, str]
 
 
+# keysvc's own 401s for a request without credentials and for one with several.
+MISSING = "invalid credentials: send Authorization: Basic base64(keyId:keySecret)"
+SEVERAL = "invalid credentials: send one Authorization header, not {}"
+
+
 def refusal(error: KeysvcError, retry_after: int) -> Refusal:
     """keysvc's refusal as it came, or a 503 for anything that is not one."""
     if error.status in PASSED_ON:
-        status, message, request_id = error.status, error.message, error.request_id
-        wait = error.retry_after
-    else:
-        status, message, request_id = 503, "keysvc unavailable: try again later", None
-        wait = error.retry_after or retry_after
+        return refused(error.status, error.message, error.request_id, error.retry_after)
+    message = "keysvc unavailable: try again later"
+    return refused(503, message, None, error.retry_after or retry_after)
+
+
+def refused(status: int, message: str, request_id: str | None, wait: int | None) -> Refusal:
+    """The refusal's envelope, with a fresh requestId when keysvc gave none."""
     body = {"status": status, "error": message, "requestId": request_id or str(uuid.uuid4())}
     headers = {"Content-Type": "application/json", "Cache-Control": "no-store"}
     if wait is not None:
         headers["Retry-After"] = str(wait)
     return Refusal(status, json.dumps(body).encode(), headers)
+
+
+def authorization(values: Sequence[str]) -> str | Refusal:
+    """A request's one Authorization header (of ``values``, every one it sent), or the
+    401 keysvc answers a request with none or with several, given without asking it: a
+    request without credentials never reaches keysvc, where a session's own default
+    could stand in for them."""
+    if len(values) > 1:
+        return refused(401, SEVERAL.format(len(values)), None, None)
+    if not values or not values[0]:
+        return refused(401, MISSING, None, None)
+    return values[0]
 
 
 def _read(answer: Answer) -> tuple[Caller, float]:
@@ -79,6 +101,10 @@ class Verifier:
         retry_after: int = 1,
         session: aiohttp.ClientSession | None = None,
     ) -> None:
+        if session is not None and session.auth is not None:
+            # aiohttp would add it to a request without credentials, and refuse to
+            # send a caller's header beside it.
+            raise ValueError("a Verifier's session may carry no credentials of its own")
         self.client = AsyncClient(url, timeout=timeout, session=session)
         self.organization = organization
         self.forward_client_address = forward_client_address
@@ -94,10 +120,19 @@ class Verifier:
         await self.client.close()
 
     async def check(
-        self, authorization: str | None, permission: str | None, client_address: str | None
+        self, authorizations: Sequence[str], permission: str | None, client_address: str | None
     ) -> Caller | Refusal:
-        """The caller of a request with ``authorization`` that needs ``permission`` (None:
-        any key of the organization), or the refusal to answer it with."""
+        """The caller of a request with the Authorization headers ``authorizations`` that
+        needs ``permission`` (None: any key of the organization), or the refusal to
+        answer it with."""
+        found = authorization(authorizations)
+        if isinstance(found, Refusal):
+            return found
+        return await self._check(found, permission, client_address)
+
+    async def _check(
+        self, authorization: str, permission: str | None, client_address: str | None
+    ) -> Caller | Refusal:
         if not self.forward_client_address:
             client_address = None
         key = digest(authorization, permission, self.organization, client_address)
@@ -121,7 +156,7 @@ class Verifier:
     async def _ask(
         self,
         key: bytes,
-        authorization: str | None,
+        authorization: str,
         permission: str | None,
         client_address: str | None,
     ) -> Caller | Refusal:
@@ -132,10 +167,12 @@ class Verifier:
             forwarded_for=client_address,
             full=self.full,
         )
-        call = Call("GET", "/v1/verify", _read, headers=headers)
+        # POST: spent credits are not spent again by a proxy or aiohttp asking again
+        # after a lost answer, as they may for a GET (keysvc answers verify on any method).
+        call = Call("POST", "/v1/verify", _read, headers=headers)
         asked = time.monotonic()
-        try:  # the caller's header, or none: never the client's own
-            caller, seconds = await self.client.send(call, authorization or "")
+        try:  # the caller's header, always there: it replaces any default of the session
+            caller, seconds = await self.client.send(call, authorization)
         except KeysvcError as refused:
             return refusal(refused, self.retry_after)
         if seconds > 0:

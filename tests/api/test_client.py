@@ -24,6 +24,7 @@ from keysvc.client import (
 )
 from tests.helpers import Client as TestClient
 from tests.helpers import Creds, create_creds
+from tests.relay import Relay
 from tests.server import free_port
 
 UNAUTHORIZED = "invalid credentials: send Authorization: Basic base64(keyId:keySecret)"
@@ -193,3 +194,71 @@ async def test_unreachable_keysvc_is_unavailable(keysvc: Either) -> None:
         assert down.value.status == 503 and down.value.request_id is None
     finally:
         await nowhere.aclose()
+
+
+async def test_the_external_id_reads_back_as_it_was_set(
+    keysvc: Either, client: TestClient, admin: Creds
+) -> None:
+    """keysvc sends X-Key-External-Id percent-encoded (UTF-8): the caller's is decoded,
+    so "café" and the literal "caf%C3%A9" stay two IDs, each read back as set."""
+    for external_id in ("café", "caf%C3%A9"):
+        made = await create_creds(
+            client, admin, {"name": "x", "roles": ["developer"], "externalId": external_id}
+        )
+        for full in (False, True):
+            caller = await keysvc.verify(made.headers["Authorization"], full=full)
+            assert caller.external_id == external_id, (full, caller.external_id)
+
+
+async def test_may_answers_as_keysvc_does(keysvc: Either, client: TestClient, admin: Creds) -> None:
+    """Caller.may holds a permission as keysvc's verify does: itself, ``*`` (the admin)
+    or its namespace's ``ns:*``."""
+    org = admin.organization_id
+    role = await keysvc.create_role(org, {"name": "reports-all", "permissions": ["reports:*"]})
+    namespace = await create_creds(
+        client, admin, {"name": "ns", "roles": ["developer"], "assignedRoleIds": [role["id"]]}
+    )
+    developer = await create_creds(client, admin, {"name": "dev", "roles": ["developer"]})
+    asked = ["reports:read", "reports:write:eu", "billing:read", "reportsx:read", "keys:read"]
+    for holder in (admin, namespace, developer):
+        header = holder.headers["Authorization"]
+        caller = await keysvc.verify(header)
+        for permission in asked:
+            try:
+                await keysvc.verify(header, permission=permission)
+                admitted = True
+            except Forbidden:
+                admitted = False
+            assert caller.may(permission) is admitted, (sorted(caller.permissions), permission)
+
+
+async def test_a_call_keysvc_may_have_acted_on_is_not_sent_again(
+    keysvc: Either, client: TestClient, admin: Creds
+) -> None:
+    """A relay passes each request to keysvc and, when told, drops keysvc's answer: a
+    GET of the management API is asked again and answered, but a credits change or a
+    verify with a cost (each spent by keysvc) is sent once and raises Unavailable."""
+    org = admin.organization_id
+    metered = await create_creds(
+        client, admin, {"name": "m", "roles": ["developer"], "credits": {"remaining": 10}}
+    )
+    assert client.server.port is not None
+    async with Relay(client.server.port) as relay:
+        through = Either(keysvc.kind, relay.base, admin.key_id, admin.secret)
+        try:
+            await through.whoami()  # a kept-alive connection, the one a retry follows
+            relay.drops = 1
+            assert (await through.get_key(org, metered.id)).value["credits"]["remaining"] == 10
+            spends = (
+                lambda: through.change_credits(org, metered.id, {"decrement": 1}),
+                lambda: through.verify(metered.headers["Authorization"], cost=2),
+            )
+            for spend in spends:
+                await through.whoami()
+                relay.drops, sent = 1, len(relay.methods)
+                with pytest.raises(Unavailable):
+                    await spend()
+                assert relay.methods[sent:] == ["POST"]
+        finally:
+            await through.aclose()
+    assert (await keysvc.get_key(org, metered.id)).value["credits"]["remaining"] == 7

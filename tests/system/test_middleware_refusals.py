@@ -1,0 +1,112 @@
+"""keysvc.client's middlewares against a real `keysvc serve`, where a request could pass
+as someone else or be spent twice: a request without credentials is refused (keysvc's
+401) without asking keysvc, even when the Verifier's session carries default
+credentials (a session with ``auth=`` is refused when the Verifier is made); a request
+with two Authorization headers is refused as keysvc refuses it; and verify goes as a
+POST, which aiohttp does not send again when keysvc's answer is lost (a GET it does:
+a key with credits was spent twice)."""
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import httpx
+import pytest
+from multidict import CIMultiDict
+
+from keysvc.client import Verifier
+from tests.helpers import ClientFactory
+from tests.middleware import Keysvc, aiohttp_service, running_keysvc
+from tests.relay import Relay
+from tests.system.test_middleware_asgi import starlette_service
+
+UNAUTHORIZED = "invalid credentials: send Authorization: Basic base64(keyId:keySecret)"
+TWO = "invalid credentials: send one Authorization header, not 2"
+
+
+@pytest.fixture(scope="module")
+def keysvc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keysvc]:
+    yield from running_keysvc(tmp_path_factory.mktemp("keysvc"))
+
+
+def assert_refused(status: int, body: Any, message: str) -> None:
+    assert status == 401, body
+    assert set(body) == {"status", "error", "requestId"}
+    assert (body["status"], body["error"]) == (401, message)
+    assert uuid.UUID(body["requestId"]).version == 4
+
+
+async def test_a_request_without_credentials_never_passes_as_the_sessions_own(
+    keysvc: Keysvc, aiohttp_client: ClientFactory
+) -> None:
+    own = keysvc.admin.headers["Authorization"]
+    async with aiohttp.ClientSession(headers={"Authorization": own}) as session:
+        verifier = Verifier(keysvc.base, session=session)
+        service = await aiohttp_client(aiohttp_service(verifier))
+        before = keysvc.verified()
+        for headers in ({}, {"Authorization": ""}):
+            answer = await service.get("/reports", headers=headers)
+            assert_refused(answer.status, await answer.json(), UNAUTHORIZED)
+        assert keysvc.verified() == before  # refused without asking keysvc
+        developer = keysvc.create_key(roles=["developer"])  # its own header, not the session's
+        assert (await service.get("/", headers=developer.headers)).status == 200
+        assert (await service.get("/reports", headers=developer.headers)).status == 403
+    admin = keysvc.admin
+    with pytest.warns(DeprecationWarning):  # aiohttp 4 drops auth=; 3.x still takes it
+        basic = aiohttp.BasicAuth(admin.key_id, admin.secret)
+        session = aiohttp.ClientSession(auth=basic)
+    try:
+        with pytest.raises(ValueError, match="credentials of its own"):
+            Verifier(keysvc.base, session=session)
+    finally:
+        await session.close()
+
+
+async def test_two_authorization_headers_are_refused_as_keysvc_refuses_them(
+    keysvc: Keysvc, aiohttp_client: ClientFactory
+) -> None:
+    admin = keysvc.admin.headers["Authorization"]
+    two = [("Authorization", admin), ("Authorization", "Basic bm86b25l")]
+    direct = await keysvc_answer(keysvc.base + "/v1/verify", two)
+    assert_refused(*direct, TWO)  # keysvc's own answer
+    verifier = Verifier(keysvc.base)
+    try:
+        service = await aiohttp_client(aiohttp_service(verifier))
+        answer = await service.get("/", headers=CIMultiDict(two))
+        assert_refused(answer.status, await answer.json(), TWO)
+        transport = httpx.ASGITransport(app=starlette_service(verifier))
+        async with httpx.AsyncClient(transport=transport, base_url="http://service") as asgi:
+            refused = await asgi.get("/", headers=two)
+            assert_refused(refused.status_code, refused.json(), TWO)
+            missing = await asgi.get("/")
+            assert_refused(missing.status_code, missing.json(), UNAUTHORIZED)
+    finally:
+        await verifier.close()
+
+
+async def keysvc_answer(url: str, headers: list[tuple[str, str]]) -> tuple[int, Any]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, headers=CIMultiDict(headers)) as answer,
+    ):
+        return answer.status, await answer.json()
+
+
+async def test_a_lost_verify_answer_is_not_spent_again(
+    keysvc: Keysvc, aiohttp_client: ClientFactory
+) -> None:
+    plain = keysvc.create_key(roles=["developer"])
+    metered = keysvc.create_key(roles=["developer"], credits={"remaining": 10})
+    async with Relay(keysvc.server.port) as relay:
+        verifier = Verifier(relay.base)
+        try:
+            service = await aiohttp_client(aiohttp_service(verifier))
+            assert (await service.get("/", headers=plain.headers)).status == 200  # kept alive
+            relay.drops = 1
+            answer = await service.get("/", headers=metered.headers)
+            assert answer.status == 503 and answer.headers["Retry-After"] == "1"
+            assert relay.methods == ["POST", "POST"]
+        finally:
+            await verifier.close()
+    assert keysvc.api("GET", f"/keys/{metered.id}")["credits"]["remaining"] == 9
