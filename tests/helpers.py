@@ -5,6 +5,7 @@ client_with)."""
 import asyncio
 import base64
 import dataclasses
+import socket
 import sqlite3
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -250,3 +251,14 @@ def write_sql(db: Path, statement: str, *params: object) -> None:
             conn.execute(statement, params)
     finally:
         conn.close()
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def ip_list(letter: str) -> list[dict[str, str]]:
+    return [{"source": f"10.0.{n}.0/24", "description": letter * 255} for n in range(100)]

@@ -6,7 +6,6 @@ create batch where one organization over its budget fails only its own creates."
 
 import asyncio
 import logging
-import socket
 import sqlite3
 from datetime import timedelta
 from pathlib import Path
@@ -30,23 +29,14 @@ from tests.helpers import (
     assert_ok,
     bootstrap,
     client_with,
+    closed_port,
     create,
+    ip_list,
 )
 
 FLOOD_PATCHES = 200
 # Half of what the flood grew a file by with no limits.
 GROWTH_BOUND = 68_000_000
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
-def ip_list(letter: str) -> list[dict[str, str]]:
-    return [{"source": f"10.0.{n}.0/24", "description": letter * 255} for n in range(100)]
 
 
 def stored_bytes(settings: Settings) -> int:

@@ -17,7 +17,6 @@ from keysvc.http.state import LEAK_REPORTS
 from keysvc.scanning import load_keys
 from tests.api.activities import listed
 from tests.api.scanning import SCANNING, GitHubSigner, report
-from tests.api.test_growth import closed_port, ip_list
 from tests.api.webhooks import create_webhook, deliveries, private_client
 from tests.helpers import (
     Client,
@@ -27,9 +26,11 @@ from tests.helpers import (
     assert_error,
     assert_ok,
     bootstrap,
+    closed_port,
     create_creds,
     get_key,
     hash_data,
+    ip_list,
     keys_url,
 )
 from tests.receiver import Receiver

@@ -280,7 +280,11 @@ async def test_a_hanging_receiver_does_not_slow_writes(
 async def test_the_readme_receiver_snippet_verifies_a_delivery(
     aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock, receiver: Receiver
 ) -> None:
-    (snippet,) = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    (snippet,) = [
+        block
+        for block in re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+        if "Keysvc-Signature" in block  # the receiver's, not the client's examples
+    ]
     namespace: dict[str, Any] = {}
     exec(snippet, namespace)
     verify = namespace["verify"]

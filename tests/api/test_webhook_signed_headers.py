@@ -20,7 +20,11 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 def readme_receiver() -> dict[str, Any]:
     """The README's receiver sample, run as written, in a namespace of its own."""
-    (snippet,) = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    (snippet,) = [
+        block
+        for block in re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+        if "Keysvc-Signature" in block  # the receiver's, not the client's examples
+    ]
     namespace: dict[str, Any] = {}
     exec(snippet, namespace)
     return namespace

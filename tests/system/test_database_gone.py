@@ -5,6 +5,7 @@ and nothing, /metrics included, makes an empty database where the file was."""
 
 import json
 import shutil
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -101,7 +102,11 @@ def test_a_folder_moved_away_and_back_refuses_writes_only_meanwhile(tmp_path: Pa
             server.base, keys, admin, {"name": "kept", "roles": ["developer"]}
         )
         assert status == 200, body
-        assert "database file" in server.stderr_text() and "is back" in server.stderr_text()
+        # The log lines reach stderr through the log's queue: a moment after the answers.
+        deadline = time.monotonic() + 10
+        while not ("database file" in (logged := server.stderr_text()) and "is back" in logged):
+            assert time.monotonic() < deadline, logged[-2000:]
+            time.sleep(0.1)
     assert integrity(db) == ["ok"]
     with Server(db) as server:
         status, listed = call(server.base, keys, admin)

@@ -165,21 +165,22 @@ def test_system_deps_as_a_user_who_cannot_install_says_what_to_install_and_goes_
 
 
 def test_system_deps_names_every_component_the_tests_use() -> None:
-    """Every command a test requires (``require_command("x", package="y")``) is one
-    make test installs, but util-linux's setpriv, which every Debian system has."""
-    (line,) = [
-        line
-        for line in (ROOT / "Makefile").read_text().splitlines()
-        if line.startswith("SYSTEM_DEPS ?=")
-    ]
-    deps = dict(dep.split(":") for dep in line.split("=", 1)[1].split())
-    required = {
-        command: package
-        for path in (ROOT / "tests").rglob("*.py")
+    """Every command a test requires (``require_command("x", package="y")``) and every
+    file (``require_file`` with a constant path, such as nginx's njs module) is one make
+    test installs, but util-linux's setpriv, which every Debian system has."""
+    text = (ROOT / "Makefile").read_text().replace("\\\n", " ")
+    (line,) = [line for line in text.splitlines() if line.startswith("SYSTEM_DEPS ?=")]
+    deps = dict(dep.rsplit(":", 1) for dep in line.split("=", 1)[1].split())
+    required: dict[str, str] = {}
+    for path in (ROOT / "tests").rglob("*.py"):
+        source = path.read_text()
         for command, package in re.findall(
-            r'require_command\(\s*"([\w-]+)",\s*package="([\w-]+)"', path.read_text()
-        )
-        if package not in {"util-linux", "tool-package", "y"}
-    }
+            r'require_command\(\s*"([\w-]+)",\s*package="([\w-]+)"', source
+        ):
+            if package not in {"util-linux", "tool-package", "y"}:
+                required[command] = package
+        for name, package in re.findall(r'require_file\(\s*(\w+),\s*package="([\w-]+)"', source):
+            (value,) = re.findall(rf'^{name} = "([^"]+)"', source, re.M)
+            required[value] = package
     assert required == deps
     assert {"chromium", "nginx", "systemd-analyze", "initdb", "wrk"} <= set(deps)

@@ -22,8 +22,8 @@ import pytest
 
 from tests.helpers import Creds
 from tests.nginx import CLIENT, call, render, wrap
+from tests.nginxstack import ENV, Stack, early_in_a_second, start_stack
 from tests.server import free_port
-from tests.system.test_nginx_reuse import ENV, Stack, early_in_a_second, start_stack
 
 OTHER_ORGANIZATION = "0e4f6b5a-1c2d-4e3f-8a9b-0c1d2e3f4a5b"
 # Headers only keysvc's answer may give the upstream (and the client's rate-limit ones).
