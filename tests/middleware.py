@@ -11,8 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
-from keysvc.client import CALLER, Caller, Verifier, keysvc_middleware
+from keysvc.client import CALLER, Caller, KeysvcMiddleware, Verifier, keysvc_middleware
 from tests.helpers import Creds
 from tests.nginx import admin_api, create_key
 from tests.server import Server, admin_creds, bootstrap
@@ -90,3 +94,14 @@ def aiohttp_service(verifier: Verifier) -> web.Application:
     app.router.add_get("/reports", hello)
     app.router.add_get("/healthz", healthz)
     return app
+
+
+def starlette_service(verifier: Verifier) -> Any:
+    async def hello(request: Request) -> JSONResponse:
+        assert request.scope["keysvc"] is request.state.keysvc
+        return JSONResponse(described(request.state.keysvc))
+
+    app = Starlette(routes=[Route("/", hello), Route("/reports", hello)])
+    return KeysvcMiddleware(
+        app, verifier=verifier, permission=lambda scope: PERMISSIONS.get(scope["path"])
+    )

@@ -14,28 +14,13 @@ from typing import Any
 
 import httpx
 import pytest
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from keysvc.client import KeysvcMiddleware, Verifier
 from tests.helpers import Creds
-from tests.middleware import PERMISSIONS, Keysvc, described, running_keysvc
+from tests.middleware import Keysvc, running_keysvc, starlette_service
 from tests.server import free_port
 
 BOUND = 1 + 0.5  # keysvc's default reuse bound, and the margin tests/system give nginx
-
-
-def starlette_service(verifier: Verifier) -> Any:
-    async def hello(request: Request) -> JSONResponse:
-        assert request.scope["keysvc"] is request.state.keysvc
-        return JSONResponse(described(request.state.keysvc))
-
-    app = Starlette(routes=[Route("/", hello), Route("/reports", hello)])
-    return KeysvcMiddleware(
-        app, verifier=verifier, permission=lambda scope: PERMISSIONS.get(scope["path"])
-    )
 
 
 @pytest.fixture(scope="module")

@@ -17,9 +17,8 @@ from multidict import CIMultiDict
 
 from keysvc.client import Verifier
 from tests.helpers import ClientFactory
-from tests.middleware import Keysvc, aiohttp_service, running_keysvc
+from tests.middleware import Keysvc, aiohttp_service, running_keysvc, starlette_service
 from tests.relay import Relay
-from tests.system.test_middleware_asgi import starlette_service
 
 UNAUTHORIZED = "invalid credentials: send Authorization: Basic base64(keyId:keySecret)"
 TWO = "invalid credentials: send one Authorization header, not 2"

@@ -18,9 +18,17 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import Creds
-from tests.nginx import CLIENT, Nginx, Upstream, admin_api, call, create_key, nginx_binary
+from tests.nginx import (
+    CLIENT,
+    Nginx,
+    Upstream,
+    admin_api,
+    call,
+    create_key,
+    nginx_binary,
+    two_instance_config,
+)
 from tests.server import Server, admin_creds, bootstrap, free_port
-from tests.system.test_postgres_nginx import two_instance_config
 
 # The auth subrequest's path, as nginx sends it to an instance.
 VERIFY_LINE = b" /v1/verify HTTP/1.1\r\n"

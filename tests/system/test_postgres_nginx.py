@@ -29,56 +29,24 @@ from keysvc.db.postgres.notifications import LISTENER_PREFIX
 from tests.helpers import Creds
 from tests.nginx import (
     CLIENT,
-    PLACEHOLDER,
+    TWO_INSTANCES,
     Answer,
     Nginx,
     Upstream,
     call,
     nginx_binary,
-    render,
-    wrap,
+    two_instance_config,
 )
 from tests.postgres import PEPPER, Postgres
 from tests.server import Server, admin_creds, free_port, keysvc
 
 ROOT = Path(__file__).resolve().parents[2]
-TWO_INSTANCES = ROOT / "docs" / "nginx-two-instances.conf"
-# What docs/nginx-two-instances.conf says to change in the shipped config.
-SOCKET_VERIFY = "proxy_pass http://keysvc_verify/v1/verify;"
-SHARED_VERIFY = "proxy_pass http://keysvc/v1/verify;"
 # Generous, for a loaded machine.
 WAIT_SECONDS = 30.0
 READS = 20
 KEY_ROUTE = "/v1/organizations/{organizationId}/keys/{keyId}"
 AFTER = 50
 ROUNDS = 100
-
-
-def filled(text: str, values: dict[str, str]) -> str:
-    unknown = set(PLACEHOLDER.findall(text)) - set(values)
-    assert not unknown, f"placeholders the test does not fill: {sorted(unknown)}"
-    return PLACEHOLDER.sub(lambda match: values[match[1]], text)
-
-
-def two_instance_config(
-    nginx: Nginx, api_port: int, sockets: tuple[Path, Path], upstream: str, organization: str
-) -> str:
-    """The shipped config with its auth subrequest sent to the ``keysvc`` upstream, as
-    docs/nginx-two-instances.conf says, and that file beside it."""
-    two = TWO_INSTANCES.read_text()
-    assert SOCKET_VERIFY in two and SHARED_VERIFY in two  # the change the file asks for
-    socket = Path("/keysvc-is-an-upstream.sock")
-    shipped = render(nginx.port, socket, upstream, organization, nginx.cache)
-    verify = SOCKET_VERIFY.replace("{keysvc_socket}", str(socket))
-    assert shipped.count(verify) == 1
-    shipped = shipped.replace(verify, SHARED_VERIFY)
-    values = {
-        "keysvc_socket_a": str(sockets[0]),
-        "keysvc_socket_b": str(sockets[1]),
-        "api_port": str(api_port),
-        "keysvc_socket": "{keysvc_socket}",  # the shipped config's, named in a comment
-    }
-    return wrap(nginx.directory, filled(two, values) + "\n" + shipped)
 
 
 def access_lines(server: Server) -> list[dict[str, Any]]:
