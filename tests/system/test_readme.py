@@ -72,7 +72,9 @@ def test_curl_example_works_as_written(server: dict[str, str], block: str) -> No
         ["bash", "-euo", "pipefail", "-c", block],
         capture_output=True,
         text=True,
-        timeout=30,
+        # The httpie block starts seven interpreters (8 s on a quiet machine): 30 s was
+        # not enough with every core busy.
+        timeout=90,
         env={**os.environ, **server},
         check=False,
     )
