@@ -13,6 +13,7 @@ and where. The store hands one out (``Store.key_counts``).
 """
 
 import asyncio
+import logging
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +24,9 @@ from typing import Any
 from keysvc.db.keys import count_keys_by_state, count_keys_by_state_on
 from keysvc.db.sqlite.connections import connect_now
 from keysvc.db.timing import Observer
-from keysvc.errors import ServiceUnavailable
+from keysvc.errors import DatabaseUnavailable, ServiceUnavailable
+
+logger = logging.getLogger("keysvc")
 
 Counts = dict[str, int]
 # The name the count is reported under, as the store method it used to be.
@@ -82,10 +85,16 @@ class KeyStates:
         return counts
 
     def _count_on_thread(self, now: datetime) -> Counts:
-        if self._conn is None:
-            assert self._path is not None  # counted on ``reader`` otherwise
-            self._conn = connect_now(self._path)
-        return count_keys_by_state(self._conn, now)
+        """A SQLite file that cannot be opened (its folder gone, say: ``connect_now``
+        makes no new one) or read is the database not answering: DatabaseUnavailable."""
+        try:
+            if self._conn is None:
+                assert self._path is not None  # counted on ``reader`` otherwise
+                self._conn = connect_now(self._path)
+            return count_keys_by_state(self._conn, now)
+        except sqlite3.OperationalError as exc:
+            logger.warning("the key counts' database does not answer: %s", exc)
+            raise DatabaseUnavailable("the database does not answer") from None
 
     async def close(self) -> None:
         """Wait for a count under way, then close the connection and end the thread."""

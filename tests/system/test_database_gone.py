@@ -33,6 +33,14 @@ def _answer(url: str, creds: dict[str, str] | None = None) -> tuple[int, dict[st
         return status, got, None
 
 
+def _metric(base: str, name: str) -> float:
+    """The value of the unlabelled metric ``name`` in a scrape of /metrics (200)."""
+    with urllib.request.urlopen(base + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    [value] = [line.split()[1] for line in text.splitlines() if line.startswith(name + " ")]
+    return float(value)
+
+
 def _post_status(base: str, path: str, creds: dict[str, str], body: dict[str, Any]) -> Any:
     """A POST with ``creds``: its status, Retry-After and body."""
     data = json.dumps(body).encode()
@@ -65,8 +73,11 @@ def test_a_removed_folder_refuses_writes_is_not_ready_and_is_not_made_again(
         assert status == 200
         assert _answer(server.base + "/readyz")[0] == 200
         shutil.rmtree(folder)
-        # The key counts' connection, opened at the first scrape, makes no new file.
-        _answer(server.base + "/metrics")
+        # The key counts' connection, opened at the first scrape, makes no new file, and
+        # /metrics is served: the keys by state are the last count (none), not counted now.
+        status, _, _ = _answer(server.base + "/metrics")
+        assert status == 200
+        assert _metric(server.base, "keysvc_keys_counted") == 0
         assert not folder.exists()
 
         _refused(*_post_status(server.base, keys, admin, {"name": "lost", "roles": ["developer"]}))
@@ -79,7 +90,7 @@ def test_a_removed_folder_refuses_writes_is_not_ready_and_is_not_made_again(
         assert (status, body["error"]) == (503, "not ready: the database does not answer")
         # Reads still answer from the file as it was opened.
         assert _answer(server.base + keys, admin)[0] == 200
-        _answer(server.base + "/metrics")
+        assert _metric(server.base, "keysvc_keys_counted") == 0
         assert not folder.exists()
         assert "is no longer the file keysvc opened" in server.stderr_text()
     assert not folder.exists()

@@ -194,29 +194,65 @@ class Writer:
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
         """One write transaction; holds the process's write lock throughout."""
         async with self.lock:
-            self._authorization_changed = False
-            cancelled = False
             try:
-                await self.conn.execute("begin immediate")
-                try:
-                    yield self.conn
-                    self.file.check()  # else rolled back: see keysvc.db.sqlite.filewatch
-                    cancelled = await to_the_end(self.conn.execute("commit"))
-                except BaseException:
-                    # SQLite may have rolled back already (a full disk does).
-                    if self.conn.in_transaction:
-                        await self.conn.execute("rollback")
-                    raise
-            except sqlite3.Error as exc:
-                failure = self.space.failed(exc)
-                if failure is exc:
-                    raise
-                raise failure from None
-            self.space.succeeded()
-            if self._authorization_changed:
-                self._on_authorization_changed()
-            if cancelled:
-                raise asyncio.CancelledError
+                async with self._transaction() as conn:
+                    yield conn
+            finally:
+                await self.keep_lost_wal()
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        self._authorization_changed = False
+        cancelled = False
+        try:
+            await self.conn.execute("begin immediate")
+            try:
+                yield self.conn
+                self.file.check()  # else rolled back: see keysvc.db.sqlite.filewatch
+                cancelled = await to_the_end(self.conn.execute("commit"))
+            except BaseException:
+                # SQLite may have rolled back already (a full disk does).
+                if self.conn.in_transaction:
+                    await self.conn.execute("rollback")
+                raise
+        except sqlite3.Error as exc:
+            failure = self.space.failed(exc)
+            if failure is exc:
+                raise
+            raise failure from None
+        self.space.succeeded()
+        if self._authorization_changed:
+            self._on_authorization_changed()
+        if cancelled:
+            raise asyncio.CancelledError
+
+    async def keep_lost_wal(self) -> None:
+        """With the lock held and no transaction open: if the write-ahead log is no
+        longer the file opened, copy what it holds into the database file (a full
+        checkpoint through this connection, which still has the lost log open), once
+        (``keysvc.db.sqlite.filewatch``). A write committed just before the log went is
+        so kept, though its answer went out."""
+        if not self.file.wal_to_save():
+            return
+        try:
+            row = await (await self.conn.execute("pragma wal_checkpoint(full)")).fetchone()
+        except sqlite3.Error as exc:
+            logger.error("the lost write-ahead log could not be checkpointed: %s", exc)
+            return
+        busy, logged, copied = (row[0], row[1], row[2]) if row is not None else (1, -1, -1)
+        if busy or copied != logged:
+            logger.error(
+                "the lost write-ahead log was checkpointed only in part (%s of %s pages):"
+                " keep keysvc running; it tries again at the next write or /readyz",
+                copied,
+                logged,
+            )
+            return
+        self.file.wal_saved()
+        logger.warning(
+            "the lost write-ahead log's %s pages were checkpointed into the database file",
+            logged,
+        )
 
     async def authorization_changed(self, conn: Connection) -> None:
         """Inside a transaction: what some key may do has changed. Bumps the generation."""

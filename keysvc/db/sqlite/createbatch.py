@@ -374,7 +374,10 @@ class Creates:
         while self._pending:
             async with self._writer.lock:
                 batch, self._pending = self._pending, []
-                await self._create_batch(batch)
+                try:
+                    await self._create_batch(batch)
+                finally:
+                    await self._writer.keep_lost_wal()  # keysvc.db.sqlite.filewatch
 
     async def _create_batch(self, batch: list[_PendingCreate]) -> None:
         """One transaction for the whole batch (``CreateThread``); each request is

@@ -11,6 +11,17 @@ one opened refuses the write (503 with Retry-After; nothing is committed) and ma
 ``/readyz`` not ready, until the same file is back at its path (moved back); a
 restart is what picks up a file restored from a backup. Reads go on from the
 open file meanwhile: they answer what was committed before.
+
+The write-ahead log beside it (``-wal``) is watched the same way: SQLite creates it
+at the first connection's first read and keeps that file while any connection is
+open, which keysvc's are until it stops, so its device and inode are recorded when
+the watch is made (after the store's connections have opened it). Committed writes
+sit in the log until a checkpoint copies them into the database file; a log removed
+or replaced keeps them only in the file keysvc still holds open. So once a lost log
+is noticed (a write's check, before and after it commits, or ``/readyz``), the writer
+checkpoints it into the database file (``Writer.keep_lost_wal``): what was acknowledged
+is then in the database file, and every later write is refused as above, until
+keysvc restarts (SQLite makes a new log then) or the same log is back at its path.
 """
 
 import logging
@@ -22,6 +33,12 @@ from keysvc.errors import DatabaseUnavailable
 logger = logging.getLogger("keysvc")
 
 GONE = "database unavailable: its file is no longer where it was opened; nothing was written"
+
+
+WAL_LOST = (
+    "write-ahead log %s is no longer the file keysvc opened (removed or replaced):"
+    " writes are refused and /readyz is not ready; restart keysvc"
+)
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -39,22 +56,46 @@ class FileWatch:
     def __init__(self, path: Path):
         self._path = path
         self._opened = _identity(path)
+        self._wal = path.with_name(path.name + "-wal")
+        self._wal_opened = _identity(self._wal)
         self._lost = False  # as last seen: a line is logged when this changes
+        self._main_seen = self._opened is not None  # the database file, as last seen
+        # Whether the lost log's writes were copied into the database file.
+        self._wal_saved = False
+
+    def _wal_here(self) -> bool:
+        """Whether the log at its path is the one opened (recorded when first seen)."""
+        found = _identity(self._wal)
+        if self._wal_opened is None:
+            self._wal_opened = found
+        return found == self._wal_opened
+
+    def wal_to_save(self) -> bool:
+        """Whether the database file is here but its log is lost, and not yet
+        checkpointed into it (``Writer.keep_lost_wal`` does, then calls ``wal_saved``)."""
+        return not self.present() and self._main_seen and not self._wal_saved
+
+    def wal_saved(self) -> None:
+        self._wal_saved = True
 
     def present(self) -> bool:
-        """Whether the path still names the file that was opened (a ``stat``)."""
-        here = self._opened is not None and _identity(self._path) == self._opened
+        """Whether the path, and its log's, still name the files opened (``stat``s)."""
+        self._main_seen = self._opened is not None and _identity(self._path) == self._opened
+        here = self._main_seen and self._wal_here()
         if here == self._lost:
             self._lost = not here
-            if self._lost:
+            if here:
+                self._wal_saved = False
+                logger.warning("database file %s is back: writes resumed", self._path)
+            elif self._main_seen:
+                logger.error(WAL_LOST, self._wal)
+            else:
                 logger.error(
                     "database file %s is no longer the file keysvc opened (removed, moved"
                     " or replaced): writes are refused and /readyz is not ready; put it"
                     " back, or restore it and restart keysvc",
                     self._path,
                 )
-            else:
-                logger.warning("database file %s is back: writes resumed", self._path)
         return here
 
     def check(self) -> None:

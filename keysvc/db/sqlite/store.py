@@ -143,7 +143,11 @@ class Store(CoreFront):
     async def schema_is_current(self) -> bool:
         """Whether its schema is the one this code expects; DatabaseUnavailable when
         the database does not answer, or its file is no longer the one opened
-        (``keysvc.db.sqlite.filewatch``): readiness asks this."""
+        (``keysvc.db.sqlite.filewatch``): readiness asks this, and so is what makes a
+        lost write-ahead log's writes be copied into the file when no write comes."""
+        if self.file.wal_to_save():
+            async with self.writer.lock:
+                await self.writer.keep_lost_wal()
         self.file.check()
         try:
             return await meta.schema_is_current(self.reader)
