@@ -19,7 +19,7 @@ from keysvc.scanning import load_keys
 from tests.api.activities import listed
 from tests.api.scanning import SCANNING, GitHubSigner, report
 from tests.api.webhooks import create_webhook, private_client
-from tests.handsql import audit_verdict
+from tests.handsql import audit_verdict, hand_sql
 from tests.helpers import (
     Client,
     ClientFactory,
@@ -27,6 +27,7 @@ from tests.helpers import (
     FakeClock,
     assert_ok,
     bootstrap,
+    client_with,
     create_creds,
     create_role,
     get_key,
@@ -115,3 +116,39 @@ async def test_a_report_of_a_self_rotated_keys_old_secret_tells_the_owner_and_ke
     await asyncio.sleep(1.5)  # a delivery would be attempted within the retry second
     assert [r.event["type"] for r in receiver.received] == ["key.leaked"]
     assert audit_verdict(settings).problem is None
+
+
+async def test_a_secret_two_rotations_back_is_found_until_its_tombstone_is_pruned(
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock, tmp_path: Path
+) -> None:
+    signer = GitHubSigner()
+    keys = load_keys(signer.write(tmp_path / "github-keys.json"))
+    client = await private_client(aiohttp_client, settings, clock, github_scanning_keys=keys)
+    admin = await bootstrap(client.app)
+    leaked, fresh, _ = await _self_rotated(client, admin)
+    url = f"/v1/organizations/{admin.organization_id}/keys/{leaked.id}/rotate"
+    await assert_ok(await client.post(url, json={}, headers=fresh.headers))
+    assert await _report_by_github(client, signer, leaked.secret) == ["true_positive"]
+    (leak,) = [a for a in await listed(client, admin) if a["type"] == "key_leaked"]
+    assert leak["after"]["credential"] == "previous" and leak["after"]["keyLeftEnabled"]
+
+    # Past the retention, the tombstone is pruned: a report then finds nothing.
+    second = await create_creds(client, admin, {"name": "second", "roles": ["developer"]})
+    await assert_ok(await client.post(
+        f"/v1/organizations/{admin.organization_id}/keys/{second.id}/rotate", json={},
+        headers=admin.headers,
+    ))  # fmt: skip
+    hand_sql(
+        settings,
+        "update deleted_credentials set deleted_at = '2000-01-01T00:00:00Z' where key_id = ?",
+        second.id,
+    )
+    await client_with(aiohttp_client, settings, clock, usage_retention_days=30)
+    for _ in range(400):
+        if not hand_sql(settings, "select 1 from deleted_credentials where key_id = ?", second.id):
+            break
+        await asyncio.sleep(0.05)
+    assert await _report_by_github(client, signer, second.secret) == ["false_positive"]
+    assert [a["targetKeyId"] for a in await listed(client, admin) if a["type"] == "key_leaked"] == [
+        leaked.id
+    ]
