@@ -8,6 +8,8 @@ GitHub's label is true_positive; a second report records nothing more."""
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +154,22 @@ async def test_a_secret_two_rotations_back_is_found_until_its_tombstone_is_prune
     assert [a["targetKeyId"] for a in await listed(client, admin) if a["type"] == "key_leaked"] == [
         leaked.id
     ]
+
+
+@pytest.mark.sqlite_only  # the CLI reads the pepper file beside the database
+async def test_the_cli_reports_a_self_rotated_keys_old_secret_and_keeps_the_key(
+    client: Client, admin: Creds, settings: Settings
+) -> None:
+    leaked, fresh, _ = await _self_rotated(client, admin)
+    command = [sys.executable, "-m", "keysvc", "revoke-leaked", "--db", str(settings.db_path)]
+    for _ in range(2):
+        done = await asyncio.to_thread(
+            subprocess.run, command, input=leaked.secret + "\n", capture_output=True,
+            text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert (done.returncode, json.loads(done.stdout)) == (0, {"matched": True}), done.stderr
+    assert (await get_key(client, admin, leaked.id))["state"] == "enabled"
+    await assert_ok(await client.get("/v1/whoami", headers=fresh.headers))
+    (leak,) = [a for a in await listed(client, admin) if a["type"] == "key_leaked"]
+    assert leak["after"]["reporter"] == "cli" and leak["after"]["action"] == "left enabled"
+    assert leak["after"]["credential"] == "previous" and leak["after"]["keyLeftEnabled"]
