@@ -495,10 +495,11 @@ def over_limit(max_keys: int) -> Conflict:
 # its tombstone in deleted_credentials, kept for the retention, ``replaced_at`` when it
 # stopped working; a deleted key's tombstones join no key). Each row with the hash it
 # matched on, compared again by the caller in constant time, and whether this secret
-# was reported leaked for the key before (leak_reports). The same three reads for a hit
-# and a miss. A hashData client may give many keys one secret: at most
-# LEAKED_KEYS_READ are read at a time, those not reported yet first, so that a report
-# reads on until none is left.
+# was reported leaked for the key before (leak_reports). The same three index seeks
+# for a hit and a miss (api_keys_secret, api_keys_previous_secret,
+# deleted_credentials_secret). A hashData client may give many keys one secret: at
+# most LEAKED_KEYS_READ are read at a time, those not reported yet first, so that a
+# report reads on until none is left.
 LEAKED_KEYS_READ = 16
 _HOLDER_COLUMNS = """
     select seq, org_seq, id, api_keys.organization_id, name, state, key_suffix, created_at,
