@@ -150,6 +150,8 @@ create table if not exists deleted_credentials (
     organization_id text not null,
     deleted_at      text not null
 ) strict, without rowid;
+-- A secret a rotation replaced, found by its keyed hash (keysvc.db.keys.BY_SECRET).
+create index if not exists deleted_credentials_secret on deleted_credentials (secret_hash);
 
 create trigger if not exists api_keys_tombstoned after delete on api_keys begin
     insert or replace into deleted_credentials

@@ -150,6 +150,8 @@ create table if not exists deleted_credentials (
     organization_id text collate "C" not null,
     deleted_at      text collate "C" not null
 );
+-- A secret a rotation replaced, found by its keyed hash (keysvc.db.keys.BY_SECRET).
+create index if not exists deleted_credentials_secret on deleted_credentials (secret_hash);
 
 create or replace function keysvc_key_tombstoned() returns trigger
 language plpgsql as $$

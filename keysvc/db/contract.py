@@ -66,12 +66,14 @@ class RevokedUse:
 @dataclass(frozen=True)
 class SecretHolder:
     """A key that answers to a secret (``Store.keys_with_secret``): as its current secret,
-    or as a rotation's previous one within its grace (``previous``); ``reported``: this
-    secret was reported leaked for it before."""
+    or as a rotation's previous one (``previous``); ``reported``: this secret was
+    reported leaked for it before; ``replaced_at``: when a rotation's previous secret
+    stopped opening the key, None while it still does."""
 
     key: Key
     previous: bool
     reported: bool
+    replaced_at: datetime | None = None
 
 
 @dataclass(frozen=True)

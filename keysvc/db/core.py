@@ -47,13 +47,20 @@ from keysvc.models import (
     SpendRule,
     Webhook,
 )
-from keysvc.timeutil import utcnow
+from keysvc.timeutil import from_text, utcnow
 
 logger = logging.getLogger("keysvc")
 # Compared against when no key answers to a secret, so a miss does a hit's compare.
 _ABSENT = bytes(32)
+
+
 # Never seen: a spend's write runs under the write lock it read in.
 CREDITS_MOVED = "the key's credits changed while this request ran; try again"
+
+
+def _replaced_at(row: Any) -> datetime | None:
+    """When a holder's secret, a rotation's previous one, stopped opening its key."""
+    return from_text(row["replaced_at"]) if row["replaced_at"] else None
 
 
 @dataclass(frozen=True)
@@ -379,11 +386,11 @@ class StoreCore:
         self, conn: Connection, secret_hash: bytes, now: datetime
     ) -> list[SecretHolder]:
         """The keys that answer to the secret of ``secret_hash`` at ``now``: as their
-        current secret, or a rotation's previous one within its grace. The same work for a
-        hit as for a miss, as authentication's check does: one indexed read
-        (``keysvc.db.keys.BY_SECRET``) and one of the matches' roles, empty or not, and
-        each row's hash, or an absent one when there is none, compared with
-        ``hmac.compare_digest``."""
+        current secret, or a rotation's previous one, within its grace or past it (its
+        tombstone). The same work for a hit as for a miss, as authentication's check
+        does: one read (``keysvc.db.keys.BY_SECRET``) and one of the matches' roles,
+        empty or not, and each row's hash, or an absent one when there is none, compared
+        with ``hmac.compare_digest``."""
         rows = await key_sql.rows_with_secret(conn, secret_hash, now)
         matched = [
             row for row in rows if hmac.compare_digest(secret_hash, bytes(row["matched_hash"]))
@@ -392,7 +399,7 @@ class StoreCore:
             hmac.compare_digest(secret_hash, _ABSENT)
         keys = await key_sql.keys_from_rows(conn, matched, even_none=True)
         return [
-            SecretHolder(key, bool(row["previous"]), bool(row["reported"]))
+            SecretHolder(key, bool(row["previous"]), bool(row["reported"]), _replaced_at(row))
             for key, row in zip(keys, matched, strict=True)
         ]
 

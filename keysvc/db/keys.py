@@ -490,29 +490,38 @@ def over_limit(max_keys: int) -> Conflict:
 
 
 # The keys whose secret has this keyed hash (``Store.keys_with_secret``): as their current
-# secret, or as a rotation's previous one while its grace lasts (previous = 1); each row
-# with the hash it matched on, compared again by the caller in constant time, and
-# whether this secret was reported leaked for the key before (leak_reports). Two
-# indexes (api_keys_secret, api_keys_previous_secret): one seek each, hit or miss. A
-# hashData client may give many keys one secret: at most LEAKED_KEYS_READ are read at a
-# time, those not reported yet first, so that a report reads on until none is left.
+# secret (previous = 0), as a rotation's previous one while its grace lasts (previous =
+# 1), or as a secret a rotation replaced and that no longer opens the key (previous = 2:
+# its tombstone in deleted_credentials, kept for the retention, ``replaced_at`` when it
+# stopped working; a deleted key's tombstones join no key). Each row with the hash it
+# matched on, compared again by the caller in constant time, and whether this secret
+# was reported leaked for the key before (leak_reports). The same three index seeks
+# for a hit and a miss (api_keys_secret, api_keys_previous_secret,
+# deleted_credentials_secret). A hashData client may give many keys one secret: at
+# most LEAKED_KEYS_READ are read at a time, those not reported yet first, so that a
+# report reads on until none is left.
 LEAKED_KEYS_READ = 16
-_HOLDERS = """
-    select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
-           used_at, ip_access_list, rate_limit, rate_window, previous_until,
+_HOLDER_COLUMNS = """
+    select seq, org_seq, id, api_keys.organization_id, name, state, key_suffix, created_at,
+           expire_at, used_at, ip_access_list, rate_limit, rate_window, previous_until,
            external_id, meta, credits_remaining, credits_refill_interval, credits_refill_amount,
-           credits_refill_day, credits_next_refill, credits_base, credits_flags,
-           secret_hash as matched_hash, 0 as previous
+           credits_refill_day, credits_next_refill, credits_base, credits_flags,"""
+_HOLDERS = f"""
+    {_HOLDER_COLUMNS}
+           secret_hash as matched_hash, 0 as previous, null as replaced_at
     from api_keys left join key_details on key_details.key_id = api_keys.id
     where secret_hash = ?
     union all
-    select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
-           used_at, ip_access_list, rate_limit, rate_window, previous_until,
-           external_id, meta, credits_remaining, credits_refill_interval, credits_refill_amount,
-           credits_refill_day, credits_next_refill, credits_base, credits_flags,
-           previous_secret_hash, 1
+    {_HOLDER_COLUMNS}
+           previous_secret_hash, 1, null
     from api_keys left join key_details on key_details.key_id = api_keys.id
-    where previous_secret_hash = ? and {in_grace}
+    where previous_secret_hash = ? and {{in_grace}}
+    union all
+    {_HOLDER_COLUMNS}
+           replaced.secret_hash, 2, replaced.deleted_at
+    from deleted_credentials replaced join api_keys on api_keys.id = replaced.key_id
+    left join key_details on key_details.key_id = api_keys.id
+    where replaced.secret_hash = ?
 """
 _REPORTED = """
     select holders.*, exists (
@@ -536,7 +545,7 @@ MARK_LEAKED = """
 
 async def rows_with_secret(conn: Connection, secret_hash: bytes, now: datetime) -> list[Any]:
     """BY_SECRET's rows for ``secret_hash`` at ``now``."""
-    params = (secret_hash, secret_hash, to_text(now), LEAKED_KEYS_READ)
+    params = (secret_hash, secret_hash, to_text(now), secret_hash, LEAKED_KEYS_READ)
     return await fetch_all(conn, BY_SECRET, params)
 
 

@@ -2,14 +2,18 @@
 (revoke-by-secret over the API, ``keysvc revoke-leaked``, GitHub's secret scanning).
 
 Holding the secret is the authority: the key is found by the secret alone
-(``Store.keys_with_secret``: its current secret, or a rotation's previous one while its
-grace lasts, which still opens the key). Under the ``disable`` action (the default,
+(``Store.keys_with_secret``: its current secret, or a rotation's previous one, within
+its grace or past it). Under the ``disable`` action (the default,
 ``KEYSVC_LEAKED_KEY_ACTION``) an enabled key is disabled the way a PATCH disables it:
 its state-changed activity and ``key.updated`` event, the authorization generation
 moved so that every credential cache drops it, on both backends, before the answer.
-Under ``notify`` the key is left as it is. Either way, in the same transaction, a
-``key_leaked`` activity records who reported it and where it was found, and the
-``key.leaked`` event is sent. A report of a secret already reported for that key
+Under ``notify`` the key is left as it is. A secret a rotation replaced, past its grace
+(its tombstone, kept for the retention), is a hit that never disables, whatever the
+action: the key's owner may have rotated to rescue it, or a thief holding
+``keys:update`` rotated it with the leaked credentials; either way the owner is told.
+Always, in the same transaction, a ``key_leaked`` activity records who reported it,
+where it was found, which secret it was (``leakedSecret`` in the event) and what was
+done, and the ``key.leaked`` event is sent. A report of a secret already reported for that key
 changes and records nothing: GitHub reports a token again for each place it finds it.
 A report is a revocation: never refused for the key's organization's write budget or
 a webhook's full queue (``keysvc.db.quota``), so that nothing the leaked key wrote can
@@ -39,11 +43,13 @@ from keysvc.domain.keys import announce_change
 from keysvc.errors import ApiError, DatabaseUnavailable, ServiceUnavailable
 from keysvc.keyview import api_key
 from keysvc.models import Actor, KeyChange
-from keysvc.timeutil import Clock
+from keysvc.timeutil import Clock, to_text
 
 logger = logging.getLogger("keysvc")
 
 DISABLE = "disable"  # else "notify": KEYSVC_LEAKED_KEY_ACTION (keysvc.settingvalues)
+# What a report of a secret a rotation replaced does to an enabled key, whatever the action.
+LEFT_ENABLED = "left enabled"
 KEY_LEAKED_EVENT = "key.leaked"
 # Who reported a leak, as its activity says.
 REVOKE_LEAKED, CLI, GITHUB = "revoke-leaked", "cli", "github"
@@ -263,7 +269,11 @@ async def _act(
     refuses (``keysvc.db.quota``)."""
     key = holder.key
     done = "notified"
-    if action == DISABLE and key.state == "enabled":
+    if holder.replaced_at is not None:
+        # A secret a rotation replaced: the key's owner may have rotated it to rescue the
+        # key, so its new secret is not taken from them; they are told instead.
+        done = LEFT_ENABLED if key.state == "enabled" else "already disabled"
+    elif action == DISABLE and key.state == "enabled":
         await key_sql.update_key(conn, key, KeyChange(state="disabled"))
         disabled = await key_sql.get_key(conn, key.organization_id, key.id)
         assert disabled is not None
@@ -277,18 +287,25 @@ async def _act(
     details = _details(report, done, holder)
     leaked = activities.key_leaked(key, report.actor, now, details)
     await store.record(conn, leaked, revoking=True)
-    await store.enqueue(
-        conn, key.organization_id, KEY_LEAKED_EVENT, api_key(key), now, revoking=True
-    )
+    event = {**api_key(key), "leakedSecret": _secret_of(holder)}
+    await store.enqueue(conn, key.organization_id, KEY_LEAKED_EVENT, event, now, revoking=True)
+
+
+def _secret_of(holder: SecretHolder) -> dict[str, Any]:
+    """Which of the key's secrets was reported: ``credential`` (current or previous)
+    and, for a previous secret that no longer opens the key, ``replacedAt`` (when it
+    stopped: the rotation, or its grace's end) and ``keyLeftEnabled``."""
+    secret: dict[str, Any] = {"credential": "previous" if holder.previous else "current"}
+    if holder.replaced_at is not None:
+        secret["replacedAt"] = to_text(holder.replaced_at)
+        secret["keyLeftEnabled"] = holder.key.state == "enabled"
+    return secret
 
 
 def _details(report: Report, done: str, holder: SecretHolder) -> dict[str, Any]:
     """What the ``key_leaked`` activity keeps of the report."""
-    details: dict[str, Any] = {
-        "reporter": report.reporter,
-        "action": done,
-        "credential": "previous" if holder.previous else "current",
-    }
+    details: dict[str, Any] = {"reporter": report.reporter, "action": done}
+    details.update(_secret_of(holder))
     given = (("url", report.url), ("source", report.source), ("tokenType", report.token_type))
     for name, value in given:
         if value is not None:

@@ -19,6 +19,15 @@ _DELIVERY_HEADERS = {
     " the previous secret's v1 and v2 follow.",
 }
 
+_DATA = (
+    "The event's object: a key's events carry the key's view. `key.leaked` adds"
+    " `leakedSecret`: `credential` (`current` or `previous`: which of the key's secrets"
+    " was reported), and for a previous secret a rotation replaced, which no longer"
+    " opens the key and is never disabled for, `replacedAt` (when it stopped opening"
+    " the key) and `keyLeftEnabled` (true when the key stays enabled: rotate or disable"
+    " it yourself)."
+)
+
 
 def delivery_webhooks() -> dict[str, Any]:
     """What keysvc POSTs to a webhook (OpenAPI 3.1's ``webhooks``): the event and the
@@ -61,7 +70,10 @@ def delivery_webhooks() -> dict[str, Any]:
                                     "type": {"type": "string", "enum": list(EVENT_TYPES)},
                                     "createdAt": {"type": "string", "format": "date-time"},
                                     "organizationId": {"type": "string"},
-                                    "data": {"type": "object"},
+                                    "data": {
+                                        "type": "object",
+                                        "description": _DATA,
+                                    },
                                 },
                             }
                         }

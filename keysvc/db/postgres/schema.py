@@ -27,6 +27,7 @@ from keysvc.db.sqlite.migrations import (
     LISTENERS_STEP,
     MIGRATIONS,
     PENDING_LEAKS_STEP,
+    REPLACED_SECRETS_STEP,
     SHARED_LIMITS_STEP,
     WEBHOOK_BINDING_STEP,
     WEBHOOK_CONTROLS_STEP,
@@ -206,6 +207,10 @@ POSTGRES_MIGRATIONS: Mapping[int, str] = {
         after insert or update or delete or truncate on pending_leak_reports
         for each statement execute function keysvc_data_changed();
     """,
+    # Tombstones found by their secret's keyed hash (as SQLite's REPLACED_SECRETS_STEP).
+    schema_version(MIGRATIONS[: MIGRATIONS.index(REPLACED_SECRETS_STEP) + 1]): (
+        REPLACED_SECRETS_STEP
+    ),
 }
 
 # The advisory lock that serializes schema changes between instances (any constant

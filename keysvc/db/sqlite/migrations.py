@@ -147,6 +147,14 @@ PENDING_LEAKS_STEP = """
     ) strict;
 """
 
+# Issue 35's replaced secrets: a report of a secret a rotation replaced finds its key's
+# tombstone by the secret's keyed hash (keysvc.db.keys.BY_SECRET), one seek rather than
+# a scan of every tombstone under the write lock. The same text on both backends
+# (keysvc.db.postgres.schema keys it by this step's place).
+REPLACED_SECRETS_STEP = """
+    create index if not exists deleted_credentials_secret on deleted_credentials (secret_hash);
+"""
+
 MIGRATIONS: Sequence[str] = (
     # 2: per-key request limits, and the generation that invalidates credential caches.
     """
@@ -384,6 +392,8 @@ MIGRATIONS: Sequence[str] = (
     KEY_DETAILS_STEP,
     # 21: revoke-by-secret reports not yet acted on (PENDING_LEAKS_STEP, issue 35).
     PENDING_LEAKS_STEP,
+    # 22: tombstones found by their secret's keyed hash (REPLACED_SECRETS_STEP, issue 35).
+    REPLACED_SECRETS_STEP,
 )
 
 
