@@ -1,7 +1,7 @@
 """The store on PostgreSQL: ``PgStore``, the SQLite store's sibling under the contract
 (``keysvc.db.contract.Store``), running the same SQL on a pool of PostgreSQL
 connections (``keysvc.db.postgres.connection``) for several instances sharing one
-database. ``PgWriter`` serializes writes with one advisory lock (``WRITE_LOCK``), as
+database. ``PgWriter`` serializes writes with one row lock (``_WRITE_LOCK``), as
 SQLite's single writer does; ``PgReader`` reads on the pool; ``Notifications``
 (LISTEN/NOTIFY) stands in for SQLite's freshness watch, and a write that moved the
 authorization generation returns once the other instances have heard of it. A
@@ -53,8 +53,12 @@ logger = logging.getLogger("keysvc")
 
 # What opening a store may raise for an unreachable or refused database.
 CONNECT_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
-# The advisory lock every write transaction holds (pgschema's MIGRATION_LOCK is another).
-WRITE_LOCK = 0x6B657977
+# The lock every write transaction holds: keysvc_locks' 'write' row, for update, which
+# only keysvc's role may lock (pgschema.LOCKS_TABLE; an advisory lock's key any role
+# that may CONNECT could hold).
+_WRITE_LOCK = (
+    "select set_config('keysvc.token', $2, true) from keysvc_locks where name = $1 for update"
+)
 # How long closing waits for the writes under way, then for the pool's connections.
 CLOSE_SECONDS = 10.0
 _BUMP_GENERATION = (
@@ -81,7 +85,7 @@ class AlwaysRoom:
 
 
 class PgWriter:
-    """Write transactions: each on a pooled connection, under WRITE_LOCK."""
+    """Write transactions: each on a pooled connection, under _WRITE_LOCK."""
 
     def __init__(
         self,
@@ -115,12 +119,7 @@ class PgWriter:
                     async with self._committed_to_the_end(raw):
                         # The tables' triggers announce this transaction's changes with
                         # the same token as the writer (keysvc_data_changed).
-                        await raw.execute(
-                            "select pg_advisory_xact_lock($1),"
-                            " set_config('keysvc.token', $2, true)",
-                            WRITE_LOCK,
-                            self._notifications.token,
-                        )
+                        await raw.execute(_WRITE_LOCK, "write", self._notifications.token)
                         yield PgConnection(raw)
                         if self._authorization_changed:
                             # The triggers may have moved it further than the domain's bump.
@@ -365,7 +364,7 @@ class PgStore(CoreFront):
             return key
 
     # The counts the instances share (keysvc.domain.sharedlimits): one statement each, on a
-    # pooled connection, committed alone, outside WRITE_LOCK: they check no rule of
+    # pooled connection, committed alone, outside _WRITE_LOCK: they check no rule of
     # the domain's and must not wait behind its transactions.
 
     async def add_shared_counts(self, rows: list[sharedcounts.Added]) -> dict[tuple[str, int], int]:
@@ -384,7 +383,7 @@ class PgStore(CoreFront):
 async def keep_session(conn: Any) -> None:
     """The pool's reset of a connection given back: nothing beyond asyncpg's own (which
     rolls back a transaction left open). keysvc leaves no session state on a pooled
-    connection (no SET, LISTEN, cursor or session-level lock: WRITE_LOCK and the
+    connection (no SET, LISTEN, cursor or session-level lock: _WRITE_LOCK and the
     migration's lock are transaction-level), so the default reset statement would only
     cost every read and write one more round trip."""
     return None
