@@ -39,6 +39,15 @@ UNAVAILABLE = (
     asyncpg.TooManyConnectionsError,
     # A database closed to connections (ALTER DATABASE ... ALLOW_CONNECTIONS false).
     asyncpg.ObjectNotInPrerequisiteStateError,
+    # A server that cannot take writes now: read-only (a standby promoted to, or
+    # default_transaction_read_only; 25006), out of disk, memory or connections (class
+    # 53, 53100 disk_full included), a lock not had within lock_timeout (55P03), a
+    # statement the server cancelled (its statement_timeout, 57014). 57P01..57P03
+    # (admin shutdown, crash, cannot connect now) are above.
+    asyncpg.ReadOnlySQLTransactionError,
+    asyncpg.InsufficientResourcesError,
+    asyncpg.LockNotAvailableError,
+    asyncpg.QueryCanceledError,
 )
 # At most one log line this often while the database stays unavailable.
 UNAVAILABLE_LOG_SECONDS = 10.0

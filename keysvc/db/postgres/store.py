@@ -64,6 +64,8 @@ CLOSE_SECONDS = 10.0
 _BUMP_GENERATION = (
     "update meta set value = (value::bigint + 1)::text where name = 'auth_generation'"
 )
+# A server that takes no writes: a standby, or default_transaction_read_only.
+_READ_ONLY = "select pg_is_in_recovery() or current_setting('transaction_read_only') = 'on'"
 # Set around a new key's inserts: its role rows do not move the generation.
 _NEW_KEY = "select set_config('keysvc.new_key', ?, true)"
 
@@ -324,10 +326,12 @@ class PgStore(CoreFront):
                 await transaction.rollback()
 
     async def schema_is_current(self) -> bool:
-        """As ``Store.schema_is_current``: a database that does not answer raises
-        DatabaseUnavailable."""
+        """As ``Store.schema_is_current``: a database that does not answer, or that is
+        read-only (a standby, default_transaction_read_only), raises DatabaseUnavailable."""
         try:
             async with acquired(self._pool, self._outage) as raw, asyncio.timeout(READY_SECONDS):
+                if await raw.fetchval(_READ_ONLY):
+                    raise asyncpg.ReadOnlySQLTransactionError("the server is read-only")
                 return await pgschema.schema_is_current(raw)
         except CONNECT_ERRORS as exc:
             raise self._outage.unavailable(exc) from None
