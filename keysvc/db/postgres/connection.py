@@ -83,14 +83,16 @@ class Outage:
 
 
 @asynccontextmanager
-async def acquired(pool: Any, outage: Outage) -> AsyncIterator[Any]:
-    """A pooled connection, waited for at most ACQUIRE_SECONDS. A connection the server
+async def acquired(
+    pool: Any, outage: Outage, timeout: float = ACQUIRE_SECONDS
+) -> AsyncIterator[Any]:
+    """A pooled connection, waited for at most ``timeout``. A connection the server
     refuses (a role that may not log in, a database dropped, a wrong password, a
     pg_hba.conf rule) is a 503, as a server that is down is. One whose statement
     timed out or whose protocol is out of step is terminated, not lent again: its
     server process may still be busy, or never answer."""
     try:
-        raw = await pool.acquire(timeout=ACQUIRE_SECONDS)
+        raw = await pool.acquire(timeout=timeout)
     except (*UNAVAILABLE, asyncpg.PostgresError) as exc:
         raise outage.unavailable(exc) from None
     try:

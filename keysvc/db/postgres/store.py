@@ -32,6 +32,7 @@ from keysvc.db.outbox import enqueue
 from keysvc.db.postgres import peers, sharedcounts
 from keysvc.db.postgres import schema as pgschema
 from keysvc.db.postgres.connection import (
+    ACQUIRE_SECONDS,
     CONNECT_SECONDS,
     COUNT_SECONDS,
     READY_SECONDS,
@@ -59,6 +60,9 @@ CONNECT_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 _WRITE_LOCK = (
     "select set_config('keysvc.token', $2, true) from keysvc_locks where name = $1 for update"
 )
+# The longest a write waits before its first statement is answered, the in-process lock
+# included (docs/SECURITY.md's bounds): past it, a 503.
+WRITE_SECONDS = ACQUIRE_SECONDS + STATEMENT_SECONDS
 # How long closing waits for the writes under way, then for the pool's connections.
 CLOSE_SECONDS = 10.0
 _BUMP_GENERATION = (
@@ -68,6 +72,12 @@ _BUMP_GENERATION = (
 _READ_ONLY = "select pg_is_in_recovery() or current_setting('transaction_read_only') = 'on'"
 # Set around a new key's inserts: its role rows do not move the generation.
 _NEW_KEY = "select set_config('keysvc.new_key', ?, true)"
+
+
+def _left(deadline: float, most: float | None = None) -> float:
+    """The time left until ``deadline`` (the loop's clock), at most ``most``."""
+    left = max(deadline - asyncio.get_running_loop().time(), 0.001)
+    return left if most is None else min(left, most)
 
 
 class AlwaysRoom:
@@ -113,15 +123,22 @@ class PgWriter:
         read it (``Notifications.seen_everywhere``), waited for after the lock is let
         go."""
         moved: int | None = None
+        deadline = asyncio.get_running_loop().time() + WRITE_SECONDS
         try:
-            async with self.lock, acquired(self._pool, self._outage) as raw:
+            async with (
+                self._locked(deadline),
+                acquired(self._pool, self._outage, _left(deadline, ACQUIRE_SECONDS)) as raw,
+            ):
                 self._authorization_changed = False
                 committing = False
                 try:
                     async with self._committed_to_the_end(raw):
                         # The tables' triggers announce this transaction's changes with
                         # the same token as the writer (keysvc_data_changed).
-                        await raw.execute(_WRITE_LOCK, "write", self._notifications.token)
+                        await raw.execute(
+                            _WRITE_LOCK, "write", self._notifications.token,
+                            timeout=_left(deadline),
+                        )  # fmt: skip
                         yield PgConnection(raw)
                         if self._authorization_changed:
                             # The triggers may have moved it further than the domain's bump.
@@ -142,6 +159,16 @@ class PgWriter:
                 await self._notifications.seen_everywhere(moved, listeners)
         except UNAVAILABLE as exc:
             raise self._outage.unavailable(exc) from None
+
+    @asynccontextmanager
+    async def _locked(self, deadline: float) -> AsyncIterator[None]:
+        """``lock``, waited for until ``deadline`` at most (then TimeoutError: a 503)."""
+        async with asyncio.timeout_at(deadline):
+            await self.lock.acquire()
+        try:
+            yield
+        finally:
+            self.lock.release()
 
     async def _announce(self, raw: Any, moved: int | None) -> None:
         """Tell the other instances of a commit, after it, in a statement of its own:
@@ -326,10 +353,17 @@ class PgStore(CoreFront):
                 await transaction.rollback()
 
     async def schema_is_current(self) -> bool:
-        """As ``Store.schema_is_current``: a database that does not answer, or that is
-        read-only (a standby, default_transaction_read_only), raises DatabaseUnavailable."""
+        """As ``Store.schema_is_current``: a database that does not answer within
+        READY_SECONDS, the pooled connection's wait included, or that is read-only (a
+        standby, default_transaction_read_only) raises DatabaseUnavailable."""
+        # Each part bounded by what is left, the statements' inside ``acquired``: a
+        # timed-out connection is terminated there, not given back to wait on.
+        deadline = asyncio.get_running_loop().time() + READY_SECONDS
         try:
-            async with acquired(self._pool, self._outage) as raw, asyncio.timeout(READY_SECONDS):
+            async with (
+                acquired(self._pool, self._outage, READY_SECONDS) as raw,
+                asyncio.timeout_at(deadline),
+            ):
                 if await raw.fetchval(_READ_ONLY):
                     raise asyncpg.ReadOnlySQLTransactionError("the server is read-only")
                 return await pgschema.schema_is_current(raw)
