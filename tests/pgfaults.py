@@ -1,8 +1,9 @@
 """Real faults of a PostgreSQL server for the tests of keysvc's answers to them
 (tests/system/test_postgres_frozen.py, test_postgres_refused.py,
-test_postgres_lost_commit.py): a cluster of a module's own (``own_cluster``), frozen
-by SIGSTOP (``frozen``), and a loopback TCP relay between keysvc and the server that
-cuts a connection between a COMMIT and its reply (``CommitCutter``)."""
+test_postgres_lost_commit.py, test_postgres_lost_announce.py): a cluster of a
+module's own (``own_cluster``), frozen by SIGSTOP (``frozen``), and a loopback TCP
+relay between keysvc and the server that cuts a connection between a COMMIT and its
+reply, or right after the reply (``CommitCutter``)."""
 
 import asyncio
 import os
@@ -87,6 +88,9 @@ class CommitCutter:
         self._target = target_port
         self._server: asyncio.Server | None = None
         self.marker: bytes | None = None
+        # Cut after the COMMIT's reply is forwarded instead: committed and acknowledged,
+        # and nothing sent after it reaches the server (keysvc's announcement).
+        self.after_reply = False
         self.cuts = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -140,7 +144,8 @@ class CommitCutter:
                 if self.marker is not None and self.marker in transaction:
                     self.marker = None
                     self.cuts += 1
-                    back.cancel()
+                    if not self.after_reply:
+                        back.cancel()
                     # Everything up to the COMMIT's end, and nothing after it.
                     end = at + len(COMMIT)
                     writer.write(data[: len(data) - (len(pending) - end)])

@@ -43,7 +43,12 @@ from keysvc.db.postgres.connection import (
     acquired,
     refusal,
 )
-from keysvc.db.postgres.notifications import AUTH_CHANNEL, DATA_CHANNEL, Notifications
+from keysvc.db.postgres.notifications import (
+    ACKNOWLEDGE_SECONDS,
+    AUTH_CHANNEL,
+    DATA_CHANNEL,
+    Notifications,
+)
 from keysvc.db.postgres.reader import PgReader
 from keysvc.db.rows import role_from_row
 from keysvc.db.statements import fetch_all, fetch_one, to_the_end
@@ -151,11 +156,17 @@ class PgWriter:
                         self._notifications.committed()
                     raise
                 self._committed()
-                await self._announce(raw, moved)
+                announced = await self._announce(raw, moved)
                 # Listed after the commit: a listening connection made later reads a
                 # generation at least as new when it starts.
-                listeners = [] if moved is None else await self._listeners(raw)
-            if moved is not None and listeners:
+                listeners: list[str] | None = []
+                if moved is not None:
+                    listeners = await self._listeners(raw) if announced else None
+            if moved is not None and listeners is None:
+                # Unannounced, or the instances not listed: answered once every other
+                # instance has read the generation by polling (docs/SECURITY.md's bounds).
+                await asyncio.sleep(ACKNOWLEDGE_SECONDS)
+            elif moved is not None and listeners:
                 await self._notifications.seen_everywhere(moved, listeners)
         except UNAVAILABLE as exc:
             raise self._outage.unavailable(exc) from None
@@ -170,13 +181,14 @@ class PgWriter:
         finally:
             self.lock.release()
 
-    async def _announce(self, raw: Any, moved: int | None) -> None:
+    async def _announce(self, raw: Any, moved: int | None) -> bool:
         """Tell the other instances of a commit, after it, in a statement of its own:
         a full NOTIFY queue (one per cluster, which any role that may log in anywhere
         on the server can fill) must not refuse keysvc's writes. Lost, the commit
         stands: the other instances read the generation at every probe, and theirs
         and this one's caches are cold while the queue is filling
-        (``Notifications.deaf``)."""
+        (``Notifications.deaf``). False when lost: a write that moved the generation
+        then answers after ACKNOWLEDGE_SECONDS, by when every instance has polled it."""
         token = self._notifications.token
         try:
             if moved is None:
@@ -188,15 +200,17 @@ class PgWriter:
                 )  # fmt: skip
         except (*UNAVAILABLE, asyncpg.PostgresError) as exc:
             self._notifications.unannounced(exc)
+            return False
+        return True
 
-    async def _listeners(self, raw: Any) -> list[str]:
-        """The other instances listening now (``peers.LISTENING``). Committed already,
-        a write that cannot list them answers as committed, unwaited."""
+    async def _listeners(self, raw: Any) -> list[str] | None:
+        """The other instances listening now (``peers.LISTENING``); None when they
+        cannot be listed (the write, committed already, then waits ACKNOWLEDGE_SECONDS)."""
         try:
             rows = await raw.fetch(peers.LISTENING, self._notifications.instance)
         except CONNECT_ERRORS as exc:
             logger.warning("could not list the other instances: %s", type(exc).__name__)
-            return []
+            return None
         return [str(row[0]) for row in rows]
 
     async def authorization_changed(self, conn: Connection) -> None:
