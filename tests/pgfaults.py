@@ -8,12 +8,16 @@ reply, or right after the reply (``CommitCutter``)."""
 import asyncio
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp import ClientResponse
 
+from tests.helpers import Client
 from tests.postgres import Postgres, start_postgres, stop_postgres
 
 # A COMMIT as asyncpg sends it: a simple query ('Q', its length, the text, a NUL).
@@ -76,6 +80,24 @@ def frozen(cluster: Postgres) -> Iterator[None]:
         for pid in stopped:
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
+
+
+async def timed(
+    client: Client,
+    method: str,
+    path: str,
+    body: Any = None,
+    headers: Any = None,
+    give_up: float = 30.0,
+) -> tuple[ClientResponse, float]:
+    """One request and how long its answer took; given up (TimeoutError) after ``give_up``
+    seconds: without keysvc's bounds a frozen server holds it for the TCP stack's
+    timeout (about 15 minutes)."""
+    started = time.monotonic()
+    async with asyncio.timeout(give_up):
+        response = await client.request(method, path, json=body, headers=headers)
+        await response.read()
+    return response, time.monotonic() - started
 
 
 class CommitCutter:

@@ -4,24 +4,20 @@ is left of its bound (ACQUIRE_SECONDS + STATEMENT_SECONDS), then 503 with Retry-
 /readyz, the pooled connection's wait included, answers within READY_SECONDS."""
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
-from aiohttp import ClientResponse
 
 from keysvc.config import Settings
 from keysvc.db.postgres.connection import ACQUIRE_SECONDS, READY_SECONDS, STATEMENT_SECONDS
 from keysvc.http.app import create_app
 from tests.helpers import Client, ClientFactory, assert_error, bootstrap, keys_url
-from tests.pgfaults import frozen, module_cluster
+from tests.pgfaults import frozen, module_cluster, timed
 from tests.postgres import PEPPER, Postgres
 
 # Concurrent writes on a frozen server: without a bound on the in-process lock, the
 # last is answered after about 5 + 5 * WRITES seconds.
 WRITES = 5
-GIVE_UP_SECONDS = 60.0
 BODY = {"name": "k", "roles": ["developer"]}
 
 
@@ -39,16 +35,6 @@ async def client(
     await started.close()
 
 
-async def _timed(
-    client: Client, method: str, path: str, body: Any = None, headers: Any = None
-) -> tuple[ClientResponse, float]:
-    started = time.monotonic()
-    async with asyncio.timeout(GIVE_UP_SECONDS):
-        response = await client.request(method, path, json=body, headers=headers)
-        await response.read()
-    return response, time.monotonic() - started
-
-
 async def test_queued_writes_on_a_frozen_database_are_each_answered_within_the_bound(
     client: Client, postgres: Postgres
 ) -> None:
@@ -57,11 +43,11 @@ async def test_queued_writes_on_a_frozen_database_are_each_answered_within_the_b
     # reads its key first, on the pool, and is answered 503 there).
     with frozen(postgres):
         writes = [
-            asyncio.create_task(_timed(client, "POST", keys_url(admin), BODY, admin.headers))
+            asyncio.create_task(timed(client, "POST", keys_url(admin), BODY, admin.headers))
             for _ in range(WRITES)
         ]
         await asyncio.sleep(0.5)
-        ready, ready_took = await _timed(client, "GET", "/readyz")
+        ready, ready_took = await timed(client, "GET", "/readyz")
         answered = await asyncio.gather(*writes)
     await assert_error(ready, 503, "not ready: the database does not answer")
     assert ready_took < READY_SECONDS + 0.5, ready_took
