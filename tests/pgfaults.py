@@ -1,18 +1,23 @@
 """Real faults of a PostgreSQL server for the tests of keysvc's answers to them
 (tests/system/test_postgres_frozen.py, test_postgres_refused.py,
-test_postgres_lost_commit.py): a cluster of a module's own (``own_cluster``), frozen
-by SIGSTOP (``frozen``), and a loopback TCP relay between keysvc and the server that
-cuts a connection between a COMMIT and its reply (``CommitCutter``)."""
+test_postgres_lost_commit.py, test_postgres_lost_announce.py): a cluster of a
+module's own (``own_cluster``), frozen by SIGSTOP (``frozen``), and a loopback TCP
+relay between keysvc and the server that cuts a connection between a COMMIT and its
+reply, or right after the reply (``CommitCutter``)."""
 
 import asyncio
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp import ClientResponse
 
+from tests.helpers import Client
 from tests.postgres import Postgres, start_postgres, stop_postgres
 
 # A COMMIT as asyncpg sends it: a simple query ('Q', its length, the text, a NUL).
@@ -77,6 +82,24 @@ def frozen(cluster: Postgres) -> Iterator[None]:
                 os.kill(pid, signal.SIGCONT)
 
 
+async def timed(
+    client: Client,
+    method: str,
+    path: str,
+    body: Any = None,
+    headers: Any = None,
+    give_up: float = 30.0,
+) -> tuple[ClientResponse, float]:
+    """One request and how long its answer took; given up (TimeoutError) after ``give_up``
+    seconds: without keysvc's bounds a frozen server holds it for the TCP stack's
+    timeout (about 15 minutes)."""
+    started = time.monotonic()
+    async with asyncio.timeout(give_up):
+        response = await client.request(method, path, json=body, headers=headers)
+        await response.read()
+    return response, time.monotonic() - started
+
+
 class CommitCutter:
     """A loopback TCP relay to PostgreSQL. Armed with a marker, it forwards everything,
     and the first COMMIT of a transaction whose statements hold the marker is
@@ -87,6 +110,9 @@ class CommitCutter:
         self._target = target_port
         self._server: asyncio.Server | None = None
         self.marker: bytes | None = None
+        # Cut after the COMMIT's reply is forwarded instead: committed and acknowledged,
+        # and nothing sent after it reaches the server (keysvc's announcement).
+        self.after_reply = False
         self.cuts = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -140,7 +166,8 @@ class CommitCutter:
                 if self.marker is not None and self.marker in transaction:
                     self.marker = None
                     self.cuts += 1
-                    back.cancel()
+                    if not self.after_reply:
+                        back.cancel()
                     # Everything up to the COMMIT's end, and nothing after it.
                     end = at + len(COMMIT)
                     writer.write(data[: len(data) - (len(pending) - end)])

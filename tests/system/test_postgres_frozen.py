@@ -7,23 +7,19 @@ recovers by itself. And the same server stopped: `/metrics` is still served."""
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
-from aiohttp import ClientResponse
 
 from keysvc.config import Settings
 from keysvc.db.postgres.connection import ACQUIRE_SECONDS, READY_SECONDS, STATEMENT_SECONDS
 from keysvc.http.app import create_app
 from tests.helpers import Client, ClientFactory, assert_error, bootstrap, create_creds, keys_url
-from tests.pgfaults import frozen, module_cluster
+from tests.pgfaults import frozen, module_cluster, timed
 from tests.postgres import PEPPER, Postgres
 
 # The longest a request may take against a frozen server: a pooled connection waited
 # for, then its statement, with room for a loaded machine.
 BOUND = ACQUIRE_SECONDS + STATEMENT_SECONDS + 3.0
-# Without the bounds a request hangs for the TCP stack's timeout (about 15 minutes).
-GIVE_UP_SECONDS = 30.0
 RECOVERY_SECONDS = 30.0
 BODY = {"name": "k", "roles": ["developer"]}
 
@@ -41,16 +37,6 @@ async def client(
     await started.close()
 
 
-async def _timed(
-    client: Client, method: str, path: str, body: Any = None, headers: Any = None
-) -> tuple[ClientResponse, float]:
-    started = time.monotonic()
-    async with asyncio.timeout(GIVE_UP_SECONDS):
-        response = await client.request(method, path, json=body, headers=headers)
-        await response.read()
-    return response, time.monotonic() - started
-
-
 async def test_a_frozen_database_is_503_within_the_bound_and_recovers(
     client: Client, postgres: Postgres
 ) -> None:
@@ -58,7 +44,7 @@ async def test_a_frozen_database_is_503_within_the_bound_and_recovers(
     key = await create_creds(client, admin, BODY)
     url = keys_url(admin)
     with frozen(postgres):
-        ready, took = await _timed(client, "GET", "/readyz")
+        ready, took = await timed(client, "GET", "/readyz")
         await assert_error(ready, 503, "not ready: the database does not answer")
         assert took < READY_SECONDS + 2.0, took
         for method, path, body in (
@@ -66,11 +52,11 @@ async def test_a_frozen_database_is_503_within_the_bound_and_recovers(
             ("POST", url, BODY),
             ("PATCH", f"{url}/{key.id}", {"state": "disabled"}),
         ):
-            response, took = await _timed(client, method, path, body, admin.headers)
+            response, took = await timed(client, method, path, body, admin.headers)
             await assert_error(response, 503, "database unavailable")
             assert response.headers["Retry-After"] == "5"
             assert took < BOUND, (method, took)
-        healthy, took = await _timed(client, "GET", "/healthz")
+        healthy, took = await timed(client, "GET", "/healthz")
         assert healthy.status == 200
     deadline = time.monotonic() + RECOVERY_SECONDS
     while (response := await client.post(url, json=BODY, headers=admin.headers)).status != 200:

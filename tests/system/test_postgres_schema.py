@@ -26,7 +26,9 @@ POSTGRES_ONLY_TRIGGERS = {"meta_auth_announced"}
 # The instances' shared rate counters: SQLite's one instance counts in memory
 # (keysvc.domain.sharedlimits); its numbered step there is a no-op. The instances'
 # listening connections (keysvc.db.postgres.peers): SQLite's one instance waits for none.
-POSTGRES_ONLY_TABLES = {"shared_limits", "listeners"}
+# The rows the writes and migrations lock (keysvc.db.postgres.schema.LOCKS_TABLE):
+# SQLite's file lock is its own.
+POSTGRES_ONLY_TABLES = {"shared_limits", "listeners", "keysvc_locks"}
 
 ORG = "00000000-0000-4000-8000-000000000001"
 ADMIN_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000001"

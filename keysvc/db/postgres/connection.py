@@ -39,6 +39,15 @@ UNAVAILABLE = (
     asyncpg.TooManyConnectionsError,
     # A database closed to connections (ALTER DATABASE ... ALLOW_CONNECTIONS false).
     asyncpg.ObjectNotInPrerequisiteStateError,
+    # A server that cannot take writes now: read-only (a standby promoted to, or
+    # default_transaction_read_only; 25006), out of disk, memory or connections (class
+    # 53, 53100 disk_full included), a lock not had within lock_timeout (55P03), a
+    # statement the server cancelled (its statement_timeout, 57014). 57P01..57P03
+    # (admin shutdown, crash, cannot connect now) are above.
+    asyncpg.ReadOnlySQLTransactionError,
+    asyncpg.InsufficientResourcesError,
+    asyncpg.LockNotAvailableError,
+    asyncpg.QueryCanceledError,
 )
 # At most one log line this often while the database stays unavailable.
 UNAVAILABLE_LOG_SECONDS = 10.0
@@ -74,14 +83,16 @@ class Outage:
 
 
 @asynccontextmanager
-async def acquired(pool: Any, outage: Outage) -> AsyncIterator[Any]:
-    """A pooled connection, waited for at most ACQUIRE_SECONDS. A connection the server
+async def acquired(
+    pool: Any, outage: Outage, timeout: float = ACQUIRE_SECONDS
+) -> AsyncIterator[Any]:
+    """A pooled connection, waited for at most ``timeout``. A connection the server
     refuses (a role that may not log in, a database dropped, a wrong password, a
     pg_hba.conf rule) is a 503, as a server that is down is. One whose statement
     timed out or whose protocol is out of step is terminated, not lent again: its
     server process may still be busy, or never answer."""
     try:
-        raw = await pool.acquire(timeout=ACQUIRE_SECONDS)
+        raw = await pool.acquire(timeout=timeout)
     except (*UNAVAILABLE, asyncpg.PostgresError) as exc:
         raise outage.unavailable(exc) from None
     try:

@@ -23,7 +23,6 @@ import asyncpg
 from keysvc.config import ConfigError, pepper_path_of
 from keysvc.credentials import PEPPER_BYTES, Hasher
 from keysvc.db.postgres import schema as pgschema
-from keysvc.db.postgres.store import WRITE_LOCK
 from keysvc.db.sqlite.connections import require_existing
 from keysvc.db.sqlite.migrations import schema_version
 
@@ -246,7 +245,7 @@ async def _copy_table(
 
 
 async def _copy(conn: Any, source: sqlite3.Connection, fingerprint: str) -> list[Copied]:
-    await conn.execute("select pg_advisory_xact_lock($1)", WRITE_LOCK)
+    await conn.fetchval(pgschema.TAKE_LOCK, "write")  # as PgWriter's writes
     await _check_target(conn, fingerprint)
     await conn.execute(_CLEAR_META, list(POSTGRES_META))
     await conn.execute(_CLEAR_ROLES)

@@ -10,10 +10,13 @@ PostgreSQL's first schema, keyed by the version it makes. A database newer than 
 code, or one with a step missing, is refused.
 
 Several instances may start on one database at once: the whole upgrade runs in one
-transaction under a transaction-level advisory lock, so one applies it and the
-others find it done.
+transaction under the migration's lock (``_migration_lock``: a row of keysvc_locks,
+which only keysvc's role may lock), so one applies it and the others find it done.
 """
 
+import asyncio
+import logging
+import time
 from collections.abc import Mapping
 from importlib import resources
 from typing import Any
@@ -33,6 +36,8 @@ from keysvc.db.sqlite.migrations import (
     WEBHOOK_CONTROLS_STEP,
     schema_version,
 )
+
+logger = logging.getLogger("keysvc")
 
 # POSTGRES_MIGRATIONS[n] takes a PostgreSQL database from version n - 1 to n; add one
 # with each step appended to keysvc.db.sqlite.migrations.MIGRATIONS, and change
@@ -213,9 +218,31 @@ POSTGRES_MIGRATIONS: Mapping[int, str] = {
     ),
 }
 
-# The advisory lock that serializes schema changes between instances (any constant
-# no other lock of keysvc's uses).
+# keysvc's locks, rows of a table of its own: taking one ``for update`` needs UPDATE on
+# the table, which no role but keysvc's has (``revoke all ... from public``), where an
+# advisory lock's key any role that may CONNECT can take and hold. The writes hold
+# 'write' (keysvc.db.postgres.store.PgWriter), a schema change 'migration'; both for
+# their transaction only. Made at every start where missing: code, not data, so a
+# database of any version gets it without a numbered step.
+LOCKS_TABLE = "keysvc_locks"
+LOCKS_SQL = """
+create table if not exists keysvc_locks (name text collate "C" primary key);
+revoke all on keysvc_locks from public;
+insert into keysvc_locks (name) values ('write'), ('migration') on conflict do nothing;
+"""
+TAKE_LOCK = "select name from keysvc_locks where name = $1 for update"
+# The advisory lock a database without keysvc_locks (empty, or made by an older keysvc)
+# is migrated under, waited for at most MIGRATION_WAIT_SECONDS: any role that may
+# connect can hold it.
 MIGRATION_LOCK = 0x6B657973
+MIGRATION_WAIT_SECONDS = 60.0
+_MIGRATION_LOG_SECONDS = 10.0
+_HOLDERS = (
+    "select coalesce(string_agg(distinct format('%s (pid %s)', a.usename, a.pid), ', '), '?')"
+    " from pg_locks l join pg_stat_activity a using (pid)"
+    " where l.locktype = 'advisory' and l.granted and l.objid = $1 and l.database ="
+    " (select oid from pg_database where datname = current_database())"
+)
 
 _VERSION = "select value from meta where name = 'schema_version'"
 
@@ -257,6 +284,39 @@ async def _quiet_triggers(conn: Any) -> None:
             )
 
 
+async def _locks_table(conn: Any) -> None:
+    if await conn.fetchval("select to_regclass($1) is null", LOCKS_TABLE):
+        await conn.execute(LOCKS_SQL)
+
+
+async def _migration_lock(conn: Any) -> None:
+    """The migration's lock, for the transaction under way: keysvc_locks' 'migration'
+    row where the table is there; otherwise MIGRATION_LOCK, waited for at most
+    MIGRATION_WAIT_SECONDS with a log line every few seconds naming its holders
+    (pg_locks), then a ConfigError."""
+    if await conn.fetchval("select to_regclass($1) is not null", LOCKS_TABLE):
+        await conn.fetchval(TAKE_LOCK, "migration")
+        return
+    started = time.monotonic()
+    logged = started
+    while not await conn.fetchval("select pg_try_advisory_xact_lock($1)", MIGRATION_LOCK):
+        now = time.monotonic()
+        holders = await conn.fetchval(_HOLDERS, MIGRATION_LOCK)
+        if now - started >= MIGRATION_WAIT_SECONDS:
+            raise ConfigError(
+                f"could not take keysvc's migration lock (pg_advisory_lock({MIGRATION_LOCK}))"
+                f" within {MIGRATION_WAIT_SECONDS:.0f} s: held by {holders}; see pg_locks"
+            )
+        if now - logged >= _MIGRATION_LOG_SECONDS:
+            logged = now
+            logger.warning(
+                "waiting for keysvc's migration lock (pg_advisory_lock(%d)), held by %s"
+                " (pg_locks); giving up after %.0f s", MIGRATION_LOCK, holders,
+                MIGRATION_WAIT_SECONDS,
+            )  # fmt: skip
+        await asyncio.sleep(0.5)
+
+
 def postgres_schema_sql() -> str:
     return resources.files("keysvc").joinpath("schema_postgres.sql").read_text()
 
@@ -279,7 +339,7 @@ async def migrate(
     """
     target = schema_version()
     async with conn.transaction():
-        await conn.execute("select pg_advisory_xact_lock($1)", MIGRATION_LOCK)
+        await _migration_lock(conn)
         current = await recorded_version(conn)
         if current > target:
             raise ConfigError(
@@ -287,6 +347,7 @@ async def migrate(
             )
         if current == target:
             await _quiet_triggers(conn)
+            await _locks_table(conn)
             return current
         if current == 0:
             if not create:
@@ -310,6 +371,7 @@ async def migrate(
             str(target),
         )
         await _quiet_triggers(conn)
+        await _locks_table(conn)
     return current
 
 

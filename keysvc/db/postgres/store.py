@@ -1,7 +1,7 @@
 """The store on PostgreSQL: ``PgStore``, the SQLite store's sibling under the contract
 (``keysvc.db.contract.Store``), running the same SQL on a pool of PostgreSQL
 connections (``keysvc.db.postgres.connection``) for several instances sharing one
-database. ``PgWriter`` serializes writes with one advisory lock (``WRITE_LOCK``), as
+database. ``PgWriter`` serializes writes with one row lock (``_WRITE_LOCK``), as
 SQLite's single writer does; ``PgReader`` reads on the pool; ``Notifications``
 (LISTEN/NOTIFY) stands in for SQLite's freshness watch, and a write that moved the
 authorization generation returns once the other instances have heard of it. A
@@ -32,6 +32,7 @@ from keysvc.db.outbox import enqueue
 from keysvc.db.postgres import peers, sharedcounts
 from keysvc.db.postgres import schema as pgschema
 from keysvc.db.postgres.connection import (
+    ACQUIRE_SECONDS,
     CONNECT_SECONDS,
     COUNT_SECONDS,
     READY_SECONDS,
@@ -42,7 +43,12 @@ from keysvc.db.postgres.connection import (
     acquired,
     refusal,
 )
-from keysvc.db.postgres.notifications import AUTH_CHANNEL, DATA_CHANNEL, Notifications
+from keysvc.db.postgres.notifications import (
+    ACKNOWLEDGE_SECONDS,
+    AUTH_CHANNEL,
+    DATA_CHANNEL,
+    Notifications,
+)
 from keysvc.db.postgres.reader import PgReader
 from keysvc.db.rows import role_from_row
 from keysvc.db.statements import fetch_all, fetch_one, to_the_end
@@ -53,15 +59,30 @@ logger = logging.getLogger("keysvc")
 
 # What opening a store may raise for an unreachable or refused database.
 CONNECT_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
-# The advisory lock every write transaction holds (pgschema's MIGRATION_LOCK is another).
-WRITE_LOCK = 0x6B657977
+# The lock every write transaction holds: keysvc_locks' 'write' row, for update, which
+# only keysvc's role may lock (pgschema.LOCKS_TABLE; an advisory lock's key any role
+# that may CONNECT could hold).
+_WRITE_LOCK = (
+    "select set_config('keysvc.token', $2, true) from keysvc_locks where name = $1 for update"
+)
+# The longest a write waits before its first statement is answered, the in-process lock
+# included (docs/SECURITY.md's bounds): past it, a 503.
+WRITE_SECONDS = ACQUIRE_SECONDS + STATEMENT_SECONDS
 # How long closing waits for the writes under way, then for the pool's connections.
 CLOSE_SECONDS = 10.0
 _BUMP_GENERATION = (
     "update meta set value = (value::bigint + 1)::text where name = 'auth_generation'"
 )
+# A server that takes no writes: a standby, or default_transaction_read_only.
+_READ_ONLY = "select pg_is_in_recovery() or current_setting('transaction_read_only') = 'on'"
 # Set around a new key's inserts: its role rows do not move the generation.
 _NEW_KEY = "select set_config('keysvc.new_key', ?, true)"
+
+
+def _left(deadline: float, most: float | None = None) -> float:
+    """The time left until ``deadline`` (the loop's clock), at most ``most``."""
+    left = max(deadline - asyncio.get_running_loop().time(), 0.001)
+    return left if most is None else min(left, most)
 
 
 class AlwaysRoom:
@@ -81,7 +102,7 @@ class AlwaysRoom:
 
 
 class PgWriter:
-    """Write transactions: each on a pooled connection, under WRITE_LOCK."""
+    """Write transactions: each on a pooled connection, under _WRITE_LOCK."""
 
     def __init__(
         self,
@@ -107,8 +128,12 @@ class PgWriter:
         read it (``Notifications.seen_everywhere``), waited for after the lock is let
         go."""
         moved: int | None = None
+        deadline = asyncio.get_running_loop().time() + WRITE_SECONDS
         try:
-            async with self.lock, acquired(self._pool, self._outage) as raw:
+            async with (
+                self._locked(deadline),
+                acquired(self._pool, self._outage, _left(deadline, ACQUIRE_SECONDS)) as raw,
+            ):
                 self._authorization_changed = False
                 committing = False
                 try:
@@ -116,11 +141,9 @@ class PgWriter:
                         # The tables' triggers announce this transaction's changes with
                         # the same token as the writer (keysvc_data_changed).
                         await raw.execute(
-                            "select pg_advisory_xact_lock($1),"
-                            " set_config('keysvc.token', $2, true)",
-                            WRITE_LOCK,
-                            self._notifications.token,
-                        )
+                            _WRITE_LOCK, "write", self._notifications.token,
+                            timeout=_left(deadline),
+                        )  # fmt: skip
                         yield PgConnection(raw)
                         if self._authorization_changed:
                             # The triggers may have moved it further than the domain's bump.
@@ -133,22 +156,39 @@ class PgWriter:
                         self._notifications.committed()
                     raise
                 self._committed()
-                await self._announce(raw, moved)
+                announced = await self._announce(raw, moved)
                 # Listed after the commit: a listening connection made later reads a
                 # generation at least as new when it starts.
-                listeners = [] if moved is None else await self._listeners(raw)
-            if moved is not None and listeners:
+                listeners: list[str] | None = []
+                if moved is not None:
+                    listeners = await self._listeners(raw) if announced else None
+            if moved is not None and listeners is None:
+                # Unannounced, or the instances not listed: answered once every other
+                # instance has read the generation by polling (docs/SECURITY.md's bounds).
+                await asyncio.sleep(ACKNOWLEDGE_SECONDS)
+            elif moved is not None and listeners:
                 await self._notifications.seen_everywhere(moved, listeners)
         except UNAVAILABLE as exc:
             raise self._outage.unavailable(exc) from None
 
-    async def _announce(self, raw: Any, moved: int | None) -> None:
+    @asynccontextmanager
+    async def _locked(self, deadline: float) -> AsyncIterator[None]:
+        """``lock``, waited for until ``deadline`` at most (then TimeoutError: a 503)."""
+        async with asyncio.timeout_at(deadline):
+            await self.lock.acquire()
+        try:
+            yield
+        finally:
+            self.lock.release()
+
+    async def _announce(self, raw: Any, moved: int | None) -> bool:
         """Tell the other instances of a commit, after it, in a statement of its own:
         a full NOTIFY queue (one per cluster, which any role that may log in anywhere
         on the server can fill) must not refuse keysvc's writes. Lost, the commit
         stands: the other instances read the generation at every probe, and theirs
         and this one's caches are cold while the queue is filling
-        (``Notifications.deaf``)."""
+        (``Notifications.deaf``). False when lost: a write that moved the generation
+        then answers after ACKNOWLEDGE_SECONDS, by when every instance has polled it."""
         token = self._notifications.token
         try:
             if moved is None:
@@ -160,15 +200,17 @@ class PgWriter:
                 )  # fmt: skip
         except (*UNAVAILABLE, asyncpg.PostgresError) as exc:
             self._notifications.unannounced(exc)
+            return False
+        return True
 
-    async def _listeners(self, raw: Any) -> list[str]:
-        """The other instances listening now (``peers.LISTENING``). Committed already,
-        a write that cannot list them answers as committed, unwaited."""
+    async def _listeners(self, raw: Any) -> list[str] | None:
+        """The other instances listening now (``peers.LISTENING``); None when they
+        cannot be listed (the write, committed already, then waits ACKNOWLEDGE_SECONDS)."""
         try:
             rows = await raw.fetch(peers.LISTENING, self._notifications.instance)
         except CONNECT_ERRORS as exc:
             logger.warning("could not list the other instances: %s", type(exc).__name__)
-            return []
+            return None
         return [str(row[0]) for row in rows]
 
     async def authorization_changed(self, conn: Connection) -> None:
@@ -325,10 +367,19 @@ class PgStore(CoreFront):
                 await transaction.rollback()
 
     async def schema_is_current(self) -> bool:
-        """As ``Store.schema_is_current``: a database that does not answer raises
-        DatabaseUnavailable."""
+        """As ``Store.schema_is_current``: a database that does not answer within
+        READY_SECONDS, the pooled connection's wait included, or that is read-only (a
+        standby, default_transaction_read_only) raises DatabaseUnavailable."""
+        # Each part bounded by what is left, the statements' inside ``acquired``: a
+        # timed-out connection is terminated there, not given back to wait on.
+        deadline = asyncio.get_running_loop().time() + READY_SECONDS
         try:
-            async with acquired(self._pool, self._outage) as raw, asyncio.timeout(READY_SECONDS):
+            async with (
+                acquired(self._pool, self._outage, READY_SECONDS) as raw,
+                asyncio.timeout_at(deadline),
+            ):
+                if await raw.fetchval(_READ_ONLY):
+                    raise asyncpg.ReadOnlySQLTransactionError("the server is read-only")
                 return await pgschema.schema_is_current(raw)
         except CONNECT_ERRORS as exc:
             raise self._outage.unavailable(exc) from None
@@ -365,7 +416,7 @@ class PgStore(CoreFront):
             return key
 
     # The counts the instances share (keysvc.domain.sharedlimits): one statement each, on a
-    # pooled connection, committed alone, outside WRITE_LOCK: they check no rule of
+    # pooled connection, committed alone, outside _WRITE_LOCK: they check no rule of
     # the domain's and must not wait behind its transactions.
 
     async def add_shared_counts(self, rows: list[sharedcounts.Added]) -> dict[tuple[str, int], int]:
@@ -384,7 +435,7 @@ class PgStore(CoreFront):
 async def keep_session(conn: Any) -> None:
     """The pool's reset of a connection given back: nothing beyond asyncpg's own (which
     rolls back a transaction left open). keysvc leaves no session state on a pooled
-    connection (no SET, LISTEN, cursor or session-level lock: WRITE_LOCK and the
+    connection (no SET, LISTEN, cursor or session-level lock: _WRITE_LOCK and the
     migration's lock are transaction-level), so the default reset statement would only
     cost every read and write one more round trip."""
     return None
