@@ -3,59 +3,12 @@ folder removed, or moved away and back. Writes are refused with 503 and Retry-Af
 rather than acknowledged into a file no one will open again, /readyz says not ready,
 and nothing, /metrics included, makes an empty database where the file was."""
 
-import json
 import shutil
 import time
-import urllib.error
-import urllib.request
-import uuid
 from pathlib import Path
-from typing import Any
 
-from tests.helpers import basic
+from tests.dbgone import GONE, _answer, _metric, _post_status, _refused
 from tests.server import Server, bootstrap, call, integrity
-
-GONE = "database unavailable: its file is no longer where it was opened; nothing was written"
-
-
-def _answer(url: str, creds: dict[str, str] | None = None) -> tuple[int, dict[str, str], Any]:
-    """A GET's status, headers and JSON body (None when it is not JSON)."""
-    headers = {} if creds is None else basic(creds["keyId"], creds["keySecret"])
-    request = urllib.request.Request(url, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            status, got, raw = response.status, dict(response.headers), response.read()
-    except urllib.error.HTTPError as refused:
-        status, got, raw = refused.code, dict(refused.headers), refused.read()
-    try:
-        return status, got, json.loads(raw)
-    except ValueError:
-        return status, got, None
-
-
-def _metric(base: str, name: str) -> float:
-    """The value of the unlabelled metric ``name`` in a scrape of /metrics (200)."""
-    with urllib.request.urlopen(base + "/metrics", timeout=10) as response:
-        text = response.read().decode()
-    [value] = [line.split()[1] for line in text.splitlines() if line.startswith(name + " ")]
-    return float(value)
-
-
-def _post_status(base: str, path: str, creds: dict[str, str], body: dict[str, Any]) -> Any:
-    """A POST with ``creds``: its status, Retry-After and body."""
-    data = json.dumps(body).encode()
-    headers = {**basic(creds["keyId"], creds["keySecret"]), "Content-Type": "application/json"}
-    request = urllib.request.Request(base + path, data=data, method="POST", headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, response.headers.get("Retry-After"), json.loads(response.read())
-    except urllib.error.HTTPError as refused:
-        return refused.code, refused.headers.get("Retry-After"), json.loads(refused.read())
-
-
-def _refused(status: int, retry_after: str | None, body: dict[str, Any]) -> None:
-    assert (status, retry_after, body["status"], body["error"]) == (503, "5", 503, GONE), body
-    assert uuid.UUID(body["requestId"]).version == 4
 
 
 def test_a_removed_folder_refuses_writes_is_not_ready_and_is_not_made_again(

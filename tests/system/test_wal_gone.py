@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from tests.dbgone import _answer, _post_status, _refused
 from tests.server import Server, bootstrap, call, integrity
-from tests.system.test_database_gone import _answer, _post_status, _refused
 
 
 def _create(server: Server, keys: str, admin: dict[str, str], name: str) -> int:
