@@ -14,6 +14,7 @@ malformed or oversized one is a 400 that says where it went wrong.
 """
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -85,18 +86,18 @@ class _Parser:
         return None if token is None else _WORDS.get(token[0])
 
     def either(self) -> Query:
-        parts = [self.both()]
-        while self.word() == "OR":
-            self.at += 1
-            parts.append(self.both())
-        return parts[0] if len(parts) == 1 else Query("OR", parts=tuple(parts))
+        return self.joined("OR", self.both)
 
     def both(self) -> Query:
-        parts = [self.term()]
-        while self.word() == "AND":
+        return self.joined("AND", self.term)
+
+    def joined(self, op: str, operand: Callable[[], Query]) -> Query:
+        """Operands joined by ``op``: the operand alone when there is one."""
+        parts = [operand()]
+        while self.word() == op:
             self.at += 1
-            parts.append(self.term())
-        return parts[0] if len(parts) == 1 else Query("AND", parts=tuple(parts))
+            parts.append(operand())
+        return parts[0] if len(parts) == 1 else Query(op, parts=tuple(parts))
 
     def term(self) -> Query:
         token = self.peek()
