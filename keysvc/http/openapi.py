@@ -26,6 +26,7 @@ from keysvc.domain.permquery import MAX_DEPTH, MAX_QUERY_LENGTH, MAX_TERMS, QUER
 from keysvc.http import queries as q
 from keysvc.http import reports
 from keysvc.http import responses as r
+from keysvc.http import role_schemas as rs
 from keysvc.http import schemas as s
 from keysvc.http import webhook_schemas as ws
 from keysvc.http.keyfields import EXTERNAL_ID_PARAM, CreditsChangeSchema
@@ -34,7 +35,6 @@ from keysvc.http.openapi_webhooks import delivery_webhooks
 from keysvc.http.render import MAX_PERMISSIONS_HEADER
 from keysvc.http.reuse import REUSE_HEADERS_DOCUMENTED
 from keysvc.http.routes import (
-    GITHUB_SCANNING,
     KEY_PATH,
     KEYS_PATH,
     LIST_ACTIVITIES,
@@ -42,11 +42,10 @@ from keysvc.http.routes import (
     ROLE_PATH,
     ROLES_PATH,
     ROUTES,
-    WEBHOOK_PATH,
-    WEBHOOKS_PATH,
     Route,
 )
 from keysvc.http.verifydoc import VERIFY_HEADERS, VERIFY_JSON, VERIFY_PARAMS
+from keysvc.http.webhook_routes import GITHUB_SCANNING, WEBHOOK_PATH, WEBHOOKS_PATH
 from keysvc.timeutil import utcnow
 
 _ERRORS = {
@@ -490,12 +489,12 @@ def _components(now: datetime) -> tuple[tuple[str, Schema | type[Schema]], ...]:
         ("ApiKeyPatchRequest", s.PatchKeySchema(now=now)),
         ("ApiKeyPostResponse", r.CreateKeyResultSchema),
         ("ApiKeyRotateRequest", s.RotateKeySchema),
-        ("RBACPolicyTags", s.PolicyTagsSchema),
+        ("RBACPolicyTags", rs.PolicyTagsSchema),
         ("RBACPolicy", r.PolicyOutSchema),
-        ("RBACPolicyCreateRequest", s.PolicySchema),
+        ("RBACPolicyCreateRequest", rs.PolicySchema),
         ("RBACRole", r.RoleSchema),
-        ("RoleCreateRequest", s.CreateRoleSchema),
-        ("RoleUpdateRequest", s.UpdateRoleSchema),
+        ("RoleCreateRequest", rs.CreateRoleSchema),
+        ("RoleUpdateRequest", rs.UpdateRoleSchema),
         ("WhoAmI", r.WhoAmISchema),
         ("KeyUsageBucket", r.UsageBucketSchema),
         ("KeyUsage", r.UsageSchema),

@@ -11,6 +11,7 @@ from keysvc.domain.activities import ACTOR_TYPES, ADDED_TYPES, ADDED_UPDATE_TYPE
 from keysvc.domain.limits import ACTOR_PREFIX
 from keysvc.http.keyfields import CREDITS_DOC, EXTERNAL_ID_DOC, META_DOC
 from keysvc.http.queries import USAGE_GRANULARITIES
+from keysvc.http.role_schemas import PolicyTagsSchema
 from keysvc.http.schemas import (
     ADDITION,
     EVENT_TYPES,
@@ -21,7 +22,6 @@ from keysvc.http.schemas import (
     ROLE_TYPES,
     UUID_TEXT,
     IpAccessListEntrySchema,
-    PolicyTagsSchema,
     Timestamp,
 )
 from keysvc.keyview import credits_json

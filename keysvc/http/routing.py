@@ -14,6 +14,14 @@ from keysvc.http.schemas import UUID_PATTERN
 
 View = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+ORG = "/v1/organizations/{organizationId}"
+
+# What any authenticated operation may answer besides its success; a write may also
+# be refused whole for a full disk.
+AUTHENTICATED = (400, 401, 403, 429, 500)
+WRITE = (*AUTHENTICATED, 507)
+DONE = "Done: the envelope has no result."
+
 
 @dataclass(frozen=True, eq=False)
 class Route:

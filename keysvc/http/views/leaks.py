@@ -17,10 +17,11 @@ from keysvc.errors import BadRequest, Forbidden, ServiceUnavailable, Unsupported
 from keysvc.http.auth import admit_unproven, throttled_address
 from keysvc.http.envelope import ok
 from keysvc.http.reports import RevokeLeakedSchema, ScanningReportSchema
-from keysvc.http.routes import GITHUB_SCANNING, REVOKE_LEAKED, serves
+from keysvc.http.routes import serves
 from keysvc.http.schemas import load
 from keysvc.http.state import CLOCK, HASHER, LEAK_REPORTS, LIMITS, SETTINGS, STORE
 from keysvc.http.views.common import decode_json, read_json_object, read_raw_body
+from keysvc.http.webhook_routes import GITHUB_SCANNING, REVOKE_LEAKED
 from keysvc.models import Actor
 from keysvc.scanning import IDENTIFIER_HEADER, SIGNATURE_HEADER
 

@@ -6,12 +6,9 @@ from keysvc.domain import roles
 from keysvc.http.envelope import ok
 from keysvc.http.queries import ListRolesQuerySchema
 from keysvc.http.responses import RoleSchema
+from keysvc.http.role_schemas import CreateRoleSchema, UpdateRoleSchema
 from keysvc.http.routes import CREATE_ROLE, DELETE_ROLE, GET_ROLE, LIST_ROLES, UPDATE_ROLE, serves
-from keysvc.http.schemas import (
-    CreateRoleSchema,
-    UpdateRoleSchema,
-    load,
-)
+from keysvc.http.schemas import load
 from keysvc.http.state import CLOCK, HASHER, SETTINGS, STORE
 from keysvc.http.views.common import actor, authorized, path_uuid, query, read_json_object
 

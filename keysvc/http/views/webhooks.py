@@ -12,17 +12,7 @@ from keysvc.http.responses import (
     RotateWebhookSecretResultSchema,
     WebhookSchema,
 )
-from keysvc.http.routes import (
-    CREATE_WEBHOOK,
-    DELETE_WEBHOOK,
-    GET_WEBHOOK,
-    LIST_DELIVERIES,
-    LIST_WEBHOOKS,
-    RETRY_DELIVERY,
-    ROTATE_WEBHOOK_SECRET,
-    UPDATE_WEBHOOK,
-    serves,
-)
+from keysvc.http.routes import serves
 from keysvc.http.schemas import CreateWebhookSchema, load
 from keysvc.http.state import CLOCK, HASHER, SETTINGS, STORE
 from keysvc.http.views.common import (
@@ -32,6 +22,16 @@ from keysvc.http.views.common import (
     query,
     read_json_object,
     read_optional_json_object,
+)
+from keysvc.http.webhook_routes import (
+    CREATE_WEBHOOK,
+    DELETE_WEBHOOK,
+    GET_WEBHOOK,
+    LIST_DELIVERIES,
+    LIST_WEBHOOKS,
+    RETRY_DELIVERY,
+    ROTATE_WEBHOOK_SECRET,
+    UPDATE_WEBHOOK,
 )
 from keysvc.http.webhook_schemas import RotateWebhookSecretSchema, UpdateWebhookSchema
 
