@@ -12,6 +12,7 @@ from marshmallow import Schema, ValidationError, fields, validate, validates_sch
 
 from keysvc.domain.credits import DAILY, INTERVALS, MAX_CREDITS, MONTHLY
 from keysvc.domain.limits import MAX_META_DEPTH
+from keysvc.domain.namedlimits import MAX_LIMIT, MAX_NAMED_LIMITS, MAX_WINDOW_SECONDS, NAME_PATTERN
 from keysvc.nesting import depth_of
 
 MAX_META_BYTES = 4096
@@ -125,3 +126,47 @@ class CreditsChangeSchema(Schema):
     def _exactly_one(self, data: dict[str, Any], **kwargs: Any) -> None:
         if len(data) != 1:
             raise ValidationError("give exactly one of set, increment, decrement", "set")
+
+
+def _unique_names(entries: list[dict[str, Any]]) -> None:
+    names = [entry["name"] for entry in entries]
+    if len(set(names)) != len(names):
+        raise ValidationError("names must be unique")
+
+
+def _limit_name(value: str) -> None:
+    if not NAME_PATTERN.fullmatch(value):
+        raise ValidationError("must be 1 to 64 of a-z, 0-9, _, . and -")
+
+
+class NamedLimitSchema(Schema):
+    """One named rate limit (issue 36, ``keysvc.domain.namedlimits``)."""
+
+    name = fields.String(
+        required=True, validate=_limit_name, metadata={"pattern": NAME_PATTERN.pattern}
+    )
+    limit = _count(1, MAX_LIMIT, required=True)
+    windowSeconds = _count(1, MAX_WINDOW_SECONDS, required=True)
+    autoApply = fields.Boolean(load_default=False)
+
+
+NAMED_LIMITS_DOC = {
+    **ADDED,
+    "description": "keysvc addition: named rate limits. An autoApply limit is counted on "
+    "every verify; the others only when the verify names them (X-Ratelimit or "
+    "?ratelimit=). A key's limit of a name comes before its identity's.",
+}
+
+
+def named_limits_field(**kwargs: Any) -> fields.List[Any]:
+    """The ``ratelimits`` field of a key or an identity: at most MAX_NAMED_LIMITS,
+    names unique."""
+    return fields.List(
+        fields.Nested(NamedLimitSchema),
+        validate=[
+            validate.Length(max=MAX_NAMED_LIMITS, error="must have at most {max} entries"),
+            _unique_names,
+        ],
+        metadata=NAMED_LIMITS_DOC,
+        **kwargs,
+    )
