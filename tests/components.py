@@ -1,5 +1,5 @@
 """The real system components some tests drive (nginx, Chromium, PostgreSQL,
-systemd-analyze), and an unprivileged user to run commands as.
+systemd-analyze, Caddy), and an unprivileged user to run commands as.
 
 They come from Debian's packages: `make system-deps` installs them where it may (root,
 or sudo without a password) and otherwise says what to install. A test that needs
