@@ -58,7 +58,7 @@ class Caddy:
         return [self.binary, verb, "--config", str(CADDYFILE), "--adapter", "caddyfile"]
 
     def validate(self) -> str:
-        """``caddy validate``: fails unless the configuration is accepted; its output."""
+        """``caddy validate``: fails unless the configuration is accepted; what it printed."""
         done = subprocess.run(
             self.command("validate"),
             capture_output=True,
@@ -68,7 +68,7 @@ class Caddy:
             check=False,
         )
         assert done.returncode == 0, done.stderr
-        return done.stderr
+        return done.stdout + done.stderr
 
     def start(self) -> None:
         with self.out.open("wb") as out:
