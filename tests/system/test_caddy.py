@@ -10,6 +10,7 @@ hostile client's tests: tests/system/test_caddy_hostile.py.
 """
 
 import json
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -40,6 +41,12 @@ def test_caddy_accepts_the_documented_config_as_formatted(tmp_path: Path) -> Non
         [caddy.binary, "fmt", str(CADDYFILE)], capture_output=True, timeout=30, check=True
     )
     assert formatted.stdout == CADDYFILE.read_bytes()
+
+
+def test_readme_shows_the_caddyfile_that_is_tested() -> None:
+    readme = CADDYFILE.parents[1] / "README.md"
+    shown = re.findall(r"```caddyfile\n(.*?)```", readme.read_text(), re.S)
+    assert shown == [CADDYFILE.read_text()]
 
 
 def test_a_valid_key_reaches_the_upstream_with_its_identity(stack: Stack) -> None:
