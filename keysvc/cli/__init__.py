@@ -1,5 +1,6 @@
 """The ``keysvc`` command: ``serve``, ``bootstrap``, ``admin-key``, ``backup``,
-``audit verify``, ``migrate`` and ``revoke-leaked``.
+``audit verify``, ``migrate`` and ``revoke-leaked``; ``keysvc --version`` prints
+``keysvc`` and its version (``keysvc.__version__``).
 
 Settings come from flags, then KEYSVC_* variables, then defaults (``keysvc.config``).
 A setting keysvc cannot use, or a refused backup or migration, stops it with a
@@ -19,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from keysvc import __version__
 from keysvc.config import OPTIONS, ConfigError, build_settings
 from keysvc.errors import ApiError
 from keysvc.logs import configure_logging
@@ -48,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Self-hosted API key service.",
         epilog=f"Environment only: {env_only}.",
     )
+    parser.add_argument("--version", action="version", version=f"keysvc {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve the HTTP API", epilog=parser.epilog)
     _add_options(serve)
