@@ -5,17 +5,14 @@ unix socket and the echoing upstream of tests/nginx.py. Used by
 tests/system/test_caddy.py and test_caddy_hostile.py."""
 
 import os
-import signal
-import socket
 import subprocess
-import time
 import urllib.request
-from contextlib import ExitStack, suppress
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.components import require_command
+from tests.components import require_command, start_listening, stop_group
 from tests.helpers import Creds
 from tests.nginx import CLIENT, Answer, Upstream, admin_api, call, create_key
 from tests.nginxstack import VERIFIED
@@ -71,38 +68,14 @@ class Caddy:
         return done.stdout + done.stderr
 
     def start(self) -> None:
-        with self.out.open("wb") as out:
-            self.proc = subprocess.Popen(
-                self.command("run"),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"caddy exited: {self.log()}")
-            with socket.socket() as sock, suppress(OSError):
-                sock.connect(("127.0.0.1", self.port))
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"caddy did not start: {self.log()}")
+        self.proc = start_listening(self.command("run"), self.out, self.port, self.log, self.env)
 
     def log(self) -> str:
         return self.out.read_text(errors="replace") if self.out.exists() else ""
 
     def stop(self) -> None:
         """Graceful stop; whatever is left of its process group is killed."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            with suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=10)
-        with suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)  # its own group: Caddy alone
-        self.proc.wait()
+        stop_group(self.proc)
 
 
 @dataclass(frozen=True)

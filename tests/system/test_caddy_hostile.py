@@ -8,7 +8,6 @@ called from keysvc alone.
 """
 
 import json
-import socket
 from collections.abc import Iterator
 from contextlib import ExitStack
 from urllib.parse import unquote
@@ -17,7 +16,7 @@ import pytest
 
 from keysvc.http.reuse import VARY
 from tests.caddy import Stack, start_stack
-from tests.nginx import CLIENT, call
+from tests.nginx import CLIENT, call, raw
 
 OTHER_ORGANIZATION = "0e4f6b5a-1c2d-4e3f-8a9b-0c1d2e3f4a5b"
 # The names keysvc answers with, which the upstream may get from keysvc alone: refused.
@@ -187,17 +186,6 @@ def test_the_largest_answer_headers_pass(stack: Stack) -> None:
     assert len(received["X-Key-Permissions"]) > 3000
     assert len(received["X-Key-External-Id"]) == 3060
     assert unquote(received["X-Key-External-Id"]) == external
-
-
-def raw(port: int, head: bytes) -> tuple[int, bytes]:
-    """A request sent byte for byte from the client's address; Caddy's status and body."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(CLIENT, 0)) as s:
-        s.sendall(head)
-        answer = b""
-        while chunk := s.recv(65536):
-            answer += chunk
-    status_line, _, rest = answer.partition(b"\r\n")
-    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
 
 
 @pytest.mark.parametrize("control", ["\x01", "\x7f", "\x1f"])
