@@ -60,6 +60,8 @@ def test_a_valid_key_reaches_the_upstream_with_its_identity(stack: Stack) -> Non
     assert headers["X-Organization-Id"] == stack.admin.organization_id
     assert headers["X-Key-Permissions"] == "keys:read,roles:read"
     assert "Authorization" not in headers  # the key's secret stays with Caddy and keysvc
+    # Without a rate limit keysvc sends no X-RateLimit headers, nor does Caddy.
+    assert answer.headers["X-RateLimit-Limit"] is None
     # keysvc gave neither: the upstream gets neither, not Caddy's placeholder's name.
     assert "X-Key-External-Id" not in headers and "X-Credits-Remaining" not in headers
 
@@ -153,8 +155,14 @@ def test_keysvc_sees_the_client_address_caddy_forwards(stack: Stack) -> None:
 
 def test_a_rate_limited_key_gets_keysvc_s_429_with_retry_after(stack: Stack) -> None:
     limited = stack.create_key(roles=["developer"], rateLimit={"limit": 2, "windowSeconds": 60})
-    for _ in range(2):
-        stack.passed("/orders", limited)
+    for remaining in ("1", "0"):
+        answer = stack.get("/orders", limited)
+        assert answer.status == 200, answer.body
+        assert answer.headers["X-RateLimit-Limit"] == "2"
+        assert answer.headers["X-RateLimit-Remaining"] == remaining
+        assert 0 <= int(answer.headers["X-RateLimit-Reset"]) <= 60
+        # The upstream's own answer, not keysvc's, is the client's.
+        assert answer.json()["headers"]["X-Key-Id"] == limited.id
     answer = stack.refused("/orders", limited, 429)
     assert answer.json()["status"] == 429
     retry_after = answer.headers["Retry-After"]
