@@ -198,6 +198,17 @@ def test_a_key_deleted_is_refused_on_its_next_request(stack: Stack) -> None:
     assert len(stack.upstream.seen) == hits
 
 
+def test_a_permission_taken_from_a_key_s_role_is_refused_on_its_next_request(
+    stack: Stack,
+) -> None:
+    role = stack.api("POST", "/roles", {"name": "narrowed", "permissions": ["reports:read"]})
+    key = stack.create_key(assignedRoleIds=[role["id"]])
+    stack.passed("/reports/q1", key)
+    stack.api("PATCH", f"/roles/{role['id']}", {"permissions": ["keys:read"]})
+    stack.refused("/reports/q1", key, 403)
+    stack.passed("/orders", key)
+
+
 def test_caddy_fails_closed_when_keysvc_is_unreachable(stack: Stack, tmp_path: Path) -> None:
     # Nothing listens on this socket: keysvc's request fails, and so does the request.
     nowhere = tmp_path / "nobody.sock"
