@@ -89,6 +89,21 @@ def test_a_connection_header_naming_keysvc_s_headers_is_refused(stack: Stack, na
     assert stack.verified() == before
 
 
+def test_a_connection_header_naming_keysvc_s_inputs_changes_nothing(stack: Stack) -> None:
+    """Caddy drops what Connection names before it sets the config's own inputs."""
+    named = {"Connection": ", ".join(KEYSVC_READS)}
+    developer = stack.create_key(roles=["developer"])
+    assert stack.through("/reports/q1", {**developer.headers, **named}) == (403, 0)
+    limited = stack.create_key(roles=["developer"], ipAccessList=[{"source": "10.9.9.9/32"}])
+    forged = {**limited.headers, **named, "X-Forwarded-For": "10.9.9.9"}
+    assert stack.through("/orders", forged) == (403, 0)
+    paying = stack.create_key(roles=["developer"], credits={"remaining": 5, "refill": None})
+    for _ in range(2):
+        sent = {**paying.headers, **named, "X-Credit-Cost": "0"}
+        assert stack.through("/orders", sent) == (200, 1)
+    assert stack.remaining(paying) == 3
+
+
 def test_headers_keysvc_reads_never_weaken_its_check(stack: Stack) -> None:
     limited = stack.create_key(roles=["developer"], ipAccessList=[{"source": "10.9.9.9/32"}])
     # Its address is 127.0.0.2 whatever X-Forwarded-For says: refused.
