@@ -1,6 +1,5 @@
 """The ``keysvc`` command: ``serve``, ``bootstrap``, ``admin-key``, ``backup``,
-``audit verify``, ``migrate`` and ``revoke-leaked``; ``keysvc --version`` prints
-``keysvc`` and its version (``keysvc.__version__``).
+``audit verify``, ``migrate`` and ``revoke-leaked``.
 
 Settings come from flags, then KEYSVC_* variables, then defaults (``keysvc.config``).
 A setting keysvc cannot use, or a refused backup or migration, stops it with a
@@ -20,7 +19,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from keysvc import __version__
 from keysvc.config import OPTIONS, ConfigError, build_settings
 from keysvc.errors import ApiError
 from keysvc.logs import configure_logging
@@ -44,13 +42,20 @@ def _add_options(parser: argparse.ArgumentParser, only: Sequence[str] | None = N
 
 
 def _parser() -> argparse.ArgumentParser:
+    from keysvc import __version__
+
     env_only = "; ".join(f"{o.env}: {o.help}" for o in OPTIONS if not o.flag)
     parser = argparse.ArgumentParser(
         prog="keysvc",
         description="Self-hosted API key service.",
         epilog=f"Environment only: {env_only}.",
     )
-    parser.add_argument("--version", action="version", version=f"keysvc {__version__}")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"keysvc {__version__}",
+        help="print keysvc's version and exit",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve the HTTP API", epilog=parser.epilog)
     _add_options(serve)

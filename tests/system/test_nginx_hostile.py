@@ -10,6 +10,7 @@ secret is written to nginx's cache files.
 
 import base64
 import json
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -20,7 +21,7 @@ from urllib.parse import unquote
 import pytest
 
 from tests.helpers import Creds
-from tests.nginx import CLIENT, call, raw, render, wrap
+from tests.nginx import CLIENT, call, render, wrap
 from tests.nginxstack import ENV, Stack, early_in_a_second, start_stack
 from tests.server import free_port
 
@@ -212,6 +213,17 @@ def test_no_secret_is_written_to_the_cache_files(stack: Stack) -> None:
         content = path.read_bytes()
         assert key.secret.encode() not in content, path
         assert basic not in content, path
+
+
+def raw(port: int, head: bytes) -> tuple[int, bytes]:
+    """A request sent byte for byte from the client's address; nginx's status and body."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(CLIENT, 0)) as s:
+        s.sendall(head)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    status_line, _, rest = answer.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
 
 
 @pytest.mark.parametrize("control", ["\x01", "\x7f", "\x1f"])
