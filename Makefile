@@ -19,14 +19,15 @@ PORT := $(or $(KEYSVC_PORT),8080)
 # Real components that tests drive, from Debian's packages, as command:package:
 # systemd only for systemd-analyze on the unit file; wrk for the bench's smoke test on
 # PostgreSQL (tests/system/test_bench_postgres.py), and with hey for the forward-auth
-# one (tests/system/test_nginx_reuse_bench.py); PostgreSQL's initdb is looked for
+# one (tests/system/test_nginx_reuse_bench.py); caddy for docs/Caddyfile
+# (tests/system/test_caddy*.py); PostgreSQL's initdb is looked for
 # where Debian puts it, off PATH (PG_BIN). Installed when missing, where
 # this user may (root, or sudo without a password); else make says what to install
 # and goes on, and the tests that need one report it as not run (failed under CI=true).
 # An entry whose first part is a path (starting with /) is a file the package installs
 # that has no command of its own: nginx's njs module, which the shipped nginx config needs.
 SYSTEM_DEPS ?= chromium:chromium nginx:nginx systemd-analyze:systemd initdb:postgresql wrk:wrk hey:hey \
-	/usr/lib/nginx/modules/ngx_http_js_module.so:libnginx-mod-http-js
+	caddy:caddy /usr/lib/nginx/modules/ngx_http_js_module.so:libnginx-mod-http-js
 PG_BIN := $(subst $(eval) ,:,$(wildcard /usr/lib/postgresql/*/bin))
 
 .PHONY: install system-deps run test test-fast lint fmt bench soak dist constraints clean

@@ -1,5 +1,5 @@
 """The real system components some tests drive (nginx, Chromium, PostgreSQL,
-systemd-analyze), and an unprivileged user to run commands as.
+systemd-analyze, Caddy), and an unprivileged user to run commands as.
 
 They come from Debian's packages: `make system-deps` installs them where it may (root,
 or sudo without a password) and otherwise says what to install. A test that needs
@@ -11,9 +11,13 @@ CI never passes without the real component.
 import os
 import pwd
 import shutil
+import signal
+import socket
+import subprocess
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -84,3 +88,45 @@ def shared_directory() -> Iterator[Path]:
         directory = Path(name)
         directory.chmod(0o755)
         yield directory
+
+
+def start_listening(
+    command: list[str],
+    out: Path,
+    port: int,
+    log: Callable[[], str],
+    env: dict[str, str] | None = None,
+) -> "subprocess.Popen[bytes]":
+    """``command`` (a component in the foreground: nginx, Caddy) in a process group of
+    its own, its output to ``out``; returned once it accepts connections on
+    127.0.0.1:``port``. If it exits first, or does not listen within 30 s, it fails
+    with ``log()``."""
+    name = Path(command[0]).name
+    with out.open("wb") as written:
+        proc = subprocess.Popen(
+            command, stdout=written, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited: {log()}")
+        with socket.socket() as sock, suppress(OSError):
+            sock.connect(("127.0.0.1", port))
+            return proc
+        time.sleep(0.05)
+    stop_group(proc)
+    raise RuntimeError(f"{name} did not start: {log()}")
+
+
+def stop_group(proc: "subprocess.Popen[bytes] | None") -> None:
+    """SIGTERM to a process ``start_listening`` started, 10 s for it to end, then
+    whatever is left of its process group (its own: only its workers) is killed."""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        with suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+    with suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()

@@ -9,20 +9,18 @@ import http.client
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import threading
-import time
 from contextlib import suppress
 from dataclasses import dataclass
 from email.message import Message
 from pathlib import Path
+from socket import create_connection
 from typing import Any
 
 from aiohttp import web
 
-from tests.components import require_command, require_file
+from tests.components import require_command, require_file, start_listening, stop_group
 from tests.helpers import Creds
 from tests.server import free_port
 
@@ -119,19 +117,8 @@ class Nginx:
         return done.stderr
 
     def start(self) -> None:
-        with (self.directory / "nginx.out").open("wb") as out:
-            self.proc = subprocess.Popen(
-                self.command(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"nginx exited: {self.log()}")
-            with socket.socket() as sock, suppress(OSError):
-                sock.connect(("127.0.0.1", self.port))
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"nginx did not start: {self.log()}")
+        out = self.directory / "nginx.out"
+        self.proc = start_listening(self.command(), out, self.port, self.log)
 
     def log(self) -> str:
         return "\n".join(
@@ -142,15 +129,7 @@ class Nginx:
 
     def stop(self) -> None:
         """Fast shutdown; whatever is left of its process group is killed."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            with suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=10)
-        with suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)  # its own group: only its workers
-        self.proc.wait()
+        stop_group(self.proc)
 
 
 class Upstream:
@@ -241,6 +220,17 @@ def call(
         return Answer(response.status, response.headers, response.read())
     finally:
         connection.close()
+
+
+def raw(port: int, head: bytes) -> tuple[int, bytes]:
+    """A request sent byte for byte from the client's address; the proxy's status and body."""
+    with create_connection(("127.0.0.1", port), timeout=10, source_address=(CLIENT, 0)) as s:
+        s.sendall(head)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    status_line, _, rest = answer.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
 
 
 def admin_api(port: int, admin: Creds, method: str, path: str, body: Any = None) -> Any:

@@ -42,11 +42,19 @@ def _add_options(parser: argparse.ArgumentParser, only: Sequence[str] | None = N
 
 
 def _parser() -> argparse.ArgumentParser:
+    from keysvc import __version__
+
     env_only = "; ".join(f"{o.env}: {o.help}" for o in OPTIONS if not o.flag)
     parser = argparse.ArgumentParser(
         prog="keysvc",
         description="Self-hosted API key service.",
         epilog=f"Environment only: {env_only}.",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"keysvc {__version__}",
+        help="print keysvc's version and exit",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve the HTTP API", epilog=parser.epilog)

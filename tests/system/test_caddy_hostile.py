@@ -1,0 +1,249 @@
+"""A hostile client of the shipped docs/Caddyfile, through a real Caddy in front of a
+real `keysvc serve` that would let a proxy reuse its answers (the default 1 s): a client
+with a valid key of its own sends every header keysvc reads or answers with, and the
+query parameters keysvc reads, with empty, wildcard and non-ASCII values. Caddy's
+forward_auth passes the client's headers on to keysvc unless told otherwise: none of
+them may change keysvc's decision or the cost it spends, and the upstream hears who
+called from keysvc alone.
+"""
+
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack
+from urllib.parse import unquote
+
+import pytest
+
+from keysvc.http.reuse import VARY
+from tests.caddy import Stack, start_stack
+from tests.nginx import CLIENT, call, raw
+
+OTHER_ORGANIZATION = "0e4f6b5a-1c2d-4e3f-8a9b-0c1d2e3f4a5b"
+# The names keysvc answers with, which the upstream may get from keysvc alone: refused.
+KEYSVC_ANSWERS = (
+    "X-Key-Id",
+    "X-Organization-Id",
+    "X-Key-Permissions",
+    "X-Key-External-Id",
+    "X-Credits-Remaining",
+)
+# Values each is sent with: a wildcard, empty, the separator, non-ASCII (Latin-1 bytes).
+HOSTILE_VALUES = ("*", "", "a|b|c", "caf\u00e9 \u00ff")
+# Every request header a verify answer depends on (keysvc's own list, keysvc.http.reuse),
+# but the credentials, as a client would send them to weaken the check.
+KEYSVC_READS = {
+    "X-Required-Permission": "",
+    "X-Required-Organization": OTHER_ORGANIZATION,
+    "X-Credit-Cost": "0",
+    "X-Forwarded-For": "10.9.9.9",
+    "Accept": "application/json",
+}
+REFUSED = (
+    "bad request: send the path without ; \\ % or empty, . and .. segments,"
+    " and no X-Key-*, X-Credits-* or X-Organization-Id header"
+)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with ExitStack() as resources:
+        yield start_stack(resources, tmp_path_factory.mktemp("caddy-hostile"))
+
+
+def test_the_hostile_headers_cover_every_header_keysvc_s_answer_depends_on() -> None:
+    depends_on = {name.strip() for name in VARY.split(",")}
+    assert depends_on - {"Authorization"} == set(KEYSVC_READS)
+
+
+@pytest.mark.parametrize("value", HOSTILE_VALUES)
+@pytest.mark.parametrize("name", [*KEYSVC_ANSWERS, "x-KEY-id", "x-credits-REMAINING"])
+def test_a_header_only_keysvc_may_give_is_refused_before_any_check(
+    stack: Stack, name: str, value: str
+) -> None:
+    key = stack.create_key(roles=["developer"])
+    before = stack.verified()
+    answer = call(stack.caddy.port, "/orders", headers={**key.headers, name: value}, source=CLIENT)
+    assert answer.status == 400, answer.body
+    assert answer.json()["error"] == REFUSED
+    assert stack.verified() == before  # keysvc never asked
+    assert not [seen for seen in stack.upstream.seen if seen["headers"].get(name) == value]
+
+
+@pytest.mark.parametrize("name", ["X-Key-Anything-Later", "X-Credits-Spent", "x-key-ROLE"])
+def test_any_other_header_of_keysvc_s_families_is_removed(stack: Stack, name: str) -> None:
+    """Caddy can refuse named headers only, not every name of a family: the rest of
+    X-Key-* and X-Credits-* never reach the upstream."""
+    key = stack.create_key(roles=["developer"])
+    assert stack.through("/orders", {**key.headers, name: "forged"}) == (200, 1)
+    received = stack.upstream.seen[-1]["headers"]
+    assert "forged" not in received.values()
+    assert received["X-Key-Id"] == key.id
+
+
+@pytest.mark.parametrize("named", ["X-Key-Id", "x-key-permissions", "close, X-Organization-Id"])
+def test_a_connection_header_naming_keysvc_s_headers_is_refused(stack: Stack, named: str) -> None:
+    """Caddy drops the headers a request's Connection names, keysvc's answer's too."""
+    key = stack.create_key(roles=["developer"])
+    before = stack.verified()
+    assert stack.through("/orders", {**key.headers, "Connection": named}) == (400, 0)
+    assert stack.verified() == before
+
+
+def test_a_connection_header_naming_keysvc_s_inputs_changes_nothing(stack: Stack) -> None:
+    """Caddy drops what Connection names before it sets the config's own inputs."""
+    named = {"Connection": ", ".join(KEYSVC_READS)}
+    developer = stack.create_key(roles=["developer"])
+    assert stack.through("/reports/q1", {**developer.headers, **named}) == (403, 0)
+    limited = stack.create_key(roles=["developer"], ipAccessList=[{"source": "10.9.9.9/32"}])
+    forged = {**limited.headers, **named, "X-Forwarded-For": "10.9.9.9"}
+    assert stack.through("/orders", forged) == (403, 0)
+    paying = stack.create_key(roles=["developer"], credits={"remaining": 5, "refill": None})
+    for _ in range(2):
+        sent = {**paying.headers, **named, "X-Credit-Cost": "0"}
+        assert stack.through("/orders", sent) == (200, 1)
+    assert stack.remaining(paying) == 3
+
+
+def test_headers_keysvc_reads_never_weaken_its_check(stack: Stack) -> None:
+    limited = stack.create_key(roles=["developer"], ipAccessList=[{"source": "10.9.9.9/32"}])
+    # Its address is 127.0.0.2 whatever X-Forwarded-For says: refused.
+    assert stack.through("/orders", {**limited.headers, **KEYSVC_READS}) == (403, 0)
+    key = stack.create_key(roles=["developer"])
+    # Another organization required, a JSON answer asked for: neither reaches keysvc.
+    assert stack.through("/orders", {**key.headers, **KEYSVC_READS}) == (200, 1)
+    received = stack.upstream.seen[-1]["headers"]
+    assert received["X-Key-Id"] == key.id
+    assert received["X-Organization-Id"] == stack.admin.organization_id
+    # A permission the path needs is not waived by an empty or a wildcard requirement.
+    for value in ("", "*", "orders:read", "keys:read OR reports:read"):
+        sent = {**key.headers, **KEYSVC_READS, "X-Required-Permission": value}
+        assert stack.through("/reports/q1", sent) == (403, 0)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "permission=",
+        "permission=keys:read",
+        f"organization={OTHER_ORGANIZATION}",
+        "organization=",
+        "cost=0",
+        "cost=abc",
+    ],
+)
+def test_the_client_s_query_never_reaches_keysvc(stack: Stack, query: str) -> None:
+    """keysvc reads requirements from the query too: Caddy asks with the config's own
+    query, so a client's neither weakens the check nor fails it; the upstream gets the
+    query as sent."""
+    key = stack.create_key(roles=["developer"])  # keys:read, no reports:read
+    assert stack.through(f"/reports/q1?{query}", key.headers) == (403, 0)
+    assert stack.through(f"/orders?{query}", key.headers) == (200, 1)
+    assert stack.upstream.seen[-1]["path"] == f"/orders?{query}"
+
+
+@pytest.mark.parametrize("cost", ["0", "abc", "-1", "", "1000000"])
+@pytest.mark.parametrize("query", ["", "?cost=0"])
+def test_credits_are_spent_at_the_config_s_cost_whatever_the_client_says(
+    stack: Stack, cost: str, query: str
+) -> None:
+    key = stack.create_key(roles=["developer"], credits={"remaining": 5, "refill": None})
+    headers = {**key.headers, "X-Credit-Cost": cost}
+    statuses = [stack.through(f"/orders{query}", headers)[0] for _ in range(7)]
+    assert statuses == [200] * 5 + [429] * 2
+    assert stack.remaining(key) == 0
+    # What reached the upstream came from keysvc's answer.
+    assert stack.upstream.seen[-1]["headers"]["X-Credits-Remaining"] == "0"
+
+
+def test_a_key_with_credits_is_charged_on_every_request(stack: Stack) -> None:
+    """No answer is reused: each request through Caddy is one verify, one credit."""
+    key = stack.create_key(roles=["developer"], credits={"remaining": 50, "refill": None})
+    before = stack.verified()
+    for _ in range(10):
+        assert stack.through("/orders", key.headers) == (200, 1)
+    assert stack.verified() == before + 10
+    assert stack.remaining(key) == 40
+
+
+def test_the_upstream_gets_keysvc_s_external_id_and_credits_alone(stack: Stack) -> None:
+    external = "M\u00fcller 50% \U0001d11e"
+    key = stack.create_key(roles=["developer"], externalId=external, credits={"remaining": 9})
+    assert stack.through("/orders", key.headers) == (200, 1)
+    received = stack.upstream.seen[-1]["headers"]
+    assert received["X-Key-External-Id"] == "M%C3%BCller 50%25 %F0%9D%84%9E"
+    assert unquote(received["X-Key-External-Id"]) == external
+    assert received["X-Credits-Remaining"] == "8"
+    # A key without either: the upstream gets neither header.
+    plain = stack.create_key(roles=["developer"])
+    assert stack.through("/orders", plain.headers) == (200, 1)
+    received = stack.upstream.seen[-1]["headers"]
+    assert "X-Key-External-Id" not in received and "X-Credits-Remaining" not in received
+
+
+def test_an_external_id_spelled_as_caddy_s_placeholder_still_reaches_the_upstream(
+    stack: Stack,
+) -> None:
+    external = "{http.reverse_proxy.header.X-Key-External-Id}"
+    key = stack.create_key(roles=["developer"], externalId=external)
+    assert stack.through("/orders", key.headers) == (200, 1)
+    assert stack.upstream.seen[-1]["headers"]["X-Key-External-Id"] == external
+
+
+def test_the_largest_answer_headers_pass(stack: Stack) -> None:
+    # keysvc's largest: a full X-Key-Permissions (3,072 characters) and an externalId of
+    # 255 four-byte characters, 3,060 characters percent-encoded.
+    granted = sorted(f"svc{n:02d}:{'c' * 113}" for n in range(40))
+    role = stack.api("POST", "/roles", {"name": "widest", "permissions": granted})
+    external = "\U0001d11e" * 255
+    key = stack.create_key(assignedRoleIds=[role["id"]], externalId=external)
+    assert stack.through("/orders", key.headers) == (200, 1)
+    received = stack.upstream.seen[-1]["headers"]
+    assert len(received["X-Key-Permissions"]) > 3000
+    assert len(received["X-Key-External-Id"]) == 3060
+    assert unquote(received["X-Key-External-Id"]) == external
+
+
+@pytest.mark.parametrize("control", ["\x01", "\x7f", "\x1f"])
+def test_credentials_with_a_control_character_are_a_400_never_a_500(
+    stack: Stack, control: str
+) -> None:
+    key = stack.create_key(roles=["developer"])
+    hits = len(stack.upstream.seen)
+    authorization = key.headers["Authorization"] + control
+    head = (
+        "GET /orders HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        f"Authorization: {authorization}\r\n\r\n"
+    )
+    status, body = raw(stack.caddy.port, head.encode())
+    assert status == 400, body
+    assert len(stack.upstream.seen) == hits
+
+
+@pytest.mark.parametrize("query", ["a=\x01", "a=\x7f", "\x00", "a=\x1b"])
+@pytest.mark.parametrize("with_key", [True, False])
+def test_a_control_character_in_the_query_is_a_400_never_a_500(
+    stack: Stack, query: str, with_key: bool
+) -> None:
+    key = stack.create_key(roles=["developer"])
+    hits = len(stack.upstream.seen)
+    authorization = f"Authorization: {key.headers['Authorization']}\r\n" if with_key else ""
+    head = (
+        f"GET /orders?{query} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        f"{authorization}\r\n"
+    )
+    status, body = raw(stack.caddy.port, head.encode())
+    assert status == 400, body
+    assert len(stack.upstream.seen) == hits
+
+
+def test_a_json_accept_still_gets_the_upstream_s_answer(stack: Stack) -> None:
+    """keysvc's JSON answer is for a caller of verify, not for the client behind Caddy."""
+    key = stack.create_key(roles=["developer"])
+    answer = call(
+        stack.caddy.port,
+        "/orders",
+        headers={**key.headers, "Accept": "application/json"},
+        source=CLIENT,
+    )
+    assert answer.status == 200
+    assert json.loads(answer.body)["headers"]["X-Key-Id"] == key.id
