@@ -20,8 +20,8 @@ from urllib.parse import unquote
 
 import pytest
 
-from tests.helpers import Creds
-from tests.nginx import CLIENT, call, render, wrap
+from tests.helpers import Creds, basic
+from tests.nginx import CLIENT, NJS_SCRIPT, call, render, wrap
 from tests.nginxstack import ENV, Stack, early_in_a_second, start_stack
 from tests.server import free_port
 
@@ -144,6 +144,41 @@ def test_a_forged_cache_key_never_passes_another_organization_s_server(tmp_path:
             }
             assert through(own, "/orders", forged, port=other_port) == (400, 0)
             assert through(own, "/orders", key.headers, port=other_port) == (403, 0)
+
+
+# An njs helper that fails on every request, in place of docs/nginx-keysvc.js.
+FAILING_HELPER = """function credentials(r) {
+    throw new Error('the helper fails');
+}
+
+export default {credentials};
+"""
+
+
+def test_a_failing_njs_helper_refuses_every_request(tmp_path: Path) -> None:
+    # Neither the header check nor the credentials' digest can be skipped by an error
+    # in njs: the request is refused before the auth subrequest, so no two credentials
+    # ever share a cache entry.
+    with ExitStack() as resources:
+        stack = start_stack(resources, tmp_path, ENV)
+        stack.nginx.stop()
+        helper = tmp_path / "failing-keysvc.js"
+        helper.write_text(FAILING_HELPER)
+        conf = stack.nginx.conf.read_text()
+        assert str(NJS_SCRIPT) in conf
+        stack.nginx.conf.write_text(conf.replace(str(NJS_SCRIPT), str(helper)))
+        stack.nginx.test_config()
+        stack.nginx.start()
+        key = stack.create_key(roles=["developer"])
+        wrong = basic(key.key_id, "x" * len(key.secret))
+        before = stack.verified()
+        for headers in (key.headers, wrong, {**key.headers, "X-Key-Id": key.id}):
+            answer = call(stack.nginx.port, "/orders", headers=headers, source=CLIENT)
+            assert answer.status == 400, answer.body
+            assert answer.json()["error"] == REFUSED
+        assert stack.verified() == before  # no auth subrequest
+        assert not stack.upstream.seen
+        assert "the helper fails" in stack.nginx.log()
 
 
 def remaining(stack: Stack, key: Creds) -> int:
