@@ -11,7 +11,9 @@ file, four ways, measured by wrk through nginx in one run, with the ratios to ng
 Each setup is its own nginx (one worker) proxying to one more nginx that serves the
 file, so every setup has the same proxy hop and processes. The requests rotate through
 ``--forward-keys`` seeded keys; the htpasswd file holds the same key IDs and secrets,
-so one request file serves all four. Then hey, at one paced rate (half the lower peak
+so one request file serves all four. Each round also prints what a request cost each
+front's nginx worker in CPU time (from /proc), a figure the machine's other load moves
+less than requests/s. Then hey, at one paced rate (half the lower peak
 of basic and reuse), sends one key's requests through basic and reuse in turn, and
 their p99 are compared. The section is ``forward`` in docs/PERFORMANCE.md.
 """
@@ -111,6 +113,14 @@ class Nginx(StopsOnExit):
         self.stop()
         raise RuntimeError(f"nginx did not start on {port}")
 
+    def worker_cpu_seconds(self) -> float:
+        """CPU time (user and system) its one worker has used so far: what a request
+        costs nginx itself, whatever else the machine runs."""
+        master = self.proc.pid
+        worker = Path(f"/proc/{master}/task/{master}/children").read_text().split()[0]
+        fields = Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -207,9 +217,12 @@ def measure(
         seen = []
         for column in COLUMNS:
             front = stack.fronts[column.label]
+            used = front.worker_cpu_seconds()
             result = wrk.run(plan_wrk, front.base, stack.requests, settings)
+            used = front.worker_cpu_seconds() - used
             flat[column.label].rounds.append(result)
-            seen.append(f"{column.label} {result.rps:,.0f} req/s")
+            per_request = 1e6 * used / result.requests if result.requests else 0.0
+            seen.append(f"{column.label} {result.rps:,.0f} req/s ({per_request:.0f} us CPU)")
         for server in stack.keysvc.values():
             server.check_alive()
         print(f"bench:   round {number}/{rounds}: {', '.join(seen)}", flush=True)

@@ -1,12 +1,29 @@
-// njs helpers for docs/nginx-auth-request.conf (nginx's njs module, 0.7 or later:
-// Debian's libnginx-mod-http-js). Each is read through a js_set variable.
+// njs helper for docs/nginx-auth-request.conf (nginx's njs module, 0.7 or later:
+// Debian's libnginx-mod-http-js), read through one js_set variable. A request that
+// calls njs pays for an njs VM of its own and then for each call: one call does both
+// jobs (docs/PERFORMANCE.md).
 
 var crypto = require('crypto');
 
+// Headers only keysvc's answer may give the upstream: any X-Key-*, any X-Credits-*,
+// X-Organization-Id, under any spelling.
+var KEYSVC_HEADER = /^x-(key-|credits-|organization-id$)/i;
+var LOWER_X = 120;
+var UPPER_X = 88;
+
 // The credentials' part of the cache key: the SHA-256 digest (hex) of the Authorization
-// header as sent, "-" without one. nginx writes the cache key into each cache file: with
-// the digest there, no secret is ever written to disk.
+// header nginx forwards ($http_authorization), "-" without one. nginx writes the cache
+// key into each cache file: with the digest there, no secret is ever written to disk.
+// "" for a request that carries a header only keysvc's answer may give: the config
+// refuses it (400), as it refuses "" when njs fails. Only a name that starts with an x
+// goes through the regex.
 function credentials(r) {
+    for (var name in r.headersIn) {
+        var first = name.charCodeAt(0);
+        if ((first === LOWER_X || first === UPPER_X) && KEYSVC_HEADER.test(name)) {
+            return '';
+        }
+    }
     var sent = r.rawVariables.http_authorization;
     if (sent === undefined) {
         return '-';
@@ -14,23 +31,4 @@ function credentials(r) {
     return crypto.createHash('sha256').update(sent).digest('hex');
 }
 
-// "1" when the request carries a header only keysvc's answer may give the upstream
-// (any X-Key-*, any X-Credits-*, X-Organization-Id), under any spelling, or an
-// Authorization header with a "|" (no valid credentials have one): such a request is
-// refused before the auth subrequest. "" otherwise.
-var KEYSVC_HEADER = /^x-(key-|credits-|organization-id$)/i;
-
-function refused(r) {
-    var sent = r.rawHeadersIn;
-    for (var i = 0; i < sent.length; i++) {
-        if (KEYSVC_HEADER.test(sent[i][0])) {
-            return '1';
-        }
-        if (sent[i][0].toLowerCase() === 'authorization' && sent[i][1].indexOf('|') !== -1) {
-            return '1';
-        }
-    }
-    return '';
-}
-
-export default {credentials, refused};
+export default {credentials};
