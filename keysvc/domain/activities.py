@@ -31,6 +31,9 @@ KEY_USED_AFTER_REVOKE = "key_used_after_revoke"
 # GitHub's secret scanning. Changes nothing a replay compares: a disable it makes is
 # recorded beside it as a state-changed update (keysvc.db.replay).
 KEY_LEAKED = "key_leaked"
+# A batch of keys imported (keysvc.domain.imports): one record, its count and each key's
+# values (replayed as creates, keysvc.db.replay).
+KEY_IMPORT = "key_import"
 WEBHOOK_CREATE, WEBHOOK_DELETE = "webhook_create", "webhook_delete"
 # A webhook's secret rotated (keysvc.domain.webhooks.rotate_secret).
 WEBHOOK_SECRET_ROTATE = "webhook_secret_rotate"  # noqa: S105 - a type, not a secret
@@ -43,7 +46,7 @@ DELETED = "deleted"
 UPSTREAM_TYPES = (KEY_CREATE, KEY_DELETE, KEY_UPDATE)
 ADDED_TYPES = (
     ROLE_CREATE, ROLE_UPDATE, ROLE_DELETE, KEY_USED_AFTER_REVOKE, WEBHOOK_CREATE, WEBHOOK_DELETE,
-    KEY_LEAKED, WEBHOOK_SECRET_ROTATE, WEBHOOK_UPDATE, WEBHOOK_DELIVERY_RETRY,
+    KEY_LEAKED, WEBHOOK_SECRET_ROTATE, WEBHOOK_UPDATE, WEBHOOK_DELIVERY_RETRY, KEY_IMPORT,
 )  # fmt: skip
 RATE_LIMIT_CHANGED, KEY_ROTATED = "rate-limit-changed", "key-rotated"
 # Issue 29's updates: externalId, meta and credits (their setting and the POST .../credits
