@@ -1,8 +1,7 @@
 """All SQL of imports and exports (issue 37): a batch of keys inserted whole, a few
 statements a table however many keys it holds (``executemany``, which SQLite runs in
 one call and asyncpg sends as one pipeline), the importIds already used, and the
-organization's keys read in pages by their place (keyset paging, never an offset), so
-that an export of a million keys holds one page at a time.
+keys that already answer to a batch's material.
 
 Functions here run on the connection they are given, inside the caller's transaction
 (``keysvc.domain.imports`` owns it and its rules), and return plain values.
@@ -10,11 +9,10 @@ Functions here run on the connection they are given, inside the caller's transac
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from keysvc.db import keys as key_sql
 from keysvc.db.contract import Connection
-from keysvc.db.dialect import with_json_list
+from keysvc.db.dialect import Sql, with_json_list
 from keysvc.db.rows import role_from_row
 from keysvc.db.statements import fetch_all, fetch_one
 from keysvc.models import Role
@@ -32,12 +30,16 @@ _TAKEN_KEY_ID_HASHES = """
     select previous_key_id_hash from api_keys where previous_key_id_hash in ({marks})
 """
 HASHES_PER_STATEMENT = 500
+# SQLite's page cache while a batch is inserted: a key's row goes into six indexes of
+# random values (its UUID, key-ID and secret hashes), and with SQLite's default 2 MB
+# (keysvc sets none) most of a large organization's indexes are read again for each
+# batch. Put back after (``narrow_cache``). PostgreSQL's buffers are the server's.
+WIDE_CACHE = Sql("pragma cache_size = -131072", "select 0")
+NARROW_CACHE = Sql("pragma cache_size = -2000", "select 0")
 COUNTS = "select key_count, last_key_seq from organizations where id = ?"
 INSERT_IMPORT = """
     insert into key_imports (organization_id, import_id, key_id, imported_at) values (?, ?, ?, ?)
 """
-# A page of an organization's keys after a place, for the export (``export_page``).
-EXPORT_PAGE = key_sql.KEY_PAGE
 
 
 async def taken_import_ids(conn: Connection, organization_id: str, ids: Sequence[str]) -> set[str]:
@@ -78,6 +80,14 @@ async def counts(conn: Connection, organization_id: str) -> tuple[int, int]:
     return (0, 0) if row is None else (int(row[0]), int(row[1]))
 
 
+async def widen_cache(conn: Connection) -> None:
+    await conn.execute(WIDE_CACHE)
+
+
+async def narrow_cache(conn: Connection) -> None:
+    await conn.execute(NARROW_CACHE)
+
+
 async def insert_batch(
     conn: Connection,
     key_rows: Sequence[tuple[object, ...]],
@@ -94,14 +104,3 @@ async def insert_batch(
     ):
         if rows:
             await conn.executemany(sql, rows)
-
-
-async def export_page(conn: Connection, organization_id: str, after: int, limit: int) -> list[Any]:
-    """Up to ``limit`` of the organization's keys after the place ``after``, with their
-    roles: (the rows, the roles of those keys' rows)."""
-    rows = await fetch_all(conn, EXPORT_PAGE, (organization_id, after, limit))
-    if not rows:
-        return []
-    ids = json.dumps([row["id"] for row in rows])
-    roles = await fetch_all(conn, key_sql.ROLES_OF_KEYS, (ids,))
-    return [rows, roles]

@@ -125,7 +125,10 @@ async def import_batch(
             views.append(_view(key_id, item))
             result.imported.append((item.index, item.import_id, key_id))
         if views:
+            await import_sql.widen_cache(conn)
             await import_sql.insert_batch(conn, *rows)
+            if caller is not None:  # a server's connection: its cache as it was
+                await import_sql.narrow_cache(conn)
             after = {"count": len(views), "keys": views}
             # The operator's own import is counted in the write budget, never refused by it.
             await store.record(

@@ -58,7 +58,7 @@ async def import_keys(request: web.Request) -> web.Response:
     caller, organization_id = authorized(request)
     now = request.app[CLOCK]()
     records = load(_body, await _read(request))["keys"]
-    valid, refused = load_records(records, now)
+    valid, refused = load_records(enumerate(records), now)
     result = await imports.import_batch(
         request.app[STORE],
         request.app[HASHER],
