@@ -58,9 +58,9 @@ async def _import(
     async with open_store(settings, create=False, records=STORE_RECORDS) as (store, hasher):
         if organization_id not in await store.organization_ids():
             raise ConfigError(f"import: no organization {organization_id} in this database")
-        pending: list[tuple[int, Any]] = []
+        running: asyncio.Task[None] | None = None
 
-        async def flush() -> None:
+        async def store_batch(pending: list[tuple[int, Any]]) -> None:
             now = utcnow()
             valid, refused = load_records(pending, now)
             result = await imports.import_batch(
@@ -78,14 +78,22 @@ async def _import(
             totals["imported"] += len(result.imported)
             totals["skipped"] += len(result.skipped)
             totals["refused"] += len(refused) + len(result.errors)
-            pending.clear()
 
+        # While one batch is written (SQLite's work runs on its connection's thread), the
+        # next is read: the file is read ahead by one batch at most.
+        pending: list[tuple[int, Any]] = []
         for number, value in _lines(stream, 1):
             pending.append((number, value))
             if len(pending) >= batch:
-                await flush()
+                if running is not None:
+                    await running
+                running = asyncio.create_task(store_batch(pending))
+                pending = []
+                await asyncio.sleep(0)  # let it start
+        if running is not None:
+            await running
         if pending:
-            await flush()
+            await store_batch(pending)
     seconds = time.perf_counter() - started
     summary = {**totals, "seconds": round(seconds, 3)}
     keys = totals["imported"] + totals["skipped"]

@@ -114,6 +114,7 @@ async def import_batch(
         count, last = await import_sql.counts(conn, organization_id)
         rows: tuple[list[Any], list[Any], list[Any], list[Any]] = ([], [], [], [])
         views = []
+        stamp = to_text(now)
         for item in fresh:
             refusal = _refusal(item, taken, granted, caller, count, max_keys)
             if refusal is not None:
@@ -121,7 +122,7 @@ async def import_batch(
                 continue
             count, last = count + 1, last + 1
             key_id = str(uuid.uuid4())
-            _rows_of(rows, key_id, last, item, now)
+            _rows_of(rows, key_id, last, item, stamp)
             views.append(_view(key_id, item))
             result.imported.append((item.index, item.import_id, key_id))
         if views:
@@ -230,7 +231,7 @@ def _rows_of(
     key_id: str,
     org_seq: int,
     item: _Planned,
-    now: datetime,
+    stamp: str,
 ) -> None:
     keys, roles, details, imports = rows
     new = item.new
@@ -239,7 +240,7 @@ def _rows_of(
     detail = key_sql.details_row(key_id, new.external_id, new.meta, new.credits)
     if detail is not None:
         details.append(detail)
-    imports.append((new.organization_id, item.import_id, key_id, to_text(now)))
+    imports.append((new.organization_id, item.import_id, key_id, stamp))
 
 
 def _view(key_id: str, item: _Planned) -> dict[str, Any]:

@@ -10,7 +10,6 @@ padded or not); it is kept as base64 of the digest, the form ``hashData`` carrie
 
 import base64
 import binascii
-import json
 import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -151,8 +150,10 @@ def _remainder(record: dict[str, Any]) -> str | None:
     token = record.get("tokenHash")
     if token is not None and not isinstance(token, dict):
         return None
-    shape = None if token is None else [token.get("algorithm"), token.get("encoding")]
-    return json.dumps([rest, present, shape], sort_keys=True)
+    shape = None if token is None else (token.get("algorithm"), token.get("encoding"))
+    # repr tells 1, 1.0 and true apart, as the load does; equal objects written in
+    # another order are two keys, each loaded whole once.
+    return repr((sorted(rest.items()), present, shape))
 
 
 def _own_values(record: dict[str, Any], kept: dict[str, Any]) -> dict[str, Any] | None:
