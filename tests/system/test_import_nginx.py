@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from tests.helpers import Creds
-from tests.nginx import CLIENT, Answer, Nginx, Upstream, admin_api, call, nginx_binary
-from tests.server import Server, bootstrap
+from tests.nginx import CLIENT, Answer, admin_api, call
+from tests.nginxstack import ENV, Stack, start_stack
 
 
 def _import(port: int, admin: Creds, token: str, **fields: Any) -> str:
@@ -32,44 +32,23 @@ def _import(port: int, admin: Creds, token: str, **fields: Any) -> str:
     return key_id
 
 
-class Stack:
-    def __init__(self, nginx: Nginx, keysvc: Server, upstream: Upstream, admin: Creds):
-        self.nginx, self.keysvc, self.upstream, self.admin = nginx, keysvc, upstream, admin
-
-    def get(self, path: str, token: str) -> Answer:
-        headers = {"Authorization": f"Bearer {token}"}
-        return call(self.nginx.port, path, headers=headers, source=CLIENT)
+def bearer_get(stack: Stack, path: str, token: str) -> Answer:
+    """A request through nginx with ``token`` as a bearer token, from the client's address."""
+    return call(stack.nginx.port, path, headers={"Authorization": f"Bearer {token}"}, source=CLIENT)
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    binary = nginx_binary()
-    directory = tmp_path_factory.mktemp("nginx-bearer")
-    db = directory / "keysvc.db"
-    created = bootstrap(db)
-    admin = Creds(created["organizationId"], created["id"], created["keyId"], created["keySecret"])
     # Answers may be reused for 5 s: the cache key is what this test is about.
-    env = {
-        "KEYSVC_TRUSTED_PROXIES": "",
-        "KEYSVC_RATE_LIMIT": "off",
-        "KEYSVC_VERIFY_REUSE_SECONDS": "5",
-    }
-    socket_path = directory / "keysvc.sock"
+    env = {**ENV, "KEYSVC_VERIFY_REUSE_SECONDS": "5"}
     with ExitStack() as resources:
-        upstream = Upstream()
-        resources.callback(upstream.stop)
-        keysvc = resources.enter_context(Server(db, env=env, unix=socket_path))
-        nginx = Nginx(binary, directory, socket_path, upstream.base, admin.organization_id)
-        nginx.test_config()
-        resources.callback(nginx.stop)
-        nginx.start()
-        yield Stack(nginx, keysvc, upstream, admin)
+        yield start_stack(resources, tmp_path_factory.mktemp("nginx-bearer"), env)
 
 
 def test_an_imported_token_passes_with_its_identity(stack: Stack) -> None:
     token = "sk_live_" + secrets.token_urlsafe(32)
     key_id = _import(stack.keysvc.port, stack.admin, token)
-    answer = stack.get("/orders/1", token)
+    answer = bearer_get(stack, "/orders/1", token)
     assert answer.status == 200, (answer.body, stack.nginx.log()[-2000:])
     headers = answer.json()["headers"]
     assert headers["X-Key-Id"] == key_id
@@ -79,7 +58,7 @@ def test_an_imported_token_passes_with_its_identity(stack: Stack) -> None:
 
 def test_an_unknown_token_is_refused_before_the_upstream(stack: Stack) -> None:
     hits = len(stack.upstream.seen)
-    answer = stack.get("/orders/1", secrets.token_urlsafe(32))
+    answer = bearer_get(stack, "/orders/1", secrets.token_urlsafe(32))
     assert answer.status == 401
     assert len(stack.upstream.seen) == hits
 
@@ -87,15 +66,15 @@ def test_an_unknown_token_is_refused_before_the_upstream(stack: Stack) -> None:
 def test_a_reused_answer_is_never_another_tokens(stack: Stack) -> None:
     token = secrets.token_urlsafe(32)
     _import(stack.keysvc.port, stack.admin, token)
-    assert stack.get("/orders/2", token).status == 200  # kept for 5 s
+    assert bearer_get(stack, "/orders/2", token).status == 200  # kept for 5 s
     # Another token, however close: its own answer, not the kept one.
     for other in (token[:-1], token + "A", token.upper()):
-        assert stack.get("/orders/2", other).status == 401
+        assert bearer_get(stack, "/orders/2", other).status == 401
     # A token the key limits to one address answers for that address only: the
     # client's address is in the cache key too.
     limited = secrets.token_urlsafe(32)
     _import(stack.keysvc.port, stack.admin, limited, ipAccessList=[{"source": "127.0.0.9/32"}])
-    assert stack.get("/orders/3", limited).status == 403
+    assert bearer_get(stack, "/orders/3", limited).status == 403
 
 
 def test_the_documented_config_names_no_scheme(tmp_path: Path) -> None:
