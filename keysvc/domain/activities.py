@@ -13,7 +13,7 @@ Recording is ``Store.record``, inside the write's own transaction.
 """
 
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +21,16 @@ from keysvc.credentials import Hasher
 from keysvc.domain import cursors
 from keysvc.errors import BadRequest
 from keysvc.keyview import details
-from keysvc.models import Activity, ActivityKinds, ActivityPage, Actor, Key, RoleDetail, Webhook
+from keysvc.models import (
+    Activity,
+    ActivityKinds,
+    ActivityPage,
+    Actor,
+    Key,
+    Role,
+    RoleDetail,
+    Webhook,
+)
 from keysvc.timeutil import to_text
 
 KEY_CREATE, KEY_DELETE, KEY_UPDATE = "key_create", "key_delete", "openapi_key_update"
@@ -95,15 +104,30 @@ def key_view(key: Key) -> dict[str, Any]:
 
 
 def _base_view(key: Key) -> dict[str, Any]:
+    return key_values(
+        key.name, key.state, key.expire_at, key.ip_access_list, key.roles, key.rate_limit
+    )
+
+
+def key_values(
+    name: str,
+    state: str,
+    expire_at: datetime | None,
+    ip_access_list: Sequence[Mapping[str, str]],
+    roles: Iterable[Role],
+    rate_limit: tuple[int, int] | None,
+) -> dict[str, Any]:
+    """The values a key's records keep of what a PATCH can change, from its parts (a
+    key being imported has no ``Key`` yet: keysvc.domain.imports)."""
     return {
-        "name": key.name,
-        "state": key.state,
-        "expireAt": None if key.expire_at is None else to_text(key.expire_at),
-        "ipAccessList": key.ip_access_list,
-        "assignedRoles": [{"roleId": r.id, "roleName": r.name} for r in key.roles],
+        "name": name,
+        "state": state,
+        "expireAt": None if expire_at is None else to_text(expire_at),
+        "ipAccessList": ip_access_list,
+        "assignedRoles": [{"roleId": r.id, "roleName": r.name} for r in roles],
         "rateLimit": None
-        if key.rate_limit is None
-        else {"limit": key.rate_limit[0], "windowSeconds": key.rate_limit[1]},
+        if rate_limit is None
+        else {"limit": rate_limit[0], "windowSeconds": rate_limit[1]},
     }
 
 

@@ -37,7 +37,7 @@ from keysvc.db import imports as import_sql
 from keysvc.db import keys as key_sql
 from keysvc.db.contract import Store
 from keysvc.domain import keys as key_rules
-from keysvc.domain.activities import KEY_IMPORT
+from keysvc.domain.activities import KEY_IMPORT, key_values
 from keysvc.domain.permissions import cannot_grant
 from keysvc.errors import ApiError
 from keysvc.keyview import api_key
@@ -272,17 +272,10 @@ def _view(key_id: str, item: _Planned) -> dict[str, Any]:
     """What the batch's activity keeps of a key: the values a create's records, which
     the audit's replay compares (``keysvc.db.replay``)."""
     new = item.new
-    return {
-        "id": key_id,
-        "name": new.name,
-        "state": new.state,
-        "expireAt": None if new.expire_at is None else to_text(new.expire_at),
-        "ipAccessList": new.ip_access_list,
-        "assignedRoles": [{"roleId": r.id, "roleName": r.name} for r in item.roles],
-        "rateLimit": None
-        if new.rate_limit is None
-        else {"limit": new.rate_limit[0], "windowSeconds": new.rate_limit[1]},
-    }
+    values = key_values(
+        new.name, new.state, new.expire_at, new.ip_access_list, item.roles, new.rate_limit
+    )
+    return {"id": key_id, **values}
 
 
 def exported(key: Key) -> dict[str, Any]:
