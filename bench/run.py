@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import forward, hey, middleware, postgres, report, scenarios, seed, wrk
+from bench import forward, hey, importing, middleware, postgres, report, scenarios, seed, wrk
 from bench.report import Cell, CellGrid, Column
 from bench.scenarios import Scenario
 from bench.servers import ROOT, Server, start_baseline, start_keysvc, stop_servers_on_sigterm
@@ -97,7 +97,10 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
         + ", ".join([*(s.name for s in scenarios.SCENARIOS), forward.NAME])
         + "); all by default; verify-paced needs verify; forward-auth runs nginx in front"
         " of a static file four ways (bench/forward.py); middleware, alone and only when"
-        " named, a service behind keysvc.client's middleware (bench/middleware.py)",
+        " named, a service behind keysvc.client's middleware (bench/middleware.py);"
+        " importing, alone and only when named, keysvc import and the import API on a"
+        " generated file of 1,000,000 keys (bench/importing.py; it also runs after a"
+        " default run)",
     )
     parser.add_argument(
         "--forward-keys",
@@ -424,6 +427,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     revision = report.git_revision(ROOT)  # now: the code the servers are about to load
+    if args.only == importing.NAME:
+        return importing.main(["--doc", str(args.doc)])
     if args.only == middleware.NAME:
         head = report.head_facts(date, revision, _command(argv, args))
         return 1 if middleware.from_run(args, head, args.doc) else 0
@@ -528,7 +533,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f" failed (non-2xx or socket errors; probe answered {cell.probe_status})",
             file=sys.stderr,
         )
-    return 1 if broken or forward_broken else 0
+    # The import's speed (issue 37), after a default run: its floors, not ratios.
+    import_failed = not args.only and not scale and importing.main(["--doc", str(args.doc)]) != 0
+    return 1 if broken or forward_broken or import_failed else 0
 
 
 if __name__ == "__main__":

@@ -10,6 +10,13 @@ Neither value is stored. Both become ``HMAC-SHA256(pepper, base64(SHA-256(v)))``
 a client that sends ``hashData`` gives us ``base64(SHA-256(v))`` itself, so both
 kinds of key verify the same way, and without the pepper a stolen database
 cannot confirm a guess.
+
+A bearer token (a key imported from its SHA-256, ``Authorization: Bearer <token>``) is
+one value, with no key ID to look it up by: its row is found by
+``HMAC-SHA256(pepper, "bearer" NUL base64(SHA-256(token)))`` (``Hasher.token_lookup``),
+which no key ID's keyed hash can equal (base64 has no NUL), and its secret hash is the
+token's keyed hash as a secret's would be, so a leaked token is found as a leaked
+secret is (``keysvc.db.keys.BY_SECRET``).
 """
 
 import base64
@@ -146,6 +153,11 @@ class Hasher:
 
     def of_plain(self, value: str) -> bytes:
         return self.keyed(sha256_b64(value))
+
+    def token_lookup(self, sha256_b64_value: str) -> bytes:
+        """The key-ID hash a bearer token's key is stored and found under, given
+        base64(SHA-256(token)): HMAC-SHA256(pepper, "bearer" NUL that)."""
+        return self._mac(b"bearer\0" + sha256_b64_value.encode())
 
     def of_header(self, header: str) -> bytes:
         """HMAC-SHA256(pepper, "Authorization" NUL header): a whole header's proof

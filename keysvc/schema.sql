@@ -396,3 +396,15 @@ create table if not exists webhook_expiry_warnings (
 ) strict, without rowid;
 
 create index if not exists webhook_expiry_warnings_key on webhook_expiry_warnings (key_id);
+
+-- Issue 37: each imported record's importId per organization, and the key it made
+-- (keysvc.db.imports), so that importing the same record again makes nothing. No
+-- foreign key: kept after its key is deleted, so that a repeated import never brings a
+-- deleted key back.
+create table if not exists key_imports (
+    organization_id text not null,
+    import_id       text not null,
+    key_id          text not null,
+    imported_at     text not null,
+    primary key (organization_id, import_id)
+) strict, without rowid;

@@ -449,3 +449,15 @@ create unlogged table if not exists listeners (
     backend_start timestamptz not null
 );
 revoke all on listeners from public;
+
+-- Issue 37: imported records' importIds (as schema.sql's key_imports).
+create table if not exists key_imports (
+    organization_id text collate "C" not null,
+    import_id       text collate "C" not null,
+    key_id          text collate "C" not null,
+    imported_at     text collate "C" not null,
+    primary key (organization_id, import_id)
+);
+create or replace trigger key_imports_data_changed
+    after insert or update or delete or truncate on key_imports
+    for each statement execute function keysvc_data_changed();

@@ -1,5 +1,5 @@
 """The ``keysvc`` command: ``serve``, ``bootstrap``, ``admin-key``, ``backup``,
-``audit verify``, ``migrate`` and ``revoke-leaked``.
+``audit verify``, ``migrate``, ``revoke-leaked``, ``import`` and ``export``.
 
 Settings come from flags, then KEYSVC_* variables, then defaults (``keysvc.config``).
 A setting keysvc cannot use, or a refused backup or migration, stops it with a
@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from keysvc.config import OPTIONS, ConfigError, build_settings
+from keysvc.config import OPTIONS, ConfigError, Settings, build_settings
 from keysvc.errors import ApiError
 from keysvc.logs import configure_logging
 
@@ -129,7 +129,46 @@ def _parser() -> argparse.ArgumentParser:
         required=True,
         help="the PostgreSQL database, postgresql://...: a new one, or one holding nothing",
     )
+    _porting(commands)
     return parser
+
+
+def _porting(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """``import`` and ``export`` (``keysvc.cli.porting``)."""
+    into = commands.add_parser(
+        "import",
+        help="import keys into an organization from a JSON Lines file (one import record a"
+        " line, as POST .../keys/import takes them; - for standard input), in batches of one"
+        " transaction each; refused lines are listed on standard error by number; prints one"
+        " JSON object; exit 1 if any line was refused",
+    )
+    _add_options(into, _ADMIN_KEY_FLAGS)
+    into.add_argument("--org", metavar="ORG_ID", required=True, help="the organization's ID")
+    into.add_argument(
+        "--batch", type=int, default=1000, help="records a transaction (1 to 1000, default 1000)"
+    )
+    into.add_argument("file", metavar="FILE", help="the JSON Lines file, or - for standard input")
+    out = commands.add_parser(
+        "export",
+        help="write an organization's keys to standard output as JSON Lines: public fields"
+        " only, each line an import record without material (no hash or secret)",
+    )
+    _add_options(out, _BOOTSTRAP_FLAGS)
+    out.add_argument("--org", metavar="ORG_ID", required=True, help="the organization's ID")
+
+
+def _port(args: argparse.Namespace, settings: Settings) -> int:
+    from keysvc.cli import porting
+
+    if args.command == "export":
+        porting.export(settings, args.org, sys.stdout)
+        return 0
+    if not 1 <= args.batch <= 1000:
+        raise ConfigError("import: --batch must be from 1 to 1000")
+    with porting.open_input(args.file) as stream:
+        summary, code = porting.import_file(settings, args.org, stream, args.batch, sys.stderr)
+    print(json.dumps(summary))
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -143,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from keysvc.cli import serve
 
             return serve.run(settings)
+        if args.command in ("import", "export"):
+            return _port(args, settings)
         if args.command in ("migrate", "backup", "audit"):
             from keysvc.cli import database
 

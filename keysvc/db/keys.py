@@ -7,6 +7,7 @@ cursors. Lists of IDs are passed as one JSON parameter and expanded with
 carries it beside it (``keysvc.db.dialect``).
 """
 
+import functools
 import json
 import sqlite3
 import uuid
@@ -285,6 +286,10 @@ async def rotate_key(
         )
 
 
+# A batch's keys share their creation time: its text is made once.
+_created_text = functools.lru_cache(maxsize=16)(to_text)
+
+
 def key_row(key_id: str, org_seq: int, new: NewKey) -> tuple[object, ...]:
     """INSERT_KEY's parameters for ``new``."""
     return (
@@ -296,8 +301,8 @@ def key_row(key_id: str, org_seq: int, new: NewKey) -> tuple[object, ...]:
         new.key_id_hash,
         new.secret_hash,
         new.key_suffix,
-        json.dumps(new.ip_access_list),
-        to_text(new.created_at),
+        json.dumps(new.ip_access_list) if new.ip_access_list else "[]",
+        _created_text(new.created_at),
         to_text(new.expire_at) if new.expire_at else None,
         new.rate_limit[0] if new.rate_limit else None,
         new.rate_limit[1] if new.rate_limit else None,

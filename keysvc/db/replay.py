@@ -127,6 +127,9 @@ def apply(replay: _Replay, row: sqlite3.Row | tuple[Any, ...]) -> None:
             key.suffix = after["keySuffix"]
         changed = _key_values(after)
         key.values.update({name: changed[name] for name in _KEY_FIELDS if name in after})
+    elif kind == "key_import":  # a batch of keys, each recorded as a create records it
+        for view in after["keys"]:
+            replay.keys[view["id"]] = _Key(org, _key_values(view))
     elif kind == "key_leaked":
         pass  # a report only: a disable it made is recorded as its own openapi_key_update
     elif kind == "role_create":

@@ -13,7 +13,7 @@ Recording is ``Store.record``, inside the write's own transaction.
 """
 
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +21,16 @@ from keysvc.credentials import Hasher
 from keysvc.domain import cursors
 from keysvc.errors import BadRequest
 from keysvc.keyview import details
-from keysvc.models import Activity, ActivityKinds, ActivityPage, Actor, Key, RoleDetail, Webhook
+from keysvc.models import (
+    Activity,
+    ActivityKinds,
+    ActivityPage,
+    Actor,
+    Key,
+    Role,
+    RoleDetail,
+    Webhook,
+)
 from keysvc.timeutil import to_text
 
 KEY_CREATE, KEY_DELETE, KEY_UPDATE = "key_create", "key_delete", "openapi_key_update"
@@ -31,6 +40,9 @@ KEY_USED_AFTER_REVOKE = "key_used_after_revoke"
 # GitHub's secret scanning. Changes nothing a replay compares: a disable it makes is
 # recorded beside it as a state-changed update (keysvc.db.replay).
 KEY_LEAKED = "key_leaked"
+# A batch of keys imported (keysvc.domain.imports): one record, its count and each key's
+# values (replayed as creates, keysvc.db.replay).
+KEY_IMPORT = "key_import"
 WEBHOOK_CREATE, WEBHOOK_DELETE = "webhook_create", "webhook_delete"
 # A webhook's secret rotated (keysvc.domain.webhooks.rotate_secret).
 WEBHOOK_SECRET_ROTATE = "webhook_secret_rotate"  # noqa: S105 - a type, not a secret
@@ -43,7 +55,7 @@ DELETED = "deleted"
 UPSTREAM_TYPES = (KEY_CREATE, KEY_DELETE, KEY_UPDATE)
 ADDED_TYPES = (
     ROLE_CREATE, ROLE_UPDATE, ROLE_DELETE, KEY_USED_AFTER_REVOKE, WEBHOOK_CREATE, WEBHOOK_DELETE,
-    KEY_LEAKED, WEBHOOK_SECRET_ROTATE, WEBHOOK_UPDATE, WEBHOOK_DELIVERY_RETRY,
+    KEY_LEAKED, WEBHOOK_SECRET_ROTATE, WEBHOOK_UPDATE, WEBHOOK_DELIVERY_RETRY, KEY_IMPORT,
 )  # fmt: skip
 RATE_LIMIT_CHANGED, KEY_ROTATED = "rate-limit-changed", "key-rotated"
 # Issue 29's updates: externalId, meta and credits (their setting and the POST .../credits
@@ -92,15 +104,30 @@ def key_view(key: Key) -> dict[str, Any]:
 
 
 def _base_view(key: Key) -> dict[str, Any]:
+    return key_values(
+        key.name, key.state, key.expire_at, key.ip_access_list, key.roles, key.rate_limit
+    )
+
+
+def key_values(
+    name: str,
+    state: str,
+    expire_at: datetime | None,
+    ip_access_list: Sequence[Mapping[str, str]],
+    roles: Iterable[Role],
+    rate_limit: tuple[int, int] | None,
+) -> dict[str, Any]:
+    """The values a key's records keep of what a PATCH can change, from its parts (a
+    key being imported has no ``Key`` yet: keysvc.domain.imports)."""
     return {
-        "name": key.name,
-        "state": key.state,
-        "expireAt": None if key.expire_at is None else to_text(key.expire_at),
-        "ipAccessList": key.ip_access_list,
-        "assignedRoles": [{"roleId": r.id, "roleName": r.name} for r in key.roles],
+        "name": name,
+        "state": state,
+        "expireAt": None if expire_at is None else to_text(expire_at),
+        "ipAccessList": ip_access_list,
+        "assignedRoles": [{"roleId": r.id, "roleName": r.name} for r in roles],
         "rateLimit": None
-        if key.rate_limit is None
-        else {"limit": key.rate_limit[0], "windowSeconds": key.rate_limit[1]},
+        if rate_limit is None
+        else {"limit": rate_limit[0], "windowSeconds": rate_limit[1]},
     }
 
 

@@ -28,7 +28,7 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
 from keysvc.config import IPNetwork
-from keysvc.credentials import Hasher, checksum_fails
+from keysvc.credentials import Hasher, checksum_fails, sha256_b64
 from keysvc.db.contract import RevokedUse, Store
 from keysvc.db.usage import COUNTED
 from keysvc.domain.activities import DELETED, api_actor, key_used_after_revoke
@@ -106,6 +106,33 @@ def parse_basic(header: str | None) -> tuple[str, str] | None:
     return key_id, secret
 
 
+def parse_bearer(header: str | None) -> str | None:
+    """The token of ``Bearer <token>``, or None if it is not that: one token of
+    printable ASCII, no blank inside (RFC 6750's token68, and what services issue)."""
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or not token.isascii() or not token.isprintable():
+        return None
+    return None if " " in token else token
+
+
+def credential_hashes(header: str | None, hasher: Hasher) -> tuple[bytes, bytes] | None:
+    """The keyed hashes a header's credentials are found and checked by: (the key-ID
+    hash, the secret's keyed hash). Basic: of its key ID and secret, None when the secret
+    claims keysvc's format with a wrong checksum. Bearer (an imported token's key): its
+    lookup hash (``Hasher.token_lookup``) and its own keyed hash. None for anything else."""
+    token = parse_bearer(header)
+    if token is not None:
+        digest = sha256_b64(token)
+        return hasher.token_lookup(digest), hasher.keyed(digest)
+    credentials = parse_basic(header)
+    if credentials is None or checksum_fails(credentials[1], hasher.secret_prefix):
+        return None
+    return hasher.of_plain(credentials[0]), hasher.of_plain(credentials[1])
+
+
 def _authorization(request: web.Request) -> str | None:
     """The one Authorization header. Two are ambiguous (a proxy may forward either),
     and a header longer than any Basic credentials keysvc accepts is refused
@@ -134,7 +161,9 @@ async def _check_credentials(
     address: IPAddress | None,
     moment: datetime,
 ) -> tuple[bytes, Credential]:
-    """The key-ID hash and credential of the key whose ID and secret ``header`` carries.
+    """The key-ID hash and credential of the key whose ID and secret ``header`` carries,
+    or whose bearer token it carries (``credential_hashes``): the token's lookup hash
+    finds it, and its secret hash is compared as a secret's is.
 
     A rotated key's replaced key ID (``Credential.replaced_at``: a previous key ID past
     its end, or its tombstone) with its own secret is refused as rotated, uncounted;
@@ -145,12 +174,11 @@ async def _check_credentials(
     wait for them, and are refused if they used it up. Checked before the first wait
     only, every guess sent at once would pass the limit together.
     """
-    credentials = parse_basic(header)
-    if credentials is None or checksum_fails(credentials[1], hasher.secret_prefix):
+    hashes = credential_hashes(header, hasher)
+    if hashes is None:
         _outcome(request, "malformed")
         raise Unauthorized()
-    key_id, secret = credentials
-    key_id_hash = hasher.of_plain(key_id)
+    key_id_hash, offered = hashes
     metrics = request.app.get(METRICS)
     limits = request.app[LIMITS]
     now = moment.timestamp()
@@ -162,7 +190,6 @@ async def _check_credentials(
         found = cached = store.cached_credential(key_id_hash)
         if found is None:
             found = await store.find_credential(key_id_hash)
-        offered = hasher.of_plain(secret)
         # A previous secret hash cleared by hand (docs/SECURITY.md) is no hash at all.
         expected = (found.secret_hash if found is not None else None) or _ABSENT
         matched = hmac.compare_digest(offered, expected)

@@ -15,6 +15,7 @@ from keysvc.http import queries as q
 from keysvc.http import responses as r
 from keysvc.http import role_schemas as rs
 from keysvc.http import schemas as s
+from keysvc.http.import_routes import IMPORT_KEYS
 from keysvc.http.keyfields import CreditsChangeSchema
 from keysvc.http.routing import AUTHENTICATED as AUTHENTICATED
 from keysvc.http.routing import DONE
@@ -393,7 +394,7 @@ CONSOLE_ASSET = Route(
 # In the document's order; the routes of one path next to each other.
 ROUTES: tuple[Route, ...] = (
     LIST_KEYS, CREATE_KEY, GET_KEY, UPDATE_KEY, DELETE_KEY, ROTATE_KEY, KEY_USAGE,
-    CHANGE_CREDITS,
+    CHANGE_CREDITS, IMPORT_KEYS,
     LIST_ROLES, CREATE_ROLE, GET_ROLE, UPDATE_ROLE, DELETE_ROLE,
     LIST_ACTIVITIES, GET_ACTIVITY,
     LIST_WEBHOOKS, CREATE_WEBHOOK, GET_WEBHOOK, UPDATE_WEBHOOK, DELETE_WEBHOOK,

@@ -61,6 +61,8 @@ UUID_PATTERN = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9
 
 
 def _has_control(value: str) -> bool:
+    if value.isascii() and value.isprintable():  # most names: no character to look up
+        return False
     return any(unicodedata.category(ch) == "Cc" for ch in value)
 
 

@@ -153,6 +153,12 @@ def _populate(base: str, admins: list[Creds], receiver_port: int, source: Source
     # Reported leaked (a leak_reports row), by its secret alone: the key is disabled.
     leaked = {"secret": creds["leaked"]["keySecret"]}
     _ok(base, "/v1/keys/revoke-leaked", admins[0], "POST", leaked)
+    # An imported key (a key_imports row), from a bearer token's hash (issue 37).
+    digest = "ab" * 32
+    record = {"importId": "old-1", "name": "imported", "roles": ["developer"]}
+    token_hash = {"algorithm": "sha256", "encoding": "hex", "value": digest}
+    imported = {"keys": [{**record, "tokenHash": token_hash}]}
+    _ok(base, org + "/keys/import", admins[0], "POST", imported)
     other = f"/v1/organizations/{admins[1]['organizationId']}"
     _ok(
         base,

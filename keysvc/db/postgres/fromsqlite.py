@@ -48,6 +48,7 @@ TABLES = (
     "webhook_expiry_warnings",
     "leak_reports",
     "pending_leak_reports",
+    "key_imports",
     "meta",
 )
 # What PostgreSQL's migration writes into a new database: the copy replaces these

@@ -26,6 +26,7 @@ from keysvc.db.sqlite.migrations import (
     FAIR_DELIVERY_STEP,
     GROWTH_STEP,
     KEY_DETAILS_STEP,
+    KEY_IMPORTS_STEP,
     LEAK_LOOKUP_STEP,
     LISTENERS_STEP,
     MIGRATIONS,
@@ -216,6 +217,19 @@ POSTGRES_MIGRATIONS: Mapping[int, str] = {
     schema_version(MIGRATIONS[: MIGRATIONS.index(REPLACED_SECRETS_STEP) + 1]): (
         REPLACED_SECRETS_STEP
     ),
+    # Imported records' importIds (as SQLite's KEY_IMPORTS_STEP, issue 37).
+    schema_version(MIGRATIONS[: MIGRATIONS.index(KEY_IMPORTS_STEP) + 1]): """
+    create table if not exists key_imports (
+        organization_id text collate "C" not null,
+        import_id       text collate "C" not null,
+        key_id          text collate "C" not null,
+        imported_at     text collate "C" not null,
+        primary key (organization_id, import_id)
+    );
+    create or replace trigger key_imports_data_changed
+        after insert or update or delete or truncate on key_imports
+        for each statement execute function keysvc_data_changed();
+    """,
 }
 
 # keysvc's locks, rows of a table of its own: taking one ``for update`` needs UPDATE on

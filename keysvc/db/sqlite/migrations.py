@@ -155,6 +155,20 @@ REPLACED_SECRETS_STEP = """
     create index if not exists deleted_credentials_secret on deleted_credentials (secret_hash);
 """
 
+# Issue 37's imports: each imported record's own ID (importId) per organization, and the
+# key it made, so that the same record imported again makes nothing. Kept after its key
+# is deleted (no foreign key): importing a file again never brings back a key that was
+# deleted, a revoked token's included. The same text on both backends, but for types.
+KEY_IMPORTS_STEP = """
+    create table if not exists key_imports (
+        organization_id text not null,
+        import_id       text not null,
+        key_id          text not null,
+        imported_at     text not null,
+        primary key (organization_id, import_id)
+    ) strict, without rowid;
+"""
+
 MIGRATIONS: Sequence[str] = (
     # 2: per-key request limits, and the generation that invalidates credential caches.
     """
@@ -394,6 +408,8 @@ MIGRATIONS: Sequence[str] = (
     PENDING_LEAKS_STEP,
     # 22: tombstones found by their secret's keyed hash (REPLACED_SECRETS_STEP, issue 35).
     REPLACED_SECRETS_STEP,
+    # 23: imported records' importIds (KEY_IMPORTS_STEP, issue 37).
+    KEY_IMPORTS_STEP,
 )
 
 

@@ -1,0 +1,132 @@
+"""``keysvc import`` and ``keysvc export`` (issue 37): keys in and out of an
+organization as JSON Lines, one record a line, streamed both ways.
+
+The import reads its file a line at a time and stores it in batches (each one
+transaction, ``keysvc.domain.imports.import_batch``, as the API's request is), each
+record checked as the API checks it (``keysvc.http.import_schemas``); a refused line is
+reported on standard error by its line number, and the rest go in. The summary is one
+JSON object on standard output; the exit code is 0 when every line was imported or
+skipped as imported before, 1 when some were refused.
+
+The export writes the organization's keys in their order, a page at a time (keyset
+paging, ``Store.list_keys``), so that its memory does not grow with the organization:
+public fields only, each line an import record (``keysvc.domain.imports.exported``).
+"""
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Iterator
+from typing import IO, Any
+
+from keysvc.config import ConfigError, Settings
+from keysvc.db.backends import open_store
+from keysvc.domain import imports
+from keysvc.http.import_schemas import load_records
+from keysvc.http.render import STORE_RECORDS
+from keysvc.timeutil import utcnow
+
+# Keys an export reads at a time.
+EXPORT_PAGE = 1000
+
+
+def _lines(stream: IO[str], first: int) -> Iterator[tuple[int, Any]]:
+    """Each non-blank line's number and JSON value (a ``ValueError`` for one that is
+    not JSON)."""
+    for number, line in enumerate(stream, first):
+        if line.strip():
+            try:
+                yield number, json.loads(line)
+            except ValueError as exc:
+                yield number, ValueError(f"not JSON: {exc}")
+
+
+def import_file(
+    settings: Settings, organization_id: str, stream: IO[str], batch: int, errors: IO[str]
+) -> tuple[dict[str, Any], int]:
+    """Import the records of ``stream`` into ``organization_id``; the summary and the
+    exit code."""
+    return asyncio.run(_import(settings, organization_id, stream, batch, errors))
+
+
+async def _import(
+    settings: Settings, organization_id: str, stream: IO[str], batch: int, errors: IO[str]
+) -> tuple[dict[str, Any], int]:
+    started = time.perf_counter()
+    totals = {"imported": 0, "skipped": 0, "refused": 0}
+    async with open_store(settings, create=False, records=STORE_RECORDS) as (store, hasher):
+        if organization_id not in await store.organization_ids():
+            raise ConfigError(f"import: no organization {organization_id} in this database")
+        running: asyncio.Task[None] | None = None
+
+        async def store_batch(pending: list[tuple[int, Any]]) -> None:
+            now = utcnow()
+            valid, refused = load_records(pending, now)
+            result = await imports.import_batch(
+                store,
+                hasher,
+                None,
+                organization_id,
+                valid,
+                now,
+                settings.max_keys_per_org,
+                imports.CLI_ACTOR,
+            )
+            for line, _, reason in sorted([*refused, *result.errors]):
+                print(f"keysvc: import: line {line}: {reason}", file=errors)
+            totals["imported"] += len(result.imported)
+            totals["skipped"] += len(result.skipped)
+            totals["refused"] += len(refused) + len(result.errors)
+
+        # While one batch is written (SQLite's work runs on its connection's thread), the
+        # next is read: the file is read ahead by one batch at most.
+        pending: list[tuple[int, Any]] = []
+        for number, value in _lines(stream, 1):
+            pending.append((number, value))
+            if len(pending) >= batch:
+                if running is not None:
+                    await running
+                running = asyncio.create_task(store_batch(pending))
+                pending = []
+                await asyncio.sleep(0)  # let it start
+        if running is not None:
+            await running
+        if pending:
+            await store_batch(pending)
+    seconds = time.perf_counter() - started
+    summary = {**totals, "seconds": round(seconds, 3)}
+    keys = totals["imported"] + totals["skipped"]
+    summary["keysPerSecond"] = round(keys / seconds) if seconds > 0 else 0
+    return summary, 1 if totals["refused"] else 0
+
+
+def export(settings: Settings, organization_id: str, out: IO[str]) -> int:
+    """Write the organization's keys to ``out``; how many."""
+    return asyncio.run(_export(settings, organization_id, out))
+
+
+async def _export(settings: Settings, organization_id: str, out: IO[str]) -> int:
+    written = 0
+    async with open_store(settings, create=False, records=STORE_RECORDS) as (store, _):
+        if organization_id not in await store.organization_ids():
+            raise ConfigError(f"export: no organization {organization_id} in this database")
+        after = 0
+        while True:
+            page = await store.list_keys(organization_id, after, EXPORT_PAGE)
+            out.writelines(
+                json.dumps(imports.exported(key), separators=(",", ":")) + "\n" for key in page.keys
+            )
+            written += len(page.keys)
+            if not page.more or not page.keys:
+                break
+            after = page.keys[-1].org_seq
+    out.flush()
+    return written
+
+
+def open_input(path: str) -> IO[str]:
+    """The file to import, or standard input for ``-``."""
+    if path == "-":
+        return sys.stdin
+    return open(path, encoding="utf-8")

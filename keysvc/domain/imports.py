@@ -1,0 +1,308 @@
+"""Keys brought in from another service (issue 37): a batch of validated records, each
+with the caller's own ID for it (``importId``) and its material as a hash, stored in
+one transaction; and the organization's keys read out again for an export.
+
+The rules, in order:
+- each record is checked as a create is (``keysvc.http.import_schemas`` for its fields;
+  here its roles, which the caller must be allowed to grant, now and again in the
+  transaction), and a refused record is reported by its index with the reason, while
+  the others go in;
+- a record whose importId the organization has imported before is skipped, quietly:
+  importing the same file twice makes each key once (the importIds stay after their
+  keys are deleted, so a repeated import never brings a deleted key back);
+- a record whose material another key answers to is refused, as a create's taken key
+  ID is; so is one that repeats an importId or material of its own batch;
+- the organization's key limit counts the batch, record by record: those past it are
+  refused;
+- the batch is one transaction, with one activity (``key_import``) that holds its count
+  and each key's recorded values, so that ``keysvc audit verify`` replays them as it
+  replays creates. No key.created event is sent: an import is not a new key's birth.
+
+Material: ``hashData`` (a key ID and secret pair, as a create takes it), a token hash
+(the SHA-256 of a bearer token, ``keysvc.credentials.Hasher.token_lookup``), or none:
+an exported record carries no material, and imports as a key that no credentials open
+until its owner rotates it (``POST .../rotate``), as docs/SECURITY.md says.
+"""
+
+import secrets
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from keysvc.credentials import Hasher, sha256_b64
+from keysvc.db import imports as import_sql
+from keysvc.db import keys as key_sql
+from keysvc.db.contract import Store
+from keysvc.domain import keys as key_rules
+from keysvc.domain.activities import KEY_IMPORT, key_values
+from keysvc.domain.permissions import cannot_grant
+from keysvc.errors import ApiError
+from keysvc.keyview import api_key
+from keysvc.models import Activity, Actor, Key, NewKey, Role
+from keysvc.timeutil import to_text
+
+# The most records one import request (and one batch of the CLI's) holds.
+MAX_IMPORT_RECORDS = 1000
+TOKEN_TAKEN = "tokenHash: a key with this token already exists"  # noqa: S105 - a message
+REPEATED_IMPORT_ID = "importId: an earlier record of this batch has the same importId"
+REPEATED_MATERIAL = "an earlier record of this batch has the same key ID or token"
+# The CLI's imports, by keysvc itself.
+CLI_ACTOR = Actor("system", details="keysvc import")
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """What a batch did: each imported record's (index, importId, key UUID); the indexes
+    skipped as imported before; each refused record's (index, importId, reason)."""
+
+    imported: list[tuple[int, str, str]] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)
+    errors: list[tuple[int, str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Planned:
+    index: int
+    import_id: str
+    new: NewKey
+    roles: list[Role]
+    token: bool
+
+
+def material(hasher: Hasher, data: Mapping[str, Any]) -> tuple[bytes, bytes, str, bool]:
+    """A record's (key-ID hash, secret hash, suffix, is a token) from its validated
+    material: hashData as a create stores it, a token hash (base64 of its SHA-256, as
+    the schema leaves it) under its lookup hash, or none: random hashes of values no one
+    holds, so that the key opens with nothing until it is rotated."""
+    token = data.get("tokenHash")
+    if token is not None:
+        digest = token["value"]
+        return hasher.token_lookup(digest), hasher.keyed(digest), "", True
+    if data.get("hashData") is not None:
+        made = key_rules.new_credentials(hasher, data["hashData"])
+        return made.key_id_hash, made.secret_hash, made.suffix, False
+    unknown = sha256_b64(secrets.token_hex(32))
+    return hasher.keyed(unknown), hasher.keyed(sha256_b64(secrets.token_hex(32))), "", False
+
+
+async def import_batch(
+    store: Store,
+    hasher: Hasher,
+    caller: Key | None,
+    organization_id: str,
+    records: Sequence[tuple[int, Mapping[str, Any]]],
+    now: datetime,
+    max_keys: int,
+    actor: Actor,
+) -> ImportResult:
+    """Store ``records`` (each (index, validated record)) in one transaction, by the
+    rules above. ``caller``: the key whose grants bound the records' roles; None for the
+    operator's CLI, which may grant any role of the organization."""
+    result = ImportResult()
+    planned = await _plan(store, hasher, caller, organization_id, records, now, result)
+    async with store.transaction("import_keys") as conn:
+        taken_ids = await import_sql.taken_import_ids(
+            conn, organization_id, [p.import_id for p in planned]
+        )
+        fresh = [p for p in planned if p.import_id not in taken_ids]
+        result.skipped.extend(p.index for p in planned if p.import_id in taken_ids)
+        taken = await import_sql.taken_key_id_hashes(conn, [p.new.key_id_hash for p in fresh])
+        role_ids = list(dict.fromkeys(r.id for p in fresh for r in p.roles))
+        granted = await import_sql.roles_now(conn, role_ids)
+        count, last = await import_sql.counts(conn, organization_id)
+        rows: tuple[list[Any], list[Any], list[Any], list[Any]] = ([], [], [], [])
+        views = []
+        stamp = to_text(now)
+        for item in fresh:
+            refusal = _refusal(item, taken, granted, caller, count, max_keys)
+            if refusal is not None:
+                result.errors.append((item.index, item.import_id, refusal))
+                continue
+            count, last = count + 1, last + 1
+            key_id = _time_ordered_uuid()
+            _rows_of(rows, key_id, last, item, stamp)
+            views.append(_view(key_id, item))
+            result.imported.append((item.index, item.import_id, key_id))
+        if views:
+            await import_sql.widen_cache(conn)
+            await import_sql.insert_batch(conn, *rows)
+            if caller is not None:  # a server's connection: its cache as it was
+                await import_sql.narrow_cache(conn)
+            after = {"count": len(views), "keys": views}
+            # The operator's own import is counted in the write budget, never refused by it.
+            await store.record(
+                conn,
+                Activity(organization_id, KEY_IMPORT, actor, now, after=after),
+                revoking=caller is None,
+            )
+    result.errors.sort()
+    return result
+
+
+async def _plan(
+    store: Store,
+    hasher: Hasher,
+    caller: Key | None,
+    organization_id: str,
+    records: Sequence[tuple[int, Mapping[str, Any]]],
+    now: datetime,
+    result: ImportResult,
+) -> list[_Planned]:
+    """Each record's roles (checked as a create checks them, asked once per distinct
+    choice) and material; the refused go to ``result.errors``."""
+    chosen: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Role] | ApiError] = {}
+    seen_ids: set[str] = set()
+    seen_material: set[bytes] = set()
+    planned = []
+    for index, data in records:
+        import_id = data["importId"]
+        choice = (
+            tuple(data.get("roles") or ()),
+            tuple(str(r) for r in data.get("assignedRoleIds") or ()),
+        )
+        if choice not in chosen:
+            try:
+                chosen[choice] = await key_rules.grantable_roles(
+                    store, caller, organization_id, dict(data)
+                )
+            except ApiError as exc:
+                chosen[choice] = exc
+        roles = chosen[choice]
+        if isinstance(roles, ApiError):
+            result.errors.append((index, import_id, roles.message))
+            continue
+        key_id_hash, secret_hash, suffix, token = material(hasher, data)
+        if import_id in seen_ids or key_id_hash in seen_material:
+            reason = REPEATED_IMPORT_ID if import_id in seen_ids else REPEATED_MATERIAL
+            result.errors.append((index, import_id, reason))
+            continue
+        seen_ids.add(import_id)
+        seen_material.add(key_id_hash)
+        new = NewKey(
+            organization_id=organization_id,
+            name=data["name"],
+            state=data.get("state", "enabled"),
+            key_id_hash=key_id_hash,
+            secret_hash=secret_hash,
+            key_suffix=suffix,
+            created_at=now,
+            expire_at=data.get("expireAt"),
+            ip_access_list=data.get("ipAccessList") or [],
+            role_ids=[role.id for role in roles],
+            rate_limit=None
+            if data.get("rateLimit") is None
+            else (data["rateLimit"]["limit"], data["rateLimit"]["windowSeconds"]),
+            external_id=data.get("externalId"),
+            meta=data.get("meta"),
+            credits=key_rules.credits_of(data.get("credits"), now),
+        )
+        planned.append(_Planned(index, import_id, new, roles, token))
+    return planned
+
+
+def _refusal(
+    item: _Planned,
+    taken: set[bytes],
+    granted: Mapping[str, Role],
+    caller: Key | None,
+    count: int,
+    max_keys: int,
+) -> str | None:
+    """Why ``item`` may not go in, as things are inside the transaction; None if it may."""
+    if item.new.key_id_hash in taken:
+        return TOKEN_TAKEN if item.token else key_sql.KEY_ID_TAKEN
+    if any(role.id not in granted for role in item.roles):
+        return key_sql.ROLE_GONE
+    if caller is not None:
+        for role_id in item.new.role_ids:
+            role = granted[role_id]
+            refusal = cannot_grant(caller.permissions, role.name, role.permissions)
+            if refusal is not None:
+                return refusal
+    if count >= max_keys:
+        return key_sql.over_limit(max_keys).message
+    return None
+
+
+_last_uuid = [0, 0]  # the last (milliseconds, sequence) given, in this process
+
+
+def _time_ordered_uuid() -> str:
+    """A UUIDv7 (RFC 9562): 48 bits of milliseconds, a 12-bit sequence within the
+    millisecond, 62 random bits. An imported batch's keys then go at the end of the
+    indexes keyed by key UUID (api_keys.id, key_roles and its role index) rather than
+    all over them, which is most of what a large import writes. The time it shows is
+    the key's createdAt, which its readers see anyway; 62 random bits keep it
+    unguessable, and no key UUID is a credential."""
+    millis = time.time_ns() // 1_000_000
+    last_millis, sequence = _last_uuid
+    if millis <= last_millis:
+        millis, sequence = last_millis, sequence + 1
+        if sequence > 0xFFF:
+            millis, sequence = millis + 1, 0
+    else:
+        sequence = 0
+    _last_uuid[:] = [millis, sequence]
+    rest = int.from_bytes(secrets.token_bytes(8)) & ((1 << 62) - 1)
+    value = (millis << 80) | (0x7 << 76) | (sequence << 64) | (0b10 << 62) | rest
+    return str(uuid.UUID(int=value))
+
+
+def _rows_of(
+    rows: tuple[list[Any], list[Any], list[Any], list[Any]],
+    key_id: str,
+    org_seq: int,
+    item: _Planned,
+    stamp: str,
+) -> None:
+    keys, roles, details, imports = rows
+    new = item.new
+    keys.append(key_sql.key_row(key_id, org_seq, new))
+    roles.extend((key_id, role_id) for role_id in dict.fromkeys(new.role_ids))
+    detail = key_sql.details_row(key_id, new.external_id, new.meta, new.credits)
+    if detail is not None:
+        details.append(detail)
+    imports.append((new.organization_id, item.import_id, key_id, stamp))
+
+
+def _view(key_id: str, item: _Planned) -> dict[str, Any]:
+    """What the batch's activity keeps of a key: the values a create's records, which
+    the audit's replay compares (``keysvc.db.replay``)."""
+    new = item.new
+    values = key_values(
+        new.name, new.state, new.expire_at, new.ip_access_list, item.roles, new.rate_limit
+    )
+    return {"id": key_id, **values}
+
+
+def exported(key: Key) -> dict[str, Any]:
+    """A key as an export writes it: its public fields, as an import record takes them
+    (never a hash or a secret, so no material). Its UUID is the record's importId, so
+    that exporting and importing again makes nothing twice."""
+    view = api_key(key)
+    record: dict[str, Any] = {"importId": key.id, "name": key.name, "state": key.state}
+    system = [role.name for role in key.roles if role.type == "system"]
+    custom = [role.id for role in key.roles if role.type != "system"]
+    if system:
+        record["roles"] = system
+    if custom:
+        record["assignedRoleIds"] = custom
+    if view["expireAt"] is not None:
+        record["expireAt"] = view["expireAt"]
+    if view["ipAccessList"]:
+        record["ipAccessList"] = view["ipAccessList"]
+    for name in ("rateLimit", "externalId", "meta"):
+        if name in view:
+            record[name] = view[name]
+    if key.credits is not None:
+        refill = key.credits.refill
+        plan: dict[str, Any] | None = None
+        if refill is not None:
+            plan = {"interval": refill.interval, "amount": refill.amount}
+            if refill.interval == "monthly":
+                plan["refillDay"] = refill.day
+        record["credits"] = {"remaining": key.credits.remaining, "refill": plan}
+    return record
