@@ -22,12 +22,23 @@ is noticed (a write's check, before and after it commits, or ``/readyz``), the w
 checkpoints it into the database file (``Writer.keep_lost_wal``): what was acknowledged
 is then in the database file, and every later write is refused as above, until
 keysvc restarts (SQLite makes a new log then) or the same log is back at its path.
+
+The ``-shm`` file (the WAL index) is what the processes on one database share to agree
+on where the log ends. Removed under a serving keysvc, it is harmless to that process,
+which keeps the memory it mapped; but a process that opened the database then would
+make a new one, and the two would append to one log without seeing each other's
+commits (a revocation by ``keysvc revoke-leaked`` acknowledged, never seen by the
+server, then written over). So no keysvc process opens a database whose log is there
+without its index while another process has it open (``refuse_split_index``).
 """
 
+import fcntl
 import logging
 import os
+import struct
 from pathlib import Path
 
+from keysvc.config import ConfigError
 from keysvc.errors import DatabaseUnavailable
 
 logger = logging.getLogger("keysvc")
@@ -39,6 +50,45 @@ WAL_LOST = (
     "write-ahead log %s is no longer the file keysvc opened (removed or replaced):"
     " writes are refused and /readyz is not ready; restart keysvc"
 )
+
+
+# SQLite's lock bytes in the database file (os_unix.c: PENDING_BYTE, then the shared
+# range): every connection in WAL mode holds a read lock there while it is open.
+_LOCK_BYTES = (0x40000000, 512)
+SPLIT_INDEX = (
+    "cannot open the database {path}: its -shm file (the WAL index) is gone while another"
+    " process has it open; a process opening it now would write beside that one without"
+    " seeing its commits. Restart the keysvc processes serving it first (SQLite makes a"
+    " new index then, with nothing lost), then run this again"
+)
+
+
+def _open_elsewhere(path: Path) -> bool:
+    """Whether another process holds a lock on the database file's lock bytes (F_GETLK:
+    this process's own locks are not reported)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        asked = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, *_LOCK_BYTES, 0)
+        found = fcntl.fcntl(fd, fcntl.F_GETLK, asked)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return bool(struct.unpack("hhqqi", found)[0] != fcntl.F_UNLCK)
+
+
+def refuse_split_index(path: Path) -> None:
+    """ConfigError when the database at ``path`` has its write-ahead log without its
+    ``-shm`` index and another process has it open (see the module)."""
+    real = Path(os.path.realpath(path))
+    wal, shm = (real.with_name(real.name + suffix) for suffix in ("-wal", "-shm"))
+    if shm.exists() or not wal.exists():
+        return
+    if _open_elsewhere(real):
+        raise ConfigError(SPLIT_INDEX.format(path=path))
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
