@@ -9,15 +9,12 @@ import os
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator
-
-import pytest
 
 from keysvc.config import Settings
 from keysvc.db.postgres.notifications import ACKNOWLEDGE_SECONDS
 from keysvc.http.app import create_app
 from tests.helpers import ClientFactory, assert_ok, basic, bootstrap, create_creds, keys_url
-from tests.pgfaults import CommitCutter
+from tests.pgfaults import CommitCutter, announce_cutter
 from tests.postgres import PEPPER, SUPERUSER, Postgres
 from tests.server import Server
 
@@ -25,12 +22,7 @@ UPDATE_KEY = b"update api_keys set "
 ENV = {"KEYSVC_PEPPER": PEPPER.hex()}
 
 
-@pytest.fixture
-async def cutter(postgres: Postgres) -> AsyncIterator[CommitCutter]:
-    relay = CommitCutter(postgres.port)
-    relay.after_reply = True
-    yield relay
-    await relay.close()
+cutter = announce_cutter()
 
 
 def _ask(conn: socket.socket, headers: dict[str, str]) -> None:

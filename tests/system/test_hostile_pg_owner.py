@@ -6,16 +6,19 @@ could then hold keysvc's write lock for ever (every write, revocations included,
 after 15 s; no instance starting). keysvc refuses to start on a table of its schema
 that another role owns, and says which and whose."""
 
-import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import asyncpg
 import pytest
 
+from tests.pgfaults import login_role
 from tests.postgres import PEPPER, Postgres
 from tests.server import keysvc
 
 ENV = {"KEYSVC_PEPPER": PEPPER.hex()}
+
+
+mallory = login_role()
 
 
 @pytest.fixture
@@ -25,17 +28,6 @@ def empty_database(postgres: Postgres) -> Iterator[str]:
     postgres.psql(name, "grant create on schema public to public")
     yield name
     postgres.retire(name)
-
-
-@pytest.fixture
-def mallory(postgres: Postgres) -> Iterator[str]:
-    name = f"mallory_{uuid.uuid4().hex[:12]}"
-    postgres.psql("postgres", f"create role {name} login")
-    yield name
-    postgres.psql(
-        "postgres",
-        f"select pg_terminate_backend(pid) from pg_stat_activity where usename = '{name}'",
-    )
 
 
 @pytest.fixture
@@ -49,6 +41,7 @@ async def squatted(postgres: Postgres, empty_database: str, mallory: str) -> Asy
         " grant all on keysvc_locks to public"
     )
     yield mallory
+    await conn.execute("drop table keysvc_locks")  # so that her role can be dropped
     await conn.close()
 
 
