@@ -9,7 +9,8 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -177,3 +178,37 @@ class CommitCutter:
                 writer.write(data)
                 await writer.drain()
                 pending = pending[at + len(COMMIT) :]
+
+
+def login_role() -> Callable[[Postgres], Iterator[str]]:
+    """A ``mallory`` fixture for a module: a LOGIN role with no grant at all (CONNECT on
+    keysvc's database is PUBLIC's), dropped after the test with what it owns there.
+    A test module takes it by name: ``mallory = pgfaults.login_role()``."""
+
+    @pytest.fixture
+    def mallory(postgres: Postgres) -> Iterator[str]:
+        name = f"mallory_{uuid.uuid4().hex[:12]}"
+        postgres.psql("postgres", f"create role {name} login")
+        yield name
+        postgres.psql(
+            "postgres",
+            f"select pg_terminate_backend(pid) from pg_stat_activity where usename = '{name}'",
+        )
+        postgres.psql("postgres", f"drop owned by {name}; drop role {name}")
+
+    return mallory
+
+
+def announce_cutter() -> Callable[[Postgres], AsyncIterator[CommitCutter]]:
+    """A ``cutter`` fixture for a module: a relay that cuts a connection right after its
+    COMMIT's reply (committed and acknowledged; keysvc's announcement after it never
+    reaches the server). A test module takes it as ``cutter = pgfaults.announce_cutter()``."""
+
+    @pytest.fixture
+    async def cutter(postgres: Postgres) -> AsyncIterator[CommitCutter]:
+        relay = CommitCutter(postgres.port)
+        relay.after_reply = True
+        yield relay
+        await relay.close()
+
+    return cutter

@@ -6,8 +6,7 @@ included, go on; a new instance starts and serves."""
 
 import json
 import time
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
@@ -23,6 +22,7 @@ from tests.helpers import (
     create_creds,
     keys_url,
 )
+from tests.pgfaults import login_role
 from tests.postgres import PEPPER, Postgres
 from tests.server import Server, call, keysvc
 
@@ -35,17 +35,7 @@ ENV = {"KEYSVC_PEPPER": PEPPER.hex()}
 BODY = {"name": "k", "roles": ["developer"]}
 
 
-@pytest.fixture
-def mallory(postgres: Postgres) -> Iterator[str]:
-    """A LOGIN role with no grant at all: CONNECT on keysvc's database is PUBLIC's."""
-    name = f"mallory_{uuid.uuid4().hex[:12]}"
-    postgres.psql("postgres", f"create role {name} login")
-    yield name
-    postgres.psql(
-        "postgres",
-        f"select pg_terminate_backend(pid) from pg_stat_activity where usename = '{name}'",
-    )
-    postgres.psql("postgres", f"drop owned by {name}; drop role {name}")
+mallory = login_role()
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ every instance has read the generation by polling: the other instance refuses th
 on its first request after the answer."""
 
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -22,19 +21,14 @@ from tests.helpers import (
     create_creds,
     keys_url,
 )
-from tests.pgfaults import CommitCutter
+from tests.pgfaults import CommitCutter, announce_cutter
 from tests.postgres import PEPPER, SUPERUSER, Postgres
 
 # The PATCH's write (keysvc.db.keys' update of a key), as its Parse message carries it.
 UPDATE_KEY = b"update api_keys set name = "
 
 
-@pytest.fixture
-async def cutter(postgres: Postgres) -> AsyncIterator[CommitCutter]:
-    relay = CommitCutter(postgres.port)
-    relay.after_reply = True
-    yield relay
-    await relay.close()
+cutter = announce_cutter()
 
 
 @pytest.fixture

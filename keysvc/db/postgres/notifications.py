@@ -16,6 +16,7 @@ import asyncio
 import logging
 import os
 import secrets
+import time
 import uuid
 from typing import Any
 
@@ -44,6 +45,12 @@ PROBE_TIMEOUT = 2.0
 # before the commit ends within PROBE_TIMEOUT, the next starts PROBE_SECONDS later and
 # reads it within PROBE_TIMEOUT), or its probe failed and its caches are cold.
 ACKNOWLEDGE_SECONDS = PROBE_SECONDS + 2 * PROBE_TIMEOUT
+# How recent the last read of the generation must be (counted from when it began) for
+# the caches to serve: a process that was frozen (SIGSTOP, a paused VM), or whose loop
+# stalled, neither probed nor failed a probe meanwhile, and must not answer from its
+# caches once woken, before its next probe. Below ACKNOWLEDGE_SECONDS, so that a writer
+# that waited that long finds every other instance cold or current.
+FRESH_SECONDS = PROBE_SECONDS + PROBE_TIMEOUT
 # The share of the NOTIFY queue in use from which notifications are not trusted: far
 # below full, so that the caches are cold before any announcement can be refused.
 DEAF_USAGE = 0.5
@@ -94,9 +101,12 @@ class Notifications:
         self.token = uuid.uuid4().hex
         # Whether notifications are not to be trusted now (see the module).
         self.deaf = False
+        # When the last read of the generation that answered began (time.monotonic).
+        self._read_at = float("-inf")
 
     def look(self) -> int:
-        if self.deaf or not self.listening.is_set():
+        stale = time.monotonic() - self._read_at > FRESH_SECONDS
+        if self.deaf or stale or not self.listening.is_set():
             # Cold: nothing read before can be known current, nor anything read now.
             self._version += 1
             self.generation = object()
@@ -135,16 +145,19 @@ class Notifications:
             self._hinted = False
             try:
                 async with asyncio.timeout(PROBE_TIMEOUT), self._using:
+                    began = time.monotonic()
                     generation = await conn.fetchval(GENERATION)
             except Exception as exc:
                 logger.debug("could not read the generation: %s", type(exc).__name__)
                 self._lost(conn)
                 await self._drop()
                 return
-            self._take(generation)
+            self._take(generation, began)
 
-    def _take(self, generation: str) -> None:
-        """A generation read: taken in and acknowledged when newer than any before."""
+    def _take(self, generation: str, began: float) -> None:
+        """A generation read by a statement that began at ``began``: taken in and
+        acknowledged when newer than any before."""
+        self._read_at = max(self._read_at, began)
         if int(generation) > self._newest:
             self._newest = int(generation)
             self.generation = generation
@@ -197,12 +210,14 @@ class Notifications:
             await conn.execute(peers.REGISTER, self.instance)
             await conn.execute(peers.FORGET_ENDED)
             # Listening before the generation is read: a move in between is heard.
+            began = time.monotonic()
             generation = await conn.fetchval(GENERATION)
         except BaseException:
             await conn.close()
             raise
         self.generation = generation
         self._newest = int(generation)
+        self._read_at = began
         self._conn = conn
         self._version += 1
         self.listening.set()
@@ -219,6 +234,7 @@ class Notifications:
                 if self._conn is None or self._conn.is_closed():
                     raise ConnectionError("the listening connection is closed")
                 async with asyncio.timeout(PROBE_TIMEOUT), self._using:
+                    began = time.monotonic()
                     generation, usage = await self._conn.fetchrow(PROBE)
             except Exception:
                 if self.listening.is_set():
@@ -235,7 +251,7 @@ class Notifications:
                 logger.warning("PostgreSQL notifications back; caches on")
             else:
                 self._queue_used(float(usage), generation)
-                self._take(generation)
+                self._take(generation, began)
 
     async def _drop(self) -> None:
         conn, self._conn = self._conn, None

@@ -16,6 +16,7 @@ which only keysvc's role may lock), so one applies it and the others find it don
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Mapping
 from importlib import resources
@@ -331,6 +332,36 @@ async def _migration_lock(conn: Any) -> None:
         await asyncio.sleep(0.5)
 
 
+# keysvc's tables of the current schema (and the lock table) that a role keysvc's is
+# not, or is not a member of, owns: made by someone else before keysvc made them, kept
+# by ``create table if not exists``. Their owner could hold keysvc's locks, read every
+# row and add triggers, so keysvc refuses to start on them.
+_OTHERS_TABLES = """
+with recursive mine (oid) as (
+    select oid from pg_roles where rolname = current_user
+    union select m.roleid from pg_auth_members m join mine on m.member = mine.oid
+)
+select c.relname::text, pg_get_userbyid(c.relowner)::text from pg_class c
+where c.oid in (select to_regclass(name) from unnest($1::text[]) name)
+  and c.relowner not in (select oid from mine)
+order by c.relname
+"""
+_TABLE_NAME = re.compile(r"create table if not exists (\w+)", re.IGNORECASE)
+
+
+async def _refuse_others_tables(conn: Any) -> None:
+    """ConfigError when a table keysvc makes is already there, owned by another role."""
+    names = [LOCKS_TABLE, *_TABLE_NAME.findall(postgres_schema_sql())]
+    found = await conn.fetch(_OTHERS_TABLES, names)
+    if found:
+        owned = ", ".join(f"{row[0]} is owned by {row[1]}" for row in found)
+        raise ConfigError(
+            f"refusing a database where another role made keysvc's tables first: {owned},"
+            " not by keysvc's role (current_user) or a role it is a member of. Drop them,"
+            " and revoke CREATE on schema public from PUBLIC (PostgreSQL 14's default)"
+        )
+
+
 def postgres_schema_sql() -> str:
     return resources.files("keysvc").joinpath("schema_postgres.sql").read_text()
 
@@ -353,6 +384,8 @@ async def migrate(
     """
     target = schema_version()
     async with conn.transaction():
+        # Before the lock: a lock table another role owns may be held by it for ever.
+        await _refuse_others_tables(conn)
         await _migration_lock(conn)
         current = await recorded_version(conn)
         if current > target:

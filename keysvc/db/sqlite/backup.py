@@ -9,6 +9,8 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
+from keysvc.db.sqlite.filewatch import refuse_split_index
+
 # How long the copy waits for a lock, as the server's own busy_timeout does.
 BUSY_SECONDS = 5.0
 
@@ -32,6 +34,8 @@ class BackupDamaged(BackupError):
 def copy_database(source: Path, dest: Path) -> None:
     # mode=rw: a missing source is an error here, never a new empty database.
     uri = source.resolve().as_uri() + "?mode=rw"
+    # Its close would checkpoint and remove a log that a serving keysvc still uses.
+    refuse_split_index(source)
     try:
         with (
             closing(sqlite3.connect(uri, uri=True, timeout=BUSY_SECONDS)) as src,

@@ -31,7 +31,7 @@ import aiosqlite
 from keysvc.config import ConfigError
 from keysvc.db.contract import Connection
 from keysvc.db.sqlite.diskspace import DiskSpace
-from keysvc.db.sqlite.filewatch import FileWatch
+from keysvc.db.sqlite.filewatch import FileWatch, refuse_split_index
 from keysvc.db.statements import to_the_end
 
 logger = logging.getLogger("keysvc")
@@ -115,8 +115,10 @@ def existing_uri(path: Path) -> str:
 async def connect(path: Path, *, create: bool = True) -> aiosqlite.Connection:
     """An autocommit connection (transactions are explicit) with the pragmas set.
 
-    ``create=False`` opens only a file that exists: SQLite makes no new one.
+    ``create=False`` opens only a file that exists: SQLite makes no new one. A file
+    whose WAL index another process lost is refused (``refuse_split_index``).
     """
+    refuse_split_index(path)
     if create:
         create_private(path)
         conn = await aiosqlite.connect(path, isolation_level=None)

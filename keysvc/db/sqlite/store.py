@@ -36,7 +36,7 @@ from keysvc.db.sqlite.connections import (
 )
 from keysvc.db.sqlite.createbatch import Creates
 from keysvc.db.sqlite.diskspace import DiskSpace
-from keysvc.db.sqlite.filewatch import FileWatch
+from keysvc.db.sqlite.filewatch import FileWatch, mark_open, unmark
 from keysvc.db.sqlite.freshness import Freshness
 from keysvc.db.sqlite.migrations import migrate
 from keysvc.db.sqlite.pointreads import PointReader
@@ -62,6 +62,7 @@ class Store(CoreFront):
         self._path = path
         self.reader = reader
         self.file = FileWatch(path)
+        mark_open(path)  # for the other processes (filewatch.refuse_split_index)
         self.points = PointReader(connect_point_reader(path), reader, self.file)
         self._freshness = Freshness(watcher, path)
         self.caches = Caches(self._freshness, cache_size)
@@ -112,6 +113,7 @@ class Store(CoreFront):
         await self.writer.close()
         await self._creates.thread.close()
         self._freshness.release()  # last: sooner would drop SQLite's locks (freshness)
+        unmark(self._path)  # as late, for the same reason
 
     # What only SQLite answers this way
 
