@@ -26,6 +26,7 @@ from keysvc.db.sqlite.migrations import (
     FAIR_DELIVERY_STEP,
     GROWTH_STEP,
     KEY_DETAILS_STEP,
+    KEY_RATELIMITS_STEP,
     LEAK_LOOKUP_STEP,
     LISTENERS_STEP,
     MIGRATIONS,
@@ -216,6 +217,10 @@ POSTGRES_MIGRATIONS: Mapping[int, str] = {
     schema_version(MIGRATIONS[: MIGRATIONS.index(REPLACED_SECRETS_STEP) + 1]): (
         REPLACED_SECRETS_STEP
     ),
+    # Keys' named rate limits (as SQLite's KEY_RATELIMITS_STEP, issue 36).
+    schema_version(MIGRATIONS[: MIGRATIONS.index(KEY_RATELIMITS_STEP) + 1]): """
+    alter table key_details add column if not exists ratelimits text collate "C";
+    """,
 }
 
 # keysvc's locks, rows of a table of its own: taking one ``for update`` needs UPDATE on

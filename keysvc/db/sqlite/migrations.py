@@ -155,6 +155,13 @@ REPLACED_SECRETS_STEP = """
     create index if not exists deleted_credentials_secret on deleted_credentials (secret_hash);
 """
 
+# Issue 36's step: a key's named rate limits, a JSON array of
+# keysvc.domain.namedlimits' stored form (null: none), beside its other details. The
+# same text on both backends but for the collation (keysvc.db.postgres.schema).
+KEY_RATELIMITS_STEP = """
+    alter table key_details add column ratelimits text;
+"""
+
 MIGRATIONS: Sequence[str] = (
     # 2: per-key request limits, and the generation that invalidates credential caches.
     """
@@ -394,6 +401,8 @@ MIGRATIONS: Sequence[str] = (
     PENDING_LEAKS_STEP,
     # 22: tombstones found by their secret's keyed hash (REPLACED_SECRETS_STEP, issue 35).
     REPLACED_SECRETS_STEP,
+    # 23: keys' named rate limits (KEY_RATELIMITS_STEP, issue 36).
+    KEY_RATELIMITS_STEP,
 )
 
 
