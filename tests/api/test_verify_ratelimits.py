@@ -4,6 +4,7 @@ or ?ratelimit=) at the cost named; past any limit a 429 with that limit's Retry-
 and X-RateLimit-* headers, and nothing counted against the others; the JSON answer
 lists every limit checked; bad names and costs are 400s that say where."""
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -254,3 +255,23 @@ async def test_a_refusal_is_counted_in_usage_as_rate_limited(
     for _ in range(3):
         await client.get(VERIFY, headers=key.headers)
     assert await totals(client, admin, key.id) == {**NOTHING, "success": 1, "rateLimited": 2}
+
+
+async def test_verifies_at_once_are_counted_exactly(
+    client: Client, admin: Creds, clock: FakeClock
+) -> None:
+    """Checked and counted with nothing awaited between, in one process: 20 verifies of
+    cost 3 sent together against 30 units, exactly 10 served, and the autoApply limit
+    beside counts those 10 alone."""
+    key = await _limited(client, admin, {**TOKENS, "limit": 30}, {**BURST, "limit": 100})
+    _at_window_start(clock)
+
+    async def one() -> int:
+        response = await client.get(VERIFY, headers={**key.headers, "X-Ratelimit": "tokens;cost=3"})
+        await response.read()
+        return response.status
+
+    seen = await asyncio.gather(*(one() for _ in range(20)))
+    assert sorted(seen) == [200] * 10 + [429] * 10
+    left = await _checked(client, key)
+    assert [(s["name"], s["remaining"]) for s in left] == [("burst", 89)]
