@@ -95,14 +95,37 @@ def asked(headers: Sequence[str], params: Sequence[str]) -> dict[str, int]:
 
 def asks(
     key_id: str,
+    key_limits: tuple[NamedLimit, ...],
+    identity_id: str | None,
+    identity_limits: tuple[NamedLimit, ...],
+    named: dict[str, int],
+) -> Sequence[tuple[str, Ask]]:
+    """What a verify checks, each with its limit's name: every autoApply limit, and each
+    named one at its cost. ``identity_id``, ``identity_limits``: the key's identity, or
+    ``None, ()`` for a key without one. Without names, the same for every verify of the
+    key: made once."""
+    if not named:
+        return _auto_applied(key_id, key_limits, identity_id, identity_limits)
+    return _asks(key_id, key_limits, identity_id, identity_limits, named)
+
+
+@functools.lru_cache(maxsize=65536)
+def _auto_applied(
+    key_id: str,
+    key_limits: tuple[NamedLimit, ...],
+    identity_id: str | None,
+    identity_limits: tuple[NamedLimit, ...],
+) -> tuple[tuple[str, Ask], ...]:
+    return tuple(_asks(key_id, key_limits, identity_id, identity_limits, {}))
+
+
+def _asks(
+    key_id: str,
     key_limits: Sequence[NamedLimit],
     identity_id: str | None,
     identity_limits: Sequence[NamedLimit],
     named: dict[str, int],
 ) -> list[tuple[str, Ask]]:
-    """What a verify checks, each with its limit's name: every autoApply limit, and each
-    named one at its cost. ``identity_id``, ``identity_limits``: the key's identity, or
-    ``None, ()`` for a key without one."""
     checked: list[tuple[str, Ask]] = []
     left = dict(named)
     for owner, limit in namedlimits.effective(key_limits, identity_limits):

@@ -101,14 +101,14 @@ class WindowCounter:
         """Each ask's decision, counted only if all of them fit: checked first, then
         counted, with nothing awaited between, so a refused request counts against none."""
         current = [self._current(ask.name, ask.window, now) for ask in asks]
-        every = all(ask.fits(count) for ask, (_, _, count) in zip(asks, current, strict=True))
+        fits = [ask.fits(count) for ask, (_, _, count) in zip(asks, current, strict=True)]
+        every = all(fits)
         decisions = []
-        for ask, (start, end, count) in zip(asks, current, strict=True):
-            fits = ask.fits(count)
+        for ask, (start, end, count), fit in zip(asks, current, fits, strict=True):
             if every and ask.cost:
                 count += ask.cost
                 self._counts[ask.name] = (start, end, count)
-            decisions.append(self._decide(ask.limit, end, count, now, fits))
+            decisions.append(self._decide(ask.limit, end, count, now, fit))
         if len(self._counts) > self._max:
             self._prune(now)
         return decisions

@@ -7,7 +7,8 @@ gets; to the key schemas, the rules their fields check in Python (``tighten``).
 from typing import Any
 
 from keysvc.domain.credits import MAX_COST
-from keysvc.domain.namedcount import MAX_HEADER, MAX_NAMED_LIMITS
+from keysvc.domain.namedcount import MAX_HEADER
+from keysvc.domain.namedlimits import MAX_NAMED_LIMITS
 
 _STRING = {"type": "string"}
 _COST = {"type": "integer", "minimum": 0, "maximum": MAX_COST, "default": 1}
