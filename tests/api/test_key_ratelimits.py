@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from tests.api.activities import key_updates
 from tests.helpers import Client, Creds, assert_error, assert_ok, create, get_key, keys_url
 
 TOKENS = {"name": "tokens", "limit": 100000, "windowSeconds": 60, "autoApply": False}
@@ -87,13 +88,7 @@ async def test_the_etag_covers_them(client: Client, admin: Creds) -> None:
 async def test_a_change_is_recorded(client: Client, admin: Creds) -> None:
     made = (await create(client, admin, {"name": "k", "roles": ["developer"]}))["key"]
     await assert_ok(await _patch(client, admin, made["id"], {"ratelimits": [TOKENS]}))
-    url = f"/v1/organizations/{admin.organization_id}/activities?include=keysvc"
-    records = await assert_ok(await client.get(url, headers=admin.headers))
-    mine = [
-        (r["keyUpdateType"], r["before"], r["after"])
-        for r in records
-        if r.get("targetKeyId") == made["id"] and r["type"] == "openapi_key_update"
-    ]
+    mine = await key_updates(client, admin, made["id"])
     assert mine == [("ratelimits-changed", {"ratelimits": None}, {"ratelimits": [TOKENS]})]
 
 
@@ -140,3 +135,21 @@ async def test_bad_ratelimits_are_400s(
     await assert_error(
         await _patch(client, admin, made["id"], {"ratelimits": ratelimits}), 400, message
     )
+
+
+async def test_the_openapi_document_states_them(client: Client) -> None:
+    document = await (await client.get("/v1/openapi.json")).json()
+    schemas = document["components"]["schemas"]
+    for name in ("ApiKeyPostRequest", "ApiKeyPatchRequest"):
+        field = schemas[name]["properties"]["ratelimits"]
+        assert field["x-keysvc-addition"] is True
+        assert field["maxItems"] == 16
+    shown = schemas["ApiKey"]["properties"]["ratelimits"]
+    assert shown["x-keysvc-addition"] is True
+    assert set(shown["items"]["properties"]) == {"name", "limit", "windowSeconds", "autoApply"}
+    verify = document["paths"]["/v1/verify"]
+    operation = next(
+        iter(op for op in verify.values() if isinstance(op, dict) and "parameters" in op)
+    )
+    named = {(p["in"], p["name"]) for p in operation["parameters"]}
+    assert {("header", "X-Ratelimit"), ("query", "ratelimit")} <= named
