@@ -124,16 +124,13 @@ def _named(request: web.Request, caller: Key) -> dict[str, int] | None:
     (``keysvc.domain.namedcount``); None when neither the key nor its identity has any
     and none is named, which costs a plain verify one header lookup."""
     headers = request.headers
-    if (
-        caller.ratelimits is None
-        and namedcount.HEADER not in headers
-        and not request.query_string
-        and not _identity_limits(caller)[1]
-    ):
+    limited = caller.ratelimits is not None or bool(_identity_limits(caller)[1])
+    if not limited and namedcount.HEADER not in headers and not request.query_string:
         return None
     lines = [line for line in headers.getall(namedcount.HEADER, ()) if line.strip()]
     params = request.query.getall(namedcount.PARAM, []) if request.query_string else []
-    return namedcount.asked(lines, params)
+    named = namedcount.asked(lines, params)
+    return named if named or limited else None
 
 
 async def _count_named(request: web.Request, caller: Key, named: dict[str, int]) -> list[Checked]:
