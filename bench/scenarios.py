@@ -93,6 +93,12 @@ SCENARIOS = (
         route="verify",
     ),
     Scenario(
+        "verify-limited",
+        "GET /v1/verify counting one autoApply named limit, rotating such keys (issue 36)",
+        lambda s: [Line("GET", "/v1/verify", basic(c)) for c in s.limited],
+        route="verify",
+    ),
+    Scenario(
         "list",
         "GET the first page of 100 keys, rotating keys",
         lambda s: [Line("GET", f"{_keys(s)}?limit=100", basic(c)) for c in s.sample],

@@ -60,6 +60,13 @@ _INSERT_CREDITS = (
     "insert into key_details (key_id, credits_remaining, credits_base) values (?, ?, ?)"
 )
 CREDITS = 10**12
+# Issue 36: the keys of the verify-limited scenario, with one autoApply named limit
+# that no run reaches.
+_INSERT_LIMITS = "insert into key_details (key_id, ratelimits) values (?, ?)"
+LIMITS = json.dumps(
+    [{"name": "requests", "limit": 10**9, "windowSeconds": 60, "autoApply": True}],
+    separators=(",", ":"),
+)
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,7 @@ class Seeded:
     sample: list[Credential]  # the keys the benchmark rotates through
     others: list[str]  # UUIDs of the keys that never authenticate, only read
     credited: list[Credential] = field(default_factory=list)  # keys with credits, not sampled
+    limited: list[Credential] = field(default_factory=list)  # keys with a named limit, likewise
 
 
 def keysvc_env() -> dict[str, str]:
@@ -131,10 +139,15 @@ class _Rows:
     sample: list[Credential] = field(default_factory=list)
     unused: list[str] = field(default_factory=list)
     credited: list[Credential] = field(default_factory=list)
+    limited: list[Credential] = field(default_factory=list)
 
     def credit_rows(self) -> list[tuple[str, int, int]]:
         """key_details rows giving the ``credited`` keys credits (taken after ``batches``)."""
         return [(cred.id, CREDITS, CREDITS) for cred in self.credited]
+
+    def limit_rows(self) -> list[tuple[str, str]]:
+        """key_details rows giving the ``limited`` keys a named limit (after ``batches``)."""
+        return [(cred.id, LIMITS) for cred in self.limited]
 
     def batches(self) -> Iterator[tuple[list[KeyRow], list[RoleRow]]]:
         rng = random.Random(self.seed_value)  # noqa: S311 - benchmark data, see the module
@@ -142,6 +155,8 @@ class _Rows:
         # Keys with credits (issue 29's verify-credits): the last of the others, up to
         # half of them and as many as the sample; no key more is made, and none sampled.
         first_credited = self.keys + self.others - min(self.rotate, self.others // 2)
+        # Keys with a named limit (issue 36's verify-limited): as many others just before.
+        first_limited = first_credited - min(self.rotate, (first_credited - self.keys) // 2)
         created_at = to_text(utcnow())
         used_at = to_text(to_minute(utcnow()))
         key_rows: list[KeyRow] = []
@@ -151,6 +166,8 @@ class _Rows:
                 self.sample.append(cred)
             if index >= first_credited:
                 self.credited.append(cred)
+            elif index >= first_limited:
+                self.limited.append(cred)
             if index >= self.keys:
                 self.unused.append(cred.id)
             key_rows.append(
@@ -174,7 +191,14 @@ class _Rows:
 
     def seeded(self, db: str, admin: Credential) -> Seeded:
         return Seeded(
-            db, self.organization_id, admin, self.keys, self.sample, self.unused, self.credited
+            db,
+            self.organization_id,
+            admin,
+            self.keys,
+            self.sample,
+            self.unused,
+            self.credited,
+            self.limited,
         )
 
 
@@ -197,6 +221,7 @@ def seed(db: Path, keys: int, rotate: int = 1000, seed_value: int = 1, others: i
             conn.executemany(_INSERT_KEY, key_rows)
             conn.executemany(_INSERT_ROLE, role_rows)
         conn.executemany(_INSERT_CREDITS, rows.credit_rows())
+        conn.executemany(_INSERT_LIMITS, rows.limit_rows())
         conn.execute("commit")
         conn.execute("pragma wal_checkpoint(truncate)")
     finally:
@@ -224,6 +249,7 @@ async def _insert_postgres(url: str, rows: _Rows) -> None:
                 await conn.executemany(_INSERT_KEY, key_rows)
                 await conn.executemany(_INSERT_ROLE, role_rows)
             await conn.executemany(_INSERT_CREDITS, rows.credit_rows())
+            await conn.executemany(_INSERT_LIMITS, rows.limit_rows())
     finally:
         await conn.close()
 

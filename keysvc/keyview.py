@@ -7,6 +7,7 @@ find it here in the kernel. ``responses.ApiKeySchema`` stays the contract, and
 tests/api/test_views.py holds the two together.
 """
 
+import json
 from typing import Any
 
 from keysvc.models import Credits, Key
@@ -49,6 +50,8 @@ def details(key: Key) -> dict[str, Any]:
         out["meta"] = key.meta
     if key.credits is not None:
         out["credits"] = credits_json(key.credits)
+    if key.ratelimits is not None:  # issue 36: stored as their wire entries
+        out["ratelimits"] = json.loads(key.ratelimits)
     return out
 
 

@@ -117,6 +117,10 @@ class Key:
     external_id: str | None = None
     meta: Mapping[str, Any] | None = None
     credits: Credits | None = None
+    # Issue 36: its named rate limits in their stored form, a JSON array of their wire
+    # entries (keysvc.domain.namedlimits.dumps; None: none), so that every layer can
+    # show them and the domain parses them once per text (keysvc.domain.namedcount).
+    ratelimits: str | None = None
 
     # Cached: a Key never changes (a change is a new Key), and the hot paths ask each
     # request. cached_property stores beside the fields, so the frozen class allows it.
@@ -145,6 +149,8 @@ class Key:
             plan = None if refill is None else [refill.interval, refill.amount, refill.day]
             revision = None if self.credits is None else self.credits.revision
             state.append([self.external_id, self.meta, limited, plan, revision])
+        if self.ratelimits is not None:
+            state.append(["ratelimits", self.ratelimits])
         digest = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
         return f'"{digest[:20]}"'
 
@@ -191,6 +197,7 @@ class NewKey:
     external_id: str | None = None
     meta: Mapping[str, Any] | None = None
     credits: Credits | None = None
+    ratelimits: str | None = None
 
 
 @dataclass(frozen=True)
@@ -212,6 +219,10 @@ class KeyChange:
     # The credits as they are to be (None: unlimited), when ``set_credits``.
     credits: Credits | None = None
     set_credits: bool = False
+    # The named rate limits as they are to be, stored form (None: none), when
+    # ``set_ratelimits``.
+    ratelimits: str | None = None
+    set_ratelimits: bool = False
 
 
 @dataclass(frozen=True)

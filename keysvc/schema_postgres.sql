@@ -202,7 +202,8 @@ create table if not exists key_details (
     credits_refill_day      bigint,
     credits_next_refill     text collate "C",
     credits_base            bigint,
-    credits_flags           bigint not null default 0
+    credits_flags           bigint not null default 0,
+    ratelimits              text collate "C"
 );
 create index if not exists key_details_external_id
     on key_details (external_id) where external_id is not null;

@@ -33,7 +33,7 @@ KEY_BY_ID = """
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
            used_at, ip_access_list, rate_limit, rate_window, previous_until,
            external_id, meta, credits_remaining, credits_refill_interval, credits_refill_amount,
-           credits_refill_day, credits_next_refill, credits_base, credits_flags
+           credits_refill_day, credits_next_refill, credits_base, credits_flags, ratelimits
     from api_keys left join key_details on key_details.key_id = api_keys.id
     where id = ? and organization_id = ?
 """
@@ -41,7 +41,7 @@ KEY_PAGE = """
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
            used_at, ip_access_list, rate_limit, rate_window, previous_until,
            external_id, meta, credits_remaining, credits_refill_interval, credits_refill_amount,
-           credits_refill_day, credits_next_refill, credits_base, credits_flags
+           credits_refill_day, credits_next_refill, credits_base, credits_flags, ratelimits
     from api_keys left join key_details on key_details.key_id = api_keys.id
     where organization_id = ? and org_seq > ? order by org_seq limit ?
 """
@@ -63,7 +63,7 @@ CREDENTIAL = """
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
            used_at, ip_access_list, rate_limit, rate_window, previous_until,
            external_id, meta, credits_remaining, credits_refill_interval, credits_refill_amount,
-           credits_refill_day, credits_next_refill, credits_base, credits_flags,
+           credits_refill_day, credits_next_refill, credits_base, credits_flags, ratelimits,
            secret_hash as credential_secret_hash, null as credential_until, 0 as previous
     from api_keys left join key_details on key_details.key_id = api_keys.id
     where key_id_hash = ?
@@ -71,14 +71,14 @@ CREDENTIAL = """
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
            used_at, ip_access_list, rate_limit, rate_window, previous_until,
            external_id, meta, credits_remaining, credits_refill_interval, credits_refill_amount,
-           credits_refill_day, credits_next_refill, credits_base, credits_flags,
+           credits_refill_day, credits_next_refill, credits_base, credits_flags, ratelimits,
            previous_secret_hash, previous_until, 1
     from api_keys left join key_details on key_details.key_id = api_keys.id
     where previous_key_id_hash = ?
     union all
     select 0, 0, key_id, organization_id, '', 'deleted', '', deleted_at, null,
            null, '[]', null, null, null,
-           null, null, null, null, null, null, null, null, 0,
+           null, null, null, null, null, null, null, null, 0, null,
            secret_hash, null,
            case when exists (select 1 from api_keys k where k.id = deleted_credentials.key_id)
                 then 3 else 2 end
@@ -112,7 +112,7 @@ KEYS_WITH_IDS = with_json_list("""
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
            used_at, ip_access_list, rate_limit, rate_window, previous_until,
            external_id, meta, credits_remaining, credits_refill_interval, credits_refill_amount,
-           credits_refill_day, credits_next_refill, credits_base, credits_flags
+           credits_refill_day, credits_next_refill, credits_base, credits_flags, ratelimits
     from api_keys left join key_details on key_details.key_id = api_keys.id
     where id in {json_list} order by seq
 """)
@@ -313,8 +313,8 @@ def key_row(key_id: str, org_seq: int, new: NewKey) -> tuple[object, ...]:
 INSERT_DETAILS = """
     insert into key_details (key_id, external_id, meta, credits_remaining,
                              credits_refill_interval, credits_refill_amount, credits_refill_day,
-                             credits_next_refill, credits_base, credits_flags)
-    values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                             credits_next_refill, credits_base, credits_flags, ratelimits)
+    values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 UPSERT_DETAILS = (
     INSERT_DETAILS
@@ -326,7 +326,8 @@ UPSERT_DETAILS = (
         credits_refill_amount = excluded.credits_refill_amount,
         credits_refill_day = excluded.credits_refill_day,
         credits_next_refill = excluded.credits_next_refill,
-        credits_base = excluded.credits_base, credits_flags = excluded.credits_flags
+        credits_base = excluded.credits_base, credits_flags = excluded.credits_flags,
+        ratelimits = excluded.ratelimits
 """
 )
 
@@ -336,13 +337,14 @@ def details_row(
     external_id: str | None,
     meta: Mapping[str, Any] | None,
     credits: Credits | None,
+    ratelimits: str | None = None,
 ) -> tuple[object, ...] | None:
     """INSERT_DETAILS's parameters; None when the key has none of them."""
-    if external_id is None and meta is None and credits is None:
+    if external_id is None and meta is None and credits is None and ratelimits is None:
         return None
     flags = 0 if credits is None else credits_flags(credits)
     text = None if meta is None else json.dumps(meta)
-    return (key_id, external_id, text, *credits_params(credits), flags)
+    return (key_id, external_id, text, *credits_params(credits), flags, ratelimits)
 
 
 async def write_details(
@@ -351,9 +353,10 @@ async def write_details(
     external_id: str | None,
     meta: Mapping[str, Any] | None,
     credits: Credits | None,
+    ratelimits: str | None,
 ) -> None:
     """Store the key's details as given, inside the caller's transaction."""
-    row = details_row(key_id, external_id, meta, credits)
+    row = details_row(key_id, external_id, meta, credits, ratelimits)
     if row is None:
         await conn.execute("delete from key_details where key_id = ?", (key_id,))
     else:
@@ -396,7 +399,7 @@ async def insert_key(conn: Connection, new: NewKey) -> Key:
             raise Conflict(KEY_ID_TAKEN) from None
         raise
     await insert_key_roles(conn, key_id, new.role_ids)
-    details = details_row(key_id, new.external_id, new.meta, new.credits)
+    details = details_row(key_id, new.external_id, new.meta, new.credits, new.ratelimits)
     if details is not None:
         await conn.execute(INSERT_DETAILS, details)
     key = await get_key(conn, new.organization_id, key_id)
@@ -425,8 +428,10 @@ async def update_key(conn: Connection, current: Key, change: KeyChange) -> None:
     external_id = None if change.clear_external_id else change.external_id or current.external_id
     meta = None if change.clear_meta else change.meta if change.meta is not None else current.meta
     credits = change.credits if change.set_credits else current.credits
-    if (external_id, meta, credits) != (current.external_id, current.meta, current.credits):
-        await write_details(conn, current.id, external_id, meta, credits)
+    limits = change.ratelimits if change.set_ratelimits else current.ratelimits
+    details = (external_id, meta, credits, limits)
+    if details != (current.external_id, current.meta, current.credits, current.ratelimits):
+        await write_details(conn, current.id, *details)
     if change.role_ids is not None:
         await conn.execute("delete from key_roles where key_id = ?", (current.id,))
         await insert_key_roles(conn, current.id, change.role_ids)
@@ -510,7 +515,7 @@ _HOLDER_COLUMNS = """
     select seq, org_seq, id, api_keys.organization_id, name, state, key_suffix, created_at,
            expire_at, used_at, ip_access_list, rate_limit, rate_window, previous_until,
            external_id, meta, credits_remaining, credits_refill_interval, credits_refill_amount,
-           credits_refill_day, credits_next_refill, credits_base, credits_flags,"""
+           credits_refill_day, credits_next_refill, credits_base, credits_flags, ratelimits,"""
 _HOLDERS = f"""
     {_HOLDER_COLUMNS}
            secret_hash as matched_hash, 0 as previous, null as replaced_at

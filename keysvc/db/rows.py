@@ -24,7 +24,7 @@ KEY_COLUMNS = (
     "expire_at", "used_at", "ip_access_list", "rate_limit", "rate_window", "previous_until",
     "external_id", "meta", "credits_remaining", "credits_refill_interval",
     "credits_refill_amount", "credits_refill_day", "credits_next_refill", "credits_base",
-    "credits_flags",
+    "credits_flags", "ratelimits",
 )  # fmt: skip
 MADE_MAX = 4096
 _roles_made: dict[tuple[object, ...], Role] = {}
@@ -85,6 +85,7 @@ def key_from_row(row: sqlite3.Row, roles: Sequence[Role]) -> Key:
             external_id=row["external_id"],
             meta=stored_meta(row["meta"]),
             credits=credits_from_row(row),
+            ratelimits=row["ratelimits"],
         ),
     )
 

@@ -62,8 +62,10 @@ RATE_LIMIT_CHANGED, KEY_ROTATED = "rate-limit-changed", "key-rotated"
 # changes; spends are not recorded: they are counted in usage).
 EXTERNAL_ID_CHANGED, META_CHANGED = "external-id-changed", "meta-changed"
 CREDITS_CHANGED = "credits-changed"
+RATELIMITS_CHANGED = "ratelimits-changed"  # issue 36: a key's named rate limits
 ADDED_UPDATE_TYPES = (
-    RATE_LIMIT_CHANGED, KEY_ROTATED, EXTERNAL_ID_CHANGED, META_CHANGED, CREDITS_CHANGED
+    RATE_LIMIT_CHANGED, KEY_ROTATED, EXTERNAL_ID_CHANGED, META_CHANGED, CREDITS_CHANGED,
+    RATELIMITS_CHANGED,
 )  # fmt: skip
 # The keyUpdateTypes keysvc records that upstream's enum has.
 UPSTREAM_UPDATE_TYPES = (
@@ -92,10 +94,11 @@ _KEY_UPDATES = {
     "externalId": EXTERNAL_ID_CHANGED,
     "meta": META_CHANGED,
     "credits": CREDITS_CHANGED,
+    "ratelimits": RATELIMITS_CHANGED,
 }
 # Issue 29's fields are in a key's view only when set, so that the records of keys
 # without them read as before.
-_UNSET_ABSENT = ("externalId", "meta", "credits")
+_UNSET_ABSENT = ("externalId", "meta", "credits", "ratelimits")
 
 
 def key_view(key: Key) -> dict[str, Any]:

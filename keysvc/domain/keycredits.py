@@ -105,7 +105,9 @@ async def change_credits(
         if "set" not in change and current.credits is None:
             raise Conflict(UNLIMITED)
         after = rules.changed(current.credits, dict(change), now)
-        await key_sql.write_details(conn, key_id, current.external_id, current.meta, after)
+        await key_sql.write_details(
+            conn, key_id, current.external_id, current.meta, after, current.ratelimits
+        )
         changed = await key_sql.get_key(conn, organization_id, key_id)
         assert changed is not None
         if (current.credits is None) != (after is None):

@@ -21,7 +21,7 @@ from keysvc.db import keys as key_sql
 from keysvc.db import meta
 from keysvc.db.contract import Connection, Recheck, Store
 from keysvc.db.statements import settle, tentatively
-from keysvc.domain import activities, cursors
+from keysvc.domain import activities, cursors, namedlimits
 from keysvc.domain import credits as credit_rules
 from keysvc.domain.activities import SYSTEM
 from keysvc.domain.limits import MAX_ROLE_IDS, OWN_ACCESS
@@ -137,8 +137,14 @@ def _new_key(
         external_id=data.get("externalId"),
         meta=data.get("meta"),
         credits=credits_of(data.get("credits"), now),
+        ratelimits=_stored_limits(data.get("ratelimits")),
     )
     return new, made.key_id, made.secret
+
+
+def _stored_limits(entries: list[dict[str, Any]] | None) -> str | None:
+    """Validated ``ratelimits`` entries in their stored form; null or none: None."""
+    return namedlimits.dumps(namedlimits.from_wire(entries)) if entries else None
 
 
 def credits_of(value: Mapping[str, Any] | None, now: datetime) -> Credits | None:
@@ -268,6 +274,8 @@ async def update_key(
         clear_meta="meta" in data and data["meta"] is None,
         credits=credits_of(data.get("credits"), now),
         set_credits="credits" in data,
+        ratelimits=_stored_limits(data.get("ratelimits")),
+        set_ratelimits="ratelimits" in data,
     )
     key = await change_key(
         store,

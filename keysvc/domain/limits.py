@@ -15,7 +15,7 @@ ACTOR_PREFIX = "apiKey/"
 # (tests/unit/test_limits.py holds the two together).
 KEY_FIELDS = (
     "name", "expireAt", "state", "roles", "assignedRoleIds", "ipAccessList", "rateLimit",
-    "externalId", "meta", "credits",
+    "externalId", "meta", "credits", "ratelimits",
 )  # fmt: skip
 # What a key may not change about itself: every field but its name. Otherwise a key
 # could lift the IP access list, expiry or rate limit it was given, or re-role itself.

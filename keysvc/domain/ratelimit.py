@@ -17,7 +17,7 @@ import mmap
 import multiprocessing
 import os
 import struct
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -52,6 +52,23 @@ class Decision:
         }
 
 
+@dataclass(frozen=True)
+class Ask:
+    """One limit a request is checked against (a named limit, issue 36): counted under
+    ``name`` (who owns the limit, and its name), ``cost`` units of ``limit`` per window
+    of ``window`` seconds. Cost 0 checks without counting."""
+
+    name: str
+    limit: int
+    window: int
+    cost: int
+
+    def fits(self, count: int) -> bool:
+        """Whether this ask fits beside ``count`` already counted in its window: its
+        cost, and at least one unit (a check of cost 0 passes only while room is left)."""
+        return count + max(self.cost, 1) <= self.limit
+
+
 class WindowCounter:
     def __init__(self, max_entries: int = 100_000):
         self._max = max_entries
@@ -79,6 +96,22 @@ class WindowCounter:
         if len(self._counts) > self._max:
             self._prune(now)
         return self._decide(limit, end, count, now, count <= limit)
+
+    def take(self, asks: Sequence[Ask], now: float) -> list[Decision]:
+        """Each ask's decision, counted only if all of them fit: checked first, then
+        counted, with nothing awaited between, so a refused request counts against none."""
+        current = [self._current(ask.name, ask.window, now) for ask in asks]
+        fits = [ask.fits(count) for ask, (_, _, count) in zip(asks, current, strict=True)]
+        every = all(fits)
+        decisions = []
+        for ask, (start, end, count), fit in zip(asks, current, fits, strict=True):
+            if every and ask.cost:
+                count += ask.cost
+                self._counts[ask.name] = (start, end, count)
+            decisions.append(self._decide(ask.limit, end, count, now, fit))
+        if len(self._counts) > self._max:
+            self._prune(now)
+        return decisions
 
     def _prune(self, now: float) -> None:
         for name in [n for n, (_, end, _) in self._counts.items() if end <= now]:
@@ -186,6 +219,8 @@ class Shared(Protocol):
 
     def failed(self, network: bytes, now: float) -> None: ...
 
+    async def take(self, asks: Sequence[Ask], now: float) -> list[Decision]: ...
+
 
 class Limits:
     """The two counters: requests per key (this process's), failed logins per
@@ -207,6 +242,13 @@ class Limits:
         if self.shared is None:
             return self.requests.hit(key_id, limit, window, now)
         return await self.shared.hit(key_id, limit, window, now)
+
+    async def named(self, asks: Sequence[Ask], now: float) -> list[Decision]:
+        """Check ``asks`` (a verify's named limits) and count them all only if all fit
+        (``WindowCounter.take``; shared: ``SharedCounts.take``)."""
+        if self.shared is None:
+            return self.requests.take(asks, now)
+        return await self.shared.take(asks, now)
 
     async def failures_allow(self, address: IPAddress | None, limit: int, now: float) -> bool:
         """Whether ``address``'s network is still under ``limit`` failed logins."""

@@ -16,11 +16,11 @@ import hmac
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from keysvc.domain.ratelimit import FAILURE_WINDOW, Decision
+from keysvc.domain.ratelimit import FAILURE_WINDOW, Ask, Decision
 
 logger = logging.getLogger("keysvc")
 
@@ -134,6 +134,36 @@ class SharedCounts:
         self._add(count, budget)
         return Decision(True, limit, max(0, limit - count.total), _reset(count, now))
 
+    async def take(self, asks: Sequence[Ask], now: float) -> list[Decision]:
+        """A verify's named limits (``Limits.named``): refused as soon as one does not fit
+        the totals this process knows; else, once each has budget for its cost (waiting
+        for a flush while one has not: a cost above a budget passes only with nothing of
+        its name unsent), checked again and counted, all of them or none, with nothing
+        awaited between the check and the count."""
+        while True:
+            counts = [self._count(f"{ask.name}:{ask.window}", ask.window, now) for ask in asks]
+            fits = [ask.fits(count.total) for ask, count in zip(asks, counts, strict=True)]
+            every = all(fits)
+            if (
+                not every
+                or self.local
+                or all(
+                    not count.unsent or count.unsent + ask.cost <= budget_of(ask.limit)
+                    for ask, count in zip(asks, counts, strict=True)
+                )
+            ):
+                break
+            flushed = self._flushed
+            self._wake.set()
+            await flushed.wait()
+        decisions = []
+        for ask, count, fit in zip(asks, counts, fits, strict=True):
+            if every and ask.cost:
+                self._add(count, budget_of(ask.limit), ask.cost)
+            remaining = max(0, ask.limit - count.total)
+            decisions.append(Decision(fit, ask.limit, remaining, _reset(count, now)))
+        return decisions
+
     async def allows_failures(self, network: bytes, limit: int, now: float) -> bool:
         """Whether ``network`` (``FailureSketch.network_key``) is under ``limit`` failed
         logins in this window, counted by every instance."""
@@ -184,8 +214,8 @@ class SharedCounts:
             self._wake.set()
             await flushed.wait()
 
-    def _add(self, count: _Count, budget: int) -> None:
-        count.pending += 1
+    def _add(self, count: _Count, budget: int, cost: int = 1) -> None:
+        count.pending += cost
         # Sent before the budget is used up, so that a request rarely waits for it.
         if count.unsent * 2 >= budget:
             self._wake.set()

@@ -2,6 +2,7 @@
 document field for field (``keysvc.http.openapi`` describes them from here; the hot key
 routes are rendered by hand in ``keysvc.http.render``, tested equal to these)."""
 
+import json
 import uuid
 from typing import Any
 
@@ -9,7 +10,8 @@ from marshmallow import Schema, fields, post_dump
 
 from keysvc.domain.activities import ACTOR_TYPES, ADDED_TYPES, ADDED_UPDATE_TYPES, UPSTREAM_TYPES
 from keysvc.domain.limits import ACTOR_PREFIX
-from keysvc.http.keyfields import CREDITS_DOC, EXTERNAL_ID_DOC, META_DOC
+from keysvc.domain.namedlimits import NAME_PATTERN
+from keysvc.http.keyfields import CREDITS_DOC, EXTERNAL_ID_DOC, META_DOC, NAMED_LIMITS_DOC
 from keysvc.http.queries import USAGE_GRANULARITIES
 from keysvc.http.role_schemas import PolicyTagsSchema
 from keysvc.http.schemas import (
@@ -32,6 +34,16 @@ def _array_of(ref: str) -> dict[str, Any]:
 
 
 _RATE_REF = {"$ref": "#/components/schemas/RateLimit"}
+# A key's named rate limit as answered (keysvc.http.keyfields.NamedLimitSchema's fields).
+NAMED_LIMIT_ITEM = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "pattern": NAME_PATTERN.pattern},
+        "limit": {"type": "integer", "minimum": 1},
+        "windowSeconds": {"type": "integer", "minimum": 1},
+        "autoApply": {"type": "boolean"},
+    },
+}
 
 
 class AssignedRoleSchema(Schema):
@@ -99,6 +111,15 @@ class ApiKeySchema(Schema):
         },
     )
 
+    # Issue 36: absent when the key has none.
+    ratelimits = fields.Method(
+        "_ratelimits",
+        metadata={**NAMED_LIMITS_DOC, "type": "array", "items": NAMED_LIMIT_ITEM},
+    )
+
+    def _ratelimits(self, key: Any) -> list[dict[str, Any]] | None:
+        return None if key.ratelimits is None else list(json.loads(key.ratelimits))
+
     def _credits(self, key: Any) -> dict[str, Any] | None:
         return credits_json(key.credits)
 
@@ -115,7 +136,8 @@ class ApiKeySchema(Schema):
         # usedAt is absent, not null, until the key is first used; rateLimit when unset,
         # previousCredentialExpiresAt when no rotation kept the credentials it replaced.
         for name in (
-            "usedAt", "rateLimit", "previousCredentialExpiresAt", "externalId", "meta", "credits"
+            "usedAt", "rateLimit", "previousCredentialExpiresAt", "externalId", "meta", "credits",
+            "ratelimits",
         ):  # fmt: skip
             if data.get(name) is None:
                 data.pop(name, None)

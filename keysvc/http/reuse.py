@@ -27,7 +27,7 @@ from keysvc.models import Key
 # Every request header a verify answer depends on, besides the URL.
 VARY = (
     "Authorization, X-Required-Organization, X-Required-Permission, X-Forwarded-For, "
-    "X-Credit-Cost, Accept"
+    "X-Credit-Cost, X-Ratelimit, Accept"
 )
 NO_REUSE = {"X-Accel-Expires": "0", "Cache-Control": "no-store", "Vary": VARY}
 # What the OpenAPI document says of them (keysvc.http.openapi), on each verify answer but a 500.
@@ -60,9 +60,13 @@ REUSABLE = frozenset({200, 401, 403})
 
 def must_see_every_request(caller: Key, settings: Settings) -> bool:
     """Whether every request of ``caller``'s key must reach keysvc: it has a request
-    limit (its own or the server's), which counts each one, or credits, which each
-    request spends."""
-    return (caller.rate_limit or settings.rate_limit) is not None or caller.credits is not None
+    limit (its own or the server's) or named rate limits, which count each one, or
+    credits, which each request spends."""
+    return (
+        (caller.rate_limit or settings.rate_limit) is not None
+        or caller.credits is not None
+        or caller.ratelimits is not None
+    )
 
 
 def reuse_headers(request: web.Request, status: int) -> dict[str, str]:

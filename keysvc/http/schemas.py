@@ -32,6 +32,7 @@ from keysvc.http.keyfields import (
     META_DOC,
     CreditsSchema,
     Meta,
+    named_limits_field,
 )
 from keysvc.timeutil import to_text
 
@@ -297,6 +298,8 @@ class _KeyFieldsSchema(Schema):
     externalId = Name(allow_none=True, metadata={**ADDITION, "description": EXTERNAL_ID_DOC})
     meta = Meta(metadata={**ADDITION, "description": META_DOC, "type": "object"})
     credits = fields.Nested(CreditsSchema, allow_none=True, metadata=CREDITS_DOC)
+    # Issue 36: null (or an empty list) on PATCH clears them, a list replaces them.
+    ratelimits = named_limits_field(allow_none=True)
 
     def __init__(self, *, now: datetime, **kwargs: Any):
         super().__init__(**kwargs)

@@ -7,6 +7,8 @@ gets; to the key schemas, the rules their fields check in Python (``tighten``).
 from typing import Any
 
 from keysvc.domain.credits import MAX_COST
+from keysvc.domain.namedcount import MAX_HEADER
+from keysvc.domain.namedlimits import MAX_NAMED_LIMITS
 
 _STRING = {"type": "string"}
 _COST = {"type": "integer", "minimum": 0, "maximum": MAX_COST, "default": 1}
@@ -28,6 +30,30 @@ VERIFY_PARAMS: list[dict[str, Any]] = [
         "required": False,
         "description": "The same, for proxies that cannot set a header.",
         "schema": _COST,
+        "x-keysvc-addition": True,
+    },
+    {
+        "in": "header",
+        "name": "X-Ratelimit",
+        "required": False,
+        "description": "Named rate limits of the key to count this request against, each "
+        "`name` or `name;cost=N` (cost 0 to 1000000, default 1; 0 checks without "
+        "counting), comma-separated or on several lines, at most "
+        f"{MAX_NAMED_LIMITS} names and {MAX_HEADER} characters. The key's autoApply limits "
+        "are counted anyway. A name the key has no limit of is a 400. Not read when "
+        "?ratelimit= names any: a client header cannot change what a proxy names.",
+        "schema": {"type": "string", "maxLength": MAX_HEADER, "example": "tokens;cost=512"},
+        "x-keysvc-addition": True,
+    },
+    {
+        "in": "query",
+        "name": "ratelimit",
+        "required": False,
+        "description": "The same, one `name` or `name:cost` each (repeatable); when given, "
+        "X-Ratelimit is not read.",
+        "schema": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_NAMED_LIMITS},
+        "style": "form",
+        "explode": True,
         "x-keysvc-addition": True,
     },
 ]
@@ -75,6 +101,20 @@ VERIFY_JSON: dict[str, Any] = {
                             "type": "object",
                             "description": "A key with credits only",
                             "properties": {"remaining": {"type": "integer"}},
+                        },
+                        "ratelimits": {
+                            "type": "array",
+                            "description": "Every named rate limit checked (issue 36)",
+                            "items": {
+                                "type": "object",
+                                "properties": {
+                                    "name": _STRING,
+                                    "limit": {"type": "integer"},
+                                    "remaining": {"type": "integer"},
+                                    "reset": {"type": "integer"},
+                                    "exceeded": {"type": "boolean"},
+                                },
+                            },
                         },
                         "ratelimit": {
                             "type": "object",

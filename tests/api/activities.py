@@ -23,3 +23,13 @@ async def listed(client: Client, creds: Creds, query: str = "") -> list[dict[str
         cursor = body["nextCursor"]
         if cursor is None:
             return found
+
+
+async def key_updates(client: Client, creds: Creds, key_id: str) -> list[tuple[str, Any, Any]]:
+    """The key's update records, keysvc's own included: (keyUpdateType, before, after)."""
+    records = await listed(client, creds)
+    return [
+        (r["keyUpdateType"], r["before"], r["after"])
+        for r in records
+        if r.get("targetKeyId") == key_id and r["type"] == "openapi_key_update"
+    ]

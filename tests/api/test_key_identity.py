@@ -5,6 +5,7 @@ create, changed and cleared by PATCH, read back by GET and the list, the list's
 import json
 from typing import Any
 
+from tests.api.activities import key_updates
 from tests.helpers import (
     Client,
     Creds,
@@ -130,13 +131,7 @@ async def test_changes_are_recorded_with_before_and_after(client: Client, admin:
         await _patch(client, admin, made["id"], {"externalId": "cust_9", "meta": {"v": 1}})
     )
     await assert_ok(await _patch(client, admin, made["id"], {"meta": {"v": 2}}))
-    url = f"/v1/organizations/{admin.organization_id}/activities?include=keysvc"
-    records = await assert_ok(await client.get(url, headers=admin.headers))
-    mine = [
-        (r["keyUpdateType"], r["before"], r["after"])
-        for r in records
-        if r.get("targetKeyId") == made["id"] and r["type"] == "openapi_key_update"
-    ]
+    mine = await key_updates(client, admin, made["id"])
     assert ("external-id-changed", {"externalId": None}, {"externalId": "cust_9"}) in mine
     assert ("meta-changed", {"meta": None}, {"meta": {"v": 1}}) in mine
     assert ("meta-changed", {"meta": {"v": 1}}, {"meta": {"v": 2}}) in mine

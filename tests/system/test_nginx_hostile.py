@@ -43,6 +43,7 @@ KEYSVC_READS = {
     "X-Required-Permission": "",
     "X-Required-Organization": OTHER_ORGANIZATION,
     "X-Credit-Cost": "0",
+    "X-Ratelimit": "tokens;cost=0",
     "X-Forwarded-For": "10.9.9.9|reports:read|1.2.3.4",
     "X-Original-URI": "/orders",
     "X-Original-Method": "GET",
@@ -223,6 +224,19 @@ def test_credits_are_spent_at_the_config_s_cost_whatever_the_client_says(
     assert remaining(stack, key) == 0
     # What reached the upstream came from keysvc's answer.
     assert stack.upstream.seen[-1]["headers"]["X-Credits-Remaining"] == "0"
+
+
+def test_a_client_s_x_ratelimit_never_reaches_keysvc(stack: Stack) -> None:
+    """Issue 36: a key's named limit counts only what the config names (nothing here),
+    whatever X-Ratelimit the client sends; a key without that limit is not refused for
+    a name that never reached keysvc."""
+    tokens = {"name": "tokens", "limit": 1, "windowSeconds": 3600}
+    key = stack.create_key(roles=["developer"], ratelimits=[tokens])
+    for cost in ("5", "0", "1000000", "x"):
+        sent = {**key.headers, "X-Ratelimit": f"tokens;cost={cost}, other"}
+        assert through(stack, "/orders", sent) == (200, 1)
+    plain = stack.create_key(roles=["developer"])
+    assert through(stack, "/orders", {**plain.headers, "X-Ratelimit": "tokens"}) == (200, 1)
 
 
 def test_the_upstream_gets_keysvc_s_external_id_and_credits_alone(stack: Stack) -> None:

@@ -334,3 +334,68 @@ async def test_the_step_makes_an_unlogged_table_sqlite_numbers_alike(pg: Any) ->
         "select relpersistence::text from pg_class where relname = 'shared_limits'"
     )
     assert persistence == "u"
+
+
+# Issue 36: named rate limits, counted at a cost, shared as the request limits are.
+async def named_key(client: Client, *limits: dict[str, Any]) -> Creds:
+    admin = await bootstrap(client.app)
+    return await create_creds(
+        client, admin, {"name": "ai", "roles": ["developer"], "ratelimits": list(limits)}
+    )
+
+
+async def verify_statuses(
+    clients: tuple[Client, ...], key: Creds, n: int, named: str, at_once: int = 1
+) -> list[int]:
+    """The statuses of ``n`` verifies naming ``named``, ``at_once`` at a time, to each
+    client in turn."""
+
+    async def one(client: Client) -> int:
+        response = await client.get("/v1/verify", headers={**key.headers, "X-Ratelimit": named})
+        await response.read()
+        return response.status
+
+    seen: list[int] = []
+    for start in range(0, n, at_once):
+        turn = range(start, min(n, start + at_once))
+        seen += await asyncio.gather(*(one(clients[i % len(clients)]) for i in turn))
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("limit", "cost", "at_once"), [(1000, 30, 1), (1000, 30, AT_ONCE), (100, 40, 1)]
+)
+async def test_a_named_limit_is_shared_at_its_cost_across_two_instances(
+    url: str,
+    pg: Any,
+    aiohttp_client: ClientFactory,
+    pg_clock: FakeClock,
+    limit: int,
+    cost: int,
+    at_once: int,
+) -> None:
+    """Units served stay within the stated bound, limit + (processes - 1) *
+    max(budget, cost), and none is refused while the true count leaves room for the
+    cost; every unit served is counted in the table once."""
+    a, b = await two_clients(aiohttp_client, url, pg_clock)
+    tokens = {"name": "tokens", "limit": limit, "windowSeconds": WINDOW}
+    key = await named_key(a, tokens)
+    seen = await verify_statuses((a, b), key, 3 * limit // cost, f"tokens;cost={cost}", at_once)
+    served = seen.count(200) * cost
+    assert limit - cost < served <= limit + max(budget_of(limit), cost), seen
+    assert set(seen) == {200, 429}
+    await eventually_counted(pg, f"r:k:{key.id}:tokens:", served)
+
+
+async def test_a_refusal_counts_against_no_other_limit_across_instances(
+    url: str, pg: Any, aiohttp_client: ClientFactory, pg_clock: FakeClock
+) -> None:
+    a, b = await two_clients(aiohttp_client, url, pg_clock)
+    burst = {"name": "burst", "limit": 1000, "windowSeconds": WINDOW, "autoApply": True}
+    tokens = {"name": "tokens", "limit": 100, "windowSeconds": WINDOW}
+    key = await named_key(a, burst, tokens)
+    seen = await verify_statuses((a, b), key, 30, "tokens;cost=10")
+    served = seen.count(200)
+    assert 10 <= served <= 11 and seen.count(429) == 30 - served, seen
+    await eventually_counted(pg, f"r:k:{key.id}:tokens:", 10 * served)
+    await eventually_counted(pg, f"r:k:{key.id}:burst:", served)

@@ -38,8 +38,11 @@ def test_the_step_makes_what_schema_sql_makes(tmp_path: Path) -> None:
     # The step, then every step after it, as an upgrade runs them: the later ones that
     # change these tables too (outbox MACs, bound secrets, unique nonces; fair delivery's
     # indexes; the waiting deliveries' index).
+    # Steps that touch none of them are left out: run again on schema.sql's own tables,
+    # an ``alter table ... add column`` would fail.
     for later in migrations.MIGRATIONS[migrations.MIGRATIONS.index(step) :]:
-        upgraded.executescript(later)
+        if any(table in later for table in TABLES):
+            upgraded.executescript(later)
     made = _shape(upgraded)
     assert set(made) >= set(TABLES)
     assert made == _shape(fresh)

@@ -28,6 +28,7 @@ from keysvc.db.sqlite.migrations import (
     GROWTH_STEP,
     KEY_DETAILS_STEP,
     KEY_IMPORTS_STEP,
+    KEY_RATELIMITS_STEP,
     LEAK_LOOKUP_STEP,
     LISTENERS_STEP,
     MIGRATIONS,
@@ -230,6 +231,10 @@ POSTGRES_MIGRATIONS: Mapping[int, str] = {
     create or replace trigger key_imports_data_changed
         after insert or update or delete or truncate on key_imports
         for each statement execute function keysvc_data_changed();
+    """,
+    # Keys' named rate limits (as SQLite's KEY_RATELIMITS_STEP, issue 36).
+    schema_version(MIGRATIONS[: MIGRATIONS.index(KEY_RATELIMITS_STEP) + 1]): """
+    alter table key_details add column if not exists ratelimits text collate "C";
     """,
 }
 

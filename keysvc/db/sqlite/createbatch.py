@@ -237,7 +237,9 @@ async def _insert_batch(
         key_id = str(uuid.uuid4())
         key_rows.append(key_sql.key_row(key_id, last[org], new))
         role_rows += [(key_id, role_id) for role_id in dict.fromkeys(new.role_ids)]
-        details = key_sql.details_row(key_id, new.external_id, new.meta, new.credits)
+        details = key_sql.details_row(
+            key_id, new.external_id, new.meta, new.credits, new.ratelimits
+        )
         if details is not None:
             detail_rows.append(details)
         planned.append((key_id, None))

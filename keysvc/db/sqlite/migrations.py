@@ -169,6 +169,13 @@ KEY_IMPORTS_STEP = """
     ) strict, without rowid;
 """
 
+# Issue 36's step: a key's named rate limits, a JSON array of
+# keysvc.domain.namedlimits' stored form (null: none), beside its other details. The
+# same text on both backends but for the collation (keysvc.db.postgres.schema).
+KEY_RATELIMITS_STEP = """
+    alter table key_details add column ratelimits text;
+"""
+
 MIGRATIONS: Sequence[str] = (
     # 2: per-key request limits, and the generation that invalidates credential caches.
     """
@@ -410,6 +417,8 @@ MIGRATIONS: Sequence[str] = (
     REPLACED_SECRETS_STEP,
     # 23: imported records' importIds (KEY_IMPORTS_STEP, issue 37).
     KEY_IMPORTS_STEP,
+    # 24: keys' named rate limits (KEY_RATELIMITS_STEP, issue 36).
+    KEY_RATELIMITS_STEP,
 )
 
 

@@ -18,8 +18,16 @@ answer about such a key says that no proxy may reuse it
 (``keysvc.http.reuse.must_see_every_request``). A 200 names the key's externalId
 (``X-Key-External-Id``, percent-encoded UTF-8: always ASCII on the wire), and
 ``Accept: application/json`` gets the whole answer as an envelope.
+
+Named rate limits (issue 36, ``keysvc.domain.namedcount`` states which are checked and at
+what cost): after the organization and permission checks and before credits are spent,
+the key's autoApply limits and those the verify names are checked, then counted only if
+every one of them fits (``keysvc.domain.ratelimit.Limits.named``); past one, a 429 with
+its Retry-After and X-RateLimit-* headers. A key with named limits is never reused by a
+proxy, and the JSON answer lists every limit checked.
 """
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NoReturn
 from urllib.parse import quote
@@ -27,9 +35,11 @@ from urllib.parse import quote
 from aiohttp import hdrs, web
 
 from keysvc.domain import credits as rules
-from keysvc.domain import keycredits, permquery
+from keysvc.domain import keycredits, namedcount, permquery
 from keysvc.domain.credits import MAX_COST
+from keysvc.domain.namedlimits import NamedLimit
 from keysvc.domain.permquery import Query
+from keysvc.domain.ratelimit import Decision
 from keysvc.errors import ApiError, BadRequest, TooManyRequests
 from keysvc.http import render
 from keysvc.http.auth import authorize_organization, authorize_query
@@ -37,7 +47,15 @@ from keysvc.http.envelope import envelope, json_response
 from keysvc.http.reuse import NO_REUSE, reuse_headers
 from keysvc.http.routes import VERIFY, serves
 from keysvc.http.schemas import UUID_PATTERN
-from keysvc.http.state import CALLER, CLOCK, RATE_DECISION, REQUEST_ID, STORE, USAGE_REFUSAL
+from keysvc.http.state import (
+    CALLER,
+    CLOCK,
+    LIMITS,
+    RATE_DECISION,
+    REQUEST_ID,
+    STORE,
+    USAGE_REFUSAL,
+)
 from keysvc.models import Credits, Key, Spend
 
 _PERMISSION = ("permission", "X-Required-Permission")
@@ -91,6 +109,53 @@ def _cost(request: web.Request) -> int:
     return max((int(text) for text in given), default=1)
 
 
+# A named limit checked, with its decision.
+Checked = tuple[str, Decision]
+
+
+def _identity_limits(caller: Key) -> tuple[str | None, tuple[NamedLimit, ...]]:
+    """The ID and named limits of the key's identity; ``None, ()``: it has none. (Keys
+    have no identity yet: the one line to change when they do.)"""
+    return None, ()
+
+
+def _named(request: web.Request, caller: Key) -> dict[str, int] | None:
+    """The named limits this verify asks for, each with its cost
+    (``keysvc.domain.namedcount``); None when neither the key nor its identity has any
+    and none is named, which costs a plain verify one header lookup."""
+    headers = request.headers
+    limited = caller.ratelimits is not None or bool(_identity_limits(caller)[1])
+    if not limited and namedcount.HEADER not in headers and not request.query_string:
+        return None
+    lines = [line for line in headers.getall(namedcount.HEADER, ()) if line.strip()]
+    params = request.query.getall(namedcount.PARAM, []) if request.query_string else []
+    named = namedcount.asked(lines, params)
+    return named if named or limited else None
+
+
+async def _count_named(request: web.Request, caller: Key, named: dict[str, int]) -> list[Checked]:
+    """Check the key's autoApply limits and those ``named``, and count them all only if
+    all fit; past one, a 429 with its Retry-After and X-RateLimit-* headers."""
+    identity_id, identity_limits = _identity_limits(caller)
+    asks = namedcount.asks(
+        caller.id, namedcount.limits_of(caller.ratelimits), identity_id, identity_limits, named
+    )
+    if not asks:
+        return []
+    now = request.app[CLOCK]().timestamp()
+    decisions = await request.app[LIMITS].named([ask for _, ask in asks], now)
+    for (name, ask), decision in zip(asks, decisions, strict=True):
+        if not decision.allowed:
+            request[USAGE_REFUSAL] = "rate_limited"
+            raise TooManyRequests(
+                f"rate limit {name} exceeded for this key: {ask.limit} per {ask.window} s;"
+                f" retry in {decision.reset} s",
+                retry_after=decision.reset,
+                headers=decision.headers,
+            )
+    return [(name, decision) for (name, _), decision in zip(asks, decisions, strict=True)]
+
+
 # What X-Key-External-Id leaves as it is: printable ASCII but "%", the escape.
 _AS_IS = "".join(chr(code) for code in range(0x20, 0x7F) if chr(code) != "%")
 
@@ -117,10 +182,12 @@ async def verify(request: web.Request) -> web.Response:
     caller = request[CALLER]
     organizations, permissions = _required_organizations(request), _required_permissions(request)
     cost = _cost(request)
+    named = _named(request, caller)
     for organization in organizations:
         authorize_organization(request, organization, "required")
     for needed in permissions:
         authorize_query(request, needed)
+    checked = await _count_named(request, caller, named) if named is not None else ()
     headers = {
         "X-Key-Id": caller.id,
         "X-Organization-Id": caller.organization_id,
@@ -139,7 +206,7 @@ async def verify(request: web.Request) -> web.Response:
     if not _wants_json(request):
         return web.Response(status=200, headers={**reuse_headers(request, 200), **headers})
     headers.update(NO_REUSE)  # its body depends on Accept, which no documented cache key covers
-    answer = _answer(request, caller, spent)
+    answer = _answer(request, caller, spent, checked)
     response = json_response(envelope(request[REQUEST_ID], render.encode(answer)))
     response.headers.update(headers)
     return response
@@ -157,7 +224,9 @@ def _refuse(request: web.Request, credits: Credits, now: datetime) -> NoReturn:
     raise TooManyRequests(message + f"; next refill in {wait} s", retry_after=wait)
 
 
-def _answer(request: web.Request, caller: Key, spent: Spend | None) -> dict[str, Any]:
+def _answer(
+    request: web.Request, caller: Key, spent: Spend | None, checked: Sequence[Checked]
+) -> dict[str, Any]:
     """Verify's JSON answer: who is calling, what it may do, and its standing."""
     answer: dict[str, Any] = {
         "keyId": caller.id,
@@ -176,4 +245,15 @@ def _answer(request: web.Request, caller: Key, spent: Spend | None) -> dict[str,
             "remaining": decision.remaining,
             "reset": decision.reset,
         }
+    if checked:
+        answer["ratelimits"] = [
+            {
+                "name": name,
+                "limit": decision.limit,
+                "remaining": decision.remaining,
+                "reset": decision.reset,
+                "exceeded": not decision.allowed,
+            }
+            for name, decision in checked
+        ]
     return answer
