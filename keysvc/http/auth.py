@@ -493,7 +493,7 @@ async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
     route = route_of(match.handler)
     if route is not None and route.public:
         return await handler(request)
-    refused = False
+    refused = raised = False
     try:
         request[CALLER], decision = await _admit(request)
         if decision is not None:
@@ -502,26 +502,31 @@ async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
             authorize(request, path_uuid(request, "organizationId"), route.permission)
         response = await handler(request)
     except ApiError as exc:
-        refused = exc.status == Forbidden.status
+        refused, raised = exc.status == Forbidden.status, True
         if route is VERIFY:  # how long the proxy may reuse the refusal (keysvc.http.reuse)
             exc.headers.update(reuse_headers(request, exc.status))
         raise
+    except BaseException:
+        raised = True
+        raise
     finally:
-        _count_use(request, refused)
+        _count_use(request, refused, raised)
     if decision is not None:
         response.headers.update(decision.headers)
     return response
 
 
-def _count_use(request: web.Request, refused: bool) -> None:
+def _count_use(request: web.Request, refused: bool, raised: bool) -> None:
     """Count the request in its key's usage, if its secret was proven; ``refused``: its
-    answer is a 403, ``forbidden`` for an admitted key whatever raised it."""
+    answer is a 403, ``forbidden`` for an admitted key whatever raised it; ``raised``:
+    the handling raised. A view's own refusal (``USAGE_REFUSAL``) is raised, so an
+    answer returned is counted by its authentication alone, without asking the request
+    for a key it lacks (a miss raises and catches KeyError in Python)."""
     proven = request.get(PROVEN)
     if proven is not None:
         reason: str = request[AUTH_OUTCOME]
-        reason = request.get(USAGE_REFUSAL) or (
-            "permission" if refused and reason == "ok" else reason
-        )
+        given = request.get(USAGE_REFUSAL) if raised else None
+        reason = given or ("permission" if refused and reason == "ok" else reason)
         outcome = _USAGE_OUTCOME.get(reason)
         if outcome is not None:
             request.app[STORE].count_use(proven[0], proven[1], outcome)

@@ -15,12 +15,15 @@ Accept (a bad cost is a 400, a JSON Accept gets another body), in ``Vary``: a st
 HTTP cache keys its entries on them.
 """
 
+import math
+from collections.abc import Mapping
 from datetime import datetime
+from types import MappingProxyType
 
 from aiohttp import web
 
 from keysvc.config import Settings
-from keysvc.domain.reuse import reuse_bound
+from keysvc.domain.reuse import Reuse, reuse_bound
 from keysvc.http.state import CALLER, CLOCK, PREVIOUS_CREDENTIAL, SETTINGS
 from keysvc.models import Key
 
@@ -69,27 +72,61 @@ def must_see_every_request(caller: Key, settings: Settings) -> bool:
     )
 
 
-def reuse_headers(request: web.Request, status: int) -> dict[str, str]:
+def reuse_headers(request: web.Request, status: int) -> Mapping[str, str]:
     """The headers that say how long the verify answer of ``status`` to ``request`` may
     be reused: within the setting, the caller's key's expiry and, when it used its
     previous credentials, their grace. A refusal before the key was admitted (a 401, or
-    the 403 of an IP access list) ends with nothing sooner than the setting's bound."""
-    settings = request.app[SETTINGS]
+    the 403 of an IP access list) ends with nothing sooner than the setting's bound.
+    Read-only: the same headers serve every answer they fit (``_within_setting``)."""
+    app = request.app
+    settings = app[SETTINGS]
     seconds = settings.verify_reuse_seconds
     if not seconds or status not in REUSABLE or request.query_string:
-        return dict(NO_REUSE)
+        return _NOT_REUSED
     caller = request.get(CALLER)
-    every_request = False
-    ends: tuple[datetime | None, ...] = ()
-    if caller is not None:
-        grace = caller.previous_until if request.get(PREVIOUS_CREDENTIAL, False) else None
-        every_request = must_see_every_request(caller, settings)
-        ends = (caller.expire_at, grace)
-    bound = reuse_bound(request.app[CLOCK](), seconds, every_request=every_request, ends=ends)
-    if bound is None:
-        return dict(NO_REUSE)
-    return {
-        "X-Accel-Expires": f"@{bound.last_second}",
-        "Cache-Control": f"private, max-age={bound.max_age}",
-        "Vary": VARY,
-    }
+    if caller is None:
+        return _within_setting(app[CLOCK](), seconds)
+    # The grace counts only for an answer that used the previous credentials.
+    grace = caller.previous_until
+    if grace is not None and not request.get(PREVIOUS_CREDENTIAL, False):
+        grace = None
+    every_request = must_see_every_request(caller, settings)
+    if grace is None and caller.expire_at is None and not every_request:
+        return _within_setting(app[CLOCK](), seconds)
+    ends = (caller.expire_at, grace)
+    bound = reuse_bound(app[CLOCK](), seconds, every_request=every_request, ends=ends)
+    return _NOT_REUSED if bound is None else _headers(bound)
+
+
+_NOT_REUSED: Mapping[str, str] = MappingProxyType(NO_REUSE)
+
+
+def _headers(bound: Reuse) -> Mapping[str, str]:
+    return MappingProxyType(
+        {
+            "X-Accel-Expires": f"@{bound.last_second}",
+            "Cache-Control": f"private, max-age={bound.max_age}",
+            "Vary": VARY,
+        }
+    )
+
+
+# The headers of the answers bounded by the setting alone, with the whole second and
+# the setting they were made for: one tuple, read and replaced whole.
+_kept: tuple[int, int, Mapping[str, str]] = (-1, 0, _NOT_REUSED)
+
+
+def _within_setting(now: datetime, seconds: int) -> Mapping[str, str]:
+    """The headers of an answer given at ``now`` that nothing ends sooner than the
+    setting's ``seconds``: its bound is a function of the whole second alone (the rule's
+    ``reuse_bound`` with no ends), so the second's first such answer makes them and the
+    rest of that second's reuse them, as most verify answers are."""
+    global _kept
+    second = math.floor(now.timestamp())
+    kept = _kept
+    if kept[0] == second and kept[1] == seconds:
+        return kept[2]
+    bound = reuse_bound(now, seconds)
+    headers = _NOT_REUSED if bound is None else _headers(bound)
+    _kept = (second, seconds, headers)
+    return headers
