@@ -202,6 +202,18 @@ async def test_a_key_without_them_verifies_as_before(client: Client, admin: Cred
     await assert_error(named, 400, "ratelimit: this key has no rate limit named tokens")
 
 
+async def test_a_blank_header_names_nothing(client: Client, admin: Creds, clock: FakeClock) -> None:
+    """A proxy sets X-Ratelimit from a map whose default is "" (docs/Caddyfile): blank
+    lines name no limit, and only the autoApply ones count."""
+    key = await _limited(client, admin, BURST, TOKENS)
+    _at_window_start(clock)
+    for blank in ("", " "):
+        assert await _checked(client, key, **{"X-Ratelimit": blank}) == [
+            _standing("burst", 3, 2, 10)
+        ]
+        clock.advance(seconds=10)
+
+
 SEVENTEEN = ",".join(f"n{i}" for i in range(17))
 TOO_LONG = ",".join(["a" * 64 + ";cost=1000000"] * 40)
 

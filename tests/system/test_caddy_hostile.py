@@ -35,6 +35,7 @@ KEYSVC_READS = {
     "X-Required-Permission": "",
     "X-Required-Organization": OTHER_ORGANIZATION,
     "X-Credit-Cost": "0",
+    "X-Ratelimit": "unknown",
     "X-Forwarded-For": "10.9.9.9",
     "Accept": "application/json",
 }
