@@ -277,3 +277,33 @@ def start_postgres(parent: Path | None = None) -> Postgres:
 def stop_postgres(cluster: Postgres) -> None:
     cluster.stop()
     shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+def start_standby(primary: Postgres, parent: Path | None = None) -> Postgres:
+    """A hot standby of ``primary``, made by ``pg_basebackup`` over loopback and fed by
+    streaming replication (``--write-recovery-conf``), running on a port of its own;
+    stop it with ``stop_postgres``."""
+    root = Path(tempfile.mkdtemp(prefix="keysvc-standby-", dir=parent))
+    give_to_unprivileged(root, 0o700)
+    standby = Postgres(root, primary.bindir, free_port())
+    try:
+        standby.socket_dir.mkdir()
+        give_to_unprivileged(standby.socket_dir, 0o700)
+        standby.log.touch()
+        give_to_unprivileged(standby.log, 0o600)
+        standby.run(
+            "pg_basebackup",
+            f"--pgdata={standby.data}",
+            "--host=127.0.0.1",
+            f"--port={primary.port}",
+            f"--username={SUPERUSER}",
+            "--write-recovery-conf",
+            "--wal-method=stream",
+            "--checkpoint=fast",
+            "--no-sync",
+        )
+        standby._serve()
+    except BaseException:
+        stop_postgres(standby)
+        raise
+    return standby

@@ -176,5 +176,14 @@ class PgConnection:
         await self.raw.close()
 
 
+async def keep_session(conn: Any) -> None:
+    """The pool's reset of a connection given back: nothing beyond asyncpg's own (which
+    rolls back a transaction left open). keysvc leaves no session state on a pooled
+    connection (no SET, LISTEN, cursor or session-level lock: _WRITE_LOCK and the
+    migration's lock are transaction-level), so the default reset statement would only
+    cost every read and write one more round trip."""
+    return None
+
+
 async def connect_postgres(url: str) -> PgConnection:
     return PgConnection(await asyncpg.connect(url))
