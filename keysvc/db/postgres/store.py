@@ -65,8 +65,11 @@ CONNECT_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 # The lock every write transaction holds: keysvc_locks' 'write' row, for update, which
 # only keysvc's role may lock (pgschema.LOCKS_TABLE; an advisory lock's key any role
 # that may CONNECT could hold).
+# Quiet for the transaction as well as the session (``pgschema.QUIET``): a pooler's
+# server connections carry no setting of keysvc's session.
 _WRITE_LOCK = (
-    "select set_config('keysvc.token', $2, true) from keysvc_locks where name = $1 for update"
+    "select set_config('keysvc.token', $2, true), set_config('keysvc.quiet', 'on', true)"
+    " from keysvc_locks where name = $1 for update"
 )
 # The longest a write waits before its first statement is answered, the in-process lock
 # included (docs/SECURITY.md's bounds): past it, a 503.
@@ -92,8 +95,27 @@ class Replicas:
     max_lag: float = 5.0
     listen_url: str | None = None
 
+    @property
+    def pooled(self) -> bool:
+        """Whether ``--db`` goes through a pooler in transaction mode: a listening URL
+        of its own says so. Its connections then carry no session setting and no
+        prepared statement (the next transaction may run on another server
+        connection), and the schema is migrated on the direct URL (the first
+        migration's lock is a session's)."""
+        return self.listen_url is not None
+
 
 NO_REPLICAS = Replicas()
+
+
+def _session(pooled: bool) -> dict[str, Any]:
+    """The pool's session options: quiet (``pgschema.QUIET``) on direct connections;
+    through a pooler none (PgBouncer refuses a startup parameter it does not know),
+    and no statement kept prepared (asyncpg's cache: a statement prepared on one
+    server connection is not on the next)."""
+    if pooled:
+        return {"statement_cache_size": 0}
+    return {"server_settings": pgschema.QUIET}
 
 
 def _left(deadline: float, most: float | None = None) -> float:
@@ -332,7 +354,10 @@ class PgStore(CoreFront):
         connection's own URL (``Replicas``)."""
         # Migrated on a connection of its own: a step may take longer than a statement's
         # bound on the pool.
-        conn = await asyncpg.connect(url, timeout=CONNECT_SECONDS, server_settings=pgschema.QUIET)
+        direct = replicas.listen_url or url
+        conn = await asyncpg.connect(
+            direct, timeout=CONNECT_SECONDS, server_settings=pgschema.QUIET
+        )
         try:
             await pgschema.migrate(conn, create=create)
         finally:
@@ -344,7 +369,7 @@ class PgStore(CoreFront):
             reset=keep_session,
             timeout=CONNECT_SECONDS,
             command_timeout=STATEMENT_SECONDS,
-            server_settings=pgschema.QUIET,
+            **_session(replicas.pooled),
         )
         store: PgStore | None = None
         try:
