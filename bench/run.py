@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import forward, hey, middleware, postgres, report, scenarios, seed, wrk
+from bench import forward, hey, middleware, postgres, replicas, report, scenarios, seed, wrk
 from bench.report import Cell, CellGrid, Column
 from bench.scenarios import Scenario
 from bench.servers import ROOT, Server, start_baseline, start_keysvc, stop_servers_on_sigterm
@@ -97,7 +97,9 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
         + ", ".join([*(s.name for s in scenarios.SCENARIOS), forward.NAME])
         + "); all by default; verify-paced needs verify; forward-auth runs nginx in front"
         " of a static file four ways (bench/forward.py); middleware, alone and only when"
-        " named, a service behind keysvc.client's middleware (bench/middleware.py)",
+        " named, a service behind keysvc.client's middleware (bench/middleware.py); replicas,"
+        " alone, the capacity point on PostgreSQL with a standby (bench/replicas.py: --keys"
+        " defaults to 10 million there, written to docs/CAPACITY.md)",
     )
     parser.add_argument(
         "--forward-keys",
@@ -427,6 +429,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.only == middleware.NAME:
         head = report.head_facts(date, revision, _command(argv, args))
         return 1 if middleware.from_run(args, head, args.doc) else 0
+    if args.only == replicas.NAME:
+        keys = args.keys if args.keys != DEFAULT_KEYS else replicas.DEFAULT_KEYS
+        doc = args.doc if args.doc != DOC else replicas.DOC
+        return replicas.from_run(keys, args.seconds, args.threads, args.connections, doc)
     settings = wrk.WrkSettings(args.threads, args.connections, args.seconds)
     scale = args.keys != DEFAULT_KEYS
     some = SCALE_SCENARIOS if scale else None  # None: every scenario
