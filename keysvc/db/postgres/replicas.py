@@ -40,8 +40,7 @@ import bisect
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -52,6 +51,7 @@ from keysvc.db.postgres.connection import (
     UNAVAILABLE,
     Done,
     PgConnection,
+    acquired,
     keep_session,
 )
 from keysvc.db.postgres.reader import PgReader
@@ -187,19 +187,6 @@ class Replica:
         if replayed is not None:
             self.replayed = max(self.replayed, int(replayed))
 
-    @asynccontextmanager
-    async def connection(self) -> AsyncIterator[Any]:
-        """A pooled connection, within READ_SECONDS; one whose statement timed out is
-        ended, not lent again."""
-        raw = await self.pool.acquire(timeout=READ_SECONDS)
-        try:
-            yield raw
-        except (TimeoutError, asyncpg.InternalClientError):
-            raw.terminate()
-            raise
-        finally:
-            await self.pool.release(raw, timeout=READ_SECONDS)
-
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
@@ -303,7 +290,7 @@ class RoutedReader:
     async def _on_replica(self, replica: Replica, sql: str, params: Any) -> list[Any] | None:
         """The rows from ``replica``; None when it failed (then read on the primary)."""
         try:
-            async with replica.connection() as raw:
+            async with acquired(replica.pool, None, READ_SECONDS) as raw:
                 rows = await PgConnection(raw, READ_SECONDS).execute_fetchall(sql, params)
         except Exception as exc:
             replica.failed(exc)
