@@ -282,7 +282,7 @@ def _section(
     rows: list[tuple[str, Load, Load, int]], version: str, settings: wrk.WrkSettings,
 ) -> str:  # fmt: skip
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    command = f"python -m bench.run --only replicas --keys {args.keys} --verified {args.verified}"
+    command = f"python -m bench.replicas --keys {args.keys} --verified {args.verified}"
     head = report.head_facts(date, report.git_revision(ROOT), command)
     facts = "\n".join(f"- {name}: {value}" for name, value in head)
     mib = 1024 * 1024
