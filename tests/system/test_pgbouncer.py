@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.pginstances import ENV, Client, changed, made_on, org_path
+from tests.pginstances import ENV, Client, flipped, made_on, org_path
 from tests.postgres import Bouncer, Postgres, start_pgbouncer
 from tests.server import Server, keysvc
 
@@ -66,15 +66,7 @@ def test_two_instances_through_the_pooler_refuse_a_disabled_key_from_the_next_re
 ) -> None:
     a, b = two
     key, creds = made_on(a, admin, {"name": "pooled", "roles": ["developer"]})
-    path = f"/keys/{key}"
-    missed: list[tuple[int, str, int]] = []
-    for round_ in range(ROUNDS):
-        changed(a, admin, "PATCH", path, {"state": "enabled"})
-        if (status := b.whoami(creds)) != 200:
-            missed.append((round_, "enabled", status))
-        changed(a, admin, "PATCH", path, {"state": "disabled"})
-        if (status := b.whoami(creds)) == 200:
-            missed.append((round_, "disabled", status))
+    missed = flipped(a, {"b": b}, admin, key, creds, ROUNDS)
     assert missed == []
 
 

@@ -24,6 +24,7 @@ from tests.pginstances import (
     WAIT_SECONDS,
     Client,
     changed,
+    flipped,
     lines_with,
     listening,
     made_on,
@@ -134,16 +135,7 @@ def test_a_key_disabled_while_replay_is_paused_is_refused_by_every_instance(
     )
     paused(standby)
     try:
-        missed: list[tuple[int, str, int]] = []
-        for round_ in range(ROUNDS):
-            changed(a, admin, "PATCH", path, {"state": "enabled"})
-            for client, name in ((b, "b"), (a, "a")):
-                if (status := client.whoami(creds)) != 200:
-                    missed.append((round_, f"enabled on {name}", status))
-            changed(a, admin, "PATCH", path, {"state": "disabled"})
-            for client, name in ((b, "b"), (a, "a")):
-                if (status := client.whoami(creds)) == 200:
-                    missed.append((round_, f"disabled on {name}", status))
+        missed = flipped(a, {"b": b, "a": a}, admin, key, creds, ROUNDS)
         assert missed == []
         # The replica still holds the key as it was before the pause.
         assert standby.psql("postgres", "select pg_is_wal_replay_paused()") == [["t"]]
