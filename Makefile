@@ -26,7 +26,7 @@ PORT := $(or $(KEYSVC_PORT),8080)
 # and goes on, and the tests that need one report it as not run (failed under CI=true).
 # An entry whose first part is a path (starting with /) is a file the package installs
 # that has no command of its own: nginx's njs module, which the shipped nginx config needs.
-SYSTEM_DEPS ?= chromium:chromium nginx:nginx systemd-analyze:systemd initdb:postgresql wrk:wrk hey:hey \
+SYSTEM_DEPS ?= chromium:chromium nginx:nginx systemd-analyze:systemd initdb:postgresql pgbouncer:pgbouncer wrk:wrk hey:hey \
 	caddy:caddy /usr/lib/nginx/modules/ngx_http_js_module.so:libnginx-mod-http-js
 PG_BIN := $(subst $(eval) ,:,$(wildcard /usr/lib/postgresql/*/bin))
 

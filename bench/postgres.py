@@ -124,6 +124,11 @@ class Cluster(StopsOnExit):
             f"--command=create database {DATABASE}",
         )
 
+    def run(self, name: str, *args: str) -> str:
+        """One of PostgreSQL's commands (``pg_basebackup``, ``pg_ctl``...) as the
+        cluster's user; its output."""
+        return self._run(name, *args)
+
     @property
     def url(self) -> str:
         """``DATABASE`` over loopback TCP, as keysvc reaches it."""

@@ -38,7 +38,18 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import forward, hey, importing, middleware, postgres, report, scenarios, seed, wrk
+from bench import (
+    forward,
+    hey,
+    importing,
+    middleware,
+    postgres,
+    replicas,
+    report,
+    scenarios,
+    seed,
+    wrk,
+)
 from bench.report import Cell, CellGrid, Column
 from bench.scenarios import Scenario
 from bench.servers import ROOT, Server, start_baseline, start_keysvc, stop_servers_on_sigterm
@@ -100,7 +111,9 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
         " named, a service behind keysvc.client's middleware (bench/middleware.py);"
         " importing, alone and only when named, keysvc import and the import API on a"
         " generated file of 1,000,000 keys (bench/importing.py; it also runs after a"
-        " default run)",
+        " default run); replicas, alone, the capacity point on PostgreSQL with a standby"
+        " (bench/replicas.py: --keys defaults to 10 million there, written to"
+        " docs/CAPACITY.md)",
     )
     parser.add_argument(
         "--forward-keys",
@@ -432,6 +445,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.only == middleware.NAME:
         head = report.head_facts(date, revision, _command(argv, args))
         return 1 if middleware.from_run(args, head, args.doc) else 0
+    if args.only == replicas.NAME:
+        keys = args.keys if args.keys != DEFAULT_KEYS else replicas.DEFAULT_KEYS
+        doc = args.doc if args.doc != DOC else replicas.DOC
+        return replicas.from_run(keys, args.seconds, args.threads, args.connections, doc)
     settings = wrk.WrkSettings(args.threads, args.connections, args.seconds)
     scale = args.keys != DEFAULT_KEYS
     some = SCALE_SCENARIOS if scale else None  # None: every scenario

@@ -108,6 +108,12 @@ class Settings:
     secret_prefix: str = "keysvc_"  # noqa: S105 - a public marker for scanners
     # Seconds a proxy may reuse a /v1/verify answer (keysvc.domain.reuse); 0: none.
     verify_reuse_seconds: int = 1
+    # On PostgreSQL: hot standbys of the primary that may answer reads
+    # (keysvc.db.postgres.replicas), the replay lag past which one is left out, and a
+    # direct URL for the listening connection when --db goes through a pooler.
+    pg_replicas: tuple[str, ...] = field(default=(), repr=False)
+    pg_replica_max_lag: float = 5.0
+    pg_listen_url: str | None = field(default=None, repr=False)
 
     @property
     def pepper_path(self) -> Path:
@@ -321,6 +327,21 @@ OPTIONS = (
         "verify_reuse_seconds", "KEYSVC_VERIFY_REUSE_SECONDS", "1", v.reuse_seconds,
         "seconds a proxy may reuse a /v1/verify answer (X-Accel-Expires, Cache-Control),"
         f" 0 to {MAX_VERIFY_REUSE_SECONDS}; 0: every request reaches keysvc",
+    ),
+    Option(
+        "pg_replicas", "KEYSVC_PG_REPLICAS", "", v.postgres_urls,
+        "comma-separated URLs of hot standbys streaming from the PostgreSQL primary --db"
+        " names: reads go there once they have replayed past every change this instance"
+        " knows of (default: none)",
+    ),
+    Option(
+        "pg_replica_max_lag", "KEYSVC_PG_REPLICA_MAX_LAG", "5", v.seconds,
+        "seconds of replay lag past which a replica is left out until it catches up",
+    ),
+    Option(
+        "pg_listen_url", "KEYSVC_PG_LISTEN_URL", "", v.postgres_url,
+        "a direct URL of the primary for the listening connection (LISTEN needs a"
+        " session), when --db goes through a pooler in transaction mode (default: --db)",
     ),
 )  # fmt: skip
 

@@ -13,12 +13,13 @@ the store feed it through plain method calls.
 import bisect
 import time
 from collections.abc import Iterator, Mapping
-from typing import Literal, get_args
+from typing import Literal, Protocol, get_args
 
 import prometheus_client.metrics
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
+    GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
@@ -157,6 +158,44 @@ class RequestTallies(Collector):
         yield auth
 
 
+class ReadSource(Protocol):
+    """A store's reads by target (``keysvc.db.postgres.replicas.RoutedReader``)."""
+
+    def reads(self) -> Mapping[str, int]: ...
+
+    def lags(self) -> Mapping[str, tuple[bool, float]]: ...
+
+
+class ReadTargets(Collector):
+    """Reads by target (the primary, each replica by host:port), and each replica's
+    state: whether reads may use it, and its replay lag at its last check."""
+
+    def __init__(self, source: ReadSource):
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        reads = CounterMetricFamily(
+            "keysvc_db_reads", "Reads outside a write transaction, by target.", labels=("target",)
+        )
+        for target, count in self._source.reads().items():
+            reads.add_metric((target,), count)
+        yield reads
+        up = GaugeMetricFamily(
+            "keysvc_replica_up", "1 while reads may use the replica, 0 while it is left out.",
+            labels=("replica",),
+        )  # fmt: skip
+        lag = GaugeMetricFamily(
+            "keysvc_replica_lag_seconds",
+            "How far the replica's replay was behind the primary at its last check.",
+            labels=("replica",),
+        )
+        for name, (usable, seconds) in self._source.lags().items():
+            up.add_metric((name,), 1 if usable else 0)
+            lag.add_metric((name,), seconds)
+        yield up
+        yield lag
+
+
 class Metrics:
     """The metric families of one app, and the registry that exports them."""
 
@@ -210,6 +249,10 @@ class Metrics:
             return
         for state in KEY_STATES:
             self._keys.labels(state=state).set(counts.get(state, 0))
+
+    def watch_reads(self, source: ReadSource) -> None:
+        """Export the reads by target and the replicas' states (``ReadTargets``)."""
+        self.registry.register(ReadTargets(source))
 
     def render(self) -> bytes:
         """The registry in the Prometheus text exposition format."""

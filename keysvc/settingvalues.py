@@ -220,6 +220,23 @@ def scanning_keys(value: str) -> ScanningKeys | None:
 _SECRET_PREFIX = re.compile(r"[a-z][a-z0-9_]{1,30}_")
 
 
+def postgres_urls(value: str) -> tuple[str, ...]:
+    """Comma-separated PostgreSQL URLs (read replicas); empty: none."""
+    urls = tuple(part.strip() for part in value.split(",") if part.strip())
+    for url in urls:
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise ConfigError("each must be a postgresql:// URL")
+    return urls
+
+
+def postgres_url(value: str) -> str | None:
+    """One PostgreSQL URL; empty: none."""
+    urls = postgres_urls(value)
+    if len(urls) > 1:
+        raise ConfigError("must be one postgresql:// URL")
+    return urls[0] if urls else None
+
+
 def secret_prefix(value: str) -> str:
     if not _SECRET_PREFIX.fullmatch(value) or value == "whsec_":
         raise ConfigError(

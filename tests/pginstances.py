@@ -128,3 +128,21 @@ def listening(postgres: Postgres, database: str, server: Server, column: str) ->
         assert time.monotonic() < deadline, "no listening connection"
         time.sleep(0.05)
     return [row[0] for row in rows]
+
+
+def flipped(
+    writer: Client, readers: dict[str, Client], admin: dict[str, str], key: str,
+    creds: dict[str, str], rounds: int,
+) -> list[tuple[int, str, int]]:  # fmt: skip
+    """``rounds`` of enabling then disabling ``key`` through ``writer``, each state
+    asked of every reader by name on the very next request: the answers that were
+    wrong (enabled and refused, disabled and let in)."""
+    path = f"/keys/{key}"
+    missed: list[tuple[int, str, int]] = []
+    for round_ in range(rounds):
+        for state, wanted in (("enabled", True), ("disabled", False)):
+            changed(writer, admin, "PATCH", path, {"state": state})
+            for name, reader in readers.items():
+                if ((status := reader.whoami(creds)) == 200) != wanted:
+                    missed.append((round_, f"{state} on {name}", status))
+    return missed

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -277,3 +278,101 @@ def start_postgres(parent: Path | None = None) -> Postgres:
 def stop_postgres(cluster: Postgres) -> None:
     cluster.stop()
     shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+def start_standby(primary: Postgres, parent: Path | None = None) -> Postgres:
+    """A hot standby of ``primary``, made by ``pg_basebackup`` over loopback and fed by
+    streaming replication (``--write-recovery-conf``), running on a port of its own;
+    stop it with ``stop_postgres``."""
+    root = Path(tempfile.mkdtemp(prefix="keysvc-standby-", dir=parent))
+    give_to_unprivileged(root, 0o700)
+    standby = Postgres(root, primary.bindir, free_port())
+    try:
+        standby.socket_dir.mkdir()
+        give_to_unprivileged(standby.socket_dir, 0o700)
+        standby.log.touch()
+        give_to_unprivileged(standby.log, 0o600)
+        standby.run(
+            "pg_basebackup",
+            f"--pgdata={standby.data}",
+            "--host=127.0.0.1",
+            f"--port={primary.port}",
+            f"--username={SUPERUSER}",
+            "--write-recovery-conf",
+            "--wal-method=stream",
+            "--checkpoint=fast",
+            "--no-sync",
+        )
+        standby._serve()
+    except BaseException:
+        stop_postgres(standby)
+        raise
+    return standby
+
+
+class Bouncer:
+    """A real PgBouncer (Debian's ``pgbouncer``) in transaction pooling mode on a free
+    loopback port, in front of one database of ``cluster``: ``url`` names it through
+    the pooler. Started by ``start_pgbouncer``; ``stop`` ends it."""
+
+    def __init__(self, root: Path, cluster: Postgres, database: str, port: int):
+        self.root = root
+        self.port = port
+        self.database = database
+        self.config = root / "pgbouncer.ini"
+        users = root / "users.txt"
+        users.write_text(f'"{SUPERUSER}" ""\n')
+        self.log = root / "pgbouncer.log"
+        self.config.write_text(
+            "[databases]\n"
+            f"{database} = host=127.0.0.1 port={cluster.port} dbname={database}\n"
+            "[pgbouncer]\n"
+            "listen_addr = 127.0.0.1\n"
+            f"listen_port = {port}\n"
+            f"unix_socket_dir = {root}\n"
+            "auth_type = trust\n"
+            f"auth_file = {users}\n"
+            "pool_mode = transaction\n"
+            "default_pool_size = 20\n"
+            "max_client_conn = 200\n"
+            f"logfile = {self.log}\n"
+        )
+        for path in (root, self.config, users):
+            give_to_unprivileged(path, 0o700 if path == root else 0o600)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{self.database}"
+
+    def start(self) -> "Bouncer":
+        binary = require_command("pgbouncer", package="pgbouncer")
+        self.proc = subprocess.Popen(
+            [*unprivileged(), binary, str(self.config)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while not self.log.exists() or "listening on" not in self.log.read_text(errors="replace"):
+            assert self.proc.poll() is None, f"pgbouncer exited: {self.log_text()}"
+            assert time.monotonic() < deadline, f"pgbouncer did not start: {self.log_text()}"
+            time.sleep(0.05)
+        return self
+
+    def log_text(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def start_pgbouncer(cluster: Postgres, database: str) -> Bouncer:
+    """A PgBouncer in transaction pooling mode in front of ``database`` (``Bouncer``)."""
+    root = Path(tempfile.mkdtemp(prefix="keysvc-pgbouncer-"))
+    return Bouncer(root, cluster, database, free_port()).start()

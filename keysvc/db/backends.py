@@ -69,6 +69,9 @@ async def open_store(
             create=create,
             records=records,
             peer_key=hasher.derive(PEER_ACKNOWLEDGEMENTS),
+            replicas=postgres.Replicas(
+                settings.pg_replicas, settings.pg_replica_max_lag, settings.pg_listen_url
+            ),
         )
     except postgres.CONNECT_ERRORS as exc:
         raise ConfigError(f"cannot use the PostgreSQL database: {exc}") from None

@@ -63,6 +63,9 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     observer = metrics.observe_db if metrics else None
     opened = open_store(settings, observer=observer, serving=True, records=render.STORE_RECORDS)
     async with opened as (store, hasher):
+        routed = getattr(store, "routed", None)  # PostgreSQL's reads, with replicas
+        if metrics is not None and routed is not None:
+            metrics.watch_reads(routed)
         app[STORE] = store
         app[HASHER] = hasher
         yield

@@ -84,16 +84,19 @@ class Outage:
 
 @asynccontextmanager
 async def acquired(
-    pool: Any, outage: Outage, timeout: float = ACQUIRE_SECONDS
+    pool: Any, outage: Outage | None, timeout: float = ACQUIRE_SECONDS
 ) -> AsyncIterator[Any]:
     """A pooled connection, waited for at most ``timeout``. A connection the server
     refuses (a role that may not log in, a database dropped, a wrong password, a
-    pg_hba.conf rule) is a 503, as a server that is down is. One whose statement
-    timed out or whose protocol is out of step is terminated, not lent again: its
-    server process may still be busy, or never answer."""
+    pg_hba.conf rule) is a 503, as a server that is down is (without ``outage``, a
+    replica's: the driver's error itself). One whose statement timed out or whose
+    protocol is out of step is terminated, not lent again: its server process may
+    still be busy, or never answer."""
     try:
         raw = await pool.acquire(timeout=timeout)
     except (*UNAVAILABLE, asyncpg.PostgresError) as exc:
+        if outage is None:
+            raise
         raise outage.unavailable(exc) from None
     try:
         yield raw
@@ -174,6 +177,15 @@ class PgConnection:
 
     async def close(self) -> None:
         await self.raw.close()
+
+
+async def keep_session(conn: Any) -> None:
+    """The pool's reset of a connection given back: nothing beyond asyncpg's own (which
+    rolls back a transaction left open). keysvc leaves no session state on a pooled
+    connection (no SET, LISTEN, cursor or session-level lock: _WRITE_LOCK and the
+    migration's lock are transaction-level), so the default reset statement would only
+    cost every read and write one more round trip."""
+    return None
 
 
 async def connect_postgres(url: str) -> PgConnection:

@@ -56,14 +56,29 @@ FRESH_SECONDS = PROBE_SECONDS + PROBE_TIMEOUT
 DEAF_USAGE = 0.5
 # What the probe reads: the generation, and how full the cluster's NOTIFY queue is.
 PROBE = f"select ({GENERATION}), pg_notification_queue_usage()"
+# The primary's WAL insert position, as a number: past the commit record of every
+# transaction visible when it is read, synchronous_commit off included. Read with
+# each generation and at each probe when replicas serve reads (keysvc.db.postgres.replicas).
+POSITION = "(pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint"
 
 
 class Notifications:
     """``Freshness`` for PostgreSQL: a version that moves with every commit any
     instance announces, and the authorization generation as last announced."""
 
-    def __init__(self, url: str, peer_key: bytes):
+    def __init__(self, url: str, peer_key: bytes, track_position: bool = False):
         self._url = url
+        # Whether the change position is kept (``known_position``): replicas serve reads.
+        self._track = track_position
+        position = f", {POSITION}" if track_position else ", null"
+        self._probe = PROBE + position
+        self._generation_read = f"select ({GENERATION}){position}"
+        # The newest position read, and the version (``_version``) it covers: every
+        # commit this instance had heard of or made when it was read.
+        self._position = 0
+        self._covered = -1
+        self._locating: asyncio.Task[None] | None = None
+        self._relocate = False
         # Signs this instance's acknowledgements and checks the others'.
         self._peer_key = peer_key
         self._version = 0
@@ -116,6 +131,55 @@ class Notifications:
         """This process committed: what it read before is not current any more."""
         self._version += 1
 
+    # The change position (replicas, keysvc.db.postgres.replicas).
+
+    def known_position(self) -> int | None:
+        """The primary's WAL position past every commit this instance has made or
+        heard of; None while one is not covered yet by a position read, or while
+        notifications are not heard (nothing is known then)."""
+        if self.deaf or not self.listening.is_set() or self._covered != self._version:
+            return None
+        return self._position
+
+    @property
+    def position_column(self) -> str:
+        """What a writer's announcement reads besides: the position, when it is kept."""
+        return f", {POSITION}" if self._track else ""
+
+    @property
+    def version(self) -> int:
+        """The version a position read now would cover: read before sending it."""
+        return self._version
+
+    def located(self, position: int | None, version: int) -> None:
+        """A position read after everything counted in ``version`` was committed."""
+        if position is None:
+            return
+        self._position = max(self._position, int(position))
+        self._covered = max(self._covered, version)
+
+    def _locate(self) -> None:
+        """Read the position on the listening connection: one read at a time, and one
+        more if a commit was heard during it."""
+        if not self._track:
+            return
+        self._relocate = True
+        if self._locating is None or self._locating.done():
+            self._locating = asyncio.create_task(self._read_position(), name="keysvc-position")
+
+    async def _read_position(self) -> None:
+        while self._relocate and (conn := self._conn) is not None:
+            self._relocate = False
+            try:
+                async with asyncio.timeout(PROBE_TIMEOUT), self._using:
+                    version = self._version
+                    position = await conn.fetchval(f"select {POSITION}")
+            except Exception as exc:
+                # The probe finds a dead connection; reads stay on the primary meanwhile.
+                logger.debug("could not read the WAL position: %s", type(exc).__name__)
+                return
+            self.located(position, version)
+
     def _heard(self, conn: Any, pid: int, channel: str, payload: str) -> None:
         if channel == SEEN_CHANNEL:
             self._heard_seen(payload)
@@ -123,6 +187,7 @@ class Notifications:
             self._hint()
         elif not self.is_own_commit(channel, payload):
             self._version += 1
+            self._locate()
 
     # The generation, read from the database when a notification hints that it moved.
 
@@ -146,12 +211,16 @@ class Notifications:
             try:
                 async with asyncio.timeout(PROBE_TIMEOUT), self._using:
                     began = time.monotonic()
-                    generation = await conn.fetchval(GENERATION)
+                    version = self._version
+                    generation, position = await conn.fetchrow(self._generation_read)
             except Exception as exc:
                 logger.debug("could not read the generation: %s", type(exc).__name__)
                 self._lost(conn)
                 await self._drop()
                 return
+            # Before it is acknowledged: a writer waiting for this instance returns only
+            # once it reads no replica that has not replayed the change.
+            self.located(position, version)
             self._take(generation, began)
 
     def _take(self, generation: str, began: float) -> None:
@@ -179,6 +248,7 @@ class Notifications:
             self.deaf = False
             self._version += 1
             self.generation = generation
+            self._locate()
             logger.warning("the PostgreSQL NOTIFY queue has room again; caches on")
 
     def unannounced(self, exc: BaseException) -> None:
@@ -211,7 +281,8 @@ class Notifications:
             await conn.execute(peers.FORGET_ENDED)
             # Listening before the generation is read: a move in between is heard.
             began = time.monotonic()
-            generation = await conn.fetchval(GENERATION)
+            version = self._version
+            generation, position = await conn.fetchrow(self._generation_read)
         except BaseException:
             await conn.close()
             raise
@@ -221,6 +292,9 @@ class Notifications:
         self._conn = conn
         self._version += 1
         self.listening.set()
+        # Covers what was heard before the read, not during it: read again.
+        self.located(position, version)
+        self._locate()
         # A writer may be waiting for a generation this connection never heard of, as it
         # was committed before it listened: what was just read is at least as new.
         self._acknowledge(generation)
@@ -235,7 +309,8 @@ class Notifications:
                     raise ConnectionError("the listening connection is closed")
                 async with asyncio.timeout(PROBE_TIMEOUT), self._using:
                     began = time.monotonic()
-                    generation, usage = await self._conn.fetchrow(PROBE)
+                    version = self._version
+                    generation, usage, position = await self._conn.fetchrow(self._probe)
             except Exception:
                 if self.listening.is_set():
                     self.losses += 1
@@ -251,6 +326,7 @@ class Notifications:
                 logger.warning("PostgreSQL notifications back; caches on")
             else:
                 self._queue_used(float(usage), generation)
+                self.located(position, version)
                 self._take(generation, began)
 
     async def _drop(self) -> None:
@@ -264,7 +340,7 @@ class Notifications:
         return None if self._conn is None else int(self._conn.get_server_pid())
 
     async def close(self) -> None:
-        tasks = [self._task, self._acknowledging, self._reading]
+        tasks = [self._task, self._acknowledging, self._reading, self._locating]
         for task in tasks:
             if task is not None:
                 task.cancel()

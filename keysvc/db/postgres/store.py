@@ -14,6 +14,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -41,6 +42,7 @@ from keysvc.db.postgres.connection import (
     Outage,
     PgConnection,
     acquired,
+    keep_session,
     refusal,
 )
 from keysvc.db.postgres.notifications import (
@@ -50,6 +52,7 @@ from keysvc.db.postgres.notifications import (
     Notifications,
 )
 from keysvc.db.postgres.reader import PgReader
+from keysvc.db.postgres.replicas import RoutedReader
 from keysvc.db.rows import role_from_row
 from keysvc.db.statements import fetch_all, fetch_one, to_the_end
 from keysvc.db.timing import Observer
@@ -62,8 +65,11 @@ CONNECT_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 # The lock every write transaction holds: keysvc_locks' 'write' row, for update, which
 # only keysvc's role may lock (pgschema.LOCKS_TABLE; an advisory lock's key any role
 # that may CONNECT could hold).
+# Quiet for the transaction as well as the session (``pgschema.QUIET``): a pooler's
+# server connections carry no setting of keysvc's session.
 _WRITE_LOCK = (
-    "select set_config('keysvc.token', $2, true) from keysvc_locks where name = $1 for update"
+    "select set_config('keysvc.token', $2, true), set_config('keysvc.quiet', 'on', true)"
+    " from keysvc_locks where name = $1 for update"
 )
 # The longest a write waits before its first statement is answered, the in-process lock
 # included (docs/SECURITY.md's bounds): past it, a 503.
@@ -77,6 +83,39 @@ _BUMP_GENERATION = (
 _READ_ONLY = "select pg_is_in_recovery() or current_setting('transaction_read_only') = 'on'"
 # Set around a new key's inserts: its role rows do not move the generation.
 _NEW_KEY = "select set_config('keysvc.new_key', ?, true)"
+
+
+@dataclass(frozen=True)
+class Replicas:
+    """Where reads may go besides the primary (``keysvc.db.postgres.replicas``): hot
+    standbys' URLs, the lag past which one is left out; and the listening connection's
+    own URL, for a ``--db`` that goes through a pooler (None: ``--db``)."""
+
+    urls: tuple[str, ...] = ()
+    max_lag: float = 5.0
+    listen_url: str | None = None
+
+    @property
+    def pooled(self) -> bool:
+        """Whether ``--db`` goes through a pooler in transaction mode: a listening URL
+        of its own says so. Its connections then carry no session setting and no
+        prepared statement (the next transaction may run on another server
+        connection), and the schema is migrated on the direct URL (the first
+        migration's lock is a session's)."""
+        return self.listen_url is not None
+
+
+NO_REPLICAS = Replicas()
+
+
+def _session(pooled: bool) -> dict[str, Any]:
+    """The pool's session options: quiet (``pgschema.QUIET``) on direct connections;
+    through a pooler none (PgBouncer refuses a startup parameter it does not know),
+    and no statement kept prepared (asyncpg's cache: a statement prepared on one
+    server connection is not on the next)."""
+    if pooled:
+        return {"statement_cache_size": 0}
+    return {"server_settings": pgschema.QUIET}
 
 
 def _left(deadline: float, most: float | None = None) -> float:
@@ -189,18 +228,24 @@ class PgWriter:
         and this one's caches are cold while the queue is filling
         (``Notifications.deaf``). False when lost: a write that moved the generation
         then answers after ACKNOWLEDGE_SECONDS, by when every instance has polled it."""
-        token = self._notifications.token
+        notifications = self._notifications
+        token = notifications.token
+        # With replicas, the position past this commit, read in the same statement.
+        position = notifications.position_column
+        version = notifications.version
         try:
             if moved is None:
-                await raw.execute("select pg_notify($1, $2)", DATA_CHANNEL, token)
+                row = await raw.fetchrow("select pg_notify($1, $2)" + position, DATA_CHANNEL, token)
             else:
-                await raw.execute(
-                    "select pg_notify($1, $2), pg_notify($3, $4)",
+                row = await raw.fetchrow(
+                    "select pg_notify($1, $2), pg_notify($3, $4)" + position,
                     DATA_CHANNEL, token, AUTH_CHANNEL, str(moved),
                 )  # fmt: skip
         except (*UNAVAILABLE, asyncpg.PostgresError) as exc:
-            self._notifications.unannounced(exc)
+            notifications.unannounced(exc)
             return False
+        if position:
+            notifications.located(row[-1], version)
         return True
 
     async def _listeners(self, raw: Any) -> list[str] | None:
@@ -264,22 +309,31 @@ class PgStore(CoreFront):
         cache_size: int,
         records: Records = NO_RECORDS,
         peer_key: bytes,
+        replicas: Replicas = NO_REPLICAS,
     ):
         self._pool = pool
         self._records = records
-        self.notifications = Notifications(url, peer_key)
+        self.notifications = Notifications(
+            replicas.listen_url or url, peer_key, track_position=bool(replicas.urls)
+        )
         self._outage = Outage()
+        # The primary's pool: the background tasks' reads, and every read without replicas.
         self.reader = PgReader(pool, self._outage)
+        self.routed: RoutedReader | None = None
+        reads: PgReader | RoutedReader = self.reader
+        if replicas.urls:
+            reads = self.routed = RoutedReader(
+                self.reader, pool, replicas.urls, replicas.max_lag,
+                self.notifications.known_position,
+            )  # fmt: skip
         # The point reads (get_key, find_credential) run on the pool as well.
-        self.points = self.reader
+        self.points = reads
         self.caches = Caches(self.notifications, cache_size)
         self.writer = PgWriter(
             pool, self.notifications, self.caches.authorization_changed, self._outage
         )
         self.observer = observer
-        core = self._core = StoreCore(
-            self.reader, self.points, self.writer, self.caches, observer, records
-        )
+        core = self._core = StoreCore(reads, reads, self.writer, self.caches, observer, records)
         self._front(core)
 
     @classmethod
@@ -292,12 +346,18 @@ class PgStore(CoreFront):
         create: bool = True,
         records: Records = NO_RECORDS,
         peer_key: bytes,
+        replicas: Replicas = NO_REPLICAS,
     ) -> "PgStore":
         """``peer_key``: what the instances sign their acknowledgements with, derived
-        from the pepper they share (``keysvc.credentials.PEER_ACKNOWLEDGEMENTS``)."""
+        from the pepper they share (``keysvc.credentials.PEER_ACKNOWLEDGEMENTS``);
+        ``replicas``: the hot standbys that may answer reads, and the listening
+        connection's own URL (``Replicas``)."""
         # Migrated on a connection of its own: a step may take longer than a statement's
         # bound on the pool.
-        conn = await asyncpg.connect(url, timeout=CONNECT_SECONDS, server_settings=pgschema.QUIET)
+        direct = replicas.listen_url or url
+        conn = await asyncpg.connect(
+            direct, timeout=CONNECT_SECONDS, server_settings=pgschema.QUIET
+        )
         try:
             await pgschema.migrate(conn, create=create)
         finally:
@@ -309,8 +369,9 @@ class PgStore(CoreFront):
             reset=keep_session,
             timeout=CONNECT_SECONDS,
             command_timeout=STATEMENT_SECONDS,
-            server_settings=pgschema.QUIET,
+            **_session(replicas.pooled),
         )
+        store: PgStore | None = None
         try:
             store = cls(
                 pool,
@@ -319,9 +380,14 @@ class PgStore(CoreFront):
                 cache_size=cache_size,
                 records=records,
                 peer_key=peer_key,
+                replicas=replicas,
             )
             await store.notifications.start()
+            if store.routed is not None:
+                await store.routed.start()
         except BaseException:
+            if store is not None and store.routed is not None:
+                await store.routed.close()
             await pool.close()
             raise
         return store
@@ -332,6 +398,8 @@ class PgStore(CoreFront):
         except TimeoutError:
             logger.warning("PostgreSQL writes still under way at close; left unfinished")
         await self.notifications.close()
+        if self.routed is not None:
+            await self.routed.close()
         # The pool waits for every connection to be given back; one that never is (a
         # server that stopped answering) must not keep a stopping process for ever.
         try:
@@ -430,12 +498,3 @@ class PgStore(CoreFront):
     async def blocked_networks(self, start: int, limit: int, most: int) -> dict[str, int]:
         async with acquired(self._pool, self._outage) as raw:
             return await sharedcounts.blocked(PgConnection(raw), start, limit, most)
-
-
-async def keep_session(conn: Any) -> None:
-    """The pool's reset of a connection given back: nothing beyond asyncpg's own (which
-    rolls back a transaction left open). keysvc leaves no session state on a pooled
-    connection (no SET, LISTEN, cursor or session-level lock: _WRITE_LOCK and the
-    migration's lock are transaction-level), so the default reset statement would only
-    cost every read and write one more round trip."""
-    return None
