@@ -66,7 +66,7 @@ async def test_metrics_after_traffic(
     wrong = [basic(admin.key_id, s) for s in (new_secret(), "wrong", "also-wrong")]
     malformed = [
         {},
-        {"Authorization": "Bearer abc"},
+        {"Authorization": "Digest abc"},  # a scheme keysvc has no use for
         {"Authorization": "Basic !!!"},
         basic(admin.key_id, "keysvc_" + "A" * 42),  # a keysvc_ secret with a bad checksum
     ]
