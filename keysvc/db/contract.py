@@ -24,6 +24,8 @@ from keysvc.models import (
     ActivityPage,
     Credential,
     Delivery,
+    Identity,
+    IdentityPage,
     Key,
     KeyPage,
     NewKey,
@@ -182,6 +184,20 @@ class RoleReads(Protocol):
     def get_role(self, organization_id: str, role_id: str) -> Awaitable[RoleDetail | None]: ...
 
 
+class IdentityReads(Protocol):
+    """The identities as read outside a transaction (``keysvc.db.identities.IdentityStore``)."""
+
+    def get_identity(
+        self, organization_id: str, identity_id: str
+    ) -> Awaitable[Identity | None]: ...
+
+    def list_identities(
+        self, organization_id: str, after: int, limit: int, external_id: str | None = None
+    ) -> Awaitable[IdentityPage]: ...
+
+    def keys_of(self, identity: Identity) -> Awaitable[list[str]]: ...
+
+
 class Store(Protocol):
     """A database opened to serve (``keysvc.db.backends.open_store``). Its caches
     (``keysvc.db.cache.Caches``) stay inside it: the ``cached_*`` calls answer from
@@ -189,6 +205,9 @@ class Store(Protocol):
 
     @property
     def roles(self) -> RoleReads: ...
+
+    @property
+    def identities(self) -> IdentityReads: ...
 
     @property
     def seal(self) -> Seal:

@@ -28,6 +28,7 @@ from keysvc.db import webhooks as webhook_sql
 from keysvc.db.batching import RevokedUses, Touches
 from keysvc.db.cache import Caches
 from keysvc.db.contract import Connection, PointReads, Records, RevokedUse, SecretHolder, Writes
+from keysvc.db.identities import IdentityStore
 from keysvc.db.quota import UNLIMITED, Quota, quota_of
 from keysvc.db.roles import RoleStore
 from keysvc.db.rows import key_from_joined
@@ -112,6 +113,7 @@ class StoreCore:
         self.touches = Touches(writer)
         self.revoked_uses = RevokedUses(writer, self.chain, self.seal)
         self.roles = RoleStore(reader, observer)
+        self.identities = IdentityStore(reader, observer)
         # Verify's spends of credits, in group commits (issue 29).
         self.spends = SpendBatches(self.transaction, self._spend_all)
         self._upkeep: asyncio.Task[None] | None = None

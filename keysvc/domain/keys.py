@@ -31,13 +31,11 @@ from keysvc.keyview import api_key
 from keysvc.models import (
     Activity,
     Actor,
-    Credits,
     Key,
     KeyChange,
     KeyPage,
     NewKey,
     Organization,
-    Refill,
     Role,
 )
 from keysvc.timeutil import utcnow
@@ -136,20 +134,9 @@ def _new_key(
         rate_limit=_rate_limit(data.get("rateLimit")),
         external_id=data.get("externalId"),
         meta=data.get("meta"),
-        credits=credits_of(data.get("credits"), now),
+        credits=credit_rules.credits_of(data.get("credits"), now),
     )
     return new, made.key_id, made.secret
-
-
-def credits_of(value: Mapping[str, Any] | None, now: datetime) -> Credits | None:
-    """Credits from a validated ``credits`` object, as set at ``now``; None: unlimited."""
-    if value is None:
-        return None
-    plan = value.get("refill")
-    refill = (
-        None if plan is None else Refill(plan["interval"], plan["amount"], plan.get("refillDay", 1))
-    )
-    return credit_rules.new_credits(value["remaining"], refill, now)
 
 
 def _rate_limit(value: dict[str, int] | None) -> tuple[int, int] | None:
@@ -266,7 +253,7 @@ async def update_key(
         clear_external_id="externalId" in data and data["externalId"] is None,
         meta=data.get("meta"),
         clear_meta="meta" in data and data["meta"] is None,
-        credits=credits_of(data.get("credits"), now),
+        credits=credit_rules.credits_of(data.get("credits"), now),
         set_credits="credits" in data,
     )
     key = await change_key(

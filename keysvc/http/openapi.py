@@ -23,6 +23,7 @@ from marshmallow import Schema
 
 from keysvc import __version__
 from keysvc.domain.permquery import MAX_DEPTH, MAX_QUERY_LENGTH, MAX_TERMS, QUERY_PATTERN
+from keysvc.http import identity_schemas as ids
 from keysvc.http import queries as q
 from keysvc.http import reports
 from keysvc.http import responses as r
@@ -511,6 +512,10 @@ def _components(now: datetime) -> tuple[tuple[str, Schema | type[Schema]], ...]:
         ("WebhookRotateSecretResponse", r.RotateWebhookSecretResultSchema),
         # Issue 29.
         ("ApiKeyCreditsRequest", CreditsChangeSchema),
+        # Issue 36.
+        ("Identity", ids.IdentitySchema),
+        ("IdentityCreateRequest", ids.CreateIdentitySchema),
+        ("IdentityUpdateRequest", ids.UpdateIdentitySchema),
     )
 
 
