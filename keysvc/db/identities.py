@@ -101,6 +101,11 @@ class IdentityStore:
         )
 
     @timed
+    async def identity_of(self, organization_id: str, external_id: str) -> Identity | None:
+        """The identity of the organization's keys with ``external_id``."""
+        return await identity_by_external_id(self._reader, organization_id, external_id)
+
+    @timed
     async def keys_of(self, identity: Identity) -> list[str]:
         return await keys_of(self._reader, identity)
 

@@ -149,6 +149,15 @@ async def identity_of_key(
     return made
 
 
+async def identity_id_of(store: Store, key: Key) -> str | None:
+    """The UUID of the identity the key belongs to; None for a key without one (no
+    statement for a key without an externalId)."""
+    if key.external_id is None:
+        return None
+    found = await store.identities.identity_of(key.organization_id, key.external_id)
+    return None if found is None else found.id
+
+
 async def get_identity(store: Store, organization_id: str, identity_id: str) -> Identity:
     identity = await store.identities.get_identity(organization_id, identity_id)
     if identity is None:

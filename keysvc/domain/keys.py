@@ -302,6 +302,8 @@ async def change_key(
         at = now or utcnow()
         logged = activities.key_changed(current, changed, actor, at)
         await settle(conn, keep=bool(logged))
+        # Issue 36: a key given an externalId belongs to its identity, made if missing.
+        await key_sql.ensure_identity(conn, organization_id, change.external_id, at)
         if not logged:
             return current
         await store.authorization_changed(conn)

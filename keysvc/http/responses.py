@@ -99,6 +99,17 @@ class ApiKeySchema(Schema):
         },
     )
 
+    # Issue 36: the identity the key belongs to (by its externalId); absent without one.
+    identityId = fields.String(
+        attribute="identity_id",
+        metadata={
+            **ADDITION,
+            "format": "uuid",
+            "description": "keysvc addition: the identity of the organization whose externalId "
+            "is the key's; absent when there is none.",
+        },
+    )
+
     def _credits(self, key: Any) -> dict[str, Any] | None:
         return credits_json(key.credits)
 
@@ -115,7 +126,8 @@ class ApiKeySchema(Schema):
         # usedAt is absent, not null, until the key is first used; rateLimit when unset,
         # previousCredentialExpiresAt when no rotation kept the credentials it replaced.
         for name in (
-            "usedAt", "rateLimit", "previousCredentialExpiresAt", "externalId", "meta", "credits"
+            "usedAt", "rateLimit", "previousCredentialExpiresAt", "externalId", "meta", "credits",
+            "identityId",
         ):  # fmt: skip
             if data.get(name) is None:
                 data.pop(name, None)

@@ -220,3 +220,55 @@ async def test_identity_writes_are_keysvc_activities(client: Client, admin: Cred
     }
     assert kinds[1]["after"] == {"identityId": made["id"], "externalId": "logged", "meta": {"v": 2}}
     assert kinds[2]["before"]["meta"] == {"v": 2}
+
+
+async def test_a_key_with_an_external_id_belongs_to_its_identity(
+    client: Client, admin: Creds
+) -> None:
+    keys = f"/v1/organizations/{admin.organization_id}/keys"
+    made = await assert_ok(
+        await client.post(
+            keys, json={"name": "a", "roles": ["developer"], "externalId": "cust"},
+            headers=admin.headers,
+        )
+    )  # fmt: skip
+    found = await assert_ok(
+        await client.get(identities_url(admin) + "?externalId=cust", headers=admin.headers)
+    )
+    assert [i["externalId"] for i in found] == ["cust"] and found[0]["credits"] is None
+    assert found[0]["ratelimits"] == [] and made["key"]["identityId"] == found[0]["id"]
+    second = await assert_ok(
+        await client.post(
+            keys, json={"name": "b", "roles": ["developer"], "externalId": "cust"},
+            headers=admin.headers,
+        )
+    )  # fmt: skip
+    assert second["key"]["identityId"] == found[0]["id"]
+    got = await assert_ok(await client.get(f"{keys}/{second['key']['id']}", headers=admin.headers))
+    assert got["identityId"] == found[0]["id"]
+    plain = await assert_ok(
+        await client.post(keys, json={"name": "c", "roles": ["developer"]}, headers=admin.headers)
+    )
+    assert "identityId" not in plain["key"]
+    patched = await assert_ok(
+        await client.patch(
+            f"{keys}/{plain['key']['id']}", json={"externalId": "later"}, headers=admin.headers
+        )
+    )
+    later = await assert_ok(
+        await client.get(identities_url(admin) + "?externalId=later", headers=admin.headers)
+    )
+    assert patched["identityId"] == later[0]["id"]
+    # Deleting the identity leaves its keys and their externalId, sharing nothing.
+    await assert_ok(
+        await client.delete(identities_url(admin, found[0]["id"]), headers=admin.headers)
+    )
+    kept = await assert_ok(await client.get(f"{keys}/{second['key']['id']}", headers=admin.headers))
+    assert kept["externalId"] == "cust" and "identityId" not in kept
+    # PATCHing a key with that externalId again makes a new identity.
+    again = await assert_ok(
+        await client.patch(
+            f"{keys}/{second['key']['id']}", json={"externalId": "cust"}, headers=admin.headers
+        )
+    )
+    assert again["identityId"] not in (None, found[0]["id"])
