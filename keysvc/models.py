@@ -93,6 +93,20 @@ SpendRule = Callable[[Credits], Spend]
 
 
 @dataclass(frozen=True)
+class Spent:
+    """A verify's spend from its key's credits and its identity's (issue 36), each None
+    when unlimited: allowed only if both allow it, and then both are spent; a refusal
+    spends from neither (the refusing side's due refill and events are kept)."""
+
+    key: Spend | None = None
+    identity: Spend | None = None
+
+    @property
+    def allowed(self) -> bool:
+        return all(spend is None or spend.allowed for spend in (self.key, self.identity))
+
+
+@dataclass(frozen=True)
 class Key:
     id: str
     seq: int

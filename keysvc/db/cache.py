@@ -192,6 +192,10 @@ class Caches:
             PAGE_CACHE_ENTRIES if cache_size > 0 else 0
         )
         self._seen_generation: object = None
+        # Issue 36: by (organization, externalId), the UUID of the identity whose credits
+        # its keys' verifies spend from, or None (no identity, or unlimited credits):
+        # dropped with the credentials, as a change to either moves the generation.
+        self.shared_credits: dict[tuple[str, str], str | None] = {}
 
     def data_version(self) -> int:
         """A number that changes whenever anything is committed, by any connection in
@@ -201,6 +205,7 @@ class Caches:
         generation = self._freshness.generation
         if generation != self._seen_generation:
             self.credentials.clear()
+            self.shared_credits.clear()
             self._seen_generation = generation
         return version
 
@@ -233,6 +238,7 @@ class Caches:
     def authorization_changed(self) -> None:
         """This process committed a change to what some key may do."""
         self.credentials.clear()
+        self.shared_credits.clear()
 
     def cached_key(self, organization_id: str, key_id: str) -> Key | None:
         """The key as committed now, if it is cached and nothing at all was committed

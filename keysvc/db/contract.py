@@ -34,6 +34,7 @@ from keysvc.models import (
     RolePage,
     Spend,
     SpendRule,
+    Spent,
     Webhook,
 )
 
@@ -199,6 +200,10 @@ class IdentityReads(Protocol):
 
     def keys_of(self, identity: Identity) -> Awaitable[list[str]]: ...
 
+    def sharing(self, organization_id: str, external_id: str) -> Awaitable[str | None]:
+        """The identity whose credits the key's verifies spend from (cached)."""
+        ...
+
 
 class Store(Protocol):
     """A database opened to serve (``keysvc.db.backends.open_store``). Its caches
@@ -305,6 +310,19 @@ class Store(Protocol):
         """Spend from the key's credits as ``rule`` decides, exactly, in one write
         transaction with the events it sends (``keysvc.db.credits``); None when they are
         unlimited. Never from a cache."""
+        ...
+
+    def spend_shared(
+        self,
+        organization_id: str,
+        key_id: str,
+        external_id: str,
+        now: datetime,
+        rule: SpendRule,
+        identity_rule: SpendRule,
+    ) -> Awaitable[Spent]:
+        """As ``spend_credits``, from the key's credits and its identity's together, in
+        the same batches (issue 36): both enough, or neither spent."""
         ...
 
     def get_key(self, organization_id: str, key_id: str) -> Awaitable[Key | None]: ...

@@ -25,6 +25,7 @@ from keysvc.models import (
     KeyPage,
     Spend,
     SpendRule,
+    Spent,
     Webhook,
 )
 
@@ -126,6 +127,14 @@ class CoreFront:
         self, organization_id: str, key_id: str, now: datetime, rule: SpendRule
     ) -> Awaitable[Spend | None]:
         return self._core.spend_credits(organization_id, key_id, now, rule)
+
+    def spend_shared(
+        self, organization_id: str, key_id: str, external_id: str, now: datetime,
+        rule: SpendRule, identity_rule: SpendRule,
+    ) -> Awaitable[Spent]:  # fmt: skip
+        return self._core.spend_shared(
+            organization_id, key_id, external_id, now, rule, identity_rule
+        )
 
     # Reads
 

@@ -12,6 +12,7 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
+from keysvc.db.cache import Caches
 from keysvc.db.contract import Connection
 from keysvc.db.keys import credits_params
 from keysvc.db.rows import credits_flags, credits_from_row
@@ -73,9 +74,27 @@ def _one(rows: Sequence[sqlite3.Row]) -> Identity | None:
 class IdentityStore:
     """The identities as read outside a transaction."""
 
-    def __init__(self, reader: Connection, observer: Observer | None):
+    def __init__(self, reader: Connection, observer: Observer | None, caches: Caches):
         self._reader = reader
         self.observer = observer
+        self._caches = caches
+
+    async def sharing(self, organization_id: str, external_id: str) -> str | None:
+        """The UUID of the identity whose credits a verify of a key with ``external_id``
+        spends from; None when there is none or its credits are unlimited. Cached until
+        the authorization generation moves (any change to whether an identity has
+        credits moves it: ``keysvc.domain.identities``), so a warm verify runs no
+        statement for it."""
+        caches, owner = self._caches, (organization_id, external_id)
+        caches.data_version()
+        if owner in caches.shared_credits:
+            return caches.shared_credits[owner]
+        generation = caches.generation
+        found = await identity_by_external_id(self._reader, organization_id, external_id)
+        shared = None if found is None or found.credits is None else found.id
+        if caches.unchanged_since(generation):
+            caches.shared_credits[owner] = shared
+        return shared
 
     @timed
     async def get_identity(self, organization_id: str, identity_id: str) -> Identity | None:

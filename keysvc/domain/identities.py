@@ -107,6 +107,9 @@ async def create_identity(
         if await identity_sql.identity_by_external_id(conn, organization_id, data["externalId"]):
             raise Conflict(TAKEN)
         identity = await _insert(conn, organization_id, data, now)
+        if identity.credits is not None:
+            # Whether verify spends for this identity's keys: what the caches hold.
+            await store.authorization_changed(conn)
         created = _activity(
             activities.IDENTITY_CREATE, identity, actor, now, after=_whole(identity)
         )
@@ -149,12 +152,16 @@ async def identity_of_key(
     return made
 
 
-async def identity_id_of(store: Store, key: Key) -> str | None:
-    """The UUID of the identity the key belongs to; None for a key without one (no
-    statement for a key without an externalId)."""
+async def identity_of(store: Store, key: Key) -> Identity | None:
+    """The identity the key belongs to; None for a key without one (no statement for a
+    key without an externalId)."""
     if key.external_id is None:
         return None
-    found = await store.identities.identity_of(key.organization_id, key.external_id)
+    return await store.identities.identity_of(key.organization_id, key.external_id)
+
+
+async def identity_id_of(store: Store, key: Key) -> str | None:
+    found = await identity_of(store, key)
     return None if found is None else found.id
 
 

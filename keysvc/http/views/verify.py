@@ -27,7 +27,7 @@ from urllib.parse import quote
 from aiohttp import hdrs, web
 
 from keysvc.domain import credits as rules
-from keysvc.domain import keycredits, permquery
+from keysvc.domain import identities, keycredits, permquery
 from keysvc.domain.credits import MAX_COST
 from keysvc.domain.permquery import Query
 from keysvc.errors import ApiError, BadRequest, TooManyRequests
@@ -38,7 +38,7 @@ from keysvc.http.reuse import NO_REUSE, reuse_headers
 from keysvc.http.routes import VERIFY, serves
 from keysvc.http.schemas import UUID_PATTERN
 from keysvc.http.state import CALLER, CLOCK, RATE_DECISION, REQUEST_ID, STORE, USAGE_REFUSAL
-from keysvc.models import Credits, Key, Spend
+from keysvc.models import Credits, Key, Spent
 
 _PERMISSION = ("permission", "X-Required-Permission")
 _ORGANIZATION = ("organization", "X-Required-Organization")
@@ -129,35 +129,60 @@ async def verify(request: web.Request) -> web.Response:
     if caller.external_id is not None:
         headers["X-Key-External-Id"] = external_id_header(caller.external_id)
     spent = None
-    if caller.credits is not None:  # the cache says whether; the database says how many
+    # The caches say whether the key or its identity has credits; the database, how many.
+    if caller.credits is not None or caller.external_id is not None:
         now = request.app[CLOCK]()
         spent = await keycredits.spend(request.app[STORE], caller, cost, now)
         if spent is not None:
-            if not spent.allowed:
-                _refuse(request, spent.credits, now)
-            headers["X-Credits-Remaining"] = str(spent.credits.remaining)
+            _spent_headers(request, spent, headers, now)
     if not _wants_json(request):
         return web.Response(status=200, headers={**reuse_headers(request, 200), **headers})
     headers.update(NO_REUSE)  # its body depends on Accept, which no documented cache key covers
     answer = _answer(request, caller, spent)
+    identity = await identities.identity_of(request.app[STORE], caller)
+    if identity is not None:  # issue 36: who the key is for
+        answer["identity"] = {
+            "id": identity.id, "externalId": identity.external_id, "meta": identity.meta
+        }  # fmt: skip
     response = json_response(envelope(request[REQUEST_ID], render.encode(answer)))
     response.headers.update(headers)
     return response
 
 
-def _refuse(request: web.Request, credits: Credits, now: datetime) -> NoReturn:
-    """429 for a key without the credits this request costs; Retry-After: the seconds
-    until its next refill, when it has one. No proxy may reuse it: ``auth.guarded`` says
-    so on every verify refusal (``keysvc.http.reuse``)."""
+def _spent_headers(
+    request: web.Request, spent: Spent, headers: dict[str, str], now: datetime
+) -> None:
+    """Refuse a spend that either owner refused (the key's first), else say what each
+    owner has left: X-Credits-Remaining (the key's), X-Identity-Credits-Remaining."""
+    for owner, exhausted in ((spent.key, rules.EXHAUSTED), (spent.identity, IDENTITY_EXHAUSTED)):
+        if owner is not None and not owner.allowed:
+            _refuse(request, owner.credits, now, exhausted)
+    if spent.key is not None:
+        headers["X-Credits-Remaining"] = str(spent.key.credits.remaining)
+    if spent.identity is not None:
+        headers["X-Identity-Credits-Remaining"] = str(spent.identity.credits.remaining)
+        headers.update(NO_REUSE)  # each request spends: a proxy must ask every time
+
+
+IDENTITY_EXHAUSTED = "credits exhausted for this key's identity"
+
+
+def _refuse(
+    request: web.Request, credits: Credits, now: datetime, exhausted: str = rules.EXHAUSTED
+) -> NoReturn:
+    """429 for a key (or its identity: ``exhausted`` says which) without the credits this
+    request costs; Retry-After: the seconds until its next refill, when it has one. No
+    proxy may reuse it: ``auth.guarded`` says so on every verify refusal
+    (``keysvc.http.reuse``)."""
     request[USAGE_REFUSAL] = "credits_exhausted"
     wait = rules.seconds_to_refill(credits, now)
-    message = f"{rules.EXHAUSTED}: {credits.remaining} remaining"
+    message = f"{exhausted}: {credits.remaining} remaining"
     if wait is None:
         raise CreditsExhausted(message + "; no refill is due")
     raise TooManyRequests(message + f"; next refill in {wait} s", retry_after=wait)
 
 
-def _answer(request: web.Request, caller: Key, spent: Spend | None) -> dict[str, Any]:
+def _answer(request: web.Request, caller: Key, spent: Spent | None) -> dict[str, Any]:
     """Verify's JSON answer: who is calling, what it may do, and its standing."""
     answer: dict[str, Any] = {
         "keyId": caller.id,
@@ -167,8 +192,10 @@ def _answer(request: web.Request, caller: Key, spent: Spend | None) -> dict[str,
         "meta": caller.meta,
         "permissions": sorted(caller.permissions),
     }
-    if spent is not None:
-        answer["credits"] = {"remaining": spent.credits.remaining}
+    if spent is not None and spent.key is not None:
+        answer["credits"] = {"remaining": spent.key.credits.remaining}
+    if spent is not None and spent.identity is not None:
+        answer["identityCredits"] = {"remaining": spent.identity.credits.remaining}
     decision = request.get(RATE_DECISION)
     if decision is not None:
         answer["ratelimit"] = {
