@@ -6,7 +6,19 @@ identity's credits reaches the next verify; the events go to webhooks."""
 import asyncio
 from typing import Any
 
-from tests.helpers import Client, Creds, assert_error, assert_ok, create_creds
+from keysvc.config import Settings
+from tests.api.webhooks import create_webhook, private_client
+from tests.helpers import (
+    Client,
+    ClientFactory,
+    Creds,
+    FakeClock,
+    assert_error,
+    assert_ok,
+    bootstrap,
+    create_creds,
+)
+from tests.receiver import Receiver, signature_valid
 
 VERIFY = "/v1/verify"
 
@@ -121,3 +133,28 @@ async def test_concurrent_verifies_of_an_identitys_keys_spend_exactly(
     statuses = [answer.status for answer in answers]
     assert statuses.count(200) == 50 and statuses.count(429) == 30
     assert await _remaining(client, admin, identity["id"]) == 0
+
+
+async def test_an_identitys_credit_events_reach_its_webhooks(
+    aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock, receiver: Receiver
+) -> None:
+    client = await private_client(aiohttp_client, settings, clock)
+    admin = await bootstrap(client.app)
+    events = ["identity.credits_low", "identity.credits_exhausted"]
+    hook = await create_webhook(client, admin, {"url": receiver.url, "events": events})
+    identity = await _identity(client, admin, {"externalId": "evt", "credits": {"remaining": 10}})
+    key = await _key(client, admin, "evt")
+    statuses = [
+        (await client.get(f"{VERIFY}?cost=3", headers=key.headers)).status for _ in range(4)
+    ]
+    assert statuses == [200, 200, 200, 429]  # 7, 4, 1 (low), then 1 < 3: refused
+    one = await client.get(VERIFY, headers=key.headers)
+    assert one.status == 200  # 0: exhausted
+    received = await receiver.wait_for(lambda got: len(got) >= 2)
+    await asyncio.sleep(0.3)  # nothing more comes
+    assert [r.event["type"] for r in receiver.received] == events
+    for request in received:
+        assert signature_valid(hook["secret"], request)
+        assert request.event["data"]["id"] == identity["id"]
+        assert request.event["data"]["externalId"] == "evt"
+    assert [r.event["data"]["credits"]["remaining"] for r in received] == [1, 0]
