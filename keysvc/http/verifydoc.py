@@ -43,6 +43,11 @@ VERIFY_HEADERS: dict[str, Any] = {
         "description": "A key with credits: what remains after this request's cost",
         "schema": {"type": "integer"},
     },
+    "X-Credits-Identity-Remaining": {
+        "description": "A key whose identity has credits (issue 36): what the identity has "
+        "left after this request's cost",
+        "schema": {"type": "integer"},
+    },
     "Cache-Control": {
         "description": "no-store on every answer about a key with credits: no proxy may reuse it",
         "schema": _STRING,
@@ -75,6 +80,20 @@ VERIFY_JSON: dict[str, Any] = {
                             "type": "object",
                             "description": "A key with credits only",
                             "properties": {"remaining": {"type": "integer"}},
+                        },
+                        "identityCredits": {
+                            "type": "object",
+                            "description": "A key whose identity has credits only",
+                            "properties": {"remaining": {"type": "integer"}},
+                        },
+                        "identity": {
+                            "type": "object",
+                            "description": "The identity the key belongs to, when it has one",
+                            "properties": {
+                                "id": {"type": "string", "format": "uuid"},
+                                "externalId": _STRING,
+                                "meta": {"type": ["object", "null"]},
+                            },
                         },
                         "ratelimit": {
                             "type": "object",

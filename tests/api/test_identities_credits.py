@@ -56,7 +56,7 @@ async def test_keys_of_an_identity_spend_its_credits(client: Client, admin: Cred
         assert response.status == 200
         assert "X-Credits-Remaining" not in response.headers
         assert response.headers["Cache-Control"] == "no-store"
-        lefts.append(response.headers["X-Identity-Credits-Remaining"])
+        lefts.append(response.headers["X-Credits-Identity-Remaining"])
     assert lefts == ["3", "2", "0"]
     refused = await client.get(VERIFY, headers=second.headers)
     await assert_error(
@@ -73,7 +73,7 @@ async def test_both_owners_spend_or_neither_does(client: Client, admin: Creds) -
     key = await _key(client, admin, "both", credits={"remaining": 10})
     ok = await client.get(VERIFY, headers={**key.headers, "X-Credit-Cost": "2"})
     assert ok.headers["X-Credits-Remaining"] == "8"
-    assert ok.headers["X-Identity-Credits-Remaining"] == "1"
+    assert ok.headers["X-Credits-Identity-Remaining"] == "1"
     # The identity has 1 left: a cost of 2 is refused and spends nothing of the key's.
     refused = await client.get(VERIFY, headers={**key.headers, "X-Credit-Cost": "2"})
     await assert_error(
@@ -112,7 +112,7 @@ async def test_a_change_to_the_identitys_credits_reaches_the_next_verify(
     credits = _identities(admin, found[0]["id"]) + "/credits"
     await assert_ok(await client.post(credits, json={"set": 1}, headers=admin.headers))
     spent = await client.get(VERIFY, headers=key.headers)
-    assert spent.headers["X-Identity-Credits-Remaining"] == "0"
+    assert spent.headers["X-Credits-Identity-Remaining"] == "0"
     assert (await client.get(VERIFY, headers=key.headers)).status == 429
     await assert_ok(await client.post(credits, json={"set": None}, headers=admin.headers))
     assert (await client.get(VERIFY, headers=key.headers)).status == 200

@@ -37,7 +37,7 @@ KEYS = 4
 class Answer:
     cost: int
     status: int
-    remaining: int  # X-Identity-Credits-Remaining of a 200, or the refusal's count
+    remaining: int  # X-Credits-Identity-Remaining of a 200, or the refusal's count
 
 
 def _verify(base: str, creds: dict[str, str], cost: int) -> Answer:
@@ -45,7 +45,7 @@ def _verify(base: str, creds: dict[str, str], cost: int) -> Answer:
     request = urllib.request.Request(base + "/v1/verify", headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
-            left = int(response.headers["X-Identity-Credits-Remaining"])
+            left = int(response.headers["X-Credits-Identity-Remaining"])
             return Answer(cost, response.status, left)
     except urllib.error.HTTPError as refused:
         text = refused.read().decode()

@@ -153,14 +153,14 @@ def _spent_headers(
     request: web.Request, spent: Spent, headers: dict[str, str], now: datetime
 ) -> None:
     """Refuse a spend that either owner refused (the key's first), else say what each
-    owner has left: X-Credits-Remaining (the key's), X-Identity-Credits-Remaining."""
+    owner has left: X-Credits-Remaining (the key's), X-Credits-Identity-Remaining."""
     for owner, exhausted in ((spent.key, rules.EXHAUSTED), (spent.identity, IDENTITY_EXHAUSTED)):
         if owner is not None and not owner.allowed:
             _refuse(request, owner.credits, now, exhausted)
     if spent.key is not None:
         headers["X-Credits-Remaining"] = str(spent.key.credits.remaining)
     if spent.identity is not None:
-        headers["X-Identity-Credits-Remaining"] = str(spent.identity.credits.remaining)
+        headers["X-Credits-Identity-Remaining"] = str(spent.identity.credits.remaining)
         headers.update(NO_REUSE)  # each request spends: a proxy must ask every time
 
 
