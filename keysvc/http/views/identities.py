@@ -23,7 +23,14 @@ from keysvc.http.keyfields import CreditsChangeSchema
 from keysvc.http.routes import serves
 from keysvc.http.schemas import load
 from keysvc.http.state import CLOCK, HASHER, STORE
-from keysvc.http.views.common import actor, authorized, path_uuid, query, read_json_object
+from keysvc.http.views.common import (
+    actor,
+    authorized,
+    if_match,
+    path_uuid,
+    query,
+    read_json_object,
+)
 from keysvc.models import Identity
 
 _create = CreateIdentitySchema()
@@ -38,12 +45,6 @@ def _answer(request: web.Request, identity: Identity) -> web.Response:
     response = ok(request, identities.identity_view(identities.as_of(identity, now)))
     response.headers[hdrs.ETAG] = identity.etag
     return response
-
-
-def _if_match(request: web.Request) -> list[str] | None:
-    """The entity tags of If-Match, or None without one."""
-    if_match = request.headers.get(hdrs.IF_MATCH)
-    return None if if_match is None else [tag.strip() for tag in if_match.split(",")]
 
 
 @serves(LIST_IDENTITIES)
@@ -88,7 +89,7 @@ async def update_identity(request: web.Request) -> web.Response:
     identity_id = path_uuid(request, "identityId")
     data = load(_update, await read_json_object(request))
     identity = await identities.update_identity(
-        request.app[STORE], caller, organization_id, identity_id, data, _if_match(request),
+        request.app[STORE], caller, organization_id, identity_id, data, if_match(request),
         actor(request), request.app[CLOCK](),
     )  # fmt: skip
     return _answer(request, identity)
@@ -111,7 +112,7 @@ async def delete_identity(request: web.Request) -> web.Response:
     caller, organization_id = authorized(request)
     identity_id = path_uuid(request, "identityId")
     await identities.delete_identity(
-        request.app[STORE], caller, organization_id, identity_id, _if_match(request),
+        request.app[STORE], caller, organization_id, identity_id, if_match(request),
         actor(request), request.app[CLOCK](),
     )  # fmt: skip
     return ok(request)

@@ -38,6 +38,7 @@ from keysvc.http.state import CLOCK, HASHER, PREVIOUS_CREDENTIAL, REQUEST_ID, SE
 from keysvc.http.views.common import (
     actor,
     authorized,
+    if_match,
     path_uuid,
     query,
     read_json_object,
@@ -171,7 +172,7 @@ async def update_key(request: web.Request) -> web.Response:
     await keys.check_update(store, caller, organization_id, key_id, body)
     now = request.app[CLOCK]()
     data = _load_at(_patch_body, now, body)
-    tags = _if_match(request)
+    tags = if_match(request)
     key = await keys.update_key(
         store, caller, organization_id, key_id, data, tags, actor(request), now
     )
@@ -195,12 +196,6 @@ async def rotate_key(request: web.Request) -> web.Response:
         request.app[CLOCK](),
     )
     return await _issued_response(request, issued)
-
-
-def _if_match(request: web.Request) -> list[str] | None:
-    """The entity tags of If-Match, or None without one."""
-    if_match = request.headers.get(hdrs.IF_MATCH)
-    return None if if_match is None else [tag.strip() for tag in if_match.split(",")]
 
 
 async def _key_response(request: web.Request, key: Key) -> web.Response:
@@ -227,7 +222,7 @@ async def change_credits(request: web.Request) -> web.Response:
 async def delete_key(request: web.Request) -> web.Response:
     caller, organization_id = authorized(request)
     key_id = path_uuid(request, "keyId")
-    tags, now = _if_match(request), request.app[CLOCK]()
+    tags, now = if_match(request), request.app[CLOCK]()
     await keys.delete_key(
         request.app[STORE], caller, organization_id, key_id, tags, actor(request), now
     )
