@@ -135,23 +135,6 @@ async def _insert(
     return identity
 
 
-async def identity_of_key(
-    store: Store, conn: Connection, key: Key, actor: Actor, now: datetime
-) -> Identity | None:
-    """Inside a key write's transaction: the identity the key belongs to, made (with no
-    limits, and its activity) when the key has an externalId no identity has yet."""
-    if key.external_id is None:
-        return None
-    found = await identity_sql.identity_by_external_id(conn, key.organization_id, key.external_id)
-    if found is not None:
-        return found
-    made = await _insert(conn, key.organization_id, {"externalId": key.external_id}, now)
-    await store.record(
-        conn, _activity(activities.IDENTITY_CREATE, made, actor, now, after=_whole(made))
-    )
-    return made
-
-
 async def identity_of(store: Store, key: Key) -> Identity | None:
     """The identity the key belongs to; None for a key without one (no statement for a
     key without an externalId)."""
