@@ -215,6 +215,7 @@ _PATH_PARAMS = {
     "activityId": _ACTIVITY_PARAM,
     "webhookId": _WEBHOOK_PARAM,
     "deliveryId": _path_param("deliveryId", "ID of the delivery (its `id` in the delivery log)."),
+    "identityId": _path_param("identityId", "ID of the requested identity."),
 }
 _PATH_PARAM = re.compile(r"\{([^}]+)\}")
 
