@@ -93,6 +93,20 @@ SpendRule = Callable[[Credits], Spend]
 
 
 @dataclass(frozen=True)
+class Spent:
+    """A verify's spend from its key's credits and its identity's (issue 36), each None
+    when unlimited: allowed only if both allow it, and then both are spent; a refusal
+    spends from neither (the refusing side's due refill and events are kept)."""
+
+    key: Spend | None = None
+    identity: Spend | None = None
+
+    @property
+    def allowed(self) -> bool:
+        return all(spend is None or spend.allowed for spend in (self.key, self.identity))
+
+
+@dataclass(frozen=True)
 class Key:
     id: str
     seq: int
@@ -153,6 +167,48 @@ class Key:
             state.append(["ratelimits", self.ratelimits])
         digest = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
         return f'"{digest[:20]}"'
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Issue 36: who several keys are for (a customer), by ``external_id``, unique in its
+    organization: its keys (those of the organization with that externalId) share its
+    credits and named limits. ``ratelimits``: the limits' stored form
+    (``keysvc.domain.namedlimits.dumps``), None for none; ``org_seq``: its place in its
+    organization's list."""
+
+    id: str
+    organization_id: str
+    org_seq: int
+    external_id: str
+    meta: Mapping[str, Any] | None
+    credits: Credits | None
+    ratelimits: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @cached_property
+    def etag(self) -> str:
+        """A strong ETag of what a PATCH can change (as ``Key.etag``: spends and refills
+        leave it, an admin's change to the credits moves it)."""
+        credits = self.credits
+        plan = None if credits is None or credits.refill is None else credits.refill
+        state = [
+            self.meta,
+            self.ratelimits,
+            credits is not None,
+            None if plan is None else [plan.interval, plan.amount, plan.day],
+            None if credits is None else credits.revision,
+        ]
+        digest = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
+        return f'"{digest[:20]}"'
+
+
+@dataclass(frozen=True)
+class IdentityPage:
+    identities: list[Identity]
+    more: bool
+    total: int
 
 
 @dataclass(frozen=True)

@@ -217,6 +217,32 @@ create table if not exists key_usage_credits (
 ) strict, without rowid;
 create index if not exists key_usage_credits_minute on key_usage_credits (minute);
 
+-- Issue 36: identities. A key belongs to the identity of its organization whose
+-- external_id is the key's (no column on the key); org_seq is its place in its
+-- organization's list; ratelimits is keysvc.domain.namedlimits' stored form; the
+-- credit columns are key_details'.
+create table if not exists identities (
+    id                      text primary key,
+    organization_id         text not null references organizations (id) on delete cascade,
+    org_seq                 integer not null,
+    external_id             text not null,
+    meta                    text,
+    ratelimits              text,
+    credits_remaining       integer,
+    credits_refill_interval text,
+    credits_refill_amount   integer,
+    credits_refill_day      integer,
+    credits_next_refill     text,
+    credits_base            integer,
+    credits_flags           integer not null default 0,
+    created_at              text not null,
+    updated_at              text not null
+) strict;
+create unique index if not exists identities_external_id
+    on identities (organization_id, external_id);
+create unique index if not exists identities_org_position
+    on identities (organization_id, org_seq);
+
 create trigger if not exists api_keys_usage_dropped after delete on api_keys begin
     delete from key_usage where key_id = old.id;
 end;

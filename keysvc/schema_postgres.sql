@@ -218,6 +218,30 @@ create table if not exists key_usage_credits (
 );
 create index if not exists key_usage_credits_minute on key_usage_credits (minute);
 
+-- Issue 36: identities (as schema.sql's identities).
+create table if not exists identities (
+    id                      text collate "C" primary key,
+    organization_id         text collate "C" not null
+                            references organizations (id) on delete cascade,
+    org_seq                 bigint not null,
+    external_id             text collate "C" not null,
+    meta                    text collate "C",
+    ratelimits              text collate "C",
+    credits_remaining       bigint,
+    credits_refill_interval text collate "C",
+    credits_refill_amount   bigint,
+    credits_refill_day      bigint,
+    credits_next_refill     text collate "C",
+    credits_base            bigint,
+    credits_flags           bigint not null default 0,
+    created_at              text collate "C" not null,
+    updated_at              text collate "C" not null
+);
+create unique index if not exists identities_external_id
+    on identities (organization_id, external_id);
+create unique index if not exists identities_org_position
+    on identities (organization_id, org_seq);
+
 create index if not exists key_usage_minute on key_usage (minute);
 
 create or replace function keysvc_key_usage_dropped() returns trigger
@@ -411,7 +435,7 @@ begin
         'deleted_credentials', 'key_usage', 'activities', 'activity_heads', 'webhooks',
         'webhook_deliveries', 'webhook_attempts', 'webhook_expiry_warnings',
         'activity_anchors', 'write_budgets', 'leak_reports', 'key_details',
-        'key_usage_credits'] loop
+        'key_usage_credits', 'identities'] loop
         execute format('create or replace trigger %I'
             ' after insert or update or delete or truncate on %I'
             ' for each statement execute function keysvc_data_changed()',

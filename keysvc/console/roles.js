@@ -16,6 +16,8 @@ const MANAGEMENT = [
   "activities:read",
   "webhooks:read",
   "webhooks:write",
+  "identities:read",
+  "identities:write",
 ];
 
 // Every role of the organization, page after page (for the key form's choices).

@@ -5,7 +5,8 @@
 // module and a line here; a new action on a key is an entry of KEY_ACTIONS in keys.js.
 
 import activities from "./activities.js";
+import identities from "./identities.js";
 import keys from "./keys.js";
 import roles from "./roles.js";
 
-export const VIEWS = [keys, roles, activities];
+export const VIEWS = [keys, roles, identities, activities];

@@ -24,6 +24,8 @@ from keysvc.models import (
     ActivityPage,
     Credential,
     Delivery,
+    Identity,
+    IdentityPage,
     Key,
     KeyPage,
     NewKey,
@@ -32,6 +34,7 @@ from keysvc.models import (
     RolePage,
     Spend,
     SpendRule,
+    Spent,
     Webhook,
 )
 
@@ -182,6 +185,32 @@ class RoleReads(Protocol):
     def get_role(self, organization_id: str, role_id: str) -> Awaitable[RoleDetail | None]: ...
 
 
+class IdentityReads(Protocol):
+    """The identities as read outside a transaction (``keysvc.db.identities.IdentityStore``)."""
+
+    def get_identity(
+        self, organization_id: str, identity_id: str
+    ) -> Awaitable[Identity | None]: ...
+
+    def list_identities(
+        self, organization_id: str, after: int, limit: int, external_id: str | None = None
+    ) -> Awaitable[IdentityPage]: ...
+
+    def identity_of(self, organization_id: str, external_id: str) -> Awaitable[Identity | None]: ...
+
+    def keys_of(self, identity: Identity) -> Awaitable[list[str]]: ...
+
+    def sharing(self, organization_id: str, external_id: str) -> Awaitable[str | None]:
+        """The identity whose credits the key's verifies spend from (cached)."""
+        ...
+
+    def limits(
+        self, organization_id: str, external_id: str
+    ) -> Awaitable[tuple[str | None, str | None]]:
+        """The identity's UUID and named rate limits, stored form (cached)."""
+        ...
+
+
 class Store(Protocol):
     """A database opened to serve (``keysvc.db.backends.open_store``). Its caches
     (``keysvc.db.cache.Caches``) stay inside it: the ``cached_*`` calls answer from
@@ -189,6 +218,9 @@ class Store(Protocol):
 
     @property
     def roles(self) -> RoleReads: ...
+
+    @property
+    def identities(self) -> IdentityReads: ...
 
     @property
     def seal(self) -> Seal:
@@ -284,6 +316,19 @@ class Store(Protocol):
         """Spend from the key's credits as ``rule`` decides, exactly, in one write
         transaction with the events it sends (``keysvc.db.credits``); None when they are
         unlimited. Never from a cache."""
+        ...
+
+    def spend_shared(
+        self,
+        organization_id: str,
+        key_id: str,
+        external_id: str,
+        now: datetime,
+        rule: SpendRule,
+        identity_rule: SpendRule,
+    ) -> Awaitable[Spent]:
+        """As ``spend_credits``, from the key's credits and its identity's together, in
+        the same batches (issue 36): both enough, or neither spent."""
         ...
 
     def get_key(self, organization_id: str, key_id: str) -> Awaitable[Key | None]: ...

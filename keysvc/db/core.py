@@ -28,13 +28,13 @@ from keysvc.db import webhooks as webhook_sql
 from keysvc.db.batching import RevokedUses, Touches
 from keysvc.db.cache import Caches
 from keysvc.db.contract import Connection, PointReads, Records, RevokedUse, SecretHolder, Writes
+from keysvc.db.identities import IdentityStore
 from keysvc.db.quota import UNLIMITED, Quota, quota_of
 from keysvc.db.roles import RoleStore
 from keysvc.db.rows import key_from_joined
 from keysvc.db.seal import Seal
 from keysvc.db.spendbatch import Pending, SpendBatches
 from keysvc.db.timing import Observer, timed
-from keysvc.errors import Conflict
 from keysvc.models import (
     Activity,
     ActivityKinds,
@@ -45,6 +45,7 @@ from keysvc.models import (
     KeyPage,
     Spend,
     SpendRule,
+    Spent,
     Webhook,
 )
 from keysvc.timeutil import from_text, utcnow
@@ -52,10 +53,6 @@ from keysvc.timeutil import from_text, utcnow
 logger = logging.getLogger("keysvc")
 # Compared against when no key answers to a secret, so a miss does a hit's compare.
 _ABSENT = bytes(32)
-
-
-# Never seen: a spend's write runs under the write lock it read in.
-CREDITS_MOVED = "the key's credits changed while this request ran; try again"
 
 
 def _replaced_at(row: Any) -> datetime | None:
@@ -112,6 +109,7 @@ class StoreCore:
         self.touches = Touches(writer)
         self.revoked_uses = RevokedUses(writer, self.chain, self.seal)
         self.roles = RoleStore(reader, observer)
+        self.identities = IdentityStore(reader, observer, caches)
         # Verify's spends of credits, in group commits (issue 29).
         self.spends = SpendBatches(self.transaction, self._spend_all)
         self._upkeep: asyncio.Task[None] | None = None
@@ -301,27 +299,27 @@ class StoreCore:
         ``keysvc.db.credits``) and its events enqueued, in a write transaction shared with
         the spends that arrive meanwhile (``keysvc.db.spendbatch``); None when the key's
         credits are unlimited. Answered once committed."""
-        return await self.spends.spend(organization_id, key_id, now, rule)
+        return (await self.spends.spend(organization_id, key_id, now, rule)).key
 
-    async def _spend_all(self, conn: Connection, batch: Sequence[Pending]) -> list[Spend | None]:
-        """A batch's spends in order, inside the write transaction ``conn`` is in: every
-        key's credits read in one statement, each rule given what the ones before it
-        left, the results written in one call (compare-and-set) and their events
-        enqueued."""
-        read = await credit_sql.credits_of_many(conn, list({p.key_id: p for p in batch}))
-        current = dict(read)
-        answers: list[Spend | None] = []
-        events: list[tuple[str, str, dict[str, Any], datetime]] = []
-        for pending in batch:
-            credits = current.get(pending.key_id)
-            spend = None if credits is None else pending.rule(credits)
-            if spend is not None:
-                current[pending.key_id] = spend.credits
-                events += [(pending.organization_id, t, d, pending.now) for t, d in spend.events]
-            answers.append(spend)
-        writes = [(key, read[key], after) for key, after in current.items() if after != read[key]]
-        if not await credit_sql.write_many(conn, writes):
-            raise Conflict(CREDITS_MOVED)
+    async def spend_shared(
+        self,
+        organization_id: str,
+        key_id: str,
+        external_id: str,
+        now: datetime,
+        rule: SpendRule,
+        identity_rule: SpendRule,
+    ) -> Spent:
+        """As ``spend_credits``, from the key's credits and its identity's (issue 36)
+        together: both enough, or neither spent."""
+        return await self.spends.spend(
+            organization_id, key_id, now, rule, external_id, identity_rule
+        )
+
+    async def _spend_all(self, conn: Connection, batch: Sequence[Pending]) -> list[Spent]:
+        """A batch's spends (``keysvc.db.credits.spend_batch``) and their events enqueued,
+        inside the write transaction ``conn`` is in."""
+        answers, events = await credit_sql.spend_batch(conn, batch)
         for organization_id, event_type, data, now in events:
             await self.enqueue(conn, organization_id, event_type, data, now)
         return answers

@@ -1,6 +1,6 @@
-"""All SQL about credits on keys (issue 29), and the spend the store runs
-(``Store.spend_credits``): a key's credits read and written in one write
-transaction, the write a compare-and-set on what was read.
+"""All SQL about credits on keys (issue 29) and on identities (issue 36), and the spend
+the store runs (``Store.spend_credits``): a key's credits, and its identity's, read and
+written in one write transaction, each write a compare-and-set on what was read.
 
 A spend is exact because it runs in a write transaction, which both backends
 serialize (SQLite: ``begin immediate`` on the file, across processes; PostgreSQL: the
@@ -12,13 +12,16 @@ function of the credits read (``keysvc.domain.credits.spent``).
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from keysvc.db.contract import Connection
 from keysvc.db.dialect import with_json_list
 from keysvc.db.keys import credits_params
 from keysvc.db.rows import credits_flags, credits_from_row
+from keysvc.db.spendbatch import Pending
 from keysvc.db.statements import fetch_all
-from keysvc.models import Credits
+from keysvc.errors import Conflict
+from keysvc.models import Credits, Spend, Spent
 
 # A batch's keys' credits, in one statement (keysvc.db.spendbatch).
 CREDITS_OF_MANY = with_json_list("""
@@ -26,6 +29,8 @@ CREDITS_OF_MANY = with_json_list("""
            credits_refill_day, credits_next_refill, credits_base, credits_flags
     from key_details where key_id in {json_list} and credits_remaining is not null
 """)
+# Never seen: a spend's write runs under the write lock it read in.
+CREDITS_MOVED = "the key's credits changed while this request ran; try again"
 # The compare-and-set: only over the remaining that was read.
 WRITE_SPENT = """
     update key_details set credits_remaining = ?, credits_refill_interval = ?,
@@ -42,7 +47,9 @@ async def credits_of_many(conn: Connection, key_ids: Sequence[str]) -> dict[str,
     return {key_id: credits for key_id, credits in found.items() if credits is not None}
 
 
-async def write_many(conn: Connection, writes: Sequence[tuple[str, Credits, Credits]]) -> bool:
+async def write_many(
+    conn: Connection, writes: Sequence[tuple[str, Credits, Credits]], sql: str = WRITE_SPENT
+) -> bool:
     """Each (key, credits read, credits after) written over the credits read (the
     compare-and-set), in one call; False if the driver counts fewer rows written than
     asked (SQLite counts; PostgreSQL's executemany does not, and the write lock held is
@@ -53,6 +60,77 @@ async def write_many(conn: Connection, writes: Sequence[tuple[str, Credits, Cred
         (*credits_params(after), credits_flags(after), key_id, read.remaining)
         for key_id, read, after in writes
     ]
-    done = await conn.executemany(WRITE_SPENT, rows)
+    done = await conn.executemany(sql, rows)
     count = getattr(done, "rowcount", None)
     return not isinstance(count, int) or count < 0 or count == len(rows)
+
+
+# An identity's credits, by its organization and externalId (a key's identity).
+IDENTITY_CREDITS = """
+    select id, credits_remaining, credits_refill_interval, credits_refill_amount,
+           credits_refill_day, credits_next_refill, credits_base, credits_flags
+    from identities
+    where organization_id = ? and external_id = ? and credits_remaining is not null
+"""
+WRITE_IDENTITY_SPENT = WRITE_SPENT.replace("key_details", "identities").replace("key_id =", "id =")
+# A credit event to send: (organization, type, data, time).
+Event = tuple[str, str, dict[str, Any], Any]
+_Owner = tuple[str, str]  # ("key", key UUID) or ("identity", identity UUID)
+
+
+async def _identity_credits(
+    conn: Connection, batch: Sequence[Pending]
+) -> dict[tuple[str, str], tuple[str, Credits]]:
+    """The credits of each identity the batch's shared spends name, by (organization,
+    externalId): its UUID and credits; absent when it has none or unlimited ones."""
+    found: dict[tuple[str, str], tuple[str, Credits]] = {}
+    for owner in dict.fromkeys(
+        (p.organization_id, p.external_id) for p in batch if p.external_id is not None
+    ):
+        rows = await fetch_all(conn, IDENTITY_CREDITS, owner)
+        credits = credits_from_row(rows[0]) if rows else None
+        if credits is not None:
+            found[(owner[0], str(owner[1]))] = (rows[0]["id"], credits)
+    return found
+
+
+async def spend_batch(
+    conn: Connection, batch: Sequence[Pending]
+) -> tuple[list[Spent], list[Event]]:
+    """A batch's spends in order, inside the write transaction ``conn`` is in: every
+    key's credits read in one statement and each identity's in one, each rule given what
+    the ones before it left, a spend from a key and its identity made only if both allow
+    it, the results written (compare-and-set); the answers and the events to send."""
+    read_keys = await credits_of_many(conn, list({p.key_id: p for p in batch}))
+    identities = await _identity_credits(conn, batch)
+    read: dict[_Owner, Credits] = {("key", k): c for k, c in read_keys.items()}
+    read.update({("identity", i): c for i, c in identities.values()})
+    current = dict(read)
+    answers: list[Spent] = []
+    events: list[Event] = []
+    for pending in batch:
+        owners: list[tuple[_Owner, Spend]] = []
+        key_credits = current.get(("key", pending.key_id))
+        if key_credits is not None:
+            owners.append((("key", pending.key_id), pending.rule(key_credits)))
+        identity_rule, external_id = pending.identity_rule, pending.external_id
+        shared = (
+            None if external_id is None else identities.get((pending.organization_id, external_id))
+        )
+        if shared is not None and identity_rule is not None:
+            owner: _Owner = ("identity", shared[0])
+            owners.append((owner, identity_rule(current[owner])))
+        allowed = all(spend.allowed for _, spend in owners)
+        for owner, spend in owners:
+            if allowed or not spend.allowed:  # a refusal spends from neither owner
+                current[owner] = spend.credits
+                events += [(pending.organization_id, t, d, pending.now) for t, d in spend.events]
+        spends = dict((kind, spend) for (kind, _), spend in owners)
+        answers.append(Spent(spends.get("key"), spends.get("identity")))
+    changed = [(owner, after) for owner, after in current.items() if after != read[owner]]
+    keys = [(uuid, read[(kind, uuid)], after) for (kind, uuid), after in changed if kind == "key"]
+    shares = [(uuid, read[(kind, uuid)], after) for (kind, uuid), after in changed if kind != "key"]
+    written = await write_many(conn, keys)
+    if not (await write_many(conn, shares, WRITE_IDENTITY_SPENT) and written):
+        raise Conflict(CREDITS_MOVED)
+    return answers, events

@@ -12,6 +12,7 @@ from typing import Any
 from keysvc.db.activities import Chain
 from keysvc.db.contract import Connection, Rendered, RevokedUse, SecretHolder, Space
 from keysvc.db.core import StoreCore, UsageUpkeep
+from keysvc.db.identities import IdentityStore
 from keysvc.db.roles import RoleStore
 from keysvc.db.seal import Seal
 from keysvc.models import (
@@ -24,6 +25,7 @@ from keysvc.models import (
     KeyPage,
     Spend,
     SpendRule,
+    Spent,
     Webhook,
 )
 
@@ -33,6 +35,7 @@ class CoreFront:
     space: Space
     chain: Chain
     roles: RoleStore
+    identities: IdentityStore
     seal: Seal
     needs_touch: Callable[[Key, datetime], bool]
     count_use: Callable[[str, datetime, int], None]
@@ -43,6 +46,7 @@ class CoreFront:
         self.space = core.space
         self.chain = core.chain
         self.roles = core.roles
+        self.identities = core.identities
         self.seal = core.seal
         # Asked on every authenticated request, so bound once rather than forwarded.
         self.needs_touch = core.touches.needs_touch
@@ -123,6 +127,14 @@ class CoreFront:
         self, organization_id: str, key_id: str, now: datetime, rule: SpendRule
     ) -> Awaitable[Spend | None]:
         return self._core.spend_credits(organization_id, key_id, now, rule)
+
+    def spend_shared(
+        self, organization_id: str, key_id: str, external_id: str, now: datetime,
+        rule: SpendRule, identity_rule: SpendRule,
+    ) -> Awaitable[Spent]:  # fmt: skip
+        return self._core.spend_shared(
+            organization_id, key_id, external_id, now, rule, identity_rule
+        )
 
     # Reads
 

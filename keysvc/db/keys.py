@@ -387,6 +387,33 @@ async def insert_key_roles(conn: Connection, key_id: str, role_ids: Sequence[str
         raise Conflict(ROLE_GONE) from None
 
 
+# Issue 36: the identity a key's externalId makes when its organization has none of that
+# externalId yet, with no limits, in the key write's transaction (writes are serialized,
+# so no two make one). Its parameters: ``identity_params``.
+ENSURE_IDENTITY = """
+    insert into identities (id, organization_id, org_seq, external_id, created_at, updated_at)
+    select ?, ?, (select coalesce(max(org_seq), 0) + 1 from identities where organization_id = ?),
+           ?, ?, ?
+    where not exists (select 1 from identities where organization_id = ? and external_id = ?)
+"""
+
+
+def identity_params(organization_id: str, external_id: str, now: datetime) -> tuple[object, ...]:
+    at = to_text(now)
+    return (
+        str(uuid.uuid4()), organization_id, organization_id, external_id, at, at,
+        organization_id, external_id,
+    )  # fmt: skip
+
+
+async def ensure_identity(
+    conn: Connection, organization_id: str, external_id: str | None, now: datetime
+) -> None:
+    """The key's identity made if its organization has none of ``external_id`` yet."""
+    if external_id is not None:
+        await conn.execute(ENSURE_IDENTITY, identity_params(organization_id, external_id, now))
+
+
 async def insert_key(conn: Connection, new: NewKey) -> Key:
     """One key, outside the create batches (bootstrap's first key)."""
     key_id = str(uuid.uuid4())
@@ -402,6 +429,7 @@ async def insert_key(conn: Connection, new: NewKey) -> Key:
     details = details_row(key_id, new.external_id, new.meta, new.credits, new.ratelimits)
     if details is not None:
         await conn.execute(INSERT_DETAILS, details)
+    await ensure_identity(conn, new.organization_id, new.external_id, new.created_at)
     key = await get_key(conn, new.organization_id, key_id)
     assert key is not None
     return key

@@ -23,7 +23,7 @@ from datetime import datetime
 
 from keysvc.db.contract import Connection
 from keysvc.errors import DatabaseUnavailable
-from keysvc.models import Spend, SpendRule
+from keysvc.models import SpendRule, Spent
 
 
 @dataclass
@@ -34,13 +34,16 @@ class Pending:
     key_id: str
     now: datetime
     rule: SpendRule
-    answer: asyncio.Future[Spend | None] = field(
+    # Issue 36: the key's identity (by its externalId) and the rule for its credits.
+    external_id: str | None = None
+    identity_rule: SpendRule | None = None
+    answer: asyncio.Future[Spent] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
 
 
 # Runs a batch's spends, in order, on a connection inside a write transaction: the core's.
-SpendAll = Callable[[Connection, Sequence[Pending]], Awaitable[list[Spend | None]]]
+SpendAll = Callable[[Connection, Sequence[Pending]], Awaitable[list[Spent]]]
 Transaction = Callable[[str], AbstractAsyncContextManager[Connection]]
 
 
@@ -54,9 +57,15 @@ class SpendBatches:
         self._writer: asyncio.Task[None] | None = None
 
     async def spend(
-        self, organization_id: str, key_id: str, now: datetime, rule: SpendRule
-    ) -> Spend | None:
-        waiting = Pending(organization_id, key_id, now, rule)
+        self,
+        organization_id: str,
+        key_id: str,
+        now: datetime,
+        rule: SpendRule,
+        external_id: str | None = None,
+        identity_rule: SpendRule | None = None,
+    ) -> Spent:
+        waiting = Pending(organization_id, key_id, now, rule, external_id, identity_rule)
         self._waiting.append(waiting)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write())

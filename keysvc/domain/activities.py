@@ -50,12 +50,16 @@ WEBHOOK_SECRET_ROTATE = "webhook_secret_rotate"  # noqa: S105 - a type, not a se
 WEBHOOK_UPDATE = "webhook_update"
 # A delivery sent again by hand (keysvc.domain.webhooks.retry_delivery).
 WEBHOOK_DELIVERY_RETRY = "webhook_delivery_retry"
+# Identity writes (issue 36, keysvc.domain.identities).
+IDENTITY_CREATE, IDENTITY_UPDATE = "identity_create", "identity_update"
+IDENTITY_DELETE = "identity_delete"
 # The state a deleted key's use is recorded with (keysvc.db.keys.CREDENTIAL's tombstones).
 DELETED = "deleted"
 UPSTREAM_TYPES = (KEY_CREATE, KEY_DELETE, KEY_UPDATE)
 ADDED_TYPES = (
     ROLE_CREATE, ROLE_UPDATE, ROLE_DELETE, KEY_USED_AFTER_REVOKE, WEBHOOK_CREATE, WEBHOOK_DELETE,
     KEY_LEAKED, WEBHOOK_SECRET_ROTATE, WEBHOOK_UPDATE, WEBHOOK_DELIVERY_RETRY, KEY_IMPORT,
+    IDENTITY_CREATE, IDENTITY_UPDATE, IDENTITY_DELETE,
 )  # fmt: skip
 RATE_LIMIT_CHANGED, KEY_ROTATED = "rate-limit-changed", "key-rotated"
 # Issue 29's updates: externalId, meta and credits (their setting and the POST .../credits

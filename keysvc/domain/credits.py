@@ -12,6 +12,7 @@ first refill moment after now.
 
 import calendar
 import secrets
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -137,3 +138,15 @@ def changed(credits: Credits | None, change: dict[str, Any], now: datetime) -> C
         )
     remaining = max(0, current.remaining - change["decrement"])
     return replace(current, remaining=remaining, revision=new_revision())
+
+
+def credits_of(value: Mapping[str, Any] | None, now: datetime) -> Credits | None:
+    """Credits from a validated ``credits`` object (a key's or an identity's), as set at
+    ``now``; None: unlimited."""
+    if value is None:
+        return None
+    plan = value.get("refill")
+    refill = (
+        None if plan is None else Refill(plan["interval"], plan["amount"], plan.get("refillDay", 1))
+    )
+    return new_credits(value["remaining"], refill, now)

@@ -36,6 +36,7 @@ from keysvc.credentials import Hasher, sha256_b64
 from keysvc.db import imports as import_sql
 from keysvc.db import keys as key_sql
 from keysvc.db.contract import Store
+from keysvc.domain import credits as credit_rules
 from keysvc.domain import keys as key_rules
 from keysvc.domain.activities import KEY_IMPORT, key_values
 from keysvc.domain.permissions import cannot_grant
@@ -197,7 +198,7 @@ async def _plan(
             else (data["rateLimit"]["limit"], data["rateLimit"]["windowSeconds"]),
             external_id=data.get("externalId"),
             meta=data.get("meta"),
-            credits=key_rules.credits_of(data.get("credits"), now),
+            credits=credit_rules.credits_of(data.get("credits"), now),
         )
         planned.append(_Planned(index, import_id, new, roles, token))
     return planned

@@ -1,7 +1,8 @@
-"""Credits on a key through the store (issue 29): a verify's spend, a due refill
-applied when the key is read, and ``POST .../keys/{keyId}/credits``. The rules are
-``keysvc.domain.credits``'s; each runs in one write transaction of the store's, the
-spend through ``Store.spend_credits`` (never from a cache)."""
+"""Credits on a key through the store (issue 29): a verify's spend (from its identity's
+credits too, issue 36), a due refill applied when the key is read, and
+``POST .../keys/{keyId}/credits``. The rules are ``keysvc.domain.credits``'s; each runs
+in one write transaction of the store's, the spend through ``Store.spend_credits`` or
+``Store.spend_shared`` (never from a cache)."""
 
 from collections.abc import Mapping
 from dataclasses import replace
@@ -14,8 +15,8 @@ from keysvc.domain import activities
 from keysvc.domain import credits as rules
 from keysvc.domain.keys import NOT_FOUND, announce_change, list_keys, may_change
 from keysvc.errors import Conflict, Forbidden, NotFound
-from keysvc.keyview import api_key
-from keysvc.models import Actor, Credits, Key, KeyPage, Spend
+from keysvc.keyview import api_key, credits_json
+from keysvc.models import Actor, Credits, Key, KeyPage, Spend, Spent
 
 UNLIMITED = (
     'the key\'s credits are unlimited: set a number first ({"set": n}), then increment'
@@ -32,15 +33,41 @@ def _events(key: Key, after: Credits, names: list[str]) -> list[tuple[str, dict[
     return [(name, data) for name in names]
 
 
-async def spend(store: Store, key: Key, cost: int, now: datetime) -> Spend | None:
-    """Spend ``cost`` of the key's credits at ``now`` (a due refill first), exactly;
-    None when they are unlimited."""
+async def spend(store: Store, key: Key, cost: int, now: datetime) -> Spent | None:
+    """Spend ``cost`` at ``now`` (a due refill first), exactly, from the key's credits
+    and from its identity's (issue 36): both enough, or neither spent. None when both
+    are unlimited. Whether the identity has credits is cached (``IdentityReads.sharing``);
+    how many, never."""
 
     def rule(stored: Credits) -> Spend:
         allowed, after, names = rules.spent(stored, cost, now)
         return Spend(allowed, after, _events(key, after, names))
 
-    return await store.spend_credits(key.organization_id, key.id, now, rule)
+    identity_id = None
+    if key.external_id is not None:
+        identity_id = await store.identities.sharing(key.organization_id, key.external_id)
+    if identity_id is None:
+        if key.credits is None:
+            return None
+        return Spent(await store.spend_credits(key.organization_id, key.id, now, rule))
+    shared_id, external_id = identity_id, key.external_id
+    assert external_id is not None
+
+    def identity_rule(stored: Credits) -> Spend:
+        allowed, after, names = rules.spent(stored, cost, now)
+        data = {"id": shared_id, "externalId": external_id, "credits": credits_json(after)}
+        return Spend(allowed, after, [(_IDENTITY_EVENTS[name], data) for name in names])
+
+    return await store.spend_shared(
+        key.organization_id, key.id, external_id, now, rule, identity_rule
+    )
+
+
+# The identity's credit events (keysvc.domain.webhooks), by the key's of the same kind.
+_IDENTITY_EVENTS = {
+    rules.CREDITS_LOW: "identity.credits_low",
+    rules.CREDITS_EXHAUSTED: "identity.credits_exhausted",
+}
 
 
 async def refreshed(store: Store, key: Key, now: datetime) -> Key:

@@ -31,13 +31,11 @@ from keysvc.keyview import api_key
 from keysvc.models import (
     Activity,
     Actor,
-    Credits,
     Key,
     KeyChange,
     KeyPage,
     NewKey,
     Organization,
-    Refill,
     Role,
 )
 from keysvc.timeutil import utcnow
@@ -136,7 +134,7 @@ def _new_key(
         rate_limit=_rate_limit(data.get("rateLimit")),
         external_id=data.get("externalId"),
         meta=data.get("meta"),
-        credits=credits_of(data.get("credits"), now),
+        credits=credit_rules.credits_of(data.get("credits"), now),
         ratelimits=_stored_limits(data.get("ratelimits")),
     )
     return new, made.key_id, made.secret
@@ -145,17 +143,6 @@ def _new_key(
 def _stored_limits(entries: list[dict[str, Any]] | None) -> str | None:
     """Validated ``ratelimits`` entries in their stored form; null or none: None."""
     return namedlimits.dumps(namedlimits.from_wire(entries)) if entries else None
-
-
-def credits_of(value: Mapping[str, Any] | None, now: datetime) -> Credits | None:
-    """Credits from a validated ``credits`` object, as set at ``now``; None: unlimited."""
-    if value is None:
-        return None
-    plan = value.get("refill")
-    refill = (
-        None if plan is None else Refill(plan["interval"], plan["amount"], plan.get("refillDay", 1))
-    )
-    return credit_rules.new_credits(value["remaining"], refill, now)
 
 
 def _rate_limit(value: dict[str, int] | None) -> tuple[int, int] | None:
@@ -272,7 +259,7 @@ async def update_key(
         clear_external_id="externalId" in data and data["externalId"] is None,
         meta=data.get("meta"),
         clear_meta="meta" in data and data["meta"] is None,
-        credits=credits_of(data.get("credits"), now),
+        credits=credit_rules.credits_of(data.get("credits"), now),
         set_credits="credits" in data,
         ratelimits=_stored_limits(data.get("ratelimits")),
         set_ratelimits="ratelimits" in data,
@@ -323,6 +310,8 @@ async def change_key(
         at = now or utcnow()
         logged = activities.key_changed(current, changed, actor, at)
         await settle(conn, keep=bool(logged))
+        # Issue 36: a key given an externalId belongs to its identity, made if missing.
+        await key_sql.ensure_identity(conn, organization_id, change.external_id, at)
         if not logged:
             return current
         await store.authorization_changed(conn)

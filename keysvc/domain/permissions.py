@@ -3,7 +3,7 @@
 A permission is ``namespace:action`` (the action may hold further colons, as
 in ``control-plane:organization:view``). ``namespace:*`` grants every action
 of a namespace, and ``*`` grants everything. The management API uses the
-``keys``, ``roles`` and ``webhooks`` namespaces (``MANAGEMENT``, the catalogue of
+``keys``, ``roles``, ``webhooks`` and ``identities`` namespaces (``MANAGEMENT``, the catalogue of
 what its routes ask for), and ``activities:read`` for the activity log; any other
 namespace belongs to the services behind keysvc.
 """
@@ -20,6 +20,7 @@ MANAGEMENT = (
     "roles:read", "roles:write",
     "activities:read",
     "webhooks:read", "webhooks:write",
+    "identities:read", "identities:write",
 )  # fmt: skip
 
 

@@ -54,6 +54,12 @@ KEY_EVENTS_REFUSED = (
     f"events: subscribing to key events also needs the permission {KEY_EVENTS_NEED},"
     " which this key lacks: create the webhook with a key that holds it"
 )
+# Issue 36: an identity's credit events carry its credits.
+IDENTITY_EVENTS_NEED = "identities:read"
+IDENTITY_EVENTS_REFUSED = (
+    f"events: subscribing to identity events also needs the permission {IDENTITY_EVENTS_NEED},"
+    " which this key lacks: create the webhook with a key that holds it"
+)
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,10 @@ async def create_webhook(
         caller.permissions, KEY_EVENTS_NEED
     ):
         raise Forbidden(KEY_EVENTS_REFUSED)
+    if any(event.startswith("identity.") for event in data["events"]) and not has_permission(
+        caller.permissions, IDENTITY_EVENTS_NEED
+    ):
+        raise Forbidden(IDENTITY_EVENTS_REFUSED)
     url = parse_url(data["url"])
     await check_addresses(url, allow_private)
     events = tuple(dict.fromkeys(data["events"]))

@@ -12,6 +12,7 @@ import keysvc.http.views.activities
 import keysvc.http.views.console
 import keysvc.http.views.docs
 import keysvc.http.views.health
+import keysvc.http.views.identities
 import keysvc.http.views.imports
 import keysvc.http.views.keys
 import keysvc.http.views.leaks

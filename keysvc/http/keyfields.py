@@ -143,7 +143,7 @@ class NamedLimitSchema(Schema):
     """One named rate limit (issue 36, ``keysvc.domain.namedlimits``)."""
 
     name = fields.String(
-        required=True, validate=_limit_name, metadata={"pattern": NAME_PATTERN.pattern}
+        required=True, validate=_limit_name, metadata={"pattern": f"^{NAME_PATTERN.pattern}$"}
     )
     limit = _count(1, MAX_LIMIT, required=True)
     windowSeconds = _count(1, MAX_WINDOW_SECONDS, required=True)

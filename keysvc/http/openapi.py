@@ -23,6 +23,7 @@ from marshmallow import Schema
 
 from keysvc import __version__
 from keysvc.domain.permquery import MAX_DEPTH, MAX_QUERY_LENGTH, MAX_TERMS, QUERY_PATTERN
+from keysvc.http import identity_schemas as ids
 from keysvc.http import import_schemas as im
 from keysvc.http import queries as q
 from keysvc.http import reports
@@ -215,6 +216,7 @@ _PATH_PARAMS = {
     "activityId": _ACTIVITY_PARAM,
     "webhookId": _WEBHOOK_PARAM,
     "deliveryId": _path_param("deliveryId", "ID of the delivery (its `id` in the delivery log)."),
+    "identityId": _path_param("identityId", "ID of the requested identity."),
 }
 _PATH_PARAM = re.compile(r"\{([^}]+)\}")
 
@@ -519,6 +521,10 @@ def _components(now: datetime) -> tuple[tuple[str, Schema | type[Schema]], ...]:
         ("ApiKeyImported", im.ImportedKeySchema),
         ("ApiKeyImportError", im.ImportErrorSchema),
         ("ApiKeyImportResponse", im.ImportResultSchema),
+        # Issue 36.
+        ("Identity", ids.IdentitySchema),
+        ("IdentityCreateRequest", ids.CreateIdentitySchema),
+        ("IdentityUpdateRequest", ids.UpdateIdentitySchema),
     )
 
 

@@ -120,6 +120,17 @@ class ApiKeySchema(Schema):
     def _ratelimits(self, key: Any) -> list[dict[str, Any]] | None:
         return None if key.ratelimits is None else list(json.loads(key.ratelimits))
 
+    # Issue 36: the identity the key belongs to (by its externalId); absent without one.
+    identityId = fields.String(
+        attribute="identity_id",
+        metadata={
+            **ADDITION,
+            "format": "uuid",
+            "description": "keysvc addition: the identity of the organization whose externalId "
+            "is the key's; absent when there is none.",
+        },
+    )
+
     def _credits(self, key: Any) -> dict[str, Any] | None:
         return credits_json(key.credits)
 
@@ -138,6 +149,7 @@ class ApiKeySchema(Schema):
         for name in (
             "usedAt", "rateLimit", "previousCredentialExpiresAt", "externalId", "meta", "credits",
             "ratelimits",
+            "identityId",
         ):  # fmt: skip
             if data.get(name) is None:
                 data.pop(name, None)

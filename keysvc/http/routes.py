@@ -15,6 +15,7 @@ from keysvc.http import queries as q
 from keysvc.http import responses as r
 from keysvc.http import role_schemas as rs
 from keysvc.http import schemas as s
+from keysvc.http.identity_routes import IDENTITY_ROUTES
 from keysvc.http.import_routes import IMPORT_KEYS
 from keysvc.http.keyfields import CreditsChangeSchema
 from keysvc.http.routing import AUTHENTICATED as AUTHENTICATED
@@ -397,6 +398,7 @@ ROUTES: tuple[Route, ...] = (
     CHANGE_CREDITS, IMPORT_KEYS,
     LIST_ROLES, CREATE_ROLE, GET_ROLE, UPDATE_ROLE, DELETE_ROLE,
     LIST_ACTIVITIES, GET_ACTIVITY,
+    *IDENTITY_ROUTES,
     LIST_WEBHOOKS, CREATE_WEBHOOK, GET_WEBHOOK, UPDATE_WEBHOOK, DELETE_WEBHOOK,
     LIST_DELIVERIES, RETRY_DELIVERY, ROTATE_WEBHOOK_SECRET,
     REVOKE_LEAKED, GITHUB_SCANNING,

@@ -427,6 +427,10 @@ EVENT_TYPES = (
     # Issue 29 (keysvc.domain.credits): sent in the spend's transaction.
     "key.credits_low",
     "key.credits_exhausted",
+    # Issue 36 (keysvc.domain.keycredits): an identity's, its data the identity's id,
+    # externalId and credits.
+    "identity.credits_low",
+    "identity.credits_exhausted",
 )
 MAX_EXPIRING_DAYS = 90
 

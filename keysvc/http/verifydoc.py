@@ -69,6 +69,11 @@ VERIFY_HEADERS: dict[str, Any] = {
         "description": "A key with credits: what remains after this request's cost",
         "schema": {"type": "integer"},
     },
+    "X-Credits-Identity-Remaining": {
+        "description": "A key whose identity has credits (issue 36): what the identity has "
+        "left after this request's cost",
+        "schema": {"type": "integer"},
+    },
     "Cache-Control": {
         "description": "no-store on every answer about a key with credits: no proxy may reuse it",
         "schema": _STRING,
@@ -114,6 +119,20 @@ VERIFY_JSON: dict[str, Any] = {
                                     "reset": {"type": "integer"},
                                     "exceeded": {"type": "boolean"},
                                 },
+                            },
+                        },
+                        "identityCredits": {
+                            "type": "object",
+                            "description": "A key whose identity has credits only",
+                            "properties": {"remaining": {"type": "integer"}},
+                        },
+                        "identity": {
+                            "type": "object",
+                            "description": "The identity the key belongs to, when it has one",
+                            "properties": {
+                                "id": {"type": "string", "format": "uuid"},
+                                "externalId": _STRING,
+                                "meta": {"type": ["object", "null"]},
                             },
                         },
                         "ratelimit": {

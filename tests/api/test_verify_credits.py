@@ -208,6 +208,8 @@ async def test_verify_answers_json_when_asked(client: Client, admin: Creds) -> N
         "permissions": ["keys:read", "roles:read"],
         "credits": {"remaining": 1},
         "ratelimit": {"limit": 10, "remaining": 9, "reset": result["ratelimit"]["reset"]},
+        # Issue 36: the identity its externalId made.
+        "identity": {"id": result["identity"]["id"], "externalId": "cust_1", "meta": None},
     }
     assert 1 <= result["ratelimit"]["reset"] <= 60
     assert response.headers["X-Credits-Remaining"] == "1"

@@ -84,7 +84,7 @@ async def test_two_webhooks_have_different_secrets(client: Client, admin: Creds)
     [
         ({"events": ["key.created"]}, "url: is required"),
         ({"url": PUBLIC}, "events: is required"),
-        ({"url": PUBLIC, "events": []}, "events: must name 1 to 10 event types, each once"),
+        ({"url": PUBLIC, "events": []}, "events: must name 1 to 12 event types, each once"),
         (
             {"url": PUBLIC, "events": ["key.created", "key.created"]},
             "events: must name each event type once",
@@ -93,7 +93,8 @@ async def test_two_webhooks_have_different_secrets(client: Client, admin: Creds)
             {"url": PUBLIC, "events": ["key.exploded"]},
             "events.0: must be one of: key.created, key.updated, key.deleted, key.rotated,"
             " key.expiring, key.used_after_revoke, key.leaked, webhook.disabled,"
-            " key.credits_low, key.credits_exhausted",
+            " key.credits_low, key.credits_exhausted, identity.credits_low,"
+            " identity.credits_exhausted",
         ),
         (
             {"url": PUBLIC, "events": ["key.expiring"], "expiringDays": 0},

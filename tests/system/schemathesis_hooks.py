@@ -67,9 +67,18 @@ def _source(case: Any, match: re.Match[str]) -> object:
 def _forged_cursor(case: Any, match: re.Match[str]) -> bool:
     """Not a cursor keysvc issued for this list (each list's cursor is good for it only)."""
     cursor = (case.query or {}).get("cursor")
-    lists = {"/roles": "roleCursors", "/activities": "activityCursors"}
-    own = SEEDED[next((v for k, v in lists.items() if case.path.endswith(k)), "cursors")]
+    lists = {"/roles": "roleCursors", "/activities": "activityCursors", "/identities": "-"}
+    # No identity cursor is seeded: any cursor on that list is a forged one.
+    own = SEEDED.get(next((v for k, v in lists.items() if case.path.endswith(k)), "cursors"), [])
     return cursor is not None and cursor not in own
+
+
+def _repeated_limit_names(case: Any, match: re.Match[str]) -> bool:
+    """Named rate limits whose names repeat (issue 36): unique by name, which JSON
+    Schema's uniqueItems (whole entries) cannot say."""
+    entries = _body(case).get("ratelimits") or []
+    names = [entry.get("name") for entry in entries if isinstance(entry, dict)]
+    return len(set(names)) < len(names)
 
 
 def _dates_reversed(case: Any, match: re.Match[str]) -> bool:
@@ -186,6 +195,7 @@ RULES: tuple[tuple[re.Pattern[str], Callable[[Any, re.Match[str]], bool]], ...] 
     (re.compile(r"from, to: out of range; ask for dates from year 1 to 9999"), _out_of_range),
     (re.compile(r"cursor: not a cursor from this list; start again without it"), _forged_cursor),
     (re.compile(r"expireAt: must be in the future"), _past_expiry),
+    (re.compile(r"ratelimits: names must be unique"), _repeated_limit_names),
     (re.compile(r"from_date: must not be after to_date"), _dates_reversed),
     (re.compile(_SOURCE + r"must be an IPv4 or IPv6 address or CIDR"), _not_a_network),
     (re.compile(_SOURCE + r"has host bits set; did you mean \S+\?"), _host_bits),

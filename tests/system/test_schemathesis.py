@@ -318,9 +318,10 @@ def test_every_operation_that_needs_credentials_answers_401_without(live: Live) 
         for method, path, operation in operations(document)
         if operation.get("security", document["security"])
     ]
-    assert len(protected) == 27  # issue 29's POST .../keys/{keyId}/credits among them
+    # Issue 29's POST .../keys/{keyId}/credits among them, and issue 36's six identity ones.
+    assert len(protected) == 33
     for method, path in protected:
-        names = ("keyId", "roleId", "activityId", "webhookId", "deliveryId")
+        names = ("keyId", "roleId", "activityId", "webhookId", "deliveryId", "identityId")
         ids = {name: uuid.uuid4() for name in names}
         url = path.format(organizationId=live.organization, **ids)
         request = urllib.request.Request(

@@ -38,6 +38,7 @@ TABLES = (
     "deleted_credentials",
     "key_usage",
     "key_usage_credits",
+    "identities",
     "activities",
     "activity_heads",
     "activity_anchors",

@@ -26,6 +26,7 @@ from keysvc.config import ConfigError
 from keysvc.db.sqlite.migrations import (
     FAIR_DELIVERY_STEP,
     GROWTH_STEP,
+    IDENTITIES_STEP,
     KEY_DETAILS_STEP,
     KEY_IMPORTS_STEP,
     KEY_RATELIMITS_STEP,
@@ -235,6 +236,42 @@ POSTGRES_MIGRATIONS: Mapping[int, str] = {
     # Keys' named rate limits (as SQLite's KEY_RATELIMITS_STEP, issue 36).
     schema_version(MIGRATIONS[: MIGRATIONS.index(KEY_RATELIMITS_STEP) + 1]): """
     alter table key_details add column if not exists ratelimits text collate "C";
+    """,
+    # Identities, and one for each externalId keys carry (as SQLite's IDENTITIES_STEP).
+    schema_version(MIGRATIONS[: MIGRATIONS.index(IDENTITIES_STEP) + 1]): """
+    create table if not exists identities (
+        id                      text collate "C" primary key,
+        organization_id         text collate "C" not null
+                                references organizations (id) on delete cascade,
+        org_seq                 bigint not null,
+        external_id             text collate "C" not null,
+        meta                    text collate "C",
+        ratelimits              text collate "C",
+        credits_remaining       bigint,
+        credits_refill_interval text collate "C",
+        credits_refill_amount   bigint,
+        credits_refill_day      bigint,
+        credits_next_refill     text collate "C",
+        credits_base            bigint,
+        credits_flags           bigint not null default 0,
+        created_at              text collate "C" not null,
+        updated_at              text collate "C" not null
+    );
+    create unique index if not exists identities_external_id
+        on identities (organization_id, external_id);
+    create unique index if not exists identities_org_position
+        on identities (organization_id, org_seq);
+    create or replace trigger identities_data_changed
+        after insert or update or delete or truncate on identities
+        for each statement execute function keysvc_data_changed();
+    insert into identities (id, organization_id, org_seq, external_id, created_at, updated_at)
+    select gen_random_uuid()::text, organization_id,
+           row_number() over (partition by organization_id order by first_seq),
+           external_id, to_char(now() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+           to_char(now() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+    from (select k.organization_id, d.external_id, min(k.seq) as first_seq
+          from key_details d join api_keys k on k.id = d.key_id
+          where d.external_id is not null group by k.organization_id, d.external_id) found;
     """,
 }
 

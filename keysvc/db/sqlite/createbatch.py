@@ -250,6 +250,12 @@ async def _insert_batch(
         _insert_rows(conn, _INSERT_KEYS, key_rows)
         _insert_rows(conn, _INSERT_KEY_ROLES, role_rows)
         _insert_rows(conn, _INSERT_DETAILS, detail_rows)
+        # Issue 36: the identity of each created key's externalId, made if missing.
+        for (new, _, _, _), (inserted, _) in zip(batch, planned, strict=True):
+            if inserted is not None and new.external_id is not None:
+                at = new.created_at
+                params = key_sql.identity_params(new.organization_id, new.external_id, at)
+                conn.execute(key_sql.ENSURE_IDENTITY, params)
         ids = json.dumps([row[0] for row in key_rows])
         rows = conn.execute(key_sql.KEYS_WITH_IDS, (ids,)).fetchall()
         role_of_keys = conn.execute(key_sql.ROLES_OF_KEYS, (ids,)).fetchall()

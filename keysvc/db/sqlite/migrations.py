@@ -129,6 +129,47 @@ KEY_DETAILS_STEP = """
     create index if not exists key_usage_credits_minute on key_usage_credits (minute);
 """
 
+# Identities (issue 36): a customer's keys share its credits and limits. A key belongs
+# to the identity of its organization whose external_id is the key's (no column on the
+# key); org_seq is the identity's place in its organization's list. The columns of its
+# credits are key_details' (keysvc.db.rows.credits_from_row reads both). Every
+# (organization, externalId) that keys already carry gets an identity with no limits.
+IDENTITIES_STEP = """
+    create table if not exists identities (
+        id                      text primary key,
+        organization_id         text not null references organizations (id) on delete cascade,
+        org_seq                 integer not null,
+        external_id             text not null,
+        meta                    text,
+        ratelimits              text,
+        credits_remaining       integer,
+        credits_refill_interval text,
+        credits_refill_amount   integer,
+        credits_refill_day      integer,
+        credits_next_refill     text,
+        credits_base            integer,
+        credits_flags           integer not null default 0,
+        created_at              text not null,
+        updated_at              text not null
+    ) strict;
+    create unique index if not exists identities_external_id
+        on identities (organization_id, external_id);
+    create unique index if not exists identities_org_position
+        on identities (organization_id, org_seq);
+    insert into identities (id, organization_id, org_seq, external_id, created_at, updated_at)
+    select lower(hex(randomblob(4))) || '-' || lower(hex(randomblob(2))) || '-4'
+           || substr(lower(hex(randomblob(2))), 2) || '-'
+           || substr('89ab', 1 + abs(random()) % 4, 1) || substr(lower(hex(randomblob(2))), 2)
+           || '-' || lower(hex(randomblob(6))),
+           organization_id,
+           row_number() over (partition by organization_id order by first_seq),
+           external_id, strftime('%Y-%m-%dT%H:%M:%SZ', 'now'),
+           strftime('%Y-%m-%dT%H:%M:%SZ', 'now')
+    from (select k.organization_id, d.external_id, min(k.seq) as first_seq
+          from key_details d join api_keys k on k.id = d.key_id
+          where d.external_id is not null group by k.organization_id, d.external_id);
+"""
+
 # MIGRATIONS[n] takes a database from version n + 1 to n + 2. Version 1 is the
 # first release of schema.sql; append steps here and change schema.sql to match.
 # The pending leak reports' step (issue 35): revoke-by-secret reports received and not yet
@@ -419,6 +460,8 @@ MIGRATIONS: Sequence[str] = (
     KEY_IMPORTS_STEP,
     # 24: keys' named rate limits (KEY_RATELIMITS_STEP, issue 36).
     KEY_RATELIMITS_STEP,
+    # 25: identities, and one for each externalId keys carry (IDENTITIES_STEP, issue 36).
+    IDENTITIES_STEP,
 )
 
 

@@ -208,3 +208,9 @@ def decode_json(raw: bytes, kind: type, what: str) -> Any:
     if surrogate is not None:
         raise BadRequest(surrogate)
     return value
+
+
+def if_match(request: web.Request) -> list[str] | None:
+    """The entity tags of If-Match, or None without one."""
+    given = request.headers.get(hdrs.IF_MATCH)
+    return None if given is None else [tag.strip() for tag in given.split(",")]

@@ -30,6 +30,7 @@ ASSETS = {
     "keys.js": _JS,
     "keyextras.js": _JS,
     "roles.js": _JS,
+    "identities.js": _JS,
     "activities.js": _JS,
     "usage.js": _JS,
     "credentials.js": _JS,

@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import hdrs, web
 
-from keysvc.domain import keycredits, keys
+from keysvc.domain import identities, keycredits, keys
 from keysvc.http import render
 from keysvc.http.envelope import envelope, envelope_bytes, json_body_response, json_response, ok
 from keysvc.http.keyfields import CreditsChangeSchema
@@ -38,6 +38,7 @@ from keysvc.http.state import CLOCK, HASHER, PREVIOUS_CREDENTIAL, REQUEST_ID, SE
 from keysvc.http.views.common import (
     actor,
     authorized,
+    if_match,
     path_uuid,
     query,
     read_json_object,
@@ -128,13 +129,22 @@ async def create_key(request: web.Request) -> web.Response:
         request.app[SETTINGS].max_keys_per_org,
         actor(request),
     )
-    return _issued_response(request, issued)
+    return await _issued_response(request, issued)
 
 
-def _issued_response(request: web.Request, issued: keys.Issued) -> web.Response:
+async def _key_text(request: web.Request, key: Key) -> str:
+    """The key's JSON, with the ``identityId`` of the identity it belongs to (issue 36)."""
+    text = render.key_json(key)
+    identity_id = await identities.identity_id_of(request.app[STORE], key)
+    if identity_id is None:
+        return text
+    return f'{text[:-1]}, "identityId": {render.encode(identity_id)}}}'
+
+
+async def _issued_response(request: web.Request, issued: keys.Issued) -> web.Response:
     """The key, and its credentials when keysvc generated them: with hashData the
     client chose its own, and none are echoed."""
-    result = f'{{"key": {render.key_json(issued.key)}'
+    result = f'{{"key": {await _key_text(request, issued.key)}'
     if issued.key_id is not None:
         result += f', "keyId": {render.encode(issued.key_id)}'
         result += f', "keySecret": {render.encode(issued.secret)}'
@@ -151,7 +161,7 @@ async def get_key(request: web.Request) -> web.Response:
     )
     if key.credits is not None:  # a refill due is applied on read
         key = await keycredits.refreshed(store, key, request.app[CLOCK]())
-    return _key_response(request, key)
+    return await _key_response(request, key)
 
 
 @serves(UPDATE_KEY)
@@ -162,11 +172,11 @@ async def update_key(request: web.Request) -> web.Response:
     await keys.check_update(store, caller, organization_id, key_id, body)
     now = request.app[CLOCK]()
     data = _load_at(_patch_body, now, body)
-    tags = _if_match(request)
+    tags = if_match(request)
     key = await keys.update_key(
         store, caller, organization_id, key_id, data, tags, actor(request), now
     )
-    return _key_response(request, key)
+    return await _key_response(request, key)
 
 
 @serves(ROTATE_KEY)
@@ -185,18 +195,12 @@ async def rotate_key(request: web.Request) -> web.Response:
         actor(request),
         request.app[CLOCK](),
     )
-    return _issued_response(request, issued)
+    return await _issued_response(request, issued)
 
 
-def _if_match(request: web.Request) -> list[str] | None:
-    """The entity tags of If-Match, or None without one."""
-    if_match = request.headers.get(hdrs.IF_MATCH)
-    return None if if_match is None else [tag.strip() for tag in if_match.split(",")]
-
-
-def _key_response(request: web.Request, key: Key) -> web.Response:
+async def _key_response(request: web.Request, key: Key) -> web.Response:
     """The key in the envelope, with its ETag for a later If-Match."""
-    response = json_response(envelope(request[REQUEST_ID], render.key_json(key)))
+    response = json_response(envelope(request[REQUEST_ID], await _key_text(request, key)))
     # Quoted hex already, as the ETag setter would write it: set as it is.
     response.headers[hdrs.ETAG] = key.etag
     return response
@@ -211,14 +215,14 @@ async def change_credits(request: web.Request) -> web.Response:
         request.app[STORE], caller, organization_id, key_id, data, actor(request),
         request.app[CLOCK](),
     )  # fmt: skip
-    return _key_response(request, key)
+    return await _key_response(request, key)
 
 
 @serves(DELETE_KEY)
 async def delete_key(request: web.Request) -> web.Response:
     caller, organization_id = authorized(request)
     key_id = path_uuid(request, "keyId")
-    tags, now = _if_match(request), request.app[CLOCK]()
+    tags, now = if_match(request), request.app[CLOCK]()
     await keys.delete_key(
         request.app[STORE], caller, organization_id, key_id, tags, actor(request), now
     )

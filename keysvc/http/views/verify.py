@@ -35,7 +35,7 @@ from urllib.parse import quote
 from aiohttp import hdrs, web
 
 from keysvc.domain import credits as rules
-from keysvc.domain import keycredits, namedcount, permquery
+from keysvc.domain import identities, keycredits, namedcount, permquery
 from keysvc.domain.credits import MAX_COST
 from keysvc.domain.namedlimits import NamedLimit
 from keysvc.domain.permquery import Query
@@ -56,7 +56,7 @@ from keysvc.http.state import (
     STORE,
     USAGE_REFUSAL,
 )
-from keysvc.models import Credits, Key, Spend
+from keysvc.models import Credits, Key, Spent
 
 _PERMISSION = ("permission", "X-Required-Permission")
 _ORGANIZATION = ("organization", "X-Required-Organization")
@@ -113,18 +113,27 @@ def _cost(request: web.Request) -> int:
 Checked = tuple[str, Decision]
 
 
-def _identity_limits(caller: Key) -> tuple[str | None, tuple[NamedLimit, ...]]:
-    """The ID and named limits of the key's identity; ``None, ()``: it has none. (Keys
-    have no identity yet: the one line to change when they do.)"""
-    return None, ()
+async def _identity_limits(
+    request: web.Request, caller: Key
+) -> tuple[str | None, tuple[NamedLimit, ...]]:
+    """The ID and named limits of the key's identity; ``None, ()``: it has none (no
+    statement for a key without an externalId; cached for the others)."""
+    if caller.external_id is None:
+        return None, ()
+    identity_id, stored = await request.app[STORE].identities.limits(
+        caller.organization_id, caller.external_id
+    )
+    return (identity_id, namedcount.limits_of(stored)) if identity_id is not None else (None, ())
 
 
-def _named(request: web.Request, caller: Key) -> dict[str, int] | None:
+def _named(
+    request: web.Request, caller: Key, identity_limits: tuple[NamedLimit, ...]
+) -> dict[str, int] | None:
     """The named limits this verify asks for, each with its cost
     (``keysvc.domain.namedcount``); None when neither the key nor its identity has any
     and none is named, which costs a plain verify one header lookup."""
     headers = request.headers
-    limited = caller.ratelimits is not None or bool(_identity_limits(caller)[1])
+    limited = caller.ratelimits is not None or bool(identity_limits)
     if not limited and namedcount.HEADER not in headers and not request.query_string:
         return None
     lines = [line for line in headers.getall(namedcount.HEADER, ()) if line.strip()]
@@ -133,10 +142,16 @@ def _named(request: web.Request, caller: Key) -> dict[str, int] | None:
     return named if named or limited else None
 
 
-async def _count_named(request: web.Request, caller: Key, named: dict[str, int]) -> list[Checked]:
-    """Check the key's autoApply limits and those ``named``, and count them all only if
-    all fit; past one, a 429 with its Retry-After and X-RateLimit-* headers."""
-    identity_id, identity_limits = _identity_limits(caller)
+async def _count_named(
+    request: web.Request,
+    caller: Key,
+    named: dict[str, int],
+    identity: tuple[str | None, tuple[NamedLimit, ...]],
+) -> list[Checked]:
+    """Check the key's and its identity's (``identity``: its ID and limits) autoApply
+    limits and those ``named``, and count them all only if all fit; past one, a 429
+    with its Retry-After and X-RateLimit-* headers."""
+    identity_id, identity_limits = identity
     asks = namedcount.asks(
         caller.id, namedcount.limits_of(caller.ratelimits), identity_id, identity_limits, named
     )
@@ -182,12 +197,13 @@ async def verify(request: web.Request) -> web.Response:
     caller = request[CALLER]
     organizations, permissions = _required_organizations(request), _required_permissions(request)
     cost = _cost(request)
-    named = _named(request, caller)
+    identity = await _identity_limits(request, caller)
+    named = _named(request, caller, identity[1])
     for organization in organizations:
         authorize_organization(request, organization, "required")
     for needed in permissions:
         authorize_query(request, needed)
-    checked = await _count_named(request, caller, named) if named is not None else ()
+    checked = await _count_named(request, caller, named, identity) if named is not None else ()
     headers = {
         "X-Key-Id": caller.id,
         "X-Organization-Id": caller.organization_id,
@@ -196,36 +212,63 @@ async def verify(request: web.Request) -> web.Response:
     if caller.external_id is not None:
         headers["X-Key-External-Id"] = external_id_header(caller.external_id)
     spent = None
-    if caller.credits is not None:  # the cache says whether; the database says how many
+    # The caches say whether the key or its identity has credits; the database, how many.
+    if caller.credits is not None or caller.external_id is not None:
         now = request.app[CLOCK]()
         spent = await keycredits.spend(request.app[STORE], caller, cost, now)
         if spent is not None:
-            if not spent.allowed:
-                _refuse(request, spent.credits, now)
-            headers["X-Credits-Remaining"] = str(spent.credits.remaining)
+            _spent_headers(request, spent, headers, now)
     if not _wants_json(request):
-        return web.Response(status=200, headers={**reuse_headers(request, 200), **headers})
+        # An identity's limits count every request as the key's own do: never reused.
+        reuse = NO_REUSE if identity[1] else reuse_headers(request, 200)
+        return web.Response(status=200, headers={**reuse, **headers})
     headers.update(NO_REUSE)  # its body depends on Accept, which no documented cache key covers
     answer = _answer(request, caller, spent, checked)
+    owner = await identities.identity_of(request.app[STORE], caller)
+    if owner is not None:  # issue 36: who the key is for
+        answer["identity"] = {
+            "id": owner.id, "externalId": owner.external_id, "meta": owner.meta
+        }  # fmt: skip
     response = json_response(envelope(request[REQUEST_ID], render.encode(answer)))
     response.headers.update(headers)
     return response
 
 
-def _refuse(request: web.Request, credits: Credits, now: datetime) -> NoReturn:
-    """429 for a key without the credits this request costs; Retry-After: the seconds
-    until its next refill, when it has one. No proxy may reuse it: ``auth.guarded`` says
-    so on every verify refusal (``keysvc.http.reuse``)."""
+def _spent_headers(
+    request: web.Request, spent: Spent, headers: dict[str, str], now: datetime
+) -> None:
+    """Refuse a spend that either owner refused (the key's first), else say what each
+    owner has left: X-Credits-Remaining (the key's), X-Credits-Identity-Remaining."""
+    for owner, exhausted in ((spent.key, rules.EXHAUSTED), (spent.identity, IDENTITY_EXHAUSTED)):
+        if owner is not None and not owner.allowed:
+            _refuse(request, owner.credits, now, exhausted)
+    if spent.key is not None:
+        headers["X-Credits-Remaining"] = str(spent.key.credits.remaining)
+    if spent.identity is not None:
+        headers["X-Credits-Identity-Remaining"] = str(spent.identity.credits.remaining)
+        headers.update(NO_REUSE)  # each request spends: a proxy must ask every time
+
+
+IDENTITY_EXHAUSTED = "credits exhausted for this key's identity"
+
+
+def _refuse(
+    request: web.Request, credits: Credits, now: datetime, exhausted: str = rules.EXHAUSTED
+) -> NoReturn:
+    """429 for a key (or its identity: ``exhausted`` says which) without the credits this
+    request costs; Retry-After: the seconds until its next refill, when it has one. No
+    proxy may reuse it: ``auth.guarded`` says so on every verify refusal
+    (``keysvc.http.reuse``)."""
     request[USAGE_REFUSAL] = "credits_exhausted"
     wait = rules.seconds_to_refill(credits, now)
-    message = f"{rules.EXHAUSTED}: {credits.remaining} remaining"
+    message = f"{exhausted}: {credits.remaining} remaining"
     if wait is None:
         raise CreditsExhausted(message + "; no refill is due")
     raise TooManyRequests(message + f"; next refill in {wait} s", retry_after=wait)
 
 
 def _answer(
-    request: web.Request, caller: Key, spent: Spend | None, checked: Sequence[Checked]
+    request: web.Request, caller: Key, spent: Spent | None, checked: Sequence[Checked]
 ) -> dict[str, Any]:
     """Verify's JSON answer: who is calling, what it may do, and its standing."""
     answer: dict[str, Any] = {
@@ -236,8 +279,10 @@ def _answer(
         "meta": caller.meta,
         "permissions": sorted(caller.permissions),
     }
-    if spent is not None:
-        answer["credits"] = {"remaining": spent.credits.remaining}
+    if spent is not None and spent.key is not None:
+        answer["credits"] = {"remaining": spent.key.credits.remaining}
+    if spent is not None and spent.identity is not None:
+        answer["identityCredits"] = {"remaining": spent.identity.credits.remaining}
     decision = request.get(RATE_DECISION)
     if decision is not None:
         answer["ratelimit"] = {
