@@ -116,6 +116,7 @@ async def import_batch(
         count, last = await import_sql.counts(conn, organization_id)
         rows: tuple[list[Any], list[Any], list[Any], list[Any]] = ([], [], [], [])
         views = []
+        owners: dict[str, None] = {}  # the imported keys' externalIds, each once
         stamp = to_text(now)
         for item in fresh:
             refusal = _refusal(item, taken, granted, caller, count, max_keys)
@@ -125,11 +126,16 @@ async def import_batch(
             count, last = count + 1, last + 1
             key_id = _time_ordered_uuid()
             _rows_of(rows, key_id, last, item, stamp)
+            if item.new.external_id is not None:
+                owners[item.new.external_id] = None
             views.append(_view(key_id, item))
             result.imported.append((item.index, item.import_id, key_id))
         if views:
             await import_sql.widen_cache(conn)
             await import_sql.insert_batch(conn, *rows)
+            # Issue 36: each externalId's identity, made if missing, as a create makes it.
+            for external_id in owners:
+                await key_sql.ensure_identity(conn, organization_id, external_id, now)
             if caller is not None:  # a server's connection: its cache as it was
                 await import_sql.narrow_cache(conn)
             after = {"count": len(views), "keys": views}

@@ -193,3 +193,20 @@ async def test_an_import_body_is_checked_whole_first(client: Client, admin: Cred
     headers = {**admin.headers, "Content-Type": "application/json"}
     response = await client.post(url, data=io.BytesIO(huge), headers=headers)
     await assert_error(response, 413, "request body too large: an import's limit is 8388608 bytes")
+
+
+async def test_imported_keys_belong_to_the_identity_of_their_external_id(
+    client: Client, admin: Creds
+) -> None:
+    """Issue 36 on an import as on a create: an externalId with no identity yet gets
+    one, shared by every key imported with it."""
+    records = [record("a", externalId="cust"), record("b", externalId="cust"), record("c")]
+    made = [key["id"] for key in (await import_keys(client, admin, records))["keys"]]
+    url = f"/v1/organizations/{admin.organization_id}/identities"
+    found = await assert_ok(
+        await client.get(url, params={"externalId": "cust"}, headers=admin.headers)
+    )
+    assert len(found) == 1
+    for key_id in made[:2]:
+        assert (await get_key(client, admin, key_id))["identityId"] == found[0]["id"]
+    assert "identityId" not in await get_key(client, admin, made[2])
