@@ -201,8 +201,7 @@ create table if not exists key_details (
     credits_next_refill     text,
     credits_base            integer,
     credits_flags           integer not null default 0,
-    -- Issue 36: its named rate limits, keysvc.domain.namedlimits' stored form.
-    ratelimits              text
+    ratelimits              text  -- issue 36: keysvc.domain.namedlimits' stored form
 ) strict, without rowid;
 create index if not exists key_details_external_id
     on key_details (external_id) where external_id is not null;

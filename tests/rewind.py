@@ -6,6 +6,8 @@ what it made is undone first. The statements are valid on both backends."""
 # The webhook controls step's columns (keysvc.db.sqlite.migrations.WEBHOOK_CONTROLS_STEP),
 # added after the binding step: a database taken back before that step loses them too.
 WEBHOOK_CONTROLS_UNDO = (
+    # The named rate limits step's column (KEY_RATELIMITS_STEP, issue 36), later still.
+    "alter table key_details drop column ratelimits",
     "alter table webhooks drop column previous_nonce",
     "alter table webhooks drop column previous_secret_version",
     "alter table webhooks drop column previous_until",

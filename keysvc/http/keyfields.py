@@ -128,6 +128,20 @@ class CreditsChangeSchema(Schema):
             raise ValidationError("give exactly one of set, increment, decrement", "set")
 
 
+class BoundedList(fields.List[Any]):
+    """A list whose length is checked before its entries: ten thousand bad
+    entries get one error that names the limit, not ten thousand errors."""
+
+    def _deserialize(
+        self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any
+    ) -> list[Any]:
+        if isinstance(value, list):
+            for validator in self.validators:
+                if isinstance(validator, validate.Length):
+                    validator(value)
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
 def _unique_names(entries: list[dict[str, Any]]) -> None:
     names = [entry["name"] for entry in entries]
     if len(set(names)) != len(names):
@@ -158,10 +172,10 @@ NAMED_LIMITS_DOC = {
 }
 
 
-def named_limits_field(**kwargs: Any) -> fields.List[Any]:
+def named_limits_field(**kwargs: Any) -> "BoundedList":
     """The ``ratelimits`` field of a key or an identity: at most MAX_NAMED_LIMITS,
     names unique."""
-    return fields.List(
+    return BoundedList(
         fields.Nested(NamedLimitSchema),
         validate=[
             validate.Length(max=MAX_NAMED_LIMITS, error="must have at most {max} entries"),

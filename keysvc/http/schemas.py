@@ -34,6 +34,7 @@ from keysvc.http.keyfields import (
     Meta,
     named_limits_field,
 )
+from keysvc.http.keyfields import BoundedList as BoundedList
 from keysvc.timeutil import to_text
 
 LEGACY_ROLES = ("admin", "developer", "query_endpoints")
@@ -191,20 +192,6 @@ def _sha256_b64(value: str) -> None:
 def _suffix(value: str) -> None:
     if len(value) != SUFFIX_LENGTH or _has_control(value):
         raise ValidationError(f"must be the last {SUFFIX_LENGTH} characters of the key ID")
-
-
-class BoundedList(fields.List[Any]):
-    """A list whose length is checked before its entries: ten thousand bad
-    entries get one error that names the limit, not ten thousand errors."""
-
-    def _deserialize(
-        self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any
-    ) -> list[Any]:
-        if isinstance(value, list):
-            for validator in self.validators:
-                if isinstance(validator, validate.Length):
-                    validator(value)
-        return super()._deserialize(value, attr, data, **kwargs)
 
 
 # The hosted API's description, and what keysvc makes of an empty list, which it leaves unsaid.

@@ -13,7 +13,7 @@ from marshmallow import Schema, fields, validate
 
 from keysvc.domain.keys import STRONGER_KEY
 from keysvc.domain.roles import STRONGER_ROLE, SYSTEM
-from keysvc.http import schemas
+from keysvc.http import role_schemas, schemas
 from tests.helpers import (
     ENTRIES,
     Client,
@@ -28,8 +28,8 @@ from tests.helpers import (
 REQUEST_SCHEMAS = {
     "ApiKeyPostRequest": schemas.CreateKeySchema(now=datetime.now(UTC)),
     "ApiKeyPatchRequest": schemas.PatchKeySchema(now=datetime.now(UTC)),
-    "RoleCreateRequest": schemas.CreateRoleSchema(),
-    "RoleUpdateRequest": schemas.UpdateRoleSchema(),
+    "RoleCreateRequest": role_schemas.CreateRoleSchema(),
+    "RoleUpdateRequest": role_schemas.UpdateRoleSchema(),
 }
 MAX_GRANTS = 100
 POLICY = {"allowDeny": "ALLOW", "permissions": ["reports:read"], "resources": ["*"]}
