@@ -96,7 +96,9 @@ class ImportKeysSchema(Schema):
     """The import request: its records, each checked on its own (``load_records``)."""
 
     keys = fields.List(
-        fields.Raw(),
+        # Any JSON value: each is checked on its own (a record is an object), and a bad
+        # one, null included, is reported by its index while the rest go in.
+        fields.Raw(allow_none=True),
         required=True,
         validate=validate.Length(
             min=1, max=MAX_IMPORT_RECORDS, error="must hold 1 to {max} records"

@@ -37,6 +37,7 @@ from keysvc.errors import ApiError, BadFraming
 from keysvc.http.access import Access
 from keysvc.http.auth import guarded
 from keysvc.http.envelope import error_response
+from keysvc.http.routing import literal_methods
 from keysvc.http.state import PARSER_ERROR_LOG, REQUEST_ID, SETTINGS, InFlight
 from keysvc.logs import Throttled
 
@@ -51,7 +52,9 @@ def _from_http_exception(
     if isinstance(exc, web.HTTPNotFound):
         message = "not found: no such endpoint"
     elif isinstance(exc, web.HTTPMethodNotAllowed):
-        allowed = ", ".join(sorted(exc.allowed_methods))
+        methods = literal_methods(request.path) or sorted(exc.allowed_methods)
+        headers["Allow"] = ",".join(methods)
+        allowed = ", ".join(methods)
         message = f"method {request.method} is not allowed here; allowed: {allowed}"
     elif isinstance(exc, web.HTTPRequestEntityTooLarge):
         message = (

@@ -3,6 +3,7 @@
 and ``register``, which adds the declared routes to aiohttp's router. The routes
 themselves are declared in ``keysvc.http.routes``."""
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -93,10 +94,33 @@ def is_public(view: object) -> bool:
     return route is not None and route.public
 
 
+# The literal last segments of declared paths, by the path before them, with their
+# methods: ``/keys/import`` beside ``/keys/{keyId}``.
+_LITERALS: dict[str, dict[str, set[str]]] = {}
+# The same as whole paths, each parameter any one segment, for the router's own 405s.
+_LITERAL_PATHS: dict[str, tuple[re.Pattern[str], set[str]]] = {}
+
+
+def literal_methods(path: str) -> list[str] | None:
+    """The methods of the declared literal path ``path`` is (``.../keys/import``), or
+    None: aiohttp's 405 there names the methods of ``.../keys/{keyId}`` too."""
+    for pattern, methods in _LITERAL_PATHS.values():
+        if pattern.fullmatch(path):
+            return sorted(methods)
+    return None
+
+
 def path_uuid(request: web.Request, name: str) -> str:
-    """A path parameter that must be a UUID in canonical lowercase form."""
+    """A path parameter that must be a UUID in canonical lowercase form. A literal
+    path declared beside it (``.../keys/import`` for ``.../keys/{keyId}``) asked with
+    a method it does not serve is a 405, as any undeclared method is."""
     value = request.match_info[name]
     if not UUID_PATTERN.fullmatch(value):
+        resource = request.match_info.route.resource
+        head, _, last = (resource.canonical if resource else "").rpartition("/")
+        methods = _LITERALS.get(head, {}).get(value)
+        if last == "{" + name + "}" and methods:
+            raise web.HTTPMethodNotAllowed(request.method, sorted(methods))
         raise BadRequest(
             f"{name}: must be a lowercase UUID such as 123e4567-e89b-42d3-a456-426614174000"
         )
@@ -107,6 +131,12 @@ def register(router: web.UrlDispatcher, routes: tuple[Route, ...]) -> None:
     """Add ``routes`` to ``router``, each with its view; a GET answers HEAD too."""
     for route in routes:
         view = handler_of(route)
+        head, _, last = route.path.rpartition("/")
+        if "{" not in last:
+            methods = {route.method, "HEAD"} if route.method == "GET" else {route.method}
+            _LITERALS.setdefault(head, {}).setdefault(last, set()).update(methods)
+            pattern = re.compile(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(route.path)))
+            _LITERAL_PATHS.setdefault(route.path, (pattern, set()))[1].update(methods)
         if route.method == "GET":
             router.add_get(route.path, view)
         else:

@@ -12,6 +12,14 @@ from keysvc.domain.namedlimits import MAX_NAMED_LIMITS
 
 _STRING = {"type": "string"}
 _COST = {"type": "integer", "minimum": 0, "maximum": MAX_COST, "default": 1}
+# One ?ratelimit= item as keysvc.domain.namedcount reads it: a name, then maybe ":" and
+# a cost of at most seven ASCII digits, 0 to 1,000,000.
+_LIMIT_COST = "([0-9]{1,6}|0[0-9]{6}|1000000)"
+RATELIMIT_ITEM = rf"^[a-z0-9_.-]{{1,64}}(:{_LIMIT_COST})?$"
+# The X-Ratelimit header as it reads it: comma-separated items, each ``name`` or
+# ``name;cost=N``, spaces allowed around each part; or blank (nothing named).
+_HEADER_ITEM = rf"[ \t]*[a-z0-9_.-]{{1,64}}[ \t]*(;[ \t]*cost[ \t]*=[ \t]*{_LIMIT_COST}[ \t]*)?"
+RATELIMIT_HEADER = rf"^({_HEADER_ITEM}(,{_HEADER_ITEM})*|[ \t]*)$"
 
 VERIFY_PARAMS: list[dict[str, Any]] = [
     {
@@ -42,7 +50,12 @@ VERIFY_PARAMS: list[dict[str, Any]] = [
         f"{MAX_NAMED_LIMITS} names and {MAX_HEADER} characters. The key's autoApply limits "
         "are counted anyway. A name the key has no limit of is a 400. Not read when "
         "?ratelimit= names any: a client header cannot change what a proxy names.",
-        "schema": {"type": "string", "maxLength": MAX_HEADER, "example": "tokens;cost=512"},
+        "schema": {
+            "type": "string",
+            "maxLength": MAX_HEADER,
+            "pattern": RATELIMIT_HEADER,
+            "example": "tokens;cost=512",
+        },
         "x-keysvc-addition": True,
     },
     {
@@ -51,7 +64,11 @@ VERIFY_PARAMS: list[dict[str, Any]] = [
         "required": False,
         "description": "The same, one `name` or `name:cost` each (repeatable); when given, "
         "X-Ratelimit is not read.",
-        "schema": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_NAMED_LIMITS},
+        "schema": {
+            "type": "array",
+            "items": {"type": "string", "pattern": RATELIMIT_ITEM},
+            "maxItems": MAX_NAMED_LIMITS,
+        },
         "style": "form",
         "explode": True,
         "x-keysvc-addition": True,

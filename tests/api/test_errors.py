@@ -87,6 +87,18 @@ async def test_wrong_method_is_405_envelope_with_allow(client: Client, admin: Cr
     assert sorted(response.headers["Allow"].split(",")) == ["GET", "HEAD", "POST"]
 
 
+@pytest.mark.parametrize("method", ["GET", "PATCH", "DELETE"])
+async def test_a_literal_path_beside_a_key_id_answers_405_to_other_methods(
+    client: Client, admin: Creds, method: str
+) -> None:
+    """``.../keys/import`` serves POST alone: another method is a 405, not a 400 that
+    takes "import" for a bad key ID."""
+    url = f"/v1/organizations/{admin.organization_id}/keys/import"
+    response = await client.request(method, url, headers=admin.headers)
+    await assert_error(response, 405, f"method {method} is not allowed here; allowed: POST")
+    assert response.headers["Allow"] == "POST"
+
+
 @pytest.mark.parametrize("name", ["organizationId", "keyId"])
 @pytest.mark.parametrize(
     "bad", ["not-a-uuid", "0B5D3C8E-6C1A-4C59-9D8A-7A1F0E000001", "1' or '1'='1", "%00"]

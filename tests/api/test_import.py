@@ -210,3 +210,14 @@ async def test_imported_keys_belong_to_the_identity_of_their_external_id(
     for key_id in made[:2]:
         assert (await get_key(client, admin, key_id))["identityId"] == found[0]["id"]
     assert "identityId" not in await get_key(client, admin, made[2])
+
+
+async def test_a_record_that_is_not_an_object_is_reported_by_its_index(
+    client: Client, admin: Creds
+) -> None:
+    result = await import_keys(client, admin, [None, record("fine"), [1, 2]])
+    assert result["imported"] == 1
+    assert [(e["index"], e["error"]) for e in result["errors"]] == [
+        (0, "must be a JSON object"),
+        (2, "must be a JSON object"),
+    ]

@@ -264,10 +264,12 @@ def test_sign_in_and_dialogs_by_keyboard_alone(open_console: Callable[..., Conso
     page.keyboard.type(console.admin.secret)
     page.keyboard.press("Enter")
     expect(page.get_by_role("heading", name="Keys", exact=True)).to_be_visible()
-    # The focus is on the first view's button; Tab past Roles and Activities to New key,
-    # Enter opens its dialog, whose first field takes the focus.
+    # The focus is on the first view's button; Tab past Roles, Identities and Activities
+    # to New key, Enter opens its dialog, whose first field takes the focus.
     expect(page.get_by_role("button", name="Keys", exact=True)).to_be_focused()
     page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("button", name="Identities", exact=True)).to_be_focused()
     page.keyboard.press("Tab")
     expect(page.get_by_role("button", name="Activities", exact=True)).to_be_focused()
     page.keyboard.press("Tab")

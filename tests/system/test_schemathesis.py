@@ -318,8 +318,9 @@ def test_every_operation_that_needs_credentials_answers_401_without(live: Live) 
         for method, path, operation in operations(document)
         if operation.get("security", document["security"])
     ]
-    # Issue 29's POST .../keys/{keyId}/credits among them, and issue 36's six identity ones.
-    assert len(protected) == 33
+    # Issue 29's POST .../keys/{keyId}/credits among them, issue 36's six identity ones
+    # and issue 37's POST .../keys/import.
+    assert len(protected) == 34
     for method, path in protected:
         names = ("keyId", "roleId", "activityId", "webhookId", "deliveryId", "identityId")
         ids = {name: uuid.uuid4() for name in names}
