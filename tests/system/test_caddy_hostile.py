@@ -10,6 +10,7 @@ called from keysvc alone.
 import json
 from collections.abc import Iterator
 from contextlib import ExitStack
+from typing import Any
 from urllib.parse import unquote
 
 import pytest
@@ -247,3 +248,54 @@ def test_a_json_accept_still_gets_the_upstream_s_answer(stack: Stack) -> None:
     )
     assert answer.status == 200
     assert json.loads(answer.body)["headers"]["X-Key-Id"] == key.id
+
+
+# keysvc's answer headers as a CGI-style server names them (PEP 3333's HTTP_*, PHP's
+# FastCGI, Rack): "-" and "_" fold into one, case is lost.
+KEYSVC_FAMILIES = ("HTTP_X_KEY_", "HTTP_X_CREDITS_", "HTTP_X_ORGANIZATION_ID")
+
+
+def cgi_view(headers: dict[str, str]) -> dict[str, list[str]]:
+    """What a CGI-style upstream reads of keysvc's headers: every value under each
+    folded name (Python's wsgiref joins them with ","; Caddy's FastCGI keeps one)."""
+    folded: dict[str, list[str]] = {}
+    for name, value in headers.items():
+        key = "HTTP_" + name.upper().replace("-", "_")
+        if key.startswith(KEYSVC_FAMILIES):
+            folded.setdefault(key, []).append(value)
+    return folded
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        lambda name: name.replace("-", "_"),
+        lambda name: name.replace("-", "_", 1),
+        lambda name: name[::-1].replace("-", "_", 1)[::-1],
+        lambda name: name.lower().replace("-", "_"),
+    ],
+    ids=["all", "first", "last", "lower"],
+)
+def test_keysvc_s_headers_spelled_with_underscores_never_reach_the_upstream(
+    stack: Stack, spelling: Any
+) -> None:
+    """Caddy passes a header named X_Key_Permissions as it is; an upstream that reads
+    headers as CGI variables takes it for keysvc's X-Key-Permissions (a permission
+    added to the key's), and X_Key_External_Id or X_Credits_Remaining for the ones
+    keysvc left out. The upstream reads keysvc's answer and nothing else."""
+    key = stack.create_key(roles=["developer"])  # no externalId, no credits
+    forged = {
+        "X-Key-Permissions": "reports:read",
+        "X-Key-External-Id": "acme-corp",
+        "X-Organization-Id": OTHER_ORGANIZATION,
+        "X-Credits-Remaining": "1000000",
+        "X-Key-Id": "someone-else",
+        "X-Key-Role": "admin",
+    }
+    sent = {**key.headers, **{spelling(name): value for name, value in forged.items()}}
+    assert stack.through("/orders", sent)[1] == 1
+    assert cgi_view(stack.upstream.seen[-1]["headers"]) == {
+        "HTTP_X_KEY_ID": [key.id],
+        "HTTP_X_KEY_PERMISSIONS": ["keys:read,roles:read"],
+        "HTTP_X_ORGANIZATION_ID": [stack.admin.organization_id],
+    }
