@@ -7,16 +7,19 @@ them may change keysvc's decision or the cost it spends, and the upstream hears 
 called from keysvc alone.
 """
 
+import http.client
 import json
+import re
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 import pytest
 
 from keysvc.http.reuse import VARY
-from tests.caddy import Stack, start_stack
+from tests.caddy import Caddy, Stack, caddy_binary, start_stack
 from tests.nginx import CLIENT, call, raw
 
 OTHER_ORGANIZATION = "0e4f6b5a-1c2d-4e3f-8a9b-0c1d2e3f4a5b"
@@ -299,3 +302,42 @@ def test_keysvc_s_headers_spelled_with_underscores_never_reach_the_upstream(
         "HTTP_X_KEY_PERMISSIONS": ["keys:read,roles:read"],
         "HTTP_X_ORGANIZATION_ID": [stack.admin.organization_id],
     }
+
+
+ADMIN_STARTED = re.compile(r'"msg":"admin endpoint started","address":"([^"]+)"')
+
+
+def load_config(address: str, caddyfile: str) -> int:
+    """POST a Caddyfile to Caddy's admin endpoint at ``address`` (host:port), as any
+    local process can; the status."""
+    host, _, port = address.rpartition(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        connection.request("POST", "/load", caddyfile, {"Content-Type": "text/caddyfile"})
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+def test_no_local_process_can_reconfigure_caddy_by_the_file_s_own_settings(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Caddy's admin API has no authentication: a process that reaches it loads a
+    config without forward_auth. The file leaves it off unless CADDY_ADMIN names one."""
+    organization = stack.admin.organization_id
+    socket_path = stack.keysvc.unix
+    assert socket_path is not None
+    caddy = Caddy(caddy_binary(), tmp_path, socket_path, stack.upstream.base, organization)
+    del caddy.env["CADDY_ADMIN"]  # the file's own default
+    caddy.start()
+    try:
+        started = ADMIN_STARTED.search(caddy.log())
+        if started is not None:
+            site = f"http://127.0.0.1:{caddy.port} {{\n\treverse_proxy {stack.upstream.base}\n}}\n"
+            assert load_config(started[1], site) != 200, "a local process replaced the config"
+        answer = call(caddy.port, "/reports/q1", source=CLIENT)
+        assert answer.status == 401, answer.body
+    finally:
+        caddy.stop()
