@@ -10,9 +10,12 @@ called from keysvc alone.
 import http.client
 import json
 import re
+import signal
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from socket import create_connection
 from typing import Any
 from urllib.parse import unquote
 
@@ -341,3 +344,48 @@ def test_no_local_process_can_reconfigure_caddy_by_the_file_s_own_settings(
         assert answer.status == 401, answer.body
     finally:
         caddy.stop()
+
+
+def test_a_keysvc_that_does_not_answer_is_a_504_never_a_hang(tmp_path: Path) -> None:
+    """A frozen keysvc (SIGSTOP): its socket still accepts, and Caddy would wait for
+    ever. The client gets the config's JSON 504 within the bound, and the upstream
+    nothing."""
+    with ExitStack() as resources:
+        stack = start_stack(resources, tmp_path)
+        key = stack.create_key(roles=["developer"])
+        stack.keysvc.proc.send_signal(signal.SIGSTOP)
+        try:
+            connection = http.client.HTTPConnection(
+                "127.0.0.1", stack.caddy.port, timeout=30, source_address=(CLIENT, 0)
+            )
+            started = time.monotonic()
+            try:
+                connection.request("GET", "/orders", headers=key.headers)
+                response = connection.getresponse()
+                status, body = response.status, json.loads(response.read())
+            except TimeoutError:
+                status, body = 0, {}
+            finally:
+                connection.close()
+            waited = time.monotonic() - started
+        finally:
+            stack.keysvc.proc.send_signal(signal.SIGCONT)
+        assert (status, body.get("status")) == (504, 504), (status, body, waited)
+        assert 9 < waited < 20
+        assert stack.upstream.seen == []
+        assert stack.through("/orders", key.headers) == (200, 1)  # and back once it answers
+
+
+def test_a_client_that_never_finishes_its_headers_is_cut_off(stack: Stack) -> None:
+    """No key needed to hold a connection open: Caddy closes it within the bound."""
+    with create_connection(("127.0.0.1", stack.caddy.port), source_address=(CLIENT, 0)) as sock:
+        sock.settimeout(30)
+        sock.sendall(b"GET /orders HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        started = time.monotonic()
+        try:
+            while sock.recv(4096):
+                pass
+        except TimeoutError:
+            pass
+        waited = time.monotonic() - started
+    assert 9 < waited < 15, waited
