@@ -389,3 +389,19 @@ def test_a_client_that_never_finishes_its_headers_is_cut_off(stack: Stack) -> No
             pass
         waited = time.monotonic() - started
     assert 9 < waited < 15, waited
+
+
+@pytest.mark.parametrize("target", ["127.0.0.1:1", "127.0.0.1:443"])
+def test_a_request_without_a_path_is_refused_before_any_check(stack: Stack, target: str) -> None:
+    """CONNECT's target has no path: no permission of the map applies, and keysvc's 200
+    sent it on to the upstream, which answered for itself."""
+    key = stack.create_key(roles=["developer"])
+    before = stack.verified()
+    head = (
+        f"CONNECT {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        f"Authorization: {key.headers['Authorization']}\r\n\r\n"
+    )
+    status, body = raw(stack.caddy.port, head.encode())
+    assert status == 400, body
+    assert json.loads(body)["error"] == REFUSED
+    assert stack.verified() == before
