@@ -22,6 +22,7 @@ from urllib.parse import unquote
 import pytest
 
 from keysvc.http.reuse import VARY
+from keysvc.http.schemas import UUID_PATTERN
 from tests.caddy import Caddy, Stack, caddy_binary, start_stack
 from tests.nginx import CLIENT, call, raw
 
@@ -405,3 +406,31 @@ def test_a_request_without_a_path_is_refused_before_any_check(stack: Stack, targ
     assert status == 400, body
     assert json.loads(body)["error"] == REFUSED
     assert stack.verified() == before
+
+
+def test_the_config_s_own_answers_are_envelopes_with_a_fresh_request_id(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """The 400 the config gives before any check, and its 502 when keysvc cannot be
+    reached, carry a requestId as keysvc's answers do, a new one each time."""
+    key = stack.create_key(roles=["developer"])
+    ids = []
+    for _ in range(2):
+        answer = stack.get("/orders", key, **{"X-Key-Id": "forged"})
+        assert answer.status == 400
+        ids.append(answer.json()["requestId"])
+    nowhere = tmp_path / "no-keysvc.sock"
+    caddy = Caddy(
+        caddy_binary(), tmp_path, nowhere, stack.upstream.base, stack.admin.organization_id
+    )
+    caddy.start()
+    try:
+        for _ in range(2):
+            answer = call(caddy.port, "/orders", headers=key.headers, source=CLIENT)
+            assert answer.status == 502
+            assert answer.json()["status"] == 502
+            ids.append(answer.json()["requestId"])
+    finally:
+        caddy.stop()
+    assert all(UUID_PATTERN.fullmatch(request_id) for request_id in ids), ids
+    assert len(set(ids)) == 4
