@@ -434,3 +434,19 @@ def test_the_config_s_own_answers_are_envelopes_with_a_fresh_request_id(
         caddy.stop()
     assert all(UUID_PATTERN.fullmatch(request_id) for request_id in ids), ids
     assert len(set(ids)) == 4
+
+
+@pytest.mark.parametrize(
+    "name", ["X-RateLimit-Remaining", "x-ratelimit-limit", "X_RateLimit_Reset"]
+)
+def test_the_upstream_never_gets_a_client_s_rate_limit_headers(stack: Stack, name: str) -> None:
+    """keysvc's X-RateLimit-* go to the client alone: an upstream that reads them from
+    its request gets none, never the client's."""
+    limited = stack.create_key(roles=["developer"], rateLimit={"limit": 100, "windowSeconds": 60})
+    sent = {**limited.headers, name: "999999"}
+    assert stack.through("/orders", sent) == (200, 1)
+    assert not [
+        header
+        for header in stack.upstream.seen[-1]["headers"]
+        if header.lower().replace("_", "-").startswith("x-ratelimit-")
+    ]
