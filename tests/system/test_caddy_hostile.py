@@ -357,7 +357,7 @@ def test_a_keysvc_that_does_not_answer_is_a_504_never_a_hang(tmp_path: Path) -> 
         stack.keysvc.proc.send_signal(signal.SIGSTOP)
         try:
             connection = http.client.HTTPConnection(
-                "127.0.0.1", stack.caddy.port, timeout=30, source_address=(CLIENT, 0)
+                "127.0.0.1", stack.caddy.port, timeout=60, source_address=(CLIENT, 0)
             )
             started = time.monotonic()
             try:
@@ -372,7 +372,7 @@ def test_a_keysvc_that_does_not_answer_is_a_504_never_a_hang(tmp_path: Path) -> 
         finally:
             stack.keysvc.proc.send_signal(signal.SIGCONT)
         assert (status, body.get("status")) == (504, 504), (status, body, waited)
-        assert 9 < waited < 20
+        assert 19 < waited < 40
         assert stack.upstream.seen == []
         assert stack.through("/orders", key.headers) == (200, 1)  # and back once it answers
 
@@ -380,7 +380,7 @@ def test_a_keysvc_that_does_not_answer_is_a_504_never_a_hang(tmp_path: Path) -> 
 def test_a_client_that_never_finishes_its_headers_is_cut_off(stack: Stack) -> None:
     """No key needed to hold a connection open: Caddy closes it within the bound."""
     with create_connection(("127.0.0.1", stack.caddy.port), source_address=(CLIENT, 0)) as sock:
-        sock.settimeout(30)
+        sock.settimeout(60)
         sock.sendall(b"GET /orders HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         started = time.monotonic()
         try:
@@ -389,7 +389,7 @@ def test_a_client_that_never_finishes_its_headers_is_cut_off(stack: Stack) -> No
         except TimeoutError:
             pass
         waited = time.monotonic() - started
-    assert 9 < waited < 15, waited
+    assert 9 < waited < 40, waited
 
 
 @pytest.mark.parametrize("target", ["127.0.0.1:1", "127.0.0.1:443"])
