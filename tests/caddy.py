@@ -68,7 +68,19 @@ class Caddy:
         return done.stdout + done.stderr
 
     def start(self) -> None:
-        self.proc = start_listening(self.command("run"), self.out, self.port, self.log, self.env)
+        """Caddy binds its port on every interface, where free_port() looked at
+        127.0.0.1 alone: a port taken elsewhere is tried again with another, 3 times."""
+        for attempt in range(3):
+            try:
+                self.proc = start_listening(
+                    self.command("run"), self.out, self.port, self.log, self.env
+                )
+                return
+            except RuntimeError as failed:
+                if "address already in use" not in str(failed) or attempt == 2:
+                    raise
+                self.port = free_port()
+                self.env["KEYSVC_SITE"] = f"http://127.0.0.1:{self.port}"
 
     def log(self) -> str:
         return self.out.read_text(errors="replace") if self.out.exists() else ""

@@ -7,15 +7,23 @@ them may change keysvc's decision or the cost it spends, and the upstream hears 
 called from keysvc alone.
 """
 
+import http.client
 import json
+import re
+import signal
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
+from socket import create_connection
+from typing import Any
 from urllib.parse import unquote
 
 import pytest
 
 from keysvc.http.reuse import VARY
-from tests.caddy import Stack, start_stack
+from keysvc.http.schemas import UUID_PATTERN
+from tests.caddy import Caddy, Stack, caddy_binary, start_stack
 from tests.nginx import CLIENT, call, raw
 
 OTHER_ORGANIZATION = "0e4f6b5a-1c2d-4e3f-8a9b-0c1d2e3f4a5b"
@@ -248,3 +256,198 @@ def test_a_json_accept_still_gets_the_upstream_s_answer(stack: Stack) -> None:
     )
     assert answer.status == 200
     assert json.loads(answer.body)["headers"]["X-Key-Id"] == key.id
+
+
+# keysvc's answer headers as a CGI-style server names them (PEP 3333's HTTP_*, PHP's
+# FastCGI, Rack): "-" and "_" fold into one, case is lost.
+KEYSVC_FAMILIES = ("HTTP_X_KEY_", "HTTP_X_CREDITS_", "HTTP_X_ORGANIZATION_ID")
+
+
+def cgi_view(headers: dict[str, str]) -> dict[str, list[str]]:
+    """What a CGI-style upstream reads of keysvc's headers: every value under each
+    folded name (Python's wsgiref joins them with ","; Caddy's FastCGI keeps one)."""
+    folded: dict[str, list[str]] = {}
+    for name, value in headers.items():
+        key = "HTTP_" + name.upper().replace("-", "_")
+        if key.startswith(KEYSVC_FAMILIES):
+            folded.setdefault(key, []).append(value)
+    return folded
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        lambda name: name.replace("-", "_"),
+        lambda name: name.replace("-", "_", 1),
+        lambda name: name[::-1].replace("-", "_", 1)[::-1],
+        lambda name: name.lower().replace("-", "_"),
+    ],
+    ids=["all", "first", "last", "lower"],
+)
+def test_keysvc_s_headers_spelled_with_underscores_never_reach_the_upstream(
+    stack: Stack, spelling: Any
+) -> None:
+    """Caddy passes a header named X_Key_Permissions as it is; an upstream that reads
+    headers as CGI variables takes it for keysvc's X-Key-Permissions (a permission
+    added to the key's), and X_Key_External_Id or X_Credits_Remaining for the ones
+    keysvc left out. The upstream reads keysvc's answer and nothing else."""
+    key = stack.create_key(roles=["developer"])  # no externalId, no credits
+    forged = {
+        "X-Key-Permissions": "reports:read",
+        "X-Key-External-Id": "acme-corp",
+        "X-Organization-Id": OTHER_ORGANIZATION,
+        "X-Credits-Remaining": "1000000",
+        "X-Key-Id": "someone-else",
+        "X-Key-Role": "admin",
+    }
+    sent = {**key.headers, **{spelling(name): value for name, value in forged.items()}}
+    assert stack.through("/orders", sent)[1] == 1
+    assert cgi_view(stack.upstream.seen[-1]["headers"]) == {
+        "HTTP_X_KEY_ID": [key.id],
+        "HTTP_X_KEY_PERMISSIONS": ["keys:read,roles:read"],
+        "HTTP_X_ORGANIZATION_ID": [stack.admin.organization_id],
+    }
+
+
+ADMIN_STARTED = re.compile(r'"msg":"admin endpoint started","address":"([^"]+)"')
+
+
+def load_config(address: str, caddyfile: str) -> int:
+    """POST a Caddyfile to Caddy's admin endpoint at ``address`` (host:port), as any
+    local process can; the status."""
+    host, _, port = address.rpartition(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        connection.request("POST", "/load", caddyfile, {"Content-Type": "text/caddyfile"})
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+def test_no_local_process_can_reconfigure_caddy_by_the_file_s_own_settings(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Caddy's admin API has no authentication: a process that reaches it loads a
+    config without forward_auth. The file leaves it off unless CADDY_ADMIN names one."""
+    organization = stack.admin.organization_id
+    socket_path = stack.keysvc.unix
+    assert socket_path is not None
+    caddy = Caddy(caddy_binary(), tmp_path, socket_path, stack.upstream.base, organization)
+    del caddy.env["CADDY_ADMIN"]  # the file's own default
+    caddy.start()
+    try:
+        started = ADMIN_STARTED.search(caddy.log())
+        if started is not None:
+            site = f"http://127.0.0.1:{caddy.port} {{\n\treverse_proxy {stack.upstream.base}\n}}\n"
+            assert load_config(started[1], site) != 200, "a local process replaced the config"
+        answer = call(caddy.port, "/reports/q1", source=CLIENT)
+        assert answer.status == 401, answer.body
+    finally:
+        caddy.stop()
+
+
+def test_a_keysvc_that_does_not_answer_is_a_504_never_a_hang(tmp_path: Path) -> None:
+    """A frozen keysvc (SIGSTOP): its socket still accepts, and Caddy would wait for
+    ever. The client gets the config's JSON 504 within the bound, and the upstream
+    nothing."""
+    with ExitStack() as resources:
+        stack = start_stack(resources, tmp_path)
+        key = stack.create_key(roles=["developer"])
+        stack.keysvc.proc.send_signal(signal.SIGSTOP)
+        try:
+            connection = http.client.HTTPConnection(
+                "127.0.0.1", stack.caddy.port, timeout=60, source_address=(CLIENT, 0)
+            )
+            started = time.monotonic()
+            try:
+                connection.request("GET", "/orders", headers=key.headers)
+                response = connection.getresponse()
+                status, body = response.status, json.loads(response.read())
+            except TimeoutError:
+                status, body = 0, {}
+            finally:
+                connection.close()
+            waited = time.monotonic() - started
+        finally:
+            stack.keysvc.proc.send_signal(signal.SIGCONT)
+        assert (status, body.get("status")) == (504, 504), (status, body, waited)
+        assert 19 < waited < 40
+        assert stack.upstream.seen == []
+        assert stack.through("/orders", key.headers) == (200, 1)  # and back once it answers
+
+
+def test_a_client_that_never_finishes_its_headers_is_cut_off(stack: Stack) -> None:
+    """No key needed to hold a connection open: Caddy closes it within the bound."""
+    with create_connection(("127.0.0.1", stack.caddy.port), source_address=(CLIENT, 0)) as sock:
+        sock.settimeout(60)
+        sock.sendall(b"GET /orders HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        started = time.monotonic()
+        try:
+            while sock.recv(4096):
+                pass
+        except TimeoutError:
+            pass
+        waited = time.monotonic() - started
+    assert 9 < waited < 40, waited
+
+
+@pytest.mark.parametrize("target", ["127.0.0.1:1", "127.0.0.1:443"])
+def test_a_request_without_a_path_is_refused_before_any_check(stack: Stack, target: str) -> None:
+    """CONNECT's target has no path: no permission of the map applies, and keysvc's 200
+    sent it on to the upstream, which answered for itself."""
+    key = stack.create_key(roles=["developer"])
+    before = stack.verified()
+    head = (
+        f"CONNECT {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        f"Authorization: {key.headers['Authorization']}\r\n\r\n"
+    )
+    status, body = raw(stack.caddy.port, head.encode())
+    assert status == 400, body
+    assert json.loads(body)["error"] == REFUSED
+    assert stack.verified() == before
+
+
+def test_the_config_s_own_answers_are_envelopes_with_a_fresh_request_id(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """The 400 the config gives before any check, and its 502 when keysvc cannot be
+    reached, carry a requestId as keysvc's answers do, a new one each time."""
+    key = stack.create_key(roles=["developer"])
+    ids = []
+    for _ in range(2):
+        answer = stack.get("/orders", key, **{"X-Key-Id": "forged"})
+        assert answer.status == 400
+        ids.append(answer.json()["requestId"])
+    nowhere = tmp_path / "no-keysvc.sock"
+    caddy = Caddy(
+        caddy_binary(), tmp_path, nowhere, stack.upstream.base, stack.admin.organization_id
+    )
+    caddy.start()
+    try:
+        for _ in range(2):
+            answer = call(caddy.port, "/orders", headers=key.headers, source=CLIENT)
+            assert answer.status == 502
+            assert answer.json()["status"] == 502
+            ids.append(answer.json()["requestId"])
+    finally:
+        caddy.stop()
+    assert all(UUID_PATTERN.fullmatch(request_id) for request_id in ids), ids
+    assert len(set(ids)) == 4
+
+
+@pytest.mark.parametrize(
+    "name", ["X-RateLimit-Remaining", "x-ratelimit-limit", "X_RateLimit_Reset"]
+)
+def test_the_upstream_never_gets_a_client_s_rate_limit_headers(stack: Stack, name: str) -> None:
+    """keysvc's X-RateLimit-* go to the client alone: an upstream that reads them from
+    its request gets none, never the client's."""
+    limited = stack.create_key(roles=["developer"], rateLimit={"limit": 100, "windowSeconds": 60})
+    sent = {**limited.headers, name: "999999"}
+    assert stack.through("/orders", sent) == (200, 1)
+    assert not [
+        header
+        for header in stack.upstream.seen[-1]["headers"]
+        if header.lower().replace("_", "-").startswith("x-ratelimit-")
+    ]
