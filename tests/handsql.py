@@ -46,7 +46,12 @@ def _on_sqlite(settings: Settings, statements: Sequence[Statement]) -> list[tupl
     # A loaded machine can hold the app's write lock past sqlite3's default 5 s wait.
     conn = sqlite3.connect(settings.db_path, isolation_level=None, timeout=30)
     try:
-        conn.execute("begin immediate")
+        # Reads take no write lock (WAL readers wait for nobody). This call blocks the
+        # test's event loop, so a write transaction the app has open on that loop (a
+        # delivery worker's, say) cannot end while we wait: a read that asked for the
+        # write lock would wait out its timeout and fail.
+        reads_only = all(sql.lstrip().lower().startswith("select") for sql, _ in statements)
+        conn.execute("begin" if reads_only else "begin immediate")
         rows: list[tuple[Any, ...]] = []
         for sql, params in statements:
             rows = conn.execute(sql, tuple(params)).fetchall()
