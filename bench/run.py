@@ -404,6 +404,8 @@ def _forward(
     started, load = time.monotonic(), os.getloadavg()[0]
     wrk_path, hey_path = wrk.ensure_wrk(), hey.ensure_hey()
     with ExitStack() as stack:
+        if args.workdir is not None:
+            args.workdir.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix="keysvc-bench-forward-", dir=args.workdir))
         if args.workdir is None:
             stack.callback(shutil.rmtree, work, ignore_errors=True)
