@@ -94,10 +94,8 @@ def is_public(view: object) -> bool:
     return route is not None and route.public
 
 
-# The literal last segments of declared paths, by the path before them, with their
-# methods: ``/keys/import`` beside ``/keys/{keyId}``.
-_LITERALS: dict[str, dict[str, set[str]]] = {}
-# The same as whole paths, each parameter any one segment, for the router's own 405s.
+# The declared paths whose last segment is literal (``/keys/import`` beside
+# ``/keys/{keyId}``), each parameter any one segment, with their methods.
 _LITERAL_PATHS: dict[str, tuple[re.Pattern[str], set[str]]] = {}
 
 
@@ -117,10 +115,10 @@ def path_uuid(request: web.Request, name: str) -> str:
     value = request.match_info[name]
     if not UUID_PATTERN.fullmatch(value):
         resource = request.match_info.route.resource
-        head, _, last = (resource.canonical if resource else "").rpartition("/")
-        methods = _LITERALS.get(head, {}).get(value)
-        if last == "{" + name + "}" and methods:
-            raise web.HTTPMethodNotAllowed(request.method, sorted(methods))
+        last = (resource.canonical if resource else "").rpartition("/")[2]
+        methods = literal_methods(request.path) if last == "{" + name + "}" else None
+        if methods:
+            raise web.HTTPMethodNotAllowed(request.method, methods)
         raise BadRequest(
             f"{name}: must be a lowercase UUID such as 123e4567-e89b-42d3-a456-426614174000"
         )
@@ -131,10 +129,8 @@ def register(router: web.UrlDispatcher, routes: tuple[Route, ...]) -> None:
     """Add ``routes`` to ``router``, each with its view; a GET answers HEAD too."""
     for route in routes:
         view = handler_of(route)
-        head, _, last = route.path.rpartition("/")
-        if "{" not in last:
+        if "{" not in route.path.rpartition("/")[2]:
             methods = {route.method, "HEAD"} if route.method == "GET" else {route.method}
-            _LITERALS.setdefault(head, {}).setdefault(last, set()).update(methods)
             pattern = re.compile(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(route.path)))
             _LITERAL_PATHS.setdefault(route.path, (pattern, set()))[1].update(methods)
         if route.method == "GET":
