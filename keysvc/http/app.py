@@ -41,6 +41,7 @@ from keysvc.http.state import (
     CLOCK,
     HASHER,
     IN_FLIGHT,
+    KEPT_REUSE,
     KEY_STATES,
     LEAK_REPORTS,
     LIMITS,
@@ -49,6 +50,7 @@ from keysvc.http.state import (
     SETTINGS,
     STORE,
     InFlight,
+    KeptReuse,
 )
 from keysvc.metrics import KEYS_COUNTED_EVERY_SECONDS, Metrics
 from keysvc.ops.delivery import Deliverer
@@ -152,6 +154,7 @@ def create_app(
     app[CLOCK] = clock
     app[LIMITS] = Limits(failures or FailureSketch.of(settings))
     app[IN_FLIGHT] = in_flight
+    app[KEPT_REUSE] = KeptReuse()
     app[PARSER_ERROR_LOG] = parser_error_log(logger)
     app.cleanup_ctx.append(_database)
     app.cleanup_ctx.append(_leak_reports)

@@ -24,7 +24,7 @@ from aiohttp import web
 
 from keysvc.config import Settings
 from keysvc.domain.reuse import Reuse, reuse_bound
-from keysvc.http.state import CALLER, CLOCK, PREVIOUS_CREDENTIAL, SETTINGS
+from keysvc.http.state import CALLER, CLOCK, KEPT_REUSE, PREVIOUS_CREDENTIAL, SETTINGS, KeptReuse
 from keysvc.models import Key
 
 # Every request header a verify answer depends on, besides the URL.
@@ -85,14 +85,14 @@ def reuse_headers(request: web.Request, status: int) -> Mapping[str, str]:
         return _NOT_REUSED
     caller = request.get(CALLER)
     if caller is None:
-        return _within_setting(app[CLOCK](), seconds)
+        return _within_setting(app[KEPT_REUSE], app[CLOCK](), seconds)
     # The grace counts only for an answer that used the previous credentials.
     grace = caller.previous_until
     if grace is not None and not request.get(PREVIOUS_CREDENTIAL, False):
         grace = None
     every_request = must_see_every_request(caller, settings)
     if grace is None and caller.expire_at is None and not every_request:
-        return _within_setting(app[CLOCK](), seconds)
+        return _within_setting(app[KEPT_REUSE], app[CLOCK](), seconds)
     ends = (caller.expire_at, grace)
     bound = reuse_bound(app[CLOCK](), seconds, every_request=every_request, ends=ends)
     return _NOT_REUSED if bound is None else _headers(bound)
@@ -111,22 +111,17 @@ def _headers(bound: Reuse) -> Mapping[str, str]:
     )
 
 
-# The headers of the answers bounded by the setting alone, with the whole second and
-# the setting they were made for: one tuple, read and replaced whole.
-_kept: tuple[int, int, Mapping[str, str]] = (-1, 0, _NOT_REUSED)
-
-
-def _within_setting(now: datetime, seconds: int) -> Mapping[str, str]:
+def _within_setting(state: KeptReuse, now: datetime, seconds: int) -> Mapping[str, str]:
     """The headers of an answer given at ``now`` that nothing ends sooner than the
     setting's ``seconds``: its bound is a function of the whole second alone (the rule's
     ``reuse_bound`` with no ends), so the second's first such answer makes them and the
-    rest of that second's reuse them, as most verify answers are."""
-    global _kept
+    rest of that second's reuse them, as most verify answers are. Kept per application:
+    another app in the process (a test's, with a clock of its own) keeps its own."""
     second = math.floor(now.timestamp())
-    kept = _kept
-    if kept[0] == second and kept[1] == seconds:
+    kept = state.kept
+    if kept[0] == second and kept[1] == seconds and kept[2] is not None:
         return kept[2]
     bound = reuse_bound(now, seconds)
     headers = _NOT_REUSED if bound is None else _headers(bound)
-    _kept = (second, seconds, headers)
+    state.kept = (second, seconds, headers)
     return headers

@@ -1,5 +1,6 @@
 """Typed keys for what the application and each request carry."""
 
+from collections.abc import Mapping
 from datetime import datetime
 
 from aiohttp import web
@@ -38,6 +39,18 @@ class InFlight:
 
 
 IN_FLIGHT = web.AppKey("in_flight", InFlight)
+
+
+class KeptReuse:
+    """The reuse headers of the verify answers the setting alone bounds, with the whole
+    second and the setting they were made for (keysvc.http.reuse): one tuple, read and
+    replaced whole."""
+
+    def __init__(self) -> None:
+        self.kept: tuple[int, int, Mapping[str, str] | None] = (-1, 0, None)
+
+
+KEPT_REUSE = web.AppKey("kept_reuse", KeptReuse)
 
 REQUEST_ID = web.RequestKey("request_id", str)
 CALLER = web.RequestKey("caller", Key)

@@ -38,8 +38,6 @@ class Bounds:
 def bounds(monkeypatch: pytest.MonkeyPatch) -> Iterator[Bounds]:
     counted = Bounds()
     monkeypatch.setattr(reuse, "reuse_bound", counted)
-    # What an earlier test of this process kept: its fake clock's seconds are this one's.
-    monkeypatch.setattr(reuse, "_kept", (-1, 0, reuse.NO_REUSE))
     yield counted
 
 
