@@ -164,6 +164,8 @@ class PendingReports:
         self._task: asyncio.Task[None] | None = None
         # The report the running step took, passed over if its work fails.
         self._taken: int | None = None
+        # Rounds failed in a row: only the first of them is logged.
+        self._failed_rounds = 0
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="keysvc-leak-reports")
@@ -206,13 +208,24 @@ class PendingReports:
                 async with self._store.delivery_reader() as reader:
                     await self._rounds(reader)
             except Exception:  # the database's trouble: the reports wait for the next round
-                logger.exception("pending leak reports could not be acted on now")
+                # Its first round says why; the rest of the trouble, one round a poll,
+                # adds nothing to the log until it ends.
+                if not self._failed_rounds:
+                    logger.exception("pending leak reports could not be acted on now")
+                self._failed_rounds += 1
                 await asyncio.sleep(self.poll)
 
     async def _rounds(self, reader: Connection) -> None:
         while True:
             self._woken.clear()
-            if await pending_sql.any_pending(reader):
+            pending = await pending_sql.any_pending(reader)
+            if self._failed_rounds:
+                logger.info(
+                    "pending leak reports are acted on again, after %d failed rounds",
+                    self._failed_rounds,
+                )
+                self._failed_rounds = 0
+            if pending:
                 await self.work_through()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._woken.wait(), self.poll)
