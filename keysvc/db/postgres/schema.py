@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
+import asyncpg
+
 from keysvc.config import ConfigError
 from keysvc.db.sqlite.migrations import (
     FAIR_DELIVERY_STEP,
@@ -352,7 +354,19 @@ async def _migration_lock(conn: Any) -> None:
     MIGRATION_WAIT_SECONDS with a log line every few seconds naming its holders
     (pg_locks), then a ConfigError."""
     if await conn.fetchval("select to_regclass($1) is not null", LOCKS_TABLE):
-        await conn.fetchval(TAKE_LOCK, "migration")
+        # Bounded as the advisory lock's wait: a keysvc that starts while another
+        # holds the row (migrating, or frozen while it did) ends with a clear error
+        # rather than waiting without end; systemd starts it again.
+        await conn.execute(f"set local lock_timeout = {int(MIGRATION_WAIT_SECONDS * 1000)}")
+        try:
+            await conn.fetchval(TAKE_LOCK, "migration")
+        except asyncpg.LockNotAvailableError:
+            raise ConfigError(
+                f"could not take keysvc's migration lock (the 'migration' row of {LOCKS_TABLE})"
+                f" within {MIGRATION_WAIT_SECONDS:.0f} s: another keysvc is migrating the"
+                " database, or holds the row; see pg_locks"
+            ) from None
+        await conn.execute("set local lock_timeout = default")
         return
     started = time.monotonic()
     logged = started
