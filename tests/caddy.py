@@ -44,6 +44,7 @@ class Caddy:
             "XDG_DATA_HOME": str(directory / "data"),
             "XDG_CONFIG_HOME": str(directory / "config"),
             "KEYSVC_SITE": f"http://127.0.0.1:{self.port}",
+            "KEYSVC_BIND": "127.0.0.1",
             "KEYSVC_SOCKET": str(keysvc_socket),
             "KEYSVC_UPSTREAM": upstream.removeprefix("http://"),
             "KEYSVC_ORGANIZATION": organization,
@@ -68,8 +69,8 @@ class Caddy:
         return done.stdout + done.stderr
 
     def start(self) -> None:
-        """Caddy binds its port on every interface, where free_port() looked at
-        127.0.0.1 alone: a port taken elsewhere is tried again with another, 3 times."""
+        """A port taken between free_port() and Caddy's bind is tried again with
+        another, 3 times."""
         for attempt in range(3):
             try:
                 self.proc = start_listening(

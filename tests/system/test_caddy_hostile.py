@@ -451,3 +451,14 @@ def test_the_upstream_never_gets_a_client_s_rate_limit_headers(stack: Stack, nam
         for header in stack.upstream.seen[-1]["headers"]
         if header.lower().replace("_", "-").startswith("x-ratelimit-")
     ]
+
+
+def test_a_loopback_site_listens_on_loopback_alone(stack: Stack) -> None:
+    """A site address names the Host Caddy matches, not where it listens: with
+    KEYSVC_BIND=127.0.0.1 (as the docs say for a plain-HTTP loopback site) another
+    address of the machine, here 127.0.0.3 with the site's Host, is refused."""
+    port = stack.caddy.port
+    with create_connection(("127.0.0.1", port), timeout=5):
+        pass
+    with pytest.raises(ConnectionRefusedError):
+        create_connection(("127.0.0.3", port), timeout=5).close()
