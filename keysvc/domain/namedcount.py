@@ -102,15 +102,17 @@ def asks(
     identity_limits: tuple[NamedLimit, ...],
     named: dict[str, int],
     header: bool = False,
+    organization: str = "",
 ) -> Sequence[tuple[str, Ask]]:
     """What a verify checks, each with its limit's name: every autoApply limit, and each
     named one at its cost (an autoApply one at least 1 when ``header``: named in
     X-Ratelimit). ``identity_id``, ``identity_limits``: the key's identity, or
-    ``None, ()`` for a key without one. Without names, the same for every verify of the
-    key: made once."""
+    ``None, ()`` for a key without one; ``organization``: theirs. Without names, the
+    same for every verify of the key: made once."""
     if not named:
-        return _auto_applied(key_id, key_limits, identity_id, identity_limits)
-    return _asks(key_id, key_limits, identity_id, identity_limits, named, 1 if header else 0)
+        return _auto_applied(key_id, key_limits, identity_id, identity_limits, organization)
+    least = 1 if header else 0
+    return _asks(key_id, key_limits, identity_id, identity_limits, named, least, organization)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -119,8 +121,9 @@ def _auto_applied(
     key_limits: tuple[NamedLimit, ...],
     identity_id: str | None,
     identity_limits: tuple[NamedLimit, ...],
+    organization: str,
 ) -> tuple[tuple[str, Ask], ...]:
-    return tuple(_asks(key_id, key_limits, identity_id, identity_limits, {}))
+    return tuple(_asks(key_id, key_limits, identity_id, identity_limits, {}, 0, organization))
 
 
 def _asks(
@@ -130,6 +133,7 @@ def _asks(
     identity_limits: Sequence[NamedLimit],
     named: dict[str, int],
     least_auto: int = 0,
+    organization: str = "",
 ) -> list[tuple[str, Ask]]:
     checked: list[tuple[str, Ask]] = []
     left = dict(named)
@@ -140,7 +144,9 @@ def _asks(
         if limit.auto_apply:
             cost = max(cost, least_auto)
         counter = f"k:{key_id}" if owner == "key" else f"i:{identity_id}"
-        ask = Ask(f"r:{counter}:{limit.name}", limit.limit, limit.window_seconds, cost)
+        ask = Ask(
+            f"r:{counter}:{limit.name}", limit.limit, limit.window_seconds, cost, organization
+        )
         checked.append((limit.name, ask))
     if left:
         unknown = next(iter(left))

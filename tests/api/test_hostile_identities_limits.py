@@ -3,11 +3,19 @@ both backends: what a client may name in X-Ratelimit, which a proxy that forward
 client's headers (Traefik's ForwardAuth does by default) passes on. Before, naming an
 autoApply limit at cost 0 in the header (``X-Ratelimit: burst;cost=0``) checked it
 without counting, so such a client was never counted by a limit that applies to every
-verify; the query, which the proxy alone writes, may still say 0."""
+verify; the query, which the proxy alone writes, may still say 0. And one organization
+that renamed its limits without end filled the process's bounded table of counts, whose
+oldest (another organization's) were dropped: that organization's 1-a-day limit let a
+second request through (6,300 renames, 230 s, with the shipped bound of 100,000; here
+the app's table is made smaller, the same real counter)."""
 
 from typing import Any
 
-from tests.helpers import Client, Creds, FakeClock, assert_ok, create_creds
+from aiohttp import web
+
+from keysvc.domain.ratelimit import WindowCounter
+from keysvc.http.state import LIMITS
+from tests.helpers import Client, Creds, FakeClock, assert_ok, bootstrap, create_creds
 
 VERIFY = "/v1/verify"
 JSON = {"Accept": "application/json"}
@@ -59,3 +67,30 @@ async def test_the_query_still_checks_an_auto_apply_limit_without_counting(
     assert await _checked(client, key, VERIFY + "?ratelimit=burst:0") == [("burst", 3)]
     assert await _checked(client, key, **{"X-Ratelimit": "burst;cost=2"}) == [("burst", 1)]
     assert await _checked(client, key) == [("burst", 0)]
+
+
+async def test_one_organizations_churn_of_limit_names_keeps_anothers_counts(
+    client: Client, admin: Creds, app: web.Application
+) -> None:
+    app[LIMITS].requests = WindowCounter(max_entries=100)
+    day = {"name": "day", "limit": 1, "windowSeconds": 86400, "autoApply": True}
+    victim = await create_creds(
+        client, admin, {"name": "v", "roles": ["developer"], "ratelimits": [day]}
+    )
+    plain = await create_creds(
+        client,
+        admin,
+        {"name": "p", "roles": ["developer"], "rateLimit": {"limit": 1, "windowSeconds": 86400}},
+    )
+    for key in (victim, plain):
+        assert await _statuses(client, key, VERIFY, 2) == [200, 429]
+    other = await bootstrap(app, "other")
+    churner = await create_creds(client, other, {"name": "c", "roles": ["developer"]})
+    url = f"/v1/organizations/{other.organization_id}/keys/{churner.id}"
+    for round_ in range(20):
+        names = [{**day, "name": f"n{round_}-{n}", "limit": 1000} for n in range(16)]
+        patched = await client.patch(url, json={"ratelimits": names}, headers=other.headers)
+        await assert_ok(patched)
+        assert (await client.get(VERIFY, headers=churner.headers)).status == 200
+    for key in (victim, plain):
+        assert await _statuses(client, key, VERIFY, 1) == [429]

@@ -158,7 +158,7 @@ async def _count_named(
     header = not (request.query_string and namedcount.PARAM in request.query)
     asks = namedcount.asks(
         caller.id, namedcount.limits_of(caller.ratelimits), identity_id, identity_limits, named,
-        header=header,
+        header=header, organization=caller.organization_id,
     )  # fmt: skip
     if not asks:
         return []
