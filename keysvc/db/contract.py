@@ -200,6 +200,10 @@ class IdentityReads(Protocol):
 
     def keys_of(self, identity: Identity) -> Awaitable[list[str]]: ...
 
+    def held_by_keys(self, organization_id: str, external_id: str) -> Awaitable[frozenset[str]]:
+        """Every permission any of the organization's keys with ``external_id`` holds."""
+        ...
+
     def sharing(self, organization_id: str, external_id: str) -> Awaitable[str | None]:
         """The identity whose credits the key's verifies spend from (cached)."""
         ...

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from keysvc.db.cache import Caches
 from keysvc.db.contract import Connection
 from keysvc.db.keys import credits_params
+from keysvc.db.roles import permissions_of_keys
 from keysvc.db.rows import credits_flags, credits_from_row
 from keysvc.db.statements import fetch_all, fetch_one
 from keysvc.db.timing import Observer, timed
@@ -145,6 +146,10 @@ class IdentityStore:
     async def keys_of(self, identity: Identity) -> list[str]:
         return await keys_of(self._reader, identity)
 
+    @timed
+    async def held_by_keys(self, organization_id: str, external_id: str) -> frozenset[str]:
+        return await held_by_keys(self._reader, organization_id, external_id)
+
 
 async def get_identity(conn: Connection, organization_id: str, identity_id: str) -> Identity | None:
     return _one(await fetch_all(conn, BY_ID, (organization_id, identity_id)))
@@ -158,8 +163,20 @@ async def identity_by_external_id(
 
 async def keys_of(conn: Connection, identity: Identity) -> list[str]:
     """The UUIDs of the identity's keys, oldest first."""
-    rows = await fetch_all(conn, _KEYS_OF, (identity.organization_id, identity.external_id))
+    return await keys_with(conn, identity.organization_id, identity.external_id)
+
+
+async def keys_with(conn: Connection, organization_id: str, external_id: str) -> list[str]:
+    """The UUIDs of the organization's keys with ``external_id``, oldest first: its
+    identity's keys, or those an identity of it made now would have."""
+    rows = await fetch_all(conn, _KEYS_OF, (organization_id, external_id))
     return [row["id"] for row in rows]
+
+
+async def held_by_keys(conn: Connection, organization_id: str, external_id: str) -> frozenset[str]:
+    """Every permission any of the organization's keys with ``external_id`` holds."""
+    keys = set(await keys_with(conn, organization_id, external_id))
+    return await permissions_of_keys(conn, organization_id, keys)
 
 
 async def next_place(conn: Connection, organization_id: str) -> int:

@@ -7,7 +7,10 @@ write reads, checks and writes in one transaction of the store's, with its activ
 listed with ``include=keysvc``). The escalation rule is the keys' one: a caller may
 change or delete an identity only if it holds every permission any of the identity's
 keys holds (changing the identity changes what those keys may spend), and a key may
-not change the credits or limits of its own identity.
+not change the credits or limits of its own identity. Creating an identity for an
+externalId that keys already carry is such a change too (it gives those keys what to
+share), and so is putting a key into an identity that shares credits or limits (the key
+then spends them: ``check_joining``, for a key's create, PATCH and import).
 """
 
 import uuid
@@ -23,7 +26,7 @@ from keysvc.db.contract import Connection, Store
 from keysvc.domain import activities, cursors
 from keysvc.domain import credits as credit_rules
 from keysvc.domain.namedlimits import dumps, from_wire, loads, to_wire
-from keysvc.domain.permissions import missing
+from keysvc.domain.permissions import has_permission, missing
 from keysvc.errors import Conflict, Forbidden, NotFound, PreconditionFailed
 from keysvc.keyview import credits_json
 from keysvc.models import Activity, Actor, Identity, IdentityPage, Key
@@ -32,6 +35,10 @@ from keysvc.timeutil import to_text
 NOT_FOUND = "identity not found in this organization"
 TAKEN = "externalId: this organization has an identity with this externalId already"
 STRONGER = "cannot change this identity: one of its keys holds a permission this key lacks"
+JOINING = (
+    "externalId: this organization's identity with this externalId shares credits or rate"
+    " limits; putting a key into it needs identities:write and every permission its keys hold"
+)
 OWN = "a key cannot change the credits or limits of its own identity: use another key"
 UNLIMITED = (
     'the identity\'s credits are unlimited: set a number first ({"set": n}), then increment'
@@ -100,12 +107,22 @@ def _whole(identity: Identity) -> dict[str, Any]:
 
 
 async def create_identity(
-    store: Store, organization_id: str, data: Mapping[str, Any], now: datetime, actor: Actor
+    store: Store,
+    caller: Key,
+    organization_id: str,
+    data: Mapping[str, Any],
+    now: datetime,
+    actor: Actor,
 ) -> Identity:
-    """Store an identity from a validated create body; 409 when its externalId is taken."""
+    """Store an identity from a validated create body; 409 when its externalId is taken,
+    403 when a key that carries it holds a permission ``caller`` lacks."""
     async with store.transaction("create_identity") as conn:
         if await identity_sql.identity_by_external_id(conn, organization_id, data["externalId"]):
             raise Conflict(TAKEN)
+        # The keys that already carry the externalId (their identity was deleted) join it.
+        held = await identity_sql.held_by_keys(conn, organization_id, data["externalId"])
+        if missing(caller.permissions, sorted(held)) is not None:
+            raise Forbidden(STRONGER)
         identity = await _insert(conn, organization_id, data, now)
         if identity.credits is not None or identity.ratelimits is not None:
             # Whether verify spends for this identity's keys, and what it counts: what
@@ -134,6 +151,25 @@ async def _insert(
     )
     await identity_sql.insert_identity(conn, identity)
     return identity
+
+
+async def check_joining(
+    store: Store, caller: Key | None, organization_id: str, external_id: str | None
+) -> None:
+    """Refuse (403) to give a key ``external_id`` when that identity shares credits or
+    rate limits and ``caller`` may not change it (``identities:write`` and every
+    permission its keys hold): otherwise a key that may only create keys would spend a
+    stronger key's shared credits and limits, or lock it out. None: the operator."""
+    if caller is None or external_id is None:
+        return
+    found = await store.identities.identity_of(organization_id, external_id)
+    if found is None or (found.credits is None and found.ratelimits is None):
+        return
+    held = await store.identities.held_by_keys(organization_id, external_id)
+    if not has_permission(caller.permissions, "identities:write") or missing(
+        caller.permissions, sorted(held)
+    ):
+        raise Forbidden(JOINING)
 
 
 async def identity_of(store: Store, key: Key) -> Identity | None:

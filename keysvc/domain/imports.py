@@ -37,6 +37,7 @@ from keysvc.db import imports as import_sql
 from keysvc.db import keys as key_sql
 from keysvc.db.contract import Store
 from keysvc.domain import credits as credit_rules
+from keysvc.domain import identities
 from keysvc.domain import keys as key_rules
 from keysvc.domain.activities import KEY_IMPORT, key_values
 from keysvc.domain.permissions import cannot_grant
@@ -163,6 +164,7 @@ async def _plan(
     chosen: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Role] | ApiError] = {}
     seen_ids: set[str] = set()
     seen_material: set[bytes] = set()
+    joins: dict[str, str | None] = {}
     planned = []
     for index, data in records:
         import_id = data["importId"]
@@ -180,6 +182,11 @@ async def _plan(
         roles = chosen[choice]
         if isinstance(roles, ApiError):
             result.errors.append((index, import_id, roles.message))
+            continue
+        joining = data.get("externalId")
+        refused = await _join_refusal(store, caller, organization_id, joining, joins)
+        if refused is not None:
+            result.errors.append((index, import_id, refused))
             continue
         key_id_hash, secret_hash, suffix, token = material(hasher, data)
         if import_id in seen_ids or key_id_hash in seen_material:
@@ -208,6 +215,26 @@ async def _plan(
         )
         planned.append(_Planned(index, import_id, new, roles, token))
     return planned
+
+
+async def _join_refusal(
+    store: Store,
+    caller: Key | None,
+    organization_id: str,
+    external_id: str | None,
+    seen: dict[str, str | None],
+) -> str | None:
+    """Why a record may not join the identity of ``external_id``
+    (``keysvc.domain.identities.check_joining``), asked once per externalId (``seen``)."""
+    if external_id is None:
+        return None
+    if external_id not in seen:
+        try:
+            await identities.check_joining(store, caller, organization_id, external_id)
+            seen[external_id] = None
+        except ApiError as exc:
+            seen[external_id] = exc.message
+    return seen[external_id]
 
 
 def _refusal(

@@ -21,7 +21,7 @@ from keysvc.db import keys as key_sql
 from keysvc.db import meta
 from keysvc.db.contract import Connection, Recheck, Store
 from keysvc.db.statements import settle, tentatively
-from keysvc.domain import activities, cursors, namedlimits
+from keysvc.domain import activities, cursors, identities, namedlimits
 from keysvc.domain import credits as credit_rules
 from keysvc.domain.activities import SYSTEM
 from keysvc.domain.limits import MAX_ROLE_IDS, OWN_ACCESS
@@ -162,6 +162,7 @@ async def create_key(
     """Store a key from a validated create body. Its roles are checked here, and again
     against the caller's permissions in the create's transaction (``_granted_by``)."""
     roles = await grantable_roles(store, caller, organization_id, data)
+    await identities.check_joining(store, caller, organization_id, data.get("externalId"))
     new, key_id, secret = _new_key(hasher, organization_id, data, roles, now)
     announce = activities.announcer(actor, now)
     key = await store.create_key(new, max_keys, announce, _granted_by(caller))
@@ -243,6 +244,11 @@ async def update_key(
     """Apply a validated PATCH body; roles and ipAccessList replace. The target must be
     no stronger than the caller (``may_change``), and a key may only rename itself."""
     _own_access(caller, key_id, data)
+    joining = data.get("externalId")
+    if joining is not None:
+        current = await get_key(store, organization_id, key_id)
+        if joining != current.external_id:
+            await identities.check_joining(store, caller, organization_id, joining)
     role_ids = None
     if "roles" in data or "assignedRoleIds" in data:
         role_ids = [r.id for r in await grantable_roles(store, caller, organization_id, data)]

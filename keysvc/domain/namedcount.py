@@ -6,7 +6,9 @@ The rules:
 - the others only when the verify names them: ``X-Ratelimit: tokens;cost=512``
   (repeatable, or comma-separated) or ``?ratelimit=tokens:512`` (repeatable); the cost
   defaults to 1, and 0 checks without counting. A named autoApply limit is counted at
-  the cost named;
+  the cost named, but at least 1 when named in the header: a client whose headers a
+  proxy forwards could otherwise send ``X-Ratelimit: requests;cost=0`` and never be
+  counted by a limit that applies to every verify;
 - a proxy that names limits in the query decides alone: the header is then not read,
   so a client whose headers the proxy forwards cannot lower a cost or drop a limit;
 - a name that neither the key nor its identity has a limit of is a 400, so that a typo
@@ -99,14 +101,18 @@ def asks(
     identity_id: str | None,
     identity_limits: tuple[NamedLimit, ...],
     named: dict[str, int],
+    header: bool = False,
+    organization: str = "",
 ) -> Sequence[tuple[str, Ask]]:
     """What a verify checks, each with its limit's name: every autoApply limit, and each
-    named one at its cost. ``identity_id``, ``identity_limits``: the key's identity, or
-    ``None, ()`` for a key without one. Without names, the same for every verify of the
-    key: made once."""
+    named one at its cost (an autoApply one at least 1 when ``header``: named in
+    X-Ratelimit). ``identity_id``, ``identity_limits``: the key's identity, or
+    ``None, ()`` for a key without one; ``organization``: theirs. Without names, the
+    same for every verify of the key: made once."""
     if not named:
-        return _auto_applied(key_id, key_limits, identity_id, identity_limits)
-    return _asks(key_id, key_limits, identity_id, identity_limits, named)
+        return _auto_applied(key_id, key_limits, identity_id, identity_limits, organization)
+    least = 1 if header else 0
+    return _asks(key_id, key_limits, identity_id, identity_limits, named, least, organization)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -115,8 +121,9 @@ def _auto_applied(
     key_limits: tuple[NamedLimit, ...],
     identity_id: str | None,
     identity_limits: tuple[NamedLimit, ...],
+    organization: str,
 ) -> tuple[tuple[str, Ask], ...]:
-    return tuple(_asks(key_id, key_limits, identity_id, identity_limits, {}))
+    return tuple(_asks(key_id, key_limits, identity_id, identity_limits, {}, 0, organization))
 
 
 def _asks(
@@ -125,6 +132,8 @@ def _asks(
     identity_id: str | None,
     identity_limits: Sequence[NamedLimit],
     named: dict[str, int],
+    least_auto: int = 0,
+    organization: str = "",
 ) -> list[tuple[str, Ask]]:
     checked: list[tuple[str, Ask]] = []
     left = dict(named)
@@ -132,8 +141,12 @@ def _asks(
         cost = left.pop(limit.name, 1 if limit.auto_apply else None)
         if cost is None:
             continue
+        if limit.auto_apply:
+            cost = max(cost, least_auto)
         counter = f"k:{key_id}" if owner == "key" else f"i:{identity_id}"
-        ask = Ask(f"r:{counter}:{limit.name}", limit.limit, limit.window_seconds, cost)
+        ask = Ask(
+            f"r:{counter}:{limit.name}", limit.limit, limit.window_seconds, cost, organization
+        )
         checked.append((limit.name, ask))
     if left:
         unknown = next(iter(left))

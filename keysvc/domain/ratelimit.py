@@ -2,12 +2,14 @@
 windows aligned to the clock (a window of W seconds starts at a multiple of W).
 
 Requests per key are counted in this process's memory, in a bounded table (ended
-windows dropped first); with ``--workers N`` a key may be served up to N times its
-limit. Failed authentications are counted per network (the address cut to a prefix)
-in a ``FailureSketch``, a count-min sketch in a shared mapping made before
-``serve --workers`` forks, so every worker counts into it; its counts can only be too
-high. On PostgreSQL both are also shared with the other instances (``Limits.shared``,
-``keysvc.domain.sharedlimits``). The bounds: docs/SECURITY.md, "Guessing and brute force".
+windows dropped first, then the oldest counts of the organizations that hold the most,
+so that one organization's churn of keys or limit names cannot reset another's); with
+``--workers N`` a key may be served up to N times its limit. Failed authentications
+are counted per network (the address cut to a prefix) in a ``FailureSketch``, a
+count-min sketch in a shared mapping made before ``serve --workers`` forks, so every
+worker counts into it; its counts can only be too high. On PostgreSQL both are also
+shared with the other instances (``Limits.shared``, ``keysvc.domain.sharedlimits``).
+The bounds: docs/SECURITY.md, "Guessing and brute force".
 """
 
 import asyncio
@@ -17,6 +19,7 @@ import mmap
 import multiprocessing
 import os
 import struct
+from collections import Counter
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -56,12 +59,13 @@ class Decision:
 class Ask:
     """One limit a request is checked against (a named limit, issue 36): counted under
     ``name`` (who owns the limit, and its name), ``cost`` units of ``limit`` per window
-    of ``window`` seconds. Cost 0 checks without counting."""
+    of ``window`` seconds, for the organization ``owner``. Cost 0 checks without counting."""
 
     name: str
     limit: int
     window: int
     cost: int
+    owner: str = ""
 
     def fits(self, count: int) -> bool:
         """Whether this ask fits beside ``count`` already counted in its window: its
@@ -73,6 +77,12 @@ class WindowCounter:
     def __init__(self, max_entries: int = 100_000):
         self._max = max_entries
         self._counts: dict[Hashable, tuple[float, float, int]] = {}  # name -> (start, end, count)
+        self._owners: dict[Hashable, str] = {}  # name -> the organization it counts for
+
+    def _keep(self, name: Hashable, owner: str, value: tuple[float, float, int]) -> None:
+        if name not in self._counts:
+            self._owners[name] = owner
+        self._counts[name] = value
 
     def _current(self, name: Hashable, window: int, now: float) -> tuple[float, float, int]:
         start = math.floor(now / window) * window
@@ -88,11 +98,12 @@ class WindowCounter:
         reset = max(1, math.ceil(end - now))
         return Decision(allowed, limit, max(0, limit - count), reset)
 
-    def hit(self, name: Hashable, limit: int, window: int, now: float) -> Decision:
-        """Count one request; allowed while the window's count stays within ``limit``."""
+    def hit(self, name: Hashable, limit: int, window: int, now: float, owner: str = "") -> Decision:
+        """Count one request (of organization ``owner``); allowed while the window's count
+        stays within ``limit``."""
         start, end, count = self._current(name, window, now)
         count += 1
-        self._counts[name] = (start, end, count)
+        self._keep(name, owner, (start, end, count))
         if len(self._counts) > self._max:
             self._prune(now)
         return self._decide(limit, end, count, now, count <= limit)
@@ -107,20 +118,48 @@ class WindowCounter:
         for ask, (start, end, count), fit in zip(asks, current, fits, strict=True):
             if every and ask.cost:
                 count += ask.cost
-                self._counts[ask.name] = (start, end, count)
+                self._keep(ask.name, ask.owner, (start, end, count))
             decisions.append(self._decide(ask.limit, end, count, now, fit))
         if len(self._counts) > self._max:
             self._prune(now)
         return decisions
 
     def _prune(self, now: float) -> None:
+        """Down to nine tenths of the bound (so that a full table is not scanned on each
+        new name): ended windows first, then the oldest counts of the organizations that
+        hold more than a fair share (``_fair_share``): an organization that makes names
+        without end (limits renamed, keys made and deleted) drops its own counts, not
+        another's."""
         for name in [n for n, (_, end, _) in self._counts.items() if end <= now]:
             del self._counts[name]
-        while len(self._counts) > self._max:
-            del self._counts[next(iter(self._counts))]
+            del self._owners[name]
+        target = self._max * 9 // 10
+        if len(self._counts) <= target:
+            return
+        held = Counter(self._owners.values())
+        share = _fair_share(sorted(held.values()), target)
+        over = {owner: count - share for owner, count in held.items() if count > share}
+        for name in list(self._counts):  # oldest first
+            owner = self._owners[name]
+            if over.get(owner, 0) > 0:
+                over[owner] -= 1
+                del self._counts[name]
+                del self._owners[name]
 
     def __len__(self) -> int:
         return len(self._counts)
+
+
+def _fair_share(held: Sequence[int], target: int) -> int:
+    """The most counts each organization keeps so that all keep at most ``target``: those
+    holding less keep all of theirs, the others the same share of the rest. ``held``:
+    each organization's counts, in ascending order."""
+    for index, count in enumerate(held):
+        left = len(held) - index
+        if count * left > target:
+            return target // left
+        target -= count
+    return held[-1] if held else 0
 
 
 class FailureSketch:
@@ -237,10 +276,13 @@ class Limits:
         self._checking: dict[bytes, int] = {}
         self._settled: dict[bytes, asyncio.Event] = {}
 
-    async def request(self, key_id: str, limit: int, window: int, now: float) -> Decision:
-        """Count one request of key ``key_id`` against ``limit`` per ``window`` seconds."""
+    async def request(
+        self, key_id: str, limit: int, window: int, now: float, owner: str = ""
+    ) -> Decision:
+        """Count one request of key ``key_id`` (of organization ``owner``) against
+        ``limit`` per ``window`` seconds."""
         if self.shared is None:
-            return self.requests.hit(key_id, limit, window, now)
+            return self.requests.hit(key_id, limit, window, now, owner)
         return await self.shared.hit(key_id, limit, window, now)
 
     async def named(self, asks: Sequence[Ask], now: float) -> list[Decision]:

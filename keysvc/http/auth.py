@@ -469,7 +469,7 @@ async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
     limit = key.rate_limit or settings.rate_limit
     if limit is None:
         return key, None
-    decision = await limits.request(key.id, limit[0], limit[1], now)
+    decision = await limits.request(key.id, limit[0], limit[1], now, key.organization_id)
     if not decision.allowed:
         _outcome(request, "rate_limited")
         raise TooManyRequests(

@@ -45,7 +45,9 @@ CREATE_IDENTITY = Route(
         "whose externalId is the identity's belong to it and share its credits and "
         "ratelimits. 409 when the organization has an identity with this externalId "
         "already. A key created or changed with an externalId that no identity has yet "
-        "makes one, with no limits. Recorded as an `identity_create` activity."
+        "makes one, with no limits. Keys that carry the externalId already join it: the "
+        "caller must hold every permission they hold (403). Recorded as an "
+        "`identity_create` activity."
     ),
 )
 GET_IDENTITY = Route(

@@ -66,10 +66,10 @@ async def list_identities(request: web.Request) -> web.Response:
 
 @serves(CREATE_IDENTITY)
 async def create_identity(request: web.Request) -> web.Response:
-    _, organization_id = authorized(request)
+    caller, organization_id = authorized(request)
     data = load(_create, await read_json_object(request))
     identity = await identities.create_identity(
-        request.app[STORE], organization_id, data, request.app[CLOCK](), actor(request)
+        request.app[STORE], caller, organization_id, data, request.app[CLOCK](), actor(request)
     )
     return _answer(request, identity)
 

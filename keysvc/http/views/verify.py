@@ -153,9 +153,13 @@ async def _count_named(
     limits and those ``named``, and count them all only if all fit; past one, a 429
     with its Retry-After and X-RateLimit-* headers."""
     identity_id, identity_limits = identity
+    # Named in X-Ratelimit (no ?ratelimit=): perhaps by the client, whose header a proxy
+    # forwards; it may not lower an autoApply limit's count.
+    header = not (request.query_string and namedcount.PARAM in request.query)
     asks = namedcount.asks(
-        caller.id, namedcount.limits_of(caller.ratelimits), identity_id, identity_limits, named
-    )
+        caller.id, namedcount.limits_of(caller.ratelimits), identity_id, identity_limits, named,
+        header=header, organization=caller.organization_id,
+    )  # fmt: skip
     if not asks:
         return []
     now = request.app[CLOCK]().timestamp()
