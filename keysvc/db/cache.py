@@ -181,6 +181,16 @@ class VersionedCache(Generic[K, V]):
 PAGE_CACHE_ENTRIES = 32
 
 
+@dataclass(frozen=True)
+class IdentityFacts:
+    """What a verify needs of a key's identity: its UUID, whether it has credits (how
+    many is the database's), and its named rate limits in their stored form."""
+
+    id: str
+    has_credits: bool
+    ratelimits: str | None
+
+
 class Caches:
     """Every cache of committed data, kept fresh against ``Versions``."""
 
@@ -192,13 +202,11 @@ class Caches:
             PAGE_CACHE_ENTRIES if cache_size > 0 else 0
         )
         self._seen_generation: object = None
-        # Issue 36: by (organization, externalId), the UUID of the identity whose credits
-        # its keys' verifies spend from, or None (no identity, or unlimited credits):
-        # dropped with the credentials, as a change to either moves the generation.
-        self.shared_credits: dict[tuple[str, str], str | None] = {}
-        # And the identity's UUID and named rate limits in their stored form, or
-        # (None, None) without any: dropped alike (a change to them moves the generation).
-        self.identity_limits: dict[tuple[str, str], tuple[str | None, str | None]] = {}
+        # Issue 36: by (organization, externalId), what a verify needs of its keys'
+        # identity (``IdentityFacts``), or None without one: dropped with the
+        # credentials, as a change to whether it has credits or to its limits moves
+        # the generation. One read fills it for both.
+        self.identities: dict[tuple[str, str], IdentityFacts | None] = {}
 
     def data_version(self) -> int:
         """A number that changes whenever anything is committed, by any connection in
@@ -208,8 +216,7 @@ class Caches:
         generation = self._freshness.generation
         if generation != self._seen_generation:
             self.credentials.clear()
-            self.shared_credits.clear()
-            self.identity_limits.clear()
+            self.identities.clear()
             self._seen_generation = generation
         return version
 
@@ -242,8 +249,7 @@ class Caches:
     def authorization_changed(self) -> None:
         """This process committed a change to what some key may do."""
         self.credentials.clear()
-        self.shared_credits.clear()
-        self.identity_limits.clear()
+        self.identities.clear()
 
     def cached_key(self, organization_id: str, key_id: str) -> Key | None:
         """The key as committed now, if it is cached and nothing at all was committed

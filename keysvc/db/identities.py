@@ -12,7 +12,7 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
-from keysvc.db.cache import Caches
+from keysvc.db.cache import Caches, IdentityFacts
 from keysvc.db.contract import Connection
 from keysvc.db.keys import credits_params
 from keysvc.db.roles import permissions_of_keys
@@ -82,37 +82,35 @@ class IdentityStore:
 
     async def sharing(self, organization_id: str, external_id: str) -> str | None:
         """The UUID of the identity whose credits a verify of a key with ``external_id``
-        spends from; None when there is none or its credits are unlimited. Cached until
-        the authorization generation moves (any change to whether an identity has
-        credits moves it: ``keysvc.domain.identities``), so a warm verify runs no
-        statement for it."""
-        caches, owner = self._caches, (organization_id, external_id)
-        caches.data_version()
-        if owner in caches.shared_credits:
-            return caches.shared_credits[owner]
-        generation = caches.generation
-        found = await identity_by_external_id(self._reader, organization_id, external_id)
-        shared = None if found is None or found.credits is None else found.id
-        if caches.unchanged_since(generation):
-            caches.shared_credits[owner] = shared
-        return shared
+        spends from; None when there is none or its credits are unlimited."""
+        facts = await self._facts(organization_id, external_id)
+        return facts.id if facts is not None and facts.has_credits else None
 
     async def limits(self, organization_id: str, external_id: str) -> tuple[str | None, str | None]:
         """The UUID and the named rate limits (stored form) of the identity of the keys
-        with ``external_id``; (None, None) when it has none. Cached as ``sharing`` is:
-        a change to an identity's limits moves the authorization generation."""
+        with ``external_id``; (None, None) when it has none."""
+        facts = await self._facts(organization_id, external_id)
+        if facts is None or not facts.ratelimits:
+            return None, None
+        return facts.id, facts.ratelimits
+
+    async def _facts(self, organization_id: str, external_id: str) -> IdentityFacts | None:
+        """What a verify needs of the identity of the keys with ``external_id``. Cached
+        until the authorization generation moves (any change to whether an identity
+        has credits, or to its limits, moves it: ``keysvc.domain.identities``), so a
+        warm verify runs no statement for it."""
         caches, owner = self._caches, (organization_id, external_id)
         caches.data_version()
-        if owner in caches.identity_limits:
-            return caches.identity_limits[owner]
+        if owner in caches.identities:
+            return caches.identities[owner]
         generation = caches.generation
         found = await identity_by_external_id(self._reader, organization_id, external_id)
-        limits = (
-            (None, None) if found is None or not found.ratelimits else (found.id, found.ratelimits)
-        )
+        facts = None
+        if found is not None:
+            facts = IdentityFacts(found.id, found.credits is not None, found.ratelimits)
         if caches.unchanged_since(generation):
-            caches.identity_limits[owner] = limits
-        return limits
+            caches.identities[owner] = facts
+        return facts
 
     @timed
     async def get_identity(self, organization_id: str, identity_id: str) -> Identity | None:
