@@ -46,6 +46,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
+from keysvc.db.contract import Accept
 from keysvc.db.postgres.connection import (
     CONNECT_SECONDS,
     UNAVAILABLE,
@@ -307,12 +308,13 @@ class RoutedReader:
         self.primary_reads += 1
         return await self._primary.execute_fetchall(sql, params)
 
-    async def rows(self, sql: str, params: Any) -> list[Any]:
-        """A point read: one that finds nothing on a replica is asked of the primary."""
+    async def rows(self, sql: str, params: Any, accept: Accept = bool) -> list[Any]:
+        """A point read: one whose rows from a replica ``accept`` refuses (by default,
+        none found) is asked of the primary."""
         replica = self._pick()
         if replica is not None:
             rows = await self._on_replica(replica, sql, params)
-            if rows:
+            if rows is not None and accept(rows):
                 return rows
         self.primary_reads += 1
         return await self._primary.rows(sql, params)

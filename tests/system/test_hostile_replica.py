@@ -1,0 +1,82 @@
+"""The hostile review of read replicas (issue 39): what a caller without a key, or a
+replica that is not what it seems, can learn or do through ``--pg-replicas``; a real
+primary, a streaming standby made by ``pg_basebackup`` and a real ``keysvc serve``
+(tests/pginstances.py).
+
+A failed credential check costs the same reads on every target, whether the key ID is
+unknown or the secret wrong, cached or not: a replica's failure is asked again of the
+primary either way, so neither the time of a 401 nor ``keysvc_db_reads_total`` tells
+an existing key ID from an unknown one."""
+
+from collections.abc import Iterator
+
+import pytest
+
+from keysvc.credentials import new_key_id, new_secret
+from keysvc.db.postgres.replicas import PRIMARY
+from tests.pginstances import (
+    ENV,
+    Client,
+    made_on,
+    metrics_text,
+    replica_admin,
+    replica_database,
+    replica_reads,
+    replica_up,
+    standby,
+    wait_until,
+)
+from tests.postgres import Postgres
+from tests.server import Server
+
+__all__ = ["replica_admin", "replica_database", "standby"]
+
+SAMPLES = 20
+
+
+@pytest.fixture(scope="module")
+def one(postgres: Postgres, replica_database: str, standby: Postgres) -> Iterator[Client]:
+    args = ["--pg-replicas", standby.url(replica_database)]
+    with Server(postgres.url(replica_database), env=ENV, args=args) as server:  # type: ignore[arg-type]
+        client = Client(server)
+        wait_until(lambda: replica_up(server))
+        yield client
+        client.close()
+
+
+def reads_by_target(server: Server) -> dict[str, float]:
+    """``keysvc_db_reads_total``, by its ``target`` label."""
+    found: dict[str, float] = {}
+    for line in metrics_text(server).splitlines():
+        if line.startswith('keysvc_db_reads_total{target="'):
+            label, value = line.rsplit(" ", 1)
+            found[label.split('"')[1]] = float(value)
+    return found
+
+
+def reads_of(client: Client, creds: list[dict[str, str]]) -> dict[str, float]:
+    """The reads, by target, that refusing each of ``creds`` cost."""
+    before = reads_by_target(client.server)
+    for each in creds:
+        assert client.whoami(each) == 401
+    after = reads_by_target(client.server)
+    return {target: after[target] - before.get(target, 0) for target in after}
+
+
+def test_an_unknown_key_id_and_a_wrong_secret_cost_the_same_reads_on_each_target(
+    one: Client, replica_admin: dict[str, str]
+) -> None:
+    _, creds = made_on(one, replica_admin, {"name": "probed", "roles": ["developer"]})
+    wrong = [{"keyId": creds["keyId"], "keySecret": new_secret()} for _ in range(SAMPLES)]
+    # Checks do read the replica once it has replayed the create.
+    wait_until(lambda: one.whoami(wrong[0]) == 401 and replica_reads(one.server) > 0)
+    unknown = [{"keyId": new_key_id(), "keySecret": new_secret()} for _ in range(SAMPLES)]
+    for _ in range(3):  # a background read can land in one count: the same thrice is not
+        wrong_reads, unknown_reads = reads_of(one, wrong), reads_of(one, unknown)
+        if wrong_reads[PRIMARY] == unknown_reads[PRIMARY] == SAMPLES:
+            break
+    # Each failed check read the primary once, after the replica (or in its stead, when
+    # the replica had not replayed far enough yet): found on it or not.
+    assert wrong_reads[PRIMARY] == unknown_reads[PRIMARY] == SAMPLES
+    for counts in (wrong_reads, unknown_reads):
+        assert sum(counts.values()) - counts[PRIMARY] >= SAMPLES / 2
