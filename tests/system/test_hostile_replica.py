@@ -8,6 +8,8 @@ unknown or the secret wrong, cached or not: a replica's failure is asked again o
 primary either way, so neither the time of a 401 nor ``keysvc_db_reads_total`` tells
 an existing key ID from an unknown one."""
 
+import json
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -17,7 +19,9 @@ from keysvc.db.postgres.replicas import PRIMARY
 from tests.pginstances import (
     ENV,
     Client,
+    lines_with,
     made_on,
+    metric,
     metrics_text,
     replica_admin,
     replica_database,
@@ -26,12 +30,21 @@ from tests.pginstances import (
     standby,
     wait_until,
 )
-from tests.postgres import Postgres
-from tests.server import Server
+from tests.postgres import Postgres, start_postgres, start_standby, stop_postgres
+from tests.server import Server, keysvc
 
 __all__ = ["replica_admin", "replica_database", "standby"]
 
 SAMPLES = 20
+LSN = "select pg_current_wal_lsn()"
+# A write, then a new WAL segment: 16 MB further each time.
+SWITCH = (
+    "create table if not exists ahead (n int); insert into ahead values (1); select pg_switch_wal()"
+)
+# How far past this cluster's position the other one is pushed (bytes).
+AHEAD = 64 << 20
+# How long a replica that must stay out is watched (its state is read every second).
+CHECKS = 4.0
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +93,48 @@ def test_an_unknown_key_id_and_a_wrong_secret_cost_the_same_reads_on_each_target
     assert wrong_reads[PRIMARY] == unknown_reads[PRIMARY] == SAMPLES
     for counts in (wrong_reads, unknown_reads):
         assert sum(counts.values()) - counts[PRIMARY] >= SAMPLES / 2
+
+
+@pytest.fixture(scope="module")
+def foreign(postgres: Postgres) -> Iterator[tuple[Postgres, str, dict[str, str]]]:
+    """A standby of another cluster (another keysvc deployment, sharing the pepper, as a
+    staging copy does), with a database of its own bootstrapped there; the other
+    cluster's WAL position pushed past this one's, so the position rule alone lets
+    reads through."""
+    other = start_postgres()
+    try:
+        name = other.fresh_database()
+        done = keysvc("bootstrap", "--db", other.url(name), env=ENV)
+        assert done.returncode == 0, done.stderr
+        mark = postgres.psql("postgres", LSN)[0][0]
+        ahead = f"select pg_current_wal_lsn() > '{mark}'::pg_lsn + {AHEAD}"
+        while other.psql("postgres", ahead) != [["t"]]:
+            other.psql("postgres", SWITCH)
+        replica = start_standby(other)
+        try:
+            wait_until(lambda: replica.psql(name, "select 1 from api_keys limit 1") != [])
+            yield replica, name, dict(json.loads(done.stdout))
+        finally:
+            stop_postgres(replica)
+    finally:
+        stop_postgres(other)
+
+
+def test_a_standby_of_another_cluster_is_left_out_and_its_keys_refused(
+    postgres: Postgres,
+    replica_database: str,
+    foreign: tuple[Postgres, str, dict[str, str]],
+) -> None:
+    replica, name, stranger = foreign
+    args = ["--pg-replicas", replica.url(name)]
+    with Server(postgres.url(replica_database), env=ENV, args=args) as server:  # type: ignore[arg-type]
+        client = Client(server)
+        try:
+            deadline = time.monotonic() + CHECKS
+            while time.monotonic() < deadline:  # never taken in, whatever it replays
+                assert client.whoami(stranger) == 401
+                assert metric(server, "keysvc_replica_up") == 0
+                time.sleep(0.2)
+            lines_with(server, "left out (not a standby of the primary")
+        finally:
+            client.close()
