@@ -44,6 +44,8 @@ from tests.server import Server
 __all__ = ["replica_admin", "replica_database", "standby"]
 
 ROUNDS = 20
+# A webhook to a public address literal (no name to resolve), for an event no test makes.
+WEBHOOK = {"url": "https://93.184.215.14/hooks", "events": ["key.deleted"]}
 ATTEMPTS = 5
 # The replay lag past which the instances leave the replica out (seconds).
 MAX_LAG = 2
@@ -116,7 +118,7 @@ def test_a_key_created_through_one_is_found_through_the_other_while_replay_is_pa
         resumed(standby)
 
 
-def test_a_key_created_before_the_other_instance_hears_of_it_is_found_there(
+def test_a_key_or_webhook_created_before_the_other_instance_hears_of_it_is_found_there(
     postgres: Postgres,
     database: str,
     two: tuple[Client, Client],
@@ -143,8 +145,14 @@ def test_a_key_created_before_the_other_instance_hears_of_it_is_found_there(
         os.kill(pid, signal.SIGSTOP)
         try:
             key, creds = made_on(a, admin, {"name": f"unheard {attempt}", "roles": ["developer"]})
+            status, made = a.request("POST", org_path(admin, "/webhooks"), admin, WEBHOOK)
+            assert status == 200, made
+            hook = made["result"]["webhook"]["id"]
             before = replica_reads(b.server)
             assert b.request("GET", org_path(admin, f"/keys/{key}"), admin)[0] == 200
+            # Not a point read of a key: found all the same (an empty answer from a
+            # replica is asked of the primary).
+            assert b.request("GET", org_path(admin, f"/webhooks/{hook}"), admin)[0] == 200
             routed += replica_reads(b.server) > before
             assert b.whoami(creds) == 200
         finally:

@@ -20,9 +20,11 @@ The rules, in order:
   replay position only moves forward while the server runs; a pooled connection to
   a server started again since the last check (``pg_postmaster_start_time()``) is
   refused, and the replica left out until the next check.
-- A point read that finds nothing on a replica is asked of the primary, as a cache
-  miss is: a key created through another instance whose commit this one has not
-  heard of yet is found there (read-your-writes through any instance).
+- A read that finds nothing on a replica is asked of the primary, as a cache miss
+  is: a key, webhook or activity created through another instance whose commit this
+  one has not heard of yet is found there (read-your-writes through any instance).
+  A failed credential check is asked of the primary too, found or not
+  (``StoreCore.find_credential``).
 - A replica of another cluster (its ``pg_control_system()`` system identifier is not
   the primary's: another deployment's standby, a copy restored elsewhere) is left out
   whatever it has replayed, and so are pooled connections to any server but the one
@@ -322,17 +324,13 @@ class RoutedReader:
         return rows
 
     async def execute_fetchall(self, sql: str, params: Any = ()) -> list[Any]:
-        replica = self._pick()
-        if replica is not None:
-            rows = await self._on_replica(replica, sql, params)
-            if rows is not None:
-                return rows
-        self.primary_reads += 1
-        return await self._primary.execute_fetchall(sql, params)
+        """Any read: one that finds nothing on a replica is asked of the primary, as a
+        point read is (a webhook or activity made through another instance)."""
+        return await self.rows(sql, params)
 
     async def rows(self, sql: str, params: Any, accept: Accept = bool) -> list[Any]:
-        """A point read: one whose rows from a replica ``accept`` refuses (by default,
-        none found) is asked of the primary."""
+        """A read whose rows from a replica ``accept`` refuses (by default, none found)
+        is asked of the primary."""
         replica = self._pick()
         if replica is not None:
             rows = await self._on_replica(replica, sql, params)
