@@ -30,7 +30,7 @@ from tests.pginstances import (
     standby,
     wait_until,
 )
-from tests.postgres import Postgres, start_postgres, start_standby, stop_postgres
+from tests.postgres import Postgres, start_pgbouncer, start_postgres, start_standby, stop_postgres
 from tests.server import Server, keysvc
 
 __all__ = ["replica_admin", "replica_database", "standby"]
@@ -138,3 +138,31 @@ def test_a_standby_of_another_cluster_is_left_out_and_its_keys_refused(
             lines_with(server, "left out (not a standby of the primary")
         finally:
             client.close()
+
+
+def test_a_replica_behind_a_pooler_in_transaction_mode_serves_reads(
+    postgres: Postgres, replica_database: str, standby: Postgres, replica_admin: dict[str, str]
+) -> None:
+    """A replica named through PgBouncer (transaction pooling), as large fleets put
+    their replicas: its connections are not refused for a startup parameter, and keep
+    no statement prepared across the pooler's server connections."""
+    pooler = start_pgbouncer(standby, replica_database)
+    url = postgres.url(replica_database)
+    env = {**ENV, "KEYSVC_PG_LISTEN_URL": url}
+    try:
+        with Server(url, env=env, args=["--pg-replicas", pooler.url]) as server:  # type: ignore[arg-type]
+            client = Client(server)
+            try:
+                _, creds = made_on(
+                    client, replica_admin, {"name": "pooled", "roles": ["developer"]}
+                )
+                wrong = {"keyId": creds["keyId"], "keySecret": new_secret()}
+                wait_until(lambda: client.whoami(wrong) == 401 and replica_reads(server) > 0)
+                for _ in range(SAMPLES):  # each on whichever server connection is free
+                    assert client.whoami(wrong) == 401
+                assert replica_up(server)
+                assert "unsupported startup parameter" not in pooler.log_text()
+            finally:
+                client.close()
+    finally:
+        pooler.stop()

@@ -29,6 +29,10 @@ The rules, in order:
   the primary's: another deployment's standby, a copy restored elsewhere) is left out
   whatever it has replayed, and so are pooled connections to any server but the one
   its last check read: its positions say nothing of the primary's changes.
+- A replica's connections carry no session setting (a standby runs no trigger to
+  quiet, and a pooler such as PgBouncer refuses a startup parameter it does not
+  know), and, with ``--pg-listen-url`` (``--db`` through a pooler), keep no statement
+  prepared: replicas may sit behind a pooler in transaction mode too.
 - A replica that does not answer within CHECK_TIMEOUT, is no longer in recovery
   (promoted), or lags more than ``--pg-replica-max-lag`` behind the primary is left
   out, logged once, until a check finds it well again, logged once more. A read
@@ -62,7 +66,6 @@ from keysvc.db.postgres.connection import (
     keep_session,
 )
 from keysvc.db.postgres.reader import PgReader
-from keysvc.db.postgres.schema import QUIET
 
 logger = logging.getLogger("keysvc")
 
@@ -107,8 +110,11 @@ def replica_name(url: str) -> str:
 class Replica:
     """One hot standby: its pool, and what its last check found."""
 
-    def __init__(self, url: str, max_lag: float):
+    def __init__(self, url: str, max_lag: float, pooled: bool = False):
         self.url = url
+        # Through a pooler in transaction mode: no statement kept prepared (the next
+        # transaction may run on another server connection).
+        self._session: dict[str, Any] = {"statement_cache_size": 0} if pooled else {}
         self.name = replica_name(url)
         self.max_lag = max_lag
         self.usable = False
@@ -134,7 +140,7 @@ class Replica:
             reset=keep_session,
             timeout=CONNECT_SECONDS,
             command_timeout=READ_SECONDS,
-            server_settings=QUIET,
+            **self._session,
         )
 
     async def _same_server(self, conn: Any) -> None:
@@ -168,9 +174,7 @@ class Replica:
         is left out whatever it has replayed."""
         try:
             if self._conn is None or self._conn.is_closed():
-                self._conn = await asyncpg.connect(
-                    self.url, timeout=CHECK_TIMEOUT, server_settings=QUIET
-                )
+                self._conn = await asyncpg.connect(self.url, timeout=CHECK_TIMEOUT, **self._session)
             async with asyncio.timeout(CHECK_TIMEOUT):
                 recovering, replayed, cluster, started = await self._conn.fetchrow(_STATE)
         except Exception as exc:
@@ -263,11 +267,12 @@ class RoutedReader:
         urls: tuple[str, ...],
         max_lag: float,
         position: Callable[[], int | None],
+        pooled: bool = False,
     ):
         self._primary = primary
         self._pool = pool
         self._position = position
-        self.replicas = [Replica(url, max_lag) for url in urls]
+        self.replicas = [Replica(url, max_lag, pooled) for url in urls]
         self.primary_reads = 0
         self._next = 0
         self._samples = Samples()
