@@ -184,7 +184,10 @@ class Replica:
         if (cluster, started) != self._server:
             self._server = cluster, started
             self.replayed = -1
-        if system is None or cluster != system:
+        if system is None:
+            self._set(False, "the primary's cluster not read yet")
+            return
+        if cluster != system:
             self._set(False, "not a standby of the primary: another cluster's server")
             return
         if not recovering or replayed is None:
