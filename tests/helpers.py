@@ -148,10 +148,10 @@ def count_reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen = count_statements(store.reader, monkeypatch)
     original = store.points.rows
 
-    async def counting(sql: str, params: Sequence[object]) -> list[sqlite3.Row]:
+    async def counting(sql: str, params: Sequence[object], *accept: Any) -> list[sqlite3.Row]:
         if for_requests():
             seen.append(" ".join(sql.split()))
-        return await original(sql, params)
+        return await original(sql, params, *accept)
 
     monkeypatch.setattr(store.points, "rows", counting)
     return seen

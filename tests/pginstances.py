@@ -5,15 +5,17 @@ A test module takes the fixtures by name: ``admin = pginstances.admin``."""
 
 import http.client
 import json
+import re
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from keysvc.db.postgres.notifications import LISTENER_PREFIX
 from tests.helpers import basic
-from tests.postgres import PEPPER, Postgres
+from tests.postgres import PEPPER, Postgres, start_standby, stop_postgres
 from tests.server import Server, keysvc
 
 # No rate limit, and room for the refusals the tests count.
@@ -146,3 +148,70 @@ def flipped(
                 if ((status := reader.whoami(creds)) == 200) != wanted:
                     missed.append((round_, f"{state} on {name}", status))
     return missed
+
+
+@pytest.fixture(scope="module")
+def standby(postgres: Postgres) -> Iterator[Postgres]:
+    """A hot standby of the session's PostgreSQL (``pg_basebackup``, streaming)."""
+    replica = start_standby(postgres)
+    yield replica
+    stop_postgres(replica)
+
+
+@pytest.fixture(scope="module")
+def replica_database(postgres: Postgres, standby: Postgres) -> Iterator[str]:
+    """One database for a module's replica tests, once the standby has it (two
+    instances take seconds to start)."""
+    name = postgres.fresh_database()
+    sql = f"select 1 from pg_database where datname = '{name}'"
+    wait_until(lambda: standby.psql("postgres", sql) != [])
+    yield name
+    postgres.retire(name)
+
+
+@pytest.fixture(scope="module")
+def replica_admin(postgres: Postgres, replica_database: str) -> dict[str, str]:
+    done = keysvc("bootstrap", "--db", postgres.url(replica_database), env=ENV)
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+def wait_until(ready: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not ready():
+        assert time.monotonic() < deadline, "never came"
+        time.sleep(0.05)
+
+
+def metrics_text(server: Server) -> str:
+    with urllib.request.urlopen(f"{server.base}/metrics", timeout=WAIT_SECONDS) as response:
+        text: str = response.read().decode()
+    return text
+
+
+def metric(server: Server, name: str, target: str | None = None) -> float:
+    """One sample of ``/metrics``: the replica's, or ``target``'s reads."""
+    label = f'target="{target}"' if target else "replica="
+    for line in metrics_text(server).splitlines():
+        if line.startswith(name) and label in line and not line.startswith("#"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {name} {label} in /metrics")
+
+
+def replica_up(server: Server) -> bool:
+    return metric(server, "keysvc_replica_up") == 1
+
+
+def replica_reads(server: Server) -> float:
+    """The reads ``server`` answered on a replica so far."""
+    text = metrics_text(server)
+    found = re.findall(r'^keysvc_db_reads_total\{target="127\.0\.0\.1:\d+"\} (\S+)$', text, re.M)
+    return sum(float(value) for value in found)
+
+
+def paused(standby: Postgres) -> None:
+    standby.psql("postgres", "select pg_wal_replay_pause()")
+
+
+def resumed(standby: Postgres) -> None:
+    standby.psql("postgres", "select pg_wal_replay_resume()")

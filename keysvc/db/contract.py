@@ -145,10 +145,20 @@ class Writes(Protocol):
     async def authorization_changed(self, conn: Connection) -> None: ...
 
 
-class PointReads(Protocol):
-    """Indexed reads of a few rows (SQLite's ``PointReader``, PostgreSQL's pool)."""
+# Whether a point read's rows will do (``PointReads.rows``); ``bool``: any row.
+Accept = Callable[[list[Any]], bool]
 
-    async def rows(self, sql: str, params: Sequence[object]) -> list[Any]: ...
+
+class PointReads(Protocol):
+    """Indexed reads of a few rows (SQLite's ``PointReader``, PostgreSQL's pool).
+
+    ``accept`` says whether rows read where a commit may not have reached yet (a
+    replica) will do; rows it refuses are read again where every commit is (the
+    primary). A reader with one place to read ignores it."""
+
+    async def rows(
+        self, sql: str, params: Sequence[object], accept: Accept = bool
+    ) -> list[Any]: ...
 
 
 class KeyCounts(Protocol):
@@ -341,7 +351,9 @@ class Store(Protocol):
         self, organization_id: str, after: int, limit: int, external_id: str | None = None
     ) -> Awaitable[KeyPage]: ...
 
-    def find_credential(self, key_id_hash: bytes) -> Awaitable[Credential | None]: ...
+    def find_credential(
+        self, key_id_hash: bytes, offered: bytes | None = None
+    ) -> Awaitable[Credential | None]: ...
 
     def read_as_uncached(self, key_id_hash: bytes) -> Awaitable[None]: ...
 

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapp
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from keysvc.config import Settings
@@ -53,6 +54,17 @@ from keysvc.timeutil import from_text, utcnow
 logger = logging.getLogger("keysvc")
 # Compared against when no key answers to a secret, so a miss does a hit's compare.
 _ABSENT = bytes(32)
+
+
+def _holds(offered: bytes, rows: list[Any]) -> bool:
+    """Whether a credential read's ``rows`` hold the secret hash ``offered``, compared
+    as authentication compares it, found or not."""
+    held = rows[0]["credential_secret_hash"] if rows else None
+    return hmac.compare_digest(offered, bytes(held) if held else _ABSENT)
+
+
+def _never(rows: list[Any]) -> bool:
+    return False
 
 
 def _replaced_at(row: Any) -> datetime | None:
@@ -352,17 +364,26 @@ class StoreCore:
         )
         return KeyPage(keys=keys, more=more, total=total)
 
-    async def find_credential(self, key_id_hash: bytes) -> Credential | None:
+    async def find_credential(
+        self, key_id_hash: bytes, offered: bytes | None = None
+    ) -> Credential | None:
         """The credential for a keyed key-ID hash, current or previous (``Credential.until``):
-        cached, unless authorization moved since."""
+        cached, unless authorization moved since.
+
+        ``offered``, the secret hash a check compares: rows read on a replica that do not
+        hold it (none found, or another secret) are read again on the primary, so a
+        failed check costs the same reads whether the key ID is unknown or the secret
+        wrong, and a key created or rotated through another instance is found
+        (docs/SECURITY.md, "Read replicas")."""
         caches = self.caches
         version = caches.data_version()
         generation = caches.generation
         entry = caches.credentials.get(key_id_hash)
         if entry is not None:
             return entry.credential
+        accept = bool if offered is None else partial(_holds, offered)
         rows = await self.points.rows(
-            key_sql.CREDENTIAL_JOINED, key_sql.credential_params(key_id_hash)
+            key_sql.CREDENTIAL_JOINED, key_sql.credential_params(key_id_hash), accept
         )
         key = key_from_joined(rows)
         if key is None:
@@ -377,8 +398,9 @@ class StoreCore:
         roles', one statement), with its answer unused: a wrong secret for a cached key
         then costs the caller the same read as an unknown key ID or a wrong secret for
         an uncached key, so that the time of a 401 does not tell them apart
-        (docs/SECURITY.md)."""
-        await self.points.rows(key_sql.CREDENTIAL_JOINED, key_sql.credential_params(key_id_hash))
+        (docs/SECURITY.md): on a replica, then the primary, as a failed check's."""
+        params = key_sql.credential_params(key_id_hash)
+        await self.points.rows(key_sql.CREDENTIAL_JOINED, params, _never)
 
     async def keys_with_secret(
         self, conn: Connection, secret_hash: bytes, now: datetime

@@ -146,8 +146,10 @@ class CoreFront:
     ) -> Awaitable[KeyPage]:
         return self._core.list_keys(organization_id, after, limit, external_id)
 
-    def find_credential(self, key_id_hash: bytes) -> Awaitable[Credential | None]:
-        return self._core.find_credential(key_id_hash)
+    def find_credential(
+        self, key_id_hash: bytes, offered: bytes | None = None
+    ) -> Awaitable[Credential | None]:
+        return self._core.find_credential(key_id_hash, offered)
 
     def read_as_uncached(self, key_id_hash: bytes) -> Awaitable[None]:
         return self._core.read_as_uncached(key_id_hash)

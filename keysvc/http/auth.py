@@ -189,7 +189,7 @@ async def _check_credentials(
     try:
         found = cached = store.cached_credential(key_id_hash)
         if found is None:
-            found = await store.find_credential(key_id_hash)
+            found = await store.find_credential(key_id_hash, offered)
         # A previous secret hash cleared by hand (docs/SECURITY.md) is no hash at all.
         expected = (found.secret_hash if found is not None else None) or _ABSENT
         matched = hmac.compare_digest(offered, expected)

@@ -302,8 +302,8 @@ def _write_between_reads(monkeypatch: pytest.MonkeyPatch, store: Store, write: A
     original = store.points.rows
     pending = [write]
 
-    async def rows_then_a_write(sql: str, params: Any) -> Any:
-        rows = await original(sql, params)
+    async def rows_then_a_write(sql: str, params: Any, *accept: Any) -> Any:
+        rows = await original(sql, params, *accept)
         if pending:
             await pending.pop()()
             store.caches.data_version()

@@ -78,8 +78,8 @@ async def test_a_read_across_the_instances_own_change_is_not_kept(
     gate, reading = asyncio.Event(), asyncio.Event()
     original = store.points.rows
 
-    async def held(sql: str, params: Sequence[object]) -> list[Any]:
-        rows = await original(sql, params)
+    async def held(sql: str, params: Sequence[object], *accept: Any) -> list[Any]:
+        rows = await original(sql, params, *accept)
         if not reading.is_set():
             reading.set()
             await gate.wait()

@@ -8,13 +8,11 @@ created through one is found through the other; a replica stopped, or lagging pa
 the bound, is left out (logged, ``/metrics``) while the instances keep answering,
 and taken back once it is well."""
 
-import json
 import os
-import re
 import signal
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
 
 import pytest
@@ -28,39 +26,39 @@ from tests.pginstances import (
     lines_with,
     listening,
     made_on,
+    metric,
     org_path,
+    paused,
+    replica_admin,
+    replica_database,
+    replica_reads,
+    replica_up,
+    resumed,
+    standby,
+    wait_until,
 )
-from tests.postgres import Postgres, start_standby, stop_postgres
-from tests.server import Server, keysvc
+from tests.postgres import Postgres
+from tests.server import Server
+
+# The module's fixtures (tests/pginstances.py): one database, replicated, bootstrapped.
+__all__ = ["replica_admin", "replica_database", "standby"]
 
 ROUNDS = 20
+# A webhook to a public address literal (no name to resolve), for an event no test makes.
+WEBHOOK = {"url": "https://93.184.215.14/hooks", "events": ["key.deleted"]}
 ATTEMPTS = 5
 # The replay lag past which the instances leave the replica out (seconds).
 MAX_LAG = 2
 
 
 @pytest.fixture(scope="module")
-def standby(postgres: Postgres) -> Iterator[Postgres]:
-    replica = start_standby(postgres)
-    yield replica
-    stop_postgres(replica)
+def database(replica_database: str) -> str:
+    return replica_database
 
 
 @pytest.fixture(scope="module")
-def database(postgres: Postgres, standby: Postgres) -> Iterator[str]:
-    """One database for the module's tests (two instances take seconds to start)."""
-    name = postgres.fresh_database()
-    sql = f"select 1 from pg_database where datname = '{name}'"
-    wait_until(lambda: standby.psql("postgres", sql) != [])
-    yield name
-    postgres.retire(name)
-
-
-@pytest.fixture(scope="module")
-def admin(postgres: Postgres, database: str) -> dict[str, str]:
-    done = keysvc("bootstrap", "--db", postgres.url(database), env=ENV)
-    assert done.returncode == 0, done.stderr
-    return dict(json.loads(done.stdout))
+def admin(replica_admin: dict[str, str]) -> dict[str, str]:
+    return replica_admin
 
 
 @pytest.fixture(scope="module")
@@ -79,44 +77,6 @@ def two(
         yield clients
         for client in clients:
             client.close()
-
-
-def wait_until(ready: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while not ready():
-        assert time.monotonic() < deadline, "never came"
-        time.sleep(0.05)
-
-
-def metric(server: Server, name: str, target: str | None = None) -> float:
-    """One sample of ``/metrics``: the replica's, or ``target``'s reads."""
-    with urllib.request.urlopen(f"{server.base}/metrics", timeout=WAIT_SECONDS) as response:
-        text = response.read().decode()
-    label = f'target="{target}"' if target else "replica="
-    for line in text.splitlines():
-        if line.startswith(name) and label in line and not line.startswith("#"):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"no {name} {label} in /metrics")
-
-
-def replica_up(server: Server) -> bool:
-    return metric(server, "keysvc_replica_up") == 1
-
-
-def replica_reads(server: Server) -> float:
-    """The reads ``server`` answered on a replica so far."""
-    with urllib.request.urlopen(f"{server.base}/metrics", timeout=WAIT_SECONDS) as response:
-        text = response.read().decode()
-    found = re.findall(r'^keysvc_db_reads_total\{target="127\.0\.0\.1:\d+"\} (\S+)$', text, re.M)
-    return sum(float(value) for value in found)
-
-
-def paused(standby: Postgres) -> None:
-    standby.psql("postgres", "select pg_wal_replay_pause()")
-
-
-def resumed(standby: Postgres) -> None:
-    standby.psql("postgres", "select pg_wal_replay_resume()")
 
 
 def test_a_key_disabled_while_replay_is_paused_is_refused_by_every_instance(
@@ -158,7 +118,7 @@ def test_a_key_created_through_one_is_found_through_the_other_while_replay_is_pa
         resumed(standby)
 
 
-def test_a_key_created_before_the_other_instance_hears_of_it_is_found_there(
+def test_a_key_or_webhook_created_before_the_other_instance_hears_of_it_is_found_there(
     postgres: Postgres,
     database: str,
     two: tuple[Client, Client],
@@ -185,8 +145,14 @@ def test_a_key_created_before_the_other_instance_hears_of_it_is_found_there(
         os.kill(pid, signal.SIGSTOP)
         try:
             key, creds = made_on(a, admin, {"name": f"unheard {attempt}", "roles": ["developer"]})
+            status, made = a.request("POST", org_path(admin, "/webhooks"), admin, WEBHOOK)
+            assert status == 200, made
+            hook = made["result"]["webhook"]["id"]
             before = replica_reads(b.server)
             assert b.request("GET", org_path(admin, f"/keys/{key}"), admin)[0] == 200
+            # Not a point read of a key: found all the same (an empty answer from a
+            # replica is asked of the primary).
+            assert b.request("GET", org_path(admin, f"/webhooks/{hook}"), admin)[0] == 200
             routed += replica_reads(b.server) > before
             assert b.whoami(creds) == 200
         finally:

@@ -6,6 +6,7 @@ and point reader answer; a database that does not answer is a 503 (``Outage``).
 
 from typing import Any
 
+from keysvc.db.contract import Accept
 from keysvc.db.postgres.connection import UNAVAILABLE, Done, Outage, PgConnection, acquired
 
 
@@ -38,8 +39,9 @@ class PgReader:
         except UNAVAILABLE as exc:
             raise self._outage.unavailable(exc) from None
 
-    async def rows(self, sql: str, params: Any) -> list[Any]:
-        """A point read (``keysvc.db.sqlite.pointreads.PointReader.rows``)."""
+    async def rows(self, sql: str, params: Any, accept: Accept = bool) -> list[Any]:
+        """A point read (``keysvc.db.sqlite.pointreads.PointReader.rows``): on the
+        primary, where every commit is, so ``accept`` is not needed."""
         return await self._fetch(sql, params)
 
     async def _fetch(self, sql: str, params: Any) -> list[Any]:

@@ -20,9 +20,19 @@ The rules, in order:
   replay position only moves forward while the server runs; a pooled connection to
   a server started again since the last check (``pg_postmaster_start_time()``) is
   refused, and the replica left out until the next check.
-- A point read that finds nothing on a replica is asked of the primary, as a cache
-  miss is: a key created through another instance whose commit this one has not
-  heard of yet is found there (read-your-writes through any instance).
+- A read that finds nothing on a replica is asked of the primary, as a cache miss
+  is: a key, webhook or activity created through another instance whose commit this
+  one has not heard of yet is found there (read-your-writes through any instance).
+  A failed credential check is asked of the primary too, found or not
+  (``StoreCore.find_credential``).
+- A replica of another cluster (its ``pg_control_system()`` system identifier is not
+  the primary's: another deployment's standby, a copy restored elsewhere) is left out
+  whatever it has replayed, and so are pooled connections to any server but the one
+  its last check read: its positions say nothing of the primary's changes.
+- A replica's connections carry no session setting (a standby runs no trigger to
+  quiet, and a pooler such as PgBouncer refuses a startup parameter it does not
+  know), and, with ``--pg-listen-url`` (``--db`` through a pooler), keep no statement
+  prepared: replicas may sit behind a pooler in transaction mode too.
 - A replica that does not answer within CHECK_TIMEOUT, is no longer in recovery
   (promoted), or lags more than ``--pg-replica-max-lag`` behind the primary is left
   out, logged once, until a check finds it well again, logged once more. A read
@@ -46,6 +56,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
+from keysvc.db.contract import Accept
 from keysvc.db.postgres.connection import (
     CONNECT_SECONDS,
     UNAVAILABLE,
@@ -55,7 +66,6 @@ from keysvc.db.postgres.connection import (
     keep_session,
 )
 from keysvc.db.postgres.reader import PgReader
-from keysvc.db.postgres.schema import QUIET
 
 logger = logging.getLogger("keysvc")
 
@@ -68,20 +78,27 @@ READ_SECONDS = 2.0
 SAMPLES_KEPT = 300
 # A position as a number (bytes since 0/0): pg_lsn has no codec in asyncpg's defaults.
 _NUMBER = "(({}) - '0/0'::pg_lsn)::bigint"
+# The cluster a server belongs to: made by initdb, kept by pg_basebackup and its
+# standbys, another for any other cluster (a copy restored by pg_dump included).
+_SYSTEM = "(select system_identifier from pg_control_system())"
+# Which server a connection reached: the cluster, and when its server started.
+_SERVER = "select " + _SYSTEM + ", pg_postmaster_start_time()"
 _STATE = (
     "select pg_is_in_recovery(), "
     + _NUMBER.format("pg_last_wal_replay_lsn()")
+    + ", "
+    + _SYSTEM
     + ", pg_postmaster_start_time()"
 )
 _REPLAYED = "select " + _NUMBER.format("pg_last_wal_replay_lsn()")
 # The primary's write position: the end of the last record written, what a replica
-# that has replayed everything shows.
-_WRITTEN = "select " + _NUMBER.format("pg_current_wal_lsn()")
+# that has replayed everything shows; and its cluster.
+_WRITTEN = "select " + _NUMBER.format("pg_current_wal_lsn()") + ", " + _SYSTEM
 PRIMARY = "primary"
 
 
 class Restarted(Exception):
-    """A replica's server was started again since its last check."""
+    """A replica's server was started again since its last check, or is another."""
 
 
 def replica_name(url: str) -> str:
@@ -93,8 +110,11 @@ def replica_name(url: str) -> str:
 class Replica:
     """One hot standby: its pool, and what its last check found."""
 
-    def __init__(self, url: str, max_lag: float):
+    def __init__(self, url: str, max_lag: float, pooled: bool = False):
         self.url = url
+        # Through a pooler in transaction mode: no statement kept prepared (the next
+        # transaction may run on another server connection).
+        self._session: dict[str, Any] = {"statement_cache_size": 0} if pooled else {}
         self.name = replica_name(url)
         self.max_lag = max_lag
         self.usable = False
@@ -104,7 +124,8 @@ class Replica:
         self.replayed = -1
         self.lag = 0.0
         self.reads = 0
-        self._started: object = None
+        # The server its last check reached (cluster, start time); None: none yet.
+        self._server: tuple[object, object] | None = None
         self._conn: Any = None
         self._refreshing: asyncio.Task[None] | None = None
         self.pool: Any = None
@@ -119,15 +140,16 @@ class Replica:
             reset=keep_session,
             timeout=CONNECT_SECONDS,
             command_timeout=READ_SECONDS,
-            server_settings=QUIET,
+            **self._session,
         )
 
     async def _same_server(self, conn: Any) -> None:
         """A new pooled connection: refused unless to the server the last check read
-        (its replay position is known only for the server's lifetime)."""
-        started = await conn.fetchval("select pg_postmaster_start_time()")
-        if self._started is None or started != self._started:
-            raise Restarted(f"{self.name} was started again since its last check")
+        (its replay position is known only for the server's lifetime, and the check
+        found it a standby of the primary)."""
+        server = tuple(await conn.fetchrow(_SERVER))
+        if self._server is None or server != self._server:
+            raise Restarted(f"{self.name} is not the server its last check read")
 
     def _set(self, usable: bool, reason: str) -> None:
         if usable and not self.usable:
@@ -146,22 +168,28 @@ class Replica:
         else:
             logger.debug("a read on replica %s failed: %s", self.name, type(exc).__name__)
 
-    async def check(self, samples: "Samples") -> None:
-        """Read its state on a connection of its own; left out or taken back by it."""
+    async def check(self, samples: "Samples", system: int | None) -> None:
+        """Read its state on a connection of its own; left out or taken back by it.
+        ``system``: the primary's cluster (None: not known yet); a server of another
+        is left out whatever it has replayed."""
         try:
             if self._conn is None or self._conn.is_closed():
-                self._conn = await asyncpg.connect(
-                    self.url, timeout=CHECK_TIMEOUT, server_settings=QUIET
-                )
+                self._conn = await asyncpg.connect(self.url, timeout=CHECK_TIMEOUT, **self._session)
             async with asyncio.timeout(CHECK_TIMEOUT):
-                recovering, replayed, started = await self._conn.fetchrow(_STATE)
+                recovering, replayed, cluster, started = await self._conn.fetchrow(_STATE)
         except Exception as exc:
             self._drop()
             self._set(False, f"down: {type(exc).__name__}")
             return
-        if started != self._started:
-            self._started = started
+        if (cluster, started) != self._server:
+            self._server = cluster, started
             self.replayed = -1
+        if system is None:
+            self._set(False, "the primary's cluster not read yet")
+            return
+        if cluster != system:
+            self._set(False, "not a standby of the primary: another cluster's server")
+            return
         if not recovering or replayed is None:
             self._set(False, "not a standby: promoted, or never one")
             return
@@ -242,14 +270,17 @@ class RoutedReader:
         urls: tuple[str, ...],
         max_lag: float,
         position: Callable[[], int | None],
+        pooled: bool = False,
     ):
         self._primary = primary
         self._pool = pool
         self._position = position
-        self.replicas = [Replica(url, max_lag) for url in urls]
+        self.replicas = [Replica(url, max_lag, pooled) for url in urls]
         self.primary_reads = 0
         self._next = 0
         self._samples = Samples()
+        # The primary's system identifier, once read.
+        self._system: int | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -266,10 +297,12 @@ class RoutedReader:
     async def _check_all(self) -> None:
         try:
             async with asyncio.timeout(CHECK_TIMEOUT), self._pool.acquire() as raw:
-                self._samples.add(int(await raw.fetchval(_WRITTEN)))
+                written, self._system = await raw.fetchrow(_WRITTEN)
+            self._samples.add(int(written))
         except Exception as exc:  # the primary's own trouble is answered elsewhere
             logger.debug("could not read the primary's position: %s", type(exc).__name__)
-        await asyncio.gather(*(replica.check(self._samples) for replica in self.replicas))
+        system = self._system
+        await asyncio.gather(*(replica.check(self._samples, system) for replica in self.replicas))
 
     def _pick(self) -> Replica | None:
         """A replica fresh enough for everything this instance knows of, or None."""
@@ -299,20 +332,17 @@ class RoutedReader:
         return rows
 
     async def execute_fetchall(self, sql: str, params: Any = ()) -> list[Any]:
-        replica = self._pick()
-        if replica is not None:
-            rows = await self._on_replica(replica, sql, params)
-            if rows is not None:
-                return rows
-        self.primary_reads += 1
-        return await self._primary.execute_fetchall(sql, params)
+        """Any read: one that finds nothing on a replica is asked of the primary, as a
+        point read is (a webhook or activity made through another instance)."""
+        return await self.rows(sql, params)
 
-    async def rows(self, sql: str, params: Any) -> list[Any]:
-        """A point read: one that finds nothing on a replica is asked of the primary."""
+    async def rows(self, sql: str, params: Any, accept: Accept = bool) -> list[Any]:
+        """A read whose rows from a replica ``accept`` refuses (by default, none found)
+        is asked of the primary."""
         replica = self._pick()
         if replica is not None:
             rows = await self._on_replica(replica, sql, params)
-            if rows:
+            if rows is not None and accept(rows):
                 return rows
         self.primary_reads += 1
         return await self._primary.rows(sql, params)

@@ -324,7 +324,7 @@ class PgStore(CoreFront):
         if replicas.urls:
             reads = self.routed = RoutedReader(
                 self.reader, pool, replicas.urls, replicas.max_lag,
-                self.notifications.known_position,
+                self.notifications.known_position, replicas.pooled,
             )  # fmt: skip
         # The point reads (get_key, find_credential) run on the pool as well.
         self.points = reads

@@ -13,7 +13,8 @@ through an index belong here: pages and scans stay on the reader.
 """
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import aiosqlite
 
@@ -30,8 +31,11 @@ class PointReader:
         self._fallback = fallback
         self._file = file
 
-    async def rows(self, sql: str, params: Sequence[object]) -> list[sqlite3.Row]:
-        """Every row of ``sql``, read on the loop; on the fallback's thread when busy."""
+    async def rows(
+        self, sql: str, params: Sequence[object], accept: Callable[[list[Any]], bool] = bool
+    ) -> list[sqlite3.Row]:
+        """Every row of ``sql``, read on the loop; on the fallback's thread when busy.
+        One database, so every commit is in it: ``accept`` is not needed."""
         try:
             return self.conn.execute(sql, params).fetchall()
         except sqlite3.OperationalError as exc:
