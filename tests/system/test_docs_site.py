@@ -50,16 +50,30 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-def test_make_docs_is_this_strict_build() -> None:
+def make_dry_run(target: str) -> str:
+    """What ``make -n TARGET`` would run, the environment taken as installed."""
     done = subprocess.run(
-        ["make", "--no-print-directory", "-C", str(ROOT), "-n", "-o", STAMP, "docs"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+        ["make", "--no-print-directory", "-C", str(ROOT), "-n", "-o", STAMP, "-o", "system-deps",
+         target],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[-1].endswith("/mkdocs build --strict --clean")
+    return done.stdout
+
+
+def test_make_docs_is_this_strict_build() -> None:
+    last = make_dry_run("docs").splitlines()[-1]
+    assert last.endswith("/mkdocs build --strict --clean")
+
+
+def test_make_docs_screenshots_takes_the_console_pages_pictures() -> None:
+    """Each picture docs/console.md shows is one make docs-screenshots copies from the
+    browser tests' screenshots (and is committed)."""
+    (copied,) = re.findall(r"^for shot in ([^;]+);", make_dry_run("docs-screenshots"), re.M)
+    shown = re.findall(r"\]\(img/([\w-]+)\.png\)", (ROOT / "docs" / "console.md").read_text())
+    assert sorted(shown) == sorted(copied.split())
+    for name in shown:
+        assert (ROOT / "docs" / "img" / f"{name}.png").stat().st_size > 10_000
 
 
 def test_every_page_in_docs_is_in_the_nav_and_built(site: Path) -> None:
