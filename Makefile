@@ -30,7 +30,8 @@ SYSTEM_DEPS ?= chromium:chromium nginx:nginx systemd-analyze:systemd initdb:post
 	caddy:caddy /usr/lib/nginx/modules/ngx_http_js_module.so:libnginx-mod-http-js
 PG_BIN := $(subst $(eval) ,:,$(wildcard /usr/lib/postgresql/*/bin))
 
-.PHONY: install system-deps run test test-fast lint fmt bench soak dist constraints clean
+.PHONY: install system-deps run test test-fast lint fmt docs docs-screenshots bench soak dist \
+	constraints clean
 
 # The versions installed are the ones $(PINS) names (see its head), the build backend's
 # too: setuptools goes in first, and builds keysvc without an isolated environment
@@ -43,11 +44,37 @@ $(STAMP): pyproject.toml $(PINS)
 	$(PIP) -c $(PINS) --no-build-isolation -e .
 	touch $(STAMP)
 
+# What the docs site's pages load that Material would otherwise fetch from a CDN in
+# every reader's browser: Mermaid, which draws the diagrams, and iframe-worker's shim,
+# which lets search run on the site opened from the disk (Material's offline plugin).
+# Each the pinned release from the npm registry (npm: the machine's, else Debian's
+# package), checked against the SHA-512 the registry published for it
+# (npm view NAME@VERSION dist.integrity, in hex), and one file of it kept in the
+# virtualenv as NAME-VERSION.js, where docs/hooks/offline.py adds it to the site.
+# Each entry: NAME-VERSION := the file in the package, then the SHA-512.
+DOCS_VENDOR := $(VENV)/docs-vendor
+mermaid-11.17.2 := dist/mermaid.min.js \
+	57a2b70bc101744b0f1595d228c25eea9a50384371b87011afd1af1d7e21878ee501b84c443f6a7f8a042bb2e869143150b31af34feab798073bbdda0a578106
+iframe-worker-1.0.4 := shim/index.js \
+	ae879a688f8b8352c935f8290a3a117bff96cc48f2f7e674f0ba04beef393023db063c26faa5f3f00839534e651dae95d42cac6721b313448e900b52500e6aed
+VENDORED := $(DOCS_VENDOR)/mermaid-11.17.2.js $(DOCS_VENDOR)/iframe-worker-1.0.4.js
+$(DOCS_VENDOR)/%.js:
+	@command -v npm >/dev/null || { echo "npm is missing: sudo apt-get install npm"; exit 1; }
+	set -- $($*) && name=$$(echo $* | sed 's/-[^-]*$$//') && \
+	version=$$(echo $* | sed 's/.*-//') && \
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	npm pack --silent --pack-destination "$$tmp" "$$name@$$version" >/dev/null && \
+	echo "$$2  $$tmp/$*.tgz" | sha512sum --check --quiet && \
+	tar -xzf "$$tmp/$*.tgz" -C "$$tmp" "package/$$1" && \
+	mkdir -p $(DOCS_VENDOR) && rm -f $(DOCS_VENDOR)/$$name-*.js && \
+	cp "$$tmp/package/$$1" $@
+
 # The test extras hold all that serving needs, so one pip run (not one more after
-# serving's) makes both stamps.
-$(TEST_STAMP): pyproject.toml $(PINS)
+# serving's) makes both stamps. The docs extra (MkDocs, Material) comes along: make
+# test builds the site (tests/system/test_docs_site.py).
+$(TEST_STAMP): pyproject.toml $(PINS) $(VENDORED)
 	$(BASE_VENV)
-	$(PIP) -c $(PINS) --no-build-isolation -e '.[test]'
+	$(PIP) -c $(PINS) --no-build-isolation -e '.[test,docs]'
 	touch $(STAMP) $(TEST_STAMP)
 
 install: $(TEST_STAMP)
@@ -69,6 +96,24 @@ system-deps:
 	echo "missing:$$commands; install them with: sudo apt-get install$$packages"; \
 	echo "the tests that need them are reported as not run (failed under CI=true)"
 
+# The docs site (mkdocs.yml) into site/, strict: a broken link, an anchor that is not
+# there, a page missing from the nav or from docs/ fails. Open site/index.html.
+docs: $(TEST_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --clean
+
+# The console's screenshots in docs/img/, which docs/console.md shows: the browser tests
+# that take them (into test-artifacts/console/), then the ones the page shows copied.
+DOCS_SHOTS := console-keys-1280 console-key-details-1280 console-activities-1280 \
+	console-usage-1280 identities-1280
+docs-screenshots: $(TEST_STAMP) system-deps
+	$(PYTEST) -p no:cacheprovider -n 0 \
+		tests/system/test_console_browser.py::test_screenshots_at_both_widths \
+		tests/system/test_console_views_browser.py::test_activities_list_the_create_and_the_rotation_made_in_the_page \
+		tests/system/test_console_views_browser.py::test_usage_chart_shows_the_counts_the_api_answers \
+		tests/system/test_identity_console_browser.py
+	mkdir -p docs/img
+	for shot in $(DOCS_SHOTS); do cp test-artifacts/console/$$shot.png docs/img/; done
+
 # Bootstraps an organization on first use (credentials are printed once), then serves.
 run: $(STAMP)
 	mkdir -p $(dir $(DB))
@@ -76,14 +121,14 @@ run: $(STAMP)
 	exec $(BIN)/keysvc serve --db $(DB) --host $(HOST) --port $(PORT)
 
 lint: $(TEST_STAMP)
-	$(BIN)/ruff check keysvc tests bench
-	$(BIN)/ruff format --check keysvc tests bench
-	$(BIN)/mypy keysvc bench
+	$(BIN)/ruff check keysvc tests bench docs/hooks
+	$(BIN)/ruff format --check keysvc tests bench docs/hooks
+	$(BIN)/mypy keysvc bench docs/hooks
 	$(BIN)/lint-imports --no-cache
 
 fmt: $(TEST_STAMP)
-	$(BIN)/ruff format keysvc tests bench
-	$(BIN)/ruff check --fix keysvc tests bench
+	$(BIN)/ruff format keysvc tests bench docs/hooks
+	$(BIN)/ruff check --fix keysvc tests bench docs/hooks
 
 # On every core (pytest-xdist): a worker per core and one more, each with a PostgreSQL
 # cluster of its own (tests/postgres.py). The system tests spend part of their time
@@ -167,12 +212,12 @@ constraints:
 		print(*tomllib.load(sys.stdin.buffer)["build-system"]["requires"], sep="\n")' \
 		< pyproject.toml) && \
 	"$$tmp/venv/bin/python" -m pip install $(QUIET_PIP) --upgrade $$backend && \
-	"$$tmp/venv/bin/python" -m pip install $(QUIET_PIP) --no-build-isolation "$$tmp/src[test]" && \
+	"$$tmp/venv/bin/python" -m pip install $(QUIET_PIP) --no-build-isolation "$$tmp/src[test,docs]" && \
 	{ sed -n '/^#/p' $(PINS); \
 	  "$$tmp/venv/bin/python" -m pip freeze --all --exclude pip --exclude keysvc; } \
 		> "$$tmp/pins" && \
 	cp "$$tmp/pins" $(PINS)
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .mypy_cache .ruff_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -125,10 +125,10 @@ def test_make_run_installs_only_what_serving_needs(tmp_path: Path) -> None:
     assert all("-c .ci/constraints.txt" in line for line in lines)
 
 
-def test_make_test_installs_the_test_extras(tmp_path: Path) -> None:
-    for target in ("test", "install", "lint", "dist"):
+def test_make_test_installs_the_test_and_docs_extras(tmp_path: Path) -> None:
+    for target in ("test", "install", "lint", "dist", "docs"):
         lines = install_lines(target, tmp_path / "venv")
-        assert lines[-1].endswith("--no-build-isolation -e '.[test]'"), target
+        assert lines[-1].endswith("--no-build-isolation -e '.[test,docs]'"), target
         assert all("-c .ci/constraints.txt" in line for line in lines)
 
 

@@ -1,4 +1,6 @@
-"""Every curl example in the README runs as written against a real server."""
+"""Every curl example in the README and in the docs site's pages (docs/**/*.md) runs as
+written against a real server: a ```sh block with a line that starts with curl or http,
+wherever it is (a page's admonition or tab indents it: it runs dedented)."""
 
 import json
 import os
@@ -6,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -15,10 +18,29 @@ from tests.components import require_command
 from tests.server import Server, bootstrap
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-BLOCKS = [
-    b
-    for b in re.findall(r"```sh\n(.*?)```", README.read_text(), re.S)
-    if re.search(r"^(curl|http) ", b, re.M)
+DOCS = README.parent / "docs"
+# A ```sh fence and its block, at any indentation (the closing fence at the same).
+FENCE = re.compile(r"^([ \t]*)```sh\n(.*?)^\1```", re.S | re.M)
+
+
+def examples(text: str) -> list[str]:
+    """The runnable examples in a Markdown text: its ```sh blocks with a curl or http
+    line, dedented."""
+    blocks = [textwrap.dedent(block) for _, block in FENCE.findall(text)]
+    return [block for block in blocks if re.search(r"^(curl|http) ", block, re.M)]
+
+
+def named(block: str) -> str:
+    return block.split("\n")[0][:40]
+
+
+# The README's as before (named by their first line), then each docs page's (named by
+# the page too).
+BLOCKS = [pytest.param(block, id=named(block)) for block in examples(README.read_text())]
+BLOCKS += [
+    pytest.param(block, id=f"{page.relative_to(README.parent)}:{named(block)}")
+    for page in sorted(DOCS.rglob("*.md"))
+    for block in examples(page.read_text())
 ]
 
 
@@ -41,6 +63,15 @@ def envelopes(output: str) -> list[object]:
 
 def test_readme_has_curl_examples() -> None:
     assert len(BLOCKS) >= 3
+
+
+def test_the_docs_pages_examples_are_run_too() -> None:
+    assert [param for param in BLOCKS if str(param.id).startswith("docs/")]
+
+
+def test_an_indented_example_is_found_and_dedented() -> None:
+    page = '!!! example\n    ```sh\n    curl -s "$BASE/healthz"\n    ```\n```sh\nls\n```\n'
+    assert examples(page) == ['curl -s "$BASE/healthz"\n']
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +97,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
         running.stop()
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=lambda b: b.split("\n")[0][:40])
+@pytest.mark.parametrize("block", BLOCKS)
 def test_curl_example_works_as_written(server: dict[str, str], block: str) -> None:
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", block],
