@@ -149,7 +149,7 @@ PYTEST := TMPDIR=$(TEST_TMP) $(BIN)/pytest
 # only for a source changed since).
 BYTECODE := $(BIN)/python -m compileall -q keysvc tests bench
 
-test: $(TEST_STAMP) system-deps lint
+test: system-deps $(TEST_STAMP) lint
 	$(BYTECODE)
 	$(PYTEST) $(PARALLEL) --dist loadfile
 
