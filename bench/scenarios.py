@@ -99,6 +99,20 @@ SCENARIOS = (
         route="verify",
     ),
     Scenario(
+        "verify-identity",
+        "GET /v1/verify spending 1 credit of the key's identity, rotating keys of identities"
+        " of 4 keys (issue 36)",
+        lambda s: [Line("GET", "/v1/verify", basic(c)) for c in s.identified],
+        route="verify",
+    ),
+    Scenario(
+        "verify-identity-both",
+        "GET /v1/verify spending 1 credit of the key's and 1 of its identity's, rotating"
+        " such keys (issue 36)",
+        lambda s: [Line("GET", "/v1/verify", basic(c)) for c in s.both],
+        route="verify",
+    ),
+    Scenario(
         "list",
         "GET the first page of 100 keys, rotating keys",
         lambda s: [Line("GET", f"{_keys(s)}?limit=100", basic(c)) for c in s.sample],
