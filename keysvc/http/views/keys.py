@@ -136,7 +136,9 @@ async def create_key(request: web.Request) -> web.Response:
 
 async def _key_text(request: web.Request, key: Key) -> str:
     """The key's JSON, with the ``identityId`` of the identity it belongs to (issue 36)."""
-    return _identified(render.key_json(key), await identities.identity_id_of(request.app[STORE], key))
+    return _identified(
+        render.key_json(key), await identities.identity_id_of(request.app[STORE], key)
+    )
 
 
 def _identified(text: str, identity_id: str | None) -> str:
