@@ -212,13 +212,18 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Cell], list[tuple[str, 
         for app in apps.values() if args.warmup else ():
             wrk.run(wrk_path, app.base, requests, warm)
         verifies: list[float] = []
+        cpu: dict[str, list[float]] = {PLAIN.label: [], AUTH.label: [], "keysvc": []}
         for _ in range(args.rounds):
             for label, app in apps.items():
-                before = _verified(keysvc.base)
+                before, used, keysvc_used = _verified(keysvc.base), _cpu(app), _cpu(keysvc)
                 result = wrk.run(wrk_path, app.base, requests, settings)
                 cells[label].rounds.append(result)
+                cpu[label].append((_cpu(app) - used) / max(result.requests, 1) * 1e6)
                 if label == AUTH.label:
                     verifies.append((_verified(keysvc.base) - before) / result.seconds)
+                    cpu["keysvc"].append(
+                        (_cpu(keysvc) - keysvc_used) / max(result.requests, 1) * 1e6
+                    )
         revoked, busy = revocations(args, keysvc.base, admin, apps[AUTH.label].base, requests)
     facts = [
         ("event loop", f"{args.loop}, keysvc and both services"),
@@ -234,10 +239,24 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Cell], list[tuple[str, 
             f"the verify requests that reached it during auth's rounds: median"
             f" {statistics.median(verifies or [0]):,.0f}/s (one per key per bound at most)",
         ),
+        (
+            "CPU",
+            "a request served, median of the rounds (from /proc/PID/stat): plain"
+            f" {statistics.median(cpu[PLAIN.label]):.0f} us; auth"
+            f" {statistics.median(cpu[AUTH.label]):.0f} us in the service and"
+            f" {statistics.median(cpu['keysvc']):.0f} us in keysvc (its verifies, shared"
+            " out over auth's requests)",
+        ),
         ("revocation", _revoked(revoked, busy)),
         ("run time", f"{time.monotonic() - started:.0f}s"),
     ]
     return cells, facts
+
+
+def _cpu(server: Server) -> float:
+    """The CPU seconds (user and system) ``server``'s process has used so far."""
+    fields = Path(f"/proc/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _verified(base: str) -> float:
