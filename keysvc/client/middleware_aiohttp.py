@@ -24,16 +24,13 @@ def keysvc_middleware(
     permission: str | Callable[[web.Request], str | None] | None = None,
     public: Callable[[web.Request], bool] | None = None,
 ) -> Middleware:
-    per_request = permission if callable(permission) else None
-    fixed = None if callable(permission) else permission
-
     @web.middleware
     async def keysvc_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         if public is not None and public(request):
             return await handler(request)
-        needed = fixed if per_request is None else per_request(request)
+        needed = permission(request) if callable(permission) else permission
         address = request.remote if verifier.forward_client_address else None
-        given = request.headers.getall(hdrs.AUTHORIZATION, ())
+        given = request.headers.getall(hdrs.AUTHORIZATION, [])
         found = await verifier.check(given, needed, address)
         if isinstance(found, Refusal):
             return web.Response(status=found.status, body=found.body, headers=found.headers)

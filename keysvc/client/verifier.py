@@ -128,17 +128,17 @@ class Verifier:
         found = authorization(authorizations)
         if isinstance(found, Refusal):
             return found
+        return await self._check(found, permission, client_address)
+
+    async def _check(
+        self, authorization: str, permission: str | None, client_address: str | None
+    ) -> Caller | Refusal:
         if not self.forward_client_address:
             client_address = None
-        key = digest(found, permission, self.organization, client_address)
+        key = digest(authorization, permission, self.organization, client_address)
         kept = self.kept.get(key, time.monotonic())
-        if kept is not None:  # a kept answer: no coroutine more (most requests)
+        if kept is not None:
             return kept
-        return await self._not_kept(key, found, permission, client_address)
-
-    async def _not_kept(
-        self, key: bytes, authorization: str, permission: str | None, client_address: str | None
-    ) -> Caller | Refusal:
         flight = self._flights.get(key)
         if flight is not None:  # the same question is on its way: its answer, if kept
             await flight.wait()
