@@ -7,7 +7,14 @@ keysvc runs with its default settings (``KEYSVC_VERIFY_REUSE_SECONDS``, 1 s), so
 middleware reuses each key's answer within that bound; the requests rotate through
 ``--keys`` keys, made through the API with keysvc.client. Every response must be a 200
 (the middleware's refusals count as failures). ``--serve`` runs one service: what the
-scenario starts as a subprocess."""
+scenario starts as a subprocess.
+
+Then revocation through the middleware (``--revocations`` keys, made for it, none in
+the rotation): while wrk keeps the service busy with the rotation, a thread sends one
+key's requests one after the other; once one is served, the key is disabled through
+keysvc's API, at a point spread over the kept answer's life, and the delay is from the
+API's answer to the first refusal the service answers (target: within keysvc's bound,
+``REUSE_SECONDS``), every request after it refused too."""
 
 import argparse
 import os
@@ -15,12 +22,16 @@ import re
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from http.client import HTTPConnection
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import uvloop
 from aiohttp import web
@@ -35,6 +46,8 @@ TARGET = 0.8
 PLAIN = Column("plain", "aiohttp hello world, no auth", False)
 AUTH = Column("auth", "the same behind keysvc.client's aiohttp middleware, reuse 1 s", True)
 LOOPS = ("asyncio", "uvloop")
+REUSE_SECONDS = 1.0  # keysvc's KEYSVC_VERIFY_REUSE_SECONDS at its default: the bound
+WATCH_SECONDS = 3.0  # how long a revoked key's requests go on after the API's answer
 VERIFIED = re.compile(
     r'^keysvc_http_requests_total\{[^}]*route="/v1/verify"[^}]*\} ([0-9.]+)$', re.M
 )
@@ -80,6 +93,99 @@ def _keys(base: str, admin: seed.Credential, count: int, folder: Path) -> Path:
     return path
 
 
+@dataclass(frozen=True)
+class Revocation:
+    """One key disabled while its requests went on: seconds from the API's answer to the
+    first refusal answered; 200s answered after the API's (stale); 200s after a refusal."""
+
+    delay: float
+    stale: int
+    served_after: int
+
+
+def _watch(service: str, header: str, seen: list[tuple[float, int]], stop: threading.Event) -> None:
+    """One request after another with ``header``: each answer's time and status."""
+    where = urlsplit(service)
+    conn = HTTPConnection(where.hostname or "127.0.0.1", where.port, timeout=30)
+    try:
+        while not stop.is_set():
+            conn.request("GET", "/", headers={"Authorization": header})
+            answer = conn.getresponse()
+            answer.read()
+            seen.append((time.monotonic(), answer.status))
+    finally:
+        conn.close()
+
+
+def revoke(base: str, client: Client, org: str, service: str, share: float) -> Revocation:
+    """A new key's requests through ``service``; once one is served and ``share`` of the
+    bound later, the key disabled; its requests watched for ``WATCH_SECONDS`` more."""
+    made = client.create_key(org, {"name": "revoked", "roles": ["developer"]})
+    header = Client(base, made["keyId"], made["keySecret"]).authorization
+    seen: list[tuple[float, int]] = []
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch, args=(service, header, seen, stop), daemon=True)
+    watcher.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not any(status == 200 for _, status in seen) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(share * REUSE_SECONDS)
+        client.update_key(org, made["key"]["id"], {"state": "disabled"})
+        answered = time.monotonic()
+        time.sleep(WATCH_SECONDS)
+    finally:
+        stop.set()
+        watcher.join()
+    first = next((at for at, status in seen if status != 200), float("inf"))
+    return Revocation(
+        first - answered,
+        sum(1 for at, status in seen if status == 200 and at > answered),
+        sum(1 for at, status in seen if status == 200 and at > first),
+    )
+
+
+def revocations(
+    args: argparse.Namespace, base: str, admin: seed.Credential, service: str, requests: Path
+) -> tuple[list[Revocation], float]:
+    """``args.revocations`` keys revoked in turn while wrk keeps ``service`` busy; and
+    the requests/s wrk served meanwhile."""
+    if args.revocations <= 0:
+        return [], 0.0
+    seconds = int(args.revocations * (REUSE_SECONDS + WATCH_SECONDS + 1))
+    busy = wrk.WrkSettings(args.threads, args.connections, seconds)
+    loaded: list[wrk.Result] = []
+    load = threading.Thread(
+        target=lambda: loaded.append(wrk.run(wrk.ensure_wrk(), service, requests, busy)),
+        daemon=True,
+    )
+    load.start()
+    time.sleep(0.5)
+    with Client(base, admin.key_id, admin.secret) as client:
+        org = client.whoami()["organizationId"]
+        count = args.revocations
+        found = [revoke(base, client, org, service, number / count) for number in range(count)]
+    load.join()
+    return found, loaded[0].rps if loaded else 0.0
+
+
+def _revoked(found: Sequence[Revocation], busy: float) -> str:
+    """The revocation fact: each delay, the longest against the bound, what was stale."""
+    if not found:
+        return "not measured (--revocations 0)"
+    longest = max(r.delay for r in found)
+    verdict = "met" if longest <= REUSE_SECONDS else "NOT met"
+    delays = ", ".join(f"{r.delay:.3f}" for r in found)
+    return (
+        f"{len(found)} keys disabled through the API in turn, at points spread over their"
+        f" kept answers' life, while wrk kept auth busy ({busy:,.0f} req/s): the first"
+        f" refusal came {delays} s after the API's answer (longest {longest:.3f} s; target"
+        f" within the bound, KEYSVC_VERIFY_REUSE_SECONDS = {REUSE_SECONDS:g} s: {verdict});"
+        f" 200s answered after the API's answer {', '.join(str(r.stale) for r in found)};"
+        f" 200s after a refusal {sum(r.served_after for r in found)}"
+    )
+
+
 def measure(args: argparse.Namespace) -> tuple[dict[str, Cell], list[tuple[str, str]]]:
     """Warm-up of each, then ``args.rounds`` rounds of plain and auth in turn."""
     started, load = time.monotonic(), os.getloadavg()[0]
@@ -106,13 +212,19 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Cell], list[tuple[str, 
         for app in apps.values() if args.warmup else ():
             wrk.run(wrk_path, app.base, requests, warm)
         verifies: list[float] = []
+        cpu: dict[str, list[float]] = {PLAIN.label: [], AUTH.label: [], "keysvc": []}
         for _ in range(args.rounds):
             for label, app in apps.items():
-                before = _verified(keysvc.base)
+                before, used, keysvc_used = _verified(keysvc.base), _cpu(app), _cpu(keysvc)
                 result = wrk.run(wrk_path, app.base, requests, settings)
                 cells[label].rounds.append(result)
+                cpu[label].append((_cpu(app) - used) / max(result.requests, 1) * 1e6)
                 if label == AUTH.label:
                     verifies.append((_verified(keysvc.base) - before) / result.seconds)
+                    cpu["keysvc"].append(
+                        (_cpu(keysvc) - keysvc_used) / max(result.requests, 1) * 1e6
+                    )
+        revoked, busy = revocations(args, keysvc.base, admin, apps[AUTH.label].base, requests)
     facts = [
         ("event loop", f"{args.loop}, keysvc and both services"),
         ("load", f"the machine's load average was {load:.1f} at the start (1 minute)"),
@@ -127,9 +239,24 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Cell], list[tuple[str, 
             f"the verify requests that reached it during auth's rounds: median"
             f" {statistics.median(verifies or [0]):,.0f}/s (one per key per bound at most)",
         ),
+        (
+            "CPU",
+            "a request served, median of the rounds (from /proc/PID/stat): plain"
+            f" {statistics.median(cpu[PLAIN.label]):.0f} us; auth"
+            f" {statistics.median(cpu[AUTH.label]):.0f} us in the service and"
+            f" {statistics.median(cpu['keysvc']):.0f} us in keysvc (its verifies, shared"
+            " out over auth's requests)",
+        ),
+        ("revocation", _revoked(revoked, busy)),
         ("run time", f"{time.monotonic() - started:.0f}s"),
     ]
     return cells, facts
+
+
+def _cpu(server: Server) -> float:
+    """The CPU seconds (user and system) ``server``'s process has used so far."""
+    fields = Path(f"/proc/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _verified(base: str) -> float:
@@ -139,14 +266,15 @@ def _verified(base: str) -> float:
     return sum(float(count) for count in VERIFIED.findall(text))
 
 
-def section(cells: dict[str, Cell], facts: list[tuple[str, str]]) -> str:
+def section(cells: dict[str, Cell], facts: list[tuple[str, str]], loop: str = "asyncio") -> str:
     """The table; the figure is the median of each round's auth/plain (the two ran one
     after the other), steadier on a shared machine than the ratio of the medians."""
     plain, auth = (cells[c.label].median(lambda r: r.rps) for c in (PLAIN, AUTH))
     pairs = zip(cells[PLAIN.label].rounds, cells[AUTH.label].rounds, strict=True)
     ratio = statistics.median([a.rps / p.rps if p.rps else 0.0 for p, a in pairs] or [0.0])
     rows = [
-        "### The middleware: a Python service verifying with keysvc.client",
+        "### The middleware: a Python service verifying with keysvc.client"
+        + ("" if loop == "asyncio" else f", on {loop}"),
         "",
         "| app | what | req/s | p99 ms | failed |",
         "|---|---|---|---|---|",
@@ -173,10 +301,10 @@ def section(cells: dict[str, Cell], facts: list[tuple[str, str]]) -> str:
 def run(args: argparse.Namespace, head: Sequence[tuple[str, str]], doc: Path | None) -> bool:
     """Measure, print the section (and write it into ``doc``); whether it is broken."""
     cells, facts = measure(args)
-    text = section(cells, [*head, *facts])
+    text = section(cells, [*head, *facts], args.loop)
     print("\n" + text, flush=True)
     if doc is not None:
-        report.write_section(doc, NAME, text)
+        report.write_section(doc, NAME + ("" if args.loop == "asyncio" else f"-{args.loop}"), text)
     return any(cell.broken for cell in cells.values())
 
 
@@ -204,6 +332,7 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--keys", type=int, default=100)
+    parser.add_argument("--revocations", type=int, default=5, help="keys disabled mid-run")
     parser.add_argument("--doc", type=Path, help="Markdown file to write the section into")
     return parser.parse_args(argv)
 

@@ -48,6 +48,7 @@ from bench import (
     report,
     scenarios,
     seed,
+    targets,
     wrk,
 )
 from bench.report import Cell, CellGrid, Column
@@ -531,7 +532,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.loop != "asyncio":
         heading += f", every app on {args.loop}"
         key += f"-{args.loop}"
-    text = _section(heading, apps, chosen, grid, facts)
+    issue36 = [] if scale else [("target", line) for line in targets.lines(grid, names)]
+    text = _section(heading, apps, chosen, grid, [*issue36, *facts])
     print("\n" + text, flush=True)
     report.write_section(args.doc, key, text)
     if on_postgres is not None:

@@ -62,6 +62,16 @@ def _keys(seeded: Seeded) -> str:
     return f"/v1/organizations/{seeded.organization_id}/keys"
 
 
+def _verifying(name: str, title: str, keys: Callable[[Seeded], list[Credential]]) -> Scenario:
+    """A verify scenario rotating through ``keys`` of the seeded ones, answered as verify."""
+    return Scenario(
+        name,
+        title,
+        lambda s: [Line("GET", "/v1/verify", basic(c)) for c in keys(s)],
+        route="verify",
+    )
+
+
 SCENARIOS = (
     Scenario(
         "get",
@@ -86,17 +96,27 @@ SCENARIOS = (
         route="verify",
         paced=True,
     ),
-    Scenario(
+    _verifying(
         "verify-credits",
         "GET /v1/verify spending 1 credit, rotating keys with credits (issue 29)",
-        lambda s: [Line("GET", "/v1/verify", basic(c)) for c in s.credited],
-        route="verify",
+        lambda s: s.credited,
     ),
-    Scenario(
+    _verifying(
         "verify-limited",
         "GET /v1/verify counting one autoApply named limit, rotating such keys (issue 36)",
-        lambda s: [Line("GET", "/v1/verify", basic(c)) for c in s.limited],
-        route="verify",
+        lambda s: s.limited,
+    ),
+    _verifying(
+        "verify-identity",
+        "GET /v1/verify spending 1 credit of the key's identity, rotating keys of identities"
+        " of 4 keys (issue 36)",
+        lambda s: s.identified,
+    ),
+    _verifying(
+        "verify-identity-both",
+        "GET /v1/verify spending 1 credit of the key's and 1 of its identity's, rotating"
+        " such keys (issue 36)",
+        lambda s: s.both,
     ),
     Scenario(
         "list",

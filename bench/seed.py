@@ -67,6 +67,19 @@ LIMITS = json.dumps(
     [{"name": "requests", "limit": 10**9, "windowSeconds": 60, "autoApply": True}],
     separators=(",", ":"),
 )
+# Issue 36: the keys of the verify-identity scenario belong, KEYS_PER_IDENTITY to a
+# customer, to identities with shared credits that no run spends; those of
+# verify-identity-both have credits of their own as well, so a verify spends from both.
+KEYS_PER_IDENTITY = 4
+_INSERT_IDENTITY = """
+    insert into identities (id, organization_id, org_seq, external_id, credits_remaining,
+                            credits_base, created_at, updated_at)
+    values (?, ?, ?, ?, ?, ?, ?, ?)
+"""
+_INSERT_MEMBER = """
+    insert into key_details (key_id, external_id, credits_remaining, credits_base)
+    values (?, ?, ?, ?)
+"""
 
 
 @dataclass(frozen=True)
@@ -86,6 +99,9 @@ class Seeded:
     others: list[str]  # UUIDs of the keys that never authenticate, only read
     credited: list[Credential] = field(default_factory=list)  # keys with credits, not sampled
     limited: list[Credential] = field(default_factory=list)  # keys with a named limit, likewise
+    # Keys of identities with credits (issue 36), likewise; the second: with their own too.
+    identified: list[Credential] = field(default_factory=list)
+    both: list[Credential] = field(default_factory=list)
 
 
 def keysvc_env() -> dict[str, str]:
@@ -140,6 +156,8 @@ class _Rows:
     unused: list[str] = field(default_factory=list)
     credited: list[Credential] = field(default_factory=list)
     limited: list[Credential] = field(default_factory=list)
+    identified: list[Credential] = field(default_factory=list)
+    both: list[Credential] = field(default_factory=list)
 
     def credit_rows(self) -> list[tuple[str, int, int]]:
         """key_details rows giving the ``credited`` keys credits (taken after ``batches``)."""
@@ -149,6 +167,30 @@ class _Rows:
         """key_details rows giving the ``limited`` keys a named limit (after ``batches``)."""
         return [(cred.id, LIMITS) for cred in self.limited]
 
+    def _external_id(self, place: int) -> str:
+        return f"bench-customer-{place // KEYS_PER_IDENTITY:05d}"
+
+    def identity_rows(self) -> list[tuple[object, ...]]:
+        """The identities of the ``identified`` and ``both`` keys, with credits."""
+        now = to_text(utcnow())
+        rng = random.Random(self.seed_value)  # noqa: S311 - benchmark data, see the module
+        count = (len(self.identified) + len(self.both)) // KEYS_PER_IDENTITY
+        return [
+            (str(uuid.UUID(int=rng.getrandbits(128), version=4)), self.organization_id,
+             number + 1, self._external_id(number * KEYS_PER_IDENTITY), CREDITS, CREDITS,
+             now, now)
+            for number in range(count)
+        ]  # fmt: skip
+
+    def member_rows(self) -> list[tuple[str, str, int | None, int | None]]:
+        """key_details rows putting the ``identified`` keys (no credits of their own) and
+        then the ``both`` keys (credits of their own) in the identities."""
+        rows: list[tuple[str, str, int | None, int | None]] = []
+        for place, cred in enumerate([*self.identified, *self.both]):
+            own = CREDITS if place >= len(self.identified) else None
+            rows.append((cred.id, self._external_id(place), own, own))
+        return rows
+
     def batches(self) -> Iterator[tuple[list[KeyRow], list[RoleRow]]]:
         rng = random.Random(self.seed_value)  # noqa: S311 - benchmark data, see the module
         chosen = set(rng.sample(range(self.keys), min(self.rotate, self.keys)))
@@ -157,6 +199,12 @@ class _Rows:
         first_credited = self.keys + self.others - min(self.rotate, self.others // 2)
         # Keys with a named limit (issue 36's verify-limited): as many others just before.
         first_limited = first_credited - min(self.rotate, (first_credited - self.keys) // 2)
+        # Keys of identities (issue 36's verify-identity, then verify-identity-both): as
+        # many more again for each, just before; whole identities of KEYS_PER_IDENTITY.
+        span = min(self.rotate, (first_limited - self.keys) // 3)
+        span -= span % KEYS_PER_IDENTITY
+        first_both = first_limited - span
+        first_identified = first_both - span
         created_at = to_text(utcnow())
         used_at = to_text(to_minute(utcnow()))
         key_rows: list[KeyRow] = []
@@ -168,6 +216,10 @@ class _Rows:
                 self.credited.append(cred)
             elif index >= first_limited:
                 self.limited.append(cred)
+            elif index >= first_both:
+                self.both.append(cred)
+            elif index >= first_identified:
+                self.identified.append(cred)
             if index >= self.keys:
                 self.unused.append(cred.id)
             key_rows.append(
@@ -199,6 +251,8 @@ class _Rows:
             self.unused,
             self.credited,
             self.limited,
+            self.identified,
+            self.both,
         )
 
 
@@ -222,6 +276,8 @@ def seed(db: Path, keys: int, rotate: int = 1000, seed_value: int = 1, others: i
             conn.executemany(_INSERT_ROLE, role_rows)
         conn.executemany(_INSERT_CREDITS, rows.credit_rows())
         conn.executemany(_INSERT_LIMITS, rows.limit_rows())
+        conn.executemany(_INSERT_IDENTITY, rows.identity_rows())
+        conn.executemany(_INSERT_MEMBER, rows.member_rows())
         conn.execute("commit")
         conn.execute("pragma wal_checkpoint(truncate)")
     finally:
@@ -250,6 +306,8 @@ async def _insert_postgres(url: str, rows: _Rows) -> None:
                 await conn.executemany(_INSERT_ROLE, role_rows)
             await conn.executemany(_INSERT_CREDITS, rows.credit_rows())
             await conn.executemany(_INSERT_LIMITS, rows.limit_rows())
+            await conn.executemany(_INSERT_IDENTITY, rows.identity_rows())
+            await conn.executemany(_INSERT_MEMBER, rows.member_rows())
     finally:
         await conn.close()
 

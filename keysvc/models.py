@@ -286,6 +286,7 @@ class KeyPage:
     keys: list[Key]
     more: bool
     total: int
+    identity_ids: Mapping[str, str] = field(default_factory=dict)  # key UUID -> identity's
 
 
 @dataclass(frozen=True)

@@ -295,7 +295,7 @@ class StoreCore:
         keys: list[Key] = []
         after, more = 0, True
         while more:
-            page, more, _ = await key_sql.list_page(conn, organization_id, after, 500)
+            page, more, _, _ = await key_sql.list_page(conn, organization_id, after, 500)
             keys += page
             after = page[-1].org_seq if page else after
         if not roles and not keys:
@@ -359,10 +359,10 @@ class StoreCore:
     ) -> KeyPage:
         """Keys oldest first, after the organization's ``after``-th key (``Key.org_seq``):
         a keyset page, as cheap at page N as page 1; only ``external_id``'s when given."""
-        keys, more, total = await key_sql.list_page(
+        keys, more, total, identity_ids = await key_sql.list_page(
             self.reader, organization_id, after, limit, external_id
         )
-        return KeyPage(keys=keys, more=more, total=total)
+        return KeyPage(keys=keys, more=more, total=total, identity_ids=identity_ids)
 
     async def find_credential(
         self, key_id_hash: bytes, offered: bytes | None = None

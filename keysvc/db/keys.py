@@ -37,11 +37,15 @@ KEY_BY_ID = """
     from api_keys left join key_details on key_details.key_id = api_keys.id
     where id = ? and organization_id = ?
 """
+# Each key with the UUID of its identity (issue 36), in the page's one statement.
 KEY_PAGE = """
     select seq, org_seq, id, organization_id, name, state, key_suffix, created_at, expire_at,
            used_at, ip_access_list, rate_limit, rate_window, previous_until,
            external_id, meta, credits_remaining, credits_refill_interval, credits_refill_amount,
-           credits_refill_day, credits_next_refill, credits_base, credits_flags, ratelimits
+           credits_refill_day, credits_next_refill, credits_base, credits_flags, ratelimits,
+           (select identities.id from identities
+            where identities.organization_id = api_keys.organization_id
+              and identities.external_id = key_details.external_id) as identity_id
     from api_keys left join key_details on key_details.key_id = api_keys.id
     where organization_id = ? and org_seq > ? order by org_seq limit ?
 """
@@ -227,10 +231,10 @@ async def list_page(
     after: int,
     limit: int,
     external_id: str | None = None,
-) -> tuple[list[Key], bool, int]:
+) -> tuple[list[Key], bool, int, dict[str, str]]:
     """Up to ``limit`` keys after ``after`` (``Key.org_seq``), whether there are more,
     and how many the organization holds; with ``external_id``, only its keys, and
-    how many of them there are."""
+    how many of them there are. Last, the identity of each key that has one, by key."""
     if external_id is None:
         rows = await fetch_all(conn, KEY_PAGE, (organization_id, after, limit + 1))
         total = await fetch_one(conn, COUNT_KEYS, (organization_id,))
@@ -239,7 +243,8 @@ async def list_page(
         rows = await fetch_all(conn, KEY_PAGE_EXTERNAL, params)
         total = await fetch_one(conn, COUNT_EXTERNAL, (organization_id, external_id))
     keys = await keys_from_rows(conn, rows[:limit])
-    return keys, len(rows) > limit, total[0] if total else 0
+    identity_ids = {row["id"]: row["identity_id"] for row in rows[:limit] if row["identity_id"]}
+    return keys, len(rows) > limit, total[0] if total else 0, identity_ids
 
 
 def credential_of(key: Key, row: sqlite3.Row) -> Credential:

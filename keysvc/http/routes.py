@@ -85,7 +85,7 @@ LIST_KEYS = Route(
     permission="keys:read",
     response=r.ApiKeySchema,
     paged="keys",
-    answer="Keys.",
+    answer="Keys, each with the identityId of its identity when it has one (keysvc addition).",
     statuses=AUTHENTICATED,
 )
 CREATE_KEY = Route(

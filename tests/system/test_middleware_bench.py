@@ -1,7 +1,7 @@
 """The bench's middleware scenario (bench/middleware.py) runs: a tiny run of bench.run
 with only it starts keysvc and the two hello-world services (with and without
 keysvc.client's middleware), every request through each answers 200, and it writes
-its own section with the ratio."""
+its own section with the ratio and the revocation measured through the middleware."""
 
 from pathlib import Path
 
@@ -19,3 +19,6 @@ def test_a_tiny_middleware_run_writes_its_section(tmp_path: Path) -> None:
     section = text.split("<!-- bench:middleware -->")[1].split("<!-- /bench:middleware -->")[0]
     assert "### The middleware: a Python service verifying with keysvc.client" in section
     assert "auth/plain: **" in section
+    # Revocation through the middleware: every request after the first refusal refused.
+    assert "- revocation: 5 keys disabled through the API" in section
+    assert "200s after a refusal 0" in section

@@ -106,7 +106,9 @@ async def list_keys(request: web.Request) -> web.Response:
         )
         cursor = keys.next_cursor(hasher, organization_id, page)
         rest = f', "nextCursor": {render.encode(cursor)}, "totalCount": {render.encode(page.total)}'
-        return render.keys_json(page.keys).encode(), rest.encode()
+        found = page.identity_ids  # read with the page, in its one statement (issue 36)
+        each = (_identified(render.key_json(key), found.get(key.id)) for key in page.keys)
+        return f"[{', '.join(each)}]".encode(), rest.encode()
 
     # Refills fall due at 00:00 UTC only: a page is kept for its day at most.
     page = ("keys", organization_id, after, limit, external_id, now.date())
@@ -134,8 +136,13 @@ async def create_key(request: web.Request) -> web.Response:
 
 async def _key_text(request: web.Request, key: Key) -> str:
     """The key's JSON, with the ``identityId`` of the identity it belongs to (issue 36)."""
-    text = render.key_json(key)
-    identity_id = await identities.identity_id_of(request.app[STORE], key)
+    return _identified(
+        render.key_json(key), await identities.identity_id_of(request.app[STORE], key)
+    )
+
+
+def _identified(text: str, identity_id: str | None) -> str:
+    """A key's JSON ``text`` with ``identityId`` last, as in every answer that shows keys."""
     if identity_id is None:
         return text
     return f'{text[:-1]}, "identityId": {render.encode(identity_id)}}}'
