@@ -34,7 +34,13 @@ TOKENS = {"name": "tokens", "limit": 100000, "windowSeconds": 60, "autoApply": F
 def _record(import_id: str, **fields: Any) -> dict[str, Any]:
     digest = hashlib.sha256(secrets.token_urlsafe(24).encode()).hexdigest()
     token = {"algorithm": "sha256", "encoding": "hex", "value": digest}
-    return {"importId": import_id, "name": import_id, "roles": ["developer"], "tokenHash": token, **fields}
+    return {
+        "importId": import_id,
+        "name": import_id,
+        "roles": ["developer"],
+        "tokenHash": token,
+        **fields,
+    }
 
 
 def _import_url(caller: Creds) -> str:
@@ -104,7 +110,9 @@ async def test_an_imported_record_keeps_its_named_rate_limits_as_a_create_does(
 ) -> None:
     # F2: ``ratelimits`` (issue 36) was accepted and dropped without a word.
     body = {"keys": [_record("limited", ratelimits=[TOKENS, BURST]), _record("free")]}
-    result = await assert_ok(await client.post(_import_url(admin), json=body, headers=admin.headers))
+    result = await assert_ok(
+        await client.post(_import_url(admin), json=body, headers=admin.headers)
+    )
     assert (result["imported"], result["errors"]) == (2, [])
     made = {k["importId"]: k["id"] for k in result["keys"]}
     assert (await get_key(client, admin, made["limited"]))["ratelimits"] == [TOKENS, BURST]
