@@ -24,10 +24,12 @@ an exported record carries no material, and imports as a key that no credentials
 until its owner rotates it (``POST .../rotate``), as docs/SECURITY.md says.
 """
 
+import asyncio
+import contextlib
 import secrets
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -105,7 +107,7 @@ async def import_batch(
     operator's CLI, which may grant any role of the organization."""
     result = ImportResult()
     planned = await _plan(store, hasher, caller, organization_id, records, now, result)
-    async with store.transaction("import_keys") as conn:
+    async with _one_at_a_time(organization_id), store.transaction("import_keys") as conn:
         taken_ids = await import_sql.taken_import_ids(
             conn, organization_id, [p.import_id for p in planned]
         )
@@ -151,6 +153,29 @@ async def import_batch(
                 await import_sql.narrow_cache(conn)
     result.errors.sort()
     return result
+
+
+# The organizations with an import waiting for or holding the writer, in this process:
+# each a lock and how many imports hold or wait for it.
+_importing: dict[str, tuple[asyncio.Lock, int]] = {}
+
+
+@contextlib.asynccontextmanager
+async def _one_at_a_time(organization_id: str) -> AsyncIterator[None]:
+    """One import of an organization at a time waits for the writer: a tenant's
+    concurrent imports queue here, not at the writer, where every other organization's
+    writes (revocations included) would wait behind each of them in turn."""
+    lock, users = _importing.get(organization_id, (asyncio.Lock(), 0))
+    _importing[organization_id] = (lock, users + 1)
+    try:
+        async with lock:
+            yield
+    finally:
+        lock, users = _importing[organization_id]
+        if users == 1:
+            del _importing[organization_id]
+        else:
+            _importing[organization_id] = (lock, users - 1)
 
 
 async def _plan(

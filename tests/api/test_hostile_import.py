@@ -2,6 +2,7 @@
 backends: what a tenant's import may cost everyone else, and what a record's fields
 make of the key, compared with a create."""
 
+import asyncio
 import contextlib
 import hashlib
 import secrets
@@ -121,3 +122,39 @@ async def test_an_imported_record_keeps_its_named_rate_limits_as_a_create_does(
         client, admin, {"name": "c", "roles": ["developer"], "ratelimits": [TOKENS, BURST]}
     )
     assert created["key"]["ratelimits"] == [TOKENS, BURST]
+
+
+async def test_an_organizations_imports_wait_for_the_writer_one_at_a_time(
+    client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # F5: each of a tenant's concurrent imports queued for the one writer, so another
+    # tenant's write (a revocation too) waited behind all of them: p50 8.5 s with six.
+    store = client.app[STORE]
+    original = store.transaction
+    queued = [0, 0]  # imports waiting for or in a write transaction; the most at once
+    first = asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def observed(operation: str, timed: bool = True) -> AsyncIterator[Any]:
+        counted = operation == "import_keys"
+        queued[0] += counted
+        queued[1] = max(queued)
+        try:
+            async with original(operation, timed) as conn:
+                if counted and not first.is_set():
+                    first.set()
+                    await asyncio.sleep(1)  # the others arrive meanwhile
+                yield conn
+        finally:
+            queued[0] -= counted
+
+    monkeypatch.setattr(store, "transaction", observed)
+
+    async def send(prefix: str) -> int:
+        body = {"keys": [_record(f"{prefix}-{n}") for n in range(100)]}
+        response = await client.post(_import_url(admin), json=body, headers=admin.headers)
+        await response.read()
+        return response.status
+
+    assert await asyncio.gather(*(send(f"a{n}") for n in range(4))) == [200] * 4
+    assert queued == [0, 1]
