@@ -43,7 +43,7 @@ from keysvc.domain import keys as key_rules
 from keysvc.domain import namedlimits
 from keysvc.domain.activities import KEY_IMPORT, key_values
 from keysvc.domain.permissions import cannot_grant
-from keysvc.errors import ApiError
+from keysvc.errors import ApiError, DatabaseUnavailable
 from keysvc.keyview import api_key
 from keysvc.models import Activity, Actor, Key, NewKey, Role
 from keysvc.timeutil import to_text
@@ -158,6 +158,10 @@ async def import_batch(
 # The organizations with an import waiting for or holding the writer, in this process:
 # each a lock and how many imports hold or wait for it.
 _importing: dict[str, tuple[asyncio.Lock, int]] = {}
+# How long an import waits for its organization's imports before it (each bounded by
+# the store's own write deadline): past it, a 503 with Retry-After, never a hang.
+IMPORT_WAIT_SECONDS = 30.0
+IMPORT_WAITED = "database busy: this organization's earlier imports are still being written"
 
 
 @contextlib.asynccontextmanager
@@ -168,8 +172,15 @@ async def _one_at_a_time(organization_id: str) -> AsyncIterator[None]:
     lock, users = _importing.get(organization_id, (asyncio.Lock(), 0))
     _importing[organization_id] = (lock, users + 1)
     try:
-        async with lock:
+        try:
+            async with asyncio.timeout(IMPORT_WAIT_SECONDS):
+                await lock.acquire()
+        except TimeoutError:
+            raise DatabaseUnavailable(IMPORT_WAITED) from None
+        try:
             yield
+        finally:
+            lock.release()
     finally:
         lock, users = _importing[organization_id]
         if users == 1:

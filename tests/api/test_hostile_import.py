@@ -12,12 +12,14 @@ from typing import Any
 import pytest
 
 from keysvc.config import Settings
+from keysvc.domain import imports
 from keysvc.http.state import STORE
 from tests.helpers import (
     Client,
     ClientFactory,
     Creds,
     FakeClock,
+    assert_error,
     assert_ok,
     bootstrap,
     client_with,
@@ -158,3 +160,31 @@ async def test_an_organizations_imports_wait_for_the_writer_one_at_a_time(
 
     assert await asyncio.gather(*(send(f"a{n}") for n in range(4))) == [200] * 4
     assert queued == [0, 1]
+
+
+async def test_an_import_waiting_too_long_for_its_organizations_last_is_a_503(
+    client: Client, admin: Creds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The lock of the test above must not make a hang of a slow database: a wait past
+    # IMPORT_WAIT_SECONDS is a 503 with Retry-After, as the store's own waits are.
+    monkeypatch.setattr(imports, "IMPORT_WAIT_SECONDS", 0.2)
+    store = client.app[STORE]
+    original = store.transaction
+    inside = asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def slow(operation: str, timed: bool = True) -> AsyncIterator[Any]:
+        async with original(operation, timed) as conn:
+            if operation == "import_keys" and not inside.is_set():
+                inside.set()
+                await asyncio.sleep(1.5)  # a database that is slow to answer
+            yield conn
+
+    monkeypatch.setattr(store, "transaction", slow)
+    url, headers = _import_url(admin), admin.headers
+    first = asyncio.ensure_future(client.post(url, json={"keys": [_record("a")]}, headers=headers))
+    await asyncio.wait_for(inside.wait(), 30)
+    second = await client.post(url, json={"keys": [_record("b")]}, headers=headers)
+    await assert_error(second, 503, imports.IMPORT_WAITED)
+    assert second.headers["Retry-After"] == "5"
+    assert (await assert_ok(await first))["imported"] == 1
