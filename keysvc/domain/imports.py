@@ -24,10 +24,12 @@ an exported record carries no material, and imports as a key that no credentials
 until its owner rotates it (``POST .../rotate``), as docs/SECURITY.md says.
 """
 
+import asyncio
+import contextlib
 import secrets
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -39,9 +41,10 @@ from keysvc.db.contract import Store
 from keysvc.domain import credits as credit_rules
 from keysvc.domain import identities
 from keysvc.domain import keys as key_rules
+from keysvc.domain import namedlimits
 from keysvc.domain.activities import KEY_IMPORT, key_values
 from keysvc.domain.permissions import cannot_grant
-from keysvc.errors import ApiError
+from keysvc.errors import ApiError, DatabaseUnavailable
 from keysvc.keyview import api_key
 from keysvc.models import Activity, Actor, Key, NewKey, Role
 from keysvc.timeutil import to_text
@@ -105,7 +108,7 @@ async def import_batch(
     operator's CLI, which may grant any role of the organization."""
     result = ImportResult()
     planned = await _plan(store, hasher, caller, organization_id, records, now, result)
-    async with store.transaction("import_keys") as conn:
+    async with _one_at_a_time(organization_id), store.transaction("import_keys") as conn:
         taken_ids = await import_sql.taken_import_ids(
             conn, organization_id, [p.import_id for p in planned]
         )
@@ -132,6 +135,16 @@ async def import_batch(
             views.append(_view(key_id, item))
             result.imported.append((item.index, item.import_id, key_id))
         if views:
+            after = {"count": len(views), "keys": views}
+            # Recorded first: its charge is what refuses a batch past the write budget
+            # (429), and refused before its rows go in, the batch holds the one write
+            # lock for a few reads, not for a thousand keys' inserts and their rollback.
+            # The operator's own import is counted in the budget, never refused by it.
+            await store.record(
+                conn,
+                Activity(organization_id, KEY_IMPORT, actor, now, after=after),
+                revoking=caller is None,
+            )
             await import_sql.widen_cache(conn)
             await import_sql.insert_batch(conn, *rows)
             # Issue 36: each externalId's identity, made if missing, as a create makes it.
@@ -139,15 +152,42 @@ async def import_batch(
                 await key_sql.ensure_identity(conn, organization_id, external_id, now)
             if caller is not None:  # a server's connection: its cache as it was
                 await import_sql.narrow_cache(conn)
-            after = {"count": len(views), "keys": views}
-            # The operator's own import is counted in the write budget, never refused by it.
-            await store.record(
-                conn,
-                Activity(organization_id, KEY_IMPORT, actor, now, after=after),
-                revoking=caller is None,
-            )
     result.errors.sort()
     return result
+
+
+# The organizations with an import waiting for or holding the writer, in this process:
+# each a lock and how many imports hold or wait for it.
+_importing: dict[str, tuple[asyncio.Lock, int]] = {}
+# How long an import waits for its organization's imports before it (each bounded by
+# the store's own write deadline): past it, a 503 with Retry-After, never a hang.
+IMPORT_WAIT_SECONDS = 30.0
+IMPORT_WAITED = "database busy: this organization's earlier imports are still being written"
+
+
+@contextlib.asynccontextmanager
+async def _one_at_a_time(organization_id: str) -> AsyncIterator[None]:
+    """One import of an organization at a time waits for the writer: a tenant's
+    concurrent imports queue here, not at the writer, where every other organization's
+    writes (revocations included) would wait behind each of them in turn."""
+    lock, users = _importing.get(organization_id, (asyncio.Lock(), 0))
+    _importing[organization_id] = (lock, users + 1)
+    try:
+        try:
+            async with asyncio.timeout(IMPORT_WAIT_SECONDS):
+                await lock.acquire()
+        except TimeoutError:
+            raise DatabaseUnavailable(IMPORT_WAITED) from None
+        try:
+            yield
+        finally:
+            lock.release()
+    finally:
+        lock, users = _importing[organization_id]
+        if users == 1:
+            del _importing[organization_id]
+        else:
+            _importing[organization_id] = (lock, users - 1)
 
 
 async def _plan(
@@ -212,6 +252,10 @@ async def _plan(
             external_id=data.get("externalId"),
             meta=data.get("meta"),
             credits=credit_rules.credits_of(data.get("credits"), now),
+            # Issue 36's named limits, stored as a create stores them.
+            ratelimits=namedlimits.dumps(namedlimits.from_wire(data["ratelimits"]))
+            if data.get("ratelimits")
+            else None,
         )
         planned.append(_Planned(index, import_id, new, roles, token))
     return planned
@@ -296,7 +340,7 @@ def _rows_of(
     new = item.new
     keys.append(key_sql.key_row(key_id, org_seq, new))
     roles.extend((key_id, role_id) for role_id in dict.fromkeys(new.role_ids))
-    detail = key_sql.details_row(key_id, new.external_id, new.meta, new.credits)
+    detail = key_sql.details_row(key_id, new.external_id, new.meta, new.credits, new.ratelimits)
     if detail is not None:
         details.append(detail)
     imports.append((new.organization_id, item.import_id, key_id, stamp))
@@ -328,7 +372,7 @@ def exported(key: Key) -> dict[str, Any]:
         record["expireAt"] = view["expireAt"]
     if view["ipAccessList"]:
         record["ipAccessList"] = view["ipAccessList"]
-    for name in ("rateLimit", "externalId", "meta"):
+    for name in ("rateLimit", "externalId", "meta", "ratelimits"):
         if name in view:
             record[name] = view[name]
     if key.credits is not None:
