@@ -44,7 +44,8 @@ from keysvc.keyview import api_key
 from keysvc.models import Activity, Actor, Key, NewKey, Role
 from keysvc.timeutil import to_text
 
-# The most records one import request (and one batch of the CLI's) holds.
+# The most records one import request holds (a batch of the CLI's may hold more:
+# keysvc.cli.porting.MAX_BATCH).
 MAX_IMPORT_RECORDS = 1000
 TOKEN_TAKEN = "tokenHash: a key with this token already exists"  # noqa: S105 - a message
 REPEATED_IMPORT_ID = "importId: an earlier record of this batch has the same importId"
