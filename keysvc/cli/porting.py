@@ -30,11 +30,11 @@ from keysvc.timeutil import utcnow
 
 # Keys an export reads at a time.
 EXPORT_PAGE = 1000
-# Records a transaction of the CLI's import, by default and at most. Larger than the
-# API's 1,000: a batch's random index writes (the two hashes' indexes) touch fewer
-# pages a key the more keys share a transaction, and each commit writes its pages to
-# the WAL once (100,000 keys into a new file: 74 s in batches of 1,000, 44 s in 5,000).
-DEFAULT_BATCH = 10_000
+# Records a transaction of the CLI's import, at most and by default (``--batch``).
+# Larger than the API's 1,000: a batch's random index writes (the two hashes' indexes)
+# touch fewer pages a key the more keys share a transaction, and each commit writes
+# its pages to the WAL once (100,000 keys into a new file: 74 s in batches of 1,000,
+# 44 s in 5,000).
 MAX_BATCH = 10_000
 # Lines the import reads and checks between two turns of the batch being written.
 YIELD_EVERY = 20
