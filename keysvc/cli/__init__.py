@@ -145,7 +145,10 @@ def _porting(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     _add_options(into, _ADMIN_KEY_FLAGS)
     into.add_argument("--org", metavar="ORG_ID", required=True, help="the organization's ID")
     into.add_argument(
-        "--batch", type=int, default=1000, help="records a transaction (1 to 1000, default 1000)"
+        "--batch",
+        type=int,
+        default=10_000,
+        help="records a transaction (1 to 10000, default 10000)",
     )
     into.add_argument("file", metavar="FILE", help="the JSON Lines file, or - for standard input")
     out = commands.add_parser(
@@ -163,8 +166,8 @@ def _port(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "export":
         porting.export(settings, args.org, sys.stdout)
         return 0
-    if not 1 <= args.batch <= 1000:
-        raise ConfigError("import: --batch must be from 1 to 1000")
+    if not 1 <= args.batch <= porting.MAX_BATCH:
+        raise ConfigError(f"import: --batch must be from 1 to {porting.MAX_BATCH}")
     with porting.open_input(args.file) as stream:
         summary, code = porting.import_file(settings, args.org, stream, args.batch, sys.stderr)
     print(json.dumps(summary))

@@ -88,14 +88,66 @@ async def narrow_cache(conn: Connection) -> None:
     await conn.execute(NARROW_CACHE)
 
 
+# SQLite's per-row triggers on a batch's inserts, and what each does, whitespace aside.
+# Fired once a row, the first two cost as much as a row's own insert (an update each);
+# a batch drops them in its transaction and does their work in one statement each
+# (``BULK_COUNTED``, ``BULK_GRANTED``), then makes them again from their own text, so
+# that no other connection ever sees the database without them. The third is the
+# previous-key-ID check that ``taken_key_id_hashes`` makes for the whole batch in the
+# same transaction. A trigger whose text is not this one (a later schema's) leaves
+# the batch to the triggers. PostgreSQL's are left as they are (the query finds none).
+_BULK_TRIGGERS = {
+    "api_keys_counted": "after insert on api_keys begin update organizations set "
+    "key_count = key_count + 1, last_key_seq = max(last_key_seq, new.org_seq) "
+    "where id = new.organization_id; end",
+    "key_roles_granted": "after insert on key_roles begin update meta set value = "
+    "cast(value as integer) + 1 where name = 'auth_generation'; end",
+    "api_keys_key_id_not_previous": "before insert on api_keys when exists (select 1 from "
+    "api_keys where previous_key_id_hash = new.key_id_hash) begin select raise(abort, "
+    "'api_keys.key_id_hash: another key''s previous key ID'); end",
+}
+BULK_TRIGGERS = Sql(
+    "select name, sql from sqlite_schema where type = 'trigger' and name in "
+    "('api_keys_counted', 'key_roles_granted', 'api_keys_key_id_not_previous')",
+    "select null, null where false",
+)
+BULK_COUNTED = """
+    update organizations set key_count = key_count + ?, last_key_seq = max(last_key_seq, ?)
+    where id = ?
+"""
+BULK_GRANTED = "update meta set value = cast(value as integer) + ? where name = 'auth_generation'"
+
+
+def _as_expected(name: str, sql: str) -> bool:
+    words = " ".join(sql.split())
+    return words == f"CREATE TRIGGER {name} {_BULK_TRIGGERS[name]}"
+
+
+async def _drop_row_triggers(conn: Connection) -> list[str]:
+    """SQLite: the row triggers of ``_BULK_TRIGGERS`` dropped, their texts returned to
+    make them again; none (nothing dropped) on PostgreSQL, or if any is not as
+    expected."""
+    found = await fetch_all(conn, BULK_TRIGGERS, ())
+    if len(found) != len(_BULK_TRIGGERS) or not all(_as_expected(n, sql) for n, sql in found):
+        return []
+    for name in _BULK_TRIGGERS:  # the constant names only: no SQL is built from values
+        await conn.execute(f"drop trigger {name}")
+    return [sql for _, sql in found]
+
+
 async def insert_batch(
     conn: Connection,
+    organization_id: str,
+    last_seq: int,
     key_rows: Sequence[tuple[object, ...]],
     role_rows: Sequence[tuple[object, ...]],
     detail_rows: Sequence[tuple[object, ...]],
     import_rows: Sequence[tuple[object, ...]],
 ) -> None:
-    """The batch's keys, their roles, details and importIds: one statement a table."""
+    """The batch's keys (all of ``organization_id``, whose places end at ``last_seq``),
+    their roles, details and importIds: one statement a table, the row triggers' work
+    one statement each."""
+    triggers = await _drop_row_triggers(conn)
     for sql, rows in (
         (key_sql.INSERT_KEY, key_rows),
         (key_sql.INSERT_KEY_ROLE, role_rows),
@@ -104,3 +156,8 @@ async def insert_batch(
     ):
         if rows:
             await conn.executemany(sql, rows)
+    if triggers:
+        await conn.execute(BULK_COUNTED, (len(key_rows), last_seq, organization_id))
+        await conn.execute(BULK_GRANTED, (len(role_rows),))
+        for sql in triggers:
+            await conn.execute(sql)

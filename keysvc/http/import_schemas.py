@@ -19,7 +19,7 @@ from marshmallow import Schema, ValidationError, fields, post_load, validate, va
 
 from keysvc.domain.imports import MAX_IMPORT_RECORDS
 from keysvc.errors import BadRequest
-from keysvc.http.schemas import ADDITION, CreateKeySchema, load
+from keysvc.http.schemas import ADDITION, MAX_NAME, CreateKeySchema, load
 
 MAX_IMPORT_ID = 255
 _IMPORT_ID = re.compile(r"[\x21-\x7e]+")
@@ -131,14 +131,16 @@ class ImportResultSchema(Schema):
 # Built once (building deep-copies the fields); ``now`` is set before each load, which
 # is synchronous.
 _RECORD = ImportRecordSchema(now=datetime.fromtimestamp(0, UTC))
-# A record's own values, which differ from record to record: each is checked by the
-# schema's own field (``_own_values``); the rest of a record (its roles, state, limits,
+# A record's own values, which differ from record to record: each is checked on its
+# own (``_own_values``); the rest of a record (its roles, state, limits,
 # meta...) is loaded whole once per distinct remainder and kept (``_REMAINDERS``).
 _OWN = ("importId", "name", "externalId")
 _MATERIAL = ("tokenHash", "hashData")
 _REMAINDERS: dict[str, dict[str, Any]] = {}
 REMAINDERS_KEPT = 1024
 _TOKEN_FIELDS = {"algorithm", "encoding", "value"}
+_SET_APART_ORDER = _OWN + _MATERIAL
+_SET_APART = frozenset(_SET_APART_ORDER)
 
 
 def _remainder(record: dict[str, Any]) -> str | None:
@@ -147,33 +149,73 @@ def _remainder(record: dict[str, Any]) -> str | None:
     the clock), or a material that is not an object."""
     if "expireAt" in record:
         return None
-    rest: dict[str, Any] = {k: v for k, v in record.items() if k not in _OWN + _MATERIAL}
-    present = [k for k in (*_OWN, *_MATERIAL) if k in record]
     token = record.get("tokenHash")
     if token is not None and not isinstance(token, dict):
         return None
     shape = None if token is None else (token.get("algorithm"), token.get("encoding"))
-    # repr tells 1, 1.0 and true apart, as the load does; equal objects written in
-    # another order are two keys, each loaded whole once.
-    return repr((sorted(rest.items()), present, shape))
+    rest = [(k, v) for k, v in record.items() if k not in _SET_APART]
+    present = [k for k in _SET_APART_ORDER if k in record]
+    # repr tells 1, 1.0 and true apart, as the load does; equal records written in
+    # another order (or with objects in another order) are two keys, each loaded whole
+    # once.
+    return repr((rest, present, shape))
+
+
+def _plain_name(value: object) -> str | None:
+    """``value`` as the Name field loads it, when it is plain: a string that is printable
+    ASCII once trimmed, 1 to MAX_NAME characters, which Name takes as it is (no control
+    or invisible character is ASCII and printable); None for anything else, which the
+    field itself then checks. No field object is called: a million records' names."""
+    if type(value) is not str:
+        return None
+    text = value.strip()
+    if 0 < len(text) <= MAX_NAME and text.isascii() and text.isprintable():
+        return text
+    return None
+
+
+def _plain_import_id(value: object) -> str | None:
+    """``value`` as importId's field loads it, when it is 1 to MAX_IMPORT_ID printable
+    ASCII characters without a space (what the field's pattern asks of each of them);
+    None for anything else, which the field itself then checks."""
+    if (
+        type(value) is str
+        and 0 < len(value) <= MAX_IMPORT_ID
+        and value.isascii()
+        and value.isprintable()
+        and " " not in value
+    ):
+        return value
+    return None
+
+
+_PLAIN = {"importId": _plain_import_id, "name": _plain_name, "externalId": _plain_name}
 
 
 def _own_values(record: dict[str, Any], kept: dict[str, Any]) -> dict[str, Any] | None:
     """``record`` loaded: ``kept`` (its remainder's load) with its own values, each
-    checked by the schema's field; None when one is refused (the whole load then says
-    why, in its words)."""
+    checked by hand when plain (``_PLAIN``) or else by the schema's field; None when
+    one is refused (the whole load then says why, in its words)."""
     out = dict(kept)
     fields_ = _RECORD.fields
     try:
         for name in _OWN:
             if name in record:
-                out[name] = fields_[name].deserialize(record[name])
+                value = record[name]
+                plain = _PLAIN[name](value)
+                if plain is not None:
+                    out[name] = plain
+                else:
+                    out[name] = fields_[name].deserialize(value)
         token = record.get("tokenHash")
         if token is not None:
-            if set(token) != _TOKEN_FIELDS or not isinstance(token["value"], str):
+            if len(token) != len(_TOKEN_FIELDS) or not _TOKEN_FIELDS.issuperset(token):
                 return None
-            digest = _digest(token["encoding"], token["value"])
-            if token["algorithm"] != "sha256" or digest is None or len(token["value"]) > 100:
+            value = token["value"]
+            if type(value) is not str or len(value) > 100 or token["algorithm"] != "sha256":
+                return None
+            digest = _digest(token["encoding"], value)
+            if digest is None:
                 return None
             out["tokenHash"] = {"algorithm": "sha256", "value": base64.b64encode(digest).decode()}
         if "hashData" in record:

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import secrets
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -125,3 +126,27 @@ def test_import_refuses_an_unknown_organization(db: str, tmp_path: Path) -> None
     done = _run("import", "--db", db, "--org", "00000000-0000-4000-8000-000000000000", str(source))
     assert done.returncode == 2
     assert "no organization 00000000-0000-4000-8000-000000000000" in done.stderr
+
+
+def test_the_default_batch_holds_ten_thousand_lines(tmp_path: Path) -> None:
+    # Issue 37's speed: the CLI's transactions are larger than a request's 1,000 (fewer
+    # commits, fewer pages a key), still one activity a batch with its count.
+    db = str(tmp_path / "keysvc.db")
+    done = keysvc("bootstrap", "--db", db, env=ENV)
+    assert done.returncode == 0, done.stderr
+    org = json.loads(done.stdout)["organizationId"]
+    source = tmp_path / "keys.jsonl"
+    lines = [json.dumps(_record(n, secrets.token_urlsafe(24))) for n in range(1500)]
+    source.write_text("\n".join(lines) + "\n")
+    larger = {**ENV, "KEYSVC_MAX_KEYS_PER_ORG": "5000"}
+    imported = keysvc("import", "--db", db, "--org", org, str(source), env=larger)
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads(imported.stdout)["imported"] == 1500
+    with sqlite3.connect(db) as conn:
+        counts = conn.execute(
+            "select json_extract(after, '$.count') from activities where type = 'key_import'"
+        ).fetchall()
+    assert counts == [(1500,)]
+    too_many = _run("import", "--db", db, "--org", org, "--batch", "10001", str(source))
+    assert too_many.returncode != 0
+    assert "--batch must be from 1 to 10000" in too_many.stderr
