@@ -78,6 +78,9 @@ class Settings:
     usage_flush_seconds: float = 10.0
     # Webhook delivery (keysvc.ops.delivery) and the targets it may reach (keysvc.domain.targets).
     webhook_allow_private: bool = False
+    # Whether POST .../keys/import takes token hashes (keysvc.http.views.imports): off,
+    # a tenant could learn from it whether another organization holds a token.
+    api_token_import: bool = False
     webhook_retry_seconds: float = 30.0
     webhook_timeout: float = 10.0
     webhook_concurrency: int = 8
@@ -253,6 +256,11 @@ OPTIONS = (
         "webhook_allow_private", "KEYSVC_WEBHOOK_ALLOW_PRIVATE", "0", v.switch,
         "1: webhooks may target loopback, private and other non-public addresses"
         " (default 0: refused at create and at delivery)",
+    ),
+    Option(
+        "api_token_import", "KEYSVC_API_TOKEN_IMPORT", "0", v.switch,
+        "1: POST .../keys/import takes tokenHash records (default 0: only keysvc import"
+        " does; an import answers whether a token is taken, in any organization)",
     ),
     Option(
         "webhook_retry_seconds", "KEYSVC_WEBHOOK_RETRY_SECONDS", "30", v.seconds,

@@ -7,6 +7,7 @@ The helpers they use live in tests/helpers.py and tests/postgres.py."""
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -100,12 +101,15 @@ def backend() -> str:
 
 @pytest.fixture
 def settings(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Settings:
-    """Settings on this test's own database: a SQLite file, or a fresh PostgreSQL one."""
+    """Settings on this test's own database: a SQLite file, or a fresh PostgreSQL one;
+    with the values of the test's ``settings`` marker, if it has one."""
+    marker = request.node.get_closest_marker("settings")
+    values: dict[str, Any] = {} if marker is None else dict(marker.kwargs)
     if backend == "sqlite":
-        return Settings(db_path=tmp_path / "keysvc.db")
+        return Settings(db_path=tmp_path / "keysvc.db", **values)
     database: str = request.getfixturevalue("pg_database")
     cluster: Postgres = request.getfixturevalue("postgres")
-    return Settings(db_url=cluster.url(database), pepper=PEPPER)
+    return Settings(db_url=cluster.url(database), pepper=PEPPER, **values)
 
 
 @pytest.fixture

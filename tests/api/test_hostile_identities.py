@@ -10,6 +10,8 @@ import hashlib
 import secrets
 from typing import Any
 
+import pytest
+
 from tests.helpers import (
     Client,
     Creds,
@@ -19,6 +21,10 @@ from tests.helpers import (
     create_role,
     keys_url,
 )
+
+# Token hashes go through the API here: KEYSVC_API_TOKEN_IMPORT on (off by default,
+# tests/api/test_import_tokens_off.py).
+pytestmark = pytest.mark.settings(api_token_import=True)
 
 VERIFY = "/v1/verify"
 JOINING = (

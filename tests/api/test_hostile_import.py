@@ -30,6 +30,10 @@ from tests.helpers import (
     keys_url,
 )
 
+# Token hashes go through the API here: KEYSVC_API_TOKEN_IMPORT on (off by default,
+# tests/api/test_import_tokens_off.py).
+pytestmark = pytest.mark.settings(api_token_import=True)
+
 BURST = {"name": "burst", "limit": 10, "windowSeconds": 1, "autoApply": True}
 TOKENS = {"name": "tokens", "limit": 100000, "windowSeconds": 60, "autoApply": False}
 

@@ -8,6 +8,8 @@ import io
 import secrets
 from typing import Any
 
+import pytest
+
 from keysvc.config import Settings
 from tests.handsql import audit_verdict
 from tests.helpers import (
@@ -26,6 +28,10 @@ from tests.helpers import (
     hash_data,
     keys_url,
 )
+
+# Token hashes go through the API here: KEYSVC_API_TOKEN_IMPORT on (off by default,
+# tests/api/test_import_tokens_off.py).
+pytestmark = pytest.mark.settings(api_token_import=True)
 
 
 def record(import_id: str, **fields: Any) -> dict[str, Any]:

@@ -27,6 +27,10 @@ from tests.helpers import (
     keys_url,
 )
 
+# Token hashes go through the API here: KEYSVC_API_TOKEN_IMPORT on (off by default,
+# tests/api/test_import_tokens_off.py).
+pytestmark = pytest.mark.settings(api_token_import=True)
+
 VERIFY = "/v1/verify"
 
 

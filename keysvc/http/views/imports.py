@@ -59,6 +59,8 @@ async def import_keys(request: web.Request) -> web.Response:
     now = request.app[CLOCK]()
     records = load(_body, await _read(request))["keys"]
     valid, refused = load_records(enumerate(records), now)
+    if not request.app[SETTINGS].api_token_import:
+        valid, refused = _without_tokens(valid, refused)
     result = await imports.import_batch(
         request.app[STORE],
         request.app[HASHER],
@@ -79,3 +81,23 @@ async def import_keys(request: web.Request) -> web.Response:
             "errors": [{"index": i, "importId": d, "error": e} for i, d, e in errors],
         },
     )
+
+
+# A token hash is the bearer token's own digest, looked up in every organization: an
+# import's answer ("taken" or not) would let any tenant that may create keys test a
+# thousand guesses at other tenants' tokens a request, past the failed-login limit.
+TOKENS_OFF = (
+    "tokenHash: token hashes are imported with `keysvc import` on this server"
+    " (KEYSVC_API_TOKEN_IMPORT is 0)"
+)
+
+
+def _without_tokens(
+    valid: list[tuple[int, dict[str, Any]]], refused: list[tuple[int, str | None, str]]
+) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, str | None, str]]]:
+    """The records that carry no token hash; the others refused, by their index."""
+    kept = [(index, data) for index, data in valid if "tokenHash" not in data]
+    refused = refused + [
+        (index, data.get("importId"), TOKENS_OFF) for index, data in valid if "tokenHash" in data
+    ]
+    return kept, refused
