@@ -433,6 +433,7 @@ def test_the_upstream_gets_the_named_client_headers_and_no_other(stack: Stack) -
     assert received["headers"]["X-Forwarded-Proto"] == "http"
     expected = {name.lower() for name in NAMED} | {name for name, _ in keysvc_gave(stack, key)}
     expected |= {"host", "connection", "x-forwarded-for", "x-forwarded-proto"}
+    expected |= {"x-forwarded-host", "forwarded"}  # nginx's own, never the client's
     assert names == expected
     assert not [pair for pair in received["raw_headers"] if pair[1] in UNNAMED.values()]
 
