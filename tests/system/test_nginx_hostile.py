@@ -52,8 +52,7 @@ KEYSVC_READS = {
     "Accept": "application/json",
 }
 REFUSED = (
-    "bad request: send the path without ; \\ % or . and .. segments,"
-    " and no | in Authorization"
+    "bad request: send the path without ; \\ % or . and .. segments, and no | in Authorization"
 )
 # A header name of the families only keysvc's answer may give, however spelt: case, and
 # "_" for "-" (which an upstream such as a CGI or WSGI server reads alike).
