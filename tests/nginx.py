@@ -51,8 +51,6 @@ def render(
         "organization_id": organization_id,
         "keysvc_cache": str(cache),
         "keysvc_njs": str(NJS_SCRIPT),
-        # Beside the cache, in the test's folder (the config's own access log).
-        "keysvc_access_log": str(cache.parent / "keysvc-access.log"),
     }
     text = TEMPLATE.read_text()
     unknown = set(PLACEHOLDER.findall(text)) - set(values)
