@@ -158,6 +158,11 @@ class Upstream:
             "path": request.path_qs,
             "raw_path": request.raw_path,
             "headers": dict(request.headers),
+            # Every header as received, repeated ones too, in order (bytes as Latin-1).
+            "raw_headers": [
+                [name.decode("latin-1"), value.decode("latin-1")]
+                for name, value in request.raw_headers
+            ],
             "body": (await request.read()).decode(),
         }
         self.seen.append(record)

@@ -80,6 +80,8 @@ def test_the_shipped_config_keeps_a_cache_keyed_on_all_the_answer_depends_on() -
     assert covered == [
         "$keysvc_organization",
         "$keysvc_permission",
+        "$keysvc_cost",
+        "$keysvc_ratelimit",
         "$remote_addr",
         "$keysvc_credentials_digest",
     ]
@@ -91,6 +93,8 @@ def test_the_shipped_config_keeps_a_cache_keyed_on_all_the_answer_depends_on() -
         ("Authorization", "$http_authorization"),
         ("X-Required-Organization", "$keysvc_organization"),
         ("X-Required-Permission", "$keysvc_permission"),
+        ("X-Credit-Cost", "$keysvc_cost"),
+        ("X-Ratelimit", "$keysvc_ratelimit"),
         ("X-Forwarded-For", "$remote_addr"),
     ):
         assert f"proxy_set_header {header} {value};" in template
