@@ -40,7 +40,7 @@ def bearer_get(stack: Stack, path: str, token: str) -> Answer:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     # Answers may be reused for 5 s: the cache key is what this test is about.
-    env = {**ENV, "KEYSVC_VERIFY_REUSE_SECONDS": "5"}
+    env = {**ENV, "KEYSVC_VERIFY_REUSE_SECONDS": "5", "KEYSVC_API_TOKEN_IMPORT": "1"}
     with ExitStack() as resources:
         yield start_stack(resources, tmp_path_factory.mktemp("nginx-bearer"), env)
 

@@ -33,6 +33,7 @@ ENV = {
     "KEYSVC_WEBHOOK_RETRY_SECONDS": "0.5",
     "KEYSVC_WEBHOOK_TIMEOUT": "30",
     "KEYSVC_PEPPER": "",  # the SQLite database's pepper is its file's
+    "KEYSVC_API_TOKEN_IMPORT": "1",  # a token-hash key imported through the API
 }
 DAY = 86_400
 Creds = dict[str, str]
