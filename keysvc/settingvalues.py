@@ -7,6 +7,7 @@ import ipaddress
 import re
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from keysvc.scanning import ScanningKeys, load_keys
 
@@ -223,9 +224,18 @@ _SECRET_PREFIX = re.compile(r"[a-z][a-z0-9_]{1,30}_")
 def postgres_urls(value: str) -> tuple[str, ...]:
     """Comma-separated PostgreSQL URLs (read replicas); empty: none."""
     urls = tuple(part.strip() for part in value.split(",") if part.strip())
-    for url in urls:
+    for number, url in enumerate(urls, 1):
         if not url.startswith(("postgresql://", "postgres://")):
             raise ConfigError("each must be a postgresql:// URL")
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - read for its ValueError: a port that is no number
+        except ValueError:
+            # Not the URL itself, nor the parser's words: either may hold a password.
+            raise ConfigError(
+                f"URL {number}: its host or port cannot be read (a port is 1 to 65535;"
+                " an IPv6 host is in [brackets])"
+            ) from None
     return urls
 
 
