@@ -10,6 +10,7 @@ access log (F8), and a 429 keeps X-RateLimit-* (F10)."""
 import base64
 import http.client
 import json
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -89,22 +90,38 @@ def test_a_429_keeps_the_rate_limit_headers(stack: Stack) -> None:
 
 
 # F4
+def _request_id(body: dict[str, object], seen: set[str]) -> None:
+    """The envelope's requestId: a UUIDv4, as keysvc's own are, and not one seen before."""
+    request_id = body["requestId"]
+    assert isinstance(request_id, str) and UUID4.fullmatch(request_id), body
+    assert request_id not in seen
+    seen.add(request_id)
+
+
+UUID4 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+
+
 def test_keysvc_s_refusals_are_json_envelopes(stack: Stack) -> None:
     developer = stack.create_key(roles=["developer"])  # no reports:read
     wrong = {"Authorization": "Basic " + base64.b64encode(b"nobody:wrong").decode()}
+    seen: set[str] = set()
     for headers, status in (({}, 401), (wrong, 401), (developer.headers, 403)):
         answer = _get(stack, "/reports/q1", headers)
         assert answer.status == status, answer.body
         assert answer.headers["Content-Type"] == "application/json", answer.body
         assert answer.json()["status"] == status
+        _request_id(answer.json(), seen)
         if status == 401:
             assert answer.headers.get_all("WWW-Authenticate") == ['Basic realm="keysvc"']
     # The same refusals again, reused from nginx's cache.
     for headers, status in ((wrong, 401), (developer.headers, 403)):
         answer = _get(stack, "/reports/q1", headers)
         assert (answer.status, answer.json()["status"]) == (status, status), answer.body
+        _request_id(answer.json(), seen)
     # The config's own: its internal location, and a body past client_max_body_size.
-    assert _get(stack, "/_keysvc_verify", developer.headers).json()["status"] == 404
+    internal = _get(stack, "/_keysvc_verify", developer.headers).json()
+    assert internal["status"] == 404
+    _request_id(internal, seen)
     big = call(
         stack.nginx.port,
         "/orders",
@@ -114,6 +131,7 @@ def test_keysvc_s_refusals_are_json_envelopes(stack: Stack) -> None:
         source=CLIENT,
     )
     assert (big.status, big.json()["status"]) == (413, 413)
+    _request_id(big.json(), seen)
 
 
 def test_a_dead_upstream_is_a_502_envelope(stack: Stack) -> None:
