@@ -3,14 +3,13 @@ checked as creates are, bad ones reported by index and the rest stored, importId
 making a repeated import quiet, the key limit counted, one activity a batch that the
 audit replays, and each kind of material (hashData, a token hash, none)."""
 
-import hashlib
 import io
 import secrets
-from typing import Any
 
 import pytest
 
 from keysvc.config import Settings
+from tests.api.importing import import_keys, record
 from tests.handsql import audit_verdict
 from tests.helpers import (
     Client,
@@ -32,22 +31,6 @@ from tests.helpers import (
 # Token hashes go through the API here: KEYSVC_API_TOKEN_IMPORT on (off by default,
 # tests/api/test_import_tokens_off.py).
 pytestmark = pytest.mark.settings(api_token_import=True)
-
-
-def record(import_id: str, **fields: Any) -> dict[str, Any]:
-    token = fields.pop("token", None) or secrets.token_urlsafe(24)
-    digest = hashlib.sha256(token.encode()).hexdigest()
-    material = {"tokenHash": {"algorithm": "sha256", "encoding": "hex", "value": digest}}
-    made = {"importId": import_id, "name": import_id, "roles": ["developer"], **material, **fields}
-    return {name: value for name, value in made.items() if value is not None}
-
-
-async def import_keys(client: Client, caller: Creds, records: list[Any]) -> dict[str, Any]:
-    response = await client.post(
-        keys_url(caller) + "/import", json={"keys": records}, headers=caller.headers
-    )
-    result: dict[str, Any] = await assert_ok(response)
-    return result
 
 
 async def test_bad_records_are_reported_by_index_and_the_rest_go_in(

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from keysvc.config import Settings
-from tests.api.test_import import import_keys, record
+from tests.api.importing import import_keys, record
 from tests.handsql import hand_sql, hand_value
 from tests.helpers import (
     Client,
@@ -24,6 +24,11 @@ from tests.helpers import (
 )
 
 TRIGGERS = "select name, sql from sqlite_schema where type = 'trigger' order by name"
+
+
+# Token hashes go through the API here: KEYSVC_API_TOKEN_IMPORT on (off by default,
+# tests/api/test_import_tokens_off.py).
+pytestmark = pytest.mark.settings(api_token_import=True)
 
 
 def _counts(settings: Settings, organization_id: str) -> tuple[int, int, int]:
