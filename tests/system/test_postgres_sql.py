@@ -77,10 +77,10 @@ async def test_keys(conn: Any) -> None:
     assert await key_sql.get_key(conn, ORG, first.id) == first
     assert await key_sql.get_key(conn, "another", first.id) is None
 
-    keys, more, total = await key_sql.list_page(conn, ORG, 0, 1)
-    assert (keys, more, total) == ([first], True, 2)
-    keys, more, total = await key_sql.list_page(conn, ORG, 1, 5)
-    assert (keys, more, total) == ([second], False, 2)
+    keys, more, total, identities = await key_sql.list_page(conn, ORG, 0, 1)
+    assert (keys, more, total, identities) == ([first], True, 2, {})
+    keys, more, total, identities = await key_sql.list_page(conn, ORG, 1, 5)
+    assert (keys, more, total, identities) == ([second], False, 2, {})
 
     with pytest.raises(Conflict, match="already exists"):
         await key_sql.insert_key(conn, new_key("taken", b"a" * 32))
