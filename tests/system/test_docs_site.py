@@ -5,6 +5,7 @@ site loads nothing from elsewhere, checked in the build and in a real Chromium t
 opens it from the disk with every other request refused.
 """
 
+import html
 import json
 import os
 import re
@@ -92,6 +93,32 @@ def test_every_page_in_docs_is_in_the_nav_and_built(site: Path) -> None:
 def test_the_changelog_page_is_the_changelog(site: Path) -> None:
     first = (ROOT / "CHANGELOG.md").read_text().splitlines()[0].lstrip("# ")
     assert f">{first}<" in (site / "changelog.html").read_text()
+
+
+# The files the pages show as they are, included at build time (pymdownx.snippets), not
+# pasted: there is no copy to keep in step with the file the tests run.
+INCLUDED = {
+    "forward-auth/nginx.md": "nginx-auth-request.conf",
+    "forward-auth/caddy.md": "Caddyfile",
+    "operations/postgresql.md": "nginx-two-instances.conf",
+    "operations/systemd.md": "keysvc.service",
+}
+
+
+@pytest.mark.parametrize(("page", "name"), INCLUDED.items())
+def test_the_pages_show_the_configuration_files_themselves(
+    site: Path, page: str, name: str
+) -> None:
+    source = (ROOT / "docs" / page).read_text()
+    assert f'--8<-- "docs/{name}"' in source
+    built = (site / page.replace(".md", ".html")).read_text()
+    text = html.unescape(re.sub(r"<[^>]+>", "", built))
+    # Markdown shows a tab as spaces to the next multiple of 4 (the Caddyfile's indent).
+    shown = (ROOT / "docs" / name).read_text().expandtabs(4)
+    lines = [line for line in shown.splitlines() if line.strip()]
+    assert len(lines) > 10
+    missing = [line for line in lines if line not in text]
+    assert missing == []
 
 
 @pytest.fixture
