@@ -1,6 +1,6 @@
 """keysvc as the authority behind a real Caddy's forward_auth, all real processes.
 
-docs/Caddyfile, the configuration the README shows, is run as it is by a real Caddy
+docs/Caddyfile, the configuration docs/forward-auth/caddy.md shows, is run as it is by a real Caddy
 (Debian's package: tests/components.py) in front of the tiny aiohttp upstream that
 echoes the headers it receives, with a real `keysvc serve` deciding, reached over its
 unix socket. Everything else listens on loopback. The client connects from 127.0.0.2,

@@ -126,6 +126,8 @@ def copy(tmp_path: Path) -> Path:
     """The site's sources in a folder of their own, to break."""
     shutil.copy(ROOT / "mkdocs.yml", tmp_path)
     shutil.copy(ROOT / "CHANGELOG.md", tmp_path)
+    # The front page and Quickstart include parts of the README.
+    shutil.copy(ROOT / "README.md", tmp_path)
     shutil.copytree(ROOT / "docs", tmp_path / "docs", ignore=shutil.ignore_patterns("*.pyc"))
     return tmp_path
 

@@ -214,7 +214,7 @@ def test_nginx_accepts_the_two_instance_config_and_both_instances_are_ready(
 ) -> None:
     output = stack.nginx.test_config()
     assert "[warn]" not in output and "[emerg]" not in output, output
-    for server in stack.instances:  # the active health check the README shows
+    for server in stack.instances:  # the active health check the PostgreSQL page shows
         status, _, body = server.unix_request("GET", "/readyz")
         assert status == 200, body
         assert json.loads(body)["result"] == {"status": "ready"}

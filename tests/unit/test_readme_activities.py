@@ -5,12 +5,12 @@ from pathlib import Path
 
 from keysvc.domain.activities import ADDED_TYPES, ADDED_UPDATE_TYPES, UPSTREAM_TYPES
 
-README = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "events.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "events.md"
 HEADING = "## Activities (audit log)"
 
 
 def _section() -> str:
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     start = text.index(HEADING)
     return text[start : text.index("\n## ", start + len(HEADING))]
 
