@@ -1,5 +1,5 @@
 """A real Caddy (Debian's package: tests/components.py) running docs/Caddyfile, the
-configuration the README shows, as it is: its environment names the site, keysvc's
+configuration docs/forward-auth/caddy.md shows, as it is: its environment names the site, keysvc's
 socket, the upstream and the organization. In front of a real `keysvc serve` on its
 unix socket and the echoing upstream of tests/nginx.py. Used by
 tests/system/test_caddy.py and test_caddy_hostile.py."""

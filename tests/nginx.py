@@ -1,5 +1,6 @@
 """A real nginx (Debian's package: tests/components.py) running
-docs/nginx-auth-request.conf, the configuration the README shows, filled in; the tiny
+docs/nginx-auth-request.conf, the configuration docs/forward-auth/nginx.md shows, filled
+in; the tiny
 aiohttp upstream it protects, which echoes what it receives; and one HTTP request from
 a chosen loopback address. Used by tests/system/test_nginx.py and
 test_postgres_nginx.py."""

@@ -1,7 +1,7 @@
 """A real webhook receiver for the tests: an aiohttp server on a loopback port that
 records what it is sent and answers as told (2xx, 500, a redirect, or not at all); a
 tarpit, a bare TCP server that reads a request's first line and never answers; a
-signature check written from the README's description, apart from keysvc's code; and
+signature check written from docs/concepts/events.md's description, apart from keysvc's code; and
 the Standard Webhooks library's check."""
 
 import asyncio
@@ -32,10 +32,10 @@ class Received:
 
 
 def signature_valid(secret: str, received: Received, tolerance: float = 300) -> bool:
-    """The receiver's check, as the README describes it: t and v2 from Keysvc-Signature,
-    HMAC-SHA256 keyed with the secret over "<t>.<event ID>.<event type>.<raw body>"
-    (the Keysvc-Event-Id and Keysvc-Event-Type headers), compared in constant time, and t
-    within ``tolerance`` seconds of now."""
+    """The receiver's check, as docs/concepts/events.md describes it: t and v2 from
+    Keysvc-Signature, HMAC-SHA256 keyed with the secret over "<t>.<event ID>.<event
+    type>.<raw body>" (the Keysvc-Event-Id and Keysvc-Event-Type headers), compared in
+    constant time, and t within ``tolerance`` seconds of now."""
     parts = dict(
         item.split("=", 1)
         for item in received.headers["Keysvc-Signature"].split(",")

@@ -35,7 +35,7 @@ NOT_FOUND = "webhook not found in this organization"
 
 
 def keysvc_signed(secret: str, got: Received) -> bool:
-    """Any v2 of Keysvc-Signature is the secret's (as the README's receiver checks)."""
+    """Any v2 of Keysvc-Signature is the secret's (as docs/concepts/events.md's receiver checks)."""
     parts = [p.split("=", 1) for p in got.headers["Keysvc-Signature"].split(",")]
     t = dict(parts)["t"]
     event = (got.headers["Keysvc-Event-Id"], got.headers["Keysvc-Event-Type"])

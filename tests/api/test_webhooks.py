@@ -32,7 +32,7 @@ from tests.helpers import (
 )
 from tests.receiver import Receiver
 
-MAX_WEBHOOKS_PER_ORG = 20  # as the README and the OpenAPI document say
+MAX_WEBHOOKS_PER_ORG = 20  # as docs/concepts/events.md and the OpenAPI document say
 PUBLIC = "https://93.184.215.14/hooks"  # a public address: no name to resolve
 
 

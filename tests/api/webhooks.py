@@ -17,12 +17,12 @@ from tests.helpers import (
 )
 from tests.receiver import Receiver
 
-# The create's refusal of a non-public host, as the README describes it.
+# The create's refusal of a non-public host, as docs/concepts/events.md describes it.
 PRIVATE = (
     "url: {} is, or resolves to, a loopback, private or otherwise non-public address; give a"
     " public host (an operator may allow private targets with KEYSVC_WEBHOOK_ALLOW_PRIVATE=1)"
 )
-# Every key event type, as the README lists them (webhook.disabled is the other one).
+# Every key event type, as docs/concepts/events.md lists them (webhook.disabled is the other one).
 ALL_EVENTS = [
     "key.created", "key.updated", "key.deleted", "key.rotated", "key.expiring",
     "key.used_after_revoke", "key.leaked", "key.credits_low", "key.credits_exhausted",

@@ -1,6 +1,6 @@
 """keysvc as the authority behind a real Caddy's forward_auth, all real processes.
 
-docs/Caddyfile, the configuration the README shows, is run as it is by a real Caddy
+docs/Caddyfile, the configuration docs/forward-auth/caddy.md shows, is run as it is by a real Caddy
 (Debian's package: tests/components.py) in front of the tiny aiohttp upstream that
 echoes the headers it receives, with a real `keysvc serve` deciding, reached over its
 unix socket. Everything else listens on loopback. The client connects from 127.0.0.2,
@@ -49,10 +49,13 @@ def test_caddy_accepts_the_documented_config_as_formatted(tmp_path: Path) -> Non
     assert formatted.stdout == CADDYFILE.read_bytes()
 
 
-def test_readme_shows_the_caddyfile_that_is_tested() -> None:
-    readme = CADDYFILE.parents[1] / "README.md"
-    shown = re.findall(r"```caddyfile\n(.*?)```", readme.read_text(), re.S)
-    assert shown == [CADDYFILE.read_text()]
+def test_the_caddy_page_includes_the_caddyfile_that_is_tested() -> None:
+    """docs/forward-auth/caddy.md shows docs/Caddyfile itself, included at build time
+    (tests/system/test_docs_site.py checks the built page); the README holds no copy."""
+    page = CADDYFILE.parent / "forward-auth" / "caddy.md"
+    shown = re.findall(r"```caddyfile\n(.*?)```", page.read_text(), re.S)
+    assert shown == ['--8<-- "docs/Caddyfile"\n']
+    assert "```caddyfile" not in (CADDYFILE.parents[1] / "README.md").read_text()
 
 
 def test_a_valid_key_reaches_the_upstream_with_its_identity(stack: Stack) -> None:

@@ -5,6 +5,7 @@ site loads nothing from elsewhere, checked in the build and in a real Chromium t
 opens it from the disk with every other request refused.
 """
 
+import html
 import json
 import os
 import re
@@ -94,11 +95,39 @@ def test_the_changelog_page_is_the_changelog(site: Path) -> None:
     assert f">{first}<" in (site / "changelog.html").read_text()
 
 
+# The files the pages show as they are, included at build time (pymdownx.snippets), not
+# pasted: there is no copy to keep in step with the file the tests run.
+INCLUDED = {
+    "forward-auth/nginx.md": "nginx-auth-request.conf",
+    "forward-auth/caddy.md": "Caddyfile",
+    "operations/postgresql.md": "nginx-two-instances.conf",
+    "operations/systemd.md": "keysvc.service",
+}
+
+
+@pytest.mark.parametrize(("page", "name"), INCLUDED.items())
+def test_the_pages_show_the_configuration_files_themselves(
+    site: Path, page: str, name: str
+) -> None:
+    source = (ROOT / "docs" / page).read_text()
+    assert f'--8<-- "docs/{name}"' in source
+    built = (site / page.replace(".md", ".html")).read_text()
+    text = html.unescape(re.sub(r"<[^>]+>", "", built))
+    # Markdown shows a tab as spaces to the next multiple of 4 (the Caddyfile's indent).
+    shown = (ROOT / "docs" / name).read_text().expandtabs(4)
+    lines = [line for line in shown.splitlines() if line.strip()]
+    assert len(lines) > 10
+    missing = [line for line in lines if line not in text]
+    assert missing == []
+
+
 @pytest.fixture
 def copy(tmp_path: Path) -> Path:
     """The site's sources in a folder of their own, to break."""
     shutil.copy(ROOT / "mkdocs.yml", tmp_path)
     shutil.copy(ROOT / "CHANGELOG.md", tmp_path)
+    # The front page and Quickstart include parts of the README.
+    shutil.copy(ROOT / "README.md", tmp_path)
     shutil.copytree(ROOT / "docs", tmp_path / "docs", ignore=shutil.ignore_patterns("*.pyc"))
     return tmp_path
 

@@ -5,7 +5,7 @@ keysvc unreachable is a 503 with Retry-After; answers are reused within keysvc's
 (fewer verify requests reach keysvc than the service serves), a key disabled through the
 API is refused within it, and a key with credits is verified and spent on every request;
 the client's address reaches keysvc only when the service is told keysvc trusts it, and
-never the address a client claims; the README's examples run as written."""
+never the address a client claims; the examples of docs/forward-auth/code.md run as written."""
 
 import asyncio
 import os
@@ -169,10 +169,10 @@ async def test_the_client_address_is_forwarded_only_when_keysvc_trusts_the_servi
 
 
 def readme_examples() -> list[str]:
-    """The Python blocks of the README's "Verify from your own code" section."""
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = text.split("### Verify from your own code\n", 1)[1].split("\n### ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, re.S)
+    """The Python blocks of docs/forward-auth/code.md (the README's "Verify from your own
+    code" section, moved to the docs site)."""
+    page = Path(__file__).resolve().parents[2] / "docs" / "forward-auth" / "code.md"
+    return re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
 
 
 async def test_the_readme_service_runs_as_written(
@@ -182,7 +182,7 @@ async def test_the_readme_service_runs_as_written(
     monkeypatch.setenv("ORG", keysvc.admin.organization_id)
     service, _ = readme_examples()
     names: dict[str, Any] = {"__name__": "readme_service"}
-    exec(compile(service, "README.md", "exec"), names)
+    exec(compile(service, "docs/forward-auth/code.md", "exec"), names)
     client = await aiohttp_client(names["app"])
     status, _, body = await get(client, "/", keysvc.admin)
     assert (status, body) == (200, {"keyId": keysvc.admin.id})

@@ -1,6 +1,7 @@
 """keysvc as the authority behind a real nginx's auth_request, all real processes.
 
-docs/nginx-auth-request.conf, the configuration the README shows, is filled in and run
+docs/nginx-auth-request.conf, the configuration docs/forward-auth/nginx.md shows, is
+filled in and run
 by a real nginx (Debian's package: tests/components.py) in front of a
 tiny aiohttp upstream that echoes the headers it receives, with a real `keysvc serve`
 deciding, reached over its unix socket. Everything else listens on loopback. The client

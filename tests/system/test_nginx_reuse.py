@@ -236,8 +236,8 @@ def test_long_credentials_with_a_long_permission_list_are_reused(stack: Stack, l
 
 
 def test_a_key_given_credits_spends_from_within_the_bound(stack: Stack) -> None:
-    # README, "Spending": a key's answer kept before it had credits is still served for
-    # up to the bound; every request from then on reaches keysvc and spends.
+    # docs/concepts/credits.md, "Spending": a key's answer kept before it had credits is
+    # still served for up to the bound; every request from then on reaches keysvc and spends.
     key = stack.create_key(roles=["developer"])
 
     def give() -> None:

@@ -39,7 +39,7 @@ AT_ONCE = 10
 
 
 def overshoot(limit: int, processes: int) -> int:
-    """README's bound: what ``processes`` processes may serve past ``limit``."""
+    """docs/concepts/limits.md's bound: what ``processes`` processes may serve past ``limit``."""
     return (processes - 1) * math.ceil(limit / BUDGET_SHARE)
 
 

@@ -29,7 +29,6 @@ from keysvc.db.postgres.notifications import LISTENER_PREFIX
 from tests.helpers import Creds
 from tests.nginx import (
     CLIENT,
-    TWO_INSTANCES,
     Answer,
     Nginx,
     Upstream,
@@ -200,11 +199,14 @@ def b_uncached(postgres: Postgres, pg_database: str, tmp_path: Path) -> Iterator
         yield made
 
 
-def test_the_readme_shows_the_two_instance_config_that_is_tested() -> None:
-    shown = re.findall(
-        r"```\n(# Two keysvc instances.*?)```", (ROOT / "README.md").read_text(), re.S
-    )
-    assert shown == [TWO_INSTANCES.read_text()]
+def test_the_postgresql_page_includes_the_two_instance_config_that_is_tested() -> None:
+    """docs/operations/postgresql.md shows docs/nginx-two-instances.conf itself, included
+    at build time (tests/system/test_docs_site.py checks the built page); the README
+    holds no copy."""
+    page = (ROOT / "docs" / "operations" / "postgresql.md").read_text()
+    shown = re.findall(r"```nginx\n(.*?)```", page, re.S)
+    assert shown == ['--8<-- "docs/nginx-two-instances.conf"\n']
+    assert "# Two keysvc instances" not in (ROOT / "README.md").read_text()
 
 
 def test_nginx_accepts_the_two_instance_config_and_both_instances_are_ready(
@@ -212,7 +214,7 @@ def test_nginx_accepts_the_two_instance_config_and_both_instances_are_ready(
 ) -> None:
     output = stack.nginx.test_config()
     assert "[warn]" not in output and "[emerg]" not in output, output
-    for server in stack.instances:  # the active health check the README shows
+    for server in stack.instances:  # the active health check the PostgreSQL page shows
         status, _, body = server.unix_request("GET", "/readyz")
         assert status == 200, body
         assert json.loads(body)["result"] == {"status": "ready"}

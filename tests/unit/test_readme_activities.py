@@ -1,18 +1,18 @@
-"""The README's activity section names every kind of record keysvc writes, and says
-how long records are kept as the settings do."""
+"""The activity section (docs/concepts/events.md, moved from the README) names every
+kind of record keysvc writes, and says how long records are kept as the settings do."""
 
 from pathlib import Path
 
 from keysvc.domain.activities import ADDED_TYPES, ADDED_UPDATE_TYPES, UPSTREAM_TYPES
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-HEADING = "### Activities (audit log)"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "events.md"
+HEADING = "## Activities (audit log)"
 
 
 def _section() -> str:
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     start = text.index(HEADING)
-    return text[start : text.index("\n### ", start + len(HEADING))]
+    return text[start : text.index("\n## ", start + len(HEADING))]
 
 
 def test_every_activity_type_is_named() -> None:

@@ -5,7 +5,7 @@ import pytest
 
 from keysvc.config import ConfigError, build_settings
 
-# The bound README.md documents.
+# The bound docs/operations/configuration.md documents.
 MAX_USAGE_RETENTION_DAYS = 3650
 
 

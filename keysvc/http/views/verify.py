@@ -2,7 +2,7 @@
 
 Any method, so it serves as nginx ``auth_request``, Caddy ``forward_auth`` and
 Traefik ``ForwardAuth`` alike (an Envoy ``ext_authz`` HTTP service appends the request's
-path, so it needs a rewrite to ``/v1/verify``: README). The caller's forwarded
+path, so it needs a rewrite to ``/v1/verify``: docs/forward-auth/caddy.md). The caller's forwarded
 ``Authorization`` was already checked by the auth middleware, with the same
 rules as the management API (secret, state, expiry, IP access list, rate
 limits). Here only what the proxy asks for is checked: the organization the key
