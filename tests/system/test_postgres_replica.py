@@ -170,6 +170,7 @@ def test_a_replica_stopped_or_lagging_is_left_out_and_taken_back(
 ) -> None:
     a, b = two
     key, creds = made_on(a, admin, {"name": "kept", "roles": ["developer"]})
+    logged = b.server.stderr_text().count("left out")  # by the tests before
     standby.run("pg_ctl", "stop", "--mode=fast", "--wait", f"--pgdata={standby.data}")
     try:
         lines_with(b.server, "left out (down")
@@ -181,6 +182,8 @@ def test_a_replica_stopped_or_lagging_is_left_out_and_taken_back(
     finally:
         standby.restart()
     lines_with(b.server, "back in")
+    # One line each way for the outage, whatever the reads meanwhile found.
+    assert b.server.stderr_text().count("left out") == logged + 1
     wait_until(lambda: metric(b.server, "keysvc_replica_up") == 1)
     # Paused with writes going on: lagging past the bound (2 s), then left out.
     paused(standby)

@@ -68,6 +68,8 @@ from keysvc.db.postgres.connection import (
 from keysvc.db.postgres.reader import PgReader
 
 logger = logging.getLogger("keysvc")
+# A replica's reason before its first check: its first verdict is logged, either way.
+NOT_CHECKED = "not checked yet"
 
 # How often each replica's state is read, and how long that read may take.
 CHECK_SECONDS = 1.0
@@ -118,7 +120,7 @@ class Replica:
         self.name = replica_name(url)
         self.max_lag = max_lag
         self.usable = False
-        self.reason = "not checked yet"
+        self.reason = NOT_CHECKED
         # Its replay position at its last check (-1: unknown), and how far behind the
         # primary it was then (seconds).
         self.replayed = -1
@@ -154,11 +156,13 @@ class Replica:
     def _set(self, usable: bool, reason: str) -> None:
         if usable and not self.usable:
             logger.warning("PostgreSQL replica %s back in: reads may use it", self.name)
-        elif not usable and (self.usable or reason != self.reason):
+        elif not usable and (self.usable or self.reason == NOT_CHECKED):
             logger.warning(
                 "PostgreSQL replica %s left out (%s); its reads go to the primary",
                 self.name, reason,
             )  # fmt: skip
+        elif not usable and reason != self.reason:  # the same outage, seen another way
+            logger.debug("PostgreSQL replica %s still left out (%s)", self.name, reason)
         self.usable, self.reason = usable, reason
 
     def failed(self, exc: BaseException) -> None:
