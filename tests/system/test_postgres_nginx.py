@@ -49,7 +49,10 @@ ROUNDS = 100
 
 
 def access_lines(server: Server) -> list[dict[str, Any]]:
-    lines = [json.loads(line) for line in server.stderr_text().splitlines() if line.strip()]
+    # Whole lines only: the server may be writing the last one as it is read.
+    text = server.stderr_text()
+    whole = text[: text.rfind("\n") + 1]
+    lines = [json.loads(line) for line in whole.splitlines() if line.strip()]
     return [line for line in lines if line.get("logger") == "keysvc.access"]
 
 
