@@ -147,6 +147,8 @@ async def import_batch(
                 revoking=caller is None,
             )
             await import_sql.widen_cache(conn)
+            if caller is None:  # the operator's own process: see LONG_WAL
+                await import_sql.lengthen_wal(conn)
             await import_sql.insert_batch(conn, organization_id, last, *rows)
             # Issue 36: each externalId's identity, made if missing, as a create makes it.
             for external_id in owners:

@@ -150,3 +150,27 @@ def test_the_default_batch_holds_ten_thousand_lines(tmp_path: Path) -> None:
     too_many = _run("import", "--db", db, "--org", org, "--batch", "10001", str(source))
     assert too_many.returncode != 0
     assert "--batch must be from 1 to 10000" in too_many.stderr
+
+
+def test_an_import_leaves_its_keys_in_the_database_file_not_the_log(tmp_path: Path) -> None:
+    # Issue 37's speed: the CLI's connection copies its write-ahead log less often
+    # (keysvc.db.imports.LONG_WAL); when the import ends, all of it is in the database
+    # file itself, read here with the log ignored (immutable).
+    db = str(tmp_path / "keysvc.db")
+    done = keysvc("bootstrap", "--db", db, env=ENV)
+    assert done.returncode == 0, done.stderr
+    org = json.loads(done.stdout)["organizationId"]
+    source = tmp_path / "keys.jsonl"
+    lines = [json.dumps(_record(n, secrets.token_urlsafe(24))) for n in range(2500)]
+    source.write_text("\n".join(lines) + "\n")
+    larger = {**ENV, "KEYSVC_MAX_KEYS_PER_ORG": "5000"}
+    imported = keysvc(
+        "import", "--db", db, "--org", org, "--batch", "1000", str(source), env=larger
+    )
+    assert imported.returncode == 0, imported.stderr
+    wal = Path(db + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    with sqlite3.connect(f"file:{db}?immutable=1", uri=True) as conn:
+        (count,) = conn.execute("select count(*) from key_imports").fetchone()
+        (keys,) = conn.execute("select count(*) from api_keys").fetchone()
+    assert count == 2500 and keys == 2501  # and the bootstrap's admin key
