@@ -41,8 +41,8 @@ NARROW_CACHE = Sql("pragma cache_size = -2000", "select 0")
 # than SQLite's 1,000, so that the index pages a batch writes again after the last
 # (a hash index's pages, written all over) are copied once per checkpoint, not once a
 # batch. Commits are as durable as before (synchronous as set); the log is copied
-# whole when the import's connections close. Not on a server's connection, whose
-# readers would search a longer log.
+# whole when the database's last connection closes, or at a server's next write to
+# it. Not on a server's connection, whose readers would search a longer log.
 LONG_WAL = Sql("pragma wal_autocheckpoint = 65536", "select 0")
 COUNTS = "select key_count, last_key_seq from organizations where id = ?"
 INSERT_IMPORT = """
