@@ -67,8 +67,10 @@ class ImportResult:
     errors: list[tuple[int, str, str]] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Planned:
+    """A record that may go in: not frozen, as a million are made and none is shared."""
+
     index: int
     import_id: str
     new: NewKey
@@ -145,6 +147,8 @@ async def import_batch(
                 revoking=caller is None,
             )
             await import_sql.widen_cache(conn)
+            if caller is None:  # the operator's own process: see LONG_WAL
+                await import_sql.lengthen_wal(conn)
             await import_sql.insert_batch(conn, organization_id, last, *rows)
             # Issue 36: each externalId's identity, made if missing, as a create makes it.
             for external_id in owners:
@@ -200,7 +204,9 @@ async def _plan(
 ) -> list[_Planned]:
     """Each record's roles (checked as a create checks them, asked once per distinct
     choice) and material; the refused go to ``result.errors``."""
-    chosen: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Role] | ApiError] = {}
+    # Each choice's roles and their IDs (without repeats), or why it is refused.
+    chosen: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[list[Role], list[str]] | ApiError]
+    chosen = {}
     seen_ids: set[str] = set()
     seen_material: set[bytes] = set()
     joins: dict[str, str | None] = {}
@@ -214,20 +220,23 @@ async def _plan(
         )
         if choice not in chosen:
             try:
-                chosen[choice] = await key_rules.grantable_roles(
+                grantable = await key_rules.grantable_roles(
                     store, caller, organization_id, dict(data)
                 )
+                chosen[choice] = (grantable, list(dict.fromkeys(r.id for r in grantable)))
             except ApiError as exc:
                 chosen[choice] = exc
-        roles = chosen[choice]
-        if isinstance(roles, ApiError):
-            result.errors.append((index, import_id, roles.message))
+        roles_chosen = chosen[choice]
+        if isinstance(roles_chosen, ApiError):
+            result.errors.append((index, import_id, roles_chosen.message))
             continue
+        roles, role_ids = roles_chosen
         joining = data.get("externalId")
-        refused = await _join_refusal(store, caller, organization_id, joining, joins)
-        if refused is not None:
-            result.errors.append((index, import_id, refused))
-            continue
+        if joining is not None:
+            refused = await _join_refusal(store, caller, organization_id, joining, joins)
+            if refused is not None:
+                result.errors.append((index, import_id, refused))
+                continue
         key_id_hash, secret_hash, suffix, token = material(hasher, data)
         if import_id in seen_ids or key_id_hash in seen_material:
             reason = REPEATED_IMPORT_ID if import_id in seen_ids else REPEATED_MATERIAL
@@ -245,7 +254,7 @@ async def _plan(
             created_at=now,
             expire_at=data.get("expireAt"),
             ip_access_list=data.get("ipAccessList") or [],
-            role_ids=[role.id for role in roles],
+            role_ids=role_ids,
             rate_limit=None
             if data.get("rateLimit") is None
             else (data["rateLimit"]["limit"], data["rateLimit"]["windowSeconds"]),
@@ -306,6 +315,20 @@ def _refusal(
 
 
 _last_uuid = [0, 0]  # the last (milliseconds, sequence) given, in this process
+# Random bytes for the UUIDs, from the system's CSPRNG a few KiB at a time (one
+# ``os.urandom`` call a key cost more than the rest of its UUID), and where the next
+# eight are.
+_ENTROPY_BYTES = 8 * 1024
+_entropy: list[Any] = [b"", 0]
+
+
+def _random62() -> int:
+    """62 random bits, from ``_entropy``'s pool, made again when spent."""
+    pool, at = _entropy
+    if at >= len(pool):
+        pool, at = secrets.token_bytes(_ENTROPY_BYTES), 0
+    _entropy[0], _entropy[1] = pool, at + 8
+    return int.from_bytes(pool[at : at + 8], "big") >> 2
 
 
 def _time_ordered_uuid() -> str:
@@ -324,7 +347,7 @@ def _time_ordered_uuid() -> str:
     else:
         sequence = 0
     _last_uuid[:] = [millis, sequence]
-    value = (millis << 80) | (0x7 << 76) | (sequence << 64) | (0b10 << 62) | secrets.randbits(62)
+    value = (millis << 80) | (0x7 << 76) | (sequence << 64) | (0b10 << 62) | _random62()
     # str(uuid.UUID(int=value)), without the object: a million keys' worth.
     text = f"{value:032x}"
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
@@ -340,7 +363,7 @@ def _rows_of(
     keys, roles, details, imports = rows
     new = item.new
     keys.append(key_sql.key_row(key_id, org_seq, new))
-    roles.extend((key_id, role_id) for role_id in dict.fromkeys(new.role_ids))
+    roles.extend([(key_id, role_id) for role_id in new.role_ids])  # no repeats: _plan
     detail = key_sql.details_row(key_id, new.external_id, new.meta, new.credits, new.ratelimits)
     if detail is not None:
         details.append(detail)

@@ -23,6 +23,9 @@ from tests.helpers import (
     write_sql,
 )
 
+# Token hashes go through the API here: KEYSVC_API_TOKEN_IMPORT on (off by default).
+pytestmark = pytest.mark.settings(api_token_import=True)
+
 TRIGGERS = "select name, sql from sqlite_schema where type = 'trigger' order by name"
 
 

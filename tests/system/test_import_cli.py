@@ -53,6 +53,23 @@ def _record(n: int, token: str) -> dict[str, Any]:
     }
 
 
+def _imported(tmp_path: Path, count: int, *options: str) -> tuple[str, str, Path]:
+    """A new SQLite database with ``count`` keys imported by ``keysvc import`` with
+    ``options``: its path, the organization and the file."""
+    db = str(tmp_path / "keysvc.db")
+    done = keysvc("bootstrap", "--db", db, env=ENV)
+    assert done.returncode == 0, done.stderr
+    org = json.loads(done.stdout)["organizationId"]
+    source = tmp_path / "keys.jsonl"
+    lines = [json.dumps(_record(n, secrets.token_urlsafe(24))) for n in range(count)]
+    source.write_text("\n".join(lines) + "\n")
+    larger = {**ENV, "KEYSVC_MAX_KEYS_PER_ORG": "5000"}
+    imported = keysvc("import", "--db", db, "--org", org, *options, str(source), env=larger)
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads(imported.stdout)["imported"] == count
+    return db, org, source
+
+
 def test_import_then_serve_then_export_round_trip(db: str, tmp_path: Path) -> None:
     done = keysvc("bootstrap", "--db", db, env=ENV)
     assert done.returncode == 0, done.stderr
@@ -131,17 +148,7 @@ def test_import_refuses_an_unknown_organization(db: str, tmp_path: Path) -> None
 def test_the_default_batch_holds_ten_thousand_lines(tmp_path: Path) -> None:
     # Issue 37's speed: the CLI's transactions are larger than a request's 1,000 (fewer
     # commits, fewer pages a key), still one activity a batch with its count.
-    db = str(tmp_path / "keysvc.db")
-    done = keysvc("bootstrap", "--db", db, env=ENV)
-    assert done.returncode == 0, done.stderr
-    org = json.loads(done.stdout)["organizationId"]
-    source = tmp_path / "keys.jsonl"
-    lines = [json.dumps(_record(n, secrets.token_urlsafe(24))) for n in range(1500)]
-    source.write_text("\n".join(lines) + "\n")
-    larger = {**ENV, "KEYSVC_MAX_KEYS_PER_ORG": "5000"}
-    imported = keysvc("import", "--db", db, "--org", org, str(source), env=larger)
-    assert imported.returncode == 0, imported.stderr
-    assert json.loads(imported.stdout)["imported"] == 1500
+    db, org, source = _imported(tmp_path, 1500)
     with sqlite3.connect(db) as conn:
         counts = conn.execute(
             "select json_extract(after, '$.count') from activities where type = 'key_import'"
@@ -150,3 +157,16 @@ def test_the_default_batch_holds_ten_thousand_lines(tmp_path: Path) -> None:
     too_many = _run("import", "--db", db, "--org", org, "--batch", "10001", str(source))
     assert too_many.returncode != 0
     assert "--batch must be from 1 to 10000" in too_many.stderr
+
+
+def test_an_import_leaves_its_keys_in_the_database_file_not_the_log(tmp_path: Path) -> None:
+    # Issue 37's speed: the CLI's connection copies its write-ahead log less often
+    # (keysvc.db.imports.LONG_WAL); when the import ends, all of it is in the database
+    # file itself, read here with the log ignored (immutable).
+    db, _, _ = _imported(tmp_path, 2500, "--batch", "1000")
+    wal = Path(db + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    with sqlite3.connect(f"file:{db}?immutable=1", uri=True) as conn:
+        (count,) = conn.execute("select count(*) from key_imports").fetchone()
+        (keys,) = conn.execute("select count(*) from api_keys").fetchone()
+    assert count == 2500 and keys == 2501  # and the bootstrap's admin key
