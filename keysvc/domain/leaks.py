@@ -228,7 +228,8 @@ class PendingReports:
             if pending:
                 await self.work_through()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._woken.wait(), self.poll)
+                async with asyncio.timeout(self.poll):
+                    await self._woken.wait()
 
     async def _step(self, after: int) -> bool:
         """One transaction on the oldest report past ``after``: its keys not acted on

@@ -224,7 +224,8 @@ class SharedCounts:
         pruned_at = read_at = time.monotonic()
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), FLUSH_SECONDS)
+                async with asyncio.timeout(FLUSH_SECONDS):
+                    await self._wake.wait()
             self._wake.clear()
             await self._flush()
             if time.monotonic() - read_at >= FLUSH_SECONDS:
@@ -260,7 +261,8 @@ class SharedCounts:
             rows.append((name, start, count.expires_at, count.sending))
         self.flushes += 1
         try:
-            totals = await asyncio.wait_for(self._store.add_shared_counts(rows), STATEMENT_TIMEOUT)
+            async with asyncio.timeout(STATEMENT_TIMEOUT):
+                totals = await self._store.add_shared_counts(rows)
         except BaseException as exc:
             # Kept to be added again, cancelled (a stop) or failed.
             for _, count in batch:
@@ -290,10 +292,10 @@ class SharedCounts:
         now = self._clock()
         start = _start(now, FAILURE_WINDOW)
         try:
-            blocked = await asyncio.wait_for(
-                self._store.blocked_networks(start, self._failure_limit, self._max_names),
-                STATEMENT_TIMEOUT,
-            )
+            async with asyncio.timeout(STATEMENT_TIMEOUT):
+                blocked = await self._store.blocked_networks(
+                    start, self._failure_limit, self._max_names
+                )
         except Exception as exc:
             # A failed flush logs the outage; read again next time.
             logger.debug("shared limits: reading blocked networks failed: %s", type(exc).__name__)
@@ -305,9 +307,8 @@ class SharedCounts:
 
     async def _prune(self) -> None:
         try:
-            await asyncio.wait_for(
-                self._store.prune_shared_counts(self._clock()), STATEMENT_TIMEOUT
-            )
+            async with asyncio.timeout(STATEMENT_TIMEOUT):
+                await self._store.prune_shared_counts(self._clock())
         except Exception as exc:
             # A failed flush logs the outage; ended windows are pruned next time.
             logger.debug("shared limits: pruning failed: %s", type(exc).__name__)

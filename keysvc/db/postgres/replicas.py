@@ -231,7 +231,8 @@ class Replica:
         self._drop()
         if self.pool is not None:
             try:
-                await asyncio.wait_for(self.pool.close(), CHECK_TIMEOUT)
+                async with asyncio.timeout(CHECK_TIMEOUT):
+                    await self.pool.close()
             except TimeoutError:
                 self.pool.terminate()
 

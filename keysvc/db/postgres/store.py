@@ -394,7 +394,8 @@ class PgStore(CoreFront):
 
     async def close(self) -> None:
         try:
-            await asyncio.wait_for(self._core.finish_writes(), CLOSE_SECONDS)
+            async with asyncio.timeout(CLOSE_SECONDS):
+                await self._core.finish_writes()
         except TimeoutError:
             logger.warning("PostgreSQL writes still under way at close; left unfinished")
         await self.notifications.close()
@@ -403,7 +404,8 @@ class PgStore(CoreFront):
         # The pool waits for every connection to be given back; one that never is (a
         # server that stopped answering) must not keep a stopping process for ever.
         try:
-            await asyncio.wait_for(self._pool.close(), CLOSE_SECONDS)
+            async with asyncio.timeout(CLOSE_SECONDS):
+                await self._pool.close()
         except TimeoutError:
             logger.warning("PostgreSQL connections still busy at close; closed by force")
             self._pool.terminate()
