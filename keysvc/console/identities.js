@@ -3,9 +3,8 @@
 // JSON), and shows the keys that belong to it.
 
 import { call, can, orgPath } from "./api.js";
-import { Pages, clearMessages, field, formDialog, h, openDialog, pager, showError, showNotice, table } from "./ui.js";
-
-const PAGE_SIZE = 50;
+import { renderList, saveDialog } from "./listpage.js";
+import { field, h, openDialog, showError, table } from "./ui.js";
 
 function creditsText(credits) {
   return credits === null ? "unlimited" : String(credits.remaining);
@@ -45,27 +44,35 @@ function createIdentity(refresh) {
     field("Credits", creditsInput(null), "Empty: unlimited."),
     field("Rate limits", limitsInput(null), LIMITS_HELP),
   ];
-  formDialog("New identity", fields, "Create identity", async (form, dialog) => {
-    const body = { externalId: form.elements.externalId.value.trim(), ratelimits: parsedLimits(form) };
-    const credits = form.elements.credits.value.trim();
-    if (credits !== "") body.credits = { remaining: Number(credits) };
-    await call("POST", orgPath("/identities"), { body });
-    dialog.close();
-    showNotice("Identity created.");
-    refresh();
-  });
+  saveDialog(
+    "New identity",
+    fields,
+    "Create identity",
+    async (form) => {
+      const body = { externalId: form.elements.externalId.value.trim(), ratelimits: parsedLimits(form) };
+      const credits = form.elements.credits.value.trim();
+      if (credits !== "") body.credits = { remaining: Number(credits) };
+      await call("POST", orgPath("/identities"), { body });
+      return "Identity created.";
+    },
+    refresh,
+  );
 }
 
 function editIdentity(identity, refresh) {
   const fields = [field("Credits", creditsInput(identity), "Empty: unlimited."), field("Rate limits", limitsInput(identity), LIMITS_HELP)];
-  formDialog(`Edit identity ${identity.externalId}`, fields, "Save", async (form, dialog) => {
-    const credits = form.elements.credits.value.trim();
-    await call("POST", orgPath(`/identities/${identity.id}/credits`), { body: { set: credits === "" ? null : Number(credits) } });
-    await call("PATCH", orgPath(`/identities/${identity.id}`), { body: { ratelimits: parsedLimits(form) } });
-    dialog.close();
-    showNotice(`Identity ${identity.externalId} saved.`);
-    refresh();
-  });
+  saveDialog(
+    `Edit identity ${identity.externalId}`,
+    fields,
+    "Save",
+    async (form) => {
+      const credits = form.elements.credits.value.trim();
+      await call("POST", orgPath(`/identities/${identity.id}/credits`), { body: { set: credits === "" ? null : Number(credits) } });
+      await call("PATCH", orgPath(`/identities/${identity.id}`), { body: { ratelimits: parsedLimits(form) } });
+      return `Identity ${identity.externalId} saved.`;
+    },
+    refresh,
+  );
 }
 
 async function showKeys(identity) {
@@ -90,35 +97,20 @@ function actions(identity, refresh) {
   return h("div", { className: "row-actions" }, buttons);
 }
 
-async function render(container) {
-  const pages = new Pages();
-  const listArea = h("div", {});
-
-  async function load() {
-    let answer;
-    try {
-      answer = await call("GET", orgPath("/identities"), { query: { limit: PAGE_SIZE, cursor: pages.cursor } });
-    } catch (error) {
-      showError(error);
-      return;
-    }
-    const rows = answer.result.map((identity) => [
+function render(container) {
+  return renderList(container, {
+    title: "Identities",
+    path: "/identities",
+    noun: "identities",
+    columns: ["External ID", "Credits", "Rate limits", "Actions"],
+    row: (identity, reload) => [
       h("span", { text: identity.externalId, "data-identity": identity.externalId }),
       creditsText(identity.credits),
       limitsText(identity.ratelimits),
-      actions(identity, load),
-    ]);
-    listArea.replaceChildren(
-      h("p", { className: "count", text: `${answer.totalCount} identities.` }),
-      table(["External ID", "Credits", "Rate limits", "Actions"], rows, "Identities"),
-      pager(pages, answer.nextCursor, load),
-    );
-  }
-
-  const create = can("identities:write") ? h("button", { type: "button", className: "primary", text: "New identity", onclick: () => createIdentity(load) }) : null;
-  container.replaceChildren(h("div", { className: "toolbar" }, h("h2", { text: "Identities" }), create), listArea);
-  clearMessages();
-  await load();
+      actions(identity, reload),
+    ],
+    create: { label: "New identity", needs: "identities:write", open: createIdentity },
+  });
 }
 
 export default { id: "identities", title: "Identities", needs: "identities:read", render };

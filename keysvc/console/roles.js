@@ -2,9 +2,9 @@
 // delete. A role that keys still hold cannot be deleted (409): the view says so.
 
 import { call, can, orgPath } from "./api.js";
-import { Pages, clearMessages, confirmDialog, field, formDialog, h, pager, showError, showNotice, table } from "./ui.js";
+import { renderList, saveDialog } from "./listpage.js";
+import { confirmDialog, field, h, showError, showNotice } from "./ui.js";
 
-const PAGE_SIZE = 50;
 // The management API's own permissions, offered as boxes; any other goes in the text field.
 const MANAGEMENT = [
   "keys:read",
@@ -65,27 +65,35 @@ function roleBody(form) {
 }
 
 function createRole(refresh) {
-  formDialog("New role", roleFields(null), "Create role", async (form, dialog) => {
-    await call("POST", orgPath("/roles"), { body: roleBody(form) });
-    dialog.close();
-    showNotice("Role created.");
-    refresh();
-  });
+  saveDialog(
+    "New role",
+    roleFields(null),
+    "Create role",
+    async (form) => {
+      await call("POST", orgPath("/roles"), { body: roleBody(form) });
+      return "Role created.";
+    },
+    refresh,
+  );
 }
 
 function editRole(role, refresh) {
-  formDialog(`Edit role ${role.name}`, roleFields(role), "Save", async (form, dialog) => {
-    const wanted = roleBody(form);
-    const body = {};
-    if (wanted.name !== role.name) body.name = wanted.name;
-    if (JSON.stringify([...wanted.permissions].sort()) !== JSON.stringify([...role.permissions].sort())) {
-      body.permissions = wanted.permissions;
-    }
-    if (Object.keys(body).length > 0) await call("PATCH", orgPath(`/roles/${role.id}`), { body });
-    dialog.close();
-    showNotice(`Role ${wanted.name} saved.`);
-    refresh();
-  });
+  saveDialog(
+    `Edit role ${role.name}`,
+    roleFields(role),
+    "Save",
+    async (form) => {
+      const wanted = roleBody(form);
+      const body = {};
+      if (wanted.name !== role.name) body.name = wanted.name;
+      if (JSON.stringify([...wanted.permissions].sort()) !== JSON.stringify([...role.permissions].sort())) {
+        body.permissions = wanted.permissions;
+      }
+      if (Object.keys(body).length > 0) await call("PATCH", orgPath(`/roles/${role.id}`), { body });
+      return `Role ${wanted.name} saved.`;
+    },
+    refresh,
+  );
 }
 
 async function deleteRole(role, refresh) {
@@ -114,36 +122,21 @@ function roleActions(role, refresh) {
   );
 }
 
-async function render(container) {
-  const pages = new Pages();
-  const listArea = h("div", {});
-
-  async function load() {
-    let answer;
-    try {
-      answer = await call("GET", orgPath("/roles"), { query: { limit: PAGE_SIZE, cursor: pages.cursor } });
-    } catch (error) {
-      showError(error);
-      return;
-    }
-    const rows = answer.result.map((role) => [
+function render(container) {
+  return renderList(container, {
+    title: "Roles",
+    path: "/roles",
+    noun: "roles",
+    columns: ["Name", "Type", "Permissions", "Keys holding it", "Actions"],
+    row: (role, reload) => [
       h("span", { text: role.name, "data-role": role.name }),
       role.type,
       role.permissions.join(", "),
       String(role.actors.length),
-      roleActions(role, load),
-    ]);
-    listArea.replaceChildren(
-      h("p", { className: "count", text: `${answer.totalCount} roles.` }),
-      table(["Name", "Type", "Permissions", "Keys holding it", "Actions"], rows, "Roles"),
-      pager(pages, answer.nextCursor, load),
-    );
-  }
-
-  const create = can("roles:write") ? h("button", { type: "button", className: "primary", text: "New role", onclick: () => createRole(load) }) : null;
-  container.replaceChildren(h("div", { className: "toolbar" }, h("h2", { text: "Roles" }), create), listArea);
-  clearMessages();
-  await load();
+      roleActions(role, reload),
+    ],
+    create: { label: "New role", needs: "roles:write", open: createRole },
+  });
 }
 
 export default { id: "roles", title: "Roles", needs: "roles:read", render };

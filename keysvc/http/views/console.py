@@ -31,6 +31,7 @@ ASSETS = {
     "keyextras.js": _JS,
     "roles.js": _JS,
     "identities.js": _JS,
+    "listpage.js": _JS,
     "activities.js": _JS,
     "usage.js": _JS,
     "credentials.js": _JS,

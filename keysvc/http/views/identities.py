@@ -2,7 +2,7 @@
 identities and change their credits. Answered as
 ``keysvc.domain.identities.identity_view`` shapes them, with the ETag on single ones."""
 
-from aiohttp import hdrs, web
+from aiohttp import web
 
 from keysvc.domain import identities
 from keysvc.http.envelope import ok
@@ -19,23 +19,15 @@ from keysvc.http.identity_schemas import (
     ListIdentitiesQuerySchema,
     UpdateIdentitySchema,
 )
-from keysvc.http.keyfields import CreditsChangeSchema
 from keysvc.http.routes import serves
 from keysvc.http.schemas import load
 from keysvc.http.state import CLOCK, HASHER, STORE
-from keysvc.http.views.common import (
-    actor,
-    authorized,
-    if_match,
-    path_uuid,
-    query,
-    read_json_object,
-)
+from keysvc.http.views import resource
+from keysvc.http.views.common import actor, authorized, path_uuid, query, read_json_object
 from keysvc.models import Identity
 
 _create = CreateIdentitySchema()
-_update = UpdateIdentitySchema()
-_credits = CreditsChangeSchema()
+_validated = resource.validated_by(UpdateIdentitySchema())
 _list_query = ListIdentitiesQuerySchema()
 
 
@@ -43,8 +35,7 @@ def _answer(request: web.Request, identity: Identity) -> web.Response:
     """The identity in the envelope, with its ETag for a later If-Match."""
     now = request.app[CLOCK]()
     response = ok(request, identities.identity_view(identities.as_of(identity, now)))
-    response.headers[hdrs.ETAG] = identity.etag
-    return response
+    return resource.tagged(response, identity.etag)
 
 
 @serves(LIST_IDENTITIES)
@@ -85,34 +76,16 @@ async def get_identity(request: web.Request) -> web.Response:
 
 @serves(UPDATE_IDENTITY)
 async def update_identity(request: web.Request) -> web.Response:
-    caller, organization_id = authorized(request)
-    identity_id = path_uuid(request, "identityId")
-    data = load(_update, await read_json_object(request))
-    identity = await identities.update_identity(
-        request.app[STORE], caller, organization_id, identity_id, data, if_match(request),
-        actor(request), request.app[CLOCK](),
-    )  # fmt: skip
+    identity = await resource.update(request, "identityId", _validated, identities.update_identity)
     return _answer(request, identity)
 
 
 @serves(CHANGE_IDENTITY_CREDITS)
 async def change_identity_credits(request: web.Request) -> web.Response:
-    caller, organization_id = authorized(request)
-    identity_id = path_uuid(request, "identityId")
-    data = load(_credits, await read_json_object(request))
-    identity = await identities.change_credits(
-        request.app[STORE], caller, organization_id, identity_id, data, actor(request),
-        request.app[CLOCK](),
-    )  # fmt: skip
+    identity = await resource.change_credits(request, "identityId", identities.change_credits)
     return _answer(request, identity)
 
 
 @serves(DELETE_IDENTITY)
 async def delete_identity(request: web.Request) -> web.Response:
-    caller, organization_id = authorized(request)
-    identity_id = path_uuid(request, "identityId")
-    await identities.delete_identity(
-        request.app[STORE], caller, organization_id, identity_id, if_match(request),
-        actor(request), request.app[CLOCK](),
-    )  # fmt: skip
-    return ok(request)
+    return await resource.delete(request, "identityId", identities.delete_identity)

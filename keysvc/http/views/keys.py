@@ -11,12 +11,12 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-from aiohttp import hdrs, web
+from aiohttp import web
 
+from keysvc.db.contract import Store
 from keysvc.domain import identities, keycredits, keys
 from keysvc.http import render
-from keysvc.http.envelope import envelope, envelope_bytes, json_body_response, json_response, ok
-from keysvc.http.keyfields import CreditsChangeSchema
+from keysvc.http.envelope import envelope, envelope_bytes, json_body_response, json_response
 from keysvc.http.queries import KeyListQuerySchema
 from keysvc.http.routes import (
     CHANGE_CREDITS,
@@ -35,10 +35,10 @@ from keysvc.http.schemas import (
     load,
 )
 from keysvc.http.state import CLOCK, HASHER, PREVIOUS_CREDENTIAL, REQUEST_ID, SETTINGS, STORE
+from keysvc.http.views import resource
 from keysvc.http.views.common import (
     actor,
     authorized,
-    if_match,
     path_uuid,
     query,
     read_json_object,
@@ -54,7 +54,6 @@ _list_query = KeyListQuerySchema()
 _create_body = CreateKeySchema(now=datetime.fromtimestamp(0, UTC))
 _patch_body = PatchKeySchema(now=datetime.fromtimestamp(0, UTC))
 _rotate_body = RotateKeySchema()
-_credits_body = CreditsChangeSchema()
 
 
 def _load_at(
@@ -173,17 +172,17 @@ async def get_key(request: web.Request) -> web.Response:
 
 @serves(UPDATE_KEY)
 async def update_key(request: web.Request) -> web.Response:
-    caller, organization_id = authorized(request)
-    key_id, store = path_uuid(request, "keyId"), request.app[STORE]
-    body = await read_json_object(request)
-    await keys.check_update(store, caller, organization_id, key_id, body)
-    now = request.app[CLOCK]()
-    data = _load_at(_patch_body, now, body)
-    tags = if_match(request)
-    key = await keys.update_key(
-        store, caller, organization_id, key_id, data, tags, actor(request), now
-    )
+    key = await resource.update(request, "keyId", _checked_patch, keys.update_key)
     return await _key_response(request, key)
+
+
+async def _checked_patch(
+    store: Store, caller: Key, organization_id: str, key_id: str, body: dict[str, Any],
+    now: datetime,
+) -> dict[str, Any]:  # fmt: skip
+    """The patch, validated once the caller is known to be allowed the fields it sends."""
+    await keys.check_update(store, caller, organization_id, key_id, body)
+    return _load_at(_patch_body, now, body)
 
 
 @serves(ROTATE_KEY)
@@ -208,29 +207,15 @@ async def rotate_key(request: web.Request) -> web.Response:
 async def _key_response(request: web.Request, key: Key) -> web.Response:
     """The key in the envelope, with its ETag for a later If-Match."""
     response = json_response(envelope(request[REQUEST_ID], await _key_text(request, key)))
-    # Quoted hex already, as the ETag setter would write it: set as it is.
-    response.headers[hdrs.ETAG] = key.etag
-    return response
+    return resource.tagged(response, key.etag)
 
 
 @serves(CHANGE_CREDITS)
 async def change_credits(request: web.Request) -> web.Response:
-    caller, organization_id = authorized(request)
-    key_id = path_uuid(request, "keyId")
-    data = load(_credits_body, await read_json_object(request))
-    key = await keycredits.change_credits(
-        request.app[STORE], caller, organization_id, key_id, data, actor(request),
-        request.app[CLOCK](),
-    )  # fmt: skip
+    key = await resource.change_credits(request, "keyId", keycredits.change_credits)
     return await _key_response(request, key)
 
 
 @serves(DELETE_KEY)
 async def delete_key(request: web.Request) -> web.Response:
-    caller, organization_id = authorized(request)
-    key_id = path_uuid(request, "keyId")
-    tags, now = if_match(request), request.app[CLOCK]()
-    await keys.delete_key(
-        request.app[STORE], caller, organization_id, key_id, tags, actor(request), now
-    )
-    return ok(request)
+    return await resource.delete(request, "keyId", keys.delete_key)
