@@ -41,12 +41,13 @@ def reuse_seconds(headers: Mapping[str, str], wall_now: float) -> float:
 
 
 def digest(*parts: str | None) -> bytes:
-    """SHA-256 over ``parts``, each length-prefixed (None apart from ""), so that no two
-    different inputs share a digest by moving text between parts."""
-    hasher = hashlib.sha256()
-    for part in parts:
-        hasher.update(b"-" if part is None else b"%d:%s" % (len(part), part.encode()))
-    return hasher.digest()
+    """SHA-256 over ``parts``, each length-prefixed (None, as ``-``, apart from ""), so
+    that no two different inputs share a digest by moving text between parts. One text
+    hashed in one call: this runs on every request a kept answer serves. A header's
+    undecodable bytes (aiohttp keeps them as lone surrogates) are hashed too, each
+    apart from any character."""
+    text = "".join(["-" if part is None else f"{len(part)}:{part}" for part in parts])
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
 
 
 class ReuseStore(Generic[V]):
