@@ -53,15 +53,16 @@ VERIFIED = re.compile(
 )
 
 
-def service(keysvc: str | None) -> web.Application:
-    """Hello world; behind the middleware when ``keysvc`` names keysvc's URL."""
+def service(keysvc: str | None, kept: int = 10_000) -> web.Application:
+    """Hello world; behind the middleware when ``keysvc`` names keysvc's URL, keeping
+    at most ``kept`` answers (0: none, every request asks keysvc)."""
 
     async def hello(request: web.Request) -> web.Response:
         return web.Response(text="hello\n")
 
     app = web.Application()
     if keysvc is not None:
-        verifier = Verifier(keysvc)
+        verifier = Verifier(keysvc, max_entries=kept)
         app.middlewares.append(keysvc_middleware(verifier=verifier))
 
         async def close(_: web.Application) -> AsyncIterator[None]:
@@ -75,7 +76,7 @@ def service(keysvc: str | None) -> web.Application:
 
 def serve(args: argparse.Namespace) -> None:
     loop = uvloop.new_event_loop() if args.loop == "uvloop" else None
-    app = service(args.keysvc)
+    app = service(args.keysvc, args.kept)
     web.run_app(app, host=args.host, port=args.port, access_log=None, print=None, loop=loop)
 
 
@@ -323,6 +324,7 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.middleware", description=__doc__)
     parser.add_argument("--serve", action="store_true", help="run one service (internal)")
     parser.add_argument("--keysvc", help="--serve: keysvc's URL; without it, no auth")
+    parser.add_argument("--kept", type=int, default=10_000, help="--serve: answers kept")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--loop", choices=LOOPS, default="asyncio")
