@@ -264,7 +264,11 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Cell], list[tuple[str, 
     missed = statistics.median(r.missed for r in measured[AUTH.label])
     facts = [
         ("event loop", f"{args.loop}, keysvc and the services"),
-        ("load", f"the machine's load average was {load:.1f} at the start (1 minute)"),
+        (
+            "load",
+            f"the machine's load average (1 minute) was {load:.1f} at the start and"
+            f" {os.getloadavg()[0]:.1f} at the end",
+        ),
         (
             "wrk",
             f"{wrk.version(wrk_path, '-v')}: `{settings.describe()}`, {args.keys} keys in"
