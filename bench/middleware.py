@@ -9,6 +9,12 @@ middleware reuses each key's answer within that bound; the requests rotate throu
 (the middleware's refusals count as failures). ``--serve`` runs one service: what the
 scenario starts as a subprocess.
 
+The service's CPU a request (``/proc/PID/stat``) is steadier than requests/s on a shared
+machine, and keysvc's own CPU is not in it: plain/auth by CPU is reported beside the
+ratio. Then a hit and a miss apart, one round each: auth on one key's requests (kept,
+but once a bound), and a third service that keeps nothing (``--kept 0``), every request
+a verify; with auth's share of misses they say what auth's CPU a request is made of.
+
 Then revocation through the middleware (``--revocations`` keys, made for it, none in
 the rotation): while wrk keeps the service busy with the rotation, a thread sends one
 key's requests one after the other; once one is served, the key is disabled through
@@ -53,15 +59,16 @@ VERIFIED = re.compile(
 )
 
 
-def service(keysvc: str | None) -> web.Application:
-    """Hello world; behind the middleware when ``keysvc`` names keysvc's URL."""
+def service(keysvc: str | None, kept: int = 10_000) -> web.Application:
+    """Hello world; behind the middleware when ``keysvc`` names keysvc's URL, keeping
+    at most ``kept`` answers (0: none, every request asks keysvc)."""
 
     async def hello(request: web.Request) -> web.Response:
         return web.Response(text="hello\n")
 
     app = web.Application()
     if keysvc is not None:
-        verifier = Verifier(keysvc)
+        verifier = Verifier(keysvc, max_entries=kept)
         app.middlewares.append(keysvc_middleware(verifier=verifier))
 
         async def close(_: web.Application) -> AsyncIterator[None]:
@@ -75,7 +82,7 @@ def service(keysvc: str | None) -> web.Application:
 
 def serve(args: argparse.Namespace) -> None:
     loop = uvloop.new_event_loop() if args.loop == "uvloop" else None
-    app = service(args.keysvc)
+    app = service(args.keysvc, args.kept)
     web.run_app(app, host=args.host, port=args.port, access_log=None, print=None, loop=loop)
 
 
@@ -186,8 +193,34 @@ def _revoked(found: Sequence[Revocation], busy: float) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Round:
+    """One wrk run against a service: wrk's result, the CPU a request cost the service
+    and keysvc (µs, from /proc/PID/stat), and the share of requests that reached keysvc."""
+
+    result: wrk.Result
+    service_us: float
+    keysvc_us: float
+    missed: float
+
+
+def _round(
+    wrk_path: str, app: Server, keysvc: Server, requests: Path, settings: wrk.WrkSettings
+) -> Round:
+    before, used, keysvc_used = _verified(keysvc.base), _cpu(app), _cpu(keysvc)
+    result = wrk.run(wrk_path, app.base, requests, settings)
+    served = max(result.requests, 1)
+    return Round(
+        result,
+        (_cpu(app) - used) / served * 1e6,
+        (_cpu(keysvc) - keysvc_used) / served * 1e6,
+        (_verified(keysvc.base) - before) / served,
+    )
+
+
 def measure(args: argparse.Namespace) -> tuple[dict[str, Cell], list[tuple[str, str]]]:
-    """Warm-up of each, then ``args.rounds`` rounds of plain and auth in turn."""
+    """Warm-up of each, then ``args.rounds`` rounds of plain and auth in turn; then a
+    hit and a miss apart (auth on one key's requests; a service that keeps nothing)."""
     started, load = time.monotonic(), os.getloadavg()[0]
     wrk_path = wrk.ensure_wrk()
     settings = wrk.WrkSettings(args.threads, args.connections, args.seconds)
@@ -199,35 +232,43 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Cell], list[tuple[str, 
         loop = {"KEYSVC_LOOP": args.loop}
         keysvc = stack.enter_context(start_keysvc(db, work / "keysvc.log", loop))
         requests = _keys(keysvc.base, admin, args.keys, work)
+        one = work / "one.requests"
+        one.write_text(requests.read_text().splitlines()[0] + "\n")
         command = [sys.executable, "-m", "bench.middleware", "--loop", args.loop, "--serve"]
+        auth = [*command, "--keysvc", keysvc.base]
+        env = seed.keysvc_env()
         apps = {
-            PLAIN.label: Server("plain", command, work / "plain.log", seed.keysvc_env()),
-            AUTH.label: Server(
-                "auth", [*command, "--keysvc", keysvc.base], work / "auth.log", seed.keysvc_env()
-            ),
+            PLAIN.label: Server("plain", command, work / "plain.log", env),
+            AUTH.label: Server("auth", auth, work / "auth.log", env),
         }
         for app in apps.values():
             stack.enter_context(app)
+        nothing_kept = stack.enter_context(
+            Server("miss", [*auth, "--kept", "0"], work / "miss.log", env)
+        )
         warm = wrk.WrkSettings(args.threads, args.connections, args.warmup)
-        for app in apps.values() if args.warmup else ():
+        for app in [*apps.values(), nothing_kept] if args.warmup else ():
             wrk.run(wrk_path, app.base, requests, warm)
-        verifies: list[float] = []
-        cpu: dict[str, list[float]] = {PLAIN.label: [], AUTH.label: [], "keysvc": []}
+        measured: dict[str, list[Round]] = {PLAIN.label: [], AUTH.label: []}
         for _ in range(args.rounds):
             for label, app in apps.items():
-                before, used, keysvc_used = _verified(keysvc.base), _cpu(app), _cpu(keysvc)
-                result = wrk.run(wrk_path, app.base, requests, settings)
-                cells[label].rounds.append(result)
-                cpu[label].append((_cpu(app) - used) / max(result.requests, 1) * 1e6)
-                if label == AUTH.label:
-                    verifies.append((_verified(keysvc.base) - before) / result.seconds)
-                    cpu["keysvc"].append(
-                        (_cpu(keysvc) - keysvc_used) / max(result.requests, 1) * 1e6
-                    )
+                done = _round(wrk_path, app, keysvc, requests, settings)
+                cells[label].rounds.append(done.result)
+                measured[label].append(done)
+        hit = _round(wrk_path, apps[AUTH.label], keysvc, one, settings)
+        miss = _round(wrk_path, nothing_kept, keysvc, requests, settings)
         revoked, busy = revocations(args, keysvc.base, admin, apps[AUTH.label].base, requests)
+    plain_us = statistics.median(r.service_us for r in measured[PLAIN.label])
+    auth_us = statistics.median(r.service_us for r in measured[AUTH.label])
+    keysvc_us = statistics.median(r.keysvc_us for r in measured[AUTH.label])
+    missed = statistics.median(r.missed for r in measured[AUTH.label])
     facts = [
-        ("event loop", f"{args.loop}, keysvc and both services"),
-        ("load", f"the machine's load average was {load:.1f} at the start (1 minute)"),
+        ("event loop", f"{args.loop}, keysvc and the services"),
+        (
+            "load",
+            f"the machine's load average (1 minute) was {load:.1f} at the start and"
+            f" {os.getloadavg()[0]:.1f} at the end",
+        ),
         (
             "wrk",
             f"{wrk.version(wrk_path, '-v')}: `{settings.describe()}`, {args.keys} keys in"
@@ -237,15 +278,25 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Cell], list[tuple[str, 
         (
             "keysvc",
             f"the verify requests that reached it during auth's rounds: median"
-            f" {statistics.median(verifies or [0]):,.0f}/s (one per key per bound at most)",
+            f" {statistics.median(r.missed * r.result.rps for r in measured[AUTH.label]):,.0f}/s"
+            f" (one per key per bound at most), {missed:.1%} of auth's requests (misses)",
         ),
         (
             "CPU",
             "a request served, median of the rounds (from /proc/PID/stat): plain"
-            f" {statistics.median(cpu[PLAIN.label]):.0f} us; auth"
-            f" {statistics.median(cpu[AUTH.label]):.0f} us in the service and"
-            f" {statistics.median(cpu['keysvc']):.0f} us in keysvc (its verifies, shared"
-            " out over auth's requests)",
+            f" {plain_us:.0f} us; auth {auth_us:.0f} us in the service and {keysvc_us:.0f} us"
+            " in keysvc (its verifies, shared out over auth's requests); plain/auth by CPU"
+            f" in the service: **{plain_us / auth_us if auth_us else 0.0:.2f}**",
+        ),
+        (
+            "hit and miss apart",
+            f"one round each after those: a hit (auth, one key's requests; {hit.missed:.2%}"
+            f" reached keysvc) {hit.service_us:.0f} us a request in the service at"
+            f" {hit.result.rps:,.0f} req/s; a miss (the same service keeping nothing, every"
+            f" request asks keysvc) {miss.service_us:.0f} us in the service and"
+            f" {miss.keysvc_us:.0f} us in keysvc at {miss.result.rps:,.0f} req/s; at auth's"
+            f" {missed:.1%} misses those make"
+            f" {hit.service_us * (1 - missed) + miss.service_us * missed:.0f} us a request",
         ),
         ("revocation", _revoked(revoked, busy)),
         ("run time", f"{time.monotonic() - started:.0f}s"),
@@ -323,6 +374,7 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.middleware", description=__doc__)
     parser.add_argument("--serve", action="store_true", help="run one service (internal)")
     parser.add_argument("--keysvc", help="--serve: keysvc's URL; without it, no auth")
+    parser.add_argument("--kept", type=int, default=10_000, help="--serve: answers kept")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--loop", choices=LOOPS, default="asyncio")

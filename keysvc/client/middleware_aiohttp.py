@@ -24,16 +24,24 @@ def keysvc_middleware(
     permission: str | Callable[[web.Request], str | None] | None = None,
     public: Callable[[web.Request], bool] | None = None,
 ) -> Middleware:
+    per_request = permission if callable(permission) else None
+    fixed = None if callable(permission) else permission
+
     @web.middleware
     async def keysvc_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         if public is not None and public(request):
             return await handler(request)
-        needed = permission(request) if callable(permission) else permission
+        needed = fixed if per_request is None else per_request(request)
         address = request.remote if verifier.forward_client_address else None
-        given = request.headers.getall(hdrs.AUTHORIZATION, [])
-        found = await verifier.check(given, needed, address)
-        if isinstance(found, Refusal):
-            return web.Response(status=found.status, body=found.body, headers=found.headers)
+        given = request.headers.getall(hdrs.AUTHORIZATION, ())
+        found = verifier.reused(given, needed, address)
+        if found is None:  # not kept: keysvc is asked (or the request refused)
+            checked = await verifier.check(given, needed, address)
+            if isinstance(checked, Refusal):
+                return web.Response(
+                    status=checked.status, body=checked.body, headers=checked.headers
+                )
+            found = checked
         request[CALLER] = found
         return await handler(request)
 

@@ -52,12 +52,15 @@ class KeysvcMiddleware:
             return
         needed = self.permission(scope) if callable(self.permission) else self.permission
         client = scope.get("client")
-        found = await self.verifier.check(
-            _headers(scope, b"authorization"), needed, client[0] if client else None
-        )
-        if isinstance(found, Refusal):
-            await _refuse(scope, send, found)
-            return
+        given = _headers(scope, b"authorization")
+        address = client[0] if client else None
+        found = self.verifier.reused(given, needed, address)
+        if found is None:  # not kept: keysvc is asked (or the request refused)
+            checked = await self.verifier.check(given, needed, address)
+            if isinstance(checked, Refusal):
+                await _refuse(scope, send, checked)
+                return
+            found = checked
         _put(scope, found)
         await self.app(scope, receive, send)
 

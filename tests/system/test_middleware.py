@@ -220,3 +220,28 @@ async def test_concurrent_requests_of_one_key_ask_keysvc_once_unless_each_must_b
     answers = await asyncio.gather(*(get(client, "/", metered) for _ in range(4)))
     assert sorted(body["creditsRemaining"] for _, _, body in answers) == [6, 7, 8, 9]
     assert keysvc.verified() - before == 5
+
+
+async def test_a_kept_answer_is_found_without_a_coroutine_and_only_as_keysvc_allows_it(
+    keysvc: Keysvc, verifier: Verifier, aiohttp_client: ClientFactory
+) -> None:
+    """``Verifier.reused``, the hit path the middlewares run before they await anything:
+    the answer ``check`` kept, for the same question only, never a key with credits,
+    and nothing once keysvc's bound has passed."""
+    client = await aiohttp_client(aiohttp_service(verifier))
+    caller = keysvc.create_key(roles=["developer"])
+    credited = keysvc.create_key(roles=["developer"], credits={"remaining": 5})
+    header = [caller.headers["Authorization"]]
+    assert verifier.reused(header, None, None) is None  # not asked yet
+    assert (await get(client, "/", caller))[0] == 200
+    before = keysvc.verified()
+    kept = verifier.reused(header, None, None)
+    assert kept is not None and kept.key_id == caller.id
+    assert (await get(client, "/", caller))[2]["keyId"] == caller.id
+    assert keysvc.verified() == before  # served from what was kept
+    assert verifier.reused(header, "reports:read", None) is None  # another question
+    assert verifier.reused(header * 2, None, None) is None  # two headers: check refuses
+    assert (await get(client, "/", credited))[0] == 200
+    assert verifier.reused([credited.headers["Authorization"]], None, None) is None
+    await asyncio.sleep(REUSE_SECONDS + 0.1)
+    assert verifier.reused(header, None, None) is None  # past keysvc's bound

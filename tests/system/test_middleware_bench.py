@@ -21,4 +21,5 @@ def test_a_tiny_middleware_run_writes_its_section(tmp_path: Path) -> None:
     assert "auth/plain: **" in section
     # Revocation through the middleware: every request after the first refusal refused.
     assert "- revocation: 5 keys disabled through the API" in section
+    assert "- hit and miss apart: one round each" in section and "plain/auth by CPU" in section
     assert "200s after a refusal 0" in section

@@ -2,10 +2,13 @@
 as someone else or be spent twice: a request without credentials is refused (keysvc's
 401) without asking keysvc, even when the Verifier's session carries default
 credentials (a session with ``auth=`` is refused when the Verifier is made); a request
-with two Authorization headers is refused as keysvc refuses it; and verify goes as a
+with two Authorization headers is refused as keysvc refuses it, and one whose bytes are
+not UTF-8 gets keysvc's own answer, not a 500; and verify goes as a
 POST, which aiohttp does not send again when keysvc's answer is lost (a GET it does:
 a key with credits was spent twice)."""
 
+import asyncio
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -80,6 +83,34 @@ async def test_two_authorization_headers_are_refused_as_keysvc_refuses_them(
             assert_refused(refused.status_code, refused.json(), TWO)
             missing = await asgi.get("/")
             assert_refused(missing.status_code, missing.json(), UNAUTHORIZED)
+    finally:
+        await verifier.close()
+
+
+async def raw_get(port: int, authorization: bytes) -> tuple[int, Any]:
+    """A GET of / with ``authorization`` as raw bytes (no client library sends these)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        b"GET / HTTP/1.1\r\nHost: service\r\nAuthorization: "
+        + authorization
+        + b"\r\nConnection: close\r\n\r\n"
+    )
+    head, _, body = (await reader.read()).partition(b"\r\n\r\n")
+    writer.close()
+    return int(head.split()[1]), json.loads(body)
+
+
+async def test_an_authorization_that_is_not_utf8_gets_keysvcs_answer_not_a_500(
+    keysvc: Keysvc, aiohttp_client: ClientFactory
+) -> None:
+    verifier = Verifier(keysvc.base)
+    try:
+        service = await aiohttp_client(aiohttp_service(verifier))
+        before = keysvc.verified()
+        for _ in range(2):  # a refusal is never kept: keysvc is asked each time
+            status, body = await raw_get(service.port, b"Basic \xff\xfe")
+            assert_refused(status, body, UNAUTHORIZED)
+        assert keysvc.verified() - before == 2
     finally:
         await verifier.close()
 
