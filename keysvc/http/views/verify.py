@@ -28,8 +28,9 @@ its Retry-After and X-RateLimit-* headers. A key with named limits is never reus
 proxy, and the JSON answer lists every limit checked.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any, NoReturn
 from urllib.parse import quote
 
@@ -38,7 +39,6 @@ from aiohttp import hdrs, web
 from keysvc.domain import credits as rules
 from keysvc.domain import identities, keycredits, namedcount, permquery
 from keysvc.domain.credits import MAX_COST
-from keysvc.domain.namedlimits import NamedLimit
 from keysvc.domain.permquery import Query
 from keysvc.domain.ratelimit import Decision
 from keysvc.errors import ApiError, BadRequest, TooManyRequests
@@ -112,31 +112,33 @@ def _cost(request: web.Request) -> int:
 
 # A named limit checked, with its decision.
 Checked = tuple[str, Decision]
+# The key's identity as a verify counts its limits: its UUID and its named limits in
+# their stored form (``models.Key.ratelimits``'s), None for none.
+IdentityLimits = tuple[str | None, str | None]
+_NO_IDENTITY: IdentityLimits = (None, None)
+# What a verify that names no limit asks for: shared, never changed.
+_NOTHING_NAMED: Mapping[str, int] = MappingProxyType({})
 
 
 async def _identity_limits(
-    request: web.Request, caller: Key
-) -> tuple[str | None, tuple[NamedLimit, ...]]:
-    """The ID and named limits of the key's identity; ``None, ()``: it has none (no
-    statement for a key without an externalId; cached for the others)."""
-    if caller.external_id is None:
-        return None, ()
-    identity_id, stored = await request.app[STORE].identities.limits(
-        caller.organization_id, caller.external_id
-    )
-    return (identity_id, namedcount.limits_of(stored)) if identity_id is not None else (None, ())
+    request: web.Request, organization_id: str, external_id: str
+) -> IdentityLimits:
+    """The ID and named limits of the identity of the keys with ``external_id``;
+    ``_NO_IDENTITY`` when it has none (cached: no statement once warm)."""
+    identity_id, stored = await request.app[STORE].identities.limits(organization_id, external_id)
+    if identity_id is None or not namedcount.limits_of(stored):
+        return _NO_IDENTITY
+    return identity_id, stored
 
 
-def _named(
-    request: web.Request, caller: Key, identity_limits: tuple[NamedLimit, ...]
-) -> dict[str, int] | None:
+def _named(request: web.Request, limited: bool) -> Mapping[str, int] | None:
     """The named limits this verify asks for, each with its cost
     (``keysvc.domain.namedcount``); None when neither the key nor its identity has any
-    and none is named, which costs a plain verify one header lookup."""
+    (not ``limited``) and none is named. Nothing named (no X-Ratelimit, no query string)
+    costs one header lookup."""
     headers = request.headers
-    limited = caller.ratelimits is not None or bool(identity_limits)
-    if not limited and namedcount.HEADER not in headers and not request.query_string:
-        return None
+    if namedcount.HEADER not in headers and not request.query_string:
+        return _NOTHING_NAMED if limited else None
     lines = [line for line in headers.getall(namedcount.HEADER, ()) if line.strip()]
     params = request.query.getall(namedcount.PARAM, []) if request.query_string else []
     named = namedcount.asked(lines, params)
@@ -144,26 +146,24 @@ def _named(
 
 
 async def _count_named(
-    request: web.Request,
-    caller: Key,
-    named: dict[str, int],
-    identity: tuple[str | None, tuple[NamedLimit, ...]],
+    request: web.Request, caller: Key, named: Mapping[str, int], identity: IdentityLimits
 ) -> list[Checked]:
-    """Check the key's and its identity's (``identity``: its ID and limits) autoApply
-    limits and those ``named``, and count them all only if all fit; past one, a 429
-    with its Retry-After and X-RateLimit-* headers."""
+    """Check the key's and its identity's (``identity``) autoApply limits and those
+    ``named``, and count them all only if all fit; past one, a 429 with its Retry-After
+    and X-RateLimit-* headers."""
     identity_id, identity_limits = identity
     # Named in X-Ratelimit (no ?ratelimit=): perhaps by the client, whose header a proxy
     # forwards; it may not lower an autoApply limit's count.
     header = not (request.query_string and namedcount.PARAM in request.query)
     asks = namedcount.asks(
-        caller.id, namedcount.limits_of(caller.ratelimits), identity_id, identity_limits, named,
+        caller.id, caller.ratelimits, identity_id, identity_limits, named,
         header=header, organization=caller.organization_id,
     )  # fmt: skip
     if not asks:
         return []
     now = request.app[CLOCK]().timestamp()
     decisions = await request.app[LIMITS].named([ask for _, ask in asks], now)
+    checked = [(name, decision) for (name, _), decision in zip(asks, decisions, strict=True)]
     for (name, ask), decision in zip(asks, decisions, strict=True):
         if not decision.allowed:
             request[USAGE_REFUSAL] = "rate_limited"
@@ -173,7 +173,7 @@ async def _count_named(
                 retry_after=decision.reset,
                 headers=decision.headers,
             )
-    return [(name, decision) for (name, _), decision in zip(asks, decisions, strict=True)]
+    return checked
 
 
 # What X-Key-External-Id leaves as it is: printable ASCII but "%", the escape.
@@ -202,8 +202,13 @@ async def verify(request: web.Request) -> web.Response:
     caller = request[CALLER]
     organizations, permissions = _required_organizations(request), _required_permissions(request)
     cost = _cost(request)
-    identity = await _identity_limits(request, caller)
-    named = _named(request, caller, identity[1])
+    external_id = caller.external_id
+    identity = (
+        _NO_IDENTITY
+        if external_id is None
+        else await _identity_limits(request, caller.organization_id, external_id)
+    )
+    named = _named(request, caller.ratelimits is not None or identity[1] is not None)
     for organization in organizations:
         authorize_organization(request, organization, "required")
     for needed in permissions:
@@ -225,7 +230,7 @@ async def verify(request: web.Request) -> web.Response:
             _spent_headers(request, spent, headers, now)
     if not _wants_json(request):
         # An identity's limits count every request as the key's own do: never reused.
-        reuse = NO_REUSE if identity[1] else reuse_headers(request, 200)
+        reuse = NO_REUSE if identity[1] is not None else reuse_headers(request, 200)
         return web.Response(status=200, headers={**reuse, **headers})
     headers.update(NO_REUSE)  # its body depends on Accept, which no documented cache key covers
     answer = _answer(request, caller, spent, checked)
