@@ -65,13 +65,14 @@ async def write_many(
     return not isinstance(count, int) or count < 0 or count == len(rows)
 
 
-# An identity's credits, by its organization and externalId (a key's identity).
-IDENTITY_CREDITS = """
-    select id, credits_remaining, credits_refill_interval, credits_refill_amount,
+# The credits of an organization's identities, by their externalIds (keys' identities),
+# in one statement (keysvc.db.spendbatch).
+IDENTITY_CREDITS_OF_MANY = with_json_list("""
+    select id, external_id, credits_remaining, credits_refill_interval, credits_refill_amount,
            credits_refill_day, credits_next_refill, credits_base, credits_flags
     from identities
-    where organization_id = ? and external_id = ? and credits_remaining is not null
-"""
+    where organization_id = ? and external_id in {json_list} and credits_remaining is not null
+""")
 WRITE_IDENTITY_SPENT = WRITE_SPENT.replace("key_details", "identities").replace("key_id =", "id =")
 # A credit event to send: (organization, type, data, time).
 Event = tuple[str, str, dict[str, Any], Any]
@@ -82,15 +83,19 @@ async def _identity_credits(
     conn: Connection, batch: Sequence[Pending]
 ) -> dict[tuple[str, str], tuple[str, Credits]]:
     """The credits of each identity the batch's shared spends name, by (organization,
-    externalId): its UUID and credits; absent when it has none or unlimited ones."""
+    externalId): its UUID and credits; absent when it has none or unlimited ones. One
+    statement per organization (a batch's spends are mostly of one)."""
+    named: dict[str, dict[str, None]] = {}
+    for p in batch:
+        if p.external_id is not None:
+            named.setdefault(p.organization_id, {})[p.external_id] = None
     found: dict[tuple[str, str], tuple[str, Credits]] = {}
-    for owner in dict.fromkeys(
-        (p.organization_id, p.external_id) for p in batch if p.external_id is not None
-    ):
-        rows = await fetch_all(conn, IDENTITY_CREDITS, owner)
-        credits = credits_from_row(rows[0]) if rows else None
-        if credits is not None:
-            found[(owner[0], str(owner[1]))] = (rows[0]["id"], credits)
+    for organization_id, external_ids in named.items():
+        params = (organization_id, json.dumps(list(external_ids)))
+        for row in await fetch_all(conn, IDENTITY_CREDITS_OF_MANY, params):
+            credits = credits_from_row(row)
+            if credits is not None:
+                found[(organization_id, row["external_id"])] = (row["id"], credits)
     return found
 
 
