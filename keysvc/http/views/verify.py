@@ -96,6 +96,17 @@ def _required_organizations(request: web.Request) -> list[str]:
 
 
 _COST = ("cost", "X-Credit-Cost")
+
+
+def _asks_anything(request: web.Request) -> bool:
+    """Whether the verify asks for an organization, permissions or a cost: most ask for
+    none (no query string, none of their headers), and then nothing is parsed."""
+    given = request.headers  # case-insensitive: "in" matches any case
+    return bool(request.query_string) or (
+        _PERMISSION[1] in given or _ORGANIZATION[1] in given or _COST[1] in given
+    )
+
+
 BAD_COST = f"cost: must be an integer from 0 to {MAX_COST}"
 
 
@@ -200,8 +211,13 @@ def _wants_json(request: web.Request) -> bool:
 @serves(VERIFY)
 async def verify(request: web.Request) -> web.Response:
     caller = request[CALLER]
-    organizations, permissions = _required_organizations(request), _required_permissions(request)
-    cost = _cost(request)
+    organizations: Sequence[str] = ()
+    permissions: Sequence[Query] = ()
+    cost = 1
+    if _asks_anything(request):
+        organizations = _required_organizations(request)
+        permissions = _required_permissions(request)
+        cost = _cost(request)
     external_id = caller.external_id
     identity = (
         _NO_IDENTITY
