@@ -19,6 +19,7 @@ The rules:
 
 import functools
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from keysvc.domain import namedlimits
 from keysvc.domain.namedlimits import MAX_NAMED_LIMITS, NAME_PATTERN, NamedLimit
@@ -103,7 +104,7 @@ def asks(
     named: Mapping[str, int],
     header: bool = False,
     organization: str = "",
-) -> Sequence[tuple[str, Ask]]:
+) -> "Asked":
     """What a verify checks, each with its limit's name: every autoApply limit, and each
     named one at its cost (an autoApply one at least 1 when ``header``: named in
     X-Ratelimit). ``key_limits``, ``identity_limits``: the stored forms
@@ -127,10 +128,18 @@ def _auto_applied(
     identity_id: str | None,
     identity_limits: str | None,
     organization: str,
-) -> tuple[tuple[str, Ask], ...]:
+) -> "Asked":
     # Keyed by strings, whose hashes Python keeps: a lookup hashes no limit again.
     own, shared = limits_of(key_limits), limits_of(identity_limits)
-    return tuple(_asks(key_id, own, identity_id, shared, {}, 0, organization))
+    return _asks(key_id, own, identity_id, shared, {}, 0, organization)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a verify checks: the limits' names, and their asks in the same order."""
+
+    names: tuple[str, ...]
+    asks: tuple[Ask, ...]
 
 
 def _asks(
@@ -141,8 +150,9 @@ def _asks(
     named: Mapping[str, int],
     least_auto: int = 0,
     organization: str = "",
-) -> list[tuple[str, Ask]]:
-    checked: list[tuple[str, Ask]] = []
+) -> Asked:
+    names: list[str] = []
+    checked: list[Ask] = []
     left = dict(named)
     for owner, limit in namedlimits.effective(key_limits, identity_limits):
         cost = left.pop(limit.name, 1 if limit.auto_apply else None)
@@ -154,8 +164,10 @@ def _asks(
         ask = Ask(
             f"r:{counter}:{limit.name}", limit.limit, limit.window_seconds, cost, organization
         )
-        checked.append((limit.name, ask))
+        names.append(limit.name)
+        checked.append(ask)
     if left:
         unknown = next(iter(left))
         raise BadRequest(f"ratelimit: this key has no rate limit named {unknown}")
+    return Asked(tuple(names), tuple(checked))
     return checked

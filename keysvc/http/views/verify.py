@@ -121,8 +121,9 @@ def _cost(request: web.Request) -> int:
     return max((int(text) for text in given), default=1)
 
 
-# A named limit checked, with its decision.
-Checked = tuple[str, Decision]
+# The named limits checked (their names), and their decisions in the same order.
+Checked = tuple[Sequence[str], Sequence[Decision]]
+_NONE_CHECKED: Checked = ((), ())
 # The key's identity as a verify counts its limits: its UUID and its named limits in
 # their stored form (``models.Key.ratelimits``'s), None for none.
 IdentityLimits = tuple[str | None, str | None]
@@ -158,7 +159,7 @@ def _named(request: web.Request, limited: bool) -> Mapping[str, int] | None:
 
 async def _count_named(
     request: web.Request, caller: Key, named: Mapping[str, int], identity: IdentityLimits
-) -> list[Checked]:
+) -> Checked:
     """Check the key's and its identity's (``identity``) autoApply limits and those
     ``named``, and count them all only if all fit; past one, a 429 with its Retry-After
     and X-RateLimit-* headers."""
@@ -166,16 +167,15 @@ async def _count_named(
     # Named in X-Ratelimit (no ?ratelimit=): perhaps by the client, whose header a proxy
     # forwards; it may not lower an autoApply limit's count.
     header = not (request.query_string and namedcount.PARAM in request.query)
-    asks = namedcount.asks(
+    asked = namedcount.asks(
         caller.id, caller.ratelimits, identity_id, identity_limits, named,
         header=header, organization=caller.organization_id,
     )  # fmt: skip
-    if not asks:
-        return []
+    if not asked.asks:
+        return _NONE_CHECKED
     now = request.app[CLOCK]().timestamp()
-    decisions = await request.app[LIMITS].named([ask for _, ask in asks], now)
-    checked = [(name, decision) for (name, _), decision in zip(asks, decisions, strict=True)]
-    for (name, ask), decision in zip(asks, decisions, strict=True):
+    decisions = await request.app[LIMITS].named(asked.asks, now)
+    for name, ask, decision in zip(asked.names, asked.asks, decisions, strict=True):
         if not decision.allowed:
             request[USAGE_REFUSAL] = "rate_limited"
             raise TooManyRequests(
@@ -184,7 +184,7 @@ async def _count_named(
                 retry_after=decision.reset,
                 headers=decision.headers,
             )
-    return checked
+    return asked.names, decisions
 
 
 # What X-Key-External-Id leaves as it is: printable ASCII but "%", the escape.
@@ -229,7 +229,9 @@ async def verify(request: web.Request) -> web.Response:
         authorize_organization(request, organization, "required")
     for needed in permissions:
         authorize_query(request, needed)
-    checked = await _count_named(request, caller, named, identity) if named is not None else ()
+    checked = _NONE_CHECKED
+    if named is not None:
+        checked = await _count_named(request, caller, named, identity)
     headers = {
         "X-Key-Id": caller.id,
         "X-Organization-Id": caller.organization_id,
@@ -294,7 +296,7 @@ def _refuse(
 
 
 def _answer(
-    request: web.Request, caller: Key, spent: Spent | None, checked: Sequence[Checked]
+    request: web.Request, caller: Key, spent: Spent | None, checked: Checked
 ) -> dict[str, Any]:
     """Verify's JSON answer: who is calling, what it may do, and its standing."""
     answer: dict[str, Any] = {
@@ -316,7 +318,7 @@ def _answer(
             "remaining": decision.remaining,
             "reset": decision.reset,
         }
-    if checked:
+    if checked[0]:
         answer["ratelimits"] = [
             {
                 "name": name,
@@ -325,6 +327,6 @@ def _answer(
                 "reset": decision.reset,
                 "exceeded": not decision.allowed,
             }
-            for name, decision in checked
+            for name, decision in zip(*checked, strict=True)
         ]
     return answer
