@@ -23,12 +23,6 @@ from keysvc.db.statements import fetch_all
 from keysvc.errors import Conflict
 from keysvc.models import Credits, Spend, Spent
 
-# A batch's keys' credits, in one statement (keysvc.db.spendbatch).
-CREDITS_OF_MANY = with_json_list("""
-    select key_id, credits_remaining, credits_refill_interval, credits_refill_amount,
-           credits_refill_day, credits_next_refill, credits_base, credits_flags
-    from key_details where key_id in {json_list} and credits_remaining is not null
-""")
 # Never seen: a spend's write runs under the write lock it read in.
 CREDITS_MOVED = "the key's credits changed while this request ran; try again"
 # The compare-and-set: only over the remaining that was read.
@@ -38,13 +32,6 @@ WRITE_SPENT = """
                            credits_next_refill = ?, credits_base = ?, credits_flags = ?
     where key_id = ? and credits_remaining = ?
 """
-
-
-async def credits_of_many(conn: Connection, key_ids: Sequence[str]) -> dict[str, Credits]:
-    """The credits of each of these keys that has credits, as stored."""
-    rows = await fetch_all(conn, CREDITS_OF_MANY, (json.dumps(list(key_ids)),))
-    found = {row["key_id"]: credits_from_row(row) for row in rows}
-    return {key_id: credits for key_id, credits in found.items() if credits is not None}
 
 
 async def write_many(
@@ -65,44 +52,77 @@ async def write_many(
     return not isinstance(count, int) or count < 0 or count == len(rows)
 
 
-# An identity's credits, by its organization and externalId (a key's identity).
-IDENTITY_CREDITS = """
-    select id, credits_remaining, credits_refill_interval, credits_refill_amount,
+# The credits of an organization's identities, by their externalIds (keys' identities),
+# in one statement (keysvc.db.spendbatch).
+IDENTITY_CREDITS_OF_MANY = with_json_list("""
+    select id, external_id, credits_remaining, credits_refill_interval, credits_refill_amount,
            credits_refill_day, credits_next_refill, credits_base, credits_flags
     from identities
-    where organization_id = ? and external_id = ? and credits_remaining is not null
-"""
+    where organization_id = ? and external_id in {json_list} and credits_remaining is not null
+""")
+# A batch's keys' credits and those of one organization's identities, in one statement:
+# a key's row has no external_id, an identity's always has one.
+CREDITS_OF_BATCH = with_json_list("""
+    select key_id as id, null as external_id, credits_remaining, credits_refill_interval,
+           credits_refill_amount, credits_refill_day, credits_next_refill, credits_base,
+           credits_flags
+    from key_details where key_id in {json_list} and credits_remaining is not null
+    union all
+    select id, external_id, credits_remaining, credits_refill_interval, credits_refill_amount,
+           credits_refill_day, credits_next_refill, credits_base, credits_flags
+    from identities
+    where organization_id = ? and external_id in {json_list} and credits_remaining is not null
+""")
 WRITE_IDENTITY_SPENT = WRITE_SPENT.replace("key_details", "identities").replace("key_id =", "id =")
 # A credit event to send: (organization, type, data, time).
 Event = tuple[str, str, dict[str, Any], Any]
 _Owner = tuple[str, str]  # ("key", key UUID) or ("identity", identity UUID)
 
 
-async def _identity_credits(
-    conn: Connection, batch: Sequence[Pending]
-) -> dict[tuple[str, str], tuple[str, Credits]]:
-    """The credits of each identity the batch's shared spends name, by (organization,
-    externalId): its UUID and credits; absent when it has none or unlimited ones."""
+# Read for a batch: each key's credits by its UUID; each identity's UUID and credits by
+# (organization, externalId). Absent: none, or unlimited ones.
+_Read = tuple[dict[str, Credits], dict[tuple[str, str], tuple[str, Credits]]]
+
+
+async def _batch_credits(conn: Connection, batch: Sequence[Pending]) -> _Read:
+    """The credits of the batch's keys and of the identities its shared spends name: one
+    statement for the keys and the first organization's identities (a batch's spends are
+    mostly of one), one more for each other organization's."""
+    named: dict[str, dict[str, None]] = {}
+    for p in batch:
+        if p.external_id is not None:
+            named.setdefault(p.organization_id, {})[p.external_id] = None
+    keys: dict[str, Credits] = {}
     found: dict[tuple[str, str], tuple[str, Credits]] = {}
-    for owner in dict.fromkeys(
-        (p.organization_id, p.external_id) for p in batch if p.external_id is not None
-    ):
-        rows = await fetch_all(conn, IDENTITY_CREDITS, owner)
-        credits = credits_from_row(rows[0]) if rows else None
-        if credits is not None:
-            found[(owner[0], str(owner[1]))] = (rows[0]["id"], credits)
-    return found
+    organizations = list(named) or [""]  # "": no identity asked for, the keys alone
+    key_ids = json.dumps(list(dict.fromkeys(p.key_id for p in batch)))
+    first = organizations[0]
+    params = (key_ids, first, json.dumps(list(named.get(first, ()))))
+    for row in await fetch_all(conn, CREDITS_OF_BATCH, params):
+        credits = credits_from_row(row)
+        if credits is None:
+            continue
+        if row["external_id"] is None:
+            keys[row["id"]] = credits
+        else:
+            found[(first, row["external_id"])] = (row["id"], credits)
+    for organization_id in organizations[1:]:
+        more = (organization_id, json.dumps(list(named[organization_id])))
+        for row in await fetch_all(conn, IDENTITY_CREDITS_OF_MANY, more):
+            credits = credits_from_row(row)
+            if credits is not None:
+                found[(organization_id, row["external_id"])] = (row["id"], credits)
+    return keys, found
 
 
 async def spend_batch(
     conn: Connection, batch: Sequence[Pending]
 ) -> tuple[list[Spent], list[Event]]:
-    """A batch's spends in order, inside the write transaction ``conn`` is in: every
-    key's credits read in one statement and each identity's in one, each rule given what
+    """A batch's spends in order, inside the write transaction ``conn`` is in: the keys'
+    and the identities' credits read together (``_batch_credits``), each rule given what
     the ones before it left, a spend from a key and its identity made only if both allow
     it, the results written (compare-and-set); the answers and the events to send."""
-    read_keys = await credits_of_many(conn, list({p.key_id: p for p in batch}))
-    identities = await _identity_credits(conn, batch)
+    read_keys, identities = await _batch_credits(conn, batch)
     read: dict[_Owner, Credits] = {("key", k): c for k, c in read_keys.items()}
     read.update({("identity", i): c for i, c in identities.values()})
     current = dict(read)

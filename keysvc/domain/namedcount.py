@@ -18,7 +18,8 @@ The rules:
 """
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from keysvc.domain import namedlimits
 from keysvc.domain.namedlimits import MAX_NAMED_LIMITS, NAME_PATTERN, NamedLimit
@@ -97,33 +98,48 @@ def asked(headers: Sequence[str], params: Sequence[str]) -> dict[str, int]:
 
 def asks(
     key_id: str,
-    key_limits: tuple[NamedLimit, ...],
+    key_limits: str | None,
     identity_id: str | None,
-    identity_limits: tuple[NamedLimit, ...],
-    named: dict[str, int],
+    identity_limits: str | None,
+    named: Mapping[str, int],
     header: bool = False,
     organization: str = "",
-) -> Sequence[tuple[str, Ask]]:
+) -> "Asked":
     """What a verify checks, each with its limit's name: every autoApply limit, and each
     named one at its cost (an autoApply one at least 1 when ``header``: named in
-    X-Ratelimit). ``identity_id``, ``identity_limits``: the key's identity, or
-    ``None, ()`` for a key without one; ``organization``: theirs. Without names, the
-    same for every verify of the key: made once."""
+    X-Ratelimit). ``key_limits``, ``identity_limits``: the stored forms
+    (``models.Key.ratelimits``); ``identity_id``: the key's identity, None for a key
+    without one; ``organization``: theirs. Without names, the same for every verify of
+    the key: made once, and found again by the stored texts, so that a limit changed
+    (a new text) is never answered from what the old one made."""
     if not named:
         return _auto_applied(key_id, key_limits, identity_id, identity_limits, organization)
     least = 1 if header else 0
-    return _asks(key_id, key_limits, identity_id, identity_limits, named, least, organization)
+    return _asks(
+        key_id, limits_of(key_limits), identity_id, limits_of(identity_limits), named, least,
+        organization,
+    )  # fmt: skip
 
 
 @functools.lru_cache(maxsize=65536)
 def _auto_applied(
     key_id: str,
-    key_limits: tuple[NamedLimit, ...],
+    key_limits: str | None,
     identity_id: str | None,
-    identity_limits: tuple[NamedLimit, ...],
+    identity_limits: str | None,
     organization: str,
-) -> tuple[tuple[str, Ask], ...]:
-    return tuple(_asks(key_id, key_limits, identity_id, identity_limits, {}, 0, organization))
+) -> "Asked":
+    # Keyed by strings, whose hashes Python keeps: a lookup hashes no limit again.
+    own, shared = limits_of(key_limits), limits_of(identity_limits)
+    return _asks(key_id, own, identity_id, shared, {}, 0, organization)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a verify checks: the limits' names, and their asks in the same order."""
+
+    names: tuple[str, ...]
+    asks: tuple[Ask, ...]
 
 
 def _asks(
@@ -131,11 +147,12 @@ def _asks(
     key_limits: Sequence[NamedLimit],
     identity_id: str | None,
     identity_limits: Sequence[NamedLimit],
-    named: dict[str, int],
+    named: Mapping[str, int],
     least_auto: int = 0,
     organization: str = "",
-) -> list[tuple[str, Ask]]:
-    checked: list[tuple[str, Ask]] = []
+) -> Asked:
+    names: list[str] = []
+    checked: list[Ask] = []
     left = dict(named)
     for owner, limit in namedlimits.effective(key_limits, identity_limits):
         cost = left.pop(limit.name, 1 if limit.auto_apply else None)
@@ -147,8 +164,10 @@ def _asks(
         ask = Ask(
             f"r:{counter}:{limit.name}", limit.limit, limit.window_seconds, cost, organization
         )
-        checked.append((limit.name, ask))
+        names.append(limit.name)
+        checked.append(ask)
     if left:
         unknown = next(iter(left))
         raise BadRequest(f"ratelimit: this key has no rate limit named {unknown}")
+    return Asked(tuple(names), tuple(checked))
     return checked

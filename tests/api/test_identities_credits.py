@@ -135,6 +135,23 @@ async def test_concurrent_verifies_of_an_identitys_keys_spend_exactly(
     assert await _remaining(client, admin, identity["id"]) == 0
 
 
+async def test_concurrent_verifies_of_several_identities_spend_each_exactly(
+    client: Client, admin: Creds
+) -> None:
+    # Sent at once, the spends share batches, each batch reading several identities'
+    # credits together (keysvc.db.credits): each is spent its own count, no other's.
+    budgets = {"cust-a": 7, "cust-b": 12, "cust-c": 30, "cust-d": 5}
+    made = {name: await _identity(client, admin, {"externalId": name, "credits": {"remaining": n}})
+            for name, n in budgets.items()}  # fmt: skip
+    keys = {name: await _key(client, admin, name) for name in budgets}
+    sent = [name for name in budgets for _ in range(10)]  # 10 verifies a customer
+    answers = await asyncio.gather(*(client.get(VERIFY, headers=keys[n].headers) for n in sent))
+    for name, budget in budgets.items():
+        statuses = [a.status for n, a in zip(sent, answers, strict=True) if n == name]
+        assert statuses.count(200) == min(10, budget), name
+        assert await _remaining(client, admin, made[name]["id"]) == max(0, budget - 10), name
+
+
 async def test_an_identitys_credit_events_reach_its_webhooks(
     aiohttp_client: ClientFactory, settings: Settings, clock: FakeClock, receiver: Receiver
 ) -> None:

@@ -28,8 +28,9 @@ its Retry-After and X-RateLimit-* headers. A key with named limits is never reus
 proxy, and the JSON answer lists every limit checked.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any, NoReturn
 from urllib.parse import quote
 
@@ -38,7 +39,6 @@ from aiohttp import hdrs, web
 from keysvc.domain import credits as rules
 from keysvc.domain import identities, keycredits, namedcount, permquery
 from keysvc.domain.credits import MAX_COST
-from keysvc.domain.namedlimits import NamedLimit
 from keysvc.domain.permquery import Query
 from keysvc.domain.ratelimit import Decision
 from keysvc.errors import ApiError, BadRequest, TooManyRequests
@@ -96,6 +96,17 @@ def _required_organizations(request: web.Request) -> list[str]:
 
 
 _COST = ("cost", "X-Credit-Cost")
+
+
+def _asks_anything(request: web.Request) -> bool:
+    """Whether the verify asks for an organization, permissions or a cost: most ask for
+    none (no query string, none of their headers), and then nothing is parsed."""
+    given = request.headers  # case-insensitive: "in" matches any case
+    return bool(request.query_string) or (
+        _PERMISSION[1] in given or _ORGANIZATION[1] in given or _COST[1] in given
+    )
+
+
 BAD_COST = f"cost: must be an integer from 0 to {MAX_COST}"
 
 
@@ -110,33 +121,36 @@ def _cost(request: web.Request) -> int:
     return max((int(text) for text in given), default=1)
 
 
-# A named limit checked, with its decision.
-Checked = tuple[str, Decision]
+# The named limits checked (their names), and their decisions in the same order.
+Checked = tuple[Sequence[str], Sequence[Decision]]
+_NONE_CHECKED: Checked = ((), ())
+# The key's identity as a verify counts its limits: its UUID and its named limits in
+# their stored form (``models.Key.ratelimits``'s), None for none.
+IdentityLimits = tuple[str | None, str | None]
+_NO_IDENTITY: IdentityLimits = (None, None)
+# What a verify that names no limit asks for: shared, never changed.
+_NOTHING_NAMED: Mapping[str, int] = MappingProxyType({})
 
 
 async def _identity_limits(
-    request: web.Request, caller: Key
-) -> tuple[str | None, tuple[NamedLimit, ...]]:
-    """The ID and named limits of the key's identity; ``None, ()``: it has none (no
-    statement for a key without an externalId; cached for the others)."""
-    if caller.external_id is None:
-        return None, ()
-    identity_id, stored = await request.app[STORE].identities.limits(
-        caller.organization_id, caller.external_id
-    )
-    return (identity_id, namedcount.limits_of(stored)) if identity_id is not None else (None, ())
+    request: web.Request, organization_id: str, external_id: str
+) -> IdentityLimits:
+    """The ID and named limits of the identity of the keys with ``external_id``;
+    ``_NO_IDENTITY`` when it has none (cached: no statement once warm)."""
+    identity_id, stored = await request.app[STORE].identities.limits(organization_id, external_id)
+    if identity_id is None or not namedcount.limits_of(stored):
+        return _NO_IDENTITY
+    return identity_id, stored
 
 
-def _named(
-    request: web.Request, caller: Key, identity_limits: tuple[NamedLimit, ...]
-) -> dict[str, int] | None:
+def _named(request: web.Request, limited: bool) -> Mapping[str, int] | None:
     """The named limits this verify asks for, each with its cost
     (``keysvc.domain.namedcount``); None when neither the key nor its identity has any
-    and none is named, which costs a plain verify one header lookup."""
+    (not ``limited``) and none is named. Nothing named (no X-Ratelimit, no query string)
+    costs one header lookup."""
     headers = request.headers
-    limited = caller.ratelimits is not None or bool(identity_limits)
-    if not limited and namedcount.HEADER not in headers and not request.query_string:
-        return None
+    if namedcount.HEADER not in headers and not request.query_string:
+        return _NOTHING_NAMED if limited else None
     lines = [line for line in headers.getall(namedcount.HEADER, ()) if line.strip()]
     params = request.query.getall(namedcount.PARAM, []) if request.query_string else []
     named = namedcount.asked(lines, params)
@@ -144,27 +158,24 @@ def _named(
 
 
 async def _count_named(
-    request: web.Request,
-    caller: Key,
-    named: dict[str, int],
-    identity: tuple[str | None, tuple[NamedLimit, ...]],
-) -> list[Checked]:
-    """Check the key's and its identity's (``identity``: its ID and limits) autoApply
-    limits and those ``named``, and count them all only if all fit; past one, a 429
-    with its Retry-After and X-RateLimit-* headers."""
+    request: web.Request, caller: Key, named: Mapping[str, int], identity: IdentityLimits
+) -> Checked:
+    """Check the key's and its identity's (``identity``) autoApply limits and those
+    ``named``, and count them all only if all fit; past one, a 429 with its Retry-After
+    and X-RateLimit-* headers."""
     identity_id, identity_limits = identity
     # Named in X-Ratelimit (no ?ratelimit=): perhaps by the client, whose header a proxy
     # forwards; it may not lower an autoApply limit's count.
     header = not (request.query_string and namedcount.PARAM in request.query)
-    asks = namedcount.asks(
-        caller.id, namedcount.limits_of(caller.ratelimits), identity_id, identity_limits, named,
+    asked = namedcount.asks(
+        caller.id, caller.ratelimits, identity_id, identity_limits, named,
         header=header, organization=caller.organization_id,
     )  # fmt: skip
-    if not asks:
-        return []
+    if not asked.asks:
+        return _NONE_CHECKED
     now = request.app[CLOCK]().timestamp()
-    decisions = await request.app[LIMITS].named([ask for _, ask in asks], now)
-    for (name, ask), decision in zip(asks, decisions, strict=True):
+    decisions = await request.app[LIMITS].named(asked.asks, now)
+    for name, ask, decision in zip(asked.names, asked.asks, decisions, strict=True):
         if not decision.allowed:
             request[USAGE_REFUSAL] = "rate_limited"
             raise TooManyRequests(
@@ -173,7 +184,7 @@ async def _count_named(
                 retry_after=decision.reset,
                 headers=decision.headers,
             )
-    return [(name, decision) for (name, _), decision in zip(asks, decisions, strict=True)]
+    return asked.names, decisions
 
 
 # What X-Key-External-Id leaves as it is: printable ASCII but "%", the escape.
@@ -200,15 +211,27 @@ def _wants_json(request: web.Request) -> bool:
 @serves(VERIFY)
 async def verify(request: web.Request) -> web.Response:
     caller = request[CALLER]
-    organizations, permissions = _required_organizations(request), _required_permissions(request)
-    cost = _cost(request)
-    identity = await _identity_limits(request, caller)
-    named = _named(request, caller, identity[1])
+    organizations: Sequence[str] = ()
+    permissions: Sequence[Query] = ()
+    cost = 1
+    if _asks_anything(request):
+        organizations = _required_organizations(request)
+        permissions = _required_permissions(request)
+        cost = _cost(request)
+    external_id = caller.external_id
+    identity = (
+        _NO_IDENTITY
+        if external_id is None
+        else await _identity_limits(request, caller.organization_id, external_id)
+    )
+    named = _named(request, caller.ratelimits is not None or identity[1] is not None)
     for organization in organizations:
         authorize_organization(request, organization, "required")
     for needed in permissions:
         authorize_query(request, needed)
-    checked = await _count_named(request, caller, named, identity) if named is not None else ()
+    checked = _NONE_CHECKED
+    if named is not None:
+        checked = await _count_named(request, caller, named, identity)
     headers = {
         "X-Key-Id": caller.id,
         "X-Organization-Id": caller.organization_id,
@@ -225,7 +248,7 @@ async def verify(request: web.Request) -> web.Response:
             _spent_headers(request, spent, headers, now)
     if not _wants_json(request):
         # An identity's limits count every request as the key's own do: never reused.
-        reuse = NO_REUSE if identity[1] else reuse_headers(request, 200)
+        reuse = NO_REUSE if identity[1] is not None else reuse_headers(request, 200)
         return web.Response(status=200, headers={**reuse, **headers})
     headers.update(NO_REUSE)  # its body depends on Accept, which no documented cache key covers
     answer = _answer(request, caller, spent, checked)
@@ -273,7 +296,7 @@ def _refuse(
 
 
 def _answer(
-    request: web.Request, caller: Key, spent: Spent | None, checked: Sequence[Checked]
+    request: web.Request, caller: Key, spent: Spent | None, checked: Checked
 ) -> dict[str, Any]:
     """Verify's JSON answer: who is calling, what it may do, and its standing."""
     answer: dict[str, Any] = {
@@ -295,7 +318,7 @@ def _answer(
             "remaining": decision.remaining,
             "reset": decision.reset,
         }
-    if checked:
+    if checked[0]:
         answer["ratelimits"] = [
             {
                 "name": name,
@@ -304,6 +327,6 @@ def _answer(
                 "reset": decision.reset,
                 "exceeded": not decision.allowed,
             }
-            for name, decision in checked
+            for name, decision in zip(*checked, strict=True)
         ]
     return answer
