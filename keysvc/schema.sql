@@ -81,15 +81,21 @@ create index if not exists api_keys_previous_secret on api_keys (previous_secret
     where previous_secret_hash is not null;
 -- Nor may a new key take a key ID that another key's replaced credentials still
 -- answer to (a rotation checks its own new key ID: keysvc.keys.rotate_key).
+-- An import's batch makes this check for all its keys at once, in its transaction
+-- (keysvc.db.imports), while meta's 'bulk_insert' row, which only the batch's own
+-- transaction ever sees, stands the three row triggers aside.
 create trigger if not exists api_keys_key_id_not_previous before insert on api_keys
-when exists (select 1 from api_keys where previous_key_id_hash = new.key_id_hash)
+when not exists (select 1 from meta where name = 'bulk_insert')
+ and exists (select 1 from api_keys where previous_key_id_hash = new.key_id_hash)
 begin
     select raise(abort, 'api_keys.key_id_hash: another key''s previous key ID');
 end;
 
 -- organizations.key_count, so that the per-organization cap and totalCount need
 -- not count the organization's keys: a create batch did, and it grew with them.
-create trigger if not exists api_keys_counted after insert on api_keys begin
+create trigger if not exists api_keys_counted after insert on api_keys
+when not exists (select 1 from meta where name = 'bulk_insert')
+begin
     update organizations set key_count = key_count + 1,
                              last_key_seq = max(last_key_seq, new.org_seq)
     where id = new.organization_id;
@@ -267,7 +273,9 @@ end;
 create trigger if not exists api_keys_access_removed after delete on api_keys begin
     update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
 end;
-create trigger if not exists key_roles_granted after insert on key_roles begin
+create trigger if not exists key_roles_granted after insert on key_roles
+when not exists (select 1 from meta where name = 'bulk_insert')
+begin
     update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
 end;
 create trigger if not exists key_roles_revoked after delete on key_roles begin

@@ -90,6 +90,7 @@ async def _import(
         if organization_id not in await store.organization_ids():
             raise ConfigError(f"import: no organization {organization_id} in this database")
         running: asyncio.Task[None] | None = None
+        turns = imports.ImportTurns()
 
         async def store_batch(
             now: datetime, valid: list[tuple[int, dict[str, Any]]], refused: list[Refused]
@@ -103,6 +104,7 @@ async def _import(
                 now,
                 settings.max_keys_per_org,
                 imports.CLI_ACTOR,
+                turns,
             )
             for line, _, reason in sorted([*refused, *result.errors]):
                 print(f"keysvc: import: line {line}: {reason}", file=errors)

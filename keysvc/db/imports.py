@@ -100,22 +100,27 @@ async def narrow_cache(conn: Connection) -> None:
     await conn.execute(NARROW_CACHE)
 
 
-# SQLite's per-row triggers on a batch's inserts, and what each does, whitespace aside.
-# Fired once a row, the first two cost as much as a row's own insert (an update each);
-# a batch drops them in its transaction and does their work in one statement each
-# (``BULK_COUNTED``, ``BULK_GRANTED``), then makes them again from their own text, so
-# that no other connection ever sees the database without them. The third is the
-# previous-key-ID check that ``taken_key_id_hashes`` makes for the whole batch in the
-# same transaction. A trigger whose text is not this one (a later schema's) leaves
-# the batch to the triggers. PostgreSQL's are left as they are (the query finds none).
+# SQLite's per-row triggers on a batch's inserts stand aside while the batch's
+# transaction holds meta's 'bulk_insert' row (schema.sql: their ``when`` reads it), and
+# what each does, whitespace aside. The first two cost as much as a row's own insert
+# (an update each); the batch does their work in one statement each
+# (``BULK_COUNTED``, ``BULK_GRANTED``). The third is the previous-key-ID check that
+# ``taken_key_id_hashes`` makes for the whole batch in the same transaction. The row is
+# added at the batch's start and deleted before its commit, so no other connection
+# ever sees it, and the schema never changes (nor its version: no other connection
+# prepares its statements again). A trigger whose text is not this one (a later
+# schema's, an operator's) leaves the batch to the triggers, and PostgreSQL's fire for
+# each row (the query finds none there).
 _BULK_TRIGGERS = {
-    "api_keys_counted": "after insert on api_keys begin update organizations set "
-    "key_count = key_count + 1, last_key_seq = max(last_key_seq, new.org_seq) "
-    "where id = new.organization_id; end",
-    "key_roles_granted": "after insert on key_roles begin update meta set value = "
-    "cast(value as integer) + 1 where name = 'auth_generation'; end",
-    "api_keys_key_id_not_previous": "before insert on api_keys when exists (select 1 from "
-    "api_keys where previous_key_id_hash = new.key_id_hash) begin select raise(abort, "
+    "api_keys_counted": "after insert on api_keys when not exists (select 1 from meta where "
+    "name = 'bulk_insert') begin update organizations set key_count = key_count + 1, "
+    "last_key_seq = max(last_key_seq, new.org_seq) where id = new.organization_id; end",
+    "key_roles_granted": "after insert on key_roles when not exists (select 1 from meta where "
+    "name = 'bulk_insert') begin update meta set value = cast(value as integer) + 1 where "
+    "name = 'auth_generation'; end",
+    "api_keys_key_id_not_previous": "before insert on api_keys when not exists (select 1 from "
+    "meta where name = 'bulk_insert') and exists (select 1 from api_keys where "
+    "previous_key_id_hash = new.key_id_hash) begin select raise(abort, "
     "'api_keys.key_id_hash: another key''s previous key ID'); end",
 }
 BULK_TRIGGERS = Sql(
@@ -123,11 +128,50 @@ BULK_TRIGGERS = Sql(
     "('api_keys_counted', 'key_roles_granted', 'api_keys_key_id_not_previous')",
     "select null, null where false",
 )
+BULK_BEGIN = "insert into meta (name, value) values ('bulk_insert', '1')"
+BULK_END = "delete from meta where name = 'bulk_insert'"
 BULK_COUNTED = """
     update organizations set key_count = key_count + ?, last_key_seq = max(last_key_seq, ?)
     where id = ?
 """
 BULK_GRANTED = "update meta set value = cast(value as integer) + ? where name = 'auth_generation'"
+
+# SQLite: a table that has triggers (even ones that stand aside) makes each insert into
+# it keep a statement journal, a copy of every page it changes, spilled to a temporary
+# file past 64 KiB. Row by row (``executemany``) that is a copy of a key's pages for
+# every key; so the batch's key and role rows are first put in two of the connection's
+# own temporary tables, which have no trigger, then moved in one ``insert ... select``
+# each, whose journal copies each page once. The temporary tables are made once a
+# connection (``temp``: its own schema, which no other connection sees) and emptied
+# after each batch; ``temp_store = memory`` keeps them and the statement journals off
+# the disk (set before the temporary database is first opened, as SQLite requires in
+# a transaction).
+STAGING = (
+    "pragma temp_store = memory",
+    """create temp table if not exists import_keys as
+       select id, org_seq, organization_id, name, state, key_id_hash, secret_hash, key_suffix,
+              ip_access_list, created_at, expire_at, rate_limit, rate_window
+       from main.api_keys where false""",
+    """create temp table if not exists import_roles as
+       select key_id, role_id from main.key_roles where false""",
+)
+STAGE_KEY = """
+    insert into temp.import_keys (id, org_seq, organization_id, name, state, key_id_hash,
+                                  secret_hash, key_suffix, ip_access_list, created_at,
+                                  expire_at, rate_limit, rate_window)
+    values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+STAGE_KEY_ROLE = "insert into temp.import_roles (key_id, role_id) values (?, ?)"
+# In the staged order: the keys' rowids (their seq) follow the records'.
+STAGED = (
+    """insert into api_keys (id, org_seq, organization_id, name, state, key_id_hash, secret_hash,
+                             key_suffix, ip_access_list, created_at, expire_at, rate_limit,
+                             rate_window)
+       select * from temp.import_keys order by rowid""",
+    "insert into key_roles (key_id, role_id) select * from temp.import_roles order by rowid",
+    "delete from temp.import_keys",
+    "delete from temp.import_roles",
+)
 
 
 def _as_expected(name: str, sql: str) -> bool:
@@ -135,16 +179,15 @@ def _as_expected(name: str, sql: str) -> bool:
     return words == f"CREATE TRIGGER {name} {_BULK_TRIGGERS[name]}"
 
 
-async def _drop_row_triggers(conn: Connection) -> list[str]:
-    """SQLite: the row triggers of ``_BULK_TRIGGERS`` dropped, their texts returned to
-    make them again; none (nothing dropped) on PostgreSQL, or if any is not as
-    expected."""
+async def _stand_aside(conn: Connection) -> bool:
+    """SQLite: the row triggers of ``_BULK_TRIGGERS`` stood aside for the rest of the
+    transaction, if each is as expected; False (nothing done) otherwise, and on
+    PostgreSQL."""
     found = await fetch_all(conn, BULK_TRIGGERS, ())
     if len(found) != len(_BULK_TRIGGERS) or not all(_as_expected(n, sql) for n, sql in found):
-        return []
-    for name in _BULK_TRIGGERS:  # the constant names only: no SQL is built from values
-        await conn.execute(f"drop trigger {name}")
-    return [sql for _, sql in found]
+        return False
+    await conn.execute(BULK_BEGIN)
+    return True
 
 
 async def insert_batch(
@@ -157,19 +200,25 @@ async def insert_batch(
     import_rows: Sequence[tuple[object, ...]],
 ) -> None:
     """The batch's keys (all of ``organization_id``, whose places end at ``last_seq``),
-    their roles, details and importIds: one statement a table, the row triggers' work
-    one statement each."""
-    triggers = await _drop_row_triggers(conn)
-    for sql, rows in (
-        (key_sql.INSERT_KEY, key_rows),
-        (key_sql.INSERT_KEY_ROLE, role_rows),
-        (key_sql.INSERT_DETAILS, detail_rows),
-        (INSERT_IMPORT, import_rows),
-    ):
+    their roles, details and importIds: a few statements a table, the row triggers'
+    work one statement each."""
+    bulk = await _stand_aside(conn)
+    if bulk:
+        for sql in STAGING:
+            await conn.execute(sql)
+        await conn.executemany(STAGE_KEY, key_rows)
+        if role_rows:
+            await conn.executemany(STAGE_KEY_ROLE, role_rows)
+        for sql in STAGED:
+            await conn.execute(sql)
+    else:
+        await conn.executemany(key_sql.INSERT_KEY, key_rows)
+        if role_rows:
+            await conn.executemany(key_sql.INSERT_KEY_ROLE, role_rows)
+    for sql, rows in ((key_sql.INSERT_DETAILS, detail_rows), (INSERT_IMPORT, import_rows)):
         if rows:
             await conn.executemany(sql, rows)
-    if triggers:
+    if bulk:
         await conn.execute(BULK_COUNTED, (len(key_rows), last_seq, organization_id))
         await conn.execute(BULK_GRANTED, (len(role_rows),))
-        for sql in triggers:
-            await conn.execute(sql)
+        await conn.execute(BULK_END)

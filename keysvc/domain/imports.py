@@ -94,6 +94,50 @@ def material(hasher: Hasher, data: Mapping[str, Any]) -> tuple[bytes, bytes, str
     return hasher.keyed(unknown), hasher.keyed(sha256_b64(secrets.token_hex(32))), "", False
 
 
+# How long an import waits for its organization's imports before it (each bounded by
+# the store's own write deadline): past it, a 503 with Retry-After, never a hang.
+IMPORT_WAIT_SECONDS = 30.0
+IMPORT_WAITED = "database busy: this organization's earlier imports are still being written"
+
+
+class ImportTurns:
+    """One import of an organization at a time waits for the writer: a tenant's
+    concurrent imports queue here, not at the writer, where every other organization's
+    writes (revocations included) would wait behind each of them in turn. One per app
+    (``keysvc.http.app.create_app``) or ``keysvc import`` run: never shared by two apps
+    in one process, whose stores are their own."""
+
+    def __init__(self) -> None:
+        # The organizations with an import waiting for or holding the writer: each a
+        # lock and how many imports hold or wait for it.
+        self._waiting: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    def __len__(self) -> int:
+        """How many organizations have an import waiting or being written."""
+        return len(self._waiting)
+
+    @contextlib.asynccontextmanager
+    async def one_at_a_time(self, organization_id: str) -> AsyncIterator[None]:
+        lock, users = self._waiting.get(organization_id, (asyncio.Lock(), 0))
+        self._waiting[organization_id] = (lock, users + 1)
+        try:
+            try:
+                async with asyncio.timeout(IMPORT_WAIT_SECONDS):
+                    await lock.acquire()
+            except TimeoutError:
+                raise DatabaseUnavailable(IMPORT_WAITED) from None
+            try:
+                yield
+            finally:
+                lock.release()
+        finally:
+            lock, users = self._waiting[organization_id]
+            if users == 1:
+                del self._waiting[organization_id]
+            else:
+                self._waiting[organization_id] = (lock, users - 1)
+
+
 async def import_batch(
     store: Store,
     hasher: Hasher,
@@ -103,13 +147,15 @@ async def import_batch(
     now: datetime,
     max_keys: int,
     actor: Actor,
+    turns: ImportTurns,
 ) -> ImportResult:
     """Store ``records`` (each (index, validated record)) in one transaction, by the
     rules above. ``caller``: the key whose grants bound the records' roles; None for the
-    operator's CLI, which may grant any role of the organization."""
+    operator's CLI, which may grant any role of the organization. ``turns``: the app's
+    (or the CLI run's) queue of each organization's imports."""
     result = ImportResult()
     planned = await _plan(store, hasher, caller, organization_id, records, now, result)
-    async with _one_at_a_time(organization_id), store.transaction("import_keys") as conn:
+    async with turns.one_at_a_time(organization_id), store.transaction("import_keys") as conn:
         taken_ids = await import_sql.taken_import_ids(
             conn, organization_id, [p.import_id for p in planned]
         )
@@ -157,40 +203,6 @@ async def import_batch(
                 await import_sql.narrow_cache(conn)
     result.errors.sort()
     return result
-
-
-# The organizations with an import waiting for or holding the writer, in this process:
-# each a lock and how many imports hold or wait for it.
-_importing: dict[str, tuple[asyncio.Lock, int]] = {}
-# How long an import waits for its organization's imports before it (each bounded by
-# the store's own write deadline): past it, a 503 with Retry-After, never a hang.
-IMPORT_WAIT_SECONDS = 30.0
-IMPORT_WAITED = "database busy: this organization's earlier imports are still being written"
-
-
-@contextlib.asynccontextmanager
-async def _one_at_a_time(organization_id: str) -> AsyncIterator[None]:
-    """One import of an organization at a time waits for the writer: a tenant's
-    concurrent imports queue here, not at the writer, where every other organization's
-    writes (revocations included) would wait behind each of them in turn."""
-    lock, users = _importing.get(organization_id, (asyncio.Lock(), 0))
-    _importing[organization_id] = (lock, users + 1)
-    try:
-        try:
-            async with asyncio.timeout(IMPORT_WAIT_SECONDS):
-                await lock.acquire()
-        except TimeoutError:
-            raise DatabaseUnavailable(IMPORT_WAITED) from None
-        try:
-            yield
-        finally:
-            lock.release()
-    finally:
-        lock, users = _importing[organization_id]
-        if users == 1:
-            del _importing[organization_id]
-        else:
-            _importing[organization_id] = (lock, users - 1)
 
 
 async def _plan(

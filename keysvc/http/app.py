@@ -24,6 +24,7 @@ import keysvc.http.views.webhooks
 import keysvc.http.views.whoami  # noqa: F401
 from keysvc.config import Settings
 from keysvc.db.backends import open_store
+from keysvc.domain.imports import ImportTurns
 from keysvc.domain.leaks import PendingReports
 from keysvc.domain.ratelimit import FailureSketch, Limits
 from keysvc.domain.sharedlimits import NETWORK_PURPOSE, SharedCounts
@@ -40,6 +41,7 @@ from keysvc.http.routes import ROUTES, register
 from keysvc.http.state import (
     CLOCK,
     HASHER,
+    IMPORT_TURNS,
     IN_FLIGHT,
     KEPT_REUSE,
     KEY_STATES,
@@ -155,6 +157,7 @@ def create_app(
     app[LIMITS] = Limits(failures or FailureSketch.of(settings))
     app[IN_FLIGHT] = in_flight
     app[KEPT_REUSE] = KeptReuse()
+    app[IMPORT_TURNS] = ImportTurns()
     app[PARSER_ERROR_LOG] = parser_error_log(logger)
     app.cleanup_ctx.append(_database)
     app.cleanup_ctx.append(_leak_reports)

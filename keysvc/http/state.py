@@ -8,6 +8,7 @@ from aiohttp import web
 from keysvc.config import Settings
 from keysvc.credentials import Hasher
 from keysvc.db.contract import KeyCounts, Store
+from keysvc.domain.imports import ImportTurns
 from keysvc.domain.leaks import PendingReports
 from keysvc.domain.ratelimit import Decision, Limits
 from keysvc.logs import Throttled
@@ -27,6 +28,8 @@ LIMITS = web.AppKey("limits", Limits)
 # The task that acts on revoke-by-secret reports written before their answer
 # (keysvc.domain.leaks.PendingReports).
 LEAK_REPORTS = web.AppKey("leak_reports", PendingReports)
+# Each organization's imports, one at a time (keysvc.domain.imports.ImportTurns).
+IMPORT_TURNS = web.AppKey("import_turns", ImportTurns)
 # The log of requests aiohttp's parser refuses (keysvc.http.middleware).
 PARSER_ERROR_LOG = web.AppKey("parser_error_log", Throttled)
 

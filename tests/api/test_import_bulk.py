@@ -1,10 +1,14 @@
 """Issue 37's import speed, through the real app: a batch's keys are counted, placed
 and granted as one create at a time would have them (on SQLite a batch does the row
-triggers' work in one statement each, dropping them inside its transaction and making
-them again from their own text), and a key ID that another key's rotation replaced
-is still refused, as the dropped check refused it."""
+triggers' work in one statement each, the triggers standing aside for its own
+transaction only, the schema and its version unchanged), keys created beside an import
+are counted too, and a key ID that another key's rotation replaced is still refused,
+as the trigger standing aside would refuse it."""
 
+import asyncio
 import secrets
+import sqlite3
+import uuid
 from typing import Any
 
 import pytest
@@ -105,17 +109,79 @@ async def test_a_key_id_that_a_rotation_replaced_is_refused(client: Client, admi
 
 
 @pytest.mark.sqlite_only  # SQLite's row triggers, in its file's schema
-async def test_a_batch_does_the_row_triggers_work_once_and_makes_them_again(
+async def test_a_batch_leaves_the_schema_and_its_version_as_they_were(
     client: Client, admin: Creds, settings: Settings
 ) -> None:
     before = hand_sql(settings, TRIGGERS)
     version = hand_value(settings, "pragma schema_version")
-    result = await import_keys(client, admin, [record(f"k{n}") for n in range(3)])
-    assert result["imported"] == 3
-    # The triggers were dropped and made again in the batch's transaction (the schema's
-    # version moved), each from its own text.
-    assert hand_value(settings, "pragma schema_version") > version
+    for batch in range(3):
+        result = await import_keys(client, admin, [record(f"b{batch}k{n}") for n in range(3)])
+        assert result["imported"] == 3
+    # No trigger was dropped or made: every other connection keeps its prepared
+    # statements, and the row that stood the triggers aside never outlived its batch.
+    assert hand_value(settings, "pragma schema_version") == version
     assert hand_sql(settings, TRIGGERS) == before
+    assert hand_sql(settings, "select name from meta where name = 'bulk_insert'") == []
+
+
+async def test_keys_created_during_an_import_are_counted_and_granted(
+    client: Client, admin: Creds, settings: Settings
+) -> None:
+    org = admin.organization_id
+    count, last, generation = _counts(settings, org)
+    grants = hand_value(settings, "select count(*) from key_roles")
+    imports = [
+        import_keys(client, admin, [record(f"c{b}k{n}") for n in range(50)]) for b in range(4)
+    ]
+    creates = [
+        create(client, admin, {"name": f"beside {n}", "roles": ["developer"]}) for n in range(6)
+    ]
+    await asyncio.gather(*imports, *creates)
+    # Each create's row fired its triggers; each batch did their work once (a create's
+    # own role rows leave the generation where it is: no cache can hold its new key).
+    assert _counts(settings, org)[:2] == (count + 206, last + 206) == _stored(settings, org)
+    assert hand_value(settings, "select count(*) from key_roles") - grants == 206
+    assert _counts(settings, org)[2] >= generation + 200
+
+
+@pytest.mark.sqlite_only  # SQLite's row triggers, in its file's schema
+async def test_a_key_written_outside_a_batch_fires_each_trigger(
+    client: Client, admin: Creds, settings: Settings
+) -> None:
+    org = admin.organization_id
+    await import_keys(client, admin, [record("first")])
+    count, last, generation = _counts(settings, org)
+    made = await create(client, admin, {"name": "one", "roles": ["developer"]})
+    # api_keys_counted fired for the create's row, key_roles_granted for a role granted
+    # by hand.
+    assert _counts(settings, org) == (count + 1, last + 1, generation)
+    write_sql(
+        settings.db_path,
+        "insert into key_roles (key_id, role_id) select ?, id from roles"
+        " where name = 'admin' and type = 'system'",
+        made["key"]["id"],
+    )
+    assert _counts(settings, org) == (count + 1, last + 1, generation + 1)
+    # api_keys_key_id_not_previous: a row written by hand whose key ID is another key's
+    # previous one is refused, the batch's row not standing the trigger aside.
+    previous = secrets.token_bytes(32)
+    write_sql(
+        settings.db_path,
+        "update api_keys set previous_key_id_hash = ? where id = ?",
+        previous,
+        made["key"]["id"],
+    )
+    with pytest.raises(sqlite3.IntegrityError, match="another key's previous key ID"):
+        write_sql(
+            settings.db_path,
+            "insert into api_keys (id, organization_id, name, state, key_id_hash, secret_hash,"
+            " key_suffix, created_at, org_seq) select ?, organization_id, 'hand', 'enabled', ?,"
+            " secret_hash, key_suffix, created_at, ? from api_keys where id = ?",
+            str(uuid.uuid4()),
+            previous,
+            last + 100,
+            made["key"]["id"],
+        )
 
 
 @pytest.mark.sqlite_only  # SQLite's row triggers, in its file's schema

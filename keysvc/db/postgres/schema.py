@@ -26,6 +26,8 @@ import asyncpg
 
 from keysvc.config import ConfigError
 from keysvc.db.sqlite.migrations import (
+    BULK_INSERT_PG,
+    BULK_INSERT_STEP,
     FAIR_DELIVERY_STEP,
     GROWTH_STEP,
     IDENTITIES_STEP,
@@ -275,6 +277,8 @@ POSTGRES_MIGRATIONS: Mapping[int, str] = {
           from key_details d join api_keys k on k.id = d.key_id
           where d.external_id is not null group by k.organization_id, d.external_id) found;
     """,
+    # SQLite's import triggers stand aside for a batch (BULK_INSERT_STEP): nothing here.
+    schema_version(MIGRATIONS[: MIGRATIONS.index(BULK_INSERT_STEP) + 1]): BULK_INSERT_PG,
 }
 
 # keysvc's locks, rows of a table of its own: taking one ``for update`` needs UPDATE on

@@ -217,6 +217,40 @@ KEY_RATELIMITS_STEP = """
     alter table key_details add column ratelimits text;
 """
 
+# Issue 37, import round 3: the three row triggers an import's batch does the work of
+# in one statement each (keysvc.db.imports.insert_batch) stand aside while its
+# transaction holds meta's 'bulk_insert' row, which the batch adds at its start and
+# deletes before its commit: no other connection ever sees the row, and the schema no
+# longer changes for a batch (dropping and making the triggers again did, and every
+# other connection prepared its statements again after each batch). SQLite only:
+# PostgreSQL's triggers fire for each row (its step is a comment).
+BULK_INSERT_STEP = """
+    drop trigger if exists api_keys_counted;
+    create trigger api_keys_counted after insert on api_keys
+    when not exists (select 1 from meta where name = 'bulk_insert')
+    begin
+        update organizations set key_count = key_count + 1,
+                                 last_key_seq = max(last_key_seq, new.org_seq)
+        where id = new.organization_id;
+    end;
+    drop trigger if exists key_roles_granted;
+    create trigger key_roles_granted after insert on key_roles
+    when not exists (select 1 from meta where name = 'bulk_insert')
+    begin
+        update meta set value = cast(value as integer) + 1 where name = 'auth_generation';
+    end;
+    drop trigger if exists api_keys_key_id_not_previous;
+    create trigger api_keys_key_id_not_previous before insert on api_keys
+    when not exists (select 1 from meta where name = 'bulk_insert')
+     and exists (select 1 from api_keys where previous_key_id_hash = new.key_id_hash)
+    begin
+        select raise(abort, 'api_keys.key_id_hash: another key''s previous key ID');
+    end;
+"""
+# Its PostgreSQL form: nothing to change (a statement that does nothing, as PostgreSQL
+# refuses an empty one), PostgreSQL's triggers firing for each row.
+BULK_INSERT_PG = "select 0 -- import triggers standing aside: SQLite only\n"
+
 MIGRATIONS: Sequence[str] = (
     # 2: per-key request limits, and the generation that invalidates credential caches.
     """
@@ -462,6 +496,9 @@ MIGRATIONS: Sequence[str] = (
     KEY_RATELIMITS_STEP,
     # 25: identities, and one for each externalId keys carry (IDENTITIES_STEP, issue 36).
     IDENTITIES_STEP,
+    # 26: an import's batch does its row triggers' work without dropping them
+    # (BULK_INSERT_STEP, issue 37).
+    BULK_INSERT_STEP,
 )
 
 

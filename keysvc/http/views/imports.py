@@ -15,7 +15,7 @@ from keysvc.http.import_routes import IMPORT_KEYS
 from keysvc.http.import_schemas import ImportKeysSchema, load_records
 from keysvc.http.routes import serves
 from keysvc.http.schemas import load
-from keysvc.http.state import CLOCK, HASHER, SETTINGS, STORE
+from keysvc.http.state import CLOCK, HASHER, IMPORT_TURNS, SETTINGS, STORE
 from keysvc.http.views.common import BODY_REQUIRED, actor, authorized, decode_json
 
 # A thousand records of up to about 8 KiB each (a long meta, a full IP list).
@@ -70,6 +70,7 @@ async def import_keys(request: web.Request) -> web.Response:
         now,
         request.app[SETTINGS].max_keys_per_org,
         actor(request),
+        request.app[IMPORT_TURNS],
     )
     errors = sorted([*refused, *result.errors], key=lambda error: error[0])
     return ok(
