@@ -165,6 +165,8 @@ class Upstream:
                 for name, value in request.raw_headers
             ],
             "body": (await request.read()).decode(),
+            # Forwarded as aiohttp's own RFC 7239 parser reads it: one dict an element.
+            "forwarded": [dict(element) for element in request.forwarded],
         }
         self.seen.append(record)
         return web.json_response(record)

@@ -159,9 +159,18 @@ API_HEADERS = {
 }
 
 
-def test_the_headers_api_clients_need_reach_the_upstream(stack: Stack) -> None:
+@pytest.mark.parametrize(
+    ("host", "validated"),
+    [("API.example:8443", "api.example"), ('a";for="1.2.3.4', None), ("evil.example,a", None)],
+)
+def test_the_headers_api_clients_need_reach_the_upstream(
+    stack: Stack, host: str, validated: str | None
+) -> None:
+    """The client's own X-Forwarded-Host and Forwarded are never forwarded, and its Host
+    reaches the upstream only once nginx validated it: a hostile one sends no
+    X-Forwarded-Host and no host= in Forwarded, whose one element stays nginx's."""
     key = stack.create_key(roles=["developer"])
-    sent = {**key.headers, **API_HEADERS, "X-Forwarded-Host": "evil.example"}
+    sent = {**key.headers, **API_HEADERS, "X-Forwarded-Host": "evil.example", "Host": host}
     sent["Forwarded"] = "for=10.0.0.1;host=evil.example"
     hits = len(stack.upstream.seen)
     assert _get(stack, "/orders", sent).status == 200
@@ -169,9 +178,10 @@ def test_the_headers_api_clients_need_reach_the_upstream(stack: Stack) -> None:
     received = {name.lower(): value for name, value in seen["raw_headers"]}
     for name, value in API_HEADERS.items():
         assert received.get(name.lower()) == value, (name, received)
-    # nginx's own view of the host and client, never the client's.
-    assert received["x-forwarded-host"] == "127.0.0.1"
-    assert received["forwarded"] == f'for="{CLIENT}";host="127.0.0.1";proto=http'
+    # nginx's own view of the client, and of the host once validated; never the client's.
+    assert received.get("x-forwarded-host") == validated
+    element = {"for": CLIENT, "proto": "http", **({"host": validated} if validated else {})}
+    assert seen["forwarded"] == [element], received.get("forwarded")
     assert "authorization" not in received
 
 
