@@ -2,8 +2,8 @@
 (issue 35, /work/rt40-findings.md N1 and N2), through a real nginx running
 docs/nginx-auth-request.conf in front of a real `keysvc serve` on its unix socket and
 the echoing upstream: a client's Host never writes the Forwarded or X-Forwarded-Host the
-upstream reads (N1), and a request nginx refuses while reading it is a JSON envelope too
-(N2). keysvc gone (N3): test_nginx.py::test_nginx_fails_closed_when_keysvc_is_unreachable."""
+upstream reads (N1), a request nginx refuses while reading it is a JSON envelope too
+(N2), and no dotted spelling of keysvc's headers reaches the upstream (N6). keysvc gone (N3): test_nginx.py::test_nginx_fails_closed_when_keysvc_is_unreachable."""
 
 import json
 import re
@@ -179,3 +179,30 @@ def test_a_normal_request_still_passes(stack: Stack, auth: str) -> None:
         stack.nginx.port, request("GET", "/orders", HOST, f"Authorization: {auth}")
     )
     assert status == 200 and json.loads(body)["path"] == "/orders"
+
+
+# rt40 N6, through nginx: keysvc's names with "." or "_" for a "-" (PHP folds both into
+# keysvc's). nginx ignores such names by default (ignore_invalid_headers), and the
+# allow-list forwards none of the client's under those names anyway.
+FAMILIES = re.compile(r"^x-(key-|credits-|organization-id$|ratelimit-)")
+DOTTED = ["X-Key.Permissions", "X.Key-Id", "X_Key.Permissions", "X-Credits.Remaining"]
+
+
+@pytest.mark.parametrize("name", DOTTED)
+def test_no_spelling_of_keysvc_s_headers_reaches_the_upstream(
+    stack: Stack, auth: str, name: str
+) -> None:
+    hits = len(stack.upstream.seen)
+    status, _, body = send(
+        stack.nginx.port,
+        request("GET", "/orders", HOST, f"Authorization: {auth}", f"{name}: forged"),
+    )
+    assert status == 200, body
+    [seen] = stack.upstream.seen[hits:]
+    folded = [re.sub(r"[_. ]", "-", n.lower()) for n, _ in seen["raw_headers"]]
+    assert sorted(n for n in folded if FAMILIES.match(n)) == [
+        "x-key-id",
+        "x-key-permissions",
+        "x-organization-id",
+    ]
+    assert "forged" not in [value for _, value in seen["raw_headers"]]
