@@ -3,7 +3,8 @@
 docs/nginx-auth-request.conf in front of a real `keysvc serve` on its unix socket and
 the echoing upstream: a client's Host never writes the Forwarded or X-Forwarded-Host the
 upstream reads (N1), a request nginx refuses while reading it is a JSON envelope too
-(N2), and no dotted spelling of keysvc's headers reaches the upstream (N6). keysvc gone (N3): test_nginx.py::test_nginx_fails_closed_when_keysvc_is_unreachable."""
+(N2), and no dotted spelling of keysvc's headers reaches the upstream (N6). keysvc gone
+(N3): test_nginx.py::test_nginx_fails_closed_when_keysvc_is_unreachable."""
 
 import json
 import re
