@@ -10,12 +10,11 @@ import json
 import re
 from collections.abc import Iterator
 from contextlib import ExitStack
-from socket import create_connection
 from typing import Any
 
 import pytest
 
-from tests.nginx import CLIENT
+from tests.nginx import CLIENT, raw_answer
 from tests.nginxstack import ENV, Stack, start_stack
 
 UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
@@ -30,23 +29,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 @pytest.fixture(scope="module")
 def auth(stack: Stack) -> str:
     return stack.create_key(roles=["developer"]).headers["Authorization"]
-
-
-def send(port: int, head: bytes) -> tuple[int, dict[str, str], bytes]:
-    """Bytes as sent, from the client's address, read to the close: status, headers
-    (lower-case names, the last of each), body."""
-    with create_connection(("127.0.0.1", port), timeout=30, source_address=(CLIENT, 0)) as s:
-        s.sendall(head)
-        answer = b""
-        while chunk := s.recv(65536):
-            answer += chunk
-    head_part, _, body = answer.partition(b"\r\n\r\n")
-    status_line, *lines = head_part.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in lines:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return int(status_line.split()[1]), headers, body
 
 
 def request(method: str, target: str, *lines: str, version: str = "HTTP/1.1") -> bytes:
@@ -81,7 +63,7 @@ VALID_HOSTS = [
 
 def _through(stack: Stack, auth: str, host: str, target: str = "/orders") -> dict[str, Any]:
     hits = len(stack.upstream.seen)
-    status, _, body = send(
+    status, _, body = raw_answer(
         stack.nginx.port, request("GET", target, f"Host: {host}", f"Authorization: {auth}")
     )
     assert status == 200, (host, body)
@@ -164,7 +146,7 @@ def test_a_request_nginx_refuses_while_reading_it_is_an_envelope(stack: Stack, c
     hits = len(stack.upstream.seen)
     seen: set[str] = set()
     for _ in range(2):
-        answered, headers, body = send(stack.nginx.port, head)
+        answered, headers, body = raw_answer(stack.nginx.port, head)
         assert answered == status, (answered, body[:300])
         assert headers["content-type"] == "application/json", body[:300]
         envelope = json.loads(body)
@@ -176,7 +158,7 @@ def test_a_request_nginx_refuses_while_reading_it_is_an_envelope(stack: Stack, c
 
 
 def test_a_normal_request_still_passes(stack: Stack, auth: str) -> None:
-    status, _, body = send(
+    status, _, body = raw_answer(
         stack.nginx.port, request("GET", "/orders", HOST, f"Authorization: {auth}")
     )
     assert status == 200 and json.loads(body)["path"] == "/orders"
@@ -194,7 +176,7 @@ def test_no_spelling_of_keysvc_s_headers_reaches_the_upstream(
     stack: Stack, auth: str, name: str
 ) -> None:
     hits = len(stack.upstream.seen)
-    status, _, body = send(
+    status, _, body = raw_answer(
         stack.nginx.port,
         request("GET", "/orders", HOST, f"Authorization: {auth}", f"{name}: forged"),
     )
