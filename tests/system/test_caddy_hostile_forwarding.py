@@ -1,11 +1,13 @@
-"""The hostile review of the shipped docs/Caddyfile (issue 38, /work/rt40-findings.md N3-N6),
+"""The hostile review of the shipped docs/Caddyfile (issue 38, /work/rt40-findings.md N3-N7),
 through a real Caddy in front of a real `keysvc serve` on its unix socket and the echoing
 upstream: the client headers that name who called, from where, over what, or which path
 and method never reach the upstream (N5), nor any spelling of keysvc's headers a CGI or
 PHP upstream folds into keysvc's (N6); keysvc down is a 503 with Retry-After (N3); and an
-upstream that never answers is a 504 within the configured bound (N4)."""
+upstream that never answers is a 504 within the configured bound (N4); and a client's huge
+header is refused by Caddy itself, never a 502 (N7)."""
 
 import http.client
+import itertools
 import json
 import re
 import socket
@@ -18,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.caddy import CADDYFILE, Caddy, Stack, caddy_binary, start_stack
-from tests.nginx import CLIENT
+from tests.nginx import CLIENT, raw_answer
 
 UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 
@@ -142,6 +144,54 @@ def test_no_spelling_of_keysvc_s_headers_reaches_the_upstream(stack: Stack, name
     assert "forged" not in [value for _, value in raw_headers]
     # Each of keysvc's headers once, under its own name.
     assert len([n for n, _ in raw_headers if FAMILIES.match(folded(n))]) == 3
+
+
+def test_every_mix_of_separators_in_keysvc_s_names_is_kept_from_the_upstream(
+    stack: Stack,
+) -> None:
+    """Each "-", "_" and "." mix of the five names keysvc answers with (63 names): all
+    "-" is refused (400), any other never reaches the upstream."""
+    key = stack.create_key(roles=["developer"])
+    names = ["X-Key-Permissions", "X-Key-Id", "X-Organization-Id", "X-Credits-Remaining"]
+    mixes = []
+    for name in [*names, "X-Key-External-Id"]:
+        parts = name.split("-")
+        for separators in itertools.product("-_.", repeat=len(parts) - 1):
+            mixes.append(
+                parts[0] + "".join(s + p for s, p in zip(separators, parts[1:], strict=True))
+            )
+    assert len(mixes) == 63
+    for name in mixes:
+        status, reached = stack.through("/orders", {**key.headers, name: "forged"})
+        if "_" not in name and "." not in name:
+            assert (status, reached) == (400, 0), name
+            continue
+        assert (status, reached) == (200, 1), name
+        raw_headers = stack.upstream.seen[-1]["raw_headers"]
+        assert "forged" not in [value for _, value in raw_headers], (name, raw_headers)
+
+
+# N7
+@pytest.mark.parametrize(("size", "status"), [(20_000, 400), (200_000, 431), (1_000_000, 431)])
+def test_a_huge_header_is_refused_never_a_502(stack: Stack, size: int, status: int) -> None:
+    """Past keysvc's 16 KiB a line is keysvc's 400 envelope; past the Caddyfile's 64 KiB
+    of headers, Go's own 431 before keysvc is asked; never a 5xx."""
+    key = stack.create_key(roles=["developer"])
+    before = stack.verified()
+    statuses = set()
+    for _ in range(5):
+        head = (
+            f"GET /orders HTTP/1.1\r\nHost: 127.0.0.1:{stack.caddy.port}\r\n"
+            f"Authorization: {key.headers['Authorization']}\r\nX-Big: {'a' * size}\r\n"
+            "Connection: close\r\n\r\n"
+        )
+        answered, _, body = raw_answer(stack.caddy.port, head.encode(), 30)
+        statuses.add(answered)
+        if answered == 400:
+            assert UUID4.match(json.loads(body)["requestId"]), body
+    assert statuses == {status}, statuses
+    if status == 431:
+        assert stack.verified() == before  # keysvc never asked
 
 
 def _get_slowly(
