@@ -165,6 +165,8 @@ class Upstream:
                 for name, value in request.raw_headers
             ],
             "body": (await request.read()).decode(),
+            # Forwarded as aiohttp's own RFC 7239 parser reads it: one dict an element.
+            "forwarded": [dict(element) for element in request.forwarded],
         }
         self.seen.append(record)
         return web.json_response(record)
@@ -230,13 +232,25 @@ def call(
 
 def raw(port: int, head: bytes) -> tuple[int, bytes]:
     """A request sent byte for byte from the client's address; the proxy's status and body."""
-    with create_connection(("127.0.0.1", port), timeout=10, source_address=(CLIENT, 0)) as s:
+    status, _, body = raw_answer(port, head)
+    return status, body
+
+
+def raw_answer(port: int, head: bytes, timeout: float = 10) -> tuple[int, dict[str, str], bytes]:
+    """A request sent byte for byte from the client's address, read to the close: the
+    proxy's status, headers (lower-case names, the last of each) and body."""
+    with create_connection(("127.0.0.1", port), timeout=timeout, source_address=(CLIENT, 0)) as s:
         s.sendall(head)
         answer = b""
         while chunk := s.recv(65536):
             answer += chunk
-    status_line, _, rest = answer.partition(b"\r\n")
-    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
+    head_part, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *lines = head_part.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(status_line.split()[1]), headers, body
 
 
 def admin_api(port: int, admin: Creds, method: str, path: str, body: Any = None) -> Any:

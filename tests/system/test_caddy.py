@@ -228,9 +228,14 @@ def test_caddy_fails_closed_when_keysvc_is_unreachable(stack: Stack, tmp_path: P
         caddy.start()
         hits = len(stack.upstream.seen)
         answer = call(caddy.port, "/orders", headers=stack.admin.headers, source=CLIENT)
-        assert answer.status == 502, answer.body
+        # 503 with a retry signal (keysvc stopped or restarting), not a 502 (rt40 N3).
+        assert answer.status == 503, answer.body
         assert answer.headers["Content-Type"] == "application/json"
-        assert without_request_id(answer.json()) == {"status": 502, "error": "Bad Gateway"}
+        assert answer.headers["Retry-After"] == "5"
+        assert without_request_id(answer.json()) == {
+            "status": 503,
+            "error": "authorization unavailable: try again later",
+        }
         assert len(stack.upstream.seen) == hits
     finally:
         caddy.stop()

@@ -412,7 +412,7 @@ def test_a_request_without_a_path_is_refused_before_any_check(stack: Stack, targ
 def test_the_config_s_own_answers_are_envelopes_with_a_fresh_request_id(
     stack: Stack, tmp_path: Path
 ) -> None:
-    """The 400 the config gives before any check, and its 502 when keysvc cannot be
+    """The 400 the config gives before any check, and its 503 when keysvc cannot be
     reached, carry a requestId as keysvc's answers do, a new one each time."""
     key = stack.create_key(roles=["developer"])
     ids = []
@@ -428,8 +428,8 @@ def test_the_config_s_own_answers_are_envelopes_with_a_fresh_request_id(
     try:
         for _ in range(2):
             answer = call(caddy.port, "/orders", headers=key.headers, source=CLIENT)
-            assert answer.status == 502
-            assert answer.json()["status"] == 502
+            assert answer.status == 503
+            assert answer.json()["status"] == 503
             ids.append(answer.json()["requestId"])
     finally:
         caddy.stop()

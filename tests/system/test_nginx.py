@@ -11,6 +11,7 @@ refusal is also checked to never reach the upstream.
 """
 
 import json
+import re
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from tests.nginx import (
     nginx_binary,
 )
 from tests.server import Server, admin_creds, bootstrap
+
+UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 
 
 @dataclass(frozen=True)
@@ -209,11 +212,13 @@ def test_nginx_fails_closed_when_keysvc_is_unreachable(stack: Stack, tmp_path: P
         nginx.start()
         hits = len(stack.upstream.seen)
         answer = call(nginx.port, "/orders", headers=stack.admin.headers, source=CLIENT)
-        assert answer.status == 500, answer.body
+        # 503 with a retry signal (keysvc stopped or restarting), never a 500.
+        assert answer.status == 503, answer.body
+        assert answer.headers["Retry-After"] == "5"
         body = answer.json()
-        assert body.pop("requestId") and body == {
-            "status": 500,
-            "error": "authorization unavailable",
+        assert UUID4.match(body.pop("requestId")) and body == {
+            "status": 503,
+            "error": "authorization unavailable: try again later",
         }
         assert len(stack.upstream.seen) == hits
     finally:

@@ -377,7 +377,7 @@ def test_credentials_keysvc_finds_malformed_are_a_400_never_a_500(
     answer = json.loads(body)
     assert answer.pop("requestId") and answer == {
         "status": 400,
-        "error": "bad request: malformed credentials",
+        "error": "bad request: keysvc refused the credentials sent or the rate limits of the path",
     }
     assert len(stack.upstream.seen) == hits
 
