@@ -182,18 +182,27 @@ async def test_a_page_is_read_in_a_fixed_number_of_statements(
     for index in range(30):
         role = await create_role(client, admin, {"name": f"r{index:02}"})
         await create(client, admin, {"name": f"k{index}", "assignedRoleIds": [role["id"]]})
-    await list_page(client, admin, limit="1")  # the caller's credential is cached now
     await settled(client.app)
-    counts = {}
+    # Until the caller's credential stays cached: on PostgreSQL it was dropped once
+    # within about 2 s of the first page (a change the writes before it announced,
+    # heard after ``settled``), and the first page counted its credential's read too.
+    for _ in range(100):
+        credential = count_reads(client.app[STORE], monkeypatch)
+        await list_page(client, admin, limit="1")
+        monkeypatch.undo()
+        if len(credential) == 3:
+            break
+        await asyncio.sleep(0.05)
+    counts, read = {}, {}
     for limit in (1, 5, 33):
         statements = count_reads(client.app[STORE], monkeypatch)
         page = await list_page(client, admin, limit=str(limit))
         assert len(page["result"]) == limit
         assert all(len(role["actors"]) == 1 for role in page["result"][3:])
-        counts[limit] = len(statements)
+        counts[limit], read[limit] = len(statements), list(statements)
         monkeypatch.undo()
     # The page, the keys holding its roles, and the count: whatever the page size.
-    assert counts == {1: 3, 5: 3, 33: 3}
+    assert counts == {1: 3, 5: 3, 33: 3}, read
 
 
 # Permissions per role.
