@@ -148,26 +148,20 @@ BULK_GRANTED = "update meta set value = cast(value as integer) + ? where name = 
 # a transaction).
 STAGING = (
     "pragma temp_store = memory",
-    """create temp table if not exists import_keys as
-       select id, org_seq, organization_id, name, state, key_id_hash, secret_hash, key_suffix,
-              ip_access_list, created_at, expire_at, rate_limit, rate_window
-       from main.api_keys where false""",
+    f"create temp table if not exists import_keys as"  # noqa: S608 - constant column names
+    f" select {key_sql.KEY_COLUMNS} from main.api_keys where false",
     """create temp table if not exists import_roles as
        select key_id, role_id from main.key_roles where false""",
 )
-STAGE_KEY = """
-    insert into temp.import_keys (id, org_seq, organization_id, name, state, key_id_hash,
-                                  secret_hash, key_suffix, ip_access_list, created_at,
-                                  expire_at, rate_limit, rate_window)
-    values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-"""
+STAGE_KEY = (
+    f"insert into temp.import_keys ({key_sql.KEY_COLUMNS})"  # noqa: S608 - constant column names
+    f" values ({key_sql.KEY_VALUES})"
+)
 STAGE_KEY_ROLE = "insert into temp.import_roles (key_id, role_id) values (?, ?)"
 # In the staged order: the keys' rowids (their seq) follow the records'.
 STAGED = (
-    """insert into api_keys (id, org_seq, organization_id, name, state, key_id_hash, secret_hash,
-                             key_suffix, ip_access_list, created_at, expire_at, rate_limit,
-                             rate_window)
-       select * from temp.import_keys order by rowid""",
+    f"insert into api_keys ({key_sql.KEY_COLUMNS})"  # noqa: S608 - constant column names
+    " select * from temp.import_keys order by rowid",
     "insert into key_roles (key_id, role_id) select * from temp.import_roles order by rowid",
     "delete from temp.import_keys",
     "delete from temp.import_roles",

@@ -120,12 +120,14 @@ KEYS_WITH_IDS = with_json_list("""
     from api_keys left join key_details on key_details.key_id = api_keys.id
     where id in {json_list} order by seq
 """)
-INSERT_KEY = """
-    insert into api_keys (id, org_seq, organization_id, name, state, key_id_hash, secret_hash,
-                          key_suffix, ip_access_list, created_at, expire_at, rate_limit,
-                          rate_window)
-    values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-"""
+# The columns a new key's row is written with: a create's, and an import's staging
+# (keysvc.db.imports), so that the two never differ.
+KEY_COLUMNS = (
+    "id, org_seq, organization_id, name, state, key_id_hash, secret_hash, key_suffix,"
+    " ip_access_list, created_at, expire_at, rate_limit, rate_window"
+)
+KEY_VALUES = ", ".join("?" * len(KEY_COLUMNS.split(",")))
+INSERT_KEY = f"insert into api_keys ({KEY_COLUMNS}) values ({KEY_VALUES})"  # noqa: S608 - constants
 INSERT_KEY_ROLE = "insert into key_roles (key_id, role_id) values (?, ?)"
 COUNT_KEYS = "select key_count from organizations where id = ?"
 LAST_KEY_SEQ = "select last_key_seq from organizations where id = ?"
