@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from keysvc.http.middleware import MAX_LINE_BYTES
 from tests.caddy import CADDYFILE, Caddy, Stack, caddy_binary, start_stack
 from tests.nginx import CLIENT, raw_answer
 
@@ -172,26 +173,47 @@ def test_every_mix_of_separators_in_keysvc_s_names_is_kept_from_the_upstream(
 
 
 # N7
-@pytest.mark.parametrize(("size", "status"), [(20_000, 400), (200_000, 431), (1_000_000, 431)])
+def _with_header_of(stack: Stack, key: Any, size: int) -> tuple[int, bytes]:
+    """A request through Caddy with an X-Big header of ``size`` bytes: status and body."""
+    head = (
+        f"GET /orders HTTP/1.1\r\nHost: 127.0.0.1:{stack.caddy.port}\r\n"
+        f"Authorization: {key.headers['Authorization']}\r\nX-Big: {'a' * size}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    status, _, body = raw_answer(stack.caddy.port, head.encode(), 30)
+    return status, body
+
+
+@pytest.mark.parametrize(
+    ("size", "status"), [(7_000, 200), (20_000, 431), (200_000, 431), (1_000_000, 431)]
+)
 def test_a_huge_header_is_refused_never_a_502(stack: Stack, size: int, status: int) -> None:
-    """Past keysvc's 16 KiB a line is keysvc's 400 envelope; past the Caddyfile's 64 KiB
-    of headers, Go's own 431 before keysvc is asked; never a 5xx."""
+    """Past the Caddyfile's 10 KiB of headers, Go's own 431 before keysvc is asked (a
+    20 KB line forwarded was keysvc's 400 or, keysvc closing as Caddy still wrote, a 503 on
+    a busy machine; 200 KB to 1 MiB a 502 at will); below it, the request is served."""
     key = stack.create_key(roles=["developer"])
     before = stack.verified()
-    statuses = set()
-    for _ in range(5):
-        head = (
-            f"GET /orders HTTP/1.1\r\nHost: 127.0.0.1:{stack.caddy.port}\r\n"
-            f"Authorization: {key.headers['Authorization']}\r\nX-Big: {'a' * size}\r\n"
-            "Connection: close\r\n\r\n"
-        )
-        answered, _, body = raw_answer(stack.caddy.port, head.encode(), 30)
-        statuses.add(answered)
-        if answered == 400:
-            assert UUID4.match(json.loads(body)["requestId"]), body
+    statuses = {_with_header_of(stack, key, size)[0] for _ in range(5)}
     assert statuses == {status}, statuses
     if status == 431:
         assert stack.verified() == before  # keysvc never asked
+
+
+def test_every_header_caddy_forwards_fits_keysvcs_line_limit(stack: Stack) -> None:
+    """The longest header line Caddy lets through (found by bisection) is shorter than
+    keysvc's 16 KiB a line: keysvc never refuses, and closes on, a request Caddy is still
+    writing to it."""
+    key = stack.create_key(roles=["developer"])
+    accepted, refused = 1_000, 64 * 1024
+    assert _with_header_of(stack, key, accepted)[0] == 200
+    assert _with_header_of(stack, key, refused)[0] == 431
+    while refused - accepted > 1:
+        size = (accepted + refused) // 2
+        status, body = _with_header_of(stack, key, size)
+        # 400: the test's upstream (aiohttp's own 8 KiB a line), once keysvc let it on.
+        assert status in {200, 400, 431}, (size, status, body)
+        accepted, refused = (size, refused) if status != 431 else (accepted, size)
+    assert len("X-Big: ") + accepted < MAX_LINE_BYTES, accepted
 
 
 def _get_slowly(
