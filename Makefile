@@ -25,9 +25,10 @@ PORT := $(or $(KEYSVC_PORT),8080)
 # this user may (root, or sudo without a password); else make says what to install
 # and goes on, and the tests that need one report it as not run (failed under CI=true).
 # An entry whose first part is a path (starting with /) is a file the package installs
-# that has no command of its own: nginx's njs module, which the shipped nginx config needs.
+# that has no command of its own: nginx's set-misc module (with the NDK module it
+# depends on), which the shipped nginx config needs.
 SYSTEM_DEPS ?= chromium:chromium nginx:nginx systemd-analyze:systemd initdb:postgresql pgbouncer:pgbouncer wrk:wrk hey:hey \
-	caddy:caddy /usr/lib/nginx/modules/ngx_http_js_module.so:libnginx-mod-http-js
+	caddy:caddy /usr/lib/nginx/modules/ngx_http_set_misc_module.so:libnginx-mod-http-set-misc
 PG_BIN := $(subst $(eval) ,:,$(wildcard /usr/lib/postgresql/*/bin))
 
 .PHONY: install system-deps run test test-fast lint fmt docs docs-screenshots bench soak dist \

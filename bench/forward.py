@@ -40,10 +40,13 @@ from bench.servers import ROOT, Server, StopsOnExit, free_port, start_keysvc
 
 NAME = "forward-auth"
 TEMPLATE = ROOT / "docs" / "nginx-auth-request.conf"
-NJS_SCRIPT = ROOT / "docs" / "nginx-keysvc.js"
-# The njs module the shipped config needs (Debian's libnginx-mod-http-js), loaded as
-# Debian's modules-enabled does; make system-deps installs it.
-NJS_MODULE = "/usr/lib/nginx/modules/ngx_http_js_module.so"
+# The modules the shipped config needs (Debian's libnginx-mod-http-set-misc, and the NDK
+# module it depends on), loaded as Debian's modules-enabled does; make system-deps
+# installs them.
+MODULES = (
+    "/usr/lib/nginx/modules/ndk_http_module.so",
+    "/usr/lib/nginx/modules/ngx_http_set_misc_module.so",
+)
 PATH = "/file.txt"
 BODY = "a static file behind the proxy hop\n"
 TARGET = 0.70  # reuse's requests/s over auth_basic's, at least
@@ -96,7 +99,7 @@ class Nginx(StopsOnExit):
         )
         conf = folder / "nginx.conf"
         conf.write_text(
-            f"load_module {NJS_MODULE};\n"
+            "".join(f"load_module {module};\n" for module in MODULES)
             + ("user root;\n" if os.geteuid() == 0 else "")
             + "worker_processes 1;\nevents {\n    worker_connections 4096;\n}\n"
             + f"http {{\n    access_log off;\n{temp}{block}\n}}\n"
@@ -196,7 +199,6 @@ def start(stack: ExitStack, work: Path, keys: int, loop: str) -> Stack:
                     "upstream": upstream,
                     "organization_id": seeded.organization_id,
                     "keysvc_cache": str(caches / f"cache-{label}"),
-                    "keysvc_njs": str(NJS_SCRIPT),
                 }
             )
         started[label] = stack.enter_context(Nginx(binary, work / f"nginx-{label}", port, block))

@@ -27,9 +27,11 @@ from tests.server import free_port
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 TEMPLATE = DOCS / "nginx-auth-request.conf"
-# The njs script the template imports, and Debian's njs module (libnginx-mod-http-js).
-NJS_SCRIPT = DOCS / "nginx-keysvc.js"
-NJS_MODULE = "/usr/lib/nginx/modules/ngx_http_js_module.so"
+# The module the template needs (set_hmac_sha256), from Debian's
+# libnginx-mod-http-set-misc, and the NDK module it depends on, which that package
+# installs with it, loaded before it.
+SET_MISC_MODULE = "/usr/lib/nginx/modules/ngx_http_set_misc_module.so"
+NDK_MODULE = "/usr/lib/nginx/modules/ndk_http_module.so"
 PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 # The client's address: loopback, but not the one nginx uses to reach keysvc.
 CLIENT = "127.0.0.2"
@@ -51,7 +53,6 @@ def render(
         "upstream": upstream,
         "organization_id": organization_id,
         "keysvc_cache": str(cache),
-        "keysvc_njs": str(NJS_SCRIPT),
     }
     text = TEMPLATE.read_text()
     unknown = set(PLACEHOLDER.findall(text)) - set(values)
@@ -62,16 +63,16 @@ def render(
 def wrap(directory: Path, server_block: str) -> str:
     """A whole nginx.conf around the template: everything nginx writes stays in
     ``directory``, and as root the workers run as root (the test's files are 0700). It
-    loads the njs module the template needs, as Debian's modules-enabled does."""
-    module = require_file(NJS_MODULE, package="libnginx-mod-http-js")
+    loads the modules the template needs, as Debian's modules-enabled does."""
+    modules = [NDK_MODULE, require_file(SET_MISC_MODULE, package="libnginx-mod-http-set-misc")]
     user = "user root;\n" if os.geteuid() == 0 else ""
     temp = "\n".join(
         f"    {kind}_temp_path {directory / kind};"
         for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
     )
+    loads = "".join(f"load_module {module};\n" for module in modules)
     return (
-        f"load_module {module};\n"
-        f"{user}worker_processes 1;\n"
+        f"{loads}{user}worker_processes 1;\n"
         "events {\n    worker_connections 64;\n}\n"
         "http {\n"
         f"    access_log {directory / 'access.log'};\n"

@@ -1,5 +1,5 @@
-"""Issue 37's bearer tokens behind the shipped nginx config (docs/nginx-auth-request.conf
-and docs/nginx-keysvc.js), all real processes: an imported token passes with its key's
+"""Issue 37's bearer tokens behind the shipped nginx config (docs/nginx-auth-request.conf),
+all real processes: an imported token passes with its key's
 identity, an unknown one is refused before the upstream, and a reused answer is keyed
 on the whole Authorization header's digest, so one token's answer is never another's."""
 
@@ -81,6 +81,6 @@ def test_the_documented_config_names_no_scheme(tmp_path: Path) -> None:
     """The cache key takes the whole header's digest, whatever its scheme: nothing in the
     shipped files reads Basic alone."""
     docs = Path(__file__).resolve().parents[2] / "docs"
-    for name in ("nginx-auth-request.conf", "nginx-keysvc.js"):
+    for name in ("nginx-auth-request.conf",):
         text = (docs / name).read_text()
         assert "Basic" not in text and "basic " not in text.lower().replace("auth_basic", "")

@@ -166,7 +166,7 @@ def test_system_deps_as_a_user_who_cannot_install_says_what_to_install_and_goes_
 
 def test_system_deps_names_every_component_the_tests_use() -> None:
     """Every command a test requires (``require_command("x", package="y")``) and every
-    file (``require_file`` with a constant path, such as nginx's njs module) is one make
+    file (``require_file`` with a constant path, such as nginx's set-misc module) is one make
     test installs, but util-linux's setpriv, which every Debian system has."""
     text = (ROOT / "Makefile").read_text().replace("\\\n", " ")
     (line,) = [line for line in text.splitlines() if line.startswith("SYSTEM_DEPS ?=")]

@@ -10,9 +10,12 @@ cost, and no secret is written to nginx's cache files.
 """
 
 import base64
+import hashlib
+import hmac
 import json
 import re
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -23,10 +26,12 @@ from urllib.parse import unquote
 import pytest
 
 from tests.helpers import Creds, basic
-from tests.nginx import CLIENT, NJS_SCRIPT, call, render, wrap
+from tests.nginx import CLIENT, EXAMPLE_ORGANIZATION, call, nginx_binary, render, wrap
 from tests.nginxstack import ENV, Stack, early_in_a_second, start_stack
 from tests.server import free_port
 
+# The HMAC key docs/nginx-auth-request.conf gives set_hmac_sha256 (no secret).
+CACHE_MAC_KEY = b"keysvc-nginx-cache-key"
 OTHER_ORGANIZATION = "0e4f6b5a-1c2d-4e3f-8a9b-0c1d2e3f4a5b"
 # Headers only keysvc's answer may give the upstream (and the client's rate-limit ones).
 KEYSVC_ANSWERS = (
@@ -152,8 +157,8 @@ def test_repeated_and_underscored_headers_of_keysvc_never_reach_the_upstream(
 
 
 def test_a_header_name_whose_nginx_hash_is_zero_never_reaches_the_upstream(stack: Stack) -> None:
-    # Such a name is invisible to njs (the scan that refused the others before could not
-    # see it) and was forwarded by nginx's proxy module: now no client header is, but
+    # Such a name was invisible to njs (the scan that refused the others before could
+    # not see it) and was forwarded by nginx's proxy module: now no client header is, but
     # those the config names.
     assert nginx_header_hash(HASH_ZERO_NAME) == 0
     assert nginx_header_hash(HASH_ZERO_NAME[:-1] + "j") != 0
@@ -233,39 +238,45 @@ def test_a_forged_cache_key_never_passes_another_organization_s_server(tmp_path:
             assert through(own, "/orders", key.headers, port=other_port) == (403, 0)
 
 
-# An njs helper that fails on every request, in place of docs/nginx-keysvc.js.
-FAILING_HELPER = """function credentials(r) {
-    throw new Error('the helper fails');
-}
+def test_the_cache_key_holds_the_credentials_hmac_and_nothing_else_of_them(
+    stack: Stack,
+) -> None:
+    # Each kept answer's file names its cache key: the fixed parts, then the
+    # Authorization header's HMAC-SHA256 (base64) that set-misc computed, one per
+    # credentials, the wrong secret's its own.
+    key = stack.create_key(roles=["developer"])
+    wrong = basic(key.key_id, "x" * len(key.secret))
+    for headers in (key.headers, wrong):
+        through(stack, "/orders", headers)
+    keys = set()
+    for path in stack.nginx.cache.rglob("*"):
+        if path.is_file():
+            head = path.read_bytes().split(b"\nKEY: ", 1)[1]
+            keys.add(head.split(b"\n", 1)[0].decode())
+    for headers in (key.headers, wrong):
+        mac = hmac.new(CACHE_MAC_KEY, headers["Authorization"].encode(), hashlib.sha256)
+        expected = base64.b64encode(mac.digest()).decode()
+        assert any(kept.endswith(f"|{CLIENT}|{expected}") for kept in keys), (keys, expected)
 
-export default {credentials};
-"""
 
-
-def test_a_failing_njs_helper_refuses_every_request(tmp_path: Path) -> None:
-    # The credentials' digest cannot be skipped by an error in njs: the request is
-    # refused before the auth subrequest, so no two credentials ever share a cache
-    # entry.
-    with ExitStack() as resources:
-        stack = start_stack(resources, tmp_path, ENV)
-        stack.nginx.stop()
-        helper = tmp_path / "failing-keysvc.js"
-        helper.write_text(FAILING_HELPER)
-        conf = stack.nginx.conf.read_text()
-        assert str(NJS_SCRIPT) in conf
-        stack.nginx.conf.write_text(conf.replace(str(NJS_SCRIPT), str(helper)))
-        stack.nginx.test_config()
-        stack.nginx.start()
-        key = stack.create_key(roles=["developer"])
-        wrong = basic(key.key_id, "x" * len(key.secret))
-        before = stack.verified()
-        for headers in (key.headers, wrong, {**key.headers, "X-Key-Id": key.id}):
-            answer = call(stack.nginx.port, "/orders", headers=headers, source=CLIENT)
-            assert answer.status == 400, answer.body
-            assert answer.json()["error"] == REFUSED
-        assert stack.verified() == before  # no auth subrequest
-        assert not stack.upstream.seen
-        assert "the helper fails" in stack.nginx.log()
+def test_nginx_without_the_set_misc_module_refuses_the_config(tmp_path: Path) -> None:
+    # No module, no digest: nginx does not start, rather than key the cache on less.
+    conf = tmp_path / "nginx.conf"
+    block = render(
+        free_port(), tmp_path / "k.sock", "http://127.0.0.1:9", EXAMPLE_ORGANIZATION, tmp_path / "c"
+    )
+    text = wrap(tmp_path, block)
+    assert "load_module" in text
+    conf.write_text("".join(line for line in text.splitlines(True) if "load_module" not in line))
+    checked = subprocess.run(
+        [nginx_binary(), "-t", "-p", f"{tmp_path}/", "-c", str(conf), "-e", str(tmp_path / "e")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert checked.returncode != 0
+    assert 'unknown directive "set_hmac_sha256"' in checked.stderr, checked.stderr
 
 
 def remaining(stack: Stack, key: Creds) -> int:

@@ -85,8 +85,11 @@ def test_the_shipped_config_keeps_a_cache_keyed_on_all_the_answer_depends_on() -
         "$remote_addr",
         "$keysvc_credentials_digest",
     ]
-    assert "js_set $keysvc_credentials keysvc.credentials;" in template
-    assert "set $keysvc_credentials_digest $keysvc_credentials;" in template
+    assert (
+        "set_hmac_sha256 $keysvc_credentials_mac keysvc-nginx-cache-key $http_authorization;"
+        in template
+    )
+    assert "set_encode_base64 $keysvc_credentials_digest $keysvc_credentials_mac;" in template
     # Exactly what the auth subrequest sends keysvc in the headers its answer reads,
     # and nothing of the client's besides.
     for header, value in (
