@@ -279,6 +279,37 @@ def test_nginx_without_the_set_misc_module_refuses_the_config(tmp_path: Path) ->
     assert 'unknown directive "set_hmac_sha256"' in checked.stderr, checked.stderr
 
 
+def test_a_location_added_without_the_digest_refuses_every_request(tmp_path: Path) -> None:
+    # rt41 R7: a location an operator adds with auth_request but without location /'s
+    # set lines keyed every caller's answer on an empty digest: after one valid key's
+    # 200, no credentials and a wrong secret got it too. The auth location refuses an
+    # empty digest (500, never asked of keysvc, never kept).
+    with ExitStack() as resources:
+        stack = start_stack(resources, tmp_path, ENV)
+        stack.nginx.stop()
+        conf = stack.nginx.conf.read_text()
+        added = (
+            "    location /extra {\n        auth_request /_keysvc_verify;\n"
+            f"        proxy_pass {stack.upstream.base}/;\n    }}\n\n    location / {{"
+        )
+        assert conf.count("    location / {") == 1
+        stack.nginx.conf.write_text(conf.replace("    location / {", added))
+        stack.nginx.test_config()
+        stack.nginx.start()
+        key = stack.create_key(roles=["developer"])
+        wrong = basic(key.key_id, "x" * len(key.secret))
+        before = stack.verified()
+        for headers in (key.headers, {}, wrong, key.headers):
+            answer = call(stack.nginx.port, "/extra", headers=headers, source=CLIENT)
+            assert answer.status == 500, (headers, answer.status, answer.body)
+            assert answer.json()["status"] == 500
+            assert answer.headers["Retry-After"] is None  # the config's error, no outage
+        assert stack.verified() == before  # keysvc never asked
+        assert not stack.upstream.seen
+        # location / is as before.
+        assert through(stack, "/orders", key.headers) == (200, 1)
+
+
 def remaining(stack: Stack, key: Creds) -> int:
     result: dict[str, Any] = stack.api("GET", f"/keys/{key.id}")
     return int(result["credits"]["remaining"])
