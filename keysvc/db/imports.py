@@ -130,22 +130,33 @@ BULK_TRIGGERS = Sql(
 )
 BULK_BEGIN = "insert into meta (name, value) values ('bulk_insert', '1')"
 BULK_END = "delete from meta where name = 'bulk_insert'"
-BULK_COUNTED = """
-    update organizations set key_count = key_count + ?, last_key_seq = max(last_key_seq, ?)
-    where id = ?
-"""
+BULK_COUNTED = Sql(
+    """update organizations set key_count = key_count + ?, last_key_seq = max(last_key_seq, ?)
+       where id = ?""",
+    """update organizations set key_count = key_count + ?, last_key_seq = greatest(last_key_seq, ?)
+       where id = ?""",
+)
 BULK_GRANTED = Sql(
     "update meta set value = cast(value as integer) + ? where name = 'auth_generation'",
     "update meta set value = (value::bigint + ?)::text where name = 'auth_generation'",
 )
-# PostgreSQL: the batch's role rows leave the generation to ``BULK_GRANTED`` (its
-# ``key_roles_granted`` trigger reads ``keysvc.new_key``, as create_key sets it). Row by
-# row, each moved meta's one generation row and announced it (pg_notify) under the write
-# lock that every instance's writes take: 1,000 keys of 30 roles held it for 11 to 24 s
-# and then failed (rt41 R4). SQLite's triggers stand aside by the 'bulk_insert' row.
-# On SQLite (a trigger not as expected, so none stands aside: each fires) no-ops.
-NEW_KEYS_ON = Sql("select 0", "select set_config('keysvc.new_key', 'on', true)")
-NEW_KEYS_OFF = Sql("select 0", "select set_config('keysvc.new_key', '', true)")
+# PostgreSQL: the batch's key and role rows leave their organization's count and the
+# generation to ``BULK_COUNTED`` and ``BULK_GRANTED`` (the ``api_keys_counted`` and
+# ``key_roles_granted`` triggers read ``keysvc.bulk_insert`` and ``keysvc.new_key``, the
+# latter as create_key sets it). Row by row, each updated one row again (the
+# organization's, meta's generation) under the write lock every instance's writes take,
+# each update longer than the last: 1,000 keys of 30 roles held it for 11 to 24 s and
+# failed, and so did `keysvc import`'s 10,000-key batches (rt41 R4, R5). On SQLite (a
+# trigger not as expected, so none stands aside: each fires) no-ops.
+NEW_KEYS_ON = Sql(
+    "select 0",
+    "select set_config('keysvc.new_key', 'on', true), set_config('keysvc.bulk_insert', 'on', true)",
+)
+NEW_KEYS_OFF = Sql(
+    "select 0",
+    "select set_config('keysvc.new_key', '', true), set_config('keysvc.bulk_insert', '', true)",
+)
+NEW_KEYS_COUNTED = Sql("select ?, ?, ?", BULK_COUNTED.postgres)
 NEW_KEYS_GRANTED = Sql("select ?", BULK_GRANTED.postgres)
 
 # SQLite: a table that has triggers (even ones that stand aside) makes each insert into
@@ -223,6 +234,7 @@ async def insert_batch(
         if role_rows:
             await conn.executemany(key_sql.INSERT_KEY_ROLE, role_rows)
         await conn.execute(NEW_KEYS_OFF)
+        await conn.execute(NEW_KEYS_COUNTED, (len(key_rows), last_seq, organization_id))
         await conn.execute(NEW_KEYS_GRANTED, (len(role_rows),))
     for sql, rows in ((key_sql.INSERT_DETAILS, detail_rows), (INSERT_IMPORT, import_rows)):
         if rows:
