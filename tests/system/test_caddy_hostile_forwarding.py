@@ -66,6 +66,25 @@ CALLER_HEADERS = {
     "X-Auth-Request-User": "someone-else",
     "X-Tenant-Id": "someone-else",
     "X-Api-Key": "someone-else",
+    # rt41 R2: what PHP's classic "client IP" helper reads first, and other proxies'.
+    "Client-Ip": "1.2.3.4",
+    "Http-Client-Ip": "1.2.3.4",
+    "Proxy-Client-Ip": "1.2.3.4",
+    "Wl-Proxy-Client-Ip": "1.2.3.4",
+    "X-Forwarded": "for=1.2.3.4",
+    "Forwarded-For": "1.2.3.4",
+    "X-Originating-Ip": "1.2.3.4",
+    "X-Proxyuser-Ip": "1.2.3.4",
+    "X-Envoy-External-Address": "1.2.3.4",
+    "Via": "1.1 evil.example",
+    "Cookie2": "session=someone-else",
+    "X-Authenticated-User": "someone-else",
+    "X-Verified": "yes",
+    # keysvc's own request names: set by the Caddyfile for keysvc alone.
+    "X-Required-Permission": "reports:read",
+    "X-Required-Organization": "someone-else",
+    "X-Credit-Cost": "0",
+    "X-Ratelimit": "tokens;cost=0",
 }
 
 
@@ -197,6 +216,24 @@ def test_a_huge_header_is_refused_never_a_502(stack: Stack, size: int, status: i
     assert statuses == {status}, statuses
     if status == 431:
         assert stack.verified() == before  # keysvc never asked
+
+
+def test_a_path_go_escapes_three_times_over_is_never_keysvc_s_refusal(stack: Stack) -> None:
+    """rt41 R1: Caddy writes the path again, escaped (a byte 0x80 as %80), into the
+    X-Forwarded-Uri it sent keysvc, which reads none: 6,000 such bytes were keysvc's
+    400 "too long" (and, keysvc closing while Caddy wrote, its 503 at random). Now
+    keysvc is asked and answers; the upstream's own limits are its own."""
+    key = stack.create_key(roles=["developer"])
+    for _ in range(3):
+        before = stack.verified()
+        head = (
+            b"GET /orders/" + b"\x80" * 6_000 + b" HTTP/1.1\r\n"
+            + f"Host: 127.0.0.1:{stack.caddy.port}\r\n".encode()
+            + f"Authorization: {key.headers['Authorization']}\r\nConnection: close\r\n\r\n".encode()
+        )
+        status, _, body = raw_answer(stack.caddy.port, head, 30)
+        assert status not in {502, 503, 504}, (status, body)
+        assert stack.verified() == before + 1, (status, body)  # keysvc verified it
 
 
 def test_every_header_caddy_forwards_fits_keysvcs_line_limit(stack: Stack) -> None:
