@@ -227,7 +227,9 @@ def test_a_path_go_escapes_three_times_over_is_never_keysvc_s_refusal(stack: Sta
     for _ in range(3):
         before = stack.verified()
         head = (
-            b"GET /orders/" + b"\x80" * 6_000 + b" HTTP/1.1\r\n"
+            b"GET /orders/"
+            + b"\x80" * 6_000
+            + b" HTTP/1.1\r\n"
             + f"Host: 127.0.0.1:{stack.caddy.port}\r\n".encode()
             + f"Authorization: {key.headers['Authorization']}\r\nConnection: close\r\n\r\n".encode()
         )

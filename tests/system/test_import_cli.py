@@ -4,6 +4,7 @@ run importing nothing twice, the imported tokens verifying on a served instance 
 ``Authorization: Bearer``, and an export of public fields only that a second keysvc
 imports as public data (keys that open with nothing until rotated)."""
 
+import asyncio
 import hashlib
 import json
 import os
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 
 from tests.postgres import PEPPER, Postgres
@@ -68,6 +70,37 @@ def _imported(tmp_path: Path, count: int, *options: str) -> tuple[str, str, Path
     assert imported.returncode == 0, imported.stderr
     assert json.loads(imported.stdout)["imported"] == count
     return db, org, source
+
+
+def test_the_default_batch_is_smaller_on_postgresql(db: str, tmp_path: Path) -> None:
+    """A batch holds the write lock every instance's writes take for as long as it is
+    written (rt41 R5): on PostgreSQL the default is 1,000 records, on SQLite 10,000.
+    Each batch is one key_import activity."""
+    done = keysvc("bootstrap", "--db", db, env=ENV)
+    assert done.returncode == 0, done.stderr
+    org = json.loads(done.stdout)["organizationId"]
+    source = tmp_path / "keys.jsonl"
+    lines = [json.dumps(_record(n, secrets.token_urlsafe(24))) for n in range(2_500)]
+    source.write_text("\n".join(lines) + "\n")
+    larger = {**ENV, "KEYSVC_MAX_KEYS_PER_ORG": "5000"}
+    imported = keysvc("import", "--db", db, "--org", org, str(source), env=larger)
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads(imported.stdout)["imported"] == 2_500
+    sql = "select count(*) from activities where type = 'key_import'"
+    if db.startswith("postgres"):
+        batches = asyncio.run(_pg_value(db, sql))
+    else:
+        with sqlite3.connect(db) as conn:
+            ((batches,),) = conn.execute(sql).fetchall()
+    assert batches == (3 if db.startswith("postgres") else 1)
+
+
+async def _pg_value(url: str, sql: str) -> Any:
+    conn = await asyncpg.connect(url)
+    try:
+        return await conn.fetchval(sql)
+    finally:
+        await conn.close()
 
 
 def test_import_then_serve_then_export_round_trip(db: str, tmp_path: Path) -> None:
