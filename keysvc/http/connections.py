@@ -69,6 +69,37 @@ class Guard:
         )
 
 
+# After answering a request whose head it refused, how long keysvc keeps reading (and
+# dropping) what the client still sends before it closes. A socket closed with bytes
+# unread resets the connection: a proxy still writing the rest of that head (Caddy's
+# forward_auth passes keysvc every client header) got a write error in place of the
+# answer, and made keysvc's 400 its own 502, or Caddyfile's 503 (rt41 R1).
+LINGER_SECONDS = 2.0
+
+
+class _HalfClosing:
+    """A connection's transport whose ``close`` half-closes it once the answer is
+    written (``write_eof``), then closes it whole after LINGER_SECONDS; the client's own
+    close ends it sooner (asyncio closes a transport at its end of input)."""
+
+    __slots__ = ("_loop", "_transport")
+
+    def __init__(self, transport: Any, loop: asyncio.AbstractEventLoop):
+        self._transport = transport
+        self._loop = loop
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+    def close(self) -> None:
+        transport = self._transport
+        if transport.is_closing() or not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        self._loop.call_later(LINGER_SECONDS, transport.close)
+
+
 class GuardedHandler(web.RequestHandler):
     """aiohttp's connection handler, with the connection cap and a deadline for
     each request's head: from the moment the connection is made, and from the
@@ -123,6 +154,17 @@ class GuardedHandler(web.RequestHandler):
             return False
         payload = self._messages[-1][1]
         return payload is EMPTY_PAYLOAD and not data.endswith((b"\r\n\r\n", b"\n\n"))
+
+    def linger(self) -> None:
+        """Once this answer (to a head the parser refused) is written, read and drop
+        whatever else the client sends until it closes, LINGER_SECONDS at most, rather
+        than reset a connection it is still writing to (``_HalfClosing``)."""
+        transport = self.transport
+        # asyncio's or uvloop's (whose classes are not asyncio.Transport's).
+        if transport is not None and not isinstance(transport, _HalfClosing):
+            # Nothing more is parsed: what comes is dropped (aiohttp's own check).
+            self._close = True
+            self.transport = _HalfClosing(transport, self._loop)  # type: ignore[assignment]
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._stop_head_deadline()

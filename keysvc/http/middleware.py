@@ -224,6 +224,10 @@ def _handle_error(
             _parser_error_kind(exc),
             extra={"requestId": request_id, "remote": request.remote},
         )
+        # keysvc serve's connections: closed without resetting a client still sending.
+        linger = getattr(self, "linger", None)
+        if linger is not None:
+            linger()
     envelope = error_response(request_id, status, text)
     envelope.headers["X-Request-Id"] = request_id
     envelope.force_close()

@@ -238,6 +238,26 @@ def test_a_path_go_escapes_three_times_over_is_never_keysvc_s_refusal(stack: Sta
         assert stack.verified() == before + 1, (status, body)  # keysvc verified it
 
 
+def test_more_header_lines_than_keysvc_reads_are_its_400_never_a_503(stack: Stack) -> None:
+    """rt41 R1, second trigger: 1,000 small headers (under Caddy's 10 KiB) reach keysvc,
+    which reads 128: its 400, and, as keysvc closed while Caddy still wrote them, at
+    random Caddy's 503 "authorization unavailable". keysvc now reads the rest and drops
+    it before closing."""
+    key = stack.create_key(roles=["developer"])
+    many = "".join(f"X-H{n}: v\r\n" for n in range(1_000))
+    statuses = set()
+    for _ in range(20):
+        head = (
+            f"GET /orders HTTP/1.1\r\nHost: 127.0.0.1:{stack.caddy.port}\r\n"
+            f"Authorization: {key.headers['Authorization']}\r\n{many}Connection: close\r\n\r\n"
+        )
+        status, _, body = raw_answer(stack.caddy.port, head.encode(), 30)
+        statuses.add(status)
+        if status == 400:
+            assert json.loads(body)["error"].startswith("malformed HTTP request"), body
+    assert statuses == {400}, statuses
+
+
 def test_every_header_caddy_forwards_fits_keysvcs_line_limit(stack: Stack) -> None:
     """The longest header line Caddy lets through (found by bisection) is shorter than
     keysvc's 16 KiB a line: keysvc never refuses, and closes on, a request Caddy is still
