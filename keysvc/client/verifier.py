@@ -108,7 +108,11 @@ class Verifier:
             # send a caller's header beside it.
             raise ValueError("a Verifier's session may carry no credentials of its own")
         self.client = AsyncClient(url, timeout=timeout, session=session)
-        self._url = URL(self.client.base_url + "/v1/verify")
+        address = self.client.base_url + "/v1/verify"
+        try:
+            self._url: URL | str = URL(address)
+        except ValueError:  # aiohttp refuses it on each request: a 503, as keysvc unreachable
+            self._url = address
         # Verify's question by permission, built once: a miss adds only the caller's
         # header (and its address) to the question's own.
         self._questions: dict[str | None, Call[tuple[Caller, float]]] = {}
