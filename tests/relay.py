@@ -3,7 +3,8 @@ request a client sends goes to keysvc and keysvc's answer comes back, except tha
 ``drops`` is above zero the relay passes the request on, reads keysvc's whole answer
 (keysvc has acted on it), and closes the client's connection instead of answering, as a
 proxy or a keysvc gone between its COMMIT and its answer does. ``methods`` lists the
-method of every request that reached keysvc."""
+method of every request that reached keysvc, ``heads`` its head (request line and
+headers)."""
 
 import asyncio
 import re
@@ -28,6 +29,7 @@ class Relay:
         self.upstream = port
         self.drops = 0
         self.methods: list[str] = []
+        self.heads: list[bytes] = []
         self._server: asyncio.Server | None = None
 
     @property
@@ -50,6 +52,7 @@ class Relay:
         try:
             while request := await _message(client_in):
                 self.methods.append(request.split(b" ", 1)[0].decode())
+                self.heads.append(request.partition(b"\r\n\r\n")[0])
                 keysvc_out.write(request)
                 await keysvc_out.drain()
                 answer = await _message(keysvc_in)

@@ -8,6 +8,7 @@ from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
 import aiohttp
+from yarl import URL
 
 import keysvc.client.calls as calls
 from keysvc.client.auth import basic_authorization
@@ -56,20 +57,30 @@ class AsyncClient:
 
     async def send(self, call: Call[T], authorization: str | None = None) -> T:
         """Run ``call`` with ``authorization`` (None: the client's own; "": none)."""
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
-            self._owns_session = True
         headers = call.request_headers(
             self.authorization if authorization is None else authorization
         )
+        answer = await self.exchange(
+            call.method, self.base_url + call.target(), headers, call.payload()
+        )
+        return outcome(call, answer)
+
+    async def exchange(
+        self, method: str, url: str | URL, headers: Mapping[str, str], body: bytes | None = None
+    ) -> Answer:
+        """One request to keysvc (``url``, absolute) and its answer as it came, whatever
+        its status; ``Unavailable`` when keysvc is unreachable or does not answer in time.
+        ``send`` runs every call through it; ``Verifier`` calls it with a URL and headers
+        built once, as a miss runs it on a service's request path."""
+        session = self._session
+        if session is None:
+            session = self._session = aiohttp.ClientSession(timeout=self._timeout)
+            self._owns_session = True
         try:
-            async with self._session.request(
-                call.method, self.base_url + call.target(), data=call.payload(), headers=headers
-            ) as response:
-                answer = Answer(response.status, response.headers, await response.read())
+            async with session.request(method, url, data=body, headers=headers) as response:
+                return Answer(response.status, response.headers, await response.read())
         except (TimeoutError, aiohttp.ClientError, OSError) as failed:
             raise Unavailable(503, f"keysvc unreachable: {failed!r}") from failed
-        return outcome(call, answer)
 
     async def list_keys(
         self, organization_id: str, *, limit: int | None = None, cursor: str | None = None

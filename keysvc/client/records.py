@@ -2,6 +2,7 @@
 (``Page``), a key with its ETag (``Tagged``), and the caller a verify answer names
 (``Caller``), read from verify's headers or its JSON answer."""
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,12 +53,25 @@ class Caller:
 
 
 def caller_from_headers(headers: Mapping[str, str]) -> Caller:
-    listed = headers.get("X-Key-Permissions", "")
-    external_id = headers.get("X-Key-External-Id")  # percent-encoded UTF-8
-    remaining = headers.get("X-Credits-Remaining")
+    return _caller(
+        headers["X-Key-Id"],
+        headers["X-Organization-Id"],
+        headers.get("X-Key-Permissions", ""),
+        headers.get("X-Key-External-Id"),  # percent-encoded UTF-8
+        headers.get("X-Credits-Remaining"),
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _caller(
+    key_id: str, organization_id: str, listed: str, external_id: str | None, remaining: str | None
+) -> Caller:
+    """The caller these header values name. Kept by value: keysvc names the same key
+    with the same values on every verify until it changes, and a ``Caller`` is frozen,
+    so one is as good as another (making one costs more than a verify's other reading)."""
     return Caller(
-        key_id=headers["X-Key-Id"],
-        organization_id=headers["X-Organization-Id"],
+        key_id=key_id,
+        organization_id=organization_id,
         permissions=frozenset(p for p in listed.split(",") if p),
         external_id=None if external_id is None else unquote(external_id),
         credits_remaining=int(remaining) if remaining is not None else None,

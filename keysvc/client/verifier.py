@@ -25,15 +25,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import aiohttp
+from yarl import URL
 
 import keysvc.client.calls as calls
 from keysvc.client.aio import AsyncClient
 from keysvc.client.errors import KeysvcError
 from keysvc.client.records import Caller
 from keysvc.client.reuse import ReuseStore, digest, reuse_seconds
-from keysvc.client.wire import Answer, Call
+from keysvc.client.wire import Answer, Call, outcome
 
 PASSED_ON = frozenset({401, 403, 429})
+MAX_QUESTIONS = 256  # verify questions kept built, one per permission asked for
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,14 @@ class Verifier:
             # send a caller's header beside it.
             raise ValueError("a Verifier's session may carry no credentials of its own")
         self.client = AsyncClient(url, timeout=timeout, session=session)
+        address = self.client.base_url + "/v1/verify"
+        try:
+            self._url: URL | str = URL(address)
+        except ValueError:  # aiohttp refuses it on each request: a 503, as keysvc unreachable
+            self._url = address
+        # Verify's question by permission, built once: a miss adds only the caller's
+        # header (and its address) to the question's own.
+        self._questions: dict[str | None, Call[tuple[Caller, float]]] = {}
         self.organization = organization
         self.forward_client_address = forward_client_address
         self.full = full
@@ -174,20 +184,31 @@ class Verifier:
         client_address: str | None,
     ) -> Caller | Refusal:
         """keysvc's answer, kept when it says so."""
-        headers = calls.verify_headers(
-            permission=permission,
-            organization=self.organization,
-            forwarded_for=client_address,
-            full=self.full,
-        )
-        # POST: spent credits are not spent again by a proxy or aiohttp asking again
-        # after a lost answer, as they may for a GET (keysvc answers verify on any method).
-        call = Call("POST", "/v1/verify", _read, headers=headers)
+        question = self._question(permission)
+        headers = question.request_headers(authorization)
+        if client_address is not None:
+            headers["X-Forwarded-For"] = client_address
         asked = time.monotonic()
         try:  # the caller's header, always there: it replaces any default of the session
-            caller, seconds = await self.client.send(call, authorization)
+            answer = await self.client.exchange(question.method, self._url, headers)
+            caller, seconds = outcome(question, answer)
         except KeysvcError as refused:
             return refusal(refused, self.retry_after)
         if seconds > 0:
             self.kept.put(key, caller, asked + seconds)
         return caller
+
+    def _question(self, permission: str | None) -> Call[tuple[Caller, float]]:
+        """Verify's question for ``permission``, without the caller's header and address.
+        POST: spent credits are not spent again by a proxy or aiohttp asking again after
+        a lost answer, as they may be for a GET (keysvc answers verify on any method)."""
+        question = self._questions.get(permission)
+        if question is None:
+            if len(self._questions) >= MAX_QUESTIONS:  # permissions named per request
+                self._questions.clear()
+            headers = calls.verify_headers(
+                permission=permission, organization=self.organization, full=self.full
+            )
+            question = Call("POST", "/v1/verify", _read, headers=headers)
+            self._questions[permission] = question
+        return question

@@ -24,7 +24,7 @@ import pytest
 from keysvc.client import Verifier
 from tests.helpers import ClientFactory, Creds
 from tests.middleware import Keysvc, aiohttp_service, running_keysvc
-from tests.server import free_port
+from tests.server import Server, admin_creds, bootstrap, free_port
 
 REUSE_SECONDS = 1  # keysvc's default
 BOUND = REUSE_SECONDS + 0.5
@@ -93,10 +93,18 @@ async def test_the_full_answer_brings_the_name_and_meta(
         await full.close()
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:{free}",  # nothing listens
+        "http://[::1",  # URLs aiohttp refuses on each request
+        "http://127.0.0.1:99999",
+    ],
+)
 async def test_keysvc_unreachable_is_a_503_with_retry_after(
-    keysvc: Keysvc, aiohttp_client: ClientFactory
+    keysvc: Keysvc, aiohttp_client: ClientFactory, url: str
 ) -> None:
-    nowhere = Verifier(f"http://127.0.0.1:{free_port()}", retry_after=3)
+    nowhere = Verifier(url.format(free=free_port()), retry_after=3)
     try:
         client = await aiohttp_client(aiohttp_service(nowhere))
         status, headers, body = await get(client, "/", keysvc.admin)
@@ -245,3 +253,26 @@ async def test_a_kept_answer_is_found_without_a_coroutine_and_only_as_keysvc_all
     assert verifier.reused([credited.headers["Authorization"]], None, None) is None
     await asyncio.sleep(REUSE_SECONDS + 0.1)
     assert verifier.reused(header, None, None) is None  # past keysvc's bound
+
+
+async def test_a_verifier_reaches_keysvc_on_its_unix_socket_through_the_session_given(
+    tmp_path: Path, aiohttp_client: ClientFactory
+) -> None:
+    """keysvc on a unix socket alone (``--tcp off``): the Verifier is given a session
+    with aiohttp's UnixConnector, as docs/forward-auth/code.md says."""
+    db = tmp_path / "keysvc.db"
+    admin = admin_creds(bootstrap(db))
+    socket = tmp_path / "keysvc.sock"
+    with Server(db, unix=socket, tcp=False):
+        session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(socket)))
+        verifier = Verifier("http://keysvc", session=session)
+        try:
+            service = await aiohttp_client(aiohttp_service(verifier))
+            status, _, body = await get(service, "/reports", admin)
+            assert (status, body["keyId"]) == (200, admin.id)
+            wrong = Creds(admin.organization_id, admin.id, admin.key_id, "0" * len(admin.secret))
+            status, _, body = await get(service, "/", wrong)
+            assert status == 401 and body["error"].startswith("invalid credentials"), body
+        finally:
+            await verifier.close()
+            await session.close()

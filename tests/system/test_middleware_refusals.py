@@ -140,3 +140,56 @@ async def test_a_lost_verify_answer_is_not_spent_again(
         finally:
             await verifier.close()
     assert keysvc.api("GET", f"/keys/{metered.id}")["credits"]["remaining"] == 9
+
+
+def head_fields(head: bytes) -> tuple[str, list[tuple[str, str]]]:
+    """A request head's line and its header fields (names in lower case), in order."""
+    line, *fields = head.decode().split("\r\n")
+    pairs = [field.split(":", 1) for field in fields]
+    return line, [(name.lower(), value.strip()) for name, value in pairs]
+
+
+async def test_verify_carries_the_callers_header_and_only_what_the_service_sets(
+    keysvc: Keysvc, aiohttp_client: ClientFactory
+) -> None:
+    """Whatever the client sends beside its Authorization (a claimed address, a
+    requirement of its own, a cookie), verify's question holds the caller's header, the
+    route's permission, the organization and the address the service saw, each once;
+    a question asked again within the bound is not sent."""
+    admin = keysvc.admin
+    claims = {
+        **admin.headers,
+        "X-Forwarded-For": "10.0.0.9",
+        "X-Required-Permission": "*",
+        "X-Required-Organization": "someone-else",
+        "Cookie": "session=x",
+    }
+    async with Relay(keysvc.server.port) as relay:
+        at = relay.base
+        verifier = Verifier(at, organization=admin.organization_id, forward_client_address=True)
+        try:
+            service = await aiohttp_client(aiohttp_service(verifier))
+            for path in ("/", "/reports", "/", "/reports"):
+                assert (await service.get(path, headers=claims)).status == 200
+        finally:
+            await verifier.close()
+    asked = [head_fields(head) for head in relay.heads]
+    assert [line for line, _ in asked] == ["POST /v1/verify HTTP/1.1"] * 2
+    for (_, fields), permission in zip(asked, (None, "reports:read"), strict=True):
+        names = [name for name, _ in fields]
+        assert len(names) == len(set(names)), names
+        expected = {
+            "host": at.removeprefix("http://"),
+            "authorization": admin.headers["Authorization"],
+            "user-agent": "keysvc-client",
+            "accept": "*/*",
+            "x-required-organization": admin.organization_id,
+            "x-forwarded-for": "127.0.0.1",
+            "content-length": "0",
+        }
+        if permission is not None:
+            expected["x-required-permission"] = permission
+        sent = dict(fields)
+        for own in ("accept-encoding", "content-type"):  # aiohttp's own, for any POST
+            sent.pop(own)
+        assert sent == expected

@@ -3,6 +3,7 @@ answer be kept, the digest that keys it, and the bounded store."""
 
 import pytest
 
+from keysvc.client.records import caller_from_headers
 from keysvc.client.reuse import ReuseStore, digest, reuse_seconds
 
 NOW = 1_800_000_000.25
@@ -52,3 +53,22 @@ def test_the_store_keeps_until_the_deadline_and_drops_the_least_recently_used() 
     nothing: ReuseStore[str] = ReuseStore(0)
     nothing.put(b"a", "A", deadline=10)
     assert len(nothing) == 0
+
+
+def test_a_caller_read_from_headers_follows_every_value_it_is_read_from() -> None:
+    """Callers are kept by their header values: the same values give the same caller,
+    and any value changed (a permission, the credits left) gives a new one."""
+    headers = {
+        "X-Key-Id": "k1",
+        "X-Organization-Id": "o1",
+        "X-Key-Permissions": "keys:read,roles:read",
+        "X-Key-External-Id": "user%207",
+    }
+    first = caller_from_headers(headers)
+    assert caller_from_headers(dict(headers)) is first
+    assert (first.permissions, first.external_id) == ({"keys:read", "roles:read"}, "user 7")
+    fewer = caller_from_headers({**headers, "X-Key-Permissions": "keys:read"})
+    assert fewer.permissions == {"keys:read"} and not fewer.may("roles:read")
+    spent = [caller_from_headers({**headers, "X-Credits-Remaining": n}) for n in ("2", "1")]
+    assert [caller.credits_remaining for caller in spent] == [2, 1]
+    assert caller_from_headers({**headers, "X-Key-Id": "k2"}).key_id == "k2"
