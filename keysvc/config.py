@@ -224,8 +224,8 @@ OPTIONS = (
     ),
     Option(
         "header_timeout", "KEYSVC_HEADER_TIMEOUT", "10", v.seconds,
-        "seconds a client may take to send a request line and headers, and a body, before"
-        " it is cut off",
+        "seconds a client may take to send a request line and headers, and a body, or to"
+        " read an answer, before it is cut off",
     ),
     Option(
         "idle_timeout", "KEYSVC_IDLE_TIMEOUT", "75", v.seconds,

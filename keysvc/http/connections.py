@@ -1,6 +1,6 @@
 """The connections of ``keysvc serve``: how long a client may take to send a request's
-head, how long a kept-alive connection may wait for its next request, and how many
-connections may be open at once.
+head or to read an answer, how long a kept-alive connection may wait for its next
+request, and how many connections may be open at once.
 
 aiohttp closes idle connections itself (``keepalive_timeout``, from
 ``idle_timeout``) but has no deadline for a request's head and no connection limit;
@@ -54,6 +54,10 @@ class Guard:
             logging.INFO,
             "closed %d more connections that sent no whole request head in the last %g s",
         )
+        self._unread = _once_per_interval(
+            logging.INFO,
+            "closed %d more connections that took no answer off the wire in the last %g s",
+        )
 
     def refused(self) -> None:
         self._refused.log(
@@ -68,6 +72,12 @@ class Guard:
             self.header_timeout,
         )
 
+    def unread(self) -> None:
+        self._unread.log(
+            "closed a connection that read nothing of its answers in %g s (header-timeout)",
+            self.header_timeout,
+        )
+
 
 # After answering a request whose head it refused, how long keysvc keeps reading (and
 # dropping) what the client still sends before it closes. A socket closed with bytes
@@ -75,6 +85,9 @@ class Guard:
 # forward_auth passes keysvc every client header) got a write error in place of the
 # answer, and made keysvc's 400 its own 502, or Caddyfile's 503 (rt41 R1).
 LINGER_SECONDS = 2.0
+# And how much of it: more than any head a proxy would still be writing (keysvc reads
+# 16 KiB a line), then the connection is closed, unread bytes or not (rt42 F2).
+LINGER_BYTES = 256 * 1024
 
 
 class _HalfClosing:
@@ -82,11 +95,18 @@ class _HalfClosing:
     written (``write_eof``), then closes it whole after LINGER_SECONDS; the client's own
     close ends it sooner (asyncio closes a transport at its end of input)."""
 
-    __slots__ = ("_loop", "_transport")
+    __slots__ = ("_loop", "_transport", "dropped")
 
     def __init__(self, transport: Any, loop: asyncio.AbstractEventLoop):
         self._transport = transport
         self._loop = loop
+        # Bytes read and dropped since the answer.
+        self.dropped = 0
+
+    def drop(self, data: bytes) -> None:
+        self.dropped += len(data)
+        if self.dropped > LINGER_BYTES:
+            self._transport.close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
@@ -101,16 +121,29 @@ class _HalfClosing:
 
 
 class GuardedHandler(web.RequestHandler):
-    """aiohttp's connection handler, with the connection cap and a deadline for
-    each request's head: from the moment the connection is made, and from the
-    first byte of each later request."""
+    """aiohttp's connection handler, with the connection cap, a deadline for
+    each request's head (from the moment the connection is made, and from the
+    first byte of each later request) and the same for an answer the client
+    does not read: a connection whose writes stay paused (the client's receive
+    window and keysvc's send buffer full) that long is aborted. Without it a
+    client that pipelines requests and never reads holds its connection, one of
+    the capped number, for as long as it likes (rt42 F1)."""
 
-    __slots__ = ("_body", "_counted", "_guard", "_head_deadline")
+    __slots__ = (
+        "_body",
+        "_close_deadline",
+        "_counted",
+        "_guard",
+        "_head_deadline",
+        "_send_deadline",
+    )
 
     def __init__(self, manager: web.Server, *, guard: Guard, **kwargs: Any):
         super().__init__(manager, **kwargs)
         self._guard = guard
         self._head_deadline: asyncio.TimerHandle | None = None
+        self._send_deadline: asyncio.TimerHandle | None = None
+        self._close_deadline: asyncio.TimerHandle | None = None
         self._counted = False
         # The body of the last request whose head arrived: bytes that come while it is
         # still being received are its, not the start of another head.
@@ -129,6 +162,8 @@ class GuardedHandler(web.RequestHandler):
         self._start_head_deadline()
 
     def data_received(self, data: bytes) -> None:
+        if self._close and isinstance(self.transport, _HalfClosing):
+            self.transport.drop(data)
         heads = self._request_count
         # Asked before the bytes are parsed: those that end a body are still its.
         in_body = self._body is not None and not self._body.is_eof()
@@ -166,8 +201,55 @@ class GuardedHandler(web.RequestHandler):
             self._close = True
             self.transport = _HalfClosing(transport, self._loop)  # type: ignore[assignment]
 
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._send_deadline = self._loop.call_later(self._guard.header_timeout, self._send_overdue)
+
+    def resume_writing(self) -> None:
+        self._stop_send_deadline()
+        super().resume_writing()
+
+    def _stop_send_deadline(self) -> None:
+        if self._send_deadline is not None:
+            self._send_deadline.cancel()
+            self._send_deadline = None
+
+    def _send_overdue(self) -> None:
+        self._send_deadline = None
+        self._guard.unread()
+        transport = self.transport
+        self.force_close()
+        if transport is not None:
+            # force_close closes it, and close waits for the buffer the client is not
+            # reading: abort drops that buffer.
+            transport.abort()
+
+    def force_close(self) -> None:
+        transport = self.transport
+        super().force_close()
+        self._bound_close(transport)
+
+    async def start(self) -> None:
+        await super().start()
+        # aiohttp closes the transport when its handler loop ends without force_close.
+        self._bound_close(self.transport)
+
+    def _bound_close(self, transport: asyncio.Transport | None) -> None:
+        """A transport's close waits until what is buffered is written, which a
+        client reading nothing makes forever: its connection, one of the capped
+        number, was never lost (rt42 F1). Past the header timeout (and the linger,
+        which delays a close) it is aborted."""
+        if transport is not None and self._counted and self._close_deadline is None:
+            self._close_deadline = self._loop.call_later(
+                self._guard.header_timeout + LINGER_SECONDS, transport.abort
+            )
+
     def connection_lost(self, exc: BaseException | None) -> None:
         self._stop_head_deadline()
+        self._stop_send_deadline()
+        if self._close_deadline is not None:
+            self._close_deadline.cancel()
+            self._close_deadline = None
         if self._counted:
             self._counted = False
             self._guard.open -= 1

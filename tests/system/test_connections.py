@@ -7,6 +7,7 @@ Timing here is generous on purpose: a deadline is checked to have passed, and
 what must close is waited for up to ``WITHIN`` seconds, far more than needed.
 """
 
+import contextlib
 import json
 import resource
 import selectors
@@ -330,3 +331,45 @@ def test_under_a_low_hard_limit_the_cap_shrinks_to_fit(tmp_path: Path) -> None:
         answers_again(server.port)
         text = server.stderr_text()
     assert "Too many open files" not in text and "out of system resource" not in text
+
+
+# A client that pipelines requests and never reads (rt42 F1): answers, 401s and 429s with
+# no key needed, to fill its small receive window and the kernel's send buffer.
+PIPELINED = b"GET /v1/verify HTTP/1.1\r\nHost: k\r\nAuthorization: Bearer x\r\n\r\n"
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+@pytest.mark.parametrize(
+    ("requests", "idle_timeout"),
+    [
+        # More answers than the kernel holds: keysvc's writes pause mid-answer.
+        (30_000, "600"),
+        # Fewer: all are written but the last few KB, and the idle timeout's close
+        # waited for those forever.
+        (3_000, "1"),
+    ],
+)
+def test_a_client_that_never_reads_its_answers_loses_its_connection(
+    tmp_path: Path, loop: str, requests: int, idle_timeout: str
+) -> None:
+    """Its connection is aborted within about the header timeout (plus the linger):
+    the slot it held under max-connections comes back, where before it was held for
+    as long as the client kept the socket."""
+    env = {
+        "KEYSVC_LOOP": loop,
+        "KEYSVC_MAX_CONNECTIONS": "1",
+        "KEYSVC_HEADER_TIMEOUT": "1",
+        "KEYSVC_IDLE_TIMEOUT": idle_timeout,
+    }
+    with Server(tmp_path / "k.db", env=env) as server:
+        with socket.socket() as hog:
+            hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+            hog.connect(("127.0.0.1", server.port))
+            hog.settimeout(5)
+            # Aborted, or keysvc reading no more: either way, what follows.
+            with contextlib.suppress(ConnectionError, TimeoutError):
+                hog.sendall(PIPELINED * requests)
+            answers_again(server.port)
+        if requests == 30_000:
+            (line,) = wait_for_log(server, "read nothing of its answers")
+            assert line["level"] == "info"

@@ -45,3 +45,31 @@ def test_a_refused_head_is_answered_and_the_rest_read_never_reset(tmp_path: Path
             assert head.split(b" ")[1] == b"400", answer[:300]
             envelope = json.loads(body)
             assert envelope["status"] == 400 and envelope["requestId"], envelope
+
+
+def test_what_is_read_after_a_refused_head_is_bounded(tmp_path: Path) -> None:
+    """The rest is read and dropped up to LINGER_BYTES, not for all of LINGER_SECONDS at
+    whatever rate the client can send (rt42 F2): past it the connection is closed."""
+    db = tmp_path / "keysvc.db"
+    bootstrap(db)
+    path = tmp_path / "keysvc.sock"
+    chunk = b"X-More: " + b"v" * 65_000 + b"\r\n"
+    sent = 0
+    with (
+        Server(db, unix=path, tcp=False),
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client,
+    ):
+        client.settimeout(10)
+        client.connect(str(path))
+        client.sendall(FIRST)
+        readable, _, _ = select.select([client], [], [], 10)
+        assert readable, "no answer in 10 s"
+        started = time.monotonic()
+        try:
+            while time.monotonic() - started < 30:
+                sent += client.send(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+    # The limit, and what the two sockets' buffers hold besides; a client unbounded
+    # sent gigabytes in the 2 s.
+    assert sent < 32 * 1024 * 1024, sent
