@@ -40,7 +40,8 @@ def seen_after(
 ) -> list[tuple[float, int]]:
     """Keep ``creds``'s answer at ``path`` in nginx's cache (the second and third of three
     requests in one second are served from it: keysvc never sees them), make ``change``,
-    then request it without pause until the bound and WATCHED more seconds have passed:
+    then request it without pause until the bound and WATCHED more seconds have passed
+    (and five requests were made past the bound):
     each request's start, in seconds after ``change`` returned, and nginx's status."""
     for _ in range(5):  # three requests in one second, on a loaded machine: a few tries
         second = int(early_in_a_second())  # the answer kept now is served until its end
@@ -55,9 +56,13 @@ def seen_after(
     assert stack.verified() == before, "the priming requests were not served from the cache"
     change()
     changed = time.monotonic()
-    seen = []
-    while (started := time.monotonic() - changed) < BOUND + WATCHED:
+    seen: list[tuple[float, int]] = []
+    late = 0
+    # Until WATCHED seconds past the bound, and at least five requests started past it
+    # (a loaded machine may take longer over each): what assert_within_the_bound reads.
+    while (started := time.monotonic() - changed) < BOUND + WATCHED or late < 5:
         seen.append((started, stack.get(path, creds).status))
+        late += started >= BOUND
     return seen
 
 
