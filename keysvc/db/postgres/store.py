@@ -37,6 +37,7 @@ from keysvc.db.postgres.connection import (
     CONNECT_SECONDS,
     COUNT_SECONDS,
     READY_SECONDS,
+    START_CONNECT_SECONDS,
     STATEMENT_SECONDS,
     UNAVAILABLE,
     Outage,
@@ -356,7 +357,7 @@ class PgStore(CoreFront):
         # bound on the pool.
         direct = replicas.listen_url or url
         conn = await asyncpg.connect(
-            direct, timeout=CONNECT_SECONDS, server_settings=pgschema.QUIET
+            direct, timeout=START_CONNECT_SECONDS, server_settings=pgschema.QUIET
         )
         try:
             await pgschema.migrate(conn, create=create)
