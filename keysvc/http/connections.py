@@ -1,5 +1,5 @@
 """The connections of ``keysvc serve``: how long a client may take to send a request's
-head or to read an answer, how long a kept-alive connection may wait for its next
+head, how slowly it may read its answers, how long a kept-alive connection may wait for its next
 request, and how many connections may be open at once.
 
 aiohttp closes idle connections itself (``keepalive_timeout``, from
@@ -14,6 +14,8 @@ lines at a time (``keysvc.logs.Throttled``).
 import asyncio
 import logging
 import resource
+import socket
+import struct
 from typing import Any
 
 from aiohttp import web
@@ -74,7 +76,9 @@ class Guard:
 
     def unread(self) -> None:
         self._unread.log(
-            "closed a connection that read nothing of its answers in %g s (header-timeout)",
+            "closed a connection whose client read less than %d bytes of its answers in"
+            " %g s (header-timeout)",
+            MIN_READ_BYTES,
             self.header_timeout,
         )
 
@@ -88,6 +92,37 @@ LINGER_SECONDS = 2.0
 # And how much of it: more than any head a proxy would still be writing (keysvc reads
 # 16 KiB a line), then the connection is closed, unread bytes or not (rt42 F2).
 LINGER_BYTES = 256 * 1024
+
+
+# A TCP client with answers waiting for it must take at least this many bytes of them
+# off the wire in each header-timeout, or its connection is aborted (rt42 F1, rt43).
+MIN_READ_BYTES = 1024
+# Linux's struct tcp_info (linux/tcp.h): how many of its bytes to ask for, and where
+# tcpi_unacked (segments sent, not acknowledged), tcpi_bytes_acked and
+# tcpi_notsent_bytes lie in it.
+_TCP_INFO_LENGTH = 152
+_UNACKED = struct.Struct("=I")
+_UNACKED_AT = 24
+_BYTES_ACKED = struct.Struct("=Q")
+_BYTES_ACKED_AT = 120
+_NOTSENT = struct.Struct("=I")
+_NOTSENT_AT = 144
+
+
+def acknowledged(sock: Any) -> tuple[int, bool] | None:
+    """How many bytes of what keysvc sent on the TCP socket ``sock`` its peer has
+    acknowledged (taken into its receive window), and whether more wait for it in the
+    kernel; None where the kernel does not say (not Linux, not TCP)."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_LENGTH)
+    except (AttributeError, OSError):
+        return None
+    if len(info) < _NOTSENT_AT + _NOTSENT.size:
+        return None
+    (acked,) = _BYTES_ACKED.unpack_from(info, _BYTES_ACKED_AT)
+    (unacked,) = _UNACKED.unpack_from(info, _UNACKED_AT)
+    (notsent,) = _NOTSENT.unpack_from(info, _NOTSENT_AT)
+    return acked, bool(unacked or notsent)
 
 
 class _HalfClosing:
@@ -123,26 +158,37 @@ class _HalfClosing:
 class GuardedHandler(web.RequestHandler):
     """aiohttp's connection handler, with the connection cap, a deadline for
     each request's head (from the moment the connection is made, and from the
-    first byte of each later request) and the same for an answer the client
-    does not read: a connection whose writes stay paused (the client's receive
-    window and keysvc's send buffer full) that long is aborted. Without it a
-    client that pipelines requests and never reads holds its connection, one of
-    the capped number, for as long as it likes (rt42 F1)."""
+    first byte of each later request), and a bound on a client that reads none
+    of its answers.
+
+    That bound is judged by what the client's TCP stack acknowledged, checked once
+    every header-timeout: with answers waiting for it (keysvc's buffer, or the
+    kernel's), a client that took less than MIN_READ_BYTES of them in a whole
+    interval is aborted. Without it a client that pipelined requests and never
+    read held its connection, one of the capped number, for as long as it liked
+    (rt42 F1): the answers filled a send queue the kernel grows to megabytes,
+    and keysvc kept answering. Whether keysvc's writes are paused does not tell
+    it: a client reading tens of KB a second never let them resume (rt43 G2)."""
 
     __slots__ = (
+        "_acked",
         "_body",
         "_close_deadline",
         "_counted",
         "_guard",
         "_head_deadline",
-        "_send_deadline",
+        "_read_watch",
+        "_tcp",
     )
 
     def __init__(self, manager: web.Server, *, guard: Guard, **kwargs: Any):
         super().__init__(manager, **kwargs)
         self._guard = guard
         self._head_deadline: asyncio.TimerHandle | None = None
-        self._send_deadline: asyncio.TimerHandle | None = None
+        self._read_watch: asyncio.TimerHandle | None = None
+        # What the client had acknowledged at the last check, if answers were waiting.
+        self._acked: int | None = None
+        self._tcp: Any = None
         self._close_deadline: asyncio.TimerHandle | None = None
         self._counted = False
         # The body of the last request whose head arrived: bytes that come while it is
@@ -160,6 +206,12 @@ class GuardedHandler(web.RequestHandler):
         self._counted = True
         super().connection_made(transport)
         self._start_head_deadline()
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            # A unix socket's client is the proxy beside keysvc, which reads every
+            # answer whatever its own client does.
+            self._tcp = sock
+            self._read_watch = self._loop.call_later(guard.header_timeout, self._check_reads)
 
     def data_received(self, data: bytes) -> None:
         if self._close and isinstance(self.transport, _HalfClosing):
@@ -201,28 +253,22 @@ class GuardedHandler(web.RequestHandler):
             self._close = True
             self.transport = _HalfClosing(transport, self._loop)  # type: ignore[assignment]
 
-    def pause_writing(self) -> None:
-        super().pause_writing()
-        self._send_deadline = self._loop.call_later(self._guard.header_timeout, self._send_overdue)
-
-    def resume_writing(self) -> None:
-        self._stop_send_deadline()
-        super().resume_writing()
-
-    def _stop_send_deadline(self) -> None:
-        if self._send_deadline is not None:
-            self._send_deadline.cancel()
-            self._send_deadline = None
-
-    def _send_overdue(self) -> None:
-        self._send_deadline = None
-        self._guard.unread()
+    def _check_reads(self) -> None:
+        self._read_watch = None
         transport = self.transport
-        self.force_close()
-        if transport is not None:
-            # force_close closes it, and close waits for the buffer the client is not
-            # reading: abort drops that buffer.
+        state = acknowledged(self._tcp)
+        if transport is None or state is None:
+            return
+        acked, waiting = state
+        waiting = waiting or bool(transport.get_write_buffer_size())
+        if waiting and self._acked is not None and acked - self._acked < MIN_READ_BYTES:
+            self._guard.unread()
+            self.force_close()
+            # force_close's close waits for the buffer the client is not reading.
             transport.abort()
+            return
+        self._acked = acked if waiting else None
+        self._read_watch = self._loop.call_later(self._guard.header_timeout, self._check_reads)
 
     def force_close(self) -> None:
         transport = self.transport
@@ -246,7 +292,9 @@ class GuardedHandler(web.RequestHandler):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._stop_head_deadline()
-        self._stop_send_deadline()
+        if self._read_watch is not None:
+            self._read_watch.cancel()
+            self._read_watch = None
         if self._close_deadline is not None:
             self._close_deadline.cancel()
             self._close_deadline = None

@@ -12,6 +12,7 @@ import json
 import resource
 import selectors
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -371,5 +372,78 @@ def test_a_client_that_never_reads_its_answers_loses_its_connection(
                 hog.sendall(PIPELINED * requests)
             answers_again(server.port)
         if requests == 30_000:
-            (line,) = wait_for_log(server, "read nothing of its answers")
+            (line,) = wait_for_log(server, "bytes of its answers")
             assert line["level"] == "info"
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_many_clients_that_never_read_lose_their_connections_together(
+    tmp_path: Path, loop: str
+) -> None:
+    """Twenty at once, every slot (rt43 G1): keysvc answers them all as fast as it can,
+    into send queues the kernel grows to megabytes, and their writes never pause within
+    the bound; still each is aborted once an interval passes with nothing acknowledged."""
+    count = 20
+    env = {
+        "KEYSVC_LOOP": loop,
+        "KEYSVC_MAX_CONNECTIONS": str(count),
+        "KEYSVC_HEADER_TIMEOUT": "1",
+        "KEYSVC_IDLE_TIMEOUT": "600",
+    }
+    with Server(tmp_path / "k.db", env=env) as server, ExitStack() as stack:
+        hogs = []
+        for _ in range(count):
+            hog = stack.enter_context(socket.socket())
+            hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+            hog.connect(("127.0.0.1", server.port))
+            hog.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                hog.send(PIPELINED * 5_000)
+            hogs.append(hog)
+        # Every slot back (the hogs are never read from: reading would make them readers).
+        deadline = time.monotonic() + WITHIN
+        while not every_slot_answers(server.port, count):
+            assert time.monotonic() < deadline, "slots still held"
+            time.sleep(0.5)
+
+
+def every_slot_answers(port: int, count: int) -> bool:
+    """Whether ``count`` connections, open at once, are each answered."""
+    try:
+        with connections(port, count, HEALTHZ) as socks:
+            return all(read_answer(sock)[0] == 200 for sock in socks)
+    except (ConnectionError, AssertionError):
+        return False
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_a_client_reading_its_pipelined_answers_slowly_keeps_its_connection(
+    tmp_path: Path, loop: str
+) -> None:
+    """3 KB a second (more than MIN_READ_BYTES a header-timeout), from a small receive
+    window, while it pipelines without pause: never cut off (rt43 G2: a check on paused
+    writes cut off such readers, even at 20 to 60 KB a second)."""
+    env = {"KEYSVC_LOOP": loop, "KEYSVC_HEADER_TIMEOUT": "3", "KEYSVC_IDLE_TIMEOUT": "600"}
+    with Server(tmp_path / "k.db", env=env) as server, socket.socket() as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect(("127.0.0.1", server.port))
+        stop = threading.Event()
+
+        def pipeline() -> None:
+            with contextlib.suppress(OSError):
+                while not stop.is_set():
+                    client.sendall(PIPELINED * 1_000)
+
+        sender = threading.Thread(target=pipeline, daemon=True)
+        sender.start()
+        read = 0
+        started = time.monotonic()
+        try:
+            while time.monotonic() - started < 15:
+                chunk = client.recv(300)
+                assert chunk, f"closed after {time.monotonic() - started:.1f} s, {read} B read"
+                read += len(chunk)
+                time.sleep(0.1)
+        finally:
+            stop.set()
+        assert "bytes of its answers" not in server.stderr_text()
