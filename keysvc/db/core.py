@@ -12,7 +12,7 @@ import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -122,8 +122,12 @@ class StoreCore:
         self.revoked_uses = RevokedUses(writer, self.chain, self.seal)
         self.roles = RoleStore(reader, observer)
         self.identities = IdentityStore(reader, observer, caches)
-        # Verify's spends of credits, in group commits (issue 29).
-        self.spends = SpendBatches(self.transaction, self._spend_all)
+        # Verify's spends of credits, in group commits (issue 29), in the transactions
+        # ``spend_writes`` gives (SQLite's store sets its own: ``keysvc.db.sqlite.store``).
+        self.spend_writes: Callable[[], AbstractAsyncContextManager[Connection]] = (
+            writer.transaction
+        )
+        self.spends = SpendBatches(self._spend_transaction, self._spend_all)
         self._upkeep: asyncio.Task[None] | None = None
         self._first_round = asyncio.Event()
 
@@ -220,16 +224,22 @@ class StoreCore:
         await asyncio.gather(*(t for t in running if t is not None), return_exceptions=True)
 
     @asynccontextmanager
-    async def transaction(self, operation: str, timed: bool = True) -> AsyncIterator[Connection]:
-        """One write transaction, for the domain to read, check its rules and write in.
-        Its duration, waiting for the write lock included, is reported to the observer
-        as ``operation``'s, as ``timed`` reports a call's: the name is required, so
-        that no write goes unmeasured, but for one whose duration would tell a public
-        caller what it found (``timed=False``: a leak report's)."""
+    async def transaction(
+        self,
+        operation: str,
+        timed: bool = True,
+        writes: Callable[[], AbstractAsyncContextManager[Connection]] | None = None,
+    ) -> AsyncIterator[Connection]:
+        """One write transaction, for the domain to read, check its rules and write in
+        (the writer's, or the one ``writes`` gives). Its duration, waiting for the write
+        lock included, is reported to the observer as ``operation``'s, as ``timed``
+        reports a call's: the name is required, so that no write goes unmeasured, but
+        for one whose duration would tell a public caller what it found
+        (``timed=False``: a leak report's)."""
         observer = self.observer if timed else None
         started = time.perf_counter()
         try:
-            async with self.writer.transaction() as conn:
+            async with (writes or self.writer.transaction)() as conn:
                 yield conn
         finally:
             if observer is not None:
@@ -327,6 +337,9 @@ class StoreCore:
         return await self.spends.spend(
             organization_id, key_id, now, rule, external_id, identity_rule
         )
+
+    def _spend_transaction(self, operation: str) -> AbstractAsyncContextManager[Connection]:
+        return self.transaction(operation, writes=self.spend_writes)
 
     async def _spend_all(self, conn: Connection, batch: Sequence[Pending]) -> list[Spent]:
         """A batch's spends (``keysvc.db.credits.spend_batch``) and their events enqueued,

@@ -23,7 +23,7 @@ import os
 import sqlite3
 import stat
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import aiosqlite
@@ -191,32 +191,32 @@ class Writer:
         self._on_authorization_changed = on_authorization_changed
         # Set by authorization_changed inside the running transaction (writes are serial).
         self._authorization_changed = False
+        # Whether the running transaction's caller was cancelled during its commit.
+        self._commit_cancelled = False
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """One write transaction; holds the process's write lock throughout."""
+    async def transaction(
+        self, begun: Callable[[], AbstractAsyncContextManager[Connection]] | None = None
+    ) -> AsyncIterator[Connection]:
+        """One write transaction; holds the process's write lock throughout. On this
+        connection, or in the transaction ``begun`` gives (another connection's, that
+        begins and commits it: the create batches', ``CreateThread.transaction``)."""
         async with self.lock:
             try:
-                async with self._transaction() as conn:
+                async with self._transaction(begun or self._here) as conn:
                     yield conn
             finally:
                 await self.keep_lost_wal()
 
     @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+    async def _transaction(
+        self, begun: Callable[[], AbstractAsyncContextManager[Connection]]
+    ) -> AsyncIterator[Connection]:
         self._authorization_changed = False
-        cancelled = False
+        self._commit_cancelled = False
         try:
-            await self.conn.execute("begin immediate")
-            try:
-                yield self.conn
-                self.file.check()  # else rolled back: see keysvc.db.sqlite.filewatch
-                cancelled = await to_the_end(self.conn.execute("commit"))
-            except BaseException:
-                # SQLite may have rolled back already (a full disk does).
-                if self.conn.in_transaction:
-                    await self.conn.execute("rollback")
-                raise
+            async with begun() as conn:
+                yield conn
         except sqlite3.Error as exc:
             failure = self.space.failed(exc)
             if failure is exc:
@@ -225,8 +225,23 @@ class Writer:
         self.space.succeeded()
         if self._authorization_changed:
             self._on_authorization_changed()
-        if cancelled:
+        if self._commit_cancelled:
             raise asyncio.CancelledError
+
+    @asynccontextmanager
+    async def _here(self) -> AsyncIterator[Connection]:
+        """A transaction on this connection; a commit whose caller was cancelled meanwhile
+        is awaited to its end, then said (``_commit_cancelled``)."""
+        await self.conn.execute("begin immediate")
+        try:
+            yield self.conn
+            self.file.check()  # else rolled back: see keysvc.db.sqlite.filewatch
+            self._commit_cancelled = await to_the_end(self.conn.execute("commit"))
+        except BaseException:
+            # SQLite may have rolled back already (a full disk does).
+            if self.conn.in_transaction:
+                await self.conn.execute("rollback")
+            raise
 
     async def keep_lost_wal(self) -> None:
         """With the lock held and no transaction open: if the write-ahead log is no

@@ -13,15 +13,16 @@ import asyncio
 import json
 import sqlite3
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from keysvc.db import activities as activity_sql
 from keysvc.db import keys as key_sql
-from keysvc.db.contract import Announce, KeyEvent, Recheck, Records
+from keysvc.db.contract import Announce, Connection, KeyEvent, Recheck, Records
 from keysvc.db.keys import GRANTED_ROLES, over_limit
 from keysvc.db.meta import GENERATION
 from keysvc.db.outbox import enqueue_now
@@ -53,6 +54,29 @@ Made = tuple[Key | None, Exception | None]
 # A create waiting in a batch: the key, its organization's key limit, its activity and
 # its rule.
 Create = tuple[NewKey, int, Announce, Recheck | None]
+
+
+class NowConnection:
+    """A sqlite3 connection as the SQL functions use one (``keysvc.db.contract.Connection``):
+    each statement runs when it is awaited, on the loop, with no hand-over to a thread
+    and nothing to wait for (the write lock is held), so nothing between two statements
+    can cancel the transaction halfway."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self._conn = conn
+
+    async def execute(self, sql: str, parameters: Iterable[Any] = (), /) -> sqlite3.Cursor:
+        return self._conn.execute(sql, tuple(parameters))
+
+    async def executemany(self, sql: str, parameters: Iterable[Iterable[Any]], /) -> sqlite3.Cursor:
+        return self._conn.executemany(sql, (tuple(row) for row in parameters))
+
+    async def execute_fetchall(self, sql: str, parameters: Iterable[Any] = (), /) -> list[Any]:
+        return self._conn.execute(sql, tuple(parameters)).fetchall()
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._conn.in_transaction
 
 
 class CreateThread:
@@ -96,6 +120,28 @@ class CreateThread:
         return self._conn
 
     async def run(self, batch: list[Create]) -> list[Made]:
+        async with self._begun() as conn:
+            # Nothing in it waits: the sqlite3 connection runs each statement now, so
+            # nothing is cancelled between the batch's keys and their records.
+            staged = _Staged(self._key_event(), self._chain, self._seal)
+            return await _stage_batch(conn, batch, staged)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Connection]:
+        """A write transaction on this connection for a batch of other writes (a spend
+        batch, ``keysvc.db.spendbatch``), as a create batch's: its statements run on the
+        loop as they are awaited (``NowConnection``), its commit on the thread. One
+        hand-over a transaction, where aiosqlite's writer makes one a statement and
+        the begin and the commit (why: docs/PERFORMANCE.md, issue 36, "Round 3").
+        The caller holds the writer's lock (``Writer.transaction``)."""
+        async with self._begun() as conn:
+            yield NowConnection(conn)
+
+    @asynccontextmanager
+    async def _begun(self) -> AsyncIterator[sqlite3.Connection]:
+        """The connection in a write transaction, held (``_using``) until it has
+        committed, on the thread, once the caller's block ends; rolled back if the block
+        raises or the database file is no longer the one opened."""
         async with self._using:
             if self._closed:  # before, or while this batch waited for the one before it
                 raise ServiceUnavailable("the database is closed: the server is stopping")
@@ -105,17 +151,13 @@ class CreateThread:
             if conn is None or not _begin_now(conn):
                 conn = await self._on_thread(_begin, self)
             try:
-                # Nothing in it waits: the sqlite3 connection runs each statement now, so
-                # nothing is cancelled between the batch's keys and their records.
-                staged = _Staged(self._key_event(), self._chain, self._seal)
-                outcomes = await _stage_batch(conn, batch, staged)
+                yield conn
                 self._file.check()
-            except Exception:
+            except BaseException:
                 if conn.in_transaction:  # SQLite may have rolled back already (a full disk)
                     conn.execute("rollback")
                 raise
             await self._on_thread(_commit, conn)
-            return outcomes
 
     async def _on_thread(self, call: Callable[..., _T], *args: object) -> _T:
         """``call(*args)`` on the thread. Cancelled meanwhile, it still waits for the

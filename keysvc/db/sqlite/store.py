@@ -5,7 +5,8 @@ that each write runs in its own ``BEGIN IMMEDIATE`` transaction; one reader, whi
 WAL mode sees only committed data; a point reader on the loop
 (``keysvc.db.sqlite.pointreads``); one synchronous "watcher" asking whether anything
 was committed since it last looked (``keysvc.db.sqlite.freshness``); and the create
-batches' own (``keysvc.db.sqlite.createbatch``). What both backends answer alike is
+batches' own (``keysvc.db.sqlite.createbatch``), which the spend batches of credits
+write on too (one hand-over to a thread a batch, its commit). What both backends answer alike is
 ``keysvc.db.core.StoreCore``'s, which this store holds.
 """
 
@@ -14,6 +15,7 @@ import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import aiosqlite
@@ -73,6 +75,8 @@ class Store(CoreFront):
         )
         self._front(core)
         self._creates = Creates(path, self.writer, self.chain, self.seal, records)
+        # Spend batches on the create batches' connection: one hand-over a batch.
+        core.spend_writes = partial(self.writer.transaction, self._creates.thread.transaction)
 
     @classmethod
     async def open(
