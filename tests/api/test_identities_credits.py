@@ -11,7 +11,7 @@ import pytest
 
 from keysvc.config import Settings
 from keysvc.http.state import STORE
-from tests.api.test_store_batch import trace_creates
+from tests.api.createtrace import trace_creates
 from tests.api.webhooks import create_webhook, private_client
 from tests.helpers import (
     Client,

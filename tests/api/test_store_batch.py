@@ -18,6 +18,7 @@ from keysvc.errors import Conflict
 from keysvc.http.state import CLOCK, HASHER, SETTINGS, STORE
 from keysvc.models import Key, NewKey
 from keysvc.timeutil import to_minute, to_text
+from tests.api.createtrace import trace_creates
 from tests.helpers import Client, Creds, FakeClock, count_statements
 
 # What a create by keysvc itself records: these tests call the store directly.
@@ -48,16 +49,6 @@ async def outcomes(store: Store, news: list[NewKey], max_keys: int) -> list[Key 
     )
     assert not [r for r in results if not isinstance(r, Key | Exception)]
     return [r for r in results if isinstance(r, Key | Exception)]
-
-
-async def trace_creates(store: Store, trace: Callable[[str], object] | None) -> None:
-    """Have the create thread's connection report every statement it runs to ``trace``
-    (a statement run for many rows, once per row); None stops it."""
-    creates = store._creates.thread
-    assert creates._conn is not None
-    # On the create thread, between batches: the connection is never used by two at once.
-    loop = asyncio.get_running_loop()
-    await loop.run_in_executor(creates._thread, creates._conn.set_trace_callback, trace)
 
 
 def count_batches(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
