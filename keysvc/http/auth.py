@@ -255,7 +255,7 @@ async def authenticate(request: web.Request, address: "IPAddress | None", now: d
     if key.ip_access_list and not address_allowed(address, key.ip_access_list):
         _outcome(request, "ip")
         raise Forbidden("client address not allowed for this key")
-    _outcome(request, "ok")
+    request[AUTH_OUTCOME] = "ok"
     if store.needs_touch(key, minute):
         await store.touch_used(key.id, minute)
     return key
@@ -515,8 +515,9 @@ async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
     if route is not None and route.public:
         return await handler(request)
     refused = raised = False
+    app = request.app
     try:
-        request[CALLER], decision = await _admit(request, request.app)
+        request[CALLER], decision = await _admit(request, app)
         if decision is not None:
             request[RATE_DECISION] = decision
         if route is not None and route.permission is not None:
@@ -531,13 +532,13 @@ async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
         raised = True
         raise
     finally:
-        _count_use(request, refused, raised)
+        _count_use(request, app, refused, raised)
     if decision is not None:
         response.headers.update(decision.headers)
     return response
 
 
-def _count_use(request: web.Request, refused: bool, raised: bool) -> None:
+def _count_use(request: web.Request, app: web.Application, refused: bool, raised: bool) -> None:
     """Count the request in its key's usage, if its secret was proven; ``refused``: its
     answer is a 403, ``forbidden`` for an admitted key whatever raised it; ``raised``:
     the handling raised. A view's own refusal (``USAGE_REFUSAL``) is raised, so an
@@ -550,4 +551,4 @@ def _count_use(request: web.Request, refused: bool, raised: bool) -> None:
         reason = given or ("permission" if refused and reason == "ok" else reason)
         outcome = _USAGE_OUTCOME.get(reason)
         if outcome is not None:
-            request.app[STORE].count_use(proven[0], proven[1], outcome)
+            app[STORE].count_use(proven[0], proven[1], outcome)
