@@ -30,6 +30,7 @@ import secrets
 import string
 import zlib
 from pathlib import Path
+from typing import Any
 
 from keysvc.config import ConfigError
 
@@ -141,11 +142,15 @@ class Hasher:
         self.secret_prefix = secret_prefix
         # Keyed once: each hash copies it (the pepper's padding is not hashed again).
         self._keyed = hmac.new(pepper, digestmod=hashlib.sha256)
+        # The C object hmac.HMAC wraps (OpenSSL's), when it has one: copied directly, a
+        # hash skips the wrapper's Python methods (3,500 of its 19,000 instructions).
+        self._keyed_c: Any = getattr(self._keyed, "_hmac", None) or self._keyed
 
     def _mac(self, data: bytes) -> bytes:
-        mac = self._keyed.copy()
+        mac = self._keyed_c.copy()
         mac.update(data)
-        return mac.digest()
+        digest: bytes = mac.digest()
+        return digest
 
     def keyed(self, sha256_b64_value: str) -> bytes:
         """HMAC-SHA256(pepper, base64(SHA-256(v))), given base64(SHA-256(v))."""

@@ -201,8 +201,9 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self._tallies = RequestTallies()
-        self.registry.register(self._tallies)
+        # Public for the access record, which counts every request straight into it.
+        self.tallies = RequestTallies()
+        self.registry.register(self.tallies)
         self._keys = Gauge(
             "keysvc_keys",
             "API keys by effective state (expired: enabled but past expireAt),"
@@ -229,12 +230,6 @@ class Metrics:
             self._keys.labels(state=state)
         # The labelled children, looked up once per label set: operations are bounded.
         self._db_by_operation: dict[str, Histogram] = {}
-
-    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
-        self._tallies.request(route, method, status, seconds)
-
-    def observe_auth(self, reason: AuthReason) -> None:
-        self._tallies.auth(reason)
 
     def observe_db(self, operation: str, seconds: float) -> None:
         child = self._db_by_operation.get(operation)

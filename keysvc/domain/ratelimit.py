@@ -22,7 +22,7 @@ import struct
 from collections import Counter
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from keysvc.config import Settings
 from keysvc.domain.addresses import IPAddress
@@ -39,8 +39,10 @@ _CELLS_BYTES = _ROWS * _COLUMNS * _CELL.size
 _ZEROS = bytes(_CELLS_BYTES)
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
+    """One request's standing against one limit. A named tuple: made on every counted
+    request, where a frozen dataclass sets each field through ``object.__setattr__``."""
+
     allowed: bool
     limit: int
     remaining: int
@@ -111,6 +113,16 @@ class WindowCounter:
     def take(self, asks: Sequence[Ask], now: float) -> list[Decision]:
         """Each ask's decision, counted only if all of them fit: checked first, then
         counted, with nothing awaited between, so a refused request counts against none."""
+        if len(asks) == 1:  # most verifies: one limit, and no lists
+            ask = asks[0]
+            start, end, count = self._current(ask.name, ask.window, now)
+            fit = ask.fits(count)
+            if fit and ask.cost:
+                count += ask.cost
+                self._keep(ask.name, ask.owner, (start, end, count))
+                if len(self._counts) > self._max:
+                    self._prune(now)
+            return [self._decide(ask.limit, end, count, now, fit)]
         current = [self._current(ask.name, ask.window, now) for ask in asks]
         fits = [ask.fits(count) for ask, (_, _, count) in zip(asks, current, strict=True)]
         every = all(fits)
@@ -291,6 +303,12 @@ class Limits:
         if self.shared is None:
             return self.requests.take(asks, now)
         return await self.shared.take(asks, now)
+
+    def failures_allow_here(self, address: IPAddress | None, limit: int, now: float) -> bool | None:
+        """``failures_allow``'s answer when nothing is shared (no await); None: ask it."""
+        if self.shared is not None:
+            return None
+        return self.failures.allows(address, limit, now)
 
     async def failures_allow(self, address: IPAddress | None, limit: int, now: float) -> bool:
         """Whether ``address``'s network is still under ``limit`` failed logins."""

@@ -100,18 +100,19 @@ class Access:
         self._lines = AccessLines(logger, "request") if mode != "off" else None
         # The route whose successes get no line; None: every answer gets one.
         self._quiet = VERIFY.path if mode == "errors" else None
-        self._metrics = metrics
+        # Counted into directly: one call a family rather than two, on every request.
+        self._tallies = metrics.tallies if metrics is not None else None
 
     def record(self, request: web.Request, request_id: str, status: int, seconds: float) -> None:
         """Log and count the answer to ``request``, whose ID the middleware made."""
         route = route_template(request)
         outcome = request.get(AUTH_OUTCOME)
-        metrics = self._metrics
-        if metrics is not None:
-            method = request.method if request.method in _METHODS else "other"
-            metrics.observe_request(route, method, status, seconds)
+        tallies = self._tallies
+        if tallies is not None:
+            method = request.method
+            tallies.request(route, method if method in _METHODS else "other", status, seconds)
             if outcome is not None:
-                metrics.observe_auth(outcome)
+                tallies.auth(outcome)
         lines = self._lines
         if lines is None or (status < 400 and route == self._quiet):
             return

@@ -255,7 +255,7 @@ async def authenticate(request: web.Request, address: "IPAddress | None", now: d
     if key.ip_access_list and not address_allowed(address, key.ip_access_list):
         _outcome(request, "ip")
         raise Forbidden("client address not allowed for this key")
-    _outcome(request, "ok")
+    request[AUTH_OUTCOME] = "ok"
     if store.needs_touch(key, minute):
         await store.touch_used(key.id, minute)
     return key
@@ -410,18 +410,37 @@ def _refuse_address(request: web.Request, limits: Limits, now: float) -> NoRetur
     )
 
 
+def _peer(peer: str | None) -> tuple[IPAddress | None, str | None]:
+    """The peer's address and its text, for a request without X-Forwarded-For."""
+    address = _peer_address(peer)
+    return address, None if address is None else str(address)
+
+
+# As _peer_address: a few peers make most requests, and str() of an address costs more
+# than the rest of finding it.
+_peer_and_text = functools.lru_cache(maxsize=1024)(_peer)
+
+
 def request_address(request: web.Request) -> IPAddress | None:
     """The client address of ``request`` (``client_address``), as keysvc believes it."""
+    return _request_address(request, request.app[SETTINGS].trusted_proxies)[0]
+
+
+def _request_address(
+    request: web.Request, trusted: Sequence[IPNetwork]
+) -> tuple[IPAddress | None, str | None]:
+    """``request_address`` and its text (``CLIENT_ADDRESS``'s)."""
     forwarded = request.headers.get(hdrs.X_FORWARDED_FOR)
-    if forwarded is not None:
-        # One list, in order, however many lines carry it: a proxy that appends its own
-        # line must not leave the client's first line to be read as the last hop.
-        forwarded = ", ".join(request.headers.getall(hdrs.X_FORWARDED_FOR))
-    # Only a forwarded header makes the socket matter: without one, a unix peer has
-    # no address either way (its peername is empty), so most requests skip the lookup.
-    from_proxy = forwarded is not None and _over_unix(request)
-    trusted = request.app[SETTINGS].trusted_proxies
-    return client_address(request.remote, forwarded, trusted, from_proxy)
+    if forwarded is None:
+        # Without a forwarded header a unix peer has no address either way (its
+        # peername is empty): the peer alone decides.
+        return _peer_and_text(request.remote)
+    # One list, in order, however many lines carry it: a proxy that appends its own
+    # line must not leave the client's first line to be read as the last hop.
+    forwarded = ", ".join(request.headers.getall(hdrs.X_FORWARDED_FOR))
+    from_proxy = _over_unix(request)
+    address = client_address(request.remote, forwarded, trusted, from_proxy)
+    return address, None if address is None else str(address)
 
 
 async def throttled_address(request: web.Request) -> IPAddress | None:
@@ -447,18 +466,20 @@ async def admit_unproven(request: web.Request) -> IPAddress | None:
     return address
 
 
-async def _admit(request: web.Request) -> tuple[Key, Decision | None]:
+async def _admit(request: web.Request, app: web.Application) -> tuple[Key, Decision | None]:
     """Authenticate within the limits: failed logins per network, then requests per
     key. The caller's key, and its standing against its request limit if it has one."""
-    app = request.app
     settings, limits = app[SETTINGS], app[LIMITS]
     moment = app[CLOCK]()
     now = moment.timestamp()
-    address = request_address(request)
+    address, text = _request_address(request, settings.trusted_proxies)
     # Checked before the credentials, so a blocked address is refused even with valid ones.
-    if not await limits.failures_allow(address, settings.auth_failures, now):
+    allowed = limits.failures_allow_here(address, settings.auth_failures, now)
+    if allowed is None:
+        allowed = await limits.failures_allow(address, settings.auth_failures, now)
+    if not allowed:
         _refuse_address(request, limits, now)
-    request[CLIENT_ADDRESS] = None if address is None else str(address)
+    request[CLIENT_ADDRESS] = text
     try:
         key = await authenticate(request, address, moment)
     except Unauthorized:
@@ -494,8 +515,9 @@ async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
     if route is not None and route.public:
         return await handler(request)
     refused = raised = False
+    app = request.app
     try:
-        request[CALLER], decision = await _admit(request)
+        request[CALLER], decision = await _admit(request, app)
         if decision is not None:
             request[RATE_DECISION] = decision
         if route is not None and route.permission is not None:
@@ -510,13 +532,13 @@ async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
         raised = True
         raise
     finally:
-        _count_use(request, refused, raised)
+        _count_use(request, app, refused, raised)
     if decision is not None:
         response.headers.update(decision.headers)
     return response
 
 
-def _count_use(request: web.Request, refused: bool, raised: bool) -> None:
+def _count_use(request: web.Request, app: web.Application, refused: bool, raised: bool) -> None:
     """Count the request in its key's usage, if its secret was proven; ``refused``: its
     answer is a 403, ``forbidden`` for an admitted key whatever raised it; ``raised``:
     the handling raised. A view's own refusal (``USAGE_REFUSAL``) is raised, so an
@@ -529,4 +551,4 @@ def _count_use(request: web.Request, refused: bool, raised: bool) -> None:
         reason = given or ("permission" if refused and reason == "ok" else reason)
         outcome = _USAGE_OUTCOME.get(reason)
         if outcome is not None:
-            request.app[STORE].count_use(proven[0], proven[1], outcome)
+            app[STORE].count_use(proven[0], proven[1], outcome)

@@ -12,6 +12,9 @@ puts the envelope around it.
 """
 
 import json
+from collections.abc import Mapping
+from types import MappingProxyType
+from urllib.parse import quote
 
 from keysvc.db.contract import Records
 from keysvc.domain import activities
@@ -27,6 +30,8 @@ STORE_RECORDS = Records(pre_log=activities.pre_log, key_event=api_key)
 _ENCODER = json.JSONEncoder()
 _MEMO = "_api_json"
 _PERMISSIONS_MEMO = "_permissions_header"
+_VERIFY_MEMO = "_verify_headers"
+_ANSWER_MEMO = "_verify_answer_headers"
 # Longest X-Key-Permissions verify sends: with the rest of its headers it fits in one
 # 4 KiB page, nginx's default proxy_buffer_size, which a longer answer overflows (nginx
 # then fails the auth subrequest, and so the request, with a 500).
@@ -79,3 +84,48 @@ def keys_json(keys: list[Key]) -> str:
 
 def encode(value: object) -> str:
     return _ENCODER.encode(value)
+
+
+# What X-Key-External-Id leaves as it is: printable ASCII but "%", the escape.
+_AS_IS = "".join(chr(code) for code in range(0x20, 0x7F) if chr(code) != "%")
+
+
+def external_id_header(external_id: str) -> str:
+    """``external_id`` as X-Key-External-Id carries it: UTF-8, every byte outside
+    printable ASCII and every "%" percent-encoded (RFC 3986), so the header is ASCII
+    and an ASCII ID without "%" reads as itself; ``urllib.parse.unquote`` gives it back."""
+    return quote(external_id, safe=_AS_IS)
+
+
+def verify_headers(key: Key) -> Mapping[str, str]:
+    """The headers a verify's 200 says of ``key`` (who it is, its organization, its
+    permissions, its externalId if it has one), made once per ``Key`` object and shared:
+    read-only."""
+    memo: Mapping[str, str] | None = key.__dict__.get(_VERIFY_MEMO)
+    if memo is None:
+        headers = {
+            "X-Key-Id": key.id,
+            "X-Organization-Id": key.organization_id,
+            "X-Key-Permissions": permissions_header(key),
+        }
+        if key.external_id is not None:
+            headers["X-Key-External-Id"] = external_id_header(key.external_id)
+        memo = key.__dict__[_VERIFY_MEMO] = MappingProxyType(headers)
+    return memo
+
+
+def verify_answer_headers(
+    key: Key, reuse: Mapping[str, str], headers: Mapping[str, str]
+) -> Mapping[str, str]:
+    """A verify 200's headers: ``reuse`` (``keysvc.http.reuse``), then ``headers``, which
+    win where both name one. For ``verify_headers(key)`` itself, kept on the key while
+    ``reuse`` is the same object (the reuse headers are made once a second), so that most
+    answers build no dict."""
+    if headers is not key.__dict__.get(_VERIFY_MEMO):
+        return {**reuse, **headers}
+    kept: tuple[Mapping[str, str], Mapping[str, str]] | None = key.__dict__.get(_ANSWER_MEMO)
+    if kept is not None and kept[0] is reuse:
+        return kept[1]
+    merged = MappingProxyType({**reuse, **headers})
+    key.__dict__[_ANSWER_MEMO] = (reuse, merged)
+    return merged

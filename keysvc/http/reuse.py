@@ -72,29 +72,33 @@ def must_see_every_request(caller: Key, settings: Settings) -> bool:
     )
 
 
-def reuse_headers(request: web.Request, status: int) -> Mapping[str, str]:
+def reuse_headers(
+    request: web.Request, status: int, caller: Key | None = None
+) -> Mapping[str, str]:
     """The headers that say how long the verify answer of ``status`` to ``request`` may
     be reused: within the setting, the caller's key's expiry and, when it used its
     previous credentials, their grace. A refusal before the key was admitted (a 401, or
     the 403 of an IP access list) ends with nothing sooner than the setting's bound.
-    Read-only: the same headers serve every answer they fit (``_within_setting``)."""
+    ``caller``: the admitted caller, when the view has it at hand (else read from the
+    request). Read-only: the same headers serve every answer they fit (``_within_setting``)."""
     app = request.app
     settings = app[SETTINGS]
     seconds = settings.verify_reuse_seconds
     if not seconds or status not in REUSABLE or request.query_string:
         return _NOT_REUSED
-    caller = request.get(CALLER)
     if caller is None:
-        return _within_setting(app[KEPT_REUSE], app[CLOCK](), seconds)
+        caller = request.get(CALLER)
+        if caller is None:
+            return _within_setting(app[KEPT_REUSE], app[CLOCK](), seconds)
+    if must_see_every_request(caller, settings):
+        return _NOT_REUSED  # the rule's every_request: never reused
     # The grace counts only for an answer that used the previous credentials.
     grace = caller.previous_until
     if grace is not None and not request.get(PREVIOUS_CREDENTIAL, False):
         grace = None
-    every_request = must_see_every_request(caller, settings)
-    if grace is None and caller.expire_at is None and not every_request:
+    if grace is None and caller.expire_at is None:
         return _within_setting(app[KEPT_REUSE], app[CLOCK](), seconds)
-    ends = (caller.expire_at, grace)
-    bound = reuse_bound(app[CLOCK](), seconds, every_request=every_request, ends=ends)
+    bound = reuse_bound(app[CLOCK](), seconds, ends=(caller.expire_at, grace))
     return _NOT_REUSED if bound is None else _headers(bound)
 
 

@@ -32,9 +32,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, NoReturn
-from urllib.parse import quote
 
 from aiohttp import hdrs, web
+from multidict import istr
 
 from keysvc.domain import credits as rules
 from keysvc.domain import identities, keycredits, namedcount, permquery
@@ -59,8 +59,9 @@ from keysvc.http.state import (
 )
 from keysvc.models import Credits, Key, Spent
 
-_PERMISSION = ("permission", "X-Required-Permission")
-_ORGANIZATION = ("organization", "X-Required-Organization")
+# Header names as istr: a case-insensitive lookup of one folds its case once, not per request.
+_PERMISSION = ("permission", istr("X-Required-Permission"))
+_ORGANIZATION = ("organization", istr("X-Required-Organization"))
 
 
 def _asked(request: web.Request, what: tuple[str, str]) -> list[str]:
@@ -95,7 +96,7 @@ def _required_organizations(request: web.Request) -> list[str]:
     return given
 
 
-_COST = ("cost", "X-Credit-Cost")
+_COST = ("cost", istr("X-Credit-Cost"))
 
 
 def _asks_anything(request: web.Request) -> bool:
@@ -128,6 +129,7 @@ _NONE_CHECKED: Checked = ((), ())
 # their stored form (``models.Key.ratelimits``'s), None for none.
 IdentityLimits = tuple[str | None, str | None]
 _NO_IDENTITY: IdentityLimits = (None, None)
+_RATELIMIT = istr(namedcount.HEADER)
 # What a verify that names no limit asks for: shared, never changed.
 _NOTHING_NAMED: Mapping[str, int] = MappingProxyType({})
 
@@ -149,7 +151,7 @@ def _named(request: web.Request, limited: bool) -> Mapping[str, int] | None:
     (not ``limited``) and none is named. Nothing named (no X-Ratelimit, no query string)
     costs one header lookup."""
     headers = request.headers
-    if namedcount.HEADER not in headers and not request.query_string:
+    if _RATELIMIT not in headers and not request.query_string:
         return _NOTHING_NAMED if limited else None
     lines = [line for line in headers.getall(namedcount.HEADER, ()) if line.strip()]
     params = request.query.getall(namedcount.PARAM, []) if request.query_string else []
@@ -173,8 +175,14 @@ async def _count_named(
     )  # fmt: skip
     if not asked.asks:
         return _NONE_CHECKED
-    now = request.app[CLOCK]().timestamp()
-    decisions = await request.app[LIMITS].named(asked.asks, now)
+    app = request.app
+    now = app[CLOCK]().timestamp()
+    limits = app[LIMITS]
+    # Counted in this process's memory unless shared (PostgreSQL): then nothing to await.
+    if limits.shared is None:
+        decisions: Sequence[Decision] = limits.requests.take(asked.asks, now)
+    else:
+        decisions = await limits.named(asked.asks, now)
     for name, ask, decision in zip(asked.names, asked.asks, decisions, strict=True):
         if not decision.allowed:
             request[USAGE_REFUSAL] = "rate_limited"
@@ -185,17 +193,6 @@ async def _count_named(
                 headers=decision.headers,
             )
     return asked.names, decisions
-
-
-# What X-Key-External-Id leaves as it is: printable ASCII but "%", the escape.
-_AS_IS = "".join(chr(code) for code in range(0x20, 0x7F) if chr(code) != "%")
-
-
-def external_id_header(external_id: str) -> str:
-    """``external_id`` as X-Key-External-Id carries it: UTF-8, every byte outside
-    printable ASCII and every "%" percent-encoded (RFC 3986), so the header is ASCII
-    and an ASCII ID without "%" reads as itself; ``urllib.parse.unquote`` gives it back."""
-    return quote(external_id, safe=_AS_IS)
 
 
 class CreditsExhausted(ApiError):
@@ -232,25 +229,23 @@ async def verify(request: web.Request) -> web.Response:
     checked = _NONE_CHECKED
     if named is not None:
         checked = await _count_named(request, caller, named, identity)
-    headers = {
-        "X-Key-Id": caller.id,
-        "X-Organization-Id": caller.organization_id,
-        "X-Key-Permissions": render.permissions_header(caller),
-    }
-    if caller.external_id is not None:
-        headers["X-Key-External-Id"] = external_id_header(caller.external_id)
+    headers: Mapping[str, str] = render.verify_headers(caller)  # made once per key: read-only
     spent = None
     # The caches say whether the key or its identity has credits; the database, how many.
-    if caller.credits is not None or caller.external_id is not None:
+    if caller.credits is not None or external_id is not None:
         now = request.app[CLOCK]()
         spent = await keycredits.spend(request.app[STORE], caller, cost, now)
         if spent is not None:
-            _spent_headers(request, spent, headers, now)
+            own = dict(headers)
+            _spent_headers(request, spent, own, now)
+            headers = own
     if not _wants_json(request):
         # An identity's limits count every request as the key's own do: never reused.
-        reuse = NO_REUSE if identity[1] is not None else reuse_headers(request, 200)
-        return web.Response(status=200, headers={**reuse, **headers})
-    headers.update(NO_REUSE)  # its body depends on Accept, which no documented cache key covers
+        reuse = NO_REUSE if identity[1] is not None else reuse_headers(request, 200, caller)
+        return web.Response(
+            status=200, headers=render.verify_answer_headers(caller, reuse, headers)
+        )
+    headers = {**headers, **NO_REUSE}  # its body depends on Accept, which no cache key covers
     answer = _answer(request, caller, spent, checked)
     owner = await identities.identity_of(request.app[STORE], caller)
     if owner is not None:  # issue 36: who the key is for
