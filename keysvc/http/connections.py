@@ -12,6 +12,7 @@ lines at a time (``keysvc.logs.Throttled``).
 """
 
 import asyncio
+import contextlib
 import logging
 import resource
 import socket
@@ -76,9 +77,9 @@ class Guard:
 
     def unread(self) -> None:
         self._unread.log(
-            "closed a connection whose client read less than %d bytes of its answers in"
+            "closed a connection whose client read none of its answers in %d intervals of"
             " %g s (header-timeout)",
-            MIN_READ_BYTES,
+            STALLED_INTERVALS,
             self.header_timeout,
         )
 
@@ -94,9 +95,16 @@ LINGER_SECONDS = 2.0
 LINGER_BYTES = 256 * 1024
 
 
-# A TCP client with answers waiting for it must take at least this many bytes of them
-# off the wire in each header-timeout, or its connection is aborted (rt42 F1, rt43).
-MIN_READ_BYTES = 1024
+# A TCP client with answers waiting for it that acknowledges none of them through this
+# many header-timeouts in a row is aborted (rt42 F1, rt43 G1). Not one: a receiver's
+# kernel reopens a closed window only once an MSS or half its buffer is free (64 KB on
+# loopback), so a client reading tens of KB a second may acknowledge nothing for a
+# second or more (rt44 H1).
+STALLED_INTERVALS = 2
+# The kernel's send buffer of each accepted TCP connection, fixed: left to Linux's
+# autotuning it grows to 4 MB, which a slow reader kept full, a 1,000-connection cap
+# of them some 2 GB of the host's TCP memory (rt44 H2). The kernel doubles it.
+SEND_BUFFER_BYTES = 128 * 1024
 # Linux's struct tcp_info (linux/tcp.h): how many of its bytes to ask for, and where
 # tcpi_unacked (segments sent, not acknowledged), tcpi_bytes_acked and
 # tcpi_notsent_bytes lie in it.
@@ -163,12 +171,14 @@ class GuardedHandler(web.RequestHandler):
 
     That bound is judged by what the client's TCP stack acknowledged, checked once
     every header-timeout: with answers waiting for it (keysvc's buffer, or the
-    kernel's), a client that took less than MIN_READ_BYTES of them in a whole
-    interval is aborted. Without it a client that pipelined requests and never
-    read held its connection, one of the capped number, for as long as it liked
-    (rt42 F1): the answers filled a send queue the kernel grows to megabytes,
-    and keysvc kept answering. Whether keysvc's writes are paused does not tell
-    it: a client reading tens of KB a second never let them resume (rt43 G2)."""
+    kernel's), a client that acknowledged not one byte of them through
+    STALLED_INTERVALS whole intervals is aborted; and the kernel's send buffer is
+    fixed at SEND_BUFFER_BYTES, so that a slow reader holds little memory. Without
+    these a client that pipelined requests and never read held its connection,
+    one of the capped number, for as long as it liked (rt42 F1): the answers
+    filled a send queue the kernel grows to megabytes, and keysvc kept answering.
+    Whether keysvc's writes are paused does not tell it: a client reading tens of
+    KB a second never let them resume (rt43 G2)."""
 
     __slots__ = (
         "_acked",
@@ -178,6 +188,7 @@ class GuardedHandler(web.RequestHandler):
         "_guard",
         "_head_deadline",
         "_read_watch",
+        "_stalled",
         "_tcp",
     )
 
@@ -188,6 +199,8 @@ class GuardedHandler(web.RequestHandler):
         self._read_watch: asyncio.TimerHandle | None = None
         # What the client had acknowledged at the last check, if answers were waiting.
         self._acked: int | None = None
+        # Intervals in a row with answers waiting and none of them acknowledged.
+        self._stalled = 0
         self._tcp: Any = None
         self._close_deadline: asyncio.TimerHandle | None = None
         self._counted = False
@@ -211,6 +224,8 @@ class GuardedHandler(web.RequestHandler):
             # A unix socket's client is the proxy beside keysvc, which reads every
             # answer whatever its own client does.
             self._tcp = sock
+            with contextlib.suppress(OSError):  # else left as the kernel chose
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
             self._read_watch = self._loop.call_later(guard.header_timeout, self._check_reads)
 
     def data_received(self, data: bytes) -> None:
@@ -261,7 +276,9 @@ class GuardedHandler(web.RequestHandler):
             return
         acked, waiting = state
         waiting = waiting or bool(transport.get_write_buffer_size())
-        if waiting and self._acked is not None and acked - self._acked < MIN_READ_BYTES:
+        stalled = waiting and self._acked == acked
+        self._stalled = self._stalled + 1 if stalled else 0
+        if self._stalled >= STALLED_INTERVALS:
             self._guard.unread()
             self.force_close()
             # force_close's close waits for the buffer the client is not reading.

@@ -22,7 +22,7 @@ import pytest
 
 from keysvc.config import Settings, build_settings
 from keysvc.errors import BadFraming
-from keysvc.http.connections import LOG_INTERVAL_SECONDS, SPARE_DESCRIPTORS
+from keysvc.http.connections import LOG_INTERVAL_SECONDS, SEND_BUFFER_BYTES, SPARE_DESCRIPTORS
 from tests.server import Server, admin_creds, bootstrap
 
 
@@ -372,7 +372,7 @@ def test_a_client_that_never_reads_its_answers_loses_its_connection(
                 hog.sendall(PIPELINED * requests)
             answers_again(server.port)
         if requests == 30_000:
-            (line,) = wait_for_log(server, "bytes of its answers")
+            (line,) = wait_for_log(server, "none of its answers")
             assert line["level"] == "info"
 
 
@@ -417,15 +417,31 @@ def every_slot_answers(port: int, count: int) -> bool:
 
 
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+@pytest.mark.parametrize(
+    ("receive_buffer", "each_tenth", "header_timeout"),
+    [
+        # 3 KB a second from a small receive window (rt43 G2: a check on paused writes
+        # cut off such readers, even at 20 to 60 KB a second).
+        (4096, 300, "3"),
+        # 40 KB a second from the default one, which on loopback reopens its window
+        # only when half of it is free: whole seconds with nothing acknowledged
+        # (rt44 H1: a check for 1 KiB an interval cut such readers off).
+        (0, 4_000, "2"),
+    ],
+)
 def test_a_client_reading_its_pipelined_answers_slowly_keeps_its_connection(
-    tmp_path: Path, loop: str
+    tmp_path: Path, loop: str, receive_buffer: int, each_tenth: int, header_timeout: str
 ) -> None:
-    """3 KB a second (more than MIN_READ_BYTES a header-timeout), from a small receive
-    window, while it pipelines without pause: never cut off (rt43 G2: a check on paused
-    writes cut off such readers, even at 20 to 60 KB a second)."""
-    env = {"KEYSVC_LOOP": loop, "KEYSVC_HEADER_TIMEOUT": "3", "KEYSVC_IDLE_TIMEOUT": "600"}
+    """A client that reads steadily but slowly, while it pipelines without pause: never
+    cut off."""
+    env = {
+        "KEYSVC_LOOP": loop,
+        "KEYSVC_HEADER_TIMEOUT": header_timeout,
+        "KEYSVC_IDLE_TIMEOUT": "600",
+    }
     with Server(tmp_path / "k.db", env=env) as server, socket.socket() as client:
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        if receive_buffer:
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
         client.connect(("127.0.0.1", server.port))
         stop = threading.Event()
 
@@ -440,10 +456,40 @@ def test_a_client_reading_its_pipelined_answers_slowly_keeps_its_connection(
         started = time.monotonic()
         try:
             while time.monotonic() - started < 15:
-                chunk = client.recv(300)
+                chunk = client.recv(each_tenth)
                 assert chunk, f"closed after {time.monotonic() - started:.1f} s, {read} B read"
                 read += len(chunk)
                 time.sleep(0.1)
         finally:
             stop.set()
-        assert "bytes of its answers" not in server.stderr_text()
+        assert "none of its answers" not in server.stderr_text()
+
+
+def send_queue(server_port: int, client_port: int) -> int:
+    """The bytes in the kernel's send queue of keysvc's end of one loopback connection
+    (/proc/net/tcp: local address, remote address, then tx_queue:rx_queue, in hex)."""
+    wanted = (f":{server_port:04X}", f":{client_port:04X}")
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1].endswith(wanted[0]) and fields[2].endswith(wanted[1]):
+            return int(fields[4].split(":")[0], 16)
+    raise AssertionError("no such connection")
+
+
+def test_a_slow_reader_holds_a_bounded_send_queue(tmp_path: Path) -> None:
+    """A client that pipelines and reads nothing (yet) fills keysvc's send queue no
+    further than SEND_BUFFER_BYTES (the kernel doubles it): before, Linux grew it to
+    megabytes a connection, and a cap's worth of slow readers held gigabytes (rt44 H2)."""
+    env = {"KEYSVC_HEADER_TIMEOUT": "600", "KEYSVC_IDLE_TIMEOUT": "600"}
+    with Server(tmp_path / "k.db", env=env) as server, socket.socket() as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect(("127.0.0.1", server.port))
+        client.settimeout(5)
+        with contextlib.suppress(TimeoutError):
+            client.sendall(PIPELINED * 20_000)
+        port = client.getsockname()[1]
+        highest = 0
+        for _ in range(30):
+            highest = max(highest, send_queue(server.port, port))
+            time.sleep(0.1)
+        assert 0 < highest <= 2 * SEND_BUFFER_BYTES + 65536, highest
