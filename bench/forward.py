@@ -17,6 +17,10 @@ what a request cost each front's nginx worker in CPU time (from /proc), a figure
 machine's other load moves less than requests/s. Then hey, at one paced rate (half the
 lower peak of basic and reuse), sends one key's requests through basic and reuse in
 turn, and their p99 are compared. The section is ``forward`` in docs/PERFORMANCE.md.
+
+``KEYSVC_BENCH_NGINX_CONF`` names another config template to run in place of the shipped
+one (a scratch copy with some lines removed, to measure what they cost); the report then
+names it.
 """
 
 import base64
@@ -39,7 +43,9 @@ from bench.report import Cell, CellGrid, Column
 from bench.servers import ROOT, Server, StopsOnExit, free_port, start_keysvc
 
 NAME = "forward-auth"
-TEMPLATE = ROOT / "docs" / "nginx-auth-request.conf"
+SHIPPED = ROOT / "docs" / "nginx-auth-request.conf"
+# Another template in place of the shipped one, for an ablation (docs/PERFORMANCE.md).
+TEMPLATE = Path(os.environ.get("KEYSVC_BENCH_NGINX_CONF") or SHIPPED)
 # The modules the shipped config needs (Debian's libnginx-mod-http-set-misc, and the NDK
 # module it depends on), loaded as Debian's modules-enabled does; make system-deps
 # installs them.
@@ -293,6 +299,8 @@ def section(
     met = "met" if ratio >= TARGET else "MISSED"
     lines = ["## Forward auth: nginx auth_basic vs auth_request to keysvc", ""]
     lines += [f"- {name}: {value}" for name, value in facts]
+    if TEMPLATE != SHIPPED:
+        lines += [f"- nginx config: {TEMPLATE} (KEYSVC_BENCH_NGINX_CONF), not the shipped one"]
     lines += [
         f"- target: with reuse, at least {TARGET:.2f} of `auth_basic`'s requests/s:"
         f" reuse/basic {ratio:.2f}, {met}",
