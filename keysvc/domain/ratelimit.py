@@ -297,6 +297,10 @@ class Limits:
             return self.requests.hit(key_id, limit, window, now, owner)
         return await self.shared.hit(key_id, limit, window, now)
 
+    def named_here(self, asks: Sequence[Ask], now: float) -> list[Decision] | None:
+        """``named``'s answer when nothing is shared (no await); None: ask it."""
+        return self.requests.take(asks, now) if self.shared is None else None
+
     async def named(self, asks: Sequence[Ask], now: float) -> list[Decision]:
         """Check ``asks`` (a verify's named limits) and count them all only if all fit
         (``WindowCounter.take``; shared: ``SharedCounts.take``)."""

@@ -412,7 +412,7 @@ def _refuse_address(request: web.Request, limits: Limits, now: float) -> NoRetur
 
 def _peer(peer: str | None) -> tuple[IPAddress | None, str | None]:
     """The peer's address and its text, for a request without X-Forwarded-For."""
-    address = _peer_address(peer)
+    address = _address(peer)  # kept by the cache below, as _peer_address keeps it
     return address, None if address is None else str(address)
 
 

@@ -1,6 +1,6 @@
 """The connections of ``keysvc serve``: how long a client may take to send a request's
-head, how slowly it may read its answers, how long a kept-alive connection may wait for its next
-request, and how many connections may be open at once.
+head, how slowly it may read its answers, how long a kept-alive connection may wait
+for its next request, and how many connections may be open at once.
 
 aiohttp closes idle connections itself (``keepalive_timeout``, from
 ``idle_timeout``) but has no deadline for a request's head and no connection limit;
@@ -59,7 +59,7 @@ class Guard:
         )
         self._unread = _once_per_interval(
             logging.INFO,
-            "closed %d more connections that took no answer off the wire in the last %g s",
+            "closed %d more connections whose clients read none of their answers in the last %g s",
         )
 
     def refused(self) -> None:

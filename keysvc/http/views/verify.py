@@ -179,9 +179,8 @@ async def _count_named(
     now = app[CLOCK]().timestamp()
     limits = app[LIMITS]
     # Counted in this process's memory unless shared (PostgreSQL): then nothing to await.
-    if limits.shared is None:
-        decisions: Sequence[Decision] = limits.requests.take(asked.asks, now)
-    else:
+    decisions = limits.named_here(asked.asks, now)
+    if decisions is None:
         decisions = await limits.named(asked.asks, now)
     for name, ask, decision in zip(asked.names, asked.asks, decisions, strict=True):
         if not decision.allowed:
