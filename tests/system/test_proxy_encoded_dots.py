@@ -47,7 +47,9 @@ def proxies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Prox
         }
 
 
-PROXIES = ["nginx", "caddy"]
+@pytest.fixture(params=["nginx", "caddy"])
+def proxy(proxies: dict[str, Proxy], request: pytest.FixtureRequest) -> Proxy:
+    return proxies[request.param]
 
 
 def send(proxy: Proxy, target: str) -> tuple[int, Any, int]:
@@ -117,11 +119,9 @@ DOTS_THEN_SEPARATOR = [
 
 
 @pytest.mark.parametrize("path", DOTS_THEN_SEPARATOR)
-@pytest.mark.parametrize("name", PROXIES)
 def test_a_dot_segment_ended_by_an_encoded_separator_is_refused_as_one(
-    proxies: dict[str, Proxy], name: str, path: str
+    proxy: Proxy, path: str
 ) -> None:
-    proxy = proxies[name]
     status, plain, reached = send(proxy, "/a/../b")
     assert (status, reached) == (400, 0), plain
     before = proxy.verified()
@@ -135,11 +135,10 @@ def test_a_dot_segment_ended_by_an_encoded_separator_is_refused_as_one(
 # The bytes a path cannot hold at all: "%00" (nginx's own 400, with its own text) and a
 # raw space (a request line that nginx and Go both refuse).
 @pytest.mark.parametrize("target", ["/a/..%00", "/a/.%00/b", "/a/.. /b", "/a/. "])
-@pytest.mark.parametrize("name", PROXIES)
 def test_a_dot_segment_ended_by_a_byte_no_path_may_hold_is_refused(
-    proxies: dict[str, Proxy], name: str, target: str
+    proxy: Proxy, target: str
 ) -> None:
-    status, body, reached = send(proxies[name], target)
+    status, body, reached = send(proxy, target)
     assert (status, reached) == (400, 0), body
 
 
@@ -165,15 +164,20 @@ ORDINARY = [
     "/a/...%3F",
     "/a/b?x=/../%3F",
     "/a/b?x=..%3F&y=.%20",
+    # After a dot segment, bytes no common upstream cuts a path at or trims a segment
+    # of: not matched (docs/SECURITY.md, "nginx paths").
+    "/a/..%2C",
+    "/a/..:",
+    "/a/.*",
+    "/a/..=",
+    "/a/..~",
+    "/a/..%C2%A0",
 ]
 
 
 @pytest.mark.parametrize("path", ORDINARY)
-@pytest.mark.parametrize("name", PROXIES)
-def test_those_encodings_outside_a_dot_segment_still_pass(
-    proxies: dict[str, Proxy], name: str, path: str
-) -> None:
-    status, body, reached = send(proxies[name], path)
+def test_those_encodings_outside_a_dot_segment_still_pass(proxy: Proxy, path: str) -> None:
+    status, body, reached = send(proxy, path)
     assert (status, reached) == (200, 1), body
     # The upstream got the path asked for: as sent (Caddy), or nginx's normalized
     # path re-encoded, which decodes to the same.
