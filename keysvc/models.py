@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from keysvc.timeutil import to_text
 
@@ -77,11 +77,11 @@ class Credits:
 LOW_SENT, EXHAUSTED_SENT = 1, 2
 
 
-@dataclass(frozen=True)
-class Spend:
+class Spend(NamedTuple):
     """What a spend of credits decided (``keysvc.domain.credits.spent``): whether it is
     allowed, the credits after it, and the events to send in its transaction, each
-    (type, data)."""
+    (type, data). A tuple, made on every verify that spends: a frozen dataclass sets
+    each field through ``object.__setattr__``."""
 
     allowed: bool
     credits: Credits
@@ -92,11 +92,11 @@ class Spend:
 SpendRule = Callable[[Credits], Spend]
 
 
-@dataclass(frozen=True)
-class Spent:
+class Spent(NamedTuple):
     """A verify's spend from its key's credits and its identity's (issue 36), each None
     when unlimited: allowed only if both allow it, and then both are spent; a refusal
-    spends from neither (the refusing side's due refill and events are kept)."""
+    spends from neither (the refusing side's due refill and events are kept). A tuple,
+    as ``Spend`` is."""
 
     key: Spend | None = None
     identity: Spend | None = None

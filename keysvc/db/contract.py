@@ -224,6 +224,16 @@ class IdentityReads(Protocol):
         """The identity's UUID and named rate limits, stored form (cached)."""
         ...
 
+    def sharing_here(self, organization_id: str, external_id: str) -> tuple[bool, str | None]:
+        """``sharing`` from the cache, without an await: (False, None) when not cached."""
+        ...
+
+    def limits_here(
+        self, organization_id: str, external_id: str
+    ) -> tuple[bool, tuple[str | None, str | None]]:
+        """``limits`` from the cache, without an await: (False, ...) when not cached."""
+        ...
+
 
 class Store(Protocol):
     """A database opened to serve (``keysvc.db.backends.open_store``). Its caches

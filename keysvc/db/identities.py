@@ -72,6 +72,20 @@ def _one(rows: Sequence[sqlite3.Row]) -> Identity | None:
     return identity_from_row(rows[0]) if rows else None
 
 
+# Not an identity's facts: ``None`` is one (the keys' externalId has no identity).
+_NOT_CACHED = IdentityFacts("", has_credits=False, ratelimits=None)
+
+
+def _sharing(facts: IdentityFacts | None) -> str | None:
+    return facts.id if facts is not None and facts.has_credits else None
+
+
+def _limits(facts: IdentityFacts | None) -> tuple[str | None, str | None]:
+    if facts is None or not facts.ratelimits:
+        return None, None
+    return facts.id, facts.ratelimits
+
+
 class IdentityStore:
     """The identities as read outside a transaction."""
 
@@ -83,33 +97,51 @@ class IdentityStore:
     async def sharing(self, organization_id: str, external_id: str) -> str | None:
         """The UUID of the identity whose credits a verify of a key with ``external_id``
         spends from; None when there is none or its credits are unlimited."""
-        facts = await self._facts(organization_id, external_id)
-        return facts.id if facts is not None and facts.has_credits else None
+        return _sharing(await self._facts(organization_id, external_id))
+
+    def sharing_here(self, organization_id: str, external_id: str) -> tuple[bool, str | None]:
+        """``sharing`` without an await when it is cached: (True, its answer); else
+        (False, None), and ``sharing`` reads it."""
+        known, facts = self._cached(organization_id, external_id)
+        return known, _sharing(facts)
 
     async def limits(self, organization_id: str, external_id: str) -> tuple[str | None, str | None]:
         """The UUID and the named rate limits (stored form) of the identity of the keys
         with ``external_id``; (None, None) when it has none."""
-        facts = await self._facts(organization_id, external_id)
-        if facts is None or not facts.ratelimits:
-            return None, None
-        return facts.id, facts.ratelimits
+        return _limits(await self._facts(organization_id, external_id))
+
+    def limits_here(
+        self, organization_id: str, external_id: str
+    ) -> tuple[bool, tuple[str | None, str | None]]:
+        """``limits`` without an await when it is cached: (True, its answer); else
+        (False, (None, None)), and ``limits`` reads it."""
+        known, facts = self._cached(organization_id, external_id)
+        return known, _limits(facts)
+
+    def _cached(self, organization_id: str, external_id: str) -> tuple[bool, IdentityFacts | None]:
+        """Whether ``_facts`` is cached, and what it is (no statement, no await)."""
+        caches, owner = self._caches, (organization_id, external_id)
+        caches.data_version()
+        facts = caches.identities.get(owner, _NOT_CACHED)
+        if facts is _NOT_CACHED:
+            return False, None
+        return True, facts
 
     async def _facts(self, organization_id: str, external_id: str) -> IdentityFacts | None:
         """What a verify needs of the identity of the keys with ``external_id``. Cached
         until the authorization generation moves (any change to whether an identity
         has credits, or to its limits, moves it: ``keysvc.domain.identities``), so a
         warm verify runs no statement for it."""
-        caches, owner = self._caches, (organization_id, external_id)
-        caches.data_version()
-        if owner in caches.identities:
-            return caches.identities[owner]
+        known, facts = self._cached(organization_id, external_id)
+        if known:
+            return facts
+        caches = self._caches
         generation = caches.generation
         found = await identity_by_external_id(self._reader, organization_id, external_id)
-        facts = None
         if found is not None:
             facts = IdentityFacts(found.id, found.credits is not None, found.ratelimits)
         if caches.unchanged_since(generation):
-            caches.identities[owner] = facts
+            caches.identities[(organization_id, external_id)] = facts
         return facts
 
     @timed

@@ -69,9 +69,10 @@ class SpendBatches:
         self._waiting.append(waiting)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write())
-        # Shielded: a caller that goes away leaves its spend to its batch, which may
-        # already be writing it; it is then made and not acknowledged.
-        return await asyncio.shield(waiting.answer)
+        # A caller that goes away cancels its answer, never its spend: the spend is
+        # already its batch's (taken whole by ``_write``), made and not acknowledged, as
+        # an answer the batch finds done is never set. No shield: one future, awaited.
+        return await waiting.answer
 
     async def _write(self) -> None:
         while self._waiting:

@@ -93,14 +93,19 @@ def spent(credits: Credits, cost: int, now: datetime) -> tuple[bool, Credits, li
         if current.flags & EXHAUSTED_SENT or current.remaining > 0:
             return False, current, []
         return False, replace(current, flags=current.flags | EXHAUSTED_SENT), [CREDITS_EXHAUSTED]
-    after = replace(current, remaining=current.remaining - cost)
+    remaining, base, flags = current.remaining - cost, current.base, current.flags
     events = []
-    if not after.flags & LOW_SENT and after.remaining <= after.base * LOW_SHARE:
-        after = replace(after, flags=after.flags | LOW_SENT)
+    if not flags & LOW_SENT and remaining <= base * LOW_SHARE:
+        flags |= LOW_SENT
         events.append(CREDITS_LOW)
-    if after.remaining == 0 and not after.flags & EXHAUSTED_SENT:
-        after = replace(after, flags=after.flags | EXHAUSTED_SENT)
+    if remaining == 0 and not flags & EXHAUSTED_SENT:
+        flags |= EXHAUSTED_SENT
         events.append(CREDITS_EXHAUSTED)
+    # Made whole, not by dataclasses.replace (which inspects the fields each call): a
+    # spend runs on every verify of a key or identity with credits.
+    after = Credits(
+        remaining, current.refill, current.next_refill_at, base, flags, current.revision
+    )
     return True, after, events
 
 

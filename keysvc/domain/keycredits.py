@@ -45,7 +45,9 @@ async def spend(store: Store, key: Key, cost: int, now: datetime) -> Spent | Non
 
     identity_id = None
     if key.external_id is not None:
-        identity_id = await store.identities.sharing(key.organization_id, key.external_id)
+        known, identity_id = store.identities.sharing_here(key.organization_id, key.external_id)
+        if not known:
+            identity_id = await store.identities.sharing(key.organization_id, key.external_id)
     if identity_id is None:
         if key.credits is None:
             return None
@@ -55,6 +57,8 @@ async def spend(store: Store, key: Key, cost: int, now: datetime) -> Spent | Non
 
     def identity_rule(stored: Credits) -> Spend:
         allowed, after, names = rules.spent(stored, cost, now)
+        if not names:  # most spends: no event, so no event data
+            return Spend(allowed, after)
         data = {"id": shared_id, "externalId": external_id, "credits": credits_json(after)}
         return Spend(allowed, after, [(_IDENTITY_EVENTS[name], data) for name in names])
 

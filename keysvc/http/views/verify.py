@@ -139,7 +139,21 @@ async def _identity_limits(
 ) -> IdentityLimits:
     """The ID and named limits of the identity of the keys with ``external_id``;
     ``_NO_IDENTITY`` when it has none (cached: no statement once warm)."""
-    identity_id, stored = await request.app[STORE].identities.limits(organization_id, external_id)
+    found = await request.app[STORE].identities.limits(organization_id, external_id)
+    return _limited_identity(found)
+
+
+def _identity_here(request: web.Request, caller: Key) -> IdentityLimits | None:
+    """``_identity_limits`` of the caller's externalId when it is cached (no await, no
+    statement); None: ask ``_identity_limits``."""
+    assert caller.external_id is not None
+    identities = request.app[STORE].identities
+    known, found = identities.limits_here(caller.organization_id, caller.external_id)
+    return _limited_identity(found) if known else None
+
+
+def _limited_identity(found: tuple[str | None, str | None]) -> IdentityLimits:
+    identity_id, stored = found
     if identity_id is None or not namedcount.limits_of(stored):
         return _NO_IDENTITY
     return identity_id, stored
@@ -159,29 +173,42 @@ def _named(request: web.Request, limited: bool) -> Mapping[str, int] | None:
     return named if named or limited else None
 
 
-async def _count_named(
+def _limits_asked(
     request: web.Request, caller: Key, named: Mapping[str, int], identity: IdentityLimits
-) -> Checked:
-    """Check the key's and its identity's (``identity``) autoApply limits and those
-    ``named``, and count them all only if all fit; past one, a 429 with its Retry-After
-    and X-RateLimit-* headers."""
+) -> namedcount.Asked:
+    """What a verify checks of the key's and its identity's (``identity``) autoApply
+    limits and those ``named`` (``namedcount.asks``)."""
     identity_id, identity_limits = identity
     # Named in X-Ratelimit (no ?ratelimit=): perhaps by the client, whose header a proxy
     # forwards; it may not lower an autoApply limit's count.
     header = not (request.query_string and namedcount.PARAM in request.query)
-    asked = namedcount.asks(
+    return namedcount.asks(
         caller.id, caller.ratelimits, identity_id, identity_limits, named,
         header=header, organization=caller.organization_id,
     )  # fmt: skip
-    if not asked.asks:
-        return _NONE_CHECKED
+
+
+async def _count_named(request: web.Request, asked: namedcount.Asked) -> Checked:
+    """Check ``asked`` and count it all only if all fit; past one, a 429 with its
+    Retry-After and X-RateLimit-* headers. Counted in this process's memory unless the
+    limits are shared (PostgreSQL): then nothing is awaited (``_count_named_here``)."""
     app = request.app
     now = app[CLOCK]().timestamp()
-    limits = app[LIMITS]
-    # Counted in this process's memory unless shared (PostgreSQL): then nothing to await.
-    decisions = limits.named_here(asked.asks, now)
-    if decisions is None:
-        decisions = await limits.named(asked.asks, now)
+    return _judged(request, asked, await app[LIMITS].named(asked.asks, now))
+
+
+def _count_named_here(request: web.Request, asked: namedcount.Asked) -> Checked | None:
+    """``_count_named`` without an await when the limits are this process's; None: ask
+    ``_count_named``."""
+    app = request.app
+    decisions = app[LIMITS].named_here(asked.asks, app[CLOCK]().timestamp())
+    return None if decisions is None else _judged(request, asked, decisions)
+
+
+def _judged(
+    request: web.Request, asked: namedcount.Asked, decisions: Sequence[Decision]
+) -> Checked:
+    """The limits checked and their decisions; past one, its 429."""
     for name, ask, decision in zip(asked.names, asked.asks, decisions, strict=True):
         if not decision.allowed:
             request[USAGE_REFUSAL] = "rate_limited"
@@ -215,11 +242,9 @@ async def verify(request: web.Request) -> web.Response:
         permissions = _required_permissions(request)
         cost = _cost(request)
     external_id = caller.external_id
-    identity = (
-        _NO_IDENTITY
-        if external_id is None
-        else await _identity_limits(request, caller.organization_id, external_id)
-    )
+    identity = _NO_IDENTITY if external_id is None else _identity_here(request, caller)
+    if identity is None:
+        identity = await _identity_limits(request, caller.organization_id, external_id or "")
     named = _named(request, caller.ratelimits is not None or identity[1] is not None)
     for organization in organizations:
         authorize_organization(request, organization, "required")
@@ -227,7 +252,10 @@ async def verify(request: web.Request) -> web.Response:
         authorize_query(request, needed)
     checked = _NONE_CHECKED
     if named is not None:
-        checked = await _count_named(request, caller, named, identity)
+        limits = _limits_asked(request, caller, named, identity)
+        if limits.asks:  # on SQLite counted without an await
+            counted = _count_named_here(request, limits)
+            checked = await _count_named(request, limits) if counted is None else counted
     headers: Mapping[str, str] = render.verify_headers(caller)  # made once per key: read-only
     spent = None
     # The caches say whether the key or its identity has credits; the database, how many.
