@@ -115,6 +115,11 @@ DOTS_THEN_SEPARATOR = [
     "/a/..%5C",
     "/a/..%3b",
     "/a/..%25",
+    # Spaces or "+" then a real end (rt46 D1 kept these refused).
+    "/a/..%20%2fb",
+    "/a/..+%3F",
+    "/a/.++%23x",
+    "/a/..%20+%2B",
 ]
 
 
@@ -172,6 +177,14 @@ ORDINARY = [
     "/a/..=",
     "/a/..~",
     "/a/..%C2%A0",
+    # A dot, then a space or "+", then more of a name: a name once trimmed or
+    # form-decoded (rt46 D1: refused as dot segments before).
+    "/a/.+x",
+    "/a/.%20b",
+    "/a/..%20b",
+    "/a/.%2Bx",
+    "/a/..++b",
+    "/a/.%20%20b/c",
 ]
 
 
