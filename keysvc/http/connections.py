@@ -361,6 +361,19 @@ class GuardedServer(web.Server):
     def __call__(self) -> web.RequestHandler:
         return GuardedHandler(self, guard=self.guard, loop=self._loop, **self._kwargs)
 
+    async def shutdown(self, timeout: float | None = None) -> None:
+        """aiohttp's shutdown of the open connections, within ``timeout`` in all; then
+        every one still open is aborted. aiohttp gives a handler ``timeout`` to finish,
+        then as long again once cancelled, which a handler waiting to write to a client
+        that reads nothing never finishes: twice the bound (rt45 R2-2). So each wait
+        gets half of it; and a close that still waits on such a client is not left to
+        the header timeout's abort (``GuardedHandler._bound_close``): the loop ends."""
+        transports = list(self._connections.values())
+        # Never 0: aiohttp takes a timeout of 0 for none.
+        await super().shutdown(None if timeout is None else max(timeout, 0.02) / 2)
+        for transport in transports:
+            transport.abort()
+
 
 class ServiceRunner(web.AppRunner):
     """``web.AppRunner`` for ``keysvc serve``: the idle timeout, and connections
@@ -382,6 +395,12 @@ class ServiceRunner(web.AppRunner):
 
     async def _make_server(self) -> web.Server:
         return GuardedServer(await super()._make_server(), self._guard)
+
+    async def cleanup_within(self, seconds: float) -> None:
+        """``cleanup``, with ``seconds`` in all for the connections still open to finish
+        their answers (``GuardedServer.shutdown``), then the application's cleanup."""
+        self._shutdown_timeout = seconds
+        await self.cleanup()
 
 
 def fit_open_files(max_connections: int) -> int:
