@@ -97,12 +97,12 @@ LINGER_BYTES = 256 * 1024
 
 # A TCP client with answers waiting for it that acknowledges none of them for this many
 # header-timeouts, and at least STALLED_SECONDS, is aborted (rt42 F1, rt43 G1). A time,
-# not a count of checks: a receiver's kernel reopens a closed window only once a segment
-# or two is free, so a slow reader acknowledges nothing in between, and on loopback a
-# segment is tens of KB (rt44 H1, rt45 R2-1). The floor keeps a reader of one window
-# update in STALLED_SECONDS whatever the header timeout; it is under the default idle
-# timeout, so that a client reading nothing holds its connection no longer than an idle
-# one may (docs/SECURITY.md has the figures).
+# not a count of checks: a receiver's kernel reopens a closed window only once a good
+# part of its buffer is free, so a slow reader acknowledges nothing in between, for
+# many seconds on loopback, whose segments are tens of KB (rt44 H1, rt45 R2-1). The
+# floor keeps a reader of one window update in STALLED_SECONDS whatever the header
+# timeout; it is under the default idle timeout, so that a client reading nothing holds
+# its connection no longer than an idle one may (docs/SECURITY.md has the figures).
 STALLED_INTERVALS = 2
 STALLED_SECONDS = 30.0
 # The kernel's send buffer of each accepted TCP connection, fixed: left to Linux's
