@@ -62,23 +62,27 @@ async def _serve_until_stopped(
     """
     log = logging.getLogger("keysvc")
     app = create_app(settings, failures=failures)
-    runner = ServiceRunner(
-        app, settings, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_SECONDS
-    )
+    runner = ServiceRunner(app, settings, access_log=None, handle_signals=False)
     await runner.setup()
+    loop = asyncio.get_running_loop()
+    # One bound for the whole stop, from the signal: the requests in flight, then the
+    # connections still open (a client that stopped reading keeps its handler writing).
+    deadline: float | None = None
     try:
         sites = await listeners.start(runner, settings, reuse_port, unix)
-        loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
+        deadline = loop.time() + SHUTDOWN_SECONDS
         log.info("stopping: no new connections; finishing %d requests", app[IN_FLIGHT].count)
         for site in sites:
             await site.stop()
-        deadline = loop.time() + SHUTDOWN_SECONDS
         while app[IN_FLIGHT].count and loop.time() < deadline:
             await asyncio.sleep(0.02)
     finally:
-        await runner.cleanup()  # closes idle connections, then the database
+        # Closes idle connections, gives the rest what is left of the bound, then
+        # closes the database.
+        left = SHUTDOWN_SECONDS if deadline is None else deadline - loop.time()
+        await runner.cleanup_within(left)
     log.info("stopped")

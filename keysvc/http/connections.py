@@ -48,6 +48,8 @@ class Guard:
     def __init__(self, header_timeout: float, max_connections: int):
         self.header_timeout = header_timeout
         self.max_connections = max_connections
+        # How long a client with answers waiting may acknowledge none of them.
+        self.stall_seconds = max(STALLED_INTERVALS * header_timeout, STALLED_SECONDS)
         self.open = 0
         self._refused = _once_per_interval(
             logging.WARNING,
@@ -77,10 +79,8 @@ class Guard:
 
     def unread(self) -> None:
         self._unread.log(
-            "closed a connection whose client read none of its answers in %d intervals of"
-            " %g s (header-timeout)",
-            STALLED_INTERVALS,
-            self.header_timeout,
+            "closed a connection whose client read none of its answers in %g s",
+            self.stall_seconds,
         )
 
 
@@ -95,12 +95,16 @@ LINGER_SECONDS = 2.0
 LINGER_BYTES = 256 * 1024
 
 
-# A TCP client with answers waiting for it that acknowledges none of them through this
-# many header-timeouts in a row is aborted (rt42 F1, rt43 G1). Not one: a receiver's
-# kernel reopens a closed window only once an MSS or half its buffer is free (64 KB on
-# loopback), so a client reading tens of KB a second may acknowledge nothing for a
-# second or more (rt44 H1).
+# A TCP client with answers waiting for it that acknowledges none of them for this many
+# header-timeouts, and at least STALLED_SECONDS, is aborted (rt42 F1, rt43 G1). A time,
+# not a count of checks: a receiver's kernel reopens a closed window only once a good
+# part of its buffer is free, so a slow reader acknowledges nothing in between, for
+# many seconds on loopback, whose segments are tens of KB (rt44 H1, rt45 R2-1). The
+# floor keeps a reader of one window update in STALLED_SECONDS whatever the header
+# timeout; it is under the default idle timeout, so that a client reading nothing holds
+# its connection no longer than an idle one may (docs/SECURITY.md has the figures).
 STALLED_INTERVALS = 2
+STALLED_SECONDS = 30.0
 # The kernel's send buffer of each accepted TCP connection, fixed: left to Linux's
 # autotuning it grows to 4 MB, which a slow reader kept full, a 1,000-connection cap
 # of them some 2 GB of the host's TCP memory (rt44 H2). The kernel doubles it.
@@ -171,14 +175,14 @@ class GuardedHandler(web.RequestHandler):
 
     That bound is judged by what the client's TCP stack acknowledged, checked once
     every header-timeout: with answers waiting for it (keysvc's buffer, or the
-    kernel's), a client that acknowledged not one byte of them through
-    STALLED_INTERVALS whole intervals is aborted; and the kernel's send buffer is
-    fixed at SEND_BUFFER_BYTES, so that a slow reader holds little memory. Without
-    these a client that pipelined requests and never read held its connection,
-    one of the capped number, for as long as it liked (rt42 F1): the answers
-    filled a send queue the kernel grows to megabytes, and keysvc kept answering.
-    Whether keysvc's writes are paused does not tell it: a client reading tens of
-    KB a second never let them resume (rt43 G2)."""
+    kernel's), a client that acknowledged not one byte of them for the guard's
+    ``stall_seconds`` (from the first check that saw them wait) is aborted; and the
+    kernel's send buffer is fixed at SEND_BUFFER_BYTES, so that a slow reader holds
+    little memory. Without these a client that pipelined requests and never read
+    held its connection, one of the capped number, for as long as it liked (rt42
+    F1): the answers filled a send queue the kernel grows to megabytes, and keysvc
+    kept answering. Whether keysvc's writes are paused does not tell it: a client
+    reading tens of KB a second never let them resume (rt43 G2)."""
 
     __slots__ = (
         "_acked",
@@ -188,7 +192,7 @@ class GuardedHandler(web.RequestHandler):
         "_guard",
         "_head_deadline",
         "_read_watch",
-        "_stalled",
+        "_since",
         "_tcp",
     )
 
@@ -197,10 +201,10 @@ class GuardedHandler(web.RequestHandler):
         self._guard = guard
         self._head_deadline: asyncio.TimerHandle | None = None
         self._read_watch: asyncio.TimerHandle | None = None
-        # What the client had acknowledged at the last check, if answers were waiting.
+        # What the client had acknowledged at the last check, if answers were waiting,
+        # and the time of the first check that saw that much with answers waiting.
         self._acked: int | None = None
-        # Intervals in a row with answers waiting and none of them acknowledged.
-        self._stalled = 0
+        self._since = 0.0
         self._tcp: Any = None
         self._close_deadline: asyncio.TimerHandle | None = None
         self._counted = False
@@ -276,9 +280,10 @@ class GuardedHandler(web.RequestHandler):
             return
         acked, waiting = state
         waiting = waiting or bool(transport.get_write_buffer_size())
-        stalled = waiting and self._acked == acked
-        self._stalled = self._stalled + 1 if stalled else 0
-        if self._stalled >= STALLED_INTERVALS:
+        now = self._loop.time()
+        if not (waiting and self._acked == acked):
+            self._since = now
+        elif now - self._since >= self._guard.stall_seconds:
             self._guard.unread()
             self.force_close()
             # force_close's close waits for the buffer the client is not reading.
@@ -361,6 +366,19 @@ class GuardedServer(web.Server):
     def __call__(self) -> web.RequestHandler:
         return GuardedHandler(self, guard=self.guard, loop=self._loop, **self._kwargs)
 
+    async def shutdown(self, timeout: float | None = None) -> None:
+        """aiohttp's shutdown of the open connections, within ``timeout`` in all; then
+        every one still open is aborted. aiohttp gives a handler ``timeout`` to finish,
+        then as long again once cancelled, which a handler waiting to write to a client
+        that reads nothing never finishes: twice the bound (rt45 R2-2). So each wait
+        gets half of it; and a close that still waits on such a client is not left to
+        the header timeout's abort (``GuardedHandler._bound_close``): the loop ends."""
+        transports = list(self._connections.values())
+        # Never 0: aiohttp takes a timeout of 0 for none.
+        await super().shutdown(None if timeout is None else max(timeout, 0.02) / 2)
+        for transport in transports:
+            transport.abort()
+
 
 class ServiceRunner(web.AppRunner):
     """``web.AppRunner`` for ``keysvc serve``: the idle timeout, and connections
@@ -382,6 +400,12 @@ class ServiceRunner(web.AppRunner):
 
     async def _make_server(self) -> web.Server:
         return GuardedServer(await super()._make_server(), self._guard)
+
+    async def cleanup_within(self, seconds: float) -> None:
+        """``cleanup``, with ``seconds`` in all for the connections still open to finish
+        their answers (``GuardedServer.shutdown``), then the application's cleanup."""
+        self._shutdown_timeout = seconds
+        await self.cleanup()
 
 
 def fit_open_files(max_connections: int) -> int:
