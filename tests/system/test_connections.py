@@ -10,12 +10,10 @@ what must close is waited for up to ``WITHIN`` seconds, far more than needed.
 import contextlib
 import json
 import resource
-import selectors
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -29,95 +27,25 @@ from keysvc.http.connections import (
     STALLED_SECONDS,
 )
 from tests.server import Server, admin_creds, bootstrap
+from tests.system.rawconn import (
+    HEALTHZ,
+    PARTIAL,
+    PIPELINED,
+    WITHIN,
+    answers_again,
+    closed_by_server,
+    connect,
+    connections,
+    healthz,
+    read_answer,
+    send_queue,
+)
 
 
 @pytest.fixture(autouse=True)
 def _database(tmp_path: Path) -> None:
     """The database each test's server serves, made as `keysvc bootstrap` makes it."""
     bootstrap(tmp_path / "k.db")
-
-
-WITHIN = 30.0
-HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
-PARTIAL = b"GET /healthz HT"
-
-
-def connect(port: int, data: bytes = b"") -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=WITHIN)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    if data:
-        sock.sendall(data)
-    return sock
-
-
-@contextmanager
-def connections(port: int, count: int, data: bytes) -> Iterator[list[socket.socket]]:
-    with ExitStack() as stack:
-        yield [stack.enter_context(connect(port, data)) for _ in range(count)]
-
-
-def read_answer(sock: socket.socket) -> tuple[int, dict[str, object], bytes]:
-    """One answer: its status, its JSON body, and what came in after it."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, data
-        data += chunk
-    head, _, rest = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    length = next(
-        int(line.split(":")[1]) for line in lines if line.lower().startswith("content-length")
-    )
-    while len(rest) < length:
-        chunk = sock.recv(65536)
-        assert chunk, rest
-        rest += chunk
-    return int(lines[0].split()[1]), json.loads(rest[:length]), rest[length:]
-
-
-def closed_by_server(
-    socks: list[socket.socket], within: float, expected: int | None = None
-) -> list[socket.socket]:
-    """The sockets among ``socks`` the server closes within ``within`` seconds, or
-    as soon as ``expected`` of them (default: all) are closed."""
-    expected = len(socks) if expected is None else expected
-    closed: list[socket.socket] = []
-    with selectors.DefaultSelector() as selector:
-        for sock in socks:
-            selector.register(sock, selectors.EVENT_READ)
-        deadline = time.monotonic() + within
-        while len(closed) < expected and (left := deadline - time.monotonic()) > 0:
-            for key, _ in selector.select(left):
-                sock = key.fileobj
-                assert isinstance(sock, socket.socket)
-                try:
-                    data = sock.recv(65536)
-                except ConnectionResetError:
-                    data = b""
-                if not data:
-                    selector.unregister(sock)
-                    closed.append(sock)
-    return closed
-
-
-def healthz(port: int) -> int:
-    with connect(port, HEALTHZ) as sock:
-        status, _, _ = read_answer(sock)
-        return status
-
-
-def answers_again(port: int, deadline: float | None = None) -> None:
-    """Once the load is gone, /healthz answers again, on a connection of its own (by
-    ``deadline``, on time.monotonic's clock: within WITHIN by default)."""
-    deadline = time.monotonic() + WITHIN if deadline is None else deadline
-    while True:
-        try:
-            assert healthz(port) == 200
-            return
-        except (ConnectionError, AssertionError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 def log_lines(server: Server) -> list[dict[str, object]]:
@@ -342,7 +270,6 @@ def test_under_a_low_hard_limit_the_cap_shrinks_to_fit(tmp_path: Path) -> None:
 
 # A client that pipelines requests and never reads (rt42 F1): answers, 401s and 429s with
 # no key needed, to fill its small receive window and the kernel's send buffer.
-PIPELINED = b"GET /v1/verify HTTP/1.1\r\nHost: k\r\nAuthorization: Bearer x\r\n\r\n"
 # By when, from its connection, such a client has lost it at a header timeout of 1 s: the
 # stall bound, counted from the first check that saw answers waiting, one interval in;
 # then a margin for the check's phase and a loaded machine.
@@ -487,17 +414,6 @@ def test_a_client_reading_its_pipelined_answers_slowly_keeps_its_connection(
         finally:
             stop.set()
         assert "none of its answers" not in server.stderr_text()
-
-
-def send_queue(server_port: int, client_port: int) -> int:
-    """The bytes in the kernel's send queue of keysvc's end of one loopback connection
-    (/proc/net/tcp: local address, remote address, then tx_queue:rx_queue, in hex)."""
-    wanted = (f":{server_port:04X}", f":{client_port:04X}")
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if fields[1].endswith(wanted[0]) and fields[2].endswith(wanted[1]):
-            return int(fields[4].split(":")[0], 16)
-    raise AssertionError("no such connection")
 
 
 def test_a_slow_reader_holds_a_bounded_send_queue(tmp_path: Path) -> None:

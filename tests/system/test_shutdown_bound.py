@@ -15,7 +15,7 @@ import pytest
 
 from keysvc.cli.serve import SHUTDOWN_SECONDS
 from tests.server import Server, bootstrap, integrity
-from tests.system.test_connections import PIPELINED, send_queue
+from tests.system.rawconn import PIPELINED, send_queue
 
 # What the stop may take past the deadline: the database's close and the process's exit.
 MARGIN = 2.5
