@@ -9,7 +9,7 @@ tests/api/test_identities_credits.py)."""
 
 import asyncio
 import hmac
-from collections.abc import Iterator
+import inspect
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,17 +32,31 @@ class Calls:
         self.count = 0
 
 
-@pytest.fixture
-def quoted(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
+def counting(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> Calls:
+    """Count the calls of ``owner``'s ``name`` (a function, or a coroutine function,
+    which is then counted as it is awaited), each still doing its work."""
     calls = Calls()
-    made = render.external_id_header
+    original = getattr(owner, name)
+    if inspect.iscoroutinefunction(original):
 
-    def counted(external_id: str) -> str:
-        calls.count += 1
-        return made(external_id)
+        async def counted_async(*args: Any, **kwargs: Any) -> Any:
+            calls.count += 1
+            return await original(*args, **kwargs)
 
-    monkeypatch.setattr(render, "external_id_header", counted)
-    yield calls
+        monkeypatch.setattr(owner, name, counted_async)
+    else:
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls.count += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+@pytest.fixture
+def quoted(monkeypatch: pytest.MonkeyPatch) -> Calls:
+    return counting(monkeypatch, render, "external_id_header")
 
 
 async def test_a_keys_headers_are_made_once_for_its_verifies(
@@ -103,21 +117,10 @@ async def test_one_auto_apply_limit_is_counted_without_awaiting_the_limiter(
     assert awaited.count == (0 if backend == "sqlite" else 3)
 
 
-class _Facts(Calls):
-    """Counts the awaited reads of an identity's facts (``IdentityStore._facts``)."""
-
-
 @pytest.fixture
-def facts_read(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
-    calls = _Facts()
-    read = IdentityStore._facts
-
-    async def counted(self: IdentityStore, *args: str) -> object:
-        calls.count += 1
-        return await read(self, *args)
-
-    monkeypatch.setattr(IdentityStore, "_facts", counted)
-    yield calls
+def facts_read(monkeypatch: pytest.MonkeyPatch) -> Calls:
+    """The awaited reads of an identity's facts (``IdentityStore._facts``)."""
+    return counting(monkeypatch, IdentityStore, "_facts")
 
 
 async def _identity_key(client: Client, admin: Creds, external_id: str, remaining: int) -> Creds:
@@ -135,14 +138,7 @@ async def test_a_warm_identity_verify_reads_its_identity_without_an_await(
     """Once its identity's facts are cached, a verify of a key spending its identity's
     credits neither awaits them (twice a verify on the old code: for its limits and for
     its credits) nor makes a credit event's data when no event is sent."""
-    events = Calls()
-    as_json = keycredits.credits_json
-
-    def counted_json(credits: Any) -> Any:
-        events.count += 1
-        return as_json(credits)
-
-    monkeypatch.setattr(keycredits, "credits_json", counted_json)
+    events = counting(monkeypatch, keycredits, "credits_json")
     key = await _identity_key(client, admin, "warm", 100)
     assert (await client.get(VERIFY, headers=key.headers)).status == 200  # warms the cache
     facts_read.count = events.count = 0
