@@ -50,13 +50,7 @@ class Guard:
         self.max_connections = max_connections
         # How long a client with answers waiting may acknowledge none of them.
         self.stall_seconds = max(STALLED_INTERVALS * header_timeout, STALLED_SECONDS)
-        # How long answers may wait, unread, before their connection may make room.
-        self.unread_seconds = max(STALLED_INTERVALS * header_timeout, UNREAD_SECONDS)
         self.open = 0
-        # The counted connections: at the cap, the one holding its slot for nobody the
-        # longest makes room for a new one (``make_room``).
-        self.handlers: set[GuardedHandler] = set()
-        self._no_room_until = 0.0
         self._refused = _once_per_interval(
             logging.WARNING,
             "refused %d more connections at the connection cap in the last %g s",
@@ -68,10 +62,6 @@ class Guard:
         self._unread = _once_per_interval(
             logging.INFO,
             "closed %d more connections whose clients read none of their answers in the last %g s",
-        )
-        self._made_room = _once_per_interval(
-            logging.INFO,
-            "closed %d more idle or unread connections at the cap for new ones in the last %g s",
         )
 
     def refused(self) -> None:
@@ -86,31 +76,6 @@ class Guard:
             "closed a connection that sent no whole request head in %g s (header-timeout)",
             self.header_timeout,
         )
-
-    def make_room(self, now: float) -> bool:
-        """At the cap: close the connection that has held its slot for nobody the
-        longest (``GuardedHandler.held_for_nobody``: idle between requests, or with
-        answers its client has not taken for ``unread_seconds``), so that a new one may
-        have it; False, and the new one is refused, when none has. Below the cap this
-        is never asked; after a look that found none, none is looked for again for
-        ROOM_RETRY_SECONDS, so that connections refused at the cap cost no scan each."""
-        if now < self._no_room_until:
-            return False
-        victim, longest = None, 0.0
-        for handler in self.handlers:
-            held = handler.held_for_nobody(now)
-            if held > longest:
-                victim, longest = handler, held
-        if victim is None:
-            self._no_room_until = now + ROOM_RETRY_SECONDS
-            return False
-        self._made_room.log(
-            "closed a connection that held its slot for nobody for %.0f s, for a new one"
-            " (max-connections)",
-            longest,
-        )
-        victim.abort()
-        return True
 
     def unread(self) -> None:
         self._unread.log(
@@ -140,17 +105,6 @@ LINGER_BYTES = 256 * 1024
 # its connection no longer than an idle one may (docs/SECURITY.md has the figures).
 STALLED_INTERVALS = 2
 STALLED_SECONDS = 30.0
-# At the cap, a new connection is let in in place of one that holds its slot for nobody
-# (rt46 C1): kept alive and idle for IDLE_ROOM_SECONDS or more (as nginx closes idle
-# kept-alive connections when it runs out of them), or with answers its client has not
-# taken, all of them, since UNREAD_SECONDS ago or more (two header-timeouts where that
-# is longer): a client reading slowly enough to keep its connection under the stall
-# bound keeps it only while nobody needs the slot. A connection receiving a head or
-# being answered is never closed for another. When none qualifies the new one is
-# refused, and none is looked for again for ROOM_RETRY_SECONDS.
-IDLE_ROOM_SECONDS = 1.0
-UNREAD_SECONDS = 10.0
-ROOM_RETRY_SECONDS = 0.5
 # The kernel's send buffer of each accepted TCP connection, fixed: left to Linux's
 # autotuning it grows to 4 MB, which a slow reader kept full, a 1,000-connection cap
 # of them some 2 GB of the host's TCP memory (rt44 H2). The kernel doubles it.
@@ -235,7 +189,6 @@ class GuardedHandler(web.RequestHandler):
         "_body",
         "_close_deadline",
         "_counted",
-        "_drained",
         "_guard",
         "_head_deadline",
         "_read_watch",
@@ -252,8 +205,6 @@ class GuardedHandler(web.RequestHandler):
         # and the time of the first check that saw that much with answers waiting.
         self._acked: int | None = None
         self._since = 0.0
-        # When a check last saw no answer waiting for the client (or the connection began).
-        self._drained = 0.0
         self._tcp: Any = None
         self._close_deadline: asyncio.TimerHandle | None = None
         self._counted = False
@@ -263,16 +214,13 @@ class GuardedHandler(web.RequestHandler):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         guard = self._guard
-        now = self._loop.time()
-        if guard.open >= guard.max_connections and not guard.make_room(now):
+        if guard.open >= guard.max_connections:
             # Never handed to aiohttp: closed before anything is read or started.
             guard.refused()
             transport.close()
             return
         guard.open += 1
-        guard.handlers.add(self)
         self._counted = True
-        self._drained = now
         super().connection_made(transport)
         self._start_head_deadline()
         sock = transport.get_extra_info("socket")
@@ -333,13 +281,13 @@ class GuardedHandler(web.RequestHandler):
         acked, waiting = state
         waiting = waiting or bool(transport.get_write_buffer_size())
         now = self._loop.time()
-        if not waiting:
-            self._drained = now
         if not (waiting and self._acked == acked):
             self._since = now
         elif now - self._since >= self._guard.stall_seconds:
             self._guard.unread()
-            self.abort()  # a close would wait for the buffer the client is not reading
+            self.force_close()
+            # force_close's close waits for the buffer the client is not reading.
+            transport.abort()
             return
         self._acked = acked if waiting else None
         self._read_watch = self._loop.call_later(self._guard.header_timeout, self._check_reads)
@@ -375,38 +323,7 @@ class GuardedHandler(web.RequestHandler):
         if self._counted:
             self._counted = False
             self._guard.open -= 1
-            self._guard.handlers.discard(self)
         super().connection_lost(exc)
-
-    def held_for_nobody(self, now: float) -> float:
-        """How long this connection has held its slot for nobody, if long enough to
-        make room for another (``Guard.make_room``), else 0: answers waiting for its
-        client at every check since ``unread_seconds`` ago or more (TCP only), or kept
-        alive with nothing to do (its last answer sent, no head begun, nothing left to
-        write) for IDLE_ROOM_SECONDS or more."""
-        transport = self.transport
-        if transport is None or self._force_close or self._close or transport.is_closing():
-            return 0.0  # closing already
-        if self._acked is not None:  # the last check saw answers waiting
-            unread = now - self._drained
-            return unread if unread >= self._guard.unread_seconds else 0.0
-        if (
-            self._head_deadline is not None
-            or not self._waiting_for_request()
-            or self._messages
-            or transport.get_write_buffer_size()
-        ):
-            return 0.0
-        # aiohttp sets the idle close's time as each answer ends (and at the start).
-        idle = now - (self._next_keepalive_close_time - self._keepalive_timeout)
-        return idle if idle >= IDLE_ROOM_SECONDS else 0.0
-
-    def abort(self) -> None:
-        """Close now, whatever is unsent: this connection's slot is another's."""
-        transport = self.transport
-        self.force_close()
-        if transport is not None:
-            transport.abort()
 
     def _waiting_for_request(self) -> bool:
         # aiohttp's handler loop waits on this future between requests only.

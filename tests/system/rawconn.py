@@ -1,5 +1,5 @@
 """Raw TCP clients of a real ``keysvc serve``, for the connection tests
-(tests/system/test_connections.py, test_connection_room.py, test_shutdown_bound.py):
+(tests/system/test_connections.py, test_shutdown_bound.py):
 requests written byte for byte, answers read by hand, and the kernel's view of a
 connection."""
 
