@@ -134,25 +134,14 @@ _RATELIMIT = istr(namedcount.HEADER)
 _NOTHING_NAMED: Mapping[str, int] = MappingProxyType({})
 
 
-async def _identity_limits(
-    request: web.Request, organization_id: str, external_id: str
-) -> IdentityLimits:
-    """The ID and named limits of the identity of the keys with ``external_id``;
-    ``_NO_IDENTITY`` when it has none (cached: no statement once warm)."""
-    found = await request.app[STORE].identities.limits(organization_id, external_id)
-    return _limited_identity(found)
-
-
-def _identity_here(request: web.Request, caller: Key) -> IdentityLimits | None:
-    """``_identity_limits`` of the caller's externalId when it is cached (no await, no
-    statement); None: ask ``_identity_limits``."""
+async def _identity_limits(request: web.Request, caller: Key) -> IdentityLimits:
+    """The ID and named limits of the identity of the caller's externalId;
+    ``_NO_IDENTITY`` when it has none. Cached: once warm, no statement and no await."""
     assert caller.external_id is not None
     identities = request.app[STORE].identities
     known, found = identities.limits_here(caller.organization_id, caller.external_id)
-    return _limited_identity(found) if known else None
-
-
-def _limited_identity(found: tuple[str | None, str | None]) -> IdentityLimits:
+    if not known:
+        found = await identities.limits(caller.organization_id, caller.external_id)
     identity_id, stored = found
     if identity_id is None or not namedcount.limits_of(stored):
         return _NO_IDENTITY
@@ -191,18 +180,14 @@ def _limits_asked(
 async def _count_named(request: web.Request, asked: namedcount.Asked) -> Checked:
     """Check ``asked`` and count it all only if all fit; past one, a 429 with its
     Retry-After and X-RateLimit-* headers. Counted in this process's memory unless the
-    limits are shared (PostgreSQL): then nothing is awaited (``_count_named_here``)."""
+    limits are shared (PostgreSQL): then nothing is awaited."""
     app = request.app
     now = app[CLOCK]().timestamp()
-    return _judged(request, asked, await app[LIMITS].named(asked.asks, now))
-
-
-def _count_named_here(request: web.Request, asked: namedcount.Asked) -> Checked | None:
-    """``_count_named`` without an await when the limits are this process's; None: ask
-    ``_count_named``."""
-    app = request.app
-    decisions = app[LIMITS].named_here(asked.asks, app[CLOCK]().timestamp())
-    return None if decisions is None else _judged(request, asked, decisions)
+    limits = app[LIMITS]
+    decisions = limits.named_here(asked.asks, now)
+    if decisions is None:
+        decisions = await limits.named(asked.asks, now)
+    return _judged(request, asked, decisions)
 
 
 def _judged(
@@ -242,9 +227,7 @@ async def verify(request: web.Request) -> web.Response:
         permissions = _required_permissions(request)
         cost = _cost(request)
     external_id = caller.external_id
-    identity = _NO_IDENTITY if external_id is None else _identity_here(request, caller)
-    if identity is None:
-        identity = await _identity_limits(request, caller.organization_id, external_id or "")
+    identity = _NO_IDENTITY if external_id is None else await _identity_limits(request, caller)
     named = _named(request, caller.ratelimits is not None or identity[1] is not None)
     for organization in organizations:
         authorize_organization(request, organization, "required")
@@ -253,9 +236,8 @@ async def verify(request: web.Request) -> web.Response:
     checked = _NONE_CHECKED
     if named is not None:
         limits = _limits_asked(request, caller, named, identity)
-        if limits.asks:  # on SQLite counted without an await
-            counted = _count_named_here(request, limits)
-            checked = await _count_named(request, limits) if counted is None else counted
+        if limits.asks:
+            checked = await _count_named(request, limits)
     headers: Mapping[str, str] = render.verify_headers(caller)  # made once per key: read-only
     spent = None
     # The caches say whether the key or its identity has credits; the database, how many.
