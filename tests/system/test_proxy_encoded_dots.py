@@ -120,6 +120,16 @@ DOTS_THEN_SEPARATOR = [
     "/a/..+%3F",
     "/a/.++%23x",
     "/a/..%20+%2B",
+    # Spaces or "+" before the dots, which a trimming upstream drops too (rt48 F1).
+    "/a/%20../b",
+    "/a/+../b",
+    "/a/%2b../b",
+    "/a/+..+/b",
+    "/a/%20..%20/b",
+    "/a/%20.",
+    "/a%2f%20..%2fb",
+    "/a/%20..%3fx",
+    "/a/%20%20+%2b..",
 ]
 
 
@@ -185,6 +195,9 @@ ORDINARY = [
     "/a/.%2Bx",
     "/a/..++b",
     "/a/.%20%20b/c",
+    "/a/%20.hidden",
+    "/a/+x",
+    "/a/%20x./b",
 ]
 
 
