@@ -69,6 +69,7 @@ class Settings:
     header_timeout: float = 10.0
     idle_timeout: float = 75.0
     max_connections: int = 1000
+    max_connections_per_address: int = 100
     # The event loop `keysvc serve` runs on (keysvc.cli): one of LOOPS.
     loop: str = "uvloop"
     # Which answers get an access line: one of ACCESS_LOGS.
@@ -234,6 +235,11 @@ OPTIONS = (
     Option(
         "max_connections", "KEYSVC_MAX_CONNECTIONS", "1000", v.positive,
         "connections open at once per process; more are closed at once",
+    ),
+    Option(
+        "max_connections_per_address", "KEYSVC_MAX_CONNECTIONS_PER_ADDRESS", "100", v.positive,
+        "TCP connections one client address (an IPv6 /64) may hold at once per process,"
+        " a trusted proxy's excepted; more are closed at once",
     ),
     Option(
         "loop", "KEYSVC_LOOP", "uvloop", v.loop,

@@ -23,6 +23,7 @@ from aiohttp import web
 from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
 
 from keysvc.config import Settings
+from keysvc.http.shares import Shares, unix_reserve
 from keysvc.logs import Throttled
 
 logger = logging.getLogger("keysvc")
@@ -45,15 +46,21 @@ class Guard:
     """What the connections of one server share: the limits, the count of open
     connections, and the throttled lines on those refused or cut off."""
 
-    def __init__(self, header_timeout: float, max_connections: int):
+    def __init__(self, header_timeout: float, max_connections: int, shares: Shares):
         self.header_timeout = header_timeout
         self.max_connections = max_connections
+        # Who may hold the slots TCP connections take (keysvc.http.shares).
+        self.shares = shares
         # How long a client with answers waiting may acknowledge none of them.
         self.stall_seconds = max(STALLED_INTERVALS * header_timeout, STALLED_SECONDS)
         self.open = 0
         self._refused = _once_per_interval(
             logging.WARNING,
             "refused %d more connections at the connection cap in the last %g s",
+        )
+        self._crowded = _once_per_interval(
+            logging.WARNING,
+            "refused %d more TCP connections past their address's or TCP's share in the last %g s",
         )
         self._timed_out = _once_per_interval(
             logging.INFO,
@@ -70,6 +77,22 @@ class Guard:
             self.open,
             extra={"openConnections": self.open},
         )
+
+    def crowded(self, limit: str, peer: Any) -> None:
+        if limit == "address":
+            self._crowded.log(
+                "refusing new TCP connections from an address that holds %d"
+                " (max-connections-per-address)",
+                self.shares.held_by(peer),
+                extra={"remote": peer[0] if isinstance(peer, tuple) and peer else None},
+            )
+        else:
+            self._crowded.log(
+                "refusing new TCP connections: %d are open, the most the unix socket's"
+                " share of max-connections leaves",
+                self.shares.tcp_open,
+                extra={"openConnections": self.open},
+            )
 
     def timed_out(self) -> None:
         self._timed_out.log(
@@ -191,7 +214,9 @@ class GuardedHandler(web.RequestHandler):
         "_counted",
         "_guard",
         "_head_deadline",
+        "_network",
         "_read_watch",
+        "_shared",
         "_since",
         "_tcp",
     )
@@ -208,6 +233,9 @@ class GuardedHandler(web.RequestHandler):
         self._tcp: Any = None
         self._close_deadline: asyncio.TimerHandle | None = None
         self._counted = False
+        # Counted by Shares.take (a TCP connection): the network it holds a slot of.
+        self._shared = False
+        self._network: bytes | None = None
         # The body of the last request whose head arrived: bytes that come while it is
         # still being received are its, not the start of another head.
         self._body: StreamReader | None = None
@@ -219,12 +247,21 @@ class GuardedHandler(web.RequestHandler):
             guard.refused()
             transport.close()
             return
+        sock = transport.get_extra_info("socket")
+        tcp = sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6)
+        if tcp:
+            peer = transport.get_extra_info("peername")
+            refused, self._network = guard.shares.take(peer)
+            if refused is not None:
+                guard.crowded(refused, peer)
+                transport.close()
+                return
+            self._shared = True
         guard.open += 1
         self._counted = True
         super().connection_made(transport)
         self._start_head_deadline()
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        if tcp:
             # A unix socket's client is the proxy beside keysvc, which reads every
             # answer whatever its own client does.
             self._tcp = sock
@@ -323,6 +360,9 @@ class GuardedHandler(web.RequestHandler):
         if self._counted:
             self._counted = False
             self._guard.open -= 1
+        if self._shared:
+            self._shared = False
+            self._guard.shares.give_back(self._network)
         super().connection_lost(exc)
 
     def _waiting_for_request(self) -> bool:
@@ -396,7 +436,13 @@ class ServiceRunner(web.AppRunner):
             **kwargs,
         )
         max_connections = fit_open_files(settings.max_connections)
-        self._guard = Guard(settings.header_timeout, max_connections)
+        reserve = unix_reserve(max_connections, settings.unix_path is not None, settings.tcp)
+        shares = Shares(
+            max_connections - reserve,
+            settings.max_connections_per_address,
+            settings.trusted_proxies,
+        )
+        self._guard = Guard(settings.header_timeout, max_connections, shares)
 
     async def _make_server(self) -> web.Server:
         return GuardedServer(await super()._make_server(), self._guard)

@@ -1,0 +1,99 @@
+"""Who may hold ``keysvc serve``'s connection slots (rt46 C1, rt47 E1).
+
+The cap (``KEYSVC_MAX_CONNECTIONS``) bounds how many connections are open; it does
+not say who holds them, and a client that keeps its connections just alive (a few
+bytes a header-timeout, or a few hundred a second read) could hold every one. So:
+
+- one client address holds at most ``KEYSVC_MAX_CONNECTIONS_PER_ADDRESS`` TCP
+  connections; an IPv6 client, at most that many per /64, the least a host is given;
+  a trusted proxy's address (``KEYSVC_TRUSTED_PROXIES``), which carries many clients'
+  requests, is held to the cap alone;
+- when keysvc serves a unix socket besides TCP, a tenth of the cap is kept for it:
+  TCP connections together hold at most the rest, so that the proxy beside keysvc
+  (and ``/healthz`` through it) is never refused because TCP clients took every slot.
+
+A connection that would go past either is closed as soon as it is accepted, as one
+past the cap is. Nothing is ever taken from a connection already open: choosing one
+to close for a newcomer let a flood throw out the clients it was meant to protect
+(rt47 E2 to E4). So one address can no longer hold the slots; many addresses, as
+many as the cap over the per-address limit, still can, and a per-address limit in
+front (a firewall's) is what bounds those.
+"""
+
+import ipaddress
+from collections.abc import Sequence
+from typing import Any
+
+from keysvc.config import IPNetwork
+
+# The share of the cap kept for the unix socket when TCP is served too.
+UNIX_SHARE = 10
+# What the addresses that cannot be read (none should reach here) are counted under: one.
+_UNKNOWN = b""
+
+
+def unix_reserve(max_connections: int, unix: bool, tcp: bool) -> int:
+    """The slots TCP connections may not take: a tenth of the cap (rounded down, so a
+    cap under ten keeps none) when both a unix socket and TCP are served."""
+    return max_connections // UNIX_SHARE if unix and tcp else 0
+
+
+def network_of_peer(peer: Any, trusted: Sequence[IPNetwork]) -> bytes | None:
+    """What a TCP peer (``peername``) is counted under: its IPv4 address, or its IPv6
+    address's /64; None for a trusted proxy, counted under no address."""
+    host = peer[0] if isinstance(peer, tuple) and peer else None
+    try:
+        address = ipaddress.ip_address(host) if isinstance(host, str) else None
+    except ValueError:
+        address = None
+    if address is None:
+        return _UNKNOWN
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if any(address.version == net.version and address in net for net in trusted):
+        return None
+    if isinstance(address, ipaddress.IPv4Address):
+        return b"4" + address.packed
+    return b"6" + address.packed[:8]
+
+
+class Shares:
+    """The TCP connections open, in all and by network, against their limits."""
+
+    def __init__(self, tcp_limit: int, per_address: int, trusted: Sequence[IPNetwork]):
+        self.tcp_limit = tcp_limit
+        self.per_address = per_address
+        self._trusted = tuple(trusted)
+        self.tcp_open = 0
+        self._by_network: dict[bytes, int] = {}
+
+    def take(self, peer: Any) -> tuple[str | None, bytes | None]:
+        """Count one more TCP connection from ``peer``: (None, the network it counts
+        under, to give back) if it may be opened; else (which limit refuses it, None),
+        counting nothing."""
+        if self.tcp_open >= self.tcp_limit:
+            return "tcp", None
+        network = network_of_peer(peer, self._trusted)
+        if network is not None:
+            held = self._by_network.get(network, 0)
+            if held >= self.per_address:
+                return "address", None
+            self._by_network[network] = held + 1
+        self.tcp_open += 1
+        return None, network
+
+    def give_back(self, network: bytes | None) -> None:
+        """A connection that ``take`` counted under ``network`` is closed."""
+        self.tcp_open -= 1
+        if network is None:
+            return
+        held = self._by_network[network] - 1
+        if held:
+            self._by_network[network] = held
+        else:
+            del self._by_network[network]
+
+    def held_by(self, peer: Any) -> int:
+        """How many TCP connections ``peer``'s network holds (for the refusal's line)."""
+        network = network_of_peer(peer, self._trusted)
+        return 0 if network is None else self._by_network.get(network, 0)

@@ -1,0 +1,155 @@
+"""Who may hold a real ``keysvc serve``'s connection slots (keysvc.http.shares): one
+client address at most ``KEYSVC_MAX_CONNECTIONS_PER_ADDRESS`` TCP connections, a
+trusted proxy's excepted; and with a unix socket served too, a tenth of the cap
+kept for it. Other loopback addresses (127.0.0.2) stand for other clients: Linux
+answers the whole of 127.0.0.0/8 on the loopback interface."""
+
+import json
+import socket
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from tests.server import Server, UnixHTTPConnection, bootstrap
+from tests.system.rawconn import (
+    HEALTHZ,
+    PARTIAL,
+    WITHIN,
+    answers_again,
+    closed_by_server,
+    read_answer,
+)
+
+
+@pytest.fixture(autouse=True)
+def _database(tmp_path: Path) -> None:
+    bootstrap(tmp_path / "k.db")
+
+
+def connect_from(source: str, port: int, data: bytes = b"") -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=WITHIN, source_address=(source, 0))
+    if data:
+        sock.sendall(data)
+    return sock
+
+
+def served(sock: socket.socket) -> bool:
+    """Whether a request on ``sock`` is answered 200 (False: the server closed it)."""
+    try:
+        sock.sendall(HEALTHZ)
+        status, _, _ = read_answer(sock)
+    except (AssertionError, ConnectionError):
+        return False
+    return status == 200
+
+
+def log_messages(server: Server, text: str) -> list[dict[str, object]]:
+    """The log lines whose message holds ``text``, once there is one (the log is
+    written off the loop's thread)."""
+    deadline = time.monotonic() + WITHIN
+    while True:
+        lines = [json.loads(line) for line in server.stderr_text().splitlines()]
+        if found := [line for line in lines if text in str(line["message"])]:
+            return found
+        assert time.monotonic() < deadline, server.stderr_text()
+        time.sleep(0.1)
+
+
+# A head never finished, so that each connection stays open and idle.
+HELD = {"KEYSVC_HEADER_TIMEOUT": "600"}
+
+
+def test_one_address_holds_at_most_its_share_and_others_are_served(tmp_path: Path) -> None:
+    env = {**HELD, "KEYSVC_MAX_CONNECTIONS_PER_ADDRESS": "3", "KEYSVC_MAX_CONNECTIONS": "50"}
+    with Server(tmp_path / "k.db", env=env) as server, ExitStack() as stack:
+        held = [
+            stack.enter_context(connect_from("127.0.0.1", server.port, PARTIAL)) for _ in range(3)
+        ]
+        more = [stack.enter_context(connect_from("127.0.0.1", server.port)) for _ in range(4)]
+        # Each one past the share is closed as soon as it is accepted; the three are kept.
+        assert len(closed_by_server(more, WITHIN)) == 4
+        assert closed_by_server(held, 1.0) == []
+        # Another address is served, up to its own share.
+        with connect_from("127.0.0.2", server.port) as other:
+            assert served(other)
+        # One of the three closed: its slot is the address's again.
+        held.pop().close()
+        deadline = time.monotonic() + WITHIN
+        while True:
+            with connect_from("127.0.0.1", server.port) as again:
+                if served(again):
+                    break
+            assert time.monotonic() < deadline, "the slot given back was never taken again"
+            time.sleep(0.1)
+        lines = log_messages(server, "max-connections-per-address")
+    assert lines and lines[0]["level"] == "warning"
+    assert lines[0]["remote"] == "127.0.0.1"
+
+
+def test_refused_connections_count_nothing_against_their_address(tmp_path: Path) -> None:
+    """Closing everything gives the address its whole share back, however many were refused."""
+    env = {**HELD, "KEYSVC_MAX_CONNECTIONS_PER_ADDRESS": "2"}
+    with Server(tmp_path / "k.db", env=env) as server:
+        for _ in range(3):
+            with ExitStack() as stack:
+                socks = [
+                    stack.enter_context(connect_from("127.0.0.1", server.port)) for _ in range(6)
+                ]
+                assert len(closed_by_server(socks, WITHIN, 4)) == 4
+            answers_again(server.port)
+        with ExitStack() as stack:
+            socks = [stack.enter_context(connect_from("127.0.0.1", server.port)) for _ in range(2)]
+            assert all(served(sock) for sock in socks)
+
+
+def test_a_trusted_proxy_is_held_to_the_cap_alone(tmp_path: Path) -> None:
+    env = {
+        **HELD,
+        "KEYSVC_MAX_CONNECTIONS_PER_ADDRESS": "2",
+        "KEYSVC_TRUSTED_PROXIES": "127.0.0.1/32",
+    }
+    with Server(tmp_path / "k.db", env=env) as server, ExitStack() as stack:
+        socks = [stack.enter_context(connect_from("127.0.0.1", server.port)) for _ in range(6)]
+        assert all(served(sock) for sock in socks)
+        # An untrusted address beside it still has its share, and no more.
+        others = [stack.enter_context(connect_from("127.0.0.2", server.port)) for _ in range(3)]
+        assert len(closed_by_server(others, WITHIN, 1)) == 1
+
+
+def _unix_healthz(path: Path) -> int:
+    conn = UnixHTTPConnection(path)
+    try:
+        conn.request("GET", "/healthz")
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_tcp_clients_cannot_take_the_unix_sockets_share(tmp_path: Path) -> None:
+    """Cap 20 with the unix socket served: TCP holds at most 18 (a tenth kept), even
+    from as many addresses as it likes, and the proxy's socket still answers."""
+    unix = tmp_path / "keysvc.sock"
+    env = {**HELD, "KEYSVC_MAX_CONNECTIONS": "20", "KEYSVC_MAX_CONNECTIONS_PER_ADDRESS": "100"}
+    with Server(tmp_path / "k.db", env=env, unix=unix) as server, ExitStack() as stack:
+        socks = [
+            stack.enter_context(connect_from(f"127.0.0.{2 + n % 5}", server.port, PARTIAL))
+            for n in range(24)
+        ]
+        closed = closed_by_server(socks, WITHIN, 6)
+        assert len(closed) == 6
+        assert all(_unix_healthz(unix) == 200 for _ in range(3))
+        assert log_messages(server, "unix socket's share")[0]["openConnections"] == 18
+
+
+def test_without_a_unix_socket_tcp_has_the_whole_cap(tmp_path: Path) -> None:
+    env = {**HELD, "KEYSVC_MAX_CONNECTIONS": "20"}
+    with Server(tmp_path / "k.db", env=env) as server, ExitStack() as stack:
+        socks = [
+            stack.enter_context(connect_from(f"127.0.0.{2 + n % 5}", server.port, PARTIAL))
+            for n in range(20)
+        ]
+        assert closed_by_server(socks, 1.0) == []
+        with connect_from("127.0.0.9", server.port) as late:
+            assert closed_by_server([late], WITHIN) == [late]
