@@ -238,8 +238,8 @@ OPTIONS = (
     ),
     Option(
         "max_connections_per_address", "KEYSVC_MAX_CONNECTIONS_PER_ADDRESS", "100", v.positive,
-        "TCP connections one client address (an IPv6 /64) may hold at once per process,"
-        " a trusted proxy's excepted; more are closed at once",
+        "TCP connections one client address (an IPv6 /64) may hold per process once half"
+        " of TCP's are open, a trusted proxy's excepted; more are closed at once",
     ),
     Option(
         "loop", "KEYSVC_LOOP", "uvloop", v.loop,

@@ -4,10 +4,13 @@ The cap (``KEYSVC_MAX_CONNECTIONS``) bounds how many connections are open; it do
 not say who holds them, and a client that keeps its connections just alive (a few
 bytes a header-timeout, or a few hundred a second read) could hold every one. So:
 
-- one client address holds at most ``KEYSVC_MAX_CONNECTIONS_PER_ADDRESS`` TCP
-  connections; an IPv6 client, at most that many per /64, the least a host is given;
-  a trusted proxy's address (``KEYSVC_TRUSTED_PROXIES``), which carries many clients'
-  requests, is held to the cap alone;
+- once TCP's connections hold half of what TCP may hold, one client address may
+  open no more past ``KEYSVC_MAX_CONNECTIONS_PER_ADDRESS``; an IPv6 client, per /64,
+  the least a host is given; a trusted proxy's address (``KEYSVC_TRUSTED_PROXIES``),
+  which carries many clients' requests, is held to the cap alone. Below half, no
+  address is held back: a client's pool (aiohttp's is 100) or several on one host
+  take what they need while nobody else wants it (rt49 F1: a share applied always
+  refused a second client pool on the same host);
 - when keysvc serves a unix socket besides TCP, a tenth of the cap is kept for it:
   TCP connections together hold at most the rest, so that the proxy beside keysvc
   (and ``/healthz`` through it) is never refused because TCP clients took every slot.
@@ -15,9 +18,9 @@ bytes a header-timeout, or a few hundred a second read) could hold every one. So
 A connection that would go past either is closed as soon as it is accepted, as one
 past the cap is. Nothing is ever taken from a connection already open: choosing one
 to close for a newcomer let a flood throw out the clients it was meant to protect
-(rt47 E2 to E4). So one address can no longer hold the slots; many addresses, as
-many as the cap over the per-address limit, still can, and a per-address limit in
-front (a firewall's) is what bounds those.
+(rt47 E2 to E4). So one address holds at most half of TCP's slots, or its share if
+that is more; the other half is left to the others, each up to its share, and a
+per-address limit in front (a firewall's) is what bounds many addresses together.
 """
 
 import ipaddress
@@ -63,6 +66,8 @@ class Shares:
     def __init__(self, tcp_limit: int, per_address: int, trusted: Sequence[IPNetwork]):
         self.tcp_limit = tcp_limit
         self.per_address = per_address
+        # From this many TCP connections open on, each address is held to its share.
+        self.crowded_at = (tcp_limit + 1) // 2
         self._trusted = tuple(trusted)
         self.tcp_open = 0
         self._by_network: dict[bytes, int] = {}
@@ -76,7 +81,7 @@ class Shares:
         network = network_of_peer(peer, self._trusted)
         if network is not None:
             held = self._by_network.get(network, 0)
-            if held >= self.per_address:
+            if held >= self.per_address and self.tcp_open >= self.crowded_at:
                 return "address", None
             self._by_network[network] = held + 1
         self.tcp_open += 1

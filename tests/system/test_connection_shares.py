@@ -61,46 +61,62 @@ def log_messages(server: Server, text: str) -> list[dict[str, object]]:
 HELD = {"KEYSVC_HEADER_TIMEOUT": "600"}
 
 
-def test_one_address_holds_at_most_its_share_and_others_are_served(tmp_path: Path) -> None:
-    env = {**HELD, "KEYSVC_MAX_CONNECTIONS_PER_ADDRESS": "3", "KEYSVC_MAX_CONNECTIONS": "50"}
+def test_once_half_is_taken_each_address_holds_at_most_its_share(tmp_path: Path) -> None:
+    """Cap 10, share 2: one address takes TCP's first half (5), then no more; another
+    gets its 2, a third its own; a slot given back is its address's again."""
+    env = {**HELD, "KEYSVC_MAX_CONNECTIONS_PER_ADDRESS": "2", "KEYSVC_MAX_CONNECTIONS": "10"}
     with Server(tmp_path / "k.db", env=env) as server, ExitStack() as stack:
-        held = [
-            stack.enter_context(connect_from("127.0.0.1", server.port, PARTIAL)) for _ in range(3)
+        first = [
+            stack.enter_context(connect_from("127.0.0.1", server.port, PARTIAL)) for _ in range(8)
         ]
-        more = [stack.enter_context(connect_from("127.0.0.1", server.port)) for _ in range(4)]
-        # Each one past the share is closed as soon as it is accepted; the three are kept.
-        assert len(closed_by_server(more, WITHIN)) == 4
+        # Each one past the share is closed as soon as it is accepted; the others are kept.
+        refused = closed_by_server(first, WITHIN, 3)
+        assert len(refused) == 3
+        held = [sock for sock in first if sock not in refused]
         assert closed_by_server(held, 1.0) == []
-        # Another address is served, up to its own share.
-        with connect_from("127.0.0.2", server.port) as other:
-            assert served(other)
-        # One of the three closed: its slot is the address's again.
-        held.pop().close()
+        second = [stack.enter_context(connect_from("127.0.0.2", server.port)) for _ in range(3)]
+        assert len(closed_by_server(second, WITHIN, 1)) == 1
+        with connect_from("127.0.0.3", server.port) as third:
+            assert served(third)
+        # One of the second address's closed: its slot is that address's again.
+        kept = next(sock for sock in second if served(sock))
+        kept.close()
         deadline = time.monotonic() + WITHIN
         while True:
-            with connect_from("127.0.0.1", server.port) as again:
+            with connect_from("127.0.0.2", server.port) as again:
                 if served(again):
                     break
             assert time.monotonic() < deadline, "the slot given back was never taken again"
             time.sleep(0.1)
         lines = log_messages(server, "max-connections-per-address")
-    assert lines and lines[0]["level"] == "warning"
+    assert lines[0]["level"] == "warning"
     assert lines[0]["remote"] == "127.0.0.1"
+
+
+def test_below_half_no_address_is_held_back(tmp_path: Path) -> None:
+    """rt49 F1: two client pools on one host, more than the share together, while
+    nobody else wants the slots."""
+    env = {**HELD, "KEYSVC_MAX_CONNECTIONS_PER_ADDRESS": "2", "KEYSVC_MAX_CONNECTIONS": "20"}
+    with Server(tmp_path / "k.db", env=env) as server, ExitStack() as stack:
+        socks = [stack.enter_context(connect_from("127.0.0.1", server.port)) for _ in range(10)]
+        assert all(served(sock) for sock in socks)
+        with connect_from("127.0.0.1", server.port) as late:
+            assert closed_by_server([late], WITHIN) == [late]
 
 
 def test_refused_connections_count_nothing_against_their_address(tmp_path: Path) -> None:
     """Closing everything gives the address its whole share back, however many were refused."""
-    env = {**HELD, "KEYSVC_MAX_CONNECTIONS_PER_ADDRESS": "2"}
+    env = {**HELD, "KEYSVC_MAX_CONNECTIONS_PER_ADDRESS": "2", "KEYSVC_MAX_CONNECTIONS": "10"}
     with Server(tmp_path / "k.db", env=env) as server:
         for _ in range(3):
             with ExitStack() as stack:
                 socks = [
-                    stack.enter_context(connect_from("127.0.0.1", server.port)) for _ in range(6)
+                    stack.enter_context(connect_from("127.0.0.1", server.port)) for _ in range(8)
                 ]
-                assert len(closed_by_server(socks, WITHIN, 4)) == 4
+                assert len(closed_by_server(socks, WITHIN, 3)) == 3
             answers_again(server.port)
         with ExitStack() as stack:
-            socks = [stack.enter_context(connect_from("127.0.0.1", server.port)) for _ in range(2)]
+            socks = [stack.enter_context(connect_from("127.0.0.1", server.port)) for _ in range(5)]
             assert all(served(sock) for sock in socks)
 
 
@@ -108,10 +124,11 @@ def test_a_trusted_proxy_is_held_to_the_cap_alone(tmp_path: Path) -> None:
     env = {
         **HELD,
         "KEYSVC_MAX_CONNECTIONS_PER_ADDRESS": "2",
+        "KEYSVC_MAX_CONNECTIONS": "20",
         "KEYSVC_TRUSTED_PROXIES": "127.0.0.1/32",
     }
     with Server(tmp_path / "k.db", env=env) as server, ExitStack() as stack:
-        socks = [stack.enter_context(connect_from("127.0.0.1", server.port)) for _ in range(6)]
+        socks = [stack.enter_context(connect_from("127.0.0.1", server.port)) for _ in range(12)]
         assert all(served(sock) for sock in socks)
         # An untrusted address beside it still has its share, and no more.
         others = [stack.enter_context(connect_from("127.0.0.2", server.port)) for _ in range(3)]

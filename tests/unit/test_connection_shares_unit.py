@@ -52,6 +52,13 @@ def test_shares_refuse_past_each_limit_and_give_back() -> None:
     assert shares.take(b) == ("tcp", None)
 
 
+def test_below_half_of_tcps_slots_no_address_is_held_back() -> None:
+    shares = Shares(tcp_limit=10, per_address=2, trusted=())
+    a = ("192.0.2.1", 1)
+    assert [shares.take(a)[0] for _ in range(6)] == [None] * 5 + ["address"]
+    assert shares.take(("192.0.2.2", 1))[0] is None
+
+
 def test_the_unix_sockets_share() -> None:
     assert unix_reserve(1000, unix=True, tcp=True) == 100
     assert unix_reserve(9, unix=True, tcp=True) == 0  # a cap under ten keeps none
