@@ -58,10 +58,18 @@ class Guard:
             logging.WARNING,
             "refused %d more connections at the connection cap in the last %g s",
         )
-        self._crowded = _once_per_interval(
-            logging.WARNING,
-            "refused %d more TCP connections past their address's or TCP's share in the last %g s",
-        )
+        # One throttle a kind, so that one address refused without end does not hide
+        # that TCP as a whole is full, nor the other way round (rt49 F5).
+        self._crowded = {
+            "address": _once_per_interval(
+                logging.WARNING,
+                "refused %d more TCP connections from addresses past their share in the last %g s",
+            ),
+            "tcp": _once_per_interval(
+                logging.WARNING,
+                "refused %d more TCP connections past TCP's share in the last %g s",
+            ),
+        }
         self._timed_out = _once_per_interval(
             logging.INFO,
             "closed %d more connections that sent no whole request head in the last %g s",
@@ -78,16 +86,16 @@ class Guard:
             extra={"openConnections": self.open},
         )
 
-    def crowded(self, limit: str, peer: Any) -> None:
+    def crowded(self, limit: str, peer: Any, network: bytes | None) -> None:
         if limit == "address":
-            self._crowded.log(
+            self._crowded[limit].log(
                 "refusing new TCP connections from an address that holds %d"
                 " (max-connections-per-address)",
-                self.shares.held_by(peer),
+                self.shares.held(network),
                 extra={"remote": peer[0] if isinstance(peer, tuple) and peer else None},
             )
         else:
-            self._crowded.log(
+            self._crowded[limit].log(
                 "refusing new TCP connections: %d are open, the most the unix socket's"
                 " share of max-connections leaves",
                 self.shares.tcp_open,
@@ -251,11 +259,12 @@ class GuardedHandler(web.RequestHandler):
         tcp = sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6)
         if tcp:
             peer = transport.get_extra_info("peername")
-            refused, self._network = guard.shares.take(peer)
+            refused, network = guard.shares.take(peer)
             if refused is not None:
-                guard.crowded(refused, peer)
+                guard.crowded(refused, peer, network)
                 transport.close()
                 return
+            self._network = network
             self._shared = True
         guard.open += 1
         self._counted = True

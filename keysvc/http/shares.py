@@ -41,9 +41,15 @@ def unix_reserve(max_connections: int, unix: bool, tcp: bool) -> int:
     return max_connections // UNIX_SHARE if unix and tcp else 0
 
 
+# NAT64's well-known prefix (RFC 6052): each IPv4 client of a translator, as itself.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
 def network_of_peer(peer: Any, trusted: Sequence[IPNetwork]) -> bytes | None:
-    """What a TCP peer (``peername``) is counted under: its IPv4 address, or its IPv6
-    address's /64; None for a trusted proxy, counted under no address."""
+    """What a TCP peer (``peername``) is counted under: its IPv4 address (an
+    IPv4-mapped or NAT64 address's too), or its IPv6 address's /64, with the scope
+    for a link-local one (each interface's neighbours are others); None for a
+    trusted proxy, counted under no address."""
     host = peer[0] if isinstance(peer, tuple) and peer else None
     try:
         address = ipaddress.ip_address(host) if isinstance(host, str) else None
@@ -51,13 +57,19 @@ def network_of_peer(peer: Any, trusted: Sequence[IPNetwork]) -> bytes | None:
         address = None
     if address is None:
         return _UNKNOWN
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        elif address in _NAT64:
+            address = ipaddress.IPv4Address(address.packed[12:])
     if any(address.version == net.version and address in net for net in trusted):
         return None
     if isinstance(address, ipaddress.IPv4Address):
         return b"4" + address.packed
-    return b"6" + address.packed[:8]
+    network = b"6" + address.packed[:8]
+    if address.is_link_local and isinstance(peer, tuple) and len(peer) > 3:
+        network += str(peer[3]).encode()
+    return network
 
 
 class Shares:
@@ -65,24 +77,25 @@ class Shares:
 
     def __init__(self, tcp_limit: int, per_address: int, trusted: Sequence[IPNetwork]):
         self.tcp_limit = tcp_limit
-        self.per_address = per_address
-        # From this many TCP connections open on, each address is held to its share.
+        # From this many TCP connections open on, each address is held to its share,
+        # which is never more: else one address could take every slot (rt49 F2).
         self.crowded_at = (tcp_limit + 1) // 2
+        self.per_address = max(1, min(per_address, self.crowded_at))
         self._trusted = tuple(trusted)
         self.tcp_open = 0
         self._by_network: dict[bytes, int] = {}
 
     def take(self, peer: Any) -> tuple[str | None, bytes | None]:
         """Count one more TCP connection from ``peer``: (None, the network it counts
-        under, to give back) if it may be opened; else (which limit refuses it, None),
-        counting nothing."""
+        under, to give back) if it may be opened; else (which limit refuses it: "tcp",
+        or "address" with the network that holds its share), counting nothing."""
         if self.tcp_open >= self.tcp_limit:
             return "tcp", None
         network = network_of_peer(peer, self._trusted)
         if network is not None:
             held = self._by_network.get(network, 0)
             if held >= self.per_address and self.tcp_open >= self.crowded_at:
-                return "address", None
+                return "address", network
             self._by_network[network] = held + 1
         self.tcp_open += 1
         return None, network
@@ -98,7 +111,6 @@ class Shares:
         else:
             del self._by_network[network]
 
-    def held_by(self, peer: Any) -> int:
-        """How many TCP connections ``peer``'s network holds (for the refusal's line)."""
-        network = network_of_peer(peer, self._trusted)
+    def held(self, network: bytes | None) -> int:
+        """How many TCP connections ``network`` holds (for a refusal's line)."""
         return 0 if network is None else self._by_network.get(network, 0)

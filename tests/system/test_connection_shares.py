@@ -170,3 +170,20 @@ def test_without_a_unix_socket_tcp_has_the_whole_cap(tmp_path: Path) -> None:
         assert closed_by_server(socks, 1.0) == []
         with connect_from("127.0.0.9", server.port) as late:
             assert closed_by_server([late], WITHIN) == [late]
+
+
+def test_each_kind_of_refusal_is_named_in_the_log(tmp_path: Path) -> None:
+    """rt49 F5: one throttle for both kinds let an address refused at will hide that
+    TCP as a whole was full (and the other way round)."""
+    unix = tmp_path / "keysvc.sock"
+    env = {**HELD, "KEYSVC_MAX_CONNECTIONS": "20", "KEYSVC_MAX_CONNECTIONS_PER_ADDRESS": "2"}
+    with Server(tmp_path / "k.db", env=env, unix=unix) as server, ExitStack() as stack:
+        first = [stack.enter_context(connect_from("127.0.0.1", server.port)) for _ in range(11)]
+        assert len(closed_by_server(first, WITHIN, 2)) == 2  # TCP's half is 9
+        log_messages(server, "max-connections-per-address")
+        others = [
+            stack.enter_context(connect_from(f"127.0.0.{2 + n // 2}", server.port))
+            for n in range(12)
+        ]
+        assert len(closed_by_server(others, WITHIN, 3)) == 3  # 9 more fill TCP's 18
+        assert log_messages(server, "unix socket's share")[0]["openConnections"] == 18

@@ -30,6 +30,29 @@ def test_a_trusted_proxy_is_counted_under_no_address() -> None:
     assert network_of_peer(("11.1.2.3", 1), TRUSTED) is not None
 
 
+def test_a_nat64_client_is_its_ipv4_address() -> None:
+    """rt49 F4: every IPv4 client of a translator is its own client."""
+    one = network_of_peer(("64:ff9b::c000:207", 1, 0, 0), ())
+    assert one == network_of_peer(("192.0.2.7", 1), ())
+    assert one != network_of_peer(("64:ff9b::c000:208", 1, 0, 0), ())
+
+
+def test_link_local_neighbours_on_other_interfaces_are_others() -> None:
+    """rt49 F4: fe80::/64 is on every interface."""
+    on_two = network_of_peer(("fe80::1", 1, 0, 2), ())
+    assert on_two == network_of_peer(("fe80::2", 1, 0, 2), ())
+    assert on_two != network_of_peer(("fe80::1", 1, 0, 3), ())
+
+
+def test_a_share_is_never_more_than_half_of_tcps_slots() -> None:
+    """rt49 F2: a share at or over the cap let one address take every slot."""
+    shares = Shares(tcp_limit=50, per_address=100, trusted=())
+    assert shares.per_address == 25
+    a = ("192.0.2.1", 1)
+    assert [shares.take(a)[0] for _ in range(26)] == [None] * 25 + ["address"]
+    assert shares.take(("192.0.2.2", 1))[0] is None
+
+
 def test_a_peer_without_an_address_shares_one_count() -> None:
     assert network_of_peer(None, ()) == network_of_peer(("not an address", 1), ()) == b""
 
@@ -39,12 +62,13 @@ def test_shares_refuse_past_each_limit_and_give_back() -> None:
     a, b, proxy = ("192.0.2.1", 1), ("192.0.2.2", 1), ("10.0.0.1", 1)
     taken = [shares.take(a), shares.take(a)]
     assert all(refused is None for refused, _ in taken)
-    assert shares.take(a) == ("address", None)
-    assert shares.held_by(a) == 2
+    refused, network = shares.take(a)
+    assert refused == "address"
+    assert shares.held(network) == 2
     assert shares.take(proxy) == (None, None)
     assert shares.take(b) == ("tcp", None)  # three open: TCP's whole share
     shares.give_back(taken[0][1])
-    assert shares.held_by(a) == 1
+    assert shares.held(network) == 1
     assert shares.take(b)[0] is None
     shares.give_back(None)  # the proxy's
     assert shares.tcp_open == 2
