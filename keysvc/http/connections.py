@@ -194,7 +194,13 @@ class _HalfClosing:
         if transport.is_closing() or not transport.can_write_eof():
             transport.close()
             return
-        transport.write_eof()
+        try:
+            transport.write_eof()
+        except OSError:
+            # Reset by the client meanwhile (asyncio's loop raises here, uvloop's does
+            # not): nothing is left to linger over (rt49 F6).
+            transport.close()
+            return
         self._loop.call_later(LINGER_SECONDS, transport.close)
 
 

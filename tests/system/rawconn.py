@@ -16,18 +16,27 @@ HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
 PARTIAL = b"GET /healthz HT"
 
 
-def connect(port: int, data: bytes = b"") -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=WITHIN)
+def connect(port: int, data: bytes = b"", source: str = "127.0.0.1") -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=WITHIN, source_address=(source, 0))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if data:
         sock.sendall(data)
     return sock
 
 
+# Loopback addresses the connections of one test take turns to come from (Linux answers
+# all of 127.0.0.0/8 on loopback): a test that fills the connection cap stands for many
+# clients, not one address past its share (keysvc.http.shares).
+SOURCES = tuple(f"127.0.0.{n}" for n in range(1, 5))
+
+
 @contextmanager
 def connections(port: int, count: int, data: bytes) -> Iterator[list[socket.socket]]:
     with ExitStack() as stack:
-        yield [stack.enter_context(connect(port, data)) for _ in range(count)]
+        yield [
+            stack.enter_context(connect(port, data, SOURCES[n % len(SOURCES)]))
+            for n in range(count)
+        ]
 
 
 def read_answer(sock: socket.socket) -> tuple[int, dict[str, object], bytes]:

@@ -31,6 +31,7 @@ from tests.system.rawconn import (
     HEALTHZ,
     PARTIAL,
     PIPELINED,
+    SOURCES,
     WITHIN,
     answers_again,
     closed_by_server,
@@ -335,8 +336,9 @@ def test_many_clients_that_never_read_lose_their_connections_together(
     with Server(tmp_path / "k.db", env=env) as server, ExitStack() as stack:
         hogs = []
         connected = time.monotonic()
-        for _ in range(count):
+        for n in range(count):
             hog = stack.enter_context(socket.socket())
+            hog.bind((SOURCES[n % len(SOURCES)], 0))
             hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
             hog.connect(("127.0.0.1", server.port))
             hog.setblocking(False)
