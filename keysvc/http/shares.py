@@ -57,13 +57,13 @@ def network_of_peer(peer: Any, trusted: Sequence[IPNetwork]) -> bytes | None:
         address = None
     if address is None:
         return _UNKNOWN
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        elif address in _NAT64:
-            address = ipaddress.IPv4Address(address.packed[12:])
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    # Trusted as keysvc.http.auth trusts a peer: the address as received (rt50 G2).
     if any(address.version == net.version and address in net for net in trusted):
         return None
+    if isinstance(address, ipaddress.IPv6Address) and address in _NAT64:
+        address = ipaddress.IPv4Address(address.packed[12:])
     if isinstance(address, ipaddress.IPv4Address):
         return b"4" + address.packed
     network = b"6" + address.packed[:8]

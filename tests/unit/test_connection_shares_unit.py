@@ -37,6 +37,13 @@ def test_a_nat64_client_is_its_ipv4_address() -> None:
     assert one != network_of_peer(("64:ff9b::c000:208", 1, 0, 0), ())
 
 
+def test_a_nat64_peer_is_trusted_as_received() -> None:
+    """rt50 G2: as keysvc.http.auth trusts it, by its own address, never its IPv4 client's."""
+    peer = ("64:ff9b::a00:1", 1, 0, 0)
+    assert network_of_peer(peer, (ipaddress.ip_network("64:ff9b::a00:1/128"),)) is None
+    assert network_of_peer(peer, (ipaddress.ip_network("10.0.0.1/32"),)) is not None
+
+
 def test_link_local_neighbours_on_other_interfaces_are_others() -> None:
     """rt49 F4: fe80::/64 is on every interface."""
     on_two = network_of_peer(("fe80::1", 1, 0, 2), ())
