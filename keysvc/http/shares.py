@@ -4,13 +4,14 @@ The cap (``KEYSVC_MAX_CONNECTIONS``) bounds how many connections are open; it do
 not say who holds them, and a client that keeps its connections just alive (a few
 bytes a header-timeout, or a few hundred a second read) could hold every one. So:
 
-- once TCP's connections hold half of what TCP may hold, one client address may
-  open no more past ``KEYSVC_MAX_CONNECTIONS_PER_ADDRESS``; an IPv6 client, per /64,
-  the least a host is given; a trusted proxy's address (``KEYSVC_TRUSTED_PROXIES``),
-  which carries many clients' requests, is held to the cap alone. Below half, no
-  address is held back: a client's pool (aiohttp's is 100) or several on one host
-  take what they need while nobody else wants it (rt49 F1: a share applied always
-  refused a second client pool on the same host);
+- one client address holds ``KEYSVC_MAX_CONNECTIONS_PER_ADDRESS`` TCP connections
+  (an IPv6 client, per /64, the least a host is given) whatever the others do, and
+  more only from a pool of half of TCP's slots less one share, which every address
+  past its share draws on: so one address holds at most half of TCP's slots, and a
+  host that needs more than its share (several client pools: aiohttp's holds 100)
+  gets it while nobody else is past theirs (rt49 F1, rt50 G1). A trusted proxy's
+  address (``KEYSVC_TRUSTED_PROXIES``), which carries many clients' requests, is held
+  to the cap alone;
 - when keysvc serves a unix socket besides TCP, a tenth of the cap is kept for it:
   TCP connections together hold at most the rest, so that the proxy beside keysvc
   (and ``/healthz`` through it) is never refused because TCP clients took every slot.
@@ -18,9 +19,9 @@ bytes a header-timeout, or a few hundred a second read) could hold every one. So
 A connection that would go past either is closed as soon as it is accepted, as one
 past the cap is. Nothing is ever taken from a connection already open: choosing one
 to close for a newcomer let a flood throw out the clients it was meant to protect
-(rt47 E2 to E4). So one address holds at most half of TCP's slots, or its share if
-that is more; the other half is left to the others, each up to its share, and a
-per-address limit in front (a firewall's) is what bounds many addresses together.
+(rt47 E2 to E4). Six addresses at the defaults (one at half, five at their share)
+can still hold every TCP slot; a per-address limit in front (a firewall's) is what
+bounds many addresses together.
 """
 
 import ipaddress
@@ -77,10 +78,17 @@ class Shares:
 
     def __init__(self, tcp_limit: int, per_address: int, trusted: Sequence[IPNetwork]):
         self.tcp_limit = tcp_limit
-        # From this many TCP connections open on, each address is held to its share,
-        # which is never more: else one address could take every slot (rt49 F2).
-        self.crowded_at = (tcp_limit + 1) // 2
-        self.per_address = max(1, min(per_address, self.crowded_at))
+        half = (tcp_limit + 1) // 2
+        # A share is never more than half of TCP's slots: else one address could take
+        # every slot (rt49 F2).
+        self.per_address = max(1, min(per_address, half))
+        # The connections held past their address's share, all addresses together, and
+        # how many there may be: one address holds at most half of TCP's slots. Only a
+        # connection past a share counts, so that clients within theirs, however many,
+        # never hold back a host that needs more (rt50 G1: counting every connection,
+        # an attacker within its shares made every larger host its share's prisoner).
+        self.excess_limit = half - self.per_address
+        self.excess = 0
         self._trusted = tuple(trusted)
         self.tcp_open = 0
         self._by_network: dict[bytes, int] = {}
@@ -94,8 +102,10 @@ class Shares:
         network = network_of_peer(peer, self._trusted)
         if network is not None:
             held = self._by_network.get(network, 0)
-            if held >= self.per_address and self.tcp_open >= self.crowded_at:
-                return "address", network
+            if held >= self.per_address:
+                if self.excess >= self.excess_limit:
+                    return "address", network
+                self.excess += 1
             self._by_network[network] = held + 1
         self.tcp_open += 1
         return None, network
@@ -106,6 +116,8 @@ class Shares:
         if network is None:
             return
         held = self._by_network[network] - 1
+        if held >= self.per_address:
+            self.excess -= 1
         if held:
             self._by_network[network] = held
         else:

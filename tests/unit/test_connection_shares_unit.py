@@ -90,6 +90,21 @@ def test_below_half_of_tcps_slots_no_address_is_held_back() -> None:
     assert shares.take(("192.0.2.2", 1))[0] is None
 
 
+def test_past_their_shares_addresses_draw_on_one_pool() -> None:
+    """rt50 G1: only connections past a share count toward the pool's end."""
+    shares = Shares(tcp_limit=20, per_address=3, trusted=())
+    a, b, c = ("192.0.2.1", 1), ("192.0.2.2", 1), ("192.0.2.3", 1)
+    assert [shares.take(c)[0] for _ in range(3)] == [None] * 3  # within its share
+    assert [shares.take(a)[0] for _ in range(11)] == [None] * 10 + ["address"]
+    assert shares.excess == 7
+    assert [shares.take(b)[0] for _ in range(4)] == [None] * 3 + ["address"]
+    network = shares.take(a)[1]
+    shares.give_back(network)  # one of a's past its share
+    assert shares.excess == 6
+    assert shares.take(b)[0] is None
+    assert shares.take(b)[0] == "address"
+
+
 def test_the_unix_sockets_share() -> None:
     assert unix_reserve(1000, unix=True, tcp=True) == 100
     assert unix_reserve(9, unix=True, tcp=True) == 0  # a cap under ten keeps none
