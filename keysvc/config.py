@@ -239,8 +239,8 @@ OPTIONS = (
     Option(
         "max_connections_per_address", "KEYSVC_MAX_CONNECTIONS_PER_ADDRESS", "100", v.positive,
         "TCP connections one client address (an IPv6 /64) holds per process whatever the"
-        " others do, past which it shares a pool of half of TCP's slots; a trusted proxy's"
-        " excepted; more are closed at once",
+        " others do (unless TCP is full), past which it shares a pool of half of TCP's"
+        " slots; a trusted proxy's excepted; more are closed at once",
     ),
     Option(
         "loop", "KEYSVC_LOOP", "uvloop", v.loop,

@@ -90,8 +90,10 @@ class Guard:
         if limit == "address":
             self._crowded[limit].log(
                 "refusing new TCP connections from an address that holds %d"
-                " (max-connections-per-address)",
+                " (max-connections-per-address); %d of the %d past shares are held",
                 self.shares.held(network),
+                self.shares.excess,
+                self.shares.excess_limit,
                 extra={"remote": peer[0] if isinstance(peer, tuple) and peer else None},
             )
         else:

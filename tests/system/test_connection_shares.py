@@ -92,6 +92,8 @@ def test_one_address_holds_at_most_half_and_the_others_their_share(tmp_path: Pat
         lines = log_messages(server, "max-connections-per-address")
     assert lines[0]["level"] == "warning"
     assert lines[0]["remote"] == "127.0.0.1"
+    # The pool past shares (half of TCP's 10, less a share of 2), drawn dry by it.
+    assert "3 of the 3 past shares are held" in str(lines[0]["message"])
 
 
 def test_a_host_past_its_share_is_not_held_back_by_others_within_theirs(
