@@ -9,9 +9,10 @@ bytes a header-timeout, or a few hundred a second read) could hold every one. So
   more only from a pool of half of TCP's slots less one share, which every address
   past its share draws on: so one address holds at most half of TCP's slots, and a
   host that needs more than its share (several client pools: aiohttp's holds 100)
-  gets it while nobody else is past theirs (rt49 F1, rt50 G1). A trusted proxy's
-  address (``KEYSVC_TRUSTED_PROXIES``), which carries many clients' requests, is held
-  to the cap alone;
+  gets it while the pool lasts, however many clients stay within their shares
+  (rt49 F1, rt50 G1); one address past its share can draw the pool dry (rt51 H1).
+  A trusted proxy's address (``KEYSVC_TRUSTED_PROXIES``), which carries many
+  clients' requests, is held to the cap alone;
 - when keysvc serves a unix socket besides TCP, a tenth of the cap is kept for it:
   TCP connections together hold at most the rest, so that the proxy beside keysvc
   (and ``/healthz`` through it) is never refused because TCP clients took every slot.
