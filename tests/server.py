@@ -1,5 +1,6 @@
 """A real keysvc server in a subprocess, on a free loopback port (and a unix socket)."""
 
+import fcntl
 import http.client
 import json
 import os
@@ -153,6 +154,11 @@ class Server:
             # A file, not a pipe: the server logs a line per request, and a pipe nobody
             # reads fills up and blocks it.
             self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in __exit__
+            # The server's stderr is this file's open description, offset and all: its
+            # writes go to the end whatever this process reads (stderr_text), where a
+            # seek here could make the server write over its first lines.
+            fd = self._stderr.fileno()
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
             self.proc = subprocess.Popen(
                 command,
                 stdout=subprocess.PIPE,
@@ -200,8 +206,9 @@ class Server:
 
     def stderr_text(self) -> str:
         """Everything the server has written to stderr so far (JSON log lines)."""
-        self._stderr.seek(0)
-        return self._stderr.read().decode()
+        # Read where it lies, never moving the offset the server's writes share.
+        fd = self._stderr.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode()
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> float:
         """Send ``sig``; returns how long the process took to exit."""
