@@ -9,6 +9,7 @@ length it means (``127.0.0.0/8``). Any other source is kept as written.
 """
 
 import ipaddress
+from collections.abc import Sequence
 
 from keysvc.config import IPNetwork
 
@@ -35,3 +36,21 @@ def kept_source(source: str) -> str:
     if not mapped and "." not in length:
         return source
     return network.with_prefixlen if slash else str(network.network_address)
+
+
+def parse_address(text: str | None) -> IPAddress | None:
+    """The address ``text`` holds (blanks around it ignored), an IPv4-mapped one as
+    IPv4: an IPv4 client seen through a dual-stack socket is still that IPv4 client.
+    None if it holds none."""
+    try:
+        address = ipaddress.ip_address((text or "").strip())
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def within(address: IPAddress, networks: Sequence[IPNetwork]) -> bool:
+    """Whether ``address`` is in one of ``networks``."""
+    return any(address.version == net.version and address in net for net in networks)

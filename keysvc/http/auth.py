@@ -17,7 +17,6 @@ import binascii
 import functools
 import hashlib
 import hmac
-import ipaddress
 import re
 import time
 from collections.abc import Sequence
@@ -32,7 +31,7 @@ from keysvc.credentials import Hasher, checksum_fails, sha256_b64
 from keysvc.db.contract import RevokedUse, Store
 from keysvc.db.usage import COUNTED
 from keysvc.domain.activities import DELETED, api_actor, key_used_after_revoke
-from keysvc.domain.addresses import IPAddress, network_of
+from keysvc.domain.addresses import IPAddress, network_of, parse_address, within
 from keysvc.domain.permissions import has_permission
 from keysvc.domain.permquery import Query
 from keysvc.domain.ratelimit import Decision, Limits
@@ -277,20 +276,9 @@ def _note_revoked_use(
     store.note_revoked_use(key.id, now, use)
 
 
-def _address(text: str | None) -> IPAddress | None:
-    try:
-        address = ipaddress.ip_address((text or "").strip())
-    except ValueError:
-        return None
-    # An IPv4 client seen through a dual-stack socket is still that IPv4 client.
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address
-
-
 # The peer's text comes from the socket, and a few peers (proxies) make most requests;
 # X-Forwarded-For hops come from clients, and are parsed each time, never kept.
-_peer_address = functools.lru_cache(maxsize=1024)(_address)
+_peer_address = functools.lru_cache(maxsize=1024)(parse_address)
 # A hop with a port, or in brackets: the address is the first group, the port the second.
 _BRACKETED_HOP = re.compile(r"\[([0-9A-Fa-f.]*:[0-9A-Fa-f:.]*)\](?::([0-9]{1,5}))?")
 _V4_HOP_WITH_PORT = re.compile(r"([0-9.]+):([0-9]{1,5})")
@@ -303,15 +291,11 @@ def _hop(text: str) -> IPAddress | None:
     hop = text.strip()
     match = _BRACKETED_HOP.fullmatch(hop) or _V4_HOP_WITH_PORT.fullmatch(hop)
     if match is None:
-        return _address(hop)
+        return parse_address(hop)
     address, port = match.groups()
     if port is not None and int(port) > 65535:
         return None
-    return _address(address)
-
-
-def _within(address: IPAddress, networks: Sequence[IPNetwork]) -> bool:
-    return any(address.version == net.version and address in net for net in networks)
+    return parse_address(address)
 
 
 def client_address(
@@ -324,14 +308,14 @@ def client_address(
     ``from_proxy``: the peer is the proxy, whatever its address (the unix socket's);
     with no X-Forwarded-For from it, the client's address is unknown (None)."""
     address = None if from_proxy else _peer_address(peer)
-    if not forwarded_for or not (from_proxy or (address is not None and _within(address, trusted))):
+    if not forwarded_for or not (from_proxy or (address is not None and within(address, trusted))):
         return address
     for hop in reversed(forwarded_for.split(",")):
         parsed = _hop(hop)
         if parsed is None:
             break  # a malformed hop: trust stops at the last proxy we know
         address = parsed
-        if not _within(address, trusted):
+        if not within(address, trusted):
             break
     return address
 
@@ -340,7 +324,7 @@ def address_allowed(address: IPAddress | None, access_list: Sequence[dict[str, s
     if address is None:
         return False
     networks = [network_of(entry["source"]) for entry in access_list]
-    return _within(address, networks)
+    return within(address, networks)
 
 
 def check_bearer(request: web.Request, token: str | None) -> None:
@@ -412,7 +396,7 @@ def _refuse_address(request: web.Request, limits: Limits, now: float) -> NoRetur
 
 def _peer(peer: str | None) -> tuple[IPAddress | None, str | None]:
     """The peer's address and its text, for a request without X-Forwarded-For."""
-    address = _address(peer)  # kept by the cache below, as _peer_address keeps it
+    address = parse_address(peer)  # kept by the cache below, as _peer_address keeps it
     return address, None if address is None else str(address)
 
 

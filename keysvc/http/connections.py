@@ -232,7 +232,6 @@ class GuardedHandler(web.RequestHandler):
         "_head_deadline",
         "_network",
         "_read_watch",
-        "_shared",
         "_since",
         "_tcp",
     )
@@ -249,8 +248,7 @@ class GuardedHandler(web.RequestHandler):
         self._tcp: Any = None
         self._close_deadline: asyncio.TimerHandle | None = None
         self._counted = False
-        # Counted by Shares.take (a TCP connection): the network it holds a slot of.
-        self._shared = False
+        # A TCP connection's: the network Shares.take counted it under.
         self._network: bytes | None = None
         # The body of the last request whose head arrived: bytes that come while it is
         # still being received are its, not the start of another head.
@@ -264,24 +262,21 @@ class GuardedHandler(web.RequestHandler):
             transport.close()
             return
         sock = transport.get_extra_info("socket")
-        tcp = sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6)
-        if tcp:
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             peer = transport.get_extra_info("peername")
             refused, network = guard.shares.take(peer)
             if refused is not None:
                 guard.crowded(refused, peer, network)
                 transport.close()
                 return
-            self._network = network
-            self._shared = True
+            # A unix socket's client is the proxy beside keysvc, which reads every
+            # answer whatever its own client does: only TCP's are watched, and shared.
+            self._tcp, self._network = sock, network
         guard.open += 1
         self._counted = True
         super().connection_made(transport)
         self._start_head_deadline()
-        if tcp:
-            # A unix socket's client is the proxy beside keysvc, which reads every
-            # answer whatever its own client does.
-            self._tcp = sock
+        if self._tcp is not None:
             with contextlib.suppress(OSError):  # else left as the kernel chose
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
             self._read_watch = self._loop.call_later(guard.header_timeout, self._check_reads)
@@ -377,8 +372,8 @@ class GuardedHandler(web.RequestHandler):
         if self._counted:
             self._counted = False
             self._guard.open -= 1
-        if self._shared:
-            self._shared = False
+        if self._tcp is not None:
+            self._tcp = None
             self._guard.shares.give_back(self._network)
         super().connection_lost(exc)
 

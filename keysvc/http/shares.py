@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from keysvc.config import IPNetwork
+from keysvc.domain.addresses import parse_address, within
 
 # The share of the cap kept for the unix socket when TCP is served too.
 UNIX_SHARE = 10
@@ -53,16 +54,11 @@ def network_of_peer(peer: Any, trusted: Sequence[IPNetwork]) -> bytes | None:
     for a link-local one (each interface's neighbours are others); None for a
     trusted proxy, counted under no address."""
     host = peer[0] if isinstance(peer, tuple) and peer else None
-    try:
-        address = ipaddress.ip_address(host) if isinstance(host, str) else None
-    except ValueError:
-        address = None
+    address = parse_address(host) if isinstance(host, str) else None
     if address is None:
         return _UNKNOWN
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
     # Trusted as keysvc.http.auth trusts a peer: the address as received (rt50 G2).
-    if any(address.version == net.version and address in net for net in trusted):
+    if within(address, trusted):
         return None
     if isinstance(address, ipaddress.IPv6Address) and address in _NAT64:
         address = ipaddress.IPv4Address(address.packed[12:])

@@ -1,5 +1,5 @@
 """Raw TCP clients of a real ``keysvc serve``, for the connection tests
-(tests/system/test_connections.py, test_shutdown_bound.py):
+(tests/system/test_connections.py, test_connection_shares.py, test_shutdown_bound.py):
 requests written byte for byte, answers read by hand, and the kernel's view of a
 connection."""
 
@@ -10,6 +10,8 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+
+from tests.server import Server
 
 WITHIN = 30.0
 HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -106,6 +108,20 @@ def answers_again(port: int, deadline: float | None = None) -> None:
 # A request that needs no key (its answer a 401), pipelined by the clients that read slowly
 # or never.
 PIPELINED = b"GET /v1/verify HTTP/1.1\r\nHost: k\r\nAuthorization: Bearer x\r\n\r\n"
+
+
+def log_lines(server: Server) -> list[dict[str, object]]:
+    return [json.loads(line) for line in server.stderr_text().splitlines()]
+
+
+def wait_for_log(server: Server, text: str, within: float = WITHIN) -> list[dict[str, object]]:
+    """The log lines whose message holds ``text``, once there is one (the log is
+    written off the loop's thread)."""
+    deadline = time.monotonic() + within
+    while not (lines := [line for line in log_lines(server) if text in str(line["message"])]):
+        assert time.monotonic() < deadline, server.stderr_text()
+        time.sleep(0.1)
+    return lines
 
 
 def send_queue(server_port: int, client_port: int) -> int:

@@ -4,7 +4,6 @@ trusted proxy's excepted; and with a unix socket served too, a tenth of the cap
 kept for it. Other loopback addresses (127.0.0.2) stand for other clients: Linux
 answers the whole of 127.0.0.0/8 on the loopback interface."""
 
-import json
 import socket
 import time
 from contextlib import ExitStack
@@ -19,20 +18,15 @@ from tests.system.rawconn import (
     WITHIN,
     answers_again,
     closed_by_server,
+    connect,
     read_answer,
+    wait_for_log,
 )
 
 
 @pytest.fixture(autouse=True)
 def _database(tmp_path: Path) -> None:
     bootstrap(tmp_path / "k.db")
-
-
-def connect_from(source: str, port: int, data: bytes = b"") -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=WITHIN, source_address=(source, 0))
-    if data:
-        sock.sendall(data)
-    return sock
 
 
 def served(sock: socket.socket) -> bool:
@@ -45,18 +39,6 @@ def served(sock: socket.socket) -> bool:
     return status == 200
 
 
-def log_messages(server: Server, text: str) -> list[dict[str, object]]:
-    """The log lines whose message holds ``text``, once there is one (the log is
-    written off the loop's thread)."""
-    deadline = time.monotonic() + WITHIN
-    while True:
-        lines = [json.loads(line) for line in server.stderr_text().splitlines()]
-        if found := [line for line in lines if text in str(line["message"])]:
-            return found
-        assert time.monotonic() < deadline, server.stderr_text()
-        time.sleep(0.1)
-
-
 # A head never finished, so that each connection stays open and idle.
 HELD = {"KEYSVC_HEADER_TIMEOUT": "600"}
 
@@ -67,29 +49,27 @@ def test_one_address_holds_at_most_half_and_the_others_their_share(tmp_path: Pat
     back is its address's again."""
     env = {**HELD, "KEYSVC_MAX_CONNECTIONS_PER_ADDRESS": "2", "KEYSVC_MAX_CONNECTIONS": "10"}
     with Server(tmp_path / "k.db", env=env) as server, ExitStack() as stack:
-        first = [
-            stack.enter_context(connect_from("127.0.0.1", server.port, PARTIAL)) for _ in range(8)
-        ]
+        first = [stack.enter_context(connect(server.port, PARTIAL, "127.0.0.1")) for _ in range(8)]
         # Each one past the share is closed as soon as it is accepted; the others are kept.
         refused = closed_by_server(first, WITHIN, 3)
         assert len(refused) == 3
         held = [sock for sock in first if sock not in refused]
         assert closed_by_server(held, 1.0) == []
-        second = [stack.enter_context(connect_from("127.0.0.2", server.port)) for _ in range(3)]
+        second = [stack.enter_context(connect(server.port, source="127.0.0.2")) for _ in range(3)]
         assert len(closed_by_server(second, WITHIN, 1)) == 1
-        with connect_from("127.0.0.3", server.port) as third:
+        with connect(server.port, source="127.0.0.3") as third:
             assert served(third)
         # One of the second address's closed: its slot is that address's again.
         kept = next(sock for sock in second if served(sock))
         kept.close()
         deadline = time.monotonic() + WITHIN
         while True:
-            with connect_from("127.0.0.2", server.port) as again:
+            with connect(server.port, source="127.0.0.2") as again:
                 if served(again):
                     break
             assert time.monotonic() < deadline, "the slot given back was never taken again"
             time.sleep(0.1)
-        lines = log_messages(server, "max-connections-per-address")
+        lines = wait_for_log(server, "max-connections-per-address")
     assert lines[0]["level"] == "warning"
     assert lines[0]["remote"] == "127.0.0.1"
     # The pool past shares (half of TCP's 10, less a share of 2), drawn dry by it.
@@ -104,16 +84,16 @@ def test_a_host_past_its_share_is_not_held_back_by_others_within_theirs(
     hold; alone, it takes up to half of TCP's slots."""
     env = {**HELD, "KEYSVC_MAX_CONNECTIONS_PER_ADDRESS": "3", "KEYSVC_MAX_CONNECTIONS": "20"}
     with Server(tmp_path / "k.db", env=env) as server, ExitStack() as stack:
-        host = [stack.enter_context(connect_from("127.0.0.1", server.port)) for _ in range(7)]
+        host = [stack.enter_context(connect(server.port, source="127.0.0.1")) for _ in range(7)]
         assert all(served(sock) for sock in host)
         others = [
-            stack.enter_context(connect_from(f"127.0.0.{9 + n // 3}", server.port))
+            stack.enter_context(connect(server.port, source=f"127.0.0.{9 + n // 3}"))
             for n in range(6)
         ]
         assert all(served(sock) for sock in others)  # 13 of 20 open, each other at its 3
-        more = [stack.enter_context(connect_from("127.0.0.1", server.port)) for _ in range(3)]
+        more = [stack.enter_context(connect(server.port, source="127.0.0.1")) for _ in range(3)]
         assert served(more[0]) and served(more[1]) and served(more[2])  # 10: half
-        with connect_from("127.0.0.1", server.port) as late:
+        with connect(server.port, source="127.0.0.1") as late:
             assert closed_by_server([late], WITHIN) == [late]
 
 
@@ -124,12 +104,14 @@ def test_refused_connections_count_nothing_against_their_address(tmp_path: Path)
         for _ in range(3):
             with ExitStack() as stack:
                 socks = [
-                    stack.enter_context(connect_from("127.0.0.1", server.port)) for _ in range(8)
+                    stack.enter_context(connect(server.port, source="127.0.0.1")) for _ in range(8)
                 ]
                 assert len(closed_by_server(socks, WITHIN, 3)) == 3
             answers_again(server.port)
         with ExitStack() as stack:
-            socks = [stack.enter_context(connect_from("127.0.0.1", server.port)) for _ in range(5)]
+            socks = [
+                stack.enter_context(connect(server.port, source="127.0.0.1")) for _ in range(5)
+            ]
             assert all(served(sock) for sock in socks)
 
 
@@ -142,7 +124,7 @@ def test_a_trusted_proxy_is_held_to_the_cap_alone(tmp_path: Path) -> None:
     }
     with Server(tmp_path / "k.db", env=env) as server, ExitStack() as stack:
         # More than half of TCP's 20, which an untrusted address never gets.
-        socks = [stack.enter_context(connect_from("127.0.0.1", server.port)) for _ in range(14)]
+        socks = [stack.enter_context(connect(server.port, source="127.0.0.1")) for _ in range(14)]
         assert all(served(sock) for sock in socks)
 
 
@@ -162,24 +144,24 @@ def test_tcp_clients_cannot_take_the_unix_sockets_share(tmp_path: Path) -> None:
     env = {**HELD, "KEYSVC_MAX_CONNECTIONS": "20", "KEYSVC_MAX_CONNECTIONS_PER_ADDRESS": "100"}
     with Server(tmp_path / "k.db", env=env, unix=unix) as server, ExitStack() as stack:
         socks = [
-            stack.enter_context(connect_from(f"127.0.0.{2 + n % 5}", server.port, PARTIAL))
+            stack.enter_context(connect(server.port, PARTIAL, f"127.0.0.{2 + n % 5}"))
             for n in range(24)
         ]
         closed = closed_by_server(socks, WITHIN, 6)
         assert len(closed) == 6
         assert all(_unix_healthz(unix) == 200 for _ in range(3))
-        assert log_messages(server, "unix socket's share")[0]["openConnections"] == 18
+        assert wait_for_log(server, "unix socket's share")[0]["openConnections"] == 18
 
 
 def test_without_a_unix_socket_tcp_has_the_whole_cap(tmp_path: Path) -> None:
     env = {**HELD, "KEYSVC_MAX_CONNECTIONS": "20"}
     with Server(tmp_path / "k.db", env=env) as server, ExitStack() as stack:
         socks = [
-            stack.enter_context(connect_from(f"127.0.0.{2 + n % 5}", server.port, PARTIAL))
+            stack.enter_context(connect(server.port, PARTIAL, f"127.0.0.{2 + n % 5}"))
             for n in range(20)
         ]
         assert closed_by_server(socks, 1.0) == []
-        with connect_from("127.0.0.9", server.port) as late:
+        with connect(server.port, source="127.0.0.9") as late:
             assert closed_by_server([late], WITHIN) == [late]
 
 
@@ -189,12 +171,12 @@ def test_each_kind_of_refusal_is_named_in_the_log(tmp_path: Path) -> None:
     unix = tmp_path / "keysvc.sock"
     env = {**HELD, "KEYSVC_MAX_CONNECTIONS": "20", "KEYSVC_MAX_CONNECTIONS_PER_ADDRESS": "2"}
     with Server(tmp_path / "k.db", env=env, unix=unix) as server, ExitStack() as stack:
-        first = [stack.enter_context(connect_from("127.0.0.1", server.port)) for _ in range(11)]
+        first = [stack.enter_context(connect(server.port, source="127.0.0.1")) for _ in range(11)]
         assert len(closed_by_server(first, WITHIN, 2)) == 2  # TCP's half is 9
-        log_messages(server, "max-connections-per-address")
+        wait_for_log(server, "max-connections-per-address")
         others = [
-            stack.enter_context(connect_from(f"127.0.0.{2 + n // 2}", server.port))
+            stack.enter_context(connect(server.port, source=f"127.0.0.{2 + n // 2}"))
             for n in range(12)
         ]
         assert len(closed_by_server(others, WITHIN, 3)) == 3  # 9 more fill TCP's 18
-        assert log_messages(server, "unix socket's share")[0]["openConnections"] == 18
+        assert wait_for_log(server, "unix socket's share")[0]["openConnections"] == 18

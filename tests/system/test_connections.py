@@ -8,7 +8,6 @@ what must close is waited for up to ``WITHIN`` seconds, far more than needed.
 """
 
 import contextlib
-import json
 import resource
 import socket
 import threading
@@ -40,6 +39,7 @@ from tests.system.rawconn import (
     healthz,
     read_answer,
     send_queue,
+    wait_for_log,
 )
 
 
@@ -47,19 +47,6 @@ from tests.system.rawconn import (
 def _database(tmp_path: Path) -> None:
     """The database each test's server serves, made as `keysvc bootstrap` makes it."""
     bootstrap(tmp_path / "k.db")
-
-
-def log_lines(server: Server) -> list[dict[str, object]]:
-    return [json.loads(line) for line in server.stderr_text().splitlines()]
-
-
-def wait_for_log(server: Server, text: str, within: float = WITHIN) -> list[dict[str, object]]:
-    """The log lines whose message holds ``text``, once there is one."""
-    deadline = time.monotonic() + within
-    while not (lines := [line for line in log_lines(server) if text in str(line["message"])]):
-        assert time.monotonic() < deadline, server.stderr_text()
-        time.sleep(0.1)
-    return lines
 
 
 def test_a_silent_partial_request_is_closed_after_the_header_timeout(tmp_path: Path) -> None:

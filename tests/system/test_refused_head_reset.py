@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.server import Server, bootstrap
+from tests.system.rawconn import connect
 
 # A head aiohttp's parser refuses (a control character in a header name): a 400, then
 # keysvc lingers over what the client still sends.
@@ -28,10 +29,7 @@ def _reset_after_bad_heads(port: int, source: str, until: float) -> None:
     while time.monotonic() < until:
         n += 1
         try:
-            sock = socket.create_connection(
-                ("127.0.0.1", port), timeout=5, source_address=(source, 0)
-            )
-            sock.sendall(BAD + tails[n % len(tails)])
+            sock = connect(port, BAD + tails[n % len(tails)], source)
             time.sleep(pauses[n % len(pauses)])
             # SO_LINGER 0: close sends a reset, not a FIN.
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
