@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from keysvc.config import Settings
 from keysvc.http.app import create_app
+from keysvc.http.dispatch import DispatchRunner
 from tests.helpers import Client, ClientFactory, Creds, FakeClock, bootstrap
 from tests.postgres import PEPPER, Postgres, start_postgres, stop_postgres
 
@@ -120,6 +122,29 @@ def clock() -> FakeClock:
 @pytest.fixture
 def app(settings: Settings, clock: FakeClock) -> web.Application:
     return create_app(settings, clock=clock)
+
+
+class DispatchTestServer(TestServer):
+    """A test server that answers as ``keysvc serve`` does, through
+    ``keysvc.http.dispatch`` (a verify straight to the middleware and view)."""
+
+    async def _make_runner(self, **kwargs: Any) -> DispatchRunner:
+        return DispatchRunner(self.app, **kwargs)
+
+
+@pytest.fixture
+def aiohttp_client(aiohttp_client: ClientFactory) -> ClientFactory:
+    """pytest-aiohttp's, serving an application as ``keysvc serve`` does
+    (``DispatchTestServer``): every test of the app goes through the path it runs."""
+
+    async def make(
+        app: Any, *, server_kwargs: dict[str, Any] | None = None, **kwargs: Any
+    ) -> Client:
+        if isinstance(app, web.Application):
+            app = DispatchTestServer(app, **(server_kwargs or {}))
+        return await aiohttp_client(app, **kwargs)
+
+    return make
 
 
 @pytest.fixture

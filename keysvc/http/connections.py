@@ -23,6 +23,7 @@ from aiohttp import web
 from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
 
 from keysvc.config import Settings
+from keysvc.http.dispatch import DispatchRunner
 from keysvc.http.shares import Shares, unix_reserve
 from keysvc.logs import Throttled
 
@@ -432,11 +433,11 @@ class GuardedServer(web.Server):
             transport.abort()
 
 
-class ServiceRunner(web.AppRunner):
-    """``web.AppRunner`` for ``keysvc serve``: the idle timeout, and connections
-    guarded as ``settings`` say (``GuardedHandler``). Making one fits the
-    process's open-file limit and the connection cap to each other
-    (``fit_open_files``)."""
+class ServiceRunner(DispatchRunner):
+    """``web.AppRunner`` for ``keysvc serve``: verifies answered through
+    ``keysvc.http.dispatch``, the idle timeout, and connections guarded as ``settings``
+    say (``GuardedHandler``). Making one fits the process's open-file limit and the
+    connection cap to each other (``fit_open_files``)."""
 
     def __init__(self, app: web.Application, settings: Settings, **kwargs: Any):
         # What is left of a body the answer did not need is drained, so that the client

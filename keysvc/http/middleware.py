@@ -203,7 +203,10 @@ def _handle_error(
     exc: BaseException | None = None,
     message: str | None = None,
 ) -> web.StreamResponse:
-    app = getattr(self._request_handler, "__self__", None)
+    # The server's handler: the application's own, or keysvc.http.dispatch's, which
+    # holds it as ``app``.
+    owner = getattr(self._request_handler, "__self__", None)
+    app = owner if isinstance(owner, web.Application) else getattr(owner, "app", None)
     if not isinstance(app, web.Application) or SETTINGS not in app:
         return _aiohttp_handle_error(self, request, status, exc, message)  # not keysvc's
     request_id = new_request_id()

@@ -1,0 +1,94 @@
+"""The handler keysvc's runners give aiohttp's server: a verify goes straight to keysvc's
+middleware and its view; every other request goes through the application as usual.
+
+aiohttp's ``Application`` finds each request's route (the router's walk, a match made and
+frozen), then runs the middleware chain it builds around the view, with a middleware of
+its own that sets the request's current application: some 10 us a request, a tenth of a
+plain ``/v1/verify`` (docs/PERFORMANCE.md, "Session 42"). The verify path's answer from
+the router never changes: one route, of any method, with no variable part. So it is
+resolved once, when the server is made, and each verify is given that same frozen match
+and sent through keysvc's one middleware to the view, exactly as the application would.
+
+Taken only where the router's answer is certain (``Dispatch.of``): the application has
+keysvc's single middleware, no sub-application, and one resource at ``/v1/verify`` whose
+one route takes any method; and only for a request whose path is what the router would
+look up as ``/v1/verify`` (``path_safe``, as the router reads it) without an
+``Expect`` header (whose answer the application leaves to the route). Anything else,
+a path that merely decodes to it or one with a trailing slash included, goes through
+the application, which answers it as it always did.
+"""
+
+from aiohttp import hdrs, web
+from aiohttp.typedefs import Handler, Middleware
+
+from keysvc.http.routes import VERIFY
+
+
+class Dispatch:
+    """``app``'s handler for aiohttp's server: ``handle``."""
+
+    __slots__ = ("_handle", "_match", "_middleware", "_view", "app")
+
+    def __init__(self, app: web.Application):
+        self.app = app
+        self._handle = app._handle  # the application's own: the router, then the chain
+        self._match: web.UrlMappingMatchInfo | None = None
+        self._middleware: Middleware | None = None
+        self._view: Handler | None = None
+        found = _verify_route(app)
+        if found is not None:
+            match = web.UrlMappingMatchInfo({}, found)
+            match.add_app(app)
+            match.freeze()  # as the application freezes each: nothing may change it
+            self._match, self._middleware, self._view = match, app.middlewares[0], found.handler
+
+    @property
+    def direct(self) -> bool:
+        """Whether verifies skip the router (``_verify_route`` found its one route)."""
+        return self._match is not None
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        """The answer to ``request``: a verify's from the middleware and view directly,
+        any other's from the application."""
+        match = self._match
+        if (
+            match is not None
+            and request.rel_url.path_safe == VERIFY.path
+            and hdrs.EXPECT not in request.headers
+        ):
+            assert isinstance(request, web.Request)  # the application's request factory's
+            assert self._middleware is not None and self._view is not None
+            request._match_info = match
+            return await self._middleware(request, self._view)
+        return await self._handle(request)  # type: ignore[arg-type]
+
+
+def _verify_route(app: web.Application) -> web.ResourceRoute | None:
+    """The route the router gives every request for ``/v1/verify``, where that is certain:
+    the application runs one middleware and has no sub-application, and one resource
+    answers that path, with one route of any method. None otherwise."""
+    if len(app.middlewares) != 1 or getattr(app.middlewares[0], "__middleware_version__", 0) != 1:
+        return None
+    found = None
+    for resource in app.router.resources():
+        if isinstance(resource, web.PrefixedSubAppResource):  # add_domain's included
+            return None
+        if resource.canonical != VERIFY.path:
+            continue
+        routes = list(resource)
+        if found is not None or len(routes) != 1 or routes[0].method != hdrs.METH_ANY:
+            return None
+        route = routes[0]
+        if not isinstance(route, web.ResourceRoute) or not isinstance(resource, web.PlainResource):
+            return None
+        found = route
+    return found
+
+
+class DispatchRunner(web.AppRunner):
+    """``web.AppRunner`` whose server answers through ``Dispatch``."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.request_handler = Dispatch(self.app).handle
+        return server
