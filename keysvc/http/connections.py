@@ -79,6 +79,10 @@ class Guard:
             logging.INFO,
             "closed %d more connections whose clients read none of their answers in the last %g s",
         )
+        self._failed = _once_per_interval(
+            logging.ERROR,
+            "closed %d more connections whose handling failed in the last %g s",
+        )
 
     def refused(self) -> None:
         self._refused.log(
@@ -110,6 +114,11 @@ class Guard:
             "closed a connection that sent no whole request head in %g s (header-timeout)",
             self.header_timeout,
         )
+
+    def failed(self, error: BaseException) -> None:
+        """aiohttp's handling of a connection ended on an error of its own: named, but no
+        traceback, as a client may cause it at will."""
+        self._failed.log("closed a connection whose handling failed: %s", type(error).__name__)
 
     def unread(self) -> None:
         self._unread.log(
@@ -348,7 +357,15 @@ class GuardedHandler(web.RequestHandler):
         self._bound_close(transport)
 
     async def start(self) -> None:
-        await super().start()
+        try:
+            await super().start()
+        except Exception as error:
+            # aiohttp's handler loop ended on an error it did not expect, which leaves the
+            # connection open, unanswered, past any deadline (rt52 F1 was one: since
+            # answered by keysvc.http.dispatch). It is closed, and the error logged.
+            self._guard.failed(error)
+            if self.transport is not None:
+                self.transport.close()
         # aiohttp closes the transport when its handler loop ends without force_close.
         self._bound_close(self.transport)
 

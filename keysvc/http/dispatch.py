@@ -18,10 +18,18 @@ a path that merely decodes to it or one with a trailing slash included, goes thr
 the application, which answers it as it always did.
 """
 
+from typing import Any
+
 from aiohttp import hdrs, web
+from aiohttp.http_exceptions import InvalidURLError
 from aiohttp.typedefs import Handler, Middleware
+from yarl import URL
 
 from keysvc.http.routes import VERIFY
+
+# The URL a request is made with when its own cannot be (``DispatchRunner``): relative,
+# so the request keeps this very object as its ``rel_url``, and is known by it.
+_UNREADABLE = URL.build(path="/")
 
 
 class Dispatch:
@@ -60,6 +68,10 @@ class Dispatch:
             assert self._middleware is not None and self._view is not None
             request._match_info = match
             return await self._middleware(request, self._view)
+        if request.rel_url is _UNREADABLE:
+            # Answered as aiohttp's parser errors are (keysvc.http.middleware's
+            # handle_error): a 400 envelope, the connection closed.
+            return request.protocol.handle_error(request, 400, InvalidURLError("unreadable"))
         return await self._handle(request)  # type: ignore[arg-type]
 
 
@@ -86,9 +98,33 @@ def _verify_route(app: web.Application) -> web.ResourceRoute | None:
 
 
 class DispatchRunner(web.AppRunner):
-    """``web.AppRunner`` whose server answers through ``Dispatch``."""
+    """``web.AppRunner`` whose server answers through ``Dispatch``, and makes a request
+    of any head the parser took (``_Requests``)."""
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
         server.request_handler = Dispatch(self.app).handle
+        server.request_factory = _Requests(server.request_factory).make
         return server
+
+
+class _Requests:
+    """The application's request factory, for a target it cannot make a request of too.
+
+    An absolute-form target whose host yarl cannot decode (``GET http://xn--zz/
+    HTTP/1.1``) makes aiohttp's request raise, which ends the connection's handler
+    without an answer and leaves the connection open for good: anyone could hold every
+    connection slot with one line each (rt52 F1). Such a request is made with
+    ``_UNREADABLE`` for its URL instead, and ``Dispatch.handle`` answers it 400."""
+
+    __slots__ = ("_factory",)
+
+    def __init__(self, factory: Any):
+        self._factory = factory
+
+    def make(self, message: Any, *args: Any) -> web.BaseRequest:
+        try:
+            request: web.BaseRequest = self._factory(message, *args)
+        except ValueError:  # UnicodeError included
+            request = self._factory(message._replace(url=_UNREADABLE), *args)
+        return request

@@ -1,0 +1,46 @@
+"""An absolute-form request target whose host cannot be decoded (``GET http://xn--zz/
+HTTP/1.1``) is answered 400 in the envelope and its connection closed: aiohttp's request
+for it raised, which ended the connection's handler without an answer and left the
+connection open past every deadline, so that anyone could hold every connection slot
+with one line a connection and /healthz was refused (rt52 F1)."""
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.server import Server, bootstrap
+from tests.system.rawconn import closed_by_server, connect, connections, healthz, read_answer
+
+UNREADABLE = b"GET http://xn--zz/healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+CAP = 12
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_an_unreadable_target_is_answered_400_and_closed(tmp_path: Path, loop: str) -> None:
+    db = tmp_path / "k.db"
+    bootstrap(db)
+    with Server(db, env={"KEYSVC_LOOP": loop}) as server:
+        for path in (b"/healthz", b"/v1/verify", b"/"):
+            with connect(server.port, UNREADABLE.replace(b"/healthz", path, 1)) as sock:
+                status, body, _ = read_answer(sock)
+                assert status == 400
+                assert body["error"] == "malformed HTTP request: invalid URL", body
+                assert closed_by_server([sock], 5.0) == [sock]
+        lines = [json.loads(line) for line in server.stderr_text().splitlines()]
+    assert [line for line in lines if line["level"] in ("error", "critical")] == []
+
+
+def test_unreadable_targets_hold_no_connection_slots(tmp_path: Path) -> None:
+    """Twice the cap of them, from several addresses: each is answered and closed, and
+    /healthz still answers."""
+    db = tmp_path / "k.db"
+    bootstrap(db)
+    with Server(db, args=("--max-connections", str(CAP))) as server:
+        for _ in range(2):
+            with connections(server.port, CAP, UNREADABLE) as socks:
+                assert len(closed_by_server(socks, 5.0)) == CAP
+        started = time.monotonic()
+        assert healthz(server.port) == 200
+        assert time.monotonic() - started < 5.0
