@@ -20,7 +20,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from keysvc.errors import InsufficientStorage
+from keysvc.errors import DatabaseUnavailable, InsufficientStorage
 
 logger = logging.getLogger("keysvc")
 
@@ -30,6 +30,22 @@ LOG_INTERVAL_SECONDS = 10.0
 # disk: a write needs room for its write-ahead log frames, a checkpoint room for the
 # database file to grow.
 ROOM_BYTES = 1 << 20
+
+
+# What a write answers when another process held the database's write lock for all of
+# the busy timeout: SQLite refused it whole, so nothing was written (rt52 F2: a 500).
+LOCKED = "the database is locked: another process holds its write lock"
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite's "database is locked" (busy, or locked within its
+    shared cache), which leaves nothing written."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return (
+        isinstance(exc, sqlite3.Error)
+        and code is not None
+        and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    )
 
 
 def is_disk_full(exc: BaseException) -> bool:
@@ -51,7 +67,10 @@ class DiskSpace:
 
     def failed(self, exc: Exception) -> Exception:
         """What a write that raised ``exc`` raises in turn: ``InsufficientStorage`` for
-        a full disk (counted, and logged now and then), anything else as it is."""
+        a full disk (counted, and logged now and then), ``DatabaseUnavailable`` for a
+        write lock held past the busy timeout, anything else as it is."""
+        if is_busy(exc):
+            return DatabaseUnavailable(LOCKED)
         if not is_disk_full(exc):
             return exc
         self.full = True

@@ -1,0 +1,51 @@
+"""A write that finds SQLite's write lock held by another connection for all of the busy
+timeout is refused 503 with Retry-After, nothing written: it was a 500, "internal server
+error", with the driver's "database is locked" in the log (rt52 F2)."""
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from keysvc.config import Settings
+from keysvc.db.sqlite.diskspace import LOCKED
+from tests.helpers import Client, Creds, FakeClock, assert_error, create_creds, keys_url
+
+pytestmark = pytest.mark.sqlite_only
+
+
+@contextmanager
+def held(settings: Settings) -> Iterator[None]:
+    """The database's write lock, held by a connection of its own (as another process
+    would hold it) until the block ends."""
+    conn = sqlite3.connect(settings.db_path, isolation_level=None)
+    try:
+        conn.execute("begin exclusive")
+        yield
+        conn.execute("rollback")
+    finally:
+        conn.close()
+
+
+async def test_a_write_under_another_connections_lock_is_a_503(
+    client: Client, admin: Creds, settings: Settings, clock: FakeClock
+) -> None:
+    dev = await create_creds(client, admin, {"name": "svc", "roles": ["developer"]})
+    assert (await client.get("/v1/verify", headers=dev.headers)).status == 200
+    with held(settings):
+        created = await client.post(
+            keys_url(admin),
+            json={"name": "x", "roles": ["developer"]},
+            headers=admin.headers,
+        )
+        await assert_error(created, 503, LOCKED)
+        assert created.headers["Retry-After"] == "5"
+        # A verify in a new minute writes the key's usedAt: refused the same way.
+        clock.advance(minutes=1)
+        verified = await client.get("/v1/verify", headers=dev.headers)
+        await assert_error(verified, 503, LOCKED)
+    listed = await client.get(keys_url(admin), headers=admin.headers)
+    names = [key["name"] for key in (await listed.json())["result"]]
+    assert "x" not in names  # nothing was written
+    assert (await client.get("/v1/verify", headers=dev.headers)).status == 200
