@@ -83,6 +83,10 @@ class Guard:
             logging.ERROR,
             "closed %d more connections whose handling failed in the last %g s",
         )
+        self._bad_bodies = _once_per_interval(
+            logging.INFO,
+            "closed %d more connections whose request bodies could not be read in the last %g s",
+        )
 
     def refused(self) -> None:
         self._refused.log(
@@ -119,6 +123,15 @@ class Guard:
         """aiohttp's handling of a connection ended on an error of its own: named, but no
         traceback, as a client may cause it at will."""
         self._failed.log("closed a connection whose handling failed: %s", type(error).__name__)
+
+    def bad_body(self, error: Exception) -> None:
+        """A body the view left unread could not be read as it was drained (a
+        Content-Encoding it is not in): the client's doing, as often as it likes, so no
+        traceback (rt52 F3: aiohttp logged one at error level for each)."""
+        self._bad_bodies.log(
+            "closed a connection whose request body could not be read: %s",
+            type(error).__name__,
+        )
 
     def unread(self) -> None:
         self._unread.log(
@@ -355,6 +368,15 @@ class GuardedHandler(web.RequestHandler):
         transport = self.transport
         super().force_close()
         self._bound_close(transport)
+
+    def log_exception(self, *args: Any, **kw: Any) -> None:
+        # aiohttp's handler loop logs what ends a request outside the application: a
+        # body it drained after the answer that could not be read is the client's.
+        error = kw.get("exc_info")
+        if isinstance(error, web.RequestPayloadError):
+            self._guard.bad_body(error)
+            return
+        super().log_exception(*args, **kw)
 
     async def start(self) -> None:
         try:
