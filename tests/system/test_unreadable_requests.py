@@ -1,8 +1,15 @@
-"""An absolute-form request target whose host cannot be decoded (``GET http://xn--zz/
+"""Requests aiohttp could not make or read, from clients that may send them at will.
+
+An absolute-form request target whose host cannot be decoded (``GET http://xn--zz/
 HTTP/1.1``) is answered 400 in the envelope and its connection closed: aiohttp's request
 for it raised, which ended the connection's handler without an answer and left the
 connection open past every deadline, so that anyone could hold every connection slot
-with one line a connection and /healthz was refused (rt52 F1)."""
+with one line a connection and /healthz was refused (rt52 F1).
+
+A body keysvc's view left unread that cannot be read as it is drained (it claims a
+Content-Encoding it is not in) is logged at most once an interval, with no traceback.
+aiohttp logged an error-level traceback for each, on any route that reads no body, with
+no key needed (rt52 F3)."""
 
 import json
 import time
@@ -15,6 +22,8 @@ from tests.system.rawconn import closed_by_server, connect, connections, healthz
 
 UNREADABLE = b"GET http://xn--zz/healthz HTTP/1.1\r\nHost: x\r\n\r\n"
 CAP = 12
+BAD_GZIP = b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc"
+REQUESTS = 20
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
@@ -44,3 +53,22 @@ def test_unreadable_targets_hold_no_connection_slots(tmp_path: Path) -> None:
         started = time.monotonic()
         assert healthz(server.port) == 200
         assert time.monotonic() - started < 5.0
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_unreadable_bodies_log_no_tracebacks(tmp_path: Path, loop: str) -> None:
+    db = tmp_path / "k.db"
+    bootstrap(db)
+    with Server(db, env={"KEYSVC_LOOP": loop}) as server:
+        for n in range(REQUESTS):
+            path = (b"/healthz", b"/v1/verify")[n % 2]
+            with connect(server.port, BAD_GZIP % path) as sock:
+                status, _, _ = read_answer(sock)
+                assert status in (401, 405)
+                closed_by_server([sock], 5.0)
+        time.sleep(1.0)  # the log is written off the loop's thread
+        lines = [json.loads(line) for line in server.stderr_text().splitlines()]
+    assert [line for line in lines if line["level"] in ("error", "critical")] == []
+    told = [line for line in lines if "could not be read" in line["message"]]
+    assert 1 <= len(told) <= 2, told
+    assert all("exception" not in line and "Traceback" not in json.dumps(line) for line in told)
