@@ -43,6 +43,15 @@ def _once_per_interval(level: int, summary: str) -> Throttled:
     return Throttled(logger, level, burst=1, interval=LOG_INTERVAL_SECONDS, summary=summary)
 
 
+# Why Guard closed a connection: the level of the line that says so, and which they were.
+_CLOSED = {
+    "timed_out": (logging.INFO, "that sent no whole request head"),
+    "unread": (logging.INFO, "whose clients read none of their answers"),
+    "failed": (logging.ERROR, "whose handling failed"),
+    "bad_body": (logging.INFO, "whose request bodies could not be read"),
+}
+
+
 class Guard:
     """What the connections of one server share: the limits, the count of open
     connections, and the throttled lines on those refused or cut off."""
@@ -71,22 +80,13 @@ class Guard:
                 "refused %d more TCP connections past TCP's share in the last %g s",
             ),
         }
-        self._timed_out = _once_per_interval(
-            logging.INFO,
-            "closed %d more connections that sent no whole request head in the last %g s",
-        )
-        self._unread = _once_per_interval(
-            logging.INFO,
-            "closed %d more connections whose clients read none of their answers in the last %g s",
-        )
-        self._failed = _once_per_interval(
-            logging.ERROR,
-            "closed %d more connections whose handling failed in the last %g s",
-        )
-        self._bad_bodies = _once_per_interval(
-            logging.INFO,
-            "closed %d more connections whose request bodies could not be read in the last %g s",
-        )
+        # The connections closed, a throttle a reason: its level, and which they were.
+        self._closed = {
+            reason: _once_per_interval(
+                level, f"closed %d more connections {which} in the last %g s"
+            )
+            for reason, (level, which) in _CLOSED.items()
+        }
 
     def refused(self) -> None:
         self._refused.log(
@@ -114,7 +114,7 @@ class Guard:
             )
 
     def timed_out(self) -> None:
-        self._timed_out.log(
+        self._closed["timed_out"].log(
             "closed a connection that sent no whole request head in %g s (header-timeout)",
             self.header_timeout,
         )
@@ -122,19 +122,21 @@ class Guard:
     def failed(self, error: BaseException) -> None:
         """aiohttp's handling of a connection ended on an error of its own: named, but no
         traceback, as a client may cause it at will."""
-        self._failed.log("closed a connection whose handling failed: %s", type(error).__name__)
+        self._closed["failed"].log(
+            "closed a connection whose handling failed: %s", type(error).__name__
+        )
 
     def bad_body(self, error: Exception) -> None:
         """A body the view left unread could not be read as it was drained (a
         Content-Encoding it is not in): the client's doing, as often as it likes, so no
         traceback (rt52 F3: aiohttp logged one at error level for each)."""
-        self._bad_bodies.log(
+        self._closed["bad_body"].log(
             "closed a connection whose request body could not be read: %s",
             type(error).__name__,
         )
 
     def unread(self) -> None:
-        self._unread.log(
+        self._closed["unread"].log(
             "closed a connection whose client read none of its answers in %g s",
             self.stall_seconds,
         )
