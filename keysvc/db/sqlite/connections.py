@@ -22,6 +22,7 @@ import logging
 import os
 import sqlite3
 import stat
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -30,9 +31,10 @@ import aiosqlite
 
 from keysvc.config import ConfigError
 from keysvc.db.contract import Connection
-from keysvc.db.sqlite.diskspace import DiskSpace
+from keysvc.db.sqlite.diskspace import LOCKED, DiskSpace
 from keysvc.db.sqlite.filewatch import FileWatch, refuse_split_index
 from keysvc.db.statements import to_the_end
+from keysvc.errors import DatabaseUnavailable
 
 logger = logging.getLogger("keysvc")
 
@@ -200,8 +202,13 @@ class Writer:
     ) -> AsyncIterator[Connection]:
         """One write transaction; holds the process's write lock throughout. On this
         connection, or in the transaction ``begun`` gives (another connection's, that
-        begins and commits it: the create batches', ``CreateThread.transaction``)."""
+        begins and commits it: the create batches', ``CreateThread.transaction``).
+        Refused at once (503) if, while it waited for the lock, a write found the
+        database locked by another process past the busy timeout (``DiskSpace.locked_since``)."""
+        arrived = time.monotonic()
         async with self.lock:
+            if self.space.locked_since(arrived):
+                raise DatabaseUnavailable(LOCKED)
             try:
                 async with self._transaction(begun or self._here) as conn:
                     yield conn

@@ -64,12 +64,15 @@ class DiskSpace:
         self.full = False
         self._refused = 0  # writes refused since the last line
         self._logged_at: float | None = None
+        # When a write last waited out the busy timeout (time.monotonic), if one has.
+        self.locked_at: float | None = None
 
     def failed(self, exc: Exception) -> Exception:
         """What a write that raised ``exc`` raises in turn: ``InsufficientStorage`` for
         a full disk (counted, and logged now and then), ``DatabaseUnavailable`` for a
         write lock held past the busy timeout, anything else as it is."""
         if is_busy(exc):
+            self.locked_at = time.monotonic()
             return DatabaseUnavailable(LOCKED)
         if not is_disk_full(exc):
             return exc
@@ -83,6 +86,13 @@ class DiskSpace:
             )
             self._logged_at, self._refused = now, 0
         return InsufficientStorage()
+
+    def locked_since(self, moment: float) -> bool:
+        """Whether a write waited out the busy timeout after ``moment``: another process
+        held the write lock then, and a write that was waiting behind it for this
+        process's turn is refused at once rather than wait the timeout again (rt53 R1:
+        the Nth write queued under a held lock was answered after N times the timeout)."""
+        return self.locked_at is not None and self.locked_at > moment
 
     def succeeded(self) -> None:
         """A write committed: the disk has room again."""
