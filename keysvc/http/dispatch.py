@@ -3,19 +3,20 @@ middleware and its view; every other request goes through the application as usu
 
 aiohttp's ``Application`` finds each request's route (the router's walk, a match made and
 frozen), then runs the middleware chain it builds around the view, with a middleware of
-its own that sets the request's current application: some 10 us a request, a tenth of a
-plain ``/v1/verify`` (docs/PERFORMANCE.md, "Session 42"). The verify path's answer from
-the router never changes: one route, of any method, with no variable part. So it is
-resolved once, when the server is made, and each verify is given that same frozen match
-and sent through keysvc's one middleware to the view, exactly as the application would.
+its own that sets the request's current application: some 10 us a request, 8% of a plain
+``/v1/verify`` (docs/PERFORMANCE.md, "Session 42"). The verify path's answer from the
+router never changes: one route, of any method, with no variable part. So it is resolved
+once, when the server is made, and each verify is given that same frozen match and sent
+through keysvc's one middleware to the view, exactly as the application would.
 
-Taken only where the router's answer is certain (``Dispatch.of``): the application has
+Taken only where the router's answer is certain (``_verify_route``): the application has
 keysvc's single middleware, no sub-application, and one resource at ``/v1/verify`` whose
-one route takes any method; and only for a request whose path is what the router would
-look up as ``/v1/verify`` (``path_safe``, as the router reads it) without an
-``Expect`` header (whose answer the application leaves to the route). Anything else,
-a path that merely decodes to it or one with a trailing slash included, goes through
-the application, which answers it as it always did.
+one route takes any method; and only for a request whose path the router would look up
+as ``/v1/verify`` (its ``path_safe``, which decodes ``%76erify`` as the router does)
+without an ``Expect`` header (whose answer the application leaves to the route).
+Anything else (a trailing slash, ``%2F``, another case) goes through the application,
+which answers it as it always did. A request aiohttp could not make (``_Requests``) is
+answered 400 here, as a parser error is.
 """
 
 from typing import Any
