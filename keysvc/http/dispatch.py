@@ -19,7 +19,7 @@ which answers it as it always did. A request aiohttp could not make (``_Requests
 answered 400 here, as a parser error is.
 """
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiohttp import hdrs, web
 from aiohttp.http_exceptions import InvalidURLError
@@ -33,42 +33,48 @@ from keysvc.http.routes import VERIFY
 _UNREADABLE = URL.build(path="/")
 
 
+class _Direct(NamedTuple):
+    """What a verify is answered with, past the router: the route's match (made once,
+    frozen), keysvc's one middleware, and the view."""
+
+    match: web.UrlMappingMatchInfo
+    middleware: Middleware
+    view: Handler
+
+
 class Dispatch:
     """``app``'s handler for aiohttp's server: ``handle``."""
 
-    __slots__ = ("_handle", "_match", "_middleware", "_view", "app")
+    __slots__ = ("_direct", "_handle", "app")
 
     def __init__(self, app: web.Application):
         self.app = app
         self._handle = app._handle  # the application's own: the router, then the chain
-        self._match: web.UrlMappingMatchInfo | None = None
-        self._middleware: Middleware | None = None
-        self._view: Handler | None = None
+        self._direct: _Direct | None = None
         found = _verify_route(app)
         if found is not None:
             match = web.UrlMappingMatchInfo({}, found)
             match.add_app(app)
             match.freeze()  # as the application freezes each: nothing may change it
-            self._match, self._middleware, self._view = match, app.middlewares[0], found.handler
+            self._direct = _Direct(match, app.middlewares[0], found.handler)
 
     @property
     def direct(self) -> bool:
         """Whether verifies skip the router (``_verify_route`` found its one route)."""
-        return self._match is not None
+        return self._direct is not None
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """The answer to ``request``: a verify's from the middleware and view directly,
         any other's from the application."""
-        match = self._match
+        direct = self._direct
         if (
-            match is not None
+            direct is not None
             and request.rel_url.path_safe == VERIFY.path
             and hdrs.EXPECT not in request.headers
         ):
             assert isinstance(request, web.Request)  # the application's request factory's
-            assert self._middleware is not None and self._view is not None
-            request._match_info = match
-            return await self._middleware(request, self._view)
+            request._match_info = direct.match
+            return await direct.middleware(request, direct.view)
         if request.rel_url is _UNREADABLE:
             # Answered as aiohttp's parser errors are (keysvc.http.middleware's
             # handle_error): a 400 envelope, the connection closed.

@@ -57,7 +57,9 @@ def is_disk_full(exc: BaseException) -> bool:
 
 
 class DiskSpace:
-    """Whether the last write found the disk full, as the store's writes report it."""
+    """What the store's writes found, as they report it: whether the last one found the
+    disk full, and when one last found another process's write lock held past the busy
+    timeout (``locked_at``)."""
 
     def __init__(self, db_path: Path) -> None:
         self._where = db_path.parent
