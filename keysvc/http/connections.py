@@ -17,13 +17,14 @@ import logging
 import resource
 import socket
 import struct
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
 
 from keysvc.config import Settings
+from keysvc.http.coalesce import Coalesced, Writes
 from keysvc.http.dispatch import DispatchRunner
 from keysvc.http.shares import Shares, unix_reserve
 from keysvc.logs import Throttled
@@ -65,6 +66,8 @@ class Guard:
         # How long a client with answers waiting may acknowledge none of them.
         self.stall_seconds = max(STALLED_INTERVALS * header_timeout, STALLED_SECONDS)
         self.open = 0
+        # The answers of each turn of the loop, sent together (keysvc.http.coalesce).
+        self.writes = Writes()
         self._refused = _once_per_interval(
             logging.WARNING,
             "refused %d more connections at the connection cap in the last %g s",
@@ -300,7 +303,9 @@ class GuardedHandler(web.RequestHandler):
             self._tcp, self._network = sock, network
         guard.open += 1
         self._counted = True
-        super().connection_made(transport)
+        # Not an asyncio.Transport's subclass, whose methods would hide the transport's.
+        coalesced = cast(asyncio.Transport, Coalesced(transport, guard.writes, self._loop))
+        super().connection_made(coalesced)
         self._start_head_deadline()
         if self._tcp is not None:
             with contextlib.suppress(OSError):  # else left as the kernel chose

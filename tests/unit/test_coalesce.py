@@ -1,0 +1,182 @@
+"""keysvc.http.coalesce on a real event loop, over a transport that records what is
+written to it: what a turn of the loop writes is held and sent together at the start of
+the next, in order, never after what follows it on its connection; a turn of one
+answer stops the holding."""
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from keysvc.http.coalesce import HOLD_ANSWERS, HOLD_BYTES, Coalesced, Writes
+
+
+class Recording:
+    """A transport that keeps, in order, what is done to it."""
+
+    def __init__(self, buffered: int = 0, fails: bool = False) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.closing = False
+        self.eof = False
+        self.buffered = buffered
+        self.fails = fails
+
+    def write(self, data: bytes) -> None:
+        if self.eof:
+            raise RuntimeError("Cannot call write() after write_eof()")
+        if self.fails:
+            raise OSError("the transport failed")
+        self.calls.append(("write", bytes(data)))
+
+    def write_eof(self) -> None:
+        self.eof = True
+        self.calls.append(("eof", None))
+
+    def close(self) -> None:
+        self.closing = True
+        self.calls.append(("close", None))
+
+    def abort(self) -> None:
+        self.closing = True
+        self.calls.append(("abort", None))
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def get_write_buffer_size(self) -> int:
+        return self.buffered
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 1234) if name == "peername" else default
+
+
+async def _turn() -> None:
+    """Let the loop run the turn after this one's callbacks."""
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+
+
+def _pair(writes: Writes) -> tuple[list[Recording], list[Coalesced]]:
+    loop = asyncio.get_running_loop()
+    raw = [Recording(), Recording()]
+    return raw, [Coalesced(transport, writes, loop) for transport in raw]
+
+
+async def _holding(writes: Writes) -> None:
+    """Two connections answered in one turn: the next turn holds."""
+    raw, wrapped = _pair(writes)
+    wrapped[0].write(b"a")
+    wrapped[1].write(b"b")
+    assert [t.calls for t in raw] == [[("write", b"a")], [("write", b"b")]]  # sent at once
+    await _turn()
+    assert writes.holding
+
+
+async def test_a_turn_of_one_answer_holds_nothing() -> None:
+    writes = Writes()
+    raw, wrapped = _pair(writes)
+    for _ in range(3):
+        wrapped[0].write(b"x")
+        assert raw[0].calls[-1] == ("write", b"x")
+        await _turn()
+        assert not writes.holding
+
+
+async def test_after_a_turn_of_several_the_answers_of_a_turn_go_out_together() -> None:
+    writes = Writes()
+    await _holding(writes)
+    raw, wrapped = _pair(writes)
+    wrapped[0].write(b"head-0 ")
+    wrapped[1].write(b"head-1 ")
+    wrapped[0].write(b"body-0")
+    assert wrapped[0].get_write_buffer_size() == len(b"head-0 body-0")
+    assert [t.calls for t in raw] == [[], []]  # held for the rest of the turn
+    await _turn()
+    # One write a connection, in the order written.
+    assert [t.calls for t in raw] == [[("write", b"head-0 body-0")], [("write", b"head-1 ")]]
+    assert wrapped[0].get_write_buffer_size() == 0
+    assert writes.holding  # two answered again
+    raw2, wrapped2 = _pair(writes)
+    wrapped2[0].write(b"alone")
+    await _turn()
+    assert raw2[0].calls == [("write", b"alone")]
+    assert not writes.holding  # that turn answered one: the next is not held
+
+
+async def test_nothing_held_goes_after_what_follows_it() -> None:
+    writes = Writes()
+    await _holding(writes)
+    raw, wrapped = _pair(writes)
+    wrapped[0].write(b"answer")
+    wrapped[0].close()
+    wrapped[1].write(b"answer")
+    wrapped[1].write_eof()
+    assert raw[0].calls == [("write", b"answer"), ("close", None)]
+    assert raw[1].calls == [("write", b"answer"), ("eof", None)]
+    # After write_eof a write is the transport's to refuse, at once, as it would have.
+    with pytest.raises(RuntimeError):
+        wrapped[1].write(b"more")
+    await _turn()
+    assert raw[0].calls[-1] == ("close", None) and raw[1].calls[-1] == ("eof", None)
+
+
+async def test_a_large_write_goes_at_once_after_what_is_held() -> None:
+    writes = Writes()
+    await _holding(writes)
+    raw, wrapped = _pair(writes)
+    wrapped[0].write(b"head ")
+    large = b"x" * HOLD_BYTES
+    wrapped[0].write(large)
+    assert raw[0].calls == [("write", b"head " + large)]
+    wrapped[1].write(large)  # nothing held before it: straight through
+    assert raw[1].calls == [("write", large)]
+
+
+async def test_a_connection_with_unsent_bytes_of_its_own_is_not_held() -> None:
+    writes = Writes()
+    await _holding(writes)
+    loop = asyncio.get_running_loop()
+    slow = Recording(buffered=1)
+    Coalesced(slow, writes, loop).write(b"answer")
+    assert slow.calls == [("write", b"answer")]
+
+
+async def test_an_abort_drops_what_is_held() -> None:
+    writes = Writes()
+    await _holding(writes)
+    raw, wrapped = _pair(writes)
+    wrapped[0].write(b"answer")
+    wrapped[0].abort()
+    wrapped[1].write(b"answer")
+    raw[1].closing = True  # lost meanwhile
+    await _turn()
+    assert raw[0].calls == [("abort", None)]
+    assert raw[1].calls == []
+
+
+async def test_at_most_hold_answers_connections_wait_at_once() -> None:
+    writes = Writes()
+    await _holding(writes)
+    loop = asyncio.get_running_loop()
+    raw = [Recording() for _ in range(HOLD_ANSWERS + 1)]
+    for transport in raw:
+        Coalesced(transport, writes, loop).write(b"answer")
+    assert [bool(t.calls) for t in raw] == [True] * HOLD_ANSWERS + [False]
+    await _turn()
+    assert all(t.calls == [("write", b"answer")] for t in raw)
+
+
+async def test_one_failing_transport_keeps_no_other_answer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    writes = Writes()
+    await _holding(writes)
+    loop = asyncio.get_running_loop()
+    failing, fine = Recording(), Recording()
+    Coalesced(failing, writes, loop).write(b"answer")
+    Coalesced(fine, writes, loop).write(b"answer")
+    failing.fails = True
+    await _turn()
+    assert failing.calls == [("abort", None)]
+    assert fine.calls == [("write", b"answer")]
+    assert "sending a held answer failed" in caplog.text
