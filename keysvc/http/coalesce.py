@@ -152,6 +152,9 @@ class Coalesced:
         closing: bool = self._transport.is_closing()
         return closing
 
+    def get_extra_info(self, name: str, default: Any = None) -> Any:  # asked per request
+        return self._transport.get_extra_info(name, default)
+
     def write_eof(self) -> None:
         self.send()
         self._eof = True
