@@ -80,10 +80,14 @@ class SpendBatches:
             try:
                 async with self._transaction("spend_credits") as conn:
                     answers = await self._spend_all(conn, batch)
-            except DatabaseUnavailable:
-                for item in batch:
+            except DatabaseUnavailable as refused:
+                # The spends that arrived meanwhile waited on the same database: refused
+                # with this batch, with its reason, rather than each batch waiting as long
+                # again (rt54 S1: a database lock held by another process).
+                waited, self._waiting = self._waiting, []
+                for item in (*batch, *waited):
                     if not item.answer.done():
-                        item.answer.set_exception(DatabaseUnavailable())
+                        item.answer.set_exception(DatabaseUnavailable(refused.message))
                 continue
             except Exception:
                 await self._alone(batch)

@@ -7,6 +7,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -77,3 +78,59 @@ async def test_writes_queued_under_the_lock_are_refused_together(
     assert max(seconds for _, seconds in answers) < BUSY_TIMEOUT_MS / 1000 + 2.5, answers
     listed = await client.get(keys_url(admin), headers=admin.headers)
     assert "renamed" not in [key["name"] for key in (await listed.json())["result"]]
+
+
+async def _refused_after(started: float, answer: Any) -> float:
+    await assert_error(answer, 503, LOCKED)
+    return time.monotonic() - started
+
+
+async def test_creates_and_spends_queued_under_the_lock_are_refused_with_it(
+    client: Client, admin: Creds, settings: Settings
+) -> None:
+    """A rename waits out the busy timeout; creates and credit verifies that arrive
+    meanwhile take their turns after it as batches, and are refused with it rather than
+    each batch waiting the timeout again: they were answered after about two timeouts
+    (rt54 S1)."""
+    first = await create_creds(client, admin, {"name": "k", "roles": ["developer"]})
+    spenders = [
+        await create_creds(
+            client, admin, {"name": f"s{n}", "roles": ["developer"], "credits": {"remaining": 5}}
+        )
+        for n in range(2)
+    ]
+    for spender in spenders:  # warm: their credentials cached, as a live key's are
+        assert (await client.get("/v1/verify", headers=spender.headers)).status == 200
+    started = time.monotonic()
+
+    async def rename() -> float:
+        path = keys_url(admin, first.id)
+        return await _refused_after(
+            started, await client.patch(path, json={"name": "r"}, headers=admin.headers)
+        )
+
+    async def create(n: int) -> float:
+        await asyncio.sleep(0.3)  # behind the rename, which holds the process's turn
+        body = {"name": f"new{n}", "roles": ["developer"]}
+        return await _refused_after(
+            started, await client.post(keys_url(admin), json=body, headers=admin.headers)
+        )
+
+    async def spend(key: Creds) -> float:
+        await asyncio.sleep(0.3)
+        return await _refused_after(started, await client.get("/v1/verify", headers=key.headers))
+
+    with held(settings):
+        answers = await asyncio.gather(
+            rename(), *(create(n) for n in range(3)), *(spend(key) for key in spenders)
+        )
+    assert max(answers) < BUSY_TIMEOUT_MS / 1000 + 2.5, answers
+    listed = await client.get(keys_url(admin), headers=admin.headers)
+    assert not {"r", "new0", "new1", "new2"} & {
+        key["name"] for key in (await listed.json())["result"]
+    }
+    for spender in spenders:  # nothing was spent: 5, less the warm verify and this one
+        answer = await client.get(
+            "/v1/verify", headers={**spender.headers, "Accept": "application/json"}
+        )
+        assert (await answer.json())["result"]["credits"]["remaining"] == 3

@@ -12,6 +12,7 @@ that organization's creates get the 429, the other organizations' go in.
 import asyncio
 import json
 import sqlite3
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,10 +30,10 @@ from keysvc.db.outbox import enqueue_now
 from keysvc.db.rows import keys_with_roles, role_from_row
 from keysvc.db.seal import Seal
 from keysvc.db.sqlite.connections import BUSY_TIMEOUT_MS, Writer, connect_now
-from keysvc.db.sqlite.diskspace import DiskSpace
+from keysvc.db.sqlite.diskspace import LOCKED, DiskSpace
 from keysvc.db.sqlite.filewatch import FileWatch
 from keysvc.db.statements import many_rows
-from keysvc.errors import Conflict, ServiceUnavailable, TooManyRequests
+from keysvc.errors import Conflict, DatabaseUnavailable, ServiceUnavailable, TooManyRequests
 from keysvc.models import Key, NewKey, Role
 
 _T = TypeVar("_T")
@@ -382,6 +383,8 @@ class _PendingCreate:
     announce: Announce
     recheck: Recheck | None
     done: "asyncio.Future[Key]" = field(repr=False)
+    # When it arrived (time.monotonic): see Creates._flush.
+    arrived: float = field(default_factory=time.monotonic)
 
 
 class Creates:
@@ -424,6 +427,16 @@ class Creates:
         while self._pending:
             async with self._writer.lock:
                 batch, self._pending = self._pending, []
+                # Those that waited while a write found the database locked by another
+                # process past the busy timeout are refused with it, as the writer's own
+                # waiting writes are, rather than wait the timeout again (rt54 S1).
+                space, waited = self._writer.space, batch
+                batch = [item for item in waited if not space.locked_since(item.arrived)]
+                for item in waited:
+                    if item not in batch and not item.done.done():
+                        item.done.set_exception(DatabaseUnavailable(LOCKED))
+                if not batch:
+                    continue
                 try:
                     await self._create_batch(batch)
                 finally:
