@@ -430,10 +430,11 @@ class Creates:
                 # Those that waited while a write found the database locked by another
                 # process past the busy timeout are refused with it, as the writer's own
                 # waiting writes are, rather than wait the timeout again (rt54 S1).
-                space, waited = self._writer.space, batch
-                batch = [item for item in waited if not space.locked_since(item.arrived)]
+                space, waited, batch = self._writer.space, batch, []
                 for item in waited:
-                    if item not in batch and not item.done.done():
+                    if not space.locked_since(item.arrived):
+                        batch.append(item)
+                    elif not item.done.done():
                         item.done.set_exception(DatabaseUnavailable(LOCKED))
                 if not batch:
                     continue
