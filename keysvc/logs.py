@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import IO, NamedTuple, Protocol
 
 from keysvc.credentials import SECRET_PATTERN, SECRET_PREFIX, secret_pattern
+from keysvc.errors import ServiceUnavailable
 
 REDACTED = "[redacted]"
 _SCRUBS = (
@@ -430,6 +431,19 @@ class AccessLines:
             logger.name, logging.INFO, __file__, 0, self._message, (), None, extra=fields
         )
         logger.handle(record)
+
+
+def log_failure(logger: logging.Logger, message: str, *args: object) -> None:
+    """In an ``except`` block, of a write keysvc makes on its own (upkeep, a revoked
+    key's use, webhook deliveries): the database being unavailable (locked by another
+    process, stopped, gone: ``keysvc.errors.ServiceUnavailable``) is one warning line
+    with its reason and no traceback, as it is the database's state and not a fault of
+    keysvc's (rt53 R2); any other error is logged with its traceback."""
+    error = sys.exc_info()[1]
+    if isinstance(error, ServiceUnavailable):
+        logger.warning(message + ": %s", *args, error.message)
+    else:
+        logger.exception(message, *args)
 
 
 class Throttled:

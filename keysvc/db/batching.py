@@ -23,6 +23,7 @@ from keysvc.db import usage as usage_sql
 from keysvc.db.contract import RevokedUse, Writes
 from keysvc.db.seal import Seal
 from keysvc.errors import InsufficientStorage
+from keysvc.logs import log_failure
 from keysvc.models import Key
 from keysvc.timeutil import to_minute, to_text
 
@@ -188,4 +189,4 @@ class RevokedUses:
                 # Not worth more than a log line: the key was refused all the same,
                 # and its next use after this minute is noted again.
                 self._pending = []  # dropped rather than retried in a loop
-                logger.exception("could not record the use of a revoked key")
+                log_failure(logger, "could not record the use of a revoked key")

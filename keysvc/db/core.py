@@ -36,6 +36,7 @@ from keysvc.db.rows import key_from_joined
 from keysvc.db.seal import Seal
 from keysvc.db.spendbatch import Pending, SpendBatches
 from keysvc.db.timing import Observer, timed
+from keysvc.logs import log_failure
 from keysvc.models import (
     Activity,
     ActivityKinds,
@@ -195,7 +196,7 @@ class StoreCore:
                     if not await retention.prune(conn, self.chain, before):
                         return
         except Exception:
-            logger.exception("pruning old activity records failed; trying again later")
+            log_failure(logger, "pruning old activity records failed; trying again later")
 
     async def _tidy(
         self,
@@ -210,7 +211,7 @@ class StoreCore:
             async with self.transaction(operation) as conn:
                 await work(conn, moment)
         except Exception:
-            logger.exception("%s failed; trying again later", doing)
+            log_failure(logger, "%s failed; trying again later", doing)
 
     async def finish_writes(self, *flushers: asyncio.Task[None] | None) -> None:
         """Stop the upkeep, write the counts not yet written (so that a clean stop loses

@@ -47,6 +47,7 @@ from keysvc.domain.signing import SigningSecret, signed_headers, signing_secret
 from keysvc.domain.targets import ip_literal, is_public
 from keysvc.domain.webhooks import attempt_recorded
 from keysvc.keyview import api_key
+from keysvc.logs import log_failure
 from keysvc.ops.resolver import BlockedAddress, GuardedResolver
 from keysvc.timeutil import Clock, to_text
 
@@ -141,7 +142,7 @@ class Deliverer:
             async with self._store.transaction("release_webhook_leases") as conn:
                 await outbox.release(conn, self._owner)
         except Exception:
-            logger.exception("webhook leases not released; they run out by themselves")
+            log_failure(logger, "webhook leases not released; they run out by themselves")
         if self._session is not None:
             await self._session.close()
         if self._closing_reader is not None:
@@ -160,7 +161,7 @@ class Deliverer:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                logger.exception("webhook delivery failed to read or claim; trying again")
+                log_failure(logger, "webhook delivery failed to read or claim; trying again")
                 await asyncio.sleep(POLL_SECONDS)
             await asyncio.sleep(WATCH_SECONDS)
 
@@ -222,7 +223,7 @@ class Deliverer:
                     )  # fmt: skip
         except Exception:
             # The lease runs out, and the delivery is attempted again: at least once.
-            logger.exception("webhook attempt not recorded; it will be made again")
+            log_failure(logger, "webhook attempt not recorded; it will be made again")
 
     async def _send(self, due: Due) -> int:
         """One POST of the delivery, signed now; its HTTP status."""

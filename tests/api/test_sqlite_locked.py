@@ -3,6 +3,7 @@ timeout is refused 503 with Retry-After, nothing written: it was a 500, "interna
 error", with the driver's "database is locked" in the log (rt52 F2)."""
 
 import asyncio
+import logging
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -134,3 +135,25 @@ async def test_creates_and_spends_queued_under_the_lock_are_refused_with_it(
             "/v1/verify", headers={**spender.headers, "Accept": "application/json"}
         )
         assert (await answer.json())["result"]["credits"]["remaining"] == 3
+
+
+async def test_a_background_write_refused_by_the_lock_logs_no_traceback(
+    client: Client, admin: Creds, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The record of a disabled key's use, written off the request's path, meets the
+    lock: one warning line that says why, no traceback (it was logged with one, at
+    error level, for each failed try: rt53 R2)."""
+    key = await create_creds(client, admin, {"name": "gone", "roles": ["developer"]})
+    path = keys_url(admin, key.id)
+    assert (
+        await client.patch(path, json={"state": "disabled"}, headers=admin.headers)
+    ).status == 200
+    with held(settings), caplog.at_level(logging.INFO, logger="keysvc"):
+        assert (await client.get("/v1/verify", headers=key.headers)).status == 401
+        for _ in range(80):  # the record's write waits out the busy timeout
+            lines = [r for r in caplog.records if "revoked key" in r.getMessage()]
+            if lines:
+                break
+            await asyncio.sleep(0.1)
+    assert [(r.levelno, r.exc_info) for r in lines] == [(logging.WARNING, None)], lines
+    assert LOCKED in lines[0].getMessage()

@@ -14,6 +14,7 @@ import pytest
 
 from keysvc import logs as logs_module
 from keysvc.config import ConfigError, build_settings
+from keysvc.errors import DatabaseUnavailable
 from keysvc.http import access
 from keysvc.logs import (
     AccessLines,
@@ -350,3 +351,21 @@ def test_throttled_lines_off_the_event_loop_count_the_rest_with_the_next_line(
     messages = [record.getMessage() for record in caplog.records]
     assert messages == ["line 0", "line 1", "left out 3 in 0.05 s", "line 5"]
     assert caplog.records[2].leftOut == 3
+
+
+def test_log_failure_gives_the_database_one_line_and_anything_else_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    logger = logging.getLogger("keysvc.test_log_failure")
+    failures: list[Exception] = [DatabaseUnavailable("the database is locked"), RuntimeError("bug")]
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        for failure in failures:
+            try:
+                raise failure
+            except Exception:
+                logs_module.log_failure(logger, "%s failed", "pruning")
+    got = [(r.levelno, r.getMessage(), r.exc_info is not None) for r in caplog.records]
+    assert got == [
+        (logging.WARNING, "pruning failed: the database is locked", False),
+        (logging.ERROR, "pruning failed", True),
+    ]
