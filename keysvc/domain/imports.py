@@ -111,6 +111,9 @@ class ImportTurns:
         # The organizations with an import waiting for or holding the writer: each a
         # lock and how many imports hold or wait for it.
         self._waiting: dict[str, tuple[asyncio.Lock, int]] = {}
+        # While imports of an organization wait: when (time.monotonic) and why the last
+        # of its turns ended with the database unavailable.
+        self._refused: dict[str, tuple[float, DatabaseUnavailable]] = {}
 
     def __len__(self) -> int:
         """How many organizations have an import waiting or being written."""
@@ -118,6 +121,11 @@ class ImportTurns:
 
     @contextlib.asynccontextmanager
     async def one_at_a_time(self, organization_id: str) -> AsyncIterator[None]:
+        """The organization's turn. An import that waited while a turn ended with the
+        database unavailable (locked by another process past the busy timeout, stopped)
+        is refused with it, at once, rather than wait as long again: the Nth of
+        concurrent imports was refused after N busy timeouts (rt54 S2)."""
+        arrived = time.monotonic()
         lock, users = self._waiting.get(organization_id, (asyncio.Lock(), 0))
         self._waiting[organization_id] = (lock, users + 1)
         try:
@@ -127,13 +135,21 @@ class ImportTurns:
             except TimeoutError:
                 raise DatabaseUnavailable(IMPORT_WAITED) from None
             try:
-                yield
+                refused = self._refused.get(organization_id)
+                if refused is not None and refused[0] > arrived:
+                    raise DatabaseUnavailable(refused[1].message)
+                try:
+                    yield
+                except DatabaseUnavailable as unavailable:
+                    self._refused[organization_id] = (time.monotonic(), unavailable)
+                    raise
             finally:
                 lock.release()
         finally:
             lock, users = self._waiting[organization_id]
             if users == 1:
                 del self._waiting[organization_id]
+                self._refused.pop(organization_id, None)
             else:
                 self._waiting[organization_id] = (lock, users - 1)
 
