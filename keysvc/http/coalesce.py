@@ -1,27 +1,32 @@
-"""The answers of one turn of the event loop, sent together at the start of the next.
+"""The answers of a busy turn of the event loop, sent together at the start of the next.
 
 A busy ``keysvc serve`` answers several connections in each turn of its loop (a
 proxy's dozens of kept-alive connections, each waiting for its verify). asyncio sends
 each answer the moment it is written: a ``send`` system call a request, and on
 loopback each of them wakes the proxy to read one answer, then sleeps it again. Held
 until the turn ends, the turn's answers go out back to back: the first send wakes the
-proxy, which is still reading when the others arrive. In ``make bench`` this took a
-verify's system time from about 17 to 6 us, and its rate up by a third
-(docs/PERFORMANCE.md, "Session 43").
+proxy, which is still reading when the others arrive. Under wrk's 32 connections this
+took a verify's system time from about 17 to 6 us, and its rate up by a fifth to a
+third (docs/PERFORMANCE.md, "Session 43").
 
 ``Coalesced`` is a connection's transport that holds what is written to it until
-``Writes`` sends it, from a callback the loop runs first in its next turn: no timer,
-so an answer waits for the rest of its own turn at most, and an idle server sends each
-answer one turn later than it would have. Nothing changes order: whatever one
-connection wrote is sent in the order written and before anything that follows it
-(``write_eof``, ``close``); a write of HOLD_BYTES or more, or to a transport that
-already has unsent bytes of its own (a client reading slowly), is sent at once, the
-held bytes first; ``abort`` drops them, as it drops the transport's own buffer. What a
-connection holds counts in its ``get_write_buffer_size``, which the stall check
-(``keysvc.http.connections``) reads.
+``Writes`` sends it, from a callback the loop runs first in its next turn (no timer).
+Only while the loop is busy (``Writes``: after a turn of HOLD_FROM answers or more);
+never longer than HOLD_SECONDS while others are written, and an answer that waited
+longer (behind another request's long step: nothing in a turn can be cut short) stops
+the holding for CALM_SECONDS; a loop that wrote nothing for HOLD_SECONDS sends its next
+answer at once. Nothing changes order: whatever one connection wrote is sent in the
+order written and before anything that follows it (``write_eof``, ``close``, and the
+transport's own close at the client's end of input:
+``keysvc.http.connections.GuardedHandler.eof_received``); a write of HOLD_BYTES or more,
+or to a transport that already has unsent bytes of its own (a client reading slowly),
+is sent at once, the held bytes first; ``abort`` drops them, as it drops the
+transport's own buffer. What a connection holds counts in its
+``get_write_buffer_size``, which the stall check (``keysvc.http.connections``) reads.
 """
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -33,46 +38,86 @@ HOLD_BYTES = 16 * 1024
 # At most this many connections' answers are held at once: then they are sent, so that
 # a turn of many answers sends its first ones while it makes the rest.
 HOLD_ANSWERS = 16
+# A turn that wrote at least this many answers holds the next turn's: a loop that busy
+# is behind its clients, and an answer held costs its client less than the queue does.
+HOLD_FROM = 4
+# No answer is held longer than this while others are written: at a later write past
+# it the batch is sent. An answer that waited longer (another request's long
+# synchronous step came after it: a large page, say) stops all holding for
+# CALM_SECONDS, so that no one's long steps keep others' answers back more than once a
+# CALM_SECONDS (rt55 F1). A loop that wrote nothing for as long has caught up with its
+# clients: its next answer is not held.
+HOLD_SECONDS = 0.002
+CALM_SECONDS = 1.0
 
 
 class Writes:
     """The answers written by the connections of one server in one turn of the loop.
 
-    Held only while turns answer more than one connection: a turn that answered one
-    (a single client, a quiet hour) sends the next turn's answers at once, so that an
-    answer nothing would have joined waits for no turn; a turn that answered several
-    holds the next turn's, until a turn answers one again."""
+    Held only while the loop is busy: after a turn that wrote HOLD_FROM answers or more,
+    and not within CALM_SECONDS of an answer held longer than HOLD_SECONDS. Otherwise
+    each answer is sent as it is written: a single client, a few, a quiet hour, or turns
+    made long by slow steps are not held."""
 
-    __slots__ = ("_counted", "_turn_ends", "_waiting", "holding")
+    __slots__ = (
+        "_calm_until",
+        "_counted",
+        "_ended",
+        "_held_since",
+        "_loop",
+        "_turn_ends",
+        "_waiting",
+        "holding",
+    )
 
     def __init__(self) -> None:
         self._waiting: list[Coalesced] = []
+        self._held_since = 0.0  # when the first of those waiting was held (the loop's clock)
         self._counted = 0  # answers written this turn, held or not
         self._turn_ends = False  # whether the call that ends this turn is scheduled
+        self._ended = float("-inf")  # when the last turn that wrote ended
+        self._calm_until = float("-inf")  # nothing is held before then
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.holding = False
 
-    def count(self, loop: asyncio.AbstractEventLoop) -> None:
-        """An answer written this turn, sent at once."""
-        self._counted += 1
+    def admit(self, held: "Coalesced", loop: asyncio.AbstractEventLoop) -> bool:
+        """Count an answer written this turn; whether it is held (``held``'s bytes sent
+        with the rest of the turn's), else it is for the caller to send now."""
         if not self._turn_ends:
             self._turn_ends = True
+            self._loop = loop
             loop.call_soon(self.turn_ended)
-
-    def hold(self, held: "Coalesced", loop: asyncio.AbstractEventLoop) -> None:
-        """Send ``held``'s bytes with the rest of this turn's, or with the HOLD_ANSWERS
-        held before it."""
+            if loop.time() - self._ended > HOLD_SECONDS:
+                self.holding = False  # nothing was written for a while: caught up
+        self._counted += 1
+        if not self.holding:
+            return False
         waiting = self._waiting
+        now = loop.time()
+        if not waiting:
+            self._held_since = now
+        elif now - self._held_since > HOLD_SECONDS:
+            self._calm(now)
         waiting.append(held)
-        self.count(loop)
-        if len(waiting) >= HOLD_ANSWERS:
+        if len(waiting) >= HOLD_ANSWERS or not self.holding:
             self._waiting = []
             _send(waiting)
+        return True
+
+    def _calm(self, now: float) -> None:
+        """An answer was held past HOLD_SECONDS: none is held for CALM_SECONDS."""
+        self._calm_until = now + CALM_SECONDS
+        self.holding = False
 
     def turn_ended(self) -> None:
-        """Send every connection's held bytes, in the order they were first held; the
-        next turn holds its answers if this one wrote more than one."""
+        """Send every connection's held bytes, in the order they were first held, and
+        decide whether the next turn holds."""
         waiting, self._waiting = self._waiting, []
-        self.holding = self._counted > 1
+        assert self._loop is not None  # set with the call that ran this
+        now = self._ended = self._loop.time()
+        if waiting and now - self._held_since > HOLD_SECONDS:
+            self._calm(now)
+        self.holding = self._counted >= HOLD_FROM and now >= self._calm_until
         self._counted = 0
         self._turn_ends = False
         _send(waiting)
@@ -84,7 +129,8 @@ def _send(waiting: "list[Coalesced]") -> None:
             held.send()
         except Exception:  # one connection's failure must not keep the others' answers
             logger.exception("sending a held answer failed; its connection is aborted")
-            held.abort()
+            with contextlib.suppress(Exception):  # nor its abort's (rt55 F3)
+                held.abort()
 
 
 class Coalesced:
@@ -107,6 +153,10 @@ class Coalesced:
     def write(self, data: bytes | bytearray | memoryview) -> None:
         held = self._held
         if held is not None:
+            if len(data) >= HOLD_BYTES:  # sent at once, what is held first, no copy
+                self.send()
+                self._transport.write(data)
+                return
             held.append(bytes(data))
             self._size += len(data)
             if self._size >= HOLD_BYTES:
@@ -121,14 +171,11 @@ class Coalesced:
         ):
             transport.write(data)  # raises, or drops, as the transport itself would
             return
-        writes = self._writes
-        if not writes.holding:
-            writes.count(self._loop)
-            transport.write(data)
-            return
         self._held = [bytes(data)]
         self._size = len(data)
-        writes.hold(self, self._loop)
+        if not self._writes.admit(self, self._loop):
+            self._held, self._size = None, 0
+            transport.write(data)
 
     def writelines(self, chunks: Any) -> None:
         self.write(b"".join(chunks))

@@ -256,6 +256,7 @@ class GuardedHandler(web.RequestHandler):
         "_acked",
         "_body",
         "_close_deadline",
+        "_coalesced",
         "_counted",
         "_guard",
         "_head_deadline",
@@ -275,6 +276,8 @@ class GuardedHandler(web.RequestHandler):
         self._acked: int | None = None
         self._since = 0.0
         self._tcp: Any = None
+        # The connection's transport as aiohttp writes to it (keysvc.http.coalesce).
+        self._coalesced: Coalesced | None = None
         self._close_deadline: asyncio.TimerHandle | None = None
         self._counted = False
         # A TCP connection's: the network Shares.take counted it under.
@@ -303,14 +306,23 @@ class GuardedHandler(web.RequestHandler):
             self._tcp, self._network = sock, network
         guard.open += 1
         self._counted = True
+        self._coalesced = Coalesced(transport, guard.writes, self._loop)
         # Not an asyncio.Transport's subclass, whose methods would hide the transport's.
-        coalesced = cast(asyncio.Transport, Coalesced(transport, guard.writes, self._loop))
-        super().connection_made(coalesced)
+        super().connection_made(cast(asyncio.Transport, self._coalesced))
         self._start_head_deadline()
         if self._tcp is not None:
             with contextlib.suppress(OSError):  # else left as the kernel chose
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
             self._read_watch = self._loop.call_later(guard.header_timeout, self._check_reads)
+
+    def eof_received(self) -> None:
+        # The client's end of input: on return the transport closes itself, past
+        # Coalesced.close, so what this connection holds goes to it first: an answer
+        # written before the client's FIN is sent, as it was before answers were held
+        # (rt55 F2).
+        if self._coalesced is not None:
+            self._coalesced.send()
+        super().eof_received()
 
     def data_received(self, data: bytes) -> None:
         if self._close and isinstance(self.transport, _HalfClosing):

@@ -14,6 +14,7 @@ import pytest
 from aiohttp import web
 
 from keysvc.config import Settings
+from keysvc.http import coalesce
 from keysvc.http.app import create_app
 from keysvc.http.coalesce import Writes
 from keysvc.http.connections import ServiceRunner
@@ -44,15 +45,16 @@ async def served(settings: Settings, clock: FakeClock) -> AsyncIterator[tuple[in
 
 @pytest.fixture
 def holds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many answers were held (``Writes.hold``), counted as the server runs."""
+    """How many answers were held (``Writes.admit``), counted as the server runs."""
     counted = [0]
-    real = Writes.hold
+    real = Writes.admit
 
-    def hold(self: Writes, *args: Any) -> None:
-        counted[0] += 1
-        real(self, *args)
+    def admit(self: Writes, *args: Any) -> bool:
+        held = real(self, *args)
+        counted[0] += held
+        return held
 
-    monkeypatch.setattr(Writes, "hold", hold)
+    monkeypatch.setattr(Writes, "admit", admit)
     return counted
 
 
@@ -131,3 +133,47 @@ async def test_one_client_alone_is_never_held(served: tuple[int, Creds], holds: 
     finally:
         writer.close()
     assert holds[0] == 0
+
+
+async def test_an_answer_held_when_the_client_half_closes_is_sent(
+    settings: Settings, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client's FIN arrives in the turn its answer is written and held: the answer
+    goes out before the transport closes itself at the end of input (it was dropped:
+    rt55 F2). A route of the test's own lets the answer be written just then: its
+    view waits for the test, which half-closes and lets it go in one step."""
+    monkeypatch.setattr(coalesce, "HOLD_SECONDS", 60.0)  # held, however slow the machine
+    app = create_app(settings, clock=clock)
+    gate = asyncio.Event()
+    waiting = asyncio.Event()
+
+    async def late(request: web.Request) -> web.Response:
+        waiting.set()
+        await gate.wait()
+        return web.Response(text="late")
+
+    app.router.add_get("/test/late", late)
+    runner = ServiceRunner(app, settings, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        admin = await bootstrap(app)
+        writes = runner._guard.writes
+        for _ in range(3):
+            gate.clear()
+            waiting.clear()
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(_request("/test/late", admin.key_id, admin.secret))
+            await asyncio.wait_for(waiting.wait(), 10)
+            # As after a busy turn: the answer is held. Then the FIN, and the view goes
+            # on: the answer is written in the turn that reads the end of input.
+            writes.holding, writes._ended = True, asyncio.get_running_loop().time()
+            writer.write_eof()
+            gate.set()
+            status, _, body = await asyncio.wait_for(_answer(reader), 10)
+            assert (status, body) == (200, b"late")
+            writer.close()
+    finally:
+        await runner.cleanup()

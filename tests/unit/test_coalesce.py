@@ -1,14 +1,24 @@
 """keysvc.http.coalesce on a real event loop, over a transport that records what is
 written to it: what a turn of the loop writes is held and sent together at the start of
-the next, in order, never after what follows it on its connection; a turn of one
-answer stops the holding."""
+the next, in order, never after what follows it on its connection; only after a busy
+turn, and never for longer than HOLD_SECONDS but by one long step, after which nothing
+is held for CALM_SECONDS."""
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
 
-from keysvc.http.coalesce import HOLD_ANSWERS, HOLD_BYTES, Coalesced, Writes
+from keysvc.http import coalesce
+from keysvc.http.coalesce import (
+    HOLD_ANSWERS,
+    HOLD_BYTES,
+    HOLD_FROM,
+    HOLD_SECONDS,
+    Coalesced,
+    Writes,
+)
 
 
 class Recording:
@@ -62,23 +72,29 @@ def _pair(writes: Writes) -> tuple[list[Recording], list[Coalesced]]:
     return raw, [Coalesced(transport, writes, loop) for transport in raw]
 
 
-async def _holding(writes: Writes) -> None:
-    """Two connections answered in one turn: the next turn holds."""
-    raw, wrapped = _pair(writes)
-    wrapped[0].write(b"a")
-    wrapped[1].write(b"b")
-    assert [t.calls for t in raw] == [[("write", b"a")], [("write", b"b")]]  # sent at once
+async def _busy_turn(writes: Writes, answers: int = HOLD_FROM) -> list[Recording]:
+    """``answers`` connections answered in one quick turn, each sent at once unless
+    held; then the turn ends."""
+    loop = asyncio.get_running_loop()
+    raw = [Recording() for _ in range(answers)]
+    for transport in raw:
+        Coalesced(transport, writes, loop).write(b"answer")
     await _turn()
+    return raw
+
+
+async def _holding(writes: Writes) -> None:
+    """A busy turn: the next one holds."""
+    raw = await _busy_turn(writes)
+    assert all(t.calls == [("write", b"answer")] for t in raw)
     assert writes.holding
 
 
-async def test_a_turn_of_one_answer_holds_nothing() -> None:
+async def test_a_turn_of_fewer_answers_than_hold_from_holds_nothing() -> None:
     writes = Writes()
-    raw, wrapped = _pair(writes)
     for _ in range(3):
-        wrapped[0].write(b"x")
-        assert raw[0].calls[-1] == ("write", b"x")
-        await _turn()
+        raw = await _busy_turn(writes, HOLD_FROM - 1)
+        assert all(t.calls == [("write", b"answer")] for t in raw)  # sent as written
         assert not writes.holding
 
 
@@ -95,12 +111,10 @@ async def test_after_a_turn_of_several_the_answers_of_a_turn_go_out_together() -
     # One write a connection, in the order written.
     assert [t.calls for t in raw] == [[("write", b"head-0 body-0")], [("write", b"head-1 ")]]
     assert wrapped[0].get_write_buffer_size() == 0
-    assert writes.holding  # two answered again
+    assert not writes.holding  # that turn answered two: the next is not held
     raw2, wrapped2 = _pair(writes)
     wrapped2[0].write(b"alone")
-    await _turn()
     assert raw2[0].calls == [("write", b"alone")]
-    assert not writes.holding  # that turn answered one: the next is not held
 
 
 async def test_nothing_held_goes_after_what_follows_it() -> None:
@@ -127,7 +141,7 @@ async def test_a_large_write_goes_at_once_after_what_is_held() -> None:
     wrapped[0].write(b"head ")
     large = b"x" * HOLD_BYTES
     wrapped[0].write(large)
-    assert raw[0].calls == [("write", b"head " + large)]
+    assert raw[0].calls == [("write", b"head "), ("write", large)]
     wrapped[1].write(large)  # nothing held before it: straight through
     assert raw[1].calls == [("write", large)]
 
@@ -180,3 +194,60 @@ async def test_one_failing_transport_keeps_no_other_answer(
     assert failing.calls == [("abort", None)]
     assert fine.calls == [("write", b"answer")]
     assert "sending a held answer failed" in caplog.text
+
+
+async def test_an_answer_held_past_hold_seconds_goes_with_the_next_write() -> None:
+    writes = Writes()
+    await _holding(writes)
+    raw, wrapped = _pair(writes)
+    wrapped[0].write(b"first")
+    assert raw[0].calls == []
+    time.sleep(HOLD_SECONDS * 2)  # a long step of another request's, in the same turn
+    wrapped[1].write(b"second")
+    assert raw[0].calls == [("write", b"first")] and raw[1].calls == [("write", b"second")]
+
+
+async def test_a_turn_that_ran_long_stops_the_holding_for_calm_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(coalesce, "CALM_SECONDS", 0.2)
+    writes = Writes()
+    await _holding(writes)
+    raw, wrapped = _pair(writes)
+    wrapped[0].write(b"held")
+    time.sleep(HOLD_SECONDS * 2)  # the turn runs long after it, and no write follows
+    await _turn()
+    assert raw[0].calls == [("write", b"held")]
+    assert not writes.holding
+    for _ in range(3):  # busy turns within the calm: nothing held
+        assert all(t.calls for t in await _busy_turn(writes))
+        assert not writes.holding
+    await asyncio.sleep(0.25)
+    await _busy_turn(writes)
+    assert writes.holding
+
+
+async def test_after_a_quiet_spell_the_first_answer_is_sent_as_written() -> None:
+    writes = Writes()
+    await _holding(writes)
+    await asyncio.sleep(HOLD_SECONDS * 3)  # nothing written: the loop caught up
+    raw, wrapped = _pair(writes)
+    wrapped[0].write(b"answer")
+    assert raw[0].calls == [("write", b"answer")]
+
+
+async def test_an_abort_that_raises_keeps_no_other_answer() -> None:
+    writes = Writes()
+    await _holding(writes)
+    loop = asyncio.get_running_loop()
+    failing, fine = Recording(), Recording()
+    Coalesced(failing, writes, loop).write(b"answer")
+    Coalesced(fine, writes, loop).write(b"answer")
+    failing.fails = True
+
+    def abort() -> None:
+        raise OSError("abort failed too")
+
+    failing.abort = abort  # type: ignore[method-assign]
+    await _turn()
+    assert fine.calls == [("write", b"answer")]
