@@ -12,12 +12,11 @@ third (docs/PERFORMANCE.md, "Session 43").
 ``Coalesced`` is a connection's transport that holds what is written to it until
 ``Writes`` sends it, from a callback the loop runs first in its next turn (no timer).
 Only while the loop is busy (``Writes``: after a turn of HOLD_FROM answers or more);
-never longer than HOLD_SECONDS while others are written, and an answer that waited
-longer (behind another request's long step: nothing in a turn can be cut short) stops
-the holding for CALM_SECONDS; a loop that wrote nothing for HOLD_SECONDS sends its next
-answer at once. Nothing changes order: whatever one connection wrote is sent in the
-order written and before anything that follows it (``write_eof``, ``close``, and the
-transport's own close at the client's end of input:
+never while the loop does more than HOLD_SECONDS of its own work, and an answer that
+waited longer (behind another request's long step: nothing in a turn can be cut short)
+stops the holding for CALM_SECONDS. Nothing changes order: whatever one connection
+wrote is sent in the order written and before anything that follows it (``write_eof``,
+``close``, and the transport's own close at the client's end of input:
 ``keysvc.http.connections.GuardedHandler.eof_received``); a write of HOLD_BYTES or more,
 or to a transport that already has unsent bytes of its own (a client reading slowly),
 is sent at once, the held bytes first; ``abort`` drops them, as it drops the
@@ -28,6 +27,7 @@ transport's own buffer. What a connection holds counts in its
 import asyncio
 import contextlib
 import logging
+from time import thread_time
 from typing import Any
 
 logger = logging.getLogger("keysvc")
@@ -41,12 +41,12 @@ HOLD_ANSWERS = 16
 # A turn that wrote at least this many answers holds the next turn's: a loop that busy
 # is behind its clients, and an answer held costs its client less than the queue does.
 HOLD_FROM = 4
-# No answer is held longer than this while others are written: at a later write past
-# it the batch is sent. An answer that waited longer (another request's long
-# synchronous step came after it: a large page, say) stops all holding for
-# CALM_SECONDS, so that no one's long steps keep others' answers back more than once a
-# CALM_SECONDS (rt55 F1). A loop that wrote nothing for as long has caught up with its
-# clients: its next answer is not held.
+# No answer is held while the loop does more than this of its own work (its thread's
+# CPU time, which the machine's other load does not move): at a later write past it the
+# batch is sent. An answer that waited longer (another request's long synchronous step
+# came after it: a large page, say) stops all holding for CALM_SECONDS of the loop's
+# clock, so that no one's long steps keep others' answers back more than once a
+# CALM_SECONDS (rt55 F1).
 HOLD_SECONDS = 0.002
 CALM_SECONDS = 1.0
 
@@ -55,14 +55,13 @@ class Writes:
     """The answers written by the connections of one server in one turn of the loop.
 
     Held only while the loop is busy: after a turn that wrote HOLD_FROM answers or more,
-    and not within CALM_SECONDS of an answer held longer than HOLD_SECONDS. Otherwise
-    each answer is sent as it is written: a single client, a few, a quiet hour, or turns
-    made long by slow steps are not held."""
+    and not within CALM_SECONDS of an answer held past HOLD_SECONDS of the loop's work.
+    Otherwise each answer is sent as it is written: a single client, a few, a quiet
+    hour, or turns made long by slow steps are not held."""
 
     __slots__ = (
         "_calm_until",
         "_counted",
-        "_ended",
         "_held_since",
         "_loop",
         "_turn_ends",
@@ -72,10 +71,9 @@ class Writes:
 
     def __init__(self) -> None:
         self._waiting: list[Coalesced] = []
-        self._held_since = 0.0  # when the first of those waiting was held (the loop's clock)
+        self._held_since = 0.0  # the loop thread's CPU time when the first waiting was held
         self._counted = 0  # answers written this turn, held or not
         self._turn_ends = False  # whether the call that ends this turn is scheduled
-        self._ended = float("-inf")  # when the last turn that wrote ended
         self._calm_until = float("-inf")  # nothing is held before then
         self._loop: asyncio.AbstractEventLoop | None = None
         self.holding = False
@@ -87,17 +85,14 @@ class Writes:
             self._turn_ends = True
             self._loop = loop
             loop.call_soon(self.turn_ended)
-            if loop.time() - self._ended > HOLD_SECONDS:
-                self.holding = False  # nothing was written for a while: caught up
         self._counted += 1
         if not self.holding:
             return False
         waiting = self._waiting
-        now = loop.time()
         if not waiting:
-            self._held_since = now
-        elif now - self._held_since > HOLD_SECONDS:
-            self._calm(now)
+            self._held_since = thread_time()
+        elif thread_time() - self._held_since > HOLD_SECONDS:
+            self._calm(loop.time())
         waiting.append(held)
         if len(waiting) >= HOLD_ANSWERS or not self.holding:
             self._waiting = []
@@ -105,7 +100,8 @@ class Writes:
         return True
 
     def _calm(self, now: float) -> None:
-        """An answer was held past HOLD_SECONDS: none is held for CALM_SECONDS."""
+        """An answer was held past HOLD_SECONDS (``now``: the loop's clock): none is
+        held for CALM_SECONDS."""
         self._calm_until = now + CALM_SECONDS
         self.holding = False
 
@@ -114,8 +110,8 @@ class Writes:
         decide whether the next turn holds."""
         waiting, self._waiting = self._waiting, []
         assert self._loop is not None  # set with the call that ran this
-        now = self._ended = self._loop.time()
-        if waiting and now - self._held_since > HOLD_SECONDS:
+        now = self._loop.time()
+        if waiting and thread_time() - self._held_since > HOLD_SECONDS:
             self._calm(now)
         self.holding = self._counted >= HOLD_FROM and now >= self._calm_until
         self._counted = 0

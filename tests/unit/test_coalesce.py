@@ -6,6 +6,7 @@ is held for CALM_SECONDS."""
 
 import asyncio
 import time
+from time import thread_time
 from typing import Any
 
 import pytest
@@ -58,6 +59,14 @@ class Recording:
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return ("127.0.0.1", 1234) if name == "peername" else default
+
+
+def _long_step(seconds: float) -> None:
+    """Work on this thread for ``seconds`` of its CPU time, as another request's long
+    synchronous step would (a sleep would not count: the bound is the loop's work)."""
+    until = thread_time() + seconds
+    while thread_time() < until:
+        pass
 
 
 async def _turn() -> None:
@@ -202,7 +211,7 @@ async def test_an_answer_held_past_hold_seconds_goes_with_the_next_write() -> No
     raw, wrapped = _pair(writes)
     wrapped[0].write(b"first")
     assert raw[0].calls == []
-    time.sleep(HOLD_SECONDS * 2)  # a long step of another request's, in the same turn
+    _long_step(HOLD_SECONDS * 2)  # another request's, in the same turn
     wrapped[1].write(b"second")
     assert raw[0].calls == [("write", b"first")] and raw[1].calls == [("write", b"second")]
 
@@ -215,7 +224,7 @@ async def test_a_turn_that_ran_long_stops_the_holding_for_calm_seconds(
     await _holding(writes)
     raw, wrapped = _pair(writes)
     wrapped[0].write(b"held")
-    time.sleep(HOLD_SECONDS * 2)  # the turn runs long after it, and no write follows
+    _long_step(HOLD_SECONDS * 2)  # the turn runs long after it, and no write follows
     await _turn()
     assert raw[0].calls == [("write", b"held")]
     assert not writes.holding
@@ -227,13 +236,20 @@ async def test_a_turn_that_ran_long_stops_the_holding_for_calm_seconds(
     assert writes.holding
 
 
-async def test_after_a_quiet_spell_the_first_answer_is_sent_as_written() -> None:
+async def test_a_wait_that_is_not_the_loops_work_does_not_stop_the_holding() -> None:
+    """The machine's other load, or a wait in the same turn that does no work (a sleep
+    stands for both), does not count against the bound: only the loop's own work does."""
     writes = Writes()
     await _holding(writes)
-    await asyncio.sleep(HOLD_SECONDS * 3)  # nothing written: the loop caught up
     raw, wrapped = _pair(writes)
-    wrapped[0].write(b"answer")
-    assert raw[0].calls == [("write", b"answer")]
+    wrapped[0].write(b"first")
+    time.sleep(HOLD_SECONDS * 2)
+    wrapped[1].write(b"second")
+    assert [t.calls for t in raw] == [[], []]  # both held still
+    await _turn()
+    assert [t.calls for t in raw] == [[("write", b"first")], [("write", b"second")]]
+    await _busy_turn(writes)
+    assert writes.holding  # no calm
 
 
 async def test_an_abort_that_raises_keeps_no_other_answer() -> None:
