@@ -27,6 +27,7 @@ transport's own buffer. What a connection holds counts in its
 import asyncio
 import contextlib
 import logging
+from asyncio import constants
 from time import thread_time
 from typing import Any
 
@@ -134,6 +135,11 @@ class Coalesced:
     (``Writes``); every other call goes to the transport as it is."""
 
     __slots__ = ("_eof", "_held", "_loop", "_size", "_transport", "_writes")
+
+    # asyncio's loop.sendfile would write a file to the socket itself, ahead of what is
+    # held (rt56 L3): refused here rather than passed to the transport. keysvc sends no
+    # file (no FileResponse).
+    _sendfile_compatible = constants._SendfileMode.UNSUPPORTED
 
     def __init__(self, transport: Any, writes: Writes, loop: asyncio.AbstractEventLoop):
         self._transport = transport

@@ -267,3 +267,38 @@ async def test_an_abort_that_raises_keeps_no_other_answer() -> None:
     failing.abort = abort  # type: ignore[method-assign]
     await _turn()
     assert fine.calls == [("write", b"answer")]
+
+
+async def test_loop_sendfile_is_refused_rather_than_put_ahead_of_held_bytes(
+    tmp_path: Any,
+) -> None:
+    """asyncio's sendfile writes to the socket itself: through a Coalesced it would put
+    a file ahead of what is held (rt56 L3), so it is refused; what is held still goes."""
+    loop = asyncio.get_running_loop()
+    accepted: asyncio.Future[asyncio.Transport] = loop.create_future()
+
+    class Server(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            assert isinstance(transport, asyncio.Transport)
+            accepted.set_result(transport)
+
+    server = await loop.create_server(Server, "127.0.0.1", 0)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writes = Writes()
+        await _holding(writes)
+        coalesced = Coalesced(await accepted, writes, loop)
+        coalesced.write(b"head ")
+        file = tmp_path / "body"
+        file.write_bytes(b"body")
+        with file.open("rb") as body, pytest.raises(RuntimeError, match="not supported"):
+            await loop.sendfile(coalesced, body)  # type: ignore[arg-type]
+        coalesced.write(b"tail")
+        await _turn()
+        assert await asyncio.wait_for(reader.readexactly(9), 5) == b"head tail"
+        coalesced.close()
+        writer.close()
+    finally:
+        server.close()
+        await server.wait_closed()
