@@ -165,15 +165,17 @@ async def test_an_answer_held_when_the_client_half_closes_is_sent(
             gate.clear()
             waiting.clear()
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(_request("/test/late", admin.key_id, admin.secret))
-            await asyncio.wait_for(waiting.wait(), 10)
-            # As after a busy turn: the answer is held. Then the FIN, and the view goes
-            # on: the answer is written in the turn that reads the end of input.
-            writes.holding, writes._ended = True, asyncio.get_running_loop().time()
-            writer.write_eof()
-            gate.set()
-            status, _, body = await asyncio.wait_for(_answer(reader), 10)
-            assert (status, body) == (200, b"late")
-            writer.close()
+            try:
+                writer.write(_request("/test/late", admin.key_id, admin.secret))
+                await asyncio.wait_for(waiting.wait(), 10)
+                # As after a busy turn: the answer is held. Then the FIN, and the view
+                # goes on: the answer is written in the turn that reads the end of input.
+                writes.holding = True
+                writer.write_eof()
+                gate.set()
+                status, _, body = await asyncio.wait_for(_answer(reader), 10)
+                assert (status, body) == (200, b"late")
+            finally:
+                writer.close()
     finally:
         await runner.cleanup()
