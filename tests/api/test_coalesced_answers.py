@@ -6,6 +6,7 @@ answers are being held; one client alone is never held."""
 
 import asyncio
 import base64
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,23 +25,27 @@ CONNECTIONS = 24
 ROUNDS = 3
 
 
-async def _serve(settings: Settings, clock: FakeClock) -> AsyncIterator[tuple[int, Creds]]:
-    app = create_app(settings, clock=clock)
+@contextlib.asynccontextmanager
+async def _serve(
+    app: web.Application, settings: Settings
+) -> AsyncIterator[tuple[int, Creds, ServiceRunner]]:
+    """``app`` served by keysvc serve's runner on a loopback port: the port, an admin
+    key of a new organization, and the runner."""
     runner = ServiceRunner(app, settings, handle_signals=False)
     await runner.setup()
     try:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        yield port, await bootstrap(app)
+        yield port, await bootstrap(app), runner
     finally:
         await runner.cleanup()
 
 
 @pytest.fixture
 async def served(settings: Settings, clock: FakeClock) -> AsyncIterator[tuple[int, Creds]]:
-    async for serving in _serve(settings, clock):
-        yield serving
+    async with _serve(create_app(settings, clock=clock), settings) as (port, admin, _):
+        yield port, admin
 
 
 @pytest.fixture
@@ -153,13 +158,7 @@ async def test_an_answer_held_when_the_client_half_closes_is_sent(
         return web.Response(text="late")
 
     app.router.add_get("/test/late", late)
-    runner = ServiceRunner(app, settings, handle_signals=False)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        admin = await bootstrap(app)
+    async with _serve(app, settings) as (port, admin, runner):
         writes = runner._guard.writes
         for _ in range(3):
             gate.clear()
@@ -177,5 +176,3 @@ async def test_an_answer_held_when_the_client_half_closes_is_sent(
                 assert (status, body) == (200, b"late")
             finally:
                 writer.close()
-    finally:
-        await runner.cleanup()

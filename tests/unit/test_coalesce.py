@@ -99,6 +99,14 @@ async def _holding(writes: Writes) -> None:
     assert writes.holding
 
 
+async def _held_pair() -> tuple[Writes, list[Recording], list[Coalesced]]:
+    """A Writes that holds (after a busy turn), and two connections on it."""
+    writes = Writes()
+    await _holding(writes)
+    raw, wrapped = _pair(writes)
+    return writes, raw, wrapped
+
+
 async def test_a_turn_of_fewer_answers_than_hold_from_holds_nothing() -> None:
     writes = Writes()
     for _ in range(3):
@@ -108,9 +116,7 @@ async def test_a_turn_of_fewer_answers_than_hold_from_holds_nothing() -> None:
 
 
 async def test_after_a_turn_of_several_the_answers_of_a_turn_go_out_together() -> None:
-    writes = Writes()
-    await _holding(writes)
-    raw, wrapped = _pair(writes)
+    writes, raw, wrapped = await _held_pair()
     wrapped[0].write(b"head-0 ")
     wrapped[1].write(b"head-1 ")
     wrapped[0].write(b"body-0")
@@ -127,9 +133,7 @@ async def test_after_a_turn_of_several_the_answers_of_a_turn_go_out_together() -
 
 
 async def test_nothing_held_goes_after_what_follows_it() -> None:
-    writes = Writes()
-    await _holding(writes)
-    raw, wrapped = _pair(writes)
+    _, raw, wrapped = await _held_pair()
     wrapped[0].write(b"answer")
     wrapped[0].close()
     wrapped[1].write(b"answer")
@@ -144,9 +148,7 @@ async def test_nothing_held_goes_after_what_follows_it() -> None:
 
 
 async def test_a_large_write_goes_at_once_after_what_is_held() -> None:
-    writes = Writes()
-    await _holding(writes)
-    raw, wrapped = _pair(writes)
+    _, raw, wrapped = await _held_pair()
     wrapped[0].write(b"head ")
     large = b"x" * HOLD_BYTES
     wrapped[0].write(large)
@@ -165,9 +167,7 @@ async def test_a_connection_with_unsent_bytes_of_its_own_is_not_held() -> None:
 
 
 async def test_an_abort_drops_what_is_held() -> None:
-    writes = Writes()
-    await _holding(writes)
-    raw, wrapped = _pair(writes)
+    _, raw, wrapped = await _held_pair()
     wrapped[0].write(b"answer")
     wrapped[0].abort()
     wrapped[1].write(b"answer")
@@ -189,9 +189,8 @@ async def test_at_most_hold_answers_connections_wait_at_once() -> None:
     assert all(t.calls == [("write", b"answer")] for t in raw)
 
 
-async def test_one_failing_transport_keeps_no_other_answer(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+async def _failing_and_fine() -> tuple[Recording, Recording]:
+    """Two connections with answers held, the first's transport failing its writes."""
     writes = Writes()
     await _holding(writes)
     loop = asyncio.get_running_loop()
@@ -199,6 +198,13 @@ async def test_one_failing_transport_keeps_no_other_answer(
     Coalesced(failing, writes, loop).write(b"answer")
     Coalesced(fine, writes, loop).write(b"answer")
     failing.fails = True
+    return failing, fine
+
+
+async def test_one_failing_transport_keeps_no_other_answer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    failing, fine = await _failing_and_fine()
     await _turn()
     assert failing.calls == [("abort", None)]
     assert fine.calls == [("write", b"answer")]
@@ -206,9 +212,7 @@ async def test_one_failing_transport_keeps_no_other_answer(
 
 
 async def test_an_answer_held_past_hold_seconds_goes_with_the_next_write() -> None:
-    writes = Writes()
-    await _holding(writes)
-    raw, wrapped = _pair(writes)
+    _, raw, wrapped = await _held_pair()
     wrapped[0].write(b"first")
     assert raw[0].calls == []
     _long_step(HOLD_SECONDS * 2)  # another request's, in the same turn
@@ -220,9 +224,7 @@ async def test_a_turn_that_ran_long_stops_the_holding_for_calm_seconds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(coalesce, "CALM_SECONDS", 0.2)
-    writes = Writes()
-    await _holding(writes)
-    raw, wrapped = _pair(writes)
+    writes, raw, wrapped = await _held_pair()
     wrapped[0].write(b"held")
     _long_step(HOLD_SECONDS * 2)  # the turn runs long after it, and no write follows
     await _turn()
@@ -239,9 +241,7 @@ async def test_a_turn_that_ran_long_stops_the_holding_for_calm_seconds(
 async def test_a_wait_that_is_not_the_loops_work_does_not_stop_the_holding() -> None:
     """The machine's other load, or a wait in the same turn that does no work (a sleep
     stands for both), does not count against the bound: only the loop's own work does."""
-    writes = Writes()
-    await _holding(writes)
-    raw, wrapped = _pair(writes)
+    writes, raw, wrapped = await _held_pair()
     wrapped[0].write(b"first")
     time.sleep(HOLD_SECONDS * 2)
     wrapped[1].write(b"second")
@@ -253,13 +253,7 @@ async def test_a_wait_that_is_not_the_loops_work_does_not_stop_the_holding() -> 
 
 
 async def test_an_abort_that_raises_keeps_no_other_answer() -> None:
-    writes = Writes()
-    await _holding(writes)
-    loop = asyncio.get_running_loop()
-    failing, fine = Recording(), Recording()
-    Coalesced(failing, writes, loop).write(b"answer")
-    Coalesced(fine, writes, loop).write(b"answer")
-    failing.fails = True
+    failing, fine = await _failing_and_fine()
 
     def abort() -> None:
         raise OSError("abort failed too")
