@@ -113,6 +113,9 @@ class Deliverer:
         self._closing_reader: AbstractAsyncContextManager[Connection] | None = None
         self._task: asyncio.Task[None] | None = None
         self._next_scan = 0.0
+        # Set by close: the loop ends at its next turn even if the cancel was lost (a
+        # driver's wait_for under Python 3.11 may swallow it and raise its own error).
+        self._stopping = False
 
     async def start(self) -> None:
         self._closing_reader = self._store.delivery_reader()
@@ -134,6 +137,7 @@ class Deliverer:
     async def close(self) -> None:
         """Stop: attempts under way are cancelled, and their leases given back (they are
         attempted again later), before the store closes."""
+        self._stopping = True
         tasks = [t for t in (self._task, *self._attempts) if t is not None]
         for task in tasks:
             task.cancel()
@@ -151,7 +155,7 @@ class Deliverer:
     async def _run(self) -> None:
         store = self._store
         seen, polled = -1, 0.0
-        while True:
+        while not self._stopping:
             try:
                 version = store.data_version()
                 if version != seen or time.monotonic() - polled >= POLL_SECONDS:
@@ -161,6 +165,8 @@ class Deliverer:
             except asyncio.CancelledError:
                 raise
             except Exception:
+                if self._stopping:  # the cancel that stops it became this error
+                    return
                 log_failure(logger, "webhook delivery failed to read or claim; trying again")
                 await asyncio.sleep(POLL_SECONDS)
             await asyncio.sleep(WATCH_SECONDS)

@@ -6,7 +6,13 @@ stopped, carries on for ever, and so does the app's shutdown (a CI run hung in
 ``test_readyz_503_when_database_is_gone`` so)."""
 
 import asyncio
+import contextlib
+from typing import Any
 
+import pytest
+
+from keysvc.db import outbox
+from keysvc.errors import DatabaseUnavailable
 from keysvc.http.state import LEAK_REPORTS, STORE
 from tests.helpers import Client, assert_error
 
@@ -35,3 +41,22 @@ async def test_an_app_whose_store_is_closed_stops(client: Client) -> None:
     async with asyncio.timeout(STOP_SECONDS * 4):
         await client.close()
     await store.close()  # a third time: still nothing to do
+
+
+async def test_deliveries_stop_when_their_cancel_is_lost(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read whose driver swallows the cancel that stops the deliveries and raises its
+    own error (asyncpg's pool acquire under Python 3.11's wait_for, with the database
+    gone): the loop took it for a failed read and tried again for ever, and the app's
+    shutdown never ended (a CI run, 2026-11-29)."""
+
+    async def lost(*args: Any) -> bool:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(3600)
+        raise DatabaseUnavailable()
+
+    monkeypatch.setattr(outbox, "any_due", lost)
+    await _idle()
+    async with asyncio.timeout(STOP_SECONDS):
+        await client.close()
