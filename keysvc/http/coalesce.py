@@ -79,16 +79,18 @@ class Writes:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.holding = False
 
-    def admit(self, held: "Coalesced", loop: asyncio.AbstractEventLoop) -> bool:
-        """Count an answer written this turn; whether it is held (``held``'s bytes sent
-        with the rest of the turn's), else it is for the caller to send now."""
+    def count(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Count an answer written this turn; whether it is to be held (``hold``), else
+        it is for the caller to send now."""
         if not self._turn_ends:
             self._turn_ends = True
             self._loop = loop
             loop.call_soon(self.turn_ended)
         self._counted += 1
-        if not self.holding:
-            return False
+        return self.holding
+
+    def hold(self, held: "Coalesced", loop: asyncio.AbstractEventLoop) -> None:
+        """Send ``held``'s bytes with the rest of the turn's (``count`` said to hold it)."""
         waiting = self._waiting
         if not waiting:
             self._held_since = thread_time()
@@ -98,7 +100,6 @@ class Writes:
         if len(waiting) >= HOLD_ANSWERS or not self.holding:
             self._waiting = []
             _send(waiting)
-        return True
 
     def _calm(self, now: float) -> None:
         """An answer was held past HOLD_SECONDS (``now``: the loop's clock): none is
@@ -173,11 +174,12 @@ class Coalesced:
         ):
             transport.write(data)  # raises, or drops, as the transport itself would
             return
+        if not self._writes.count(self._loop):
+            transport.write(data)
+            return
         self._held = [bytes(data)]
         self._size = len(data)
-        if not self._writes.admit(self, self._loop):
-            self._held, self._size = None, 0
-            transport.write(data)
+        self._writes.hold(self, self._loop)
 
     def writelines(self, chunks: Any) -> None:
         self.write(b"".join(chunks))

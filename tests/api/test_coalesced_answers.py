@@ -50,16 +50,15 @@ async def served(settings: Settings, clock: FakeClock) -> AsyncIterator[tuple[in
 
 @pytest.fixture
 def holds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many answers were held (``Writes.admit``), counted as the server runs."""
+    """How many answers were held (``Writes.hold``), counted as the server runs."""
     counted = [0]
-    real = Writes.admit
+    real = Writes.hold
 
-    def admit(self: Writes, *args: Any) -> bool:
-        held = real(self, *args)
-        counted[0] += held
-        return held
+    def hold(self: Writes, *args: Any) -> None:
+        counted[0] += 1
+        real(self, *args)
 
-    monkeypatch.setattr(Writes, "admit", admit)
+    monkeypatch.setattr(Writes, "hold", hold)
     return counted
 
 
