@@ -113,7 +113,7 @@ class ImportTurns:
         self._waiting: dict[str, tuple[asyncio.Lock, int]] = {}
         # While imports of an organization wait: when (time.monotonic) and why the last
         # of its turns ended with the database unavailable.
-        self._refused: dict[str, tuple[float, DatabaseUnavailable]] = {}
+        self._refused: dict[str, tuple[float, str]] = {}
 
     def __len__(self) -> int:
         """How many organizations have an import waiting or being written."""
@@ -137,11 +137,11 @@ class ImportTurns:
             try:
                 refused = self._refused.get(organization_id)
                 if refused is not None and refused[0] > arrived:
-                    raise DatabaseUnavailable(refused[1].message)
+                    raise DatabaseUnavailable(refused[1])
                 try:
                     yield
                 except DatabaseUnavailable as unavailable:
-                    self._refused[organization_id] = (time.monotonic(), unavailable)
+                    self._refused[organization_id] = (time.monotonic(), unavailable.message)
                     raise
             finally:
                 lock.release()
