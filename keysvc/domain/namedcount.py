@@ -113,7 +113,7 @@ def asks(
     the key: made once, and found again by the stored texts, so that a limit changed
     (a new text) is never answered from what the old one made."""
     if not named:
-        return _auto_applied(key_id, key_limits, identity_id, identity_limits, organization)
+        return auto_applied(key_id, key_limits, identity_id, identity_limits, organization)
     least = 1 if header else 0
     return _asks(
         key_id, limits_of(key_limits), identity_id, limits_of(identity_limits), named, least,
@@ -122,13 +122,14 @@ def asks(
 
 
 @functools.lru_cache(maxsize=65536)
-def _auto_applied(
+def auto_applied(
     key_id: str,
     key_limits: str | None,
     identity_id: str | None,
     identity_limits: str | None,
     organization: str,
 ) -> "Asked":
+    """``asks`` of a verify that names no limit: the autoApply limits alone."""
     # Keyed by strings, whose hashes Python keeps: a lookup hashes no limit again.
     own, shared = limits_of(key_limits), limits_of(identity_limits)
     return _asks(key_id, own, identity_id, shared, {}, 0, organization)
@@ -170,4 +171,3 @@ def _asks(
         unknown = next(iter(left))
         raise BadRequest(f"ratelimit: this key has no rate limit named {unknown}")
     return Asked(tuple(names), tuple(checked))
-    return checked

@@ -136,6 +136,30 @@ class WindowCounter:
             self._prune(now)
         return decisions
 
+    def count(self, asks: Sequence[Ask], now: float) -> bool:
+        """``take`` for an answer that shows no decision (most verifies): count ``asks``
+        only if all fit, and say whether they did, making no Decision. A refusal's
+        decisions are ``take``'s, asked with nothing awaited between: it counts nothing
+        either, and refuses alike."""
+        if len(asks) != 1:
+            return all(decision.allowed for decision in self.take(asks, now))
+        ask = asks[0]
+        name, window, cost = ask.name, ask.window, ask.cost
+        start = math.floor(now / window) * window
+        end = start + window
+        counts = self._counts
+        known = counts.get(name)
+        count = known[2] if known is not None and known[0] == start and known[1] == end else 0
+        if count + (cost or 1) > ask.limit:
+            return False
+        if cost:
+            if known is None:
+                self._owners[name] = ask.owner
+            counts[name] = (start, end, count + cost)
+            if len(counts) > self._max:
+                self._prune(now)
+        return True
+
     def _prune(self, now: float) -> None:
         """Down to nine tenths of the bound (so that a full table is not scanned on each
         new name): ended windows first, then the oldest counts of the organizations that
@@ -300,6 +324,11 @@ class Limits:
     def named_here(self, asks: Sequence[Ask], now: float) -> list[Decision] | None:
         """``named``'s answer when nothing is shared (no await); None: ask it."""
         return self.requests.take(asks, now) if self.shared is None else None
+
+    def counted_here(self, asks: Sequence[Ask], now: float) -> bool | None:
+        """Whether ``asks`` all fit and were counted (``WindowCounter.count``), when
+        nothing is shared (no await, no Decision); None: ask ``named``."""
+        return self.requests.count(asks, now) if self.shared is None else None
 
     async def named(self, asks: Sequence[Ask], now: float) -> list[Decision]:
         """Check ``asks`` (a verify's named limits) and count them all only if all fit

@@ -103,3 +103,49 @@ def test_throttle_prefix_defaults_and_setting() -> None:
         env={"KEYSVC_THROTTLE_PREFIX_V4": "24", "KEYSVC_THROTTLE_PREFIX_V6": "48"}
     )
     assert (chosen.throttle_prefix_v4, chosen.throttle_prefix_v6) == (24, 48)
+
+
+def test_count_decides_and_counts_as_take_does() -> None:
+    """``count`` (the verify whose answer shows no limit) against ``take`` on the same
+    requests: the same admissions, and the same counts left behind, for one limit and
+    for several, cost 0 checks, changed windows, and across window ends."""
+    import random
+
+    from keysvc.domain.ratelimit import Ask
+
+    rng = random.Random(36)
+    counting, taking = WindowCounter(max_entries=50), WindowCounter(max_entries=50)
+    now = 1000.0
+    for step in range(4000):
+        now += rng.choice((0.0, 0.1, 0.7, 3.0))
+        asks = tuple(
+            Ask(
+                f"r:k:{rng.randrange(60)}:{name}",
+                rng.choice((1, 3, 10)),
+                rng.choice((1, 10, 60)),
+                rng.choice((0, 1, 1, 2)),
+                f"org{rng.randrange(3)}",
+            )
+            for name in rng.sample("abc", rng.choice((1, 1, 1, 2, 3)))
+        )
+        fit = counting.count(asks, now)
+        decisions = taking.take(asks, now)
+        assert fit == all(d.allowed for d in decisions), step
+        assert counting._counts == taking._counts and counting._owners == taking._owners, step
+    assert len(counting) <= 50
+
+
+def test_count_of_one_limit() -> None:
+    from keysvc.domain.ratelimit import Ask
+
+    counter = WindowCounter()
+    ask = Ask("r:k:key:burst", 3, 10, 1, "org")
+    assert [counter.count((ask,), 100.5 + i) for i in range(4)] == [True, True, True, False]
+    check = Ask("r:k:key:burst", 3, 10, 0, "org")  # cost 0: passes only while room is left
+    assert not counter.count((check,), 109.9)
+    assert counter.take((ask,), 109.9)[0].remaining == 0  # the refusals counted nothing
+    assert counter.count((check,), 110.0) and counter.count((ask,), 110.0)  # a new window
+    assert counter.take((check,), 110.5)[0].remaining == 2
+    # The window's length changed: it counts again.
+    assert counter.count((Ask("r:k:key:burst", 1, 60, 1, "org"),), 120.0)
+    assert not counter.count((Ask("r:k:key:burst", 1, 60, 1, "org"),), 121.0)

@@ -168,6 +168,10 @@ def _limits_asked(
     """What a verify checks of the key's and its identity's (``identity``) autoApply
     limits and those ``named`` (``namedcount.asks``)."""
     identity_id, identity_limits = identity
+    if not named:  # most verifies: the autoApply limits, made once per key
+        return namedcount.auto_applied(
+            caller.id, caller.ratelimits, identity_id, identity_limits, caller.organization_id
+        )  # fmt: skip
     # Named in X-Ratelimit (no ?ratelimit=): perhaps by the client, whose header a proxy
     # forwards; it may not lower an autoApply limit's count.
     header = not (request.query_string and namedcount.PARAM in request.query)
@@ -175,6 +179,14 @@ def _limits_asked(
         caller.id, caller.ratelimits, identity_id, identity_limits, named,
         header=header, organization=caller.organization_id,
     )  # fmt: skip
+
+
+def _counted_here(request: web.Request, asked: namedcount.Asked) -> bool:
+    """Whether ``asked`` all fit and were counted in this process's memory (limits not
+    shared), for an answer that shows no limit: then no decision is made, and nothing is
+    awaited. False: ask ``_count_named``, which refuses or counts."""
+    app = request.app
+    return bool(app[LIMITS].counted_here(asked.asks, app[CLOCK]().timestamp()))
 
 
 async def _count_named(request: web.Request, asked: namedcount.Asked) -> Checked:
@@ -234,9 +246,11 @@ async def verify(request: web.Request) -> web.Response:
     for needed in permissions:
         authorize_query(request, needed)
     checked = _NONE_CHECKED
+    json = _wants_json(request)
     if named is not None:
         limits = _limits_asked(request, caller, named, identity)
-        if limits.asks:
+        # Most answers show no limit: counted, or else refused with the decisions.
+        if limits.asks and (json or not _counted_here(request, limits)):
             checked = await _count_named(request, limits)
     headers: Mapping[str, str] = render.verify_headers(caller)  # made once per key: read-only
     spent = None
@@ -248,7 +262,7 @@ async def verify(request: web.Request) -> web.Response:
             own = dict(headers)
             _spent_headers(request, spent, own, now)
             headers = own
-    if not _wants_json(request):
+    if not json:
         # An identity's limits count every request as the key's own do: never reused.
         reuse = NO_REUSE if identity[1] is not None else reuse_headers(request, 200, caller)
         return web.Response(
