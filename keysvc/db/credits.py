@@ -21,7 +21,7 @@ from keysvc.db.rows import credits_flags, credits_from_row
 from keysvc.db.spendbatch import Pending
 from keysvc.db.statements import fetch_all
 from keysvc.errors import Conflict
-from keysvc.models import Credits, Spend, Spent
+from keysvc.models import Credits, Spent
 
 # Never seen: a spend's write runs under the write lock it read in.
 CREDITS_MOVED = "the key's credits changed while this request ran; try again"
@@ -129,24 +129,25 @@ async def spend_batch(
     answers: list[Spent] = []
     events: list[Event] = []
     for pending in batch:
-        owners: list[tuple[_Owner, Spend]] = []
-        key_credits = current.get(("key", pending.key_id))
-        if key_credits is not None:
-            owners.append((("key", pending.key_id), pending.rule(key_credits)))
-        identity_rule, external_id = pending.identity_rule, pending.external_id
-        shared = (
-            None if external_id is None else identities.get((pending.organization_id, external_id))
-        )
-        if shared is not None and identity_rule is not None:
-            owner: _Owner = ("identity", shared[0])
-            owners.append((owner, identity_rule(current[owner])))
-        allowed = all(spend.allowed for _, spend in owners)
-        for owner, spend in owners:
-            if allowed or not spend.allowed:  # a refusal spends from neither owner
+        key_owner: _Owner = ("key", pending.key_id)
+        key_credits = current.get(key_owner)
+        own = None if key_credits is None else pending.rule(key_credits)
+        shared, external_id = None, pending.external_id
+        identity_owner: _Owner | None = None
+        if external_id is not None and pending.identity_rule is not None:
+            found = identities.get((pending.organization_id, external_id))
+            if found is not None:
+                identity_owner = ("identity", found[0])
+                shared = pending.identity_rule(current[identity_owner])
+        # Both owners' rules allow it, or neither is spent: a refusing owner keeps what
+        # its rule left (a due refill, its events), the other what it had.
+        allowed = (own is None or own.allowed) and (shared is None or shared.allowed)
+        for owner, spend in ((key_owner, own), (identity_owner, shared)):
+            if owner is not None and spend is not None and (allowed or not spend.allowed):
                 current[owner] = spend.credits
-                events += [(pending.organization_id, t, d, pending.now) for t, d in spend.events]
-        spends = dict((kind, spend) for (kind, _), spend in owners)
-        answers.append(Spent(spends.get("key"), spends.get("identity")))
+                for event_type, data in spend.events:
+                    events.append((pending.organization_id, event_type, data, pending.now))
+        answers.append(Spent(own, shared))
     changed = [(owner, after) for owner, after in current.items() if after != read[owner]]
     keys = [(uuid, read[(kind, uuid)], after) for (kind, uuid), after in changed if kind == "key"]
     shares = [(uuid, read[(kind, uuid)], after) for (kind, uuid), after in changed if kind != "key"]

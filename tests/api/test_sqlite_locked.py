@@ -15,7 +15,7 @@ import pytest
 from keysvc.config import Settings
 from keysvc.db.sqlite.connections import BUSY_TIMEOUT_MS
 from keysvc.db.sqlite.diskspace import LOCKED
-from keysvc.http.state import SETTINGS
+from keysvc.http.state import SETTINGS, STORE
 from tests.api.importing import record
 from tests.helpers import Client, Creds, FakeClock, assert_error, create_creds, keys_url
 
@@ -178,3 +178,42 @@ async def test_imports_of_one_organization_queued_under_the_lock_are_refused_wit
     with held(client.app[SETTINGS]):
         answers = await asyncio.gather(*(one(n) for n in range(3)))
     assert max(answers) < BUSY_TIMEOUT_MS / 1000 + 2.5, answers
+
+
+async def test_a_spend_waits_on_its_thread_for_a_lock_held_briefly(
+    client: Client, admin: Creds, settings: Settings
+) -> None:
+    """A spend batch whose begin finds the write lock held waits for it on the batch's
+    thread, within the busy timeout, and is answered once it is let go; the loop goes on
+    meanwhile: its own begin never waits (the batch connection's busy timeout is 0 but
+    around the thread's begin)."""
+    spender = await create_creds(
+        client, admin, {"name": "s", "roles": ["developer"], "credits": {"remaining": 5}}
+    )
+    assert (await client.get("/v1/verify", headers=spender.headers)).status == 200
+    gaps: list[float] = []
+
+    async def tick() -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    ticker = asyncio.ensure_future(tick())
+    try:
+        with held(settings):
+            answer = asyncio.ensure_future(
+                client.get("/v1/verify", headers={**spender.headers, "Accept": "application/json"})
+            )
+            await asyncio.sleep(0.6)
+            assert not answer.done()
+        response = await answer
+        assert response.status == 200
+        assert (await response.json())["result"]["credits"]["remaining"] == 3
+    finally:
+        ticker.cancel()
+    assert max(gaps) < 0.3, max(gaps)  # the loop never waited for the lock
+    batch_conn = client.app[STORE]._creates.thread._conn
+    assert batch_conn.execute("pragma busy_timeout").fetchone()[0] == 0

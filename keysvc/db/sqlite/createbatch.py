@@ -117,7 +117,11 @@ class CreateThread:
             raise ServiceUnavailable("the database is closed: the server is stopping")
         if self._conn is None:
             # Used by the loop and by the thread in turn, never at once (see the class).
-            self._conn = connect_now(self._path, shared=True)
+            conn = connect_now(self._path, shared=True)
+            # Only a begin waits for a lock, and only on the thread (_begin): on the loop,
+            # a begin that finds the lock held gives up at once (_begin_now).
+            conn.execute("pragma busy_timeout = 0")
+            self._conn = conn
         return self._conn
 
     async def run(self, batch: list[Create]) -> list[Made]:
@@ -187,16 +191,15 @@ class CreateThread:
 
 def _begin_now(conn: sqlite3.Connection) -> bool:
     """``begin immediate`` if no other connection holds the write lock; False, and
-    no transaction, if one does (then ``_begin`` waits for it on the thread)."""
-    conn.execute("pragma busy_timeout = 0")
+    no transaction, if one does (then ``_begin`` waits for it on the thread). The
+    connection's busy timeout is 0 (``CreateThread._connect``): a write transaction
+    waits for no lock after its begin, which takes the write lock for it whole."""
     try:
         conn.execute("begin immediate")
     except sqlite3.OperationalError as exc:
         if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:  # BUSY_RECOVERY too
             raise
         return False
-    finally:
-        conn.execute(f"pragma busy_timeout = {BUSY_TIMEOUT_MS}")
     return True
 
 
@@ -204,7 +207,11 @@ def _begin(creates: CreateThread) -> sqlite3.Connection:
     """On the create thread: the connection, in a write transaction (waiting for the
     write lock as long as the busy timeout allows)."""
     conn = creates._connect()
-    conn.execute("begin immediate")
+    conn.execute(f"pragma busy_timeout = {BUSY_TIMEOUT_MS}")
+    try:
+        conn.execute("begin immediate")
+    finally:
+        conn.execute("pragma busy_timeout = 0")
     return conn
 
 

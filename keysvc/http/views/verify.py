@@ -263,8 +263,10 @@ async def verify(request: web.Request) -> web.Response:
             _spent_headers(request, spent, own, now)
             headers = own
     if not json:
-        # An identity's limits count every request as the key's own do: never reused.
-        reuse = NO_REUSE if identity[1] is not None else reuse_headers(request, 200, caller)
+        # An identity's limits count every request as the key's own do, and a spend
+        # (the key's credits or its identity's) spends on each: never reused.
+        reused = identity[1] is None and spent is None
+        reuse = reuse_headers(request, 200, caller) if reused else NO_REUSE
         return web.Response(
             status=200, headers=render.verify_answer_headers(caller, reuse, headers)
         )
