@@ -15,11 +15,12 @@ with the target that verify and GET on a cache hit stay within 10% of SQLite.
 The default, ``auto``, runs it whenever PostgreSQL is installed; ``sqlite`` never.
 The scale check is SQLite's only.
 
-Within a scenario every app gets a short unrecorded warm-up, then the apps take
-turns, round by round (A, B, C, A, B, C, ...), with the same wrk settings; the table
-shows medians over the rounds. The paced scenario follows verify's and reuses
-its result: hey sends verify at half the rate wrk measured for keysvc, to each
-app in turn, and the table compares their p99. The table is printed and
+Every app gets a short unrecorded warm-up in each scenario, then the rounds run: each
+round runs every scenario, and the apps take turns within it (A, B, C, A, B, C, ...),
+with the same wrk settings, so that the scenarios are measured side by side rather than
+one after another; the table shows medians over the rounds. The paced scenario follows
+the others and reuses verify's result: hey sends verify at half the rate wrk measured
+for keysvc, to each app in turn, and the table compares their p99. The table is printed and
 written to docs/PERFORMANCE.md. The exit code is 1 when more than 1% of an
 app's responses in a scenario were not 2xx (or were socket errors), so a
 broken scenario cannot pass for a slow one.
@@ -178,43 +179,68 @@ class Plan:
 
 
 def measure(plan: Plan, apps: Sequence[App], chosen: Sequence[Scenario]) -> CellGrid:
+    """Every chosen scenario: those run flat out first, their rounds interleaved
+    (``_flat_out``), then the paced ones, which need their flat-out scenario's peak."""
     grid: CellGrid = {s.name: {a.column.label: Cell() for a in apps} for s in chosen}
+    flat = [scenario for scenario in chosen if not scenario.paced]
+    for scenario in flat:
+        _probe(apps, scenario, grid)
+    _flat_out(plan, apps, flat, grid)
+    _rss(apps, flat, grid)
     for scenario in chosen:
-        print(f"bench: {scenario.name}: {scenario.title}", flush=True)
-        for app in apps:
-            if app.column.keysvc:
-                line = scenario.lines(app.seeded)[0]
-                status = scenarios.probe(app.server.base, line).status
-                grid[scenario.name][app.column.label].probe_status = status
-                if not 200 <= status < 300:
-                    print(f"bench:   {app.column.label} answers {status} here", flush=True)
         if scenario.paced:
+            _probe(apps, scenario, grid)
             _paced(plan, apps, scenario, grid)
-        else:
-            _flat_out(plan, apps, scenario, grid[scenario.name])
-        for app in apps:
-            if app.column.keysvc:
-                grid[scenario.name][app.column.label].rss_kib = app.server.rss_kib()
+            _rss(apps, [scenario], grid)
     return grid
 
 
-def _flat_out(plan: Plan, apps: Sequence[App], scenario: Scenario, cells: dict[str, Cell]) -> None:
-    """wrk flat out: a warm-up per app, then the apps in turn, round by round."""
+def _probe(apps: Sequence[App], scenario: Scenario, grid: CellGrid) -> None:
+    """keysvc's status for the scenario's first request, before it is measured."""
+    print(f"bench: {scenario.name}: {scenario.title}", flush=True)
     for app in apps:
-        if plan.warmup:
-            quick = replace(plan.settings, seconds=plan.warmup)
-            wrk.run(plan.wrk_path, app.server.base, app.files[scenario.name], quick)
-            app.server.check_alive()
-    for number in range(1, plan.rounds + 1):
-        seen = []
+        if app.column.keysvc:
+            line = scenario.lines(app.seeded)[0]
+            status = scenarios.probe(app.server.base, line).status
+            grid[scenario.name][app.column.label].probe_status = status
+            if not 200 <= status < 300:
+                print(f"bench:   {app.column.label} answers {status} here", flush=True)
+
+
+def _rss(apps: Sequence[App], done: Sequence[Scenario], grid: CellGrid) -> None:
+    for app in apps:
+        if app.column.keysvc:
+            rss = app.server.rss_kib()
+            for scenario in done:
+                grid[scenario.name][app.column.label].rss_kib = rss
+
+
+def _flat_out(plan: Plan, apps: Sequence[App], chosen: Sequence[Scenario], grid: CellGrid) -> None:
+    """wrk flat out: a warm-up per app and scenario, then round by round, every scenario
+    in each round, the apps in turn within it. Interleaved so that the scenarios are
+    measured side by side: a machine that speeds up or slows down over the run (its
+    other load) moves every scenario's rounds alike, where one scenario's rounds after
+    another's took the drift for a difference between them."""
+    for scenario in chosen:
         for app in apps:
-            result = wrk.run(
-                plan.wrk_path, app.server.base, app.files[scenario.name], plan.settings
+            if plan.warmup:
+                quick = replace(plan.settings, seconds=plan.warmup)
+                wrk.run(plan.wrk_path, app.server.base, app.files[scenario.name], quick)
+                app.server.check_alive()
+    for number in range(1, plan.rounds + 1):
+        for scenario in chosen:
+            seen = []
+            for app in apps:
+                result = wrk.run(
+                    plan.wrk_path, app.server.base, app.files[scenario.name], plan.settings
+                )
+                app.server.check_alive()
+                grid[scenario.name][app.column.label].rounds.append(result)
+                seen.append(f"{app.column.label} {result.rps:,.0f} req/s")
+            print(
+                f"bench:   round {number}/{plan.rounds}, {scenario.name}: {', '.join(seen)}",
+                flush=True,
             )
-            app.server.check_alive()
-            cells[app.column.label].rounds.append(result)
-            seen.append(f"{app.column.label} {result.rps:,.0f} req/s")
-        print(f"bench:   round {number}/{plan.rounds}: {', '.join(seen)}", flush=True)
 
 
 def _paced(plan: Plan, apps: Sequence[App], scenario: Scenario, grid: CellGrid) -> None:
@@ -505,8 +531,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         (
             "wrk",
             f"{wrk.version(plan.wrk_path, '-v')}: `{settings.describe()}` against 127.0.0.1;"
-            f" {args.warmup}s warm-up per app and scenario, then {args.rounds} rounds per app"
-            f" in turn ({order}); medians shown",
+            f" {args.warmup}s warm-up per app and scenario, then {args.rounds} rounds, each of"
+            f" every scenario, the apps in turn ({order}); medians shown",
         ),
     ]
     if plan.hey_path is not None:
