@@ -322,7 +322,7 @@ class StoreCore:
         ``keysvc.db.credits``) and its events enqueued, in a write transaction shared with
         the spends that arrive meanwhile (``keysvc.db.spendbatch``); None when the key's
         credits are unlimited. Answered once committed."""
-        return (await self.spends.spend(organization_id, key_id, now, rule)).key
+        return (await self.spends.spend(Pending(organization_id, key_id, now, rule))).key
 
     async def spend_shared(
         self,
@@ -336,7 +336,7 @@ class StoreCore:
         """As ``spend_credits``, from the key's credits and its identity's (issue 36)
         together: both enough, or neither spent."""
         return await self.spends.spend(
-            organization_id, key_id, now, rule, external_id, identity_rule
+            Pending(organization_id, key_id, now, rule, external_id, identity_rule)
         )
 
     def _spend_transaction(self, operation: str) -> AbstractAsyncContextManager[Connection]:

@@ -72,16 +72,8 @@ class SpendBatches:
         self._waiting: list[Pending] = []
         self._writer: asyncio.Task[None] | None = None
 
-    async def spend(
-        self,
-        organization_id: str,
-        key_id: str,
-        now: datetime,
-        rule: SpendRule,
-        external_id: str | None = None,
-        identity_rule: SpendRule | None = None,
-    ) -> Spent:
-        waiting = Pending(organization_id, key_id, now, rule, external_id, identity_rule)
+    async def spend(self, waiting: Pending) -> Spent:
+        """``waiting``'s answer, once its batch has committed."""
         self._waiting.append(waiting)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write())
