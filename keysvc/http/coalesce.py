@@ -47,8 +47,8 @@ HOLD_FROM = 4
 # batch is sent. An answer that waited longer (another request's long synchronous step
 # came after it: a large page, say) stops all holding for CALM_SECONDS of the loop's
 # clock, so that no one's long steps keep others' answers back more than once a
-# CALM_SECONDS (rt55 F1). Above what HOLD_ANSWERS ordinary answers take (16 verifies
-# took 2.4 ms on a slow day: at 2 ms, such batches stopped the holding).
+# CALM_SECONDS (rt55 F1). Above what a batch of ordinary answers takes: on a slow day,
+# batches of 7 to 13 held verifies passed 2 ms (2.4 to 2.6) and stopped the holding.
 HOLD_SECONDS = 0.005
 CALM_SECONDS = 1.0
 
@@ -65,7 +65,6 @@ class Writes:
         "_calm_until",
         "_counted",
         "_held_since",
-        "_loop",
         "_turn_ends",
         "_waiting",
         "holding",
@@ -77,7 +76,6 @@ class Writes:
         self._counted = 0  # answers written this turn, held or not
         self._turn_ends = False  # whether the call that ends this turn is scheduled
         self._calm_until = float("-inf")  # nothing is held before then
-        self._loop: asyncio.AbstractEventLoop | None = None
         self.holding = False
 
     def count(self, loop: asyncio.AbstractEventLoop) -> bool:
@@ -85,8 +83,7 @@ class Writes:
         it is for the caller to send now."""
         if not self._turn_ends:
             self._turn_ends = True
-            self._loop = loop
-            loop.call_soon(self.turn_ended)
+            loop.call_soon(self.turn_ended, loop)
         self._counted += 1
         return self.holding
 
@@ -95,12 +92,17 @@ class Writes:
         waiting = self._waiting
         if not waiting:
             self._held_since = thread_time()
-        elif thread_time() - self._held_since > HOLD_SECONDS:
+        elif self._held_too_long():
             self._calm(loop.time())
         waiting.append(held)
         if len(waiting) >= HOLD_ANSWERS or not self.holding:
             self._waiting = []
             _send(waiting)
+
+    def _held_too_long(self) -> bool:
+        """Whether the loop has done more than HOLD_SECONDS of its own work since the
+        first of the answers waiting was held."""
+        return thread_time() - self._held_since > HOLD_SECONDS
 
     def _calm(self, now: float) -> None:
         """An answer was held past HOLD_SECONDS (``now``: the loop's clock): none is
@@ -108,13 +110,12 @@ class Writes:
         self._calm_until = now + CALM_SECONDS
         self.holding = False
 
-    def turn_ended(self) -> None:
+    def turn_ended(self, loop: asyncio.AbstractEventLoop) -> None:
         """Send every connection's held bytes, in the order they were first held, and
         decide whether the next turn holds."""
         waiting, self._waiting = self._waiting, []
-        assert self._loop is not None  # set with the call that ran this
-        now = self._loop.time()
-        if waiting and thread_time() - self._held_since > HOLD_SECONDS:
+        now = loop.time()
+        if waiting and self._held_too_long():
             self._calm(now)
         self.holding = self._counted >= HOLD_FROM and now >= self._calm_until
         self._counted = 0
