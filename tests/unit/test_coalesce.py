@@ -299,11 +299,12 @@ async def test_loop_sendfile_is_refused_rather_than_put_ahead_of_held_bytes(
 
 
 async def test_a_batch_of_ordinary_answers_on_a_slow_machine_keeps_the_holding() -> None:
-    """HOLD_ANSWERS answers of 150 us of the loop's work each (a verify on the slowest
-    machine measured: 2.4 ms in all) are held and sent together, and the holding goes
-    on: the bound is for another request's long step, not a batch of ordinary ones. At
-    2 ms, such batches stopped the holding for a second several times a minute, some
-    5% of a plain verify's rate (docs/PERFORMANCE.md, "Session 44")."""
+    """HOLD_ANSWERS answers of 150 us of the loop's work each (about a verify's CPU on
+    the slowest day measured: 90 to 140 us a request, from /proc; 2.4 ms in all) are
+    held and sent together, and the holding goes on: the bound is for another request's
+    long step, not a batch of ordinary ones. At 2 ms, batches of 7 to 13 verifies
+    stopped the holding for a second once or twice a 5 s round, some 5% of a plain
+    verify's rate each time (docs/PERFORMANCE.md, "Session 44")."""
     writes = Writes()
     await _holding(writes)
     loop = asyncio.get_running_loop()
