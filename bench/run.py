@@ -186,12 +186,11 @@ def measure(plan: Plan, apps: Sequence[App], chosen: Sequence[Scenario]) -> Cell
     for scenario in flat:
         _probe(apps, scenario, grid)
     _flat_out(plan, apps, flat, grid)
-    _rss(apps, flat, grid)
     for scenario in chosen:
         if scenario.paced:
             _probe(apps, scenario, grid)
             _paced(plan, apps, scenario, grid)
-            _rss(apps, [scenario], grid)
+            _rss(apps, scenario, grid)
     return grid
 
 
@@ -207,12 +206,11 @@ def _probe(apps: Sequence[App], scenario: Scenario, grid: CellGrid) -> None:
                 print(f"bench:   {app.column.label} answers {status} here", flush=True)
 
 
-def _rss(apps: Sequence[App], done: Sequence[Scenario], grid: CellGrid) -> None:
+def _rss(apps: Sequence[App], scenario: Scenario, grid: CellGrid) -> None:
+    """keysvc's resident memory just after the scenario's last round."""
     for app in apps:
         if app.column.keysvc:
-            rss = app.server.rss_kib()
-            for scenario in done:
-                grid[scenario.name][app.column.label].rss_kib = rss
+            grid[scenario.name][app.column.label].rss_kib = app.server.rss_kib()
 
 
 def _flat_out(plan: Plan, apps: Sequence[App], chosen: Sequence[Scenario], grid: CellGrid) -> None:
@@ -241,6 +239,8 @@ def _flat_out(plan: Plan, apps: Sequence[App], chosen: Sequence[Scenario], grid:
                 f"bench:   round {number}/{plan.rounds}, {scenario.name}: {', '.join(seen)}",
                 flush=True,
             )
+            if number == plan.rounds:
+                _rss(apps, scenario, grid)
 
 
 def _paced(plan: Plan, apps: Sequence[App], scenario: Scenario, grid: CellGrid) -> None:
