@@ -246,11 +246,11 @@ async def verify(request: web.Request) -> web.Response:
     for needed in permissions:
         authorize_query(request, needed)
     checked = _NONE_CHECKED
-    json = _wants_json(request)
+    as_json = _wants_json(request)
     if named is not None:
         limits = _limits_asked(request, caller, named, identity)
         # Most answers show no limit: counted, or else refused with the decisions.
-        if limits.asks and (json or not _counted_here(request, limits)):
+        if limits.asks and (as_json or not _counted_here(request, limits)):
             checked = await _count_named(request, limits)
     headers: Mapping[str, str] = render.verify_headers(caller)  # made once per key: read-only
     spent = None
@@ -262,7 +262,7 @@ async def verify(request: web.Request) -> web.Response:
             own = dict(headers)
             _spent_headers(request, spent, own, now)
             headers = own
-    if not json:
+    if not as_json:
         # An identity's limits count every request as the key's own do, and a spend
         # (the key's credits or its identity's) spends on each: never reused.
         reused = identity[1] is None and spent is None
