@@ -302,6 +302,16 @@ class Actor:
 
 
 @dataclass(frozen=True)
+class JsonText:
+    """A value already encoded as ``keysvc.db.activities`` encodes an activity's
+    ``before`` and ``after`` (``json.dumps`` with sorted keys, not ASCII-escaped): an
+    import's thousands of keys are encoded one by one where they are planned
+    (``keysvc.domain.imports``), not again as one value in its transaction."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class Activity:
     """One entry of an organization's activity log. ``before`` and ``after`` hold the
     public values of what changed (never a secret or a hash); ``org_seq`` is its place
@@ -315,7 +325,7 @@ class Activity:
     target_key_id: str | None = None
     target_role_id: str | None = None
     before: Mapping[str, Any] | None = None
-    after: Mapping[str, Any] | None = None
+    after: Mapping[str, Any] | JsonText | None = None
     id: str = field(default_factory=lambda: str(uuid.uuid4()))
     org_seq: int = 0
 

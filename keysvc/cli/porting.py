@@ -14,19 +14,23 @@ public fields only, each line an import record (``keysvc.domain.imports.exported
 """
 
 import asyncio
+import itertools
 import json
+import multiprocessing
+import pickle
 import sys
+import threading
 import time
-from collections.abc import Iterator
-from datetime import datetime
+from collections.abc import Awaitable, Callable, Iterator
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import IO, Any
 
 from keysvc.config import ConfigError, Settings
 from keysvc.db.backends import open_store
+from keysvc.cli import importworker
 from keysvc.domain import imports
-from keysvc.http.import_schemas import load_records
 from keysvc.http.render import STORE_RECORDS
-from keysvc.timeutil import utcnow
 
 # Keys an export reads at a time.
 EXPORT_PAGE = 1000
@@ -45,36 +49,39 @@ MAX_BATCH = 10_000
 # writes take (another tenant's disable included), for as long as it is written; 10,000
 # keys held it about 5 s on a loaded 2-core machine, the API's 1,000 under one.
 POSTGRES_BATCH = 1_000
-# Lines the import reads, then checks in one call, between two turns of the batch
-# being written.
-YIELD_EVERY = 20
-# A refused line: its number, its importId if it has one, why.
-Refused = tuple[int, str | None, str]
+Refused = importworker.Refused
+# Batches planned by the worker that wait to be written, at most: while one is
+# written, the worker plans on (each batch's rows are some MiB).
+PLANNED_AHEAD = 2
 
 
-def _lines(stream: IO[bytes], first: int) -> Iterator[tuple[int, Any]]:
-    """Each non-blank line's number and JSON value: a ``ValueError`` instead for one
-    that is longer than MAX_LINE_BYTES, not UTF-8, or not JSON. Read as bytes, so that
-    one bad line is that line's refusal, not the end of the import."""
-    number = first - 1
+def _lines(stream: IO[bytes]) -> Iterator[importworker.Line]:
+    """Each non-blank line's number and bytes; instead of the bytes, why it is refused
+    for one longer than MAX_LINE_BYTES, which is not kept. Read as bytes, so that one
+    bad line is that line's refusal, not the end of the import (the JSON and UTF-8
+    checks are the planning's: ``importworker.decoded``)."""
+    number = 0
     while line := stream.readline(MAX_LINE_BYTES + 1):
         number += 1
         if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
             while line and not line.endswith(b"\n"):
                 line = stream.readline(MAX_LINE_BYTES)
-            yield number, ValueError(f"longer than {MAX_LINE_BYTES} bytes")
+            yield number, f"longer than {MAX_LINE_BYTES} bytes"
             continue
-        if not line.strip():
-            continue
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            yield number, ValueError(f"not UTF-8: {exc}")
-            continue
-        try:
-            yield number, json.loads(text)
-        except ValueError as exc:
-            yield number, ValueError(f"not JSON: {exc}")
+        if line.strip():
+            yield number, line
+
+
+def _batches(stream: IO[bytes], batch: int) -> Iterator[list[importworker.Line]]:
+    """The file's lines, ``batch`` at a time."""
+    lines: list[importworker.Line] = []
+    for line in _lines(stream):
+        lines.append(line)
+        if len(lines) >= batch:
+            yield lines
+            lines = []
+    if lines:
+        yield lines
 
 
 def import_file(
@@ -85,6 +92,10 @@ def import_file(
     return asyncio.run(_import(settings, organization_id, stream, batch, errors))
 
 
+# Writes a planned batch: the lines refused, the batch.
+Write = Callable[[list[Refused], imports.PlannedBatch], Awaitable[None]]
+
+
 async def _import(
     settings: Settings, organization_id: str, stream: IO[bytes], batch: int, errors: IO[str]
 ) -> tuple[dict[str, Any], int]:
@@ -93,22 +104,11 @@ async def _import(
     async with open_store(settings, create=False, records=STORE_RECORDS) as (store, hasher):
         if organization_id not in await store.organization_ids():
             raise ConfigError(f"import: no organization {organization_id} in this database")
-        running: asyncio.Task[None] | None = None
         turns = imports.ImportTurns()
 
-        async def store_batch(
-            now: datetime, valid: list[tuple[int, dict[str, Any]]], refused: list[Refused]
-        ) -> None:
-            result = await imports.import_batch(
-                store,
-                hasher,
-                None,
-                organization_id,
-                valid,
-                now,
-                settings.max_keys_per_org,
-                imports.CLI_ACTOR,
-                turns,
+        async def write(refused: list[Refused], planned: imports.PlannedBatch) -> None:
+            result = await imports.write_batch(
+                store, planned, settings.max_keys_per_org, imports.CLI_ACTOR, turns
             )
             for line, _, reason in sorted([*refused, *result.errors]):
                 print(f"keysvc: import: line {line}: {reason}", file=errors)
@@ -116,33 +116,16 @@ async def _import(
             totals["skipped"] += len(result.skipped)
             totals["refused"] += len(refused) + len(result.errors)
 
-        # While one batch is written (SQLite's work runs on its connection's thread), the
-        # next is read, and checked YIELD_EVERY lines at a time: the file is read ahead by
-        # one batch at most. After each of those the batch being written is let go on to
-        # its next statement, so that the two run side by side.
-        now, lines = utcnow(), 0
-        valid: list[tuple[int, dict[str, Any]]] = []
-        refused: list[Refused] = []
-        read: list[tuple[int, Any]] = []  # lines read, checked YIELD_EVERY at a time
-        for number, value in _lines(stream, 1):
-            read.append((number, value))
-            lines += 1
-            if lines % YIELD_EVERY and lines < batch:
-                continue
-            _check(read, now, valid, refused)
-            read = []
-            await asyncio.sleep(0)
-            if lines >= batch:
-                if running is not None:
-                    await running
-                running = asyncio.create_task(store_batch(now, valid, refused))
-                now, lines, valid, refused = utcnow(), 0, [], []
-                await asyncio.sleep(0)  # let it start
-        if running is not None:
-            await running
-        _check(read, now, valid, refused)
-        if lines:
-            await store_batch(now, valid, refused)
+        # A file of one batch is planned and written here; a longer one is planned in a
+        # second process while this one writes (``keysvc.cli.importworker``).
+        batches = _batches(stream, batch)
+        first = next(batches, None)
+        second = None if first is None else next(batches, None)
+        if first is not None and second is None:
+            await write(*await importworker.plan_lines(store, hasher, organization_id, first))
+        elif first is not None and second is not None:
+            both = itertools.chain((first, second), batches)
+            await _planned_apart(settings, organization_id, both, write)
     seconds = time.perf_counter() - started
     summary = {**totals, "seconds": round(seconds, 3)}
     keys = totals["imported"] + totals["skipped"]
@@ -150,16 +133,111 @@ async def _import(
     return summary, 1 if totals["refused"] else 0
 
 
-def _check(
-    read: list[tuple[int, Any]],
-    now: datetime,
-    valid: list[tuple[int, dict[str, Any]]],
-    refused: list[Refused],
+async def _planned_apart(
+    settings: Settings,
+    organization_id: str,
+    batches: Iterator[list[importworker.Line]],
+    write: Write,
 ) -> None:
-    """The lines ``read`` checked (``load_records``), added to ``valid`` and ``refused``."""
-    good, bad = load_records(read, now)
-    valid += good
-    refused += bad
+    """Each batch of ``batches`` planned by the worker process and written here, in
+    order. Two threads keep the worker busy while a batch is written: one sends it the
+    lines (a full pipe blocks that thread, not the loop), one takes its answers as they
+    come, up to PLANNED_AHEAD of them waiting to be written."""
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    worker = context.Process(
+        target=importworker.run, args=(theirs,), name="keysvc-import-plan", daemon=True
+    )
+    worker.start()
+    theirs.close()
+    loop = asyncio.get_running_loop()
+    answers: asyncio.Queue[Any] = asyncio.Queue(PLANNED_AHEAD)
+    unread: list[BaseException] = []  # the file's read error, if any, for this thread
+    threads = [
+        threading.Thread(
+            target=_send, args=(ours, settings, organization_id, batches, unread), daemon=True
+        ),
+        threading.Thread(target=_take, args=(ours, worker, loop, answers), daemon=True),
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        while (answer := await answers.get()) is not None:
+            if isinstance(answer, BaseException):
+                raise answer
+            await write(*answer)
+        if unread:
+            raise unread[0]
+    finally:
+        if worker.is_alive():
+            worker.terminate()  # the threads' next send or receive then fails: they end
+        worker.join()
+        while not answers.empty():  # room for the taker's last answer, if it waits
+            answers.get_nowait()
+        for thread in threads:
+            await loop.run_in_executor(None, thread.join)
+        ours.close()
+
+
+def _take(
+    conn: Connection,
+    worker: BaseProcess,
+    loop: asyncio.AbstractEventLoop,
+    answers: "asyncio.Queue[Any]",
+) -> None:
+    """The worker's answers onto ``answers``, in order, then None (or the reason it
+    stopped): a full queue blocks this thread until the loop takes one."""
+    while True:
+        try:
+            answer = _receive(conn, worker)
+        except ImportStopped as stopped:
+            answer = stopped
+        if isinstance(answer, importworker.Failed):
+            answer = ImportStopped(f"import: the planning process stopped: {answer.reason}")
+        try:
+            asyncio.run_coroutine_threadsafe(answers.put(answer), loop).result()
+        except RuntimeError:  # the loop is closed: the import has ended
+            return
+        if answer is None or isinstance(answer, BaseException):
+            return
+
+
+def _send(
+    conn: Connection,
+    settings: Settings,
+    organization_id: str,
+    batches: Iterator[list[importworker.Line]],
+    unread: list[BaseException],
+) -> None:
+    """The worker's messages: the settings and organization, each batch, then None."""
+    try:
+        conn.send_bytes(pickle.dumps((settings, organization_id)))
+        for lines in batches:
+            conn.send_bytes(pickle.dumps(lines, pickle.HIGHEST_PROTOCOL))
+    except OSError as exc:  # the file, or the pipe of a worker that stopped
+        if not isinstance(exc, BrokenPipeError):
+            unread.append(exc)
+    try:
+        conn.send_bytes(pickle.dumps(None))
+    except OSError:
+        pass
+
+
+def _receive(conn: Connection, worker: BaseProcess) -> Any:
+    """The worker's next answer; None once it has answered every batch."""
+    try:
+        return pickle.loads(conn.recv_bytes())  # noqa: S301 - our own worker's answer
+    except (EOFError, OSError):
+        worker.join()
+        if worker.exitcode == 0:
+            return None
+        raise ImportStopped(
+            f"import: the planning process ended with exit code {worker.exitcode}"
+        ) from None
+
+
+class ImportStopped(ConfigError):
+    """The import stopped before its end: the batches written so far stay written."""
 
 
 def export(settings: Settings, organization_id: str, out: IO[str]) -> int:

@@ -30,7 +30,7 @@ from keysvc.db.contract import Connection
 from keysvc.db.dialect import with_json_list
 from keysvc.db.quota import UNLIMITED, Quota
 from keysvc.db.statements import fetch_all, fetch_one, many_rows
-from keysvc.models import Activity, ActivityKinds, ActivityPage, Actor
+from keysvc.models import Activity, ActivityKinds, ActivityPage, Actor, JsonText
 from keysvc.timeutil import from_text, to_text
 
 GENESIS = bytes(32)  # the prev_hash of an organization's first record
@@ -168,7 +168,14 @@ def stamp(moment: datetime) -> str:
 
 
 def _json(value: object) -> str | None:
+    if isinstance(value, JsonText):
+        return value.text
     return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def json_text(value: object) -> str:
+    """``value`` as an activity's ``before`` or ``after`` is stored (``JsonText``)."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
 def _content(activity: Activity, org_seq: int) -> tuple[object, ...]:

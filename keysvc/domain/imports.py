@@ -31,10 +31,11 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from keysvc.credentials import Hasher, sha256_b64
 from keysvc.db import imports as import_sql
+from keysvc.db.activities import json_text
 from keysvc.db import keys as key_sql
 from keysvc.db.contract import Store
 from keysvc.domain import credits as credit_rules
@@ -44,7 +45,7 @@ from keysvc.domain.activities import KEY_IMPORT, key_values
 from keysvc.domain.permissions import cannot_grant
 from keysvc.errors import ApiError, DatabaseUnavailable
 from keysvc.keyview import api_key
-from keysvc.models import Activity, Actor, Key, NewKey, Role
+from keysvc.models import Activity, Actor, JsonText, Key, NewKey, Role
 from keysvc.timeutil import to_text
 
 # The most records one import request holds (a batch of the CLI's may hold more:
@@ -67,15 +68,24 @@ class ImportResult:
     errors: list[tuple[int, str, str]] = field(default_factory=list)
 
 
-@dataclass(slots=True)
-class _Planned:
-    """A record that may go in: not frozen, as a million are made and none is shared."""
+class _Planned(NamedTuple):
+    """A record that may go in, made into its rows but the place of its key in the
+    organization (``key_row``'s second value, 0 until the transaction gives it). Plain
+    values, a tuple: ``keysvc import`` sends a million of them from the process that
+    plans them to the one that writes them (``keysvc.cli.importworker``)."""
 
     index: int
     import_id: str
-    new: NewKey
-    roles: list[Role]
+    key_id: str
+    key_id_hash: bytes
     token: bool
+    role_ids: tuple[str, ...]
+    external_id: str | None
+    key_row: tuple[object, ...]
+    detail_row: tuple[object, ...] | None
+    import_row: tuple[str, str, str, str]
+    # What the batch's activity keeps of the key, encoded (``_view``).
+    view: str
 
 
 def material(hasher: Hasher, data: Mapping[str, Any]) -> tuple[bytes, bytes, str, bool]:
@@ -97,6 +107,8 @@ def material(hasher: Hasher, data: Mapping[str, Any]) -> tuple[bytes, bytes, str
 # How long an import waits for its organization's imports before it (each bounded by
 # the store's own write deadline): past it, a 503 with Retry-After, never a hang.
 IMPORT_WAIT_SECONDS = 30.0
+# Records ``_plan`` checks between two turns of the other tasks.
+PLAN_YIELD_EVERY = 50
 IMPORT_WAITED = "database busy: this organization's earlier imports are still being written"
 
 
@@ -154,6 +166,18 @@ class ImportTurns:
                 self._waiting[organization_id] = (lock, users - 1)
 
 
+@dataclass(frozen=True)
+class PlannedBatch:
+    """A batch's records checked and made into rows outside any transaction
+    (``plan_batch``): what ``write_batch`` still decides is which of them go in."""
+
+    organization_id: str
+    caller: Key | None
+    now: datetime
+    planned: list[_Planned]
+    result: ImportResult
+
+
 async def import_batch(
     store: Store,
     hasher: Hasher,
@@ -169,43 +193,68 @@ async def import_batch(
     rules above. ``caller``: the key whose grants bound the records' roles; None for the
     operator's CLI, which may grant any role of the organization. ``turns``: the app's
     (or the CLI run's) queue of each organization's imports."""
+    batch = await plan_batch(store, hasher, caller, organization_id, records, now)
+    return await write_batch(store, batch, max_keys, actor, turns)
+
+
+async def plan_batch(
+    store: Store,
+    hasher: Hasher,
+    caller: Key | None,
+    organization_id: str,
+    records: Sequence[tuple[int, Mapping[str, Any]]],
+    now: datetime,
+) -> PlannedBatch:
+    """``import_batch``'s first half, which writes nothing: each record's roles and
+    material checked, its key's UUID, rows and activity view made. ``keysvc import``
+    plans the next batch while the last is written (SQLite's statements run on their
+    connection's thread)."""
     result = ImportResult()
     planned = await _plan(store, hasher, caller, organization_id, records, now, result)
+    return PlannedBatch(organization_id, caller, now, planned, result)
+
+
+async def write_batch(
+    store: Store, batch: PlannedBatch, max_keys: int, actor: Actor, turns: ImportTurns
+) -> ImportResult:
+    """``import_batch``'s second half: the planned records that may go in, as things
+    are inside the transaction, written in it."""
+    organization_id, caller, result = batch.organization_id, batch.caller, batch.result
+    planned = batch.planned
     async with turns.one_at_a_time(organization_id), store.transaction("import_keys") as conn:
         taken_ids = await import_sql.taken_import_ids(
             conn, organization_id, [p.import_id for p in planned]
         )
         fresh = [p for p in planned if p.import_id not in taken_ids]
         result.skipped.extend(p.index for p in planned if p.import_id in taken_ids)
-        taken = await import_sql.taken_key_id_hashes(conn, [p.new.key_id_hash for p in fresh])
-        role_ids = list(dict.fromkeys(r.id for p in fresh for r in p.roles))
+        taken = await import_sql.taken_key_id_hashes(conn, [p.key_id_hash for p in fresh])
+        role_ids = list(dict.fromkeys(r for p in fresh for r in p.role_ids))
         granted = await import_sql.roles_now(conn, role_ids)
         count, last = await import_sql.counts(conn, organization_id)
         rows: tuple[list[Any], list[Any], list[Any], list[Any]] = ([], [], [], [])
         views = []
         owners: dict[str, None] = {}  # the imported keys' externalIds, each once
-        stamp = to_text(now)
         for item in fresh:
             refusal = _refusal(item, taken, granted, caller, count, max_keys)
             if refusal is not None:
                 result.errors.append((item.index, item.import_id, refusal))
                 continue
             count, last = count + 1, last + 1
-            key_id = _time_ordered_uuid()
-            _rows_of(rows, key_id, last, item, stamp)
-            if item.new.external_id is not None:
-                owners[item.new.external_id] = None
-            views.append(_view(key_id, item))
-            result.imported.append((item.index, item.import_id, key_id))
+            _rows_of(rows, last, item)
+            if item.external_id is not None:
+                owners[item.external_id] = None
+            views.append(item.view)
+            result.imported.append((item.index, item.import_id, item.key_id))
         if views:
-            after = {"count": len(views), "keys": views}
+            # {"count": ..., "keys": [...]}, as activity_sql.json_text would encode it.
+            after = JsonText(f'{{"count": {len(views)}, "keys": [{", ".join(views)}]}}')
             # Recorded first: its charge is what refuses a batch past the write budget
             # (429), and refused before its rows go in, the batch holds the one write
             # lock for a few reads, not for a thousand keys' inserts and their rollback.
             # The operator's own import is counted in the budget, never refused by it.
             await store.record(
                 conn,
-                Activity(organization_id, KEY_IMPORT, actor, now, after=after),
+                Activity(organization_id, KEY_IMPORT, actor, batch.now, after=after),
                 revoking=caller is None,
             )
             await import_sql.widen_cache(conn)
@@ -214,7 +263,7 @@ async def import_batch(
             await import_sql.insert_batch(conn, organization_id, last, *rows)
             # Issue 36: each externalId's identity, made if missing, as a create makes it.
             for external_id in owners:
-                await key_sql.ensure_identity(conn, organization_id, external_id, now)
+                await key_sql.ensure_identity(conn, organization_id, external_id, batch.now)
             if caller is not None:  # a server's connection: its cache as it was
                 await import_sql.narrow_cache(conn)
     result.errors.sort()
@@ -231,7 +280,8 @@ async def _plan(
     result: ImportResult,
 ) -> list[_Planned]:
     """Each record's roles (checked as a create checks them, asked once per distinct
-    choice) and material; the refused go to ``result.errors``."""
+    choice), material, key UUID, rows and view; the refused go to ``result.errors``.
+    Every PLAN_YIELD_EVERY records it lets other tasks run (the batch being written)."""
     # Each choice's roles and their IDs (without repeats), or why it is refused.
     chosen: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[list[Role], list[str]] | ApiError]
     chosen = {}
@@ -239,7 +289,10 @@ async def _plan(
     seen_material: set[bytes] = set()
     joins: dict[str, str | None] = {}
     planned = []
-    for index, data in records:
+    stamp = to_text(now)
+    for n, (index, data) in enumerate(records):
+        if n % PLAN_YIELD_EVERY == PLAN_YIELD_EVERY - 1:
+            await asyncio.sleep(0)
         import_id = data["importId"]
         legacy, assigned = data.get("roles"), data.get("assignedRoleIds")
         choice = (
@@ -294,7 +347,7 @@ async def _plan(
             if data.get("ratelimits")
             else None,
         )
-        planned.append(_Planned(index, import_id, new, roles, token))
+        planned.append(_planned(index, import_id, new, roles, token, stamp))
     return planned
 
 
@@ -327,12 +380,12 @@ def _refusal(
     max_keys: int,
 ) -> str | None:
     """Why ``item`` may not go in, as things are inside the transaction; None if it may."""
-    if item.new.key_id_hash in taken:
+    if item.key_id_hash in taken:
         return TOKEN_TAKEN if item.token else key_sql.KEY_ID_TAKEN
-    if any(role.id not in granted for role in item.roles):
+    if any(role_id not in granted for role_id in item.role_ids):
         return key_sql.ROLE_GONE
     if caller is not None:
-        for role_id in item.new.role_ids:
+        for role_id in item.role_ids:
             role = granted[role_id]
             refusal = cannot_grant(caller.permissions, role.name, role.permissions)
             if refusal is not None:
@@ -381,31 +434,46 @@ def _time_ordered_uuid() -> str:
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
+def _planned(
+    index: int, import_id: str, new: NewKey, roles: list[Role], token: bool, stamp: str
+) -> _Planned:
+    """A record that may go in, with its key's UUID, rows and view."""
+    key_id = _time_ordered_uuid()
+    detail = key_sql.details_row(key_id, new.external_id, new.meta, new.credits, new.ratelimits)
+    return _Planned(
+        index,
+        import_id,
+        key_id,
+        new.key_id_hash,
+        token,
+        tuple(new.role_ids),
+        new.external_id,
+        key_sql.key_row(key_id, 0, new),
+        detail,
+        (new.organization_id, import_id, key_id, stamp),
+        _view(key_id, new, roles),
+    )
+
+
 def _rows_of(
-    rows: tuple[list[Any], list[Any], list[Any], list[Any]],
-    key_id: str,
-    org_seq: int,
-    item: _Planned,
-    stamp: str,
+    rows: tuple[list[Any], list[Any], list[Any], list[Any]], org_seq: int, item: _Planned
 ) -> None:
     keys, roles, details, imports = rows
-    new = item.new
-    keys.append(key_sql.key_row(key_id, org_seq, new))
-    roles.extend([(key_id, role_id) for role_id in new.role_ids])  # no repeats: _plan
-    detail = key_sql.details_row(key_id, new.external_id, new.meta, new.credits, new.ratelimits)
-    if detail is not None:
-        details.append(detail)
-    imports.append((new.organization_id, item.import_id, key_id, stamp))
+    row = item.key_row
+    keys.append((row[0], org_seq, *row[2:]))
+    roles.extend([(item.key_id, role_id) for role_id in item.role_ids])  # no repeats: _plan
+    if item.detail_row is not None:
+        details.append(item.detail_row)
+    imports.append(item.import_row)
 
 
-def _view(key_id: str, item: _Planned) -> dict[str, Any]:
-    """What the batch's activity keeps of a key: the values a create's records, which
-    the audit's replay compares (``keysvc.db.replay``)."""
-    new = item.new
+def _view(key_id: str, new: NewKey, roles: list[Role]) -> str:
+    """What the batch's activity keeps of a key, encoded: the values a create's
+    records, which the audit's replay compares (``keysvc.db.replay``)."""
     values = key_values(
-        new.name, new.state, new.expire_at, new.ip_access_list, item.roles, new.rate_limit
+        new.name, new.state, new.expire_at, new.ip_access_list, roles, new.rate_limit
     )
-    return {"id": key_id, **values}
+    return json_text({"id": key_id, **values})
 
 
 def exported(key: Key) -> dict[str, Any]:

@@ -1,0 +1,99 @@
+"""``keysvc import``'s second process (issue 37): it checks and plans each batch of
+lines (``keysvc.domain.imports.plan_batch``: the records' checks, their material's
+hashes, their keys' UUIDs, rows and activity views) while the command's own process
+writes the batch before it. Python runs one thread at a time in a process, so the
+checks and the writes could not run side by side in one; in two, each has a core.
+
+The protocol, over one ``multiprocessing`` pipe, each message pickled:
+- the command sends its settings and organization first, then each batch of lines as
+  (line number, the line's bytes or the reason it could not be read), then None;
+- the worker answers each batch, in order, with the lines it refused (number, importId,
+  reason) and the batch planned (``PlannedBatch``), or with ``Failed`` and why, then
+  ends. It writes nothing: its store is opened for the roles the records name.
+"""
+
+import asyncio
+import json
+import pickle
+from collections.abc import Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from keysvc.config import Settings
+from keysvc.db.backends import open_store
+from keysvc.domain import imports
+from keysvc.http.import_schemas import load_records
+from keysvc.http.render import STORE_RECORDS
+from keysvc.timeutil import utcnow
+
+# A line as the command read it: its number, and its bytes or why it was refused.
+Line = tuple[int, bytes | str]
+# A refused line: its number, its importId if it has one, why.
+Refused = tuple[int, str | None, str]
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The worker stopped: why (the command reports it and stops too)."""
+
+    reason: str
+
+
+def decoded(lines: Sequence[Line]) -> list[tuple[int, Any]]:
+    """Each line's JSON value, or a ``ValueError`` saying why it has none."""
+    out: list[tuple[int, Any]] = []
+    for number, line in lines:
+        if isinstance(line, str):
+            out.append((number, ValueError(line)))
+            continue
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            out.append((number, ValueError(f"not UTF-8: {exc}")))
+            continue
+        try:
+            out.append((number, json.loads(text)))
+        except ValueError as exc:
+            out.append((number, ValueError(f"not JSON: {exc}")))
+    return out
+
+
+async def plan_lines(
+    store: Any, hasher: Any, organization_id: str, lines: Sequence[Line]
+) -> tuple[list[Refused], imports.PlannedBatch]:
+    """A batch of lines checked and planned: those refused, and the rest planned."""
+    now = utcnow()
+    valid, refused = load_records(decoded(lines), now)
+    planned = await imports.plan_batch(store, hasher, None, organization_id, valid, now)
+    return refused, planned
+
+
+def run(conn: Connection) -> None:
+    """The worker process's body (``multiprocessing`` target)."""
+    try:
+        settings, organization_id = pickle.loads(conn.recv_bytes())
+        asyncio.run(_serve(conn, settings, organization_id))
+    except (EOFError, BrokenPipeError):
+        pass  # the command went away: nothing to answer
+    except Exception as exc:  # noqa: BLE001 - said to the command, which stops
+        try:
+            conn.send_bytes(pickle.dumps(Failed(f"{type(exc).__name__}: {exc}")))
+        except OSError:
+            pass
+    finally:
+        conn.close()
+
+
+async def _serve(conn: Connection, settings: Settings, organization_id: str) -> None:
+    loop = asyncio.get_running_loop()
+    async with open_store(settings, create=False, records=STORE_RECORDS) as (store, hasher):
+        while True:
+            message = await loop.run_in_executor(None, conn.recv_bytes)
+            lines = pickle.loads(message)
+            if lines is None:
+                return
+            answer = await plan_lines(store, hasher, organization_id, lines)
+            await loop.run_in_executor(
+                None, conn.send_bytes, pickle.dumps(answer, pickle.HIGHEST_PROTOCOL)
+            )
