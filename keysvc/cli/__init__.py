@@ -148,7 +148,7 @@ def _porting(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         "--batch",
         type=int,
         default=None,
-        help="records a transaction (1 to 10000; default 10000 on SQLite, 1000 on PostgreSQL,"
+        help="records a transaction (1 to 20000; default 20000 on SQLite, 1000 on PostgreSQL,"
         " where each batch holds every instance's writes while it is written)",
     )
     into.add_argument("file", metavar="FILE", help="the JSON Lines file, or - for standard input")

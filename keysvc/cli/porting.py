@@ -14,6 +14,7 @@ public fields only, each line an import record (``keysvc.domain.imports.exported
 """
 
 import asyncio
+import contextlib
 import itertools
 import json
 import multiprocessing
@@ -26,9 +27,9 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import IO, Any
 
+from keysvc.cli import importworker
 from keysvc.config import ConfigError, Settings
 from keysvc.db.backends import open_store
-from keysvc.cli import importworker
 from keysvc.domain import imports
 from keysvc.http.render import STORE_RECORDS
 
@@ -44,7 +45,7 @@ MAX_LINE_BYTES = 1024 * 1024
 # touch fewer pages a key the more keys share a transaction, and each commit writes
 # its pages to the WAL once (100,000 keys into a new file: 74 s in batches of 1,000,
 # 44 s in 5,000).
-MAX_BATCH = 10_000
+MAX_BATCH = 20_000
 # On PostgreSQL, by default: a batch holds keysvc's write lock, which every instance's
 # writes take (another tenant's disable included), for as long as it is written; 10,000
 # keys held it about 5 s on a loaded 2-core machine, the API's 1,000 under one.
@@ -217,10 +218,8 @@ def _send(
     except OSError as exc:  # the file, or the pipe of a worker that stopped
         if not isinstance(exc, BrokenPipeError):
             unread.append(exc)
-    try:
+    with contextlib.suppress(OSError):
         conn.send_bytes(pickle.dumps(None))
-    except OSError:
-        pass
 
 
 def _receive(conn: Connection, worker: BaseProcess) -> Any:

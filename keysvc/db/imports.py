@@ -29,7 +29,7 @@ _TAKEN_KEY_ID_HASHES = """
     union
     select previous_key_id_hash from api_keys where previous_key_id_hash in ({marks})
 """
-HASHES_PER_STATEMENT = 500
+HASHES_PER_STATEMENT = 5000
 # SQLite's page cache while a batch is inserted: a key's row goes into six indexes of
 # random values (its UUID, key-ID and secret hashes), and with SQLite's default 2 MB
 # (keysvc sets none) most of a large organization's indexes are read again for each
@@ -181,9 +181,7 @@ STAGING = (
 # parameters, where ``executemany`` takes it again for every row, and waits for it each
 # time the loop's thread is busy (``keysvc import`` plans its next batch meanwhile):
 # 10,000 rows that took 41 ms alone took several times as long beside it.
-STAGE_KEYS = (
-    f"insert into temp.import_keys ({key_sql.KEY_COLUMNS}) values "  # noqa: S608 - constants
-)
+STAGE_KEYS = f"insert into temp.import_keys ({key_sql.KEY_COLUMNS}) values "  # noqa: S608 - constants
 STAGE_KEY_ROLES = "insert into temp.import_roles (key_id, role_id) values "
 INSERT_DETAILS_MANY = key_sql.INSERT_DETAILS[: key_sql.INSERT_DETAILS.index("values")] + "values "
 INSERT_IMPORTS_MANY = INSERT_IMPORT[: INSERT_IMPORT.index("values")] + "values "

@@ -189,7 +189,8 @@ def revokes(logged: Sequence[Activity]) -> bool:
     write budget or queue limit refuses (``keysvc.db.quota``)."""
     return any(
         activity.key_update_type == "state-changed"
-        and (activity.after or {}).get("state") == "disabled"
+        and isinstance(activity.after, Mapping)
+        and activity.after.get("state") == "disabled"
         for activity in logged
     )
 

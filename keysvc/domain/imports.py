@@ -35,8 +35,8 @@ from typing import Any, NamedTuple
 
 from keysvc.credentials import Hasher, sha256_b64
 from keysvc.db import imports as import_sql
-from keysvc.db.activities import json_text
 from keysvc.db import keys as key_sql
+from keysvc.db.activities import json_text
 from keysvc.db.contract import Store
 from keysvc.domain import credits as credit_rules
 from keysvc.domain import identities, namedlimits
@@ -74,7 +74,7 @@ class _Planned(NamedTuple):
     values, a tuple: ``keysvc import`` sends a million of them from the process that
     plans them to the one that writes them (``keysvc.cli.importworker``)."""
 
-    index: int
+    position: int  # the record's index in its request, or its line in the CLI's file
     import_id: str
     key_id: str
     key_id_hash: bytes
@@ -107,8 +107,6 @@ def material(hasher: Hasher, data: Mapping[str, Any]) -> tuple[bytes, bytes, str
 # How long an import waits for its organization's imports before it (each bounded by
 # the store's own write deadline): past it, a 503 with Retry-After, never a hang.
 IMPORT_WAIT_SECONDS = 30.0
-# Records ``_plan`` checks between two turns of the other tasks.
-PLAN_YIELD_EVERY = 50
 IMPORT_WAITED = "database busy: this organization's earlier imports are still being written"
 
 
@@ -226,7 +224,7 @@ async def write_batch(
             conn, organization_id, [p.import_id for p in planned]
         )
         fresh = [p for p in planned if p.import_id not in taken_ids]
-        result.skipped.extend(p.index for p in planned if p.import_id in taken_ids)
+        result.skipped.extend(p.position for p in planned if p.import_id in taken_ids)
         taken = await import_sql.taken_key_id_hashes(conn, [p.key_id_hash for p in fresh])
         role_ids = list(dict.fromkeys(r for p in fresh for r in p.role_ids))
         granted = await import_sql.roles_now(conn, role_ids)
@@ -237,17 +235,16 @@ async def write_batch(
         for item in fresh:
             refusal = _refusal(item, taken, granted, caller, count, max_keys)
             if refusal is not None:
-                result.errors.append((item.index, item.import_id, refusal))
+                result.errors.append((item.position, item.import_id, refusal))
                 continue
             count, last = count + 1, last + 1
             _rows_of(rows, last, item)
             if item.external_id is not None:
                 owners[item.external_id] = None
             views.append(item.view)
-            result.imported.append((item.index, item.import_id, item.key_id))
+            result.imported.append((item.position, item.import_id, item.key_id))
         if views:
-            # {"count": ..., "keys": [...]}, as activity_sql.json_text would encode it.
-            after = JsonText(f'{{"count": {len(views)}, "keys": [{", ".join(views)}]}}')
+            after = _after(views)
             # Recorded first: its charge is what refuses a batch past the write budget
             # (429), and refused before its rows go in, the batch holds the one write
             # lock for a few reads, not for a thousand keys' inserts and their rollback.
@@ -281,7 +278,7 @@ async def _plan(
 ) -> list[_Planned]:
     """Each record's roles (checked as a create checks them, asked once per distinct
     choice), material, key UUID, rows and view; the refused go to ``result.errors``.
-    Every PLAN_YIELD_EVERY records it lets other tasks run (the batch being written)."""
+    """
     # Each choice's roles and their IDs (without repeats), or why it is refused.
     chosen: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[list[Role], list[str]] | ApiError]
     chosen = {}
@@ -290,9 +287,7 @@ async def _plan(
     joins: dict[str, str | None] = {}
     planned = []
     stamp = to_text(now)
-    for n, (index, data) in enumerate(records):
-        if n % PLAN_YIELD_EVERY == PLAN_YIELD_EVERY - 1:
-            await asyncio.sleep(0)
+    for index, data in records:
         import_id = data["importId"]
         legacy, assigned = data.get("roles"), data.get("assignedRoleIds")
         choice = (
@@ -474,6 +469,12 @@ def _view(key_id: str, new: NewKey, roles: list[Role]) -> str:
         new.name, new.state, new.expire_at, new.ip_access_list, roles, new.rate_limit
     )
     return json_text({"id": key_id, **values})
+
+
+def _after(views: list[str]) -> JsonText:
+    """A batch's activity value, ``{"count": ..., "keys": [...]}`` with each key's
+    encoded view, as ``json_text`` encodes the whole (sorted keys, its separators)."""
+    return JsonText(f'{{"count": {len(views)}, "keys": [{", ".join(views)}]}}')
 
 
 def exported(key: Key) -> dict[str, Any]:
