@@ -20,13 +20,16 @@ import asyncio
 import contextlib
 import json
 import pickle
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
 from keysvc.config import Settings
+from keysvc.credentials import Hasher
 from keysvc.db.backends import open_store
+from keysvc.db.contract import Store
 from keysvc.domain import imports
 from keysvc.http.import_schemas import load_records
 from keysvc.http.render import STORE_RECORDS
@@ -65,7 +68,7 @@ def decoded(lines: Sequence[Line]) -> list[tuple[int, Any]]:
 
 
 async def plan_lines(
-    store: Any, hasher: Any, organization_id: str, lines: Sequence[Line]
+    store: Store, hasher: Hasher, organization_id: str, lines: Sequence[Line]
 ) -> tuple[list[Refused], imports.PlannedBatch]:
     """A batch of lines checked and planned: those refused, and the rest planned."""
     now = utcnow()
@@ -75,7 +78,9 @@ async def plan_lines(
 
 
 def run(conn: Connection) -> None:
-    """The worker process's body (``multiprocessing`` target)."""
+    """The worker process's body (``multiprocessing`` target). Ctrl-C reaches the
+    whole process group: the command stops this process itself, so it ignores it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         settings, organization_id = pickle.loads(conn.recv_bytes())  # noqa: S301 - see above
         asyncio.run(_serve(conn, settings, organization_id))

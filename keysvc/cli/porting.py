@@ -27,7 +27,8 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import IO, Any
 
-from keysvc.cli import importworker
+from keysvc.cli.importworker import Failed, Line, Refused, plan_lines
+from keysvc.cli.importworker import run as worker_main
 from keysvc.config import ConfigError, Settings
 from keysvc.db.backends import open_store
 from keysvc.domain import imports
@@ -50,17 +51,16 @@ MAX_BATCH = 20_000
 # writes take (another tenant's disable included), for as long as it is written; 10,000
 # keys held it about 5 s on a loaded 2-core machine, the API's 1,000 under one.
 POSTGRES_BATCH = 1_000
-Refused = importworker.Refused
 # Batches planned by the worker that wait to be written, at most: while one is
 # written, the worker plans on (each batch's rows are some MiB).
 PLANNED_AHEAD = 2
 
 
-def _lines(stream: IO[bytes]) -> Iterator[importworker.Line]:
+def _lines(stream: IO[bytes]) -> Iterator[Line]:
     """Each non-blank line's number and bytes; instead of the bytes, why it is refused
     for one longer than MAX_LINE_BYTES, which is not kept. Read as bytes, so that one
     bad line is that line's refusal, not the end of the import (the JSON and UTF-8
-    checks are the planning's: ``importworker.decoded``)."""
+    checks are the planning's: ``keysvc.cli.importworker.decoded``)."""
     number = 0
     while line := stream.readline(MAX_LINE_BYTES + 1):
         number += 1
@@ -73,9 +73,9 @@ def _lines(stream: IO[bytes]) -> Iterator[importworker.Line]:
             yield number, line
 
 
-def _batches(stream: IO[bytes], batch: int) -> Iterator[list[importworker.Line]]:
+def _batches(stream: IO[bytes], batch: int) -> Iterator[list[Line]]:
     """The file's lines, ``batch`` at a time."""
-    lines: list[importworker.Line] = []
+    lines: list[Line] = []
     for line in _lines(stream):
         lines.append(line)
         if len(lines) >= batch:
@@ -123,7 +123,7 @@ async def _import(
         first = next(batches, None)
         second = None if first is None else next(batches, None)
         if first is not None and second is None:
-            await write(*await importworker.plan_lines(store, hasher, organization_id, first))
+            await write(*await plan_lines(store, hasher, organization_id, first))
         elif first is not None and second is not None:
             both = itertools.chain((first, second), batches)
             await _planned_apart(settings, organization_id, both, write)
@@ -137,7 +137,7 @@ async def _import(
 async def _planned_apart(
     settings: Settings,
     organization_id: str,
-    batches: Iterator[list[importworker.Line]],
+    batches: Iterator[list[Line]],
     write: Write,
 ) -> None:
     """Each batch of ``batches`` planned by the worker process and written here, in
@@ -147,7 +147,7 @@ async def _planned_apart(
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
     worker = context.Process(
-        target=importworker.run, args=(theirs,), name="keysvc-import-plan", daemon=True
+        target=worker_main, args=(theirs,), name="keysvc-import-plan", daemon=True
     )
     worker.start()
     theirs.close()
@@ -193,7 +193,7 @@ def _take(
             answer = _receive(conn, worker)
         except ImportStopped as stopped:
             answer = stopped
-        if isinstance(answer, importworker.Failed):
+        if isinstance(answer, Failed):
             answer = ImportStopped(f"import: the planning process stopped: {answer.reason}")
         try:
             asyncio.run_coroutine_threadsafe(answers.put(answer), loop).result()
@@ -207,7 +207,7 @@ def _send(
     conn: Connection,
     settings: Settings,
     organization_id: str,
-    batches: Iterator[list[importworker.Line]],
+    batches: Iterator[list[Line]],
     unread: list[BaseException],
 ) -> None:
     """The worker's messages: the settings and organization, each batch, then None."""

@@ -18,7 +18,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from keysvc.cli import importworker, porting
+from keysvc.cli import porting
+from keysvc.cli.importworker import Line
 from keysvc.config import build_settings
 from tests.postgres import PEPPER, Postgres
 from tests.server import keysvc
@@ -138,7 +139,7 @@ def test_a_planning_process_that_fails_says_why_and_nothing_is_written(tmp_path:
     async def write(*batch: object) -> None:
         written.append(batch)
 
-    lines: list[importworker.Line] = [(1, b'{"importId": "a", "name": "a"}\n')]
+    lines: list[Line] = [(1, b'{"importId": "a", "name": "a"}\n')]
     with pytest.raises(porting.ImportStopped, match="the planning process stopped: "):
         asyncio.run(porting._planned_apart(settings, "org", iter([lines, lines]), write))
     assert written == []
