@@ -18,7 +18,9 @@ import contextlib
 import itertools
 import json
 import multiprocessing
+import os
 import pickle
+import select
 import sys
 import threading
 import time
@@ -54,9 +56,62 @@ POSTGRES_BATCH = 1_000
 # Batches planned by the worker that wait to be written, at most: while one is
 # written, the worker plans on (each batch's rows are some MiB).
 PLANNED_AHEAD = 2
+# How long a stopped import waits for its sender thread to end: it looks whether the
+# import stopped every STOP_POLL seconds while it waits for its input.
+SENDER_WAIT_SECONDS = 1.0
+STOP_POLL = 0.1
+# What the import reads of its file at a time.
+READ_BYTES = 1024 * 1024
 
 
-def _lines(stream: IO[bytes]) -> Iterator[Line]:
+class _Stopped(Exception):
+    """The import stopped while its input was being read (``_Input``)."""
+
+
+class _Input:
+    """A file's lines, read in blocks from its descriptor when it has one: a thread
+    waiting for more of a pipe (standard input) looks at ``stopped`` every STOP_POLL
+    seconds, so the import can end without it. Never through the stream's own buffer,
+    whose lock a waiting read would hold, and whose close (the command's, Python's at
+    exit) would then wait for it."""
+
+    def __init__(self, stream: IO[bytes], stopped: threading.Event) -> None:
+        self._stream = stream
+        self._stopped = stopped
+        try:
+            self._fd: int | None = stream.fileno()
+        except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is both
+            self._fd = None
+        self._data = b""
+        self._at = 0
+        self._ended = False
+
+    def readline(self, limit: int) -> bytes:
+        """The next line, with its newline, or its first ``limit`` bytes; b"" at the end."""
+        while True:
+            end = self._data.find(b"\n", self._at, self._at + limit)
+            if end >= 0:
+                line = self._data[self._at : end + 1]
+            elif len(self._data) - self._at >= limit or self._ended:
+                line = self._data[self._at : self._at + limit]
+            else:
+                block = self._block()
+                self._ended = not block
+                self._data, self._at = self._data[self._at :] + block, 0
+                continue
+            self._at += len(line)
+            return line
+
+    def _block(self) -> bytes:
+        if self._fd is None:
+            return self._stream.read(READ_BYTES)
+        while not select.select([self._fd], [], [], STOP_POLL)[0]:
+            if self._stopped.is_set():
+                raise _Stopped
+        return os.read(self._fd, READ_BYTES)
+
+
+def _lines(stream: _Input) -> Iterator[Line]:
     """Each non-blank line's number and bytes; instead of the bytes, why it is refused
     for one longer than MAX_LINE_BYTES, which is not kept. Read as bytes, so that one
     bad line is that line's refusal, not the end of the import (the JSON and UTF-8
@@ -73,7 +128,7 @@ def _lines(stream: IO[bytes]) -> Iterator[Line]:
             yield number, line
 
 
-def _batches(stream: IO[bytes], batch: int) -> Iterator[list[Line]]:
+def _batches(stream: _Input, batch: int) -> Iterator[list[Line]]:
     """The file's lines, ``batch`` at a time."""
     lines: list[Line] = []
     for line in _lines(stream):
@@ -119,14 +174,15 @@ async def _import(
 
         # A file of one batch is planned and written here; a longer one is planned in a
         # second process while this one writes (``keysvc.cli.importworker``).
-        batches = _batches(stream, batch)
+        stopped = threading.Event()
+        batches = _batches(_Input(stream, stopped), batch)
         first = next(batches, None)
         second = None if first is None else next(batches, None)
         if first is not None and second is None:
             await write(*await plan_lines(store, hasher, organization_id, first))
         elif first is not None and second is not None:
             both = itertools.chain((first, second), batches)
-            await _planned_apart(settings, organization_id, both, write)
+            await _planned_apart(settings, organization_id, both, write, stopped)
     seconds = time.perf_counter() - started
     summary = {**totals, "seconds": round(seconds, 3)}
     keys = totals["imported"] + totals["skipped"]
@@ -139,11 +195,13 @@ async def _planned_apart(
     organization_id: str,
     batches: Iterator[list[Line]],
     write: Write,
+    stopped: threading.Event,
 ) -> None:
     """Each batch of ``batches`` planned by the worker process and written here, in
-    order. Two threads keep the worker busy while a batch is written: one sends it the
-    lines (a full pipe blocks that thread, not the loop), one takes its answers as they
-    come, up to PLANNED_AHEAD of them waiting to be written."""
+    order. Two threads keep the worker busy while a batch is written: one reads the
+    lines and sends them (a full pipe blocks that thread, not the loop), one takes its
+    answers as they come, up to PLANNED_AHEAD of them waiting to be written.
+    ``stopped`` is set when it ends: the reading thread then stops too (``_Input``)."""
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
     worker = context.Process(
@@ -154,14 +212,12 @@ async def _planned_apart(
     loop = asyncio.get_running_loop()
     answers: asyncio.Queue[Any] = asyncio.Queue(PLANNED_AHEAD)
     unread: list[BaseException] = []  # the file's read error, if any, for this thread
-    threads = [
-        threading.Thread(
-            target=_send, args=(ours, settings, organization_id, batches, unread), daemon=True
-        ),
-        threading.Thread(target=_take, args=(ours, worker, loop, answers), daemon=True),
-    ]
-    for thread in threads:
-        thread.start()
+    sender = threading.Thread(
+        target=_send, args=(ours, settings, organization_id, batches, unread), daemon=True
+    )
+    taker = threading.Thread(target=_take, args=(ours, worker, loop, answers), daemon=True)
+    sender.start()
+    taker.start()
     try:
         while (answer := await answers.get()) is not None:
             if isinstance(answer, BaseException):
@@ -170,13 +226,14 @@ async def _planned_apart(
         if unread:
             raise unread[0]
     finally:
+        stopped.set()
         if worker.is_alive():
             worker.terminate()  # the threads' next send or receive then fails: they end
         worker.join()
         while not answers.empty():  # room for the taker's last answer, if it waits
             answers.get_nowait()
-        for thread in threads:
-            await loop.run_in_executor(None, thread.join)
+        await loop.run_in_executor(None, taker.join)
+        await loop.run_in_executor(None, sender.join, SENDER_WAIT_SECONDS)
         ours.close()
 
 
@@ -215,6 +272,8 @@ def _send(
         conn.send_bytes(pickle.dumps((settings, organization_id)))
         for lines in batches:
             conn.send_bytes(pickle.dumps(lines, pickle.HIGHEST_PROTOCOL))
+    except _Stopped:
+        return
     except OSError as exc:  # the file, or the pipe of a worker that stopped
         if not isinstance(exc, BrokenPipeError):
             unread.append(exc)

@@ -11,6 +11,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -141,5 +142,56 @@ def test_a_planning_process_that_fails_says_why_and_nothing_is_written(tmp_path:
 
     lines: list[Line] = [(1, b'{"importId": "a", "name": "a"}\n')]
     with pytest.raises(porting.ImportStopped, match="the planning process stopped: "):
-        asyncio.run(porting._planned_apart(settings, "org", iter([lines, lines]), write))
+        stopped = threading.Event()
+        planned = porting._planned_apart(settings, "org", iter([lines, lines]), write, stopped)
+        asyncio.run(planned)
     assert written == []
+
+
+def test_an_import_that_stops_ends_though_its_standard_input_goes_on(tmp_path: Path) -> None:
+    # The planning process is killed while the command's thread that reads standard
+    # input waits for the rest of a batch that the program feeding it has not sent (nor
+    # closed the input). The command ends then, with the reason: that thread is not
+    # waited for.
+    db = str(tmp_path / "keysvc.db")
+    done = keysvc("bootstrap", "--db", db, env=ENV)
+    assert done.returncode == 0, done.stderr
+    org = json.loads(done.stdout)["organizationId"]
+    lines = _file(tmp_path, 3 * BATCH).read_bytes().splitlines(keepends=True)
+    command = [sys.executable, "-m", "keysvc", "import", "--db", db, "--org", org]
+    with subprocess.Popen(
+        [*command, "--batch", str(BATCH), "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **ENV},
+    ) as running:
+        assert running.stdin is not None and running.stderr is not None
+        try:
+            # Two whole batches (the command plans apart from a second one on), then half
+            # of a third, and the input left open.
+            running.stdin.write(b"".join(lines[: 2 * BATCH + BATCH // 2]))
+            running.stdin.flush()
+            deadline = time.monotonic() + 60
+            batches = "select count(*) from activities where type = 'key_import'"
+            while _value(db, batches) < 2:
+                assert running.poll() is None
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            child = _planning_child(running.pid)
+            assert child is not None
+            os.kill(child, signal.SIGKILL)
+            started = time.monotonic()
+            try:
+                running.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pytest.fail("the import went on waiting for its input")
+            waited = time.monotonic() - started
+        finally:
+            running.kill()
+            running.stdin.close()
+        err = running.stderr.read().decode()
+    assert running.returncode == 2, err
+    assert "import: the planning process ended with exit code -9" in err
+    assert waited < 10
+    assert _value(db, "select count(*) from api_keys") == 1 + 2 * BATCH
