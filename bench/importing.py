@@ -1,7 +1,6 @@
-"""Import speed (issue 37): ``python -m bench.importing``, or ``make bench`` with
-``bench.run --only importing``; a default ``make bench`` leaves it out, since the
-1,000,000-key import takes minutes on a shared 2-core machine, not the minute or so
-that would fit beside the other scenarios.
+"""Import speed (issue 37): ``python -m bench.importing``, ``bench.run --only
+importing``, and the end of a default ``make bench`` (about a minute and a half on an
+idle 2-core machine).
 
 A JSON Lines file of ``--keys`` records (1,000,000 by default) is generated: each a
 key with a 256-bit random bearer token's SHA-256 (``tokenHash``), an importId, a name
@@ -16,7 +15,9 @@ and a role. Then:
   ``Authorization: Bearer`` on /v1/verify: every one must answer 200.
 
 The section written to docs/PERFORMANCE.md has the command, the figures and the
-machine's load average; the exit code is 1 when a floor is missed or a token fails.
+machine's load average; the exit code is 1 when a floor is missed or a token fails
+(in a default ``make bench``, only when a token fails: a floor is reported, as the
+other scenarios' targets are).
 """
 
 import argparse
@@ -143,8 +144,9 @@ def verified(base: str, tokens: Sequence[str]) -> int:
     return ok
 
 
-def run(args: argparse.Namespace, head: Sequence[tuple[str, str]]) -> tuple[str, bool]:
-    """The measurements and their section; whether a floor was missed or a token failed."""
+def run(args: argparse.Namespace, head: Sequence[tuple[str, str]]) -> tuple[str, bool, bool]:
+    """The measurements and their section; whether a floor was missed; whether a token
+    failed to verify."""
     load = os.getloadavg()[0]
     work = args.workdir or Path(tempfile.mkdtemp(prefix="keysvc-bench-import-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -172,8 +174,8 @@ def run(args: argparse.Namespace, head: Sequence[tuple[str, str]]) -> tuple[str,
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
-    failed = cli_rate < CLI_FLOOR or api_rate < API_FLOOR or cli_ok < len(tokens)
-    failed = failed or api_ok < len(api_tokens)
+    missed = cli_rate < CLI_FLOOR or api_rate < API_FLOOR
+    failed = cli_ok < len(tokens) or api_ok < len(api_tokens)
     facts = [
         *head,
         ("load", f"the machine's load average was {load:.1f} at the start (1 minute)"),
@@ -191,20 +193,21 @@ def run(args: argparse.Namespace, head: Sequence[tuple[str, str]]) -> tuple[str,
         f"| API, {PER_REQUEST:,} a request, SQLite | {args.api_keys:,} | {seconds:.1f}"
         f" | {api_rate:,.0f} | {API_FLOOR:,} | {api_ok}/{len(api_tokens)} |",
     ]
-    return "\n".join(rows), failed
+    return "\n".join(rows), missed, failed
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, floors: bool = True) -> int:
+    """1 when a token failed to verify, or (``floors``) a floor was missed."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _args(argv)
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     head = report.head_facts(
         date, report.git_revision(ROOT), report.command("bench.importing", argv)
     )
-    text, failed = run(args, head)
+    text, missed, failed = run(args, head)
     print(text, flush=True)
     report.write_section(args.doc, NAME, text)
-    return 1 if failed else 0
+    return 1 if failed or (floors and missed) else 0
 
 
 if __name__ == "__main__":
