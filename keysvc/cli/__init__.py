@@ -148,7 +148,7 @@ def _porting(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         "--batch",
         type=int,
         default=None,
-        help="records a transaction (1 to 20000; default 20000 on SQLite, 1000 on PostgreSQL,"
+        help="records a transaction (1 to 20000; default 10000 on SQLite, 1000 on PostgreSQL,"
         " where each batch holds every instance's writes while it is written)",
     )
     into.add_argument("file", metavar="FILE", help="the JSON Lines file, or - for standard input")
@@ -169,7 +169,7 @@ def _port(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     batch = args.batch
     if batch is None:
-        batch = porting.MAX_BATCH if settings.db_url is None else porting.POSTGRES_BATCH
+        batch = porting.SQLITE_BATCH if settings.db_url is None else porting.POSTGRES_BATCH
     if not 1 <= batch <= porting.MAX_BATCH:
         raise ConfigError(f"import: --batch must be from 1 to {porting.MAX_BATCH}")
     with porting.open_input(args.file) as stream:

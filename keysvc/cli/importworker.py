@@ -18,7 +18,6 @@ read from it only because both ends are keysvc's own.
 
 import asyncio
 import contextlib
-import json
 import pickle
 import signal
 from collections.abc import Sequence
@@ -31,8 +30,10 @@ from keysvc.credentials import Hasher
 from keysvc.db.backends import open_store
 from keysvc.db.contract import Store
 from keysvc.domain import imports
+from keysvc.errors import BadRequest
 from keysvc.http.import_schemas import load_records
 from keysvc.http.render import STORE_RECORDS
+from keysvc.http.views.common import decode_json
 from keysvc.timeutil import utcnow
 
 # A line as the command read it: its number, and its bytes or why it was refused.
@@ -49,21 +50,27 @@ class Failed:
 
 
 def decoded(lines: Sequence[Line]) -> list[tuple[int, Any]]:
-    """Each line's JSON value, or a ``ValueError`` saying why it has none."""
+    """Each line's JSON value, checked as the API checks a body (``decode_json``: no
+    repeated field, no NaN, bounded numbers and nesting, no lone surrogate escape), or
+    a ``ValueError`` saying why it has none."""
     out: list[tuple[int, Any]] = []
     for number, line in lines:
         if isinstance(line, str):
             out.append((number, ValueError(line)))
             continue
         try:
-            text = line.decode("utf-8")
+            line.decode("utf-8")
         except UnicodeDecodeError as exc:
             out.append((number, ValueError(f"not UTF-8: {exc}")))
             continue
         try:
-            out.append((number, json.loads(text)))
-        except ValueError as exc:
-            out.append((number, ValueError(f"not JSON: {exc}")))
+            out.append((number, decode_json(line, object, "JSON")))
+        except BadRequest as exc:
+            # The body's own faults ("body: invalid JSON at ...") as the line's; a
+            # field's ("name: holds a lone surrogate escape") as they are.
+            whole = exc.message.startswith("body: ")
+            reason = f"not JSON: {exc.message.removeprefix('body: ')}" if whole else exc.message
+            out.append((number, ValueError(reason)))
     return out
 
 

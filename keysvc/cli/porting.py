@@ -43,12 +43,20 @@ EXPORT_PAGE = 1000
 # gigabyte costs no gigabyte.
 MAX_LINE_BYTES = 1024 * 1024
 
-# Records a transaction of the CLI's import, at most and by default (``--batch``).
-# Larger than the API's 1,000: a batch's random index writes (the two hashes' indexes)
-# touch fewer pages a key the more keys share a transaction, and each commit writes
-# its pages to the WAL once (100,000 keys into a new file: 74 s in batches of 1,000,
-# 44 s in 5,000).
+# Records a transaction of the CLI's import, at most (``--batch``), and by default on
+# SQLite. Larger than the API's 1,000: a batch's random index writes (the two hashes'
+# indexes) touch fewer pages a key the more keys share a transaction, and each commit
+# writes its pages to the WAL once (100,000 keys into a new file: 74 s in batches of
+# 1,000, 44 s in 5,000; 1,000,000 keys: 48 s in 10,000, 43 s in 20,000). But a batch
+# holds SQLite's write lock while it is written: on a file of 1.8 million keys that a
+# server served, batches of 20,000 held another tenant's disable up to 5 s, its busy
+# timeout, and one got a 503 (rt60 F1); 10,000 held it 1.3 s at most. 20,000 is for a
+# file no server serves while it is imported.
 MAX_BATCH = 20_000
+SQLITE_BATCH = 10_000
+# The raw lines a batch holds until they are checked, at most: far above a batch of
+# real records (10,000 of them are about 3 MB).
+BATCH_BYTES = 16 * 1024 * 1024
 # On PostgreSQL, by default: a batch holds keysvc's write lock, which every instance's
 # writes take (another tenant's disable included), for as long as it is written; 10,000
 # keys held it about 5 s on a loaded 2-core machine, the API's 1,000 under one.
@@ -59,6 +67,9 @@ PLANNED_AHEAD = 2
 # How long a stopped import waits for its sender thread to end: it looks whether the
 # import stopped every STOP_POLL seconds while it waits for its input.
 SENDER_WAIT_SECONDS = 1.0
+# How long a stopped import waits for its planning process to end on SIGTERM before it
+# kills it (one that was itself stopped, SIGSTOP, would never end).
+WORKER_WAIT_SECONDS = 2.0
 STOP_POLL = 0.1
 # What the import reads of its file at a time.
 READ_BYTES = 1024 * 1024
@@ -129,13 +140,17 @@ def _lines(stream: _Input) -> Iterator[Line]:
 
 
 def _batches(stream: _Input, batch: int) -> Iterator[list[Line]]:
-    """The file's lines, ``batch`` at a time."""
+    """The file's lines, ``batch`` at a time, or fewer where they reach BATCH_BYTES:
+    lines are kept as read until they are checked, and a file of lines of a MiB
+    (refused, each) must not cost a batch's count of them (rt60 F2)."""
     lines: list[Line] = []
+    size = 0
     for line in _lines(stream):
         lines.append(line)
-        if len(lines) >= batch:
+        size += len(line[1])
+        if len(lines) >= batch or size >= BATCH_BYTES:
             yield lines
-            lines = []
+            lines, size = [], 0
     if lines:
         yield lines
 
@@ -229,6 +244,9 @@ async def _planned_apart(
         stopped.set()
         if worker.is_alive():
             worker.terminate()  # the threads' next send or receive then fails: they end
+            worker.join(WORKER_WAIT_SECONDS)
+            if worker.is_alive():  # stopped (SIGSTOP), SIGTERM waits: rt60 F4
+                worker.kill()
         worker.join()
         while not answers.empty():  # room for the taker's last answer, if it waits
             answers.get_nowait()
@@ -252,9 +270,11 @@ def _take(
             answer = stopped
         if isinstance(answer, Failed):
             answer = ImportStopped(f"import: the planning process stopped: {answer.reason}")
+        put = answers.put(answer)
         try:
-            asyncio.run_coroutine_threadsafe(answers.put(answer), loop).result()
+            asyncio.run_coroutine_threadsafe(put, loop).result()
         except RuntimeError:  # the loop is closed: the import has ended
+            put.close()
             return
         if answer is None or isinstance(answer, BaseException):
             return

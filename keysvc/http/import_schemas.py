@@ -22,7 +22,9 @@ from keysvc.errors import BadRequest
 from keysvc.http.schemas import ADDITION, MAX_NAME, CreateKeySchema, load
 
 MAX_IMPORT_ID = 255
-_IMPORT_ID = re.compile(r"[\x21-\x7e]+")
+# Whole: ``validate.Regexp`` matches at the start only (rt60 F6: "ok" then a NUL and
+# a newline was taken).
+_IMPORT_ID = re.compile(r"[\x21-\x7e]+\Z")
 _HEX_DIGEST = re.compile(r"[0-9a-fA-F]{64}")
 TOKEN_HASH_DOC = {
     **ADDITION,

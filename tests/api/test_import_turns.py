@@ -10,8 +10,9 @@ import pytest
 from keysvc.config import Settings
 from keysvc.http.app import create_app
 from keysvc.http.state import IMPORT_TURNS
+from tests.api.activities import listed
 from tests.api.importing import import_keys, record
-from tests.helpers import Client, ClientFactory, Creds
+from tests.helpers import Client, ClientFactory, Creds, FakeClock, create
 
 # The records carry token hashes: KEYSVC_API_TOKEN_IMPORT on (off by default).
 pytestmark = pytest.mark.settings(api_token_import=True)
@@ -40,3 +41,21 @@ async def test_an_import_held_in_one_app_does_not_hold_another_apps(
     assert (await asyncio.wait_for(mine, 20))["imported"] == 1
     assert len(client.app[IMPORT_TURNS]) == 0
     await other.close()
+
+
+async def test_an_import_is_recorded_when_it_is_written_not_when_it_arrived(
+    client: Client, admin: Creds, clock: FakeClock
+) -> None:
+    # rt60 F7: an import that waited for its turn (and the CLI's, planned ahead) was
+    # recorded at its arrival, before the writes made while it waited: the
+    # organization's chain went back in time.
+    org = admin.organization_id
+    async with client.app[IMPORT_TURNS].one_at_a_time(org):
+        held = asyncio.ensure_future(import_keys(client, admin, [record("waited")]))
+        await asyncio.sleep(0.3)
+        clock.advance(seconds=5)
+        await create(client, admin, {"name": "made meanwhile", "roles": ["developer"]})
+    assert (await asyncio.wait_for(held, 20))["imported"] == 1
+    records = await listed(client, admin)  # in the chain's order
+    assert [r["type"] for r in records[-2:]] == ["key_create", "key_import"]
+    assert records[-1]["createdAt"] >= records[-2]["createdAt"]

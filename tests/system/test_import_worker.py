@@ -195,3 +195,140 @@ def test_an_import_that_stops_ends_though_its_standard_input_goes_on(tmp_path: P
     assert "import: the planning process ended with exit code -9" in err
     assert waited < 10
     assert _value(db, "select count(*) from api_keys") == 1 + 2 * BATCH
+
+
+def _rss_of_import(command: list[str]) -> tuple[subprocess.CompletedProcess[str], int]:
+    """``command`` run by a fresh interpreter, and the largest resident size in KiB
+    that it or the processes it waited for reached (the import, its planning one)."""
+    script = (
+        "import json, resource, subprocess, sys\n"
+        "done = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+        "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+        "print(json.dumps([done.returncode, done.stdout, done.stderr, peak]))\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", script, *command],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **ENV},
+        check=False,
+        timeout=120,
+    )
+    code, out, err, peak = json.loads(ran.stdout)
+    return subprocess.CompletedProcess(command, code, out, err), int(peak)
+
+
+def test_lines_of_a_mebibyte_cost_no_batch_of_them_in_memory(tmp_path: Path) -> None:
+    # rt60 F2: lines are kept as read until they are checked, so a batch is cut at
+    # BATCH_BYTES as well as at its count. 300 lines of 1 MiB, each refused (not JSON),
+    # with the largest batch: before, all 300 were held (about 340 MB; 160 now).
+    db = str(tmp_path / "keysvc.db")
+    done = keysvc("bootstrap", "--db", db, env=ENV)
+    assert done.returncode == 0, done.stderr
+    org = json.loads(done.stdout)["organizationId"]
+    source = tmp_path / "junk.jsonl"
+    line = b"x" * (1024 * 1024 - 1) + b"\n"
+    with source.open("wb") as out:
+        for _ in range(300):
+            out.write(line)
+    command = [sys.executable, "-m", "keysvc", "import", "--db", db, "--org", org]
+    ran, peak = _rss_of_import([*command, "--batch", "20000", str(source)])
+    assert ran.returncode == 1, ran.stderr
+    assert json.loads(ran.stdout)["refused"] == 300
+    assert ran.stderr.count("not JSON") == 300
+    assert peak < 250 * 1024, f"{peak} KiB"
+
+
+def test_a_stopped_planning_process_does_not_hold_ctrl_c(tmp_path: Path) -> None:
+    # rt60 F4: the planning process stopped (SIGSTOP) leaves the import waiting; Ctrl-C
+    # must still end it, and the planning process with it.
+    db = str(tmp_path / "keysvc.db")
+    done = keysvc("bootstrap", "--db", db, env=ENV)
+    assert done.returncode == 0, done.stderr
+    org = json.loads(done.stdout)["organizationId"]
+    source = _file(tmp_path, LINES)
+    command = [sys.executable, "-m", "keysvc", "import", "--db", db, "--org", org]
+    with subprocess.Popen(
+        [*command, "--batch", str(BATCH), str(source)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **ENV},
+    ) as running:
+        child = None
+        try:
+            deadline = time.monotonic() + 60
+            batches = "select count(*) from activities where type = 'key_import'"
+            while _value(db, batches) < 2:
+                assert running.poll() is None
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            child = _planning_child(running.pid)
+            assert child is not None
+            os.kill(child, signal.SIGSTOP)
+            time.sleep(0.5)
+            running.send_signal(signal.SIGINT)
+            try:
+                running.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pytest.fail("Ctrl-C did not end an import whose planning process was stopped")
+        finally:
+            running.kill()
+            if child is not None and Path(f"/proc/{child}").exists():
+                os.kill(child, signal.SIGKILL)
+    assert running.returncode != 0
+    time.sleep(0.5)
+    state = Path(f"/proc/{child}/stat")
+    assert not state.exists() or state.read_text().split()[2] == "Z"
+
+
+def test_a_line_the_api_would_refuse_is_refused_by_its_number(db: str, tmp_path: Path) -> None:
+    # rt60 F5, F6: each line is decoded as the API decodes a body. A lone surrogate
+    # escape ended the whole import (it cannot be stored), a nesting deep enough ended
+    # it with a RecursionError, and an importId of printable ASCII then a NUL and a
+    # newline went in. Each is now its line's refusal, in batches planned apart (2
+    # lines) and in one batch planned here.
+    done = keysvc("bootstrap", "--db", db, env=ENV)
+    assert done.returncode == 0, done.stderr
+    org = json.loads(done.stdout)["organizationId"]
+    good = [json.dumps({"importId": f"g-{n}", "name": f"good {n}", "roles": ["developer"]})
+            for n in range(4)]  # fmt: skip
+    bad = [
+        '{"importId": "s-1", "name": "\\ud800x", "roles": ["developer"]}',
+        "[" * 200_000,
+        '{"importId": "d-1", "name": "a", "name": "b", "roles": ["developer"]}',
+        json.dumps({"importId": "ok\u0000 \n\u2028 x", "name": "n", "roles": ["developer"]}),
+        '{"importId": "n-1", "name": "nan", "roles": ["developer"], "meta": {"x": NaN}}',
+    ]
+    lines = [good[0], bad[0], good[1], bad[1], bad[2], good[2], bad[3], bad[4], good[3]]
+    source = tmp_path / "keys.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    command = [sys.executable, "-m", "keysvc", "import", "--db", db, "--org", org]
+    # Planned apart (batches of 2), then in one batch planned here: the second run
+    # skips what the first imported, and refuses the same lines alike.
+    for batch, imported, skipped in (("2", 4, 0), ("100", 0, 4)):
+        ran = subprocess.run(
+            [*command, "--batch", batch, str(source)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **ENV},
+            check=False,
+            timeout=120,
+        )
+        assert ran.returncode == 1, ran.stderr
+        assert "Traceback" not in ran.stderr
+        reasons = dict(
+            line.removeprefix("keysvc: import: line ").split(": ", 1)
+            for line in ran.stderr.splitlines()
+        )
+        assert set(reasons) == {"2", "4", "5", "7", "8"}, ran.stderr
+        assert "lone surrogate" in reasons["2"]
+        assert reasons["4"] == "not JSON: JSON is nested too deeply"
+        assert "appears more than once" in reasons["5"]
+        assert reasons["7"].startswith("importId: must be printable ASCII")
+        assert "NaN" in reasons["8"]
+        summary = json.loads(ran.stdout)
+        assert (summary["imported"], summary["skipped"], summary["refused"]) == (
+            imported,
+            skipped,
+            5,
+        )

@@ -71,6 +71,7 @@ async def import_keys(request: web.Request) -> web.Response:
         request.app[SETTINGS].max_keys_per_org,
         actor(request),
         request.app[IMPORT_TURNS],
+        request.app[CLOCK],
     )
     errors = sorted([*refused, *result.errors], key=lambda error: error[0])
     return ok(
