@@ -82,6 +82,22 @@ def _planning_child(pid: int) -> int | None:
     return None
 
 
+BATCHES = "select count(*) from activities where type = 'key_import'"
+
+
+def _under_way(db: str, running: "subprocess.Popen[Any]") -> int:
+    """The planning process of ``running``, once two batches are written: the import
+    is under way, its planning process planning ahead."""
+    deadline = time.monotonic() + 60
+    while _value(db, BATCHES) < 2:
+        assert running.poll() is None
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    child = _planning_child(running.pid)
+    assert child is not None
+    return child
+
+
 def test_the_planning_process_killed_stops_the_import_with_whole_batches(
     db: str, tmp_path: Path
 ) -> None:
@@ -98,14 +114,7 @@ def test_the_planning_process_killed_stops_the_import_with_whole_batches(
         env={**os.environ, **ENV},
     )
     try:
-        deadline = time.monotonic() + 60
-        batches = "select count(*) from activities where type = 'key_import'"
-        while _value(db, batches) < 2:  # it is under way: the worker is planning ahead
-            assert running.poll() is None, running.communicate()
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        child = _planning_child(running.pid)
-        assert child is not None
+        child = _under_way(db, running)
         os.kill(child, signal.SIGKILL)
         out, err = running.communicate(timeout=60)
     finally:
@@ -114,7 +123,7 @@ def test_the_planning_process_killed_stops_the_import_with_whole_batches(
     assert running.returncode == 2, (out, err)
     assert "import: the planning process ended with exit code -9" in err
     keys = _value(db, "select count(*) from api_keys")
-    written = _value(db, batches)
+    written = _value(db, BATCHES)
     assert 2 <= written < LINES // BATCH
     assert keys == 1 + written * BATCH  # the bootstrap's admin key, then whole batches
     again = subprocess.run(
@@ -172,14 +181,7 @@ def test_an_import_that_stops_ends_though_its_standard_input_goes_on(tmp_path: P
             # of a third, and the input left open.
             running.stdin.write(b"".join(lines[: 2 * BATCH + BATCH // 2]))
             running.stdin.flush()
-            deadline = time.monotonic() + 60
-            batches = "select count(*) from activities where type = 'key_import'"
-            while _value(db, batches) < 2:
-                assert running.poll() is None
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
-            child = _planning_child(running.pid)
-            assert child is not None
+            child = _under_way(db, running)
             os.kill(child, signal.SIGKILL)
             started = time.monotonic()
             try:
@@ -256,14 +258,7 @@ def test_a_stopped_planning_process_does_not_hold_ctrl_c(tmp_path: Path) -> None
     ) as running:
         child = None
         try:
-            deadline = time.monotonic() + 60
-            batches = "select count(*) from activities where type = 'key_import'"
-            while _value(db, batches) < 2:
-                assert running.poll() is None
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
-            child = _planning_child(running.pid)
-            assert child is not None
+            child = _under_way(db, running)
             os.kill(child, signal.SIGSTOP)
             time.sleep(0.5)
             running.send_signal(signal.SIGINT)
