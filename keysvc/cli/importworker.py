@@ -9,7 +9,8 @@ The protocol, over one ``multiprocessing`` pipe, each message pickled:
   (line number, the line's bytes or the reason it could not be read), then None;
 - the worker answers each batch, in order, with the lines it refused (number, importId,
   reason) and the batch planned (``PlannedBatch``), or with ``Failed`` and why, then
-  ends. It writes nothing: its store is opened for the roles the records name.
+  ends. It imports nothing: its store is opened, as every command opens it, for the
+  roles the records name.
 
 The pipe is an anonymous pair of sockets between the command and the process it
 started (``multiprocessing``'s spawn), which no other process can reach: pickle is

@@ -2,9 +2,11 @@
 organization as JSON Lines, one record a line, streamed both ways.
 
 The import reads its file a line at a time and stores it in batches (each one
-transaction, ``keysvc.domain.imports.import_batch``, as the API's request is), each
-record checked as the API checks it (``keysvc.http.import_schemas``); a refused line is
-reported on standard error by its line number, and the rest go in. The summary is one
+transaction, ``keysvc.domain.imports.write_batch``, as the API's request is), each
+line checked as the API checks a body and its record (``keysvc.http.import_schemas``);
+a refused line is reported on standard error by its line number, and the rest go in.
+A file of more than one batch is checked and planned in a second process
+(``keysvc.cli.importworker``) while this one writes. The summary is one
 JSON object on standard output; the exit code is 0 when every line was imported or
 skipped as imported before, 1 when some were refused.
 
@@ -50,8 +52,8 @@ MAX_LINE_BYTES = 1024 * 1024
 # 1,000, 44 s in 5,000; 1,000,000 keys: 48 s in 10,000, 43 s in 20,000). But a batch
 # holds SQLite's write lock while it is written: on a file of 1.8 million keys that a
 # server served, batches of 20,000 held another tenant's disable up to 5 s, its busy
-# timeout, and one got a 503 (rt60 F1); 10,000 held it 1.3 s at most. 20,000 is for a
-# file no server serves while it is imported.
+# timeout, and one got a 503 (rt60 F1); 10,000 held it 1.3 to 3.3 s at most in four
+# runs. 20,000 is for a file no server serves while it is imported.
 MAX_BATCH = 20_000
 SQLITE_BATCH = 10_000
 # The raw lines a batch holds until they are checked, at most: far above a batch of
@@ -67,10 +69,10 @@ PLANNED_AHEAD = 2
 # How long a stopped import waits for its sender thread to end: it looks whether the
 # import stopped every STOP_POLL seconds while it waits for its input.
 SENDER_WAIT_SECONDS = 1.0
+STOP_POLL = 0.1
 # How long a stopped import waits for its planning process to end on SIGTERM before it
 # kills it (one that was itself stopped, SIGSTOP, would never end).
 WORKER_WAIT_SECONDS = 2.0
-STOP_POLL = 0.1
 # What the import reads of its file at a time.
 READ_BYTES = 1024 * 1024
 

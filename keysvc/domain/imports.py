@@ -207,8 +207,7 @@ async def plan_batch(
 ) -> PlannedBatch:
     """``import_batch``'s first half, which writes nothing: each record's roles and
     material checked, its key's UUID, rows and activity view made. ``keysvc import``
-    plans the next batch while the last is written (SQLite's statements run on their
-    connection's thread)."""
+    plans its batches in a second process while it writes (``keysvc.cli.importworker``)."""
     result = ImportResult()
     planned = await _plan(store, hasher, caller, organization_id, records, now, result)
     return PlannedBatch(organization_id, caller, now, planned, result)
