@@ -29,7 +29,7 @@ from keysvc.db import replay
 from keysvc.db.contract import Connection
 from keysvc.db.dialect import with_json_list
 from keysvc.db.quota import UNLIMITED, Quota
-from keysvc.db.statements import fetch_all, fetch_one, many_rows
+from keysvc.db.statements import fetch_all, fetch_one, many_row_statements, many_rows
 from keysvc.models import Activity, ActivityKinds, ActivityPage, Actor, JsonText
 from keysvc.timeutil import from_text, to_text
 
@@ -210,9 +210,8 @@ async def record(
         digest = chain.link(last, content)
         rows.append((*content, last, digest))
         ends[activity.organization_id] = (count + 1, digest)
-    for start in range(0, len(rows), ROWS_PER_INSERT):
-        chunk = rows[start : start + ROWS_PER_INSERT]
-        await _run(conn, many_rows(_INSERT, len(chunk), _WIDTH), [v for r in chunk for v in r])
+    for sql, values in many_row_statements(_INSERT, rows, ROWS_PER_INSERT):
+        await _run(conn, sql, values)
     await _charge(conn, chain.quota, rows, activities[-1].created_at.timestamp(), revoking)
     heads = [(org, *ends[org], chain.headmac(org, *ends[org])) for org in orgs]
     sql = many_rows(_INSERT_HEADS, len(heads), 4) + _ON_CONFLICT

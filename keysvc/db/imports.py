@@ -14,7 +14,7 @@ from keysvc.db import keys as key_sql
 from keysvc.db.contract import Connection
 from keysvc.db.dialect import Sql, with_json_list
 from keysvc.db.rows import role_from_row
-from keysvc.db.statements import fetch_all, fetch_one, many_rows
+from keysvc.db.statements import fetch_all, fetch_one, many_row_statements
 from keysvc.models import Role
 
 # The importIds of ``organization_id`` among a JSON list: those already imported.
@@ -204,12 +204,8 @@ async def _insert_many(conn: Connection, into: str, rows: Sequence[tuple[object,
     parameters, as everywhere."""
     if not rows:
         return
-    width = len(rows[0])
-    per = PARAMETERS_PER_STATEMENT // width
-    for start in range(0, len(rows), per):
-        chunk = rows[start : start + per]
-        values = [value for row in chunk for value in row]
-        await conn.execute(many_rows(into, len(chunk), width), values)
+    for sql, values in many_row_statements(into, rows, PARAMETERS_PER_STATEMENT // len(rows[0])):
+        await conn.execute(sql, values)
 
 
 def _as_expected(name: str, sql: str) -> bool:

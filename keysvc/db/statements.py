@@ -2,7 +2,7 @@
 a statement's rows, multi-row inserts, savepoints, and a commit awaited to its end."""
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
 from typing import Any
 
 from keysvc.db.contract import Connection
@@ -15,6 +15,16 @@ def many_rows(into: str, count: int, width: int) -> str:
     placeholders. Only the placeholders are built: the values are parameters."""
     row = "(" + ", ".join("?" * width) + ")"
     return into + ", ".join([row] * count)
+
+
+def many_row_statements(
+    into: str, rows: Sequence[Sequence[object]], per: int
+) -> Iterator[tuple[str, list[object]]]:
+    """``into``'s statements (``many_rows``) for ``rows``, ``per`` rows a statement, each
+    with its parameters: the caller runs them on its connection, as it runs statements."""
+    for start in range(0, len(rows), per):
+        chunk = rows[start : start + per]
+        yield many_rows(into, len(chunk), len(chunk[0])), [value for row in chunk for value in row]
 
 
 async def fetch_one(conn: Connection, sql: str, params: Sequence[object]) -> Any:

@@ -32,7 +32,7 @@ from keysvc.db.seal import Seal
 from keysvc.db.sqlite.connections import BUSY_TIMEOUT_MS, Writer, connect_now
 from keysvc.db.sqlite.diskspace import LOCKED, DiskSpace
 from keysvc.db.sqlite.filewatch import FileWatch
-from keysvc.db.statements import many_rows
+from keysvc.db.statements import many_row_statements
 from keysvc.errors import Conflict, DatabaseUnavailable, ServiceUnavailable, TooManyRequests
 from keysvc.models import Key, NewKey, Role
 
@@ -343,9 +343,8 @@ def _granted_roles(conn: sqlite3.Connection, batch: Sequence[Create]) -> dict[st
 def _insert_rows(conn: sqlite3.Connection, into: str, rows: Sequence[tuple[object, ...]]) -> None:
     """``into`` (``insert into t (columns) values``) for ``rows``, ROWS_PER_INSERT at a time.
     Only the placeholders are built: the values are parameters, as everywhere."""
-    for start in range(0, len(rows), ROWS_PER_INSERT):
-        chunk = rows[start : start + ROWS_PER_INSERT]
-        conn.execute(many_rows(into, len(chunk), len(chunk[0])), [v for r in chunk for v in r])
+    for sql, values in many_row_statements(into, rows, ROWS_PER_INSERT):
+        conn.execute(sql, values)
 
 
 async def _insert_alone(conn: sqlite3.Connection, item: Create, staged: _Staged) -> Made:
