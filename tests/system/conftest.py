@@ -1,6 +1,8 @@
 """The fixtures of the browser tests of the console: a real server (a module's own,
 or a test's own), Debian's Chromium under Playwright, and consoles opened on them that
-fail their test if their page logged an error. Their helpers are tests/console_page.py."""
+fail their test if their page logged an error. Their helpers are tests/console_page.py.
+And ``db``: a new database on each backend, for the operator's commands (import,
+export), as a file's path or a PostgreSQL URL."""
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -10,10 +12,19 @@ from playwright.sync_api import Browser, ViewportSize, expect, sync_playwright
 
 from tests.components import require_command
 from tests.console_page import WIDE, Console, Running
+from tests.postgres import Postgres
 from tests.server import Server, bootstrap
 
 # Usage counts written each second: a test sees its requests in the chart soon.
 SERVE_ARGS = ("--usage-flush-seconds", "1")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "keysvc.db")
+    postgres: Postgres = request.getfixturevalue("postgres")
+    return postgres.url(request.getfixturevalue("pg_database"))
 
 
 @pytest.fixture(scope="module")

@@ -10,21 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.postgres import PEPPER, Postgres
+from tests.postgres import PEPPER
 from tests.server import keysvc
 
 ENV = {"KEYSVC_PEPPER": PEPPER.hex()}
 BURST = {"name": "burst", "limit": 10, "windowSeconds": 1, "autoApply": True}
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "keysvc.db")
-    postgres: Postgres = request.getfixturevalue("postgres")
-    return postgres.url(request.getfixturevalue("pg_database"))
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -4,7 +4,6 @@ run importing nothing twice, the imported tokens verifying on a served instance 
 ``Authorization: Bearer``, and an export of public fields only that a second keysvc
 imports as public data (keys that open with nothing until rotated)."""
 
-import asyncio
 import hashlib
 import json
 import os
@@ -15,21 +14,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import asyncpg
-import pytest
-
-from tests.postgres import PEPPER, Postgres
+from keysvc.config import build_settings
+from tests.handsql import hand_value
+from tests.postgres import PEPPER
 from tests.server import Server, call, keysvc, status_of
 
 ENV = {"KEYSVC_PEPPER": PEPPER.hex()}
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "keysvc.db")
-    postgres: Postgres = request.getfixturevalue("postgres")
-    return postgres.url(request.getfixturevalue("pg_database"))
 
 
 def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -87,20 +77,8 @@ def test_the_default_batch_is_smaller_on_postgresql(db: str, tmp_path: Path) -> 
     assert imported.returncode == 0, imported.stderr
     assert json.loads(imported.stdout)["imported"] == 2_500
     sql = "select count(*) from activities where type = 'key_import'"
-    if db.startswith("postgres"):
-        batches = asyncio.run(_pg_value(db, sql))
-    else:
-        with sqlite3.connect(db) as conn:
-            ((batches,),) = conn.execute(sql).fetchall()
+    batches = hand_value(build_settings({"db_path": db}, env=ENV), sql)
     assert batches == (3 if db.startswith("postgres") else 1)
-
-
-async def _pg_value(url: str, sql: str) -> Any:
-    conn = await asyncpg.connect(url)
-    try:
-        return await conn.fetchval(sql)
-    finally:
-        await conn.close()
 
 
 def test_import_then_serve_then_export_round_trip(db: str, tmp_path: Path) -> None:
