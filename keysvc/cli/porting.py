@@ -191,10 +191,19 @@ async def _import(
 
         # A file of one batch is planned and written here; a longer one is planned in a
         # second process while this one writes (``keysvc.cli.importworker``).
+        # The first two batches are read on a thread too: a Ctrl-C cancels the loop's
+        # task at an await, never inside a read that waits for input (rt61 F1).
         stopped = threading.Event()
         batches = _batches(_Input(stream, stopped), batch)
-        first = next(batches, None)
-        second = None if first is None else next(batches, None)
+        loop = asyncio.get_running_loop()
+        try:
+            first = await loop.run_in_executor(None, next, batches, None)
+            second = (
+                None if first is None else await loop.run_in_executor(None, next, batches, None)
+            )
+        except BaseException:
+            stopped.set()  # the thread's read then ends within STOP_POLL
+            raise
         if first is not None and second is None:
             await write(*await plan_lines(store, hasher, organization_id, first))
         elif first is not None and second is not None:
@@ -347,5 +356,7 @@ async def _export(settings: Settings, organization_id: str, out: IO[str]) -> int
 def open_input(path: str) -> IO[bytes]:
     """The file to import, or standard input for ``-``, as bytes (``_lines``)."""
     if path == "-":
+        if sys.stdin is None:  # its descriptor closed: Python has none (rt61 F4)
+            raise ConfigError("import: - names standard input, and this command has none")
         return sys.stdin.buffer
     return open(path, "rb")

@@ -309,3 +309,59 @@ def test_a_line_the_api_would_refuse_is_refused_by_its_number(db: str, tmp_path:
             skipped,
             5,
         )
+
+
+def test_ctrl_c_ends_an_import_still_reading_its_first_batches(tmp_path: Path) -> None:
+    # rt61 F1: the first two batches were read on the loop's thread, which Ctrl-C (a
+    # cancel of the loop's task) does not reach while it waits for input: with standard
+    # input left open, one Ctrl-C did nothing, a second left the command hanging.
+    db = str(tmp_path / "keysvc.db")
+    done = keysvc("bootstrap", "--db", db, env=ENV)
+    assert done.returncode == 0, done.stderr
+    org = json.loads(done.stdout)["organizationId"]
+    half = _file(tmp_path, BATCH // 2).read_bytes()
+    command = [sys.executable, "-m", "keysvc", "import", "--db", db, "--org", org]
+    with subprocess.Popen(
+        [*command, "--batch", str(BATCH), "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **ENV},
+    ) as running:
+        assert running.stdin is not None
+        try:
+            running.stdin.write(half)  # half a batch, and the input left open
+            running.stdin.flush()
+            time.sleep(3)  # started, and waiting for the rest
+            assert running.poll() is None
+            running.send_signal(signal.SIGINT)
+            try:
+                running.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pytest.fail("one Ctrl-C did not end an import waiting for its input")
+        finally:
+            running.kill()
+            running.stdin.close()
+    assert running.returncode != 0
+    assert _value(db, "select count(*) from api_keys") == 1
+
+
+def test_an_import_from_a_closed_standard_input_says_so(tmp_path: Path) -> None:
+    # rt61 F4: with no standard input at all, `-` ended in an AttributeError's traceback
+    # and exit code 1, the code of refused lines.
+    db = str(tmp_path / "keysvc.db")
+    done = keysvc("bootstrap", "--db", db, env=ENV)
+    assert done.returncode == 0, done.stderr
+    org = json.loads(done.stdout)["organizationId"]
+    ran = subprocess.run(
+        [sys.executable, "-m", "keysvc", "import", "--db", db, "--org", org, "-"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **ENV},
+        preexec_fn=lambda: os.close(0),  # the child's own standard input, before exec
+        check=False,
+        timeout=60,
+    )
+    assert ran.returncode == 2, ran.stderr
+    assert "Traceback" not in ran.stderr
+    assert "standard input" in ran.stderr
