@@ -31,7 +31,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import IO, Any
 
-from keysvc.cli.importworker import Failed, Line, Refused, plan_lines
+from keysvc.cli.importworker import Failed, Line, Refused, collected_per_batch, plan_lines
 from keysvc.cli.importworker import run as worker_main
 from keysvc.config import ConfigError, Settings
 from keysvc.db.backends import open_store
@@ -245,10 +245,13 @@ async def _planned_apart(
     sender.start()
     taker.start()
     try:
-        while (answer := await answers.get()) is not None:
-            if isinstance(answer, BaseException):
-                raise answer
-            await write(*answer)
+        with collected_per_batch() as collect:
+            while (answer := await answers.get()) is not None:
+                if isinstance(answer, BaseException):
+                    raise answer
+                await write(*answer)
+                del answer  # collected with the rest of its batch
+                collect()
         if unread:
             raise unread[0]
     finally:

@@ -3,15 +3,18 @@
 that the thread reading it can stop: its lines must be the ones ``readline`` gives,
 for every limit, from a file, a pipe and a stream without a descriptor."""
 
+import gc
 import io
 import os
 import random
 import threading
+import weakref
 from pathlib import Path
 
 import pytest
 
 from keysvc.cli import porting
+from keysvc.cli.importworker import collected_per_batch
 
 
 def _data(rng: random.Random) -> bytes:
@@ -75,3 +78,30 @@ def test_a_reader_waiting_for_its_input_stops_when_told() -> None:
     os.close(write_end)
     assert not reader.is_alive()
     assert [type(exc) for exc in failed] == [porting._Stopped]
+
+
+class _Node:
+    next: object = None
+
+
+def test_the_collector_runs_once_a_batch_and_is_put_back_as_it_was() -> None:
+    assert gc.isenabled()
+    with collected_per_batch() as collect:
+        assert not gc.isenabled()
+        assert gc.get_freeze_count() > 0  # what was alive before, left out of collections
+        cycle = _Node()
+        cycle.next = cycle
+        gone = weakref.ref(cycle)
+        del cycle
+        assert gone() is not None  # no collection by allocation counts
+        collect()
+        assert gone() is None
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == 0
+    gc.disable()
+    try:
+        with collected_per_batch():
+            pass
+        assert not gc.isenabled()  # as it was
+    finally:
+        gc.enable()
