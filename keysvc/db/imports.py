@@ -7,8 +7,10 @@ Functions here run on the connection they are given, inside the caller's transac
 (``keysvc.domain.imports`` owns it and its rules), and return plain values.
 """
 
+import contextlib
 import json
-from collections.abc import Sequence
+import sqlite3
+from collections.abc import Iterator, Sequence
 
 from keysvc.db import keys as key_sql
 from keysvc.db.contract import Connection
@@ -29,7 +31,25 @@ _TAKEN_KEY_ID_HASHES = """
     union
     select previous_key_id_hash from api_keys where previous_key_id_hash in ({marks})
 """
+_TAKEN_PREVIOUS_HASHES = """
+    select previous_key_id_hash from api_keys where previous_key_id_hash in ({marks})
+"""
 HASHES_PER_STATEMENT = 5000
+# The previous key IDs keys still answer to, all of them when there are at most
+# PREVIOUS_READ (a rotation's until its grace period ends: few), checked in Python;
+# past it, the batch's hashes are looked up in their index (``_TAKEN_PREVIOUS_HASHES``).
+PREVIOUS_KEY_ID_HASHES = """
+    select previous_key_id_hash from api_keys where previous_key_id_hash is not null limit ?
+"""
+PREVIOUS_READ = 4096
+
+
+class KeyIdTaken(Exception):
+    """A batch's key ID is one another key has already (its unique index refused the
+    batch's insert, ``insert_batch``): the transaction is to be rolled back, nothing of
+    it written."""
+
+
 # SQLite's page cache while a batch is inserted: a key's row goes into six indexes of
 # random values (its UUID, key-ID and secret hashes), and with SQLite's default 2 MB
 # (keysvc sets none) most of a large organization's indexes are read again for each
@@ -65,11 +85,28 @@ def _placeholders(count: int) -> str:
 async def taken_key_id_hashes(conn: Connection, hashes: Sequence[bytes]) -> set[bytes]:
     """Those of ``hashes`` that some key answers to already, as its key ID or as the one
     a rotation replaced."""
+    return await _taken(conn, _TAKEN_KEY_ID_HASHES, 2, hashes)
+
+
+async def taken_previous_hashes(conn: Connection, hashes: Sequence[bytes]) -> set[bytes]:
+    """Those of ``hashes`` that some key answers to as the key ID a rotation replaced:
+    the half of ``taken_key_id_hashes`` that no index refuses at insert (the other, a
+    current key ID's, ``insert_batch`` refuses with ``KeyIdTaken``)."""
+    rows = await fetch_all(conn, PREVIOUS_KEY_ID_HASHES, (PREVIOUS_READ + 1,))
+    if len(rows) > PREVIOUS_READ:
+        return await _taken(conn, _TAKEN_PREVIOUS_HASHES, 1, hashes)
+    previous = {bytes(row[0]) for row in rows}
+    return {h for h in hashes if h in previous}
+
+
+async def _taken(conn: Connection, sql: str, lists: int, hashes: Sequence[bytes]) -> set[bytes]:
+    """The hashes ``sql`` finds among ``hashes``, asked HASHES_PER_STATEMENT at a time
+    (``sql`` holds ``lists`` lists of them)."""
     taken: set[bytes] = set()
     for start in range(0, len(hashes), HASHES_PER_STATEMENT):
         chunk = list(hashes[start : start + HASHES_PER_STATEMENT])
-        sql = _TAKEN_KEY_ID_HASHES.format(marks=_placeholders(len(chunk)))
-        taken.update(bytes(row[0]) for row in await fetch_all(conn, sql, chunk + chunk))
+        statement = sql.format(marks=_placeholders(len(chunk)))
+        taken.update(bytes(row[0]) for row in await fetch_all(conn, statement, chunk * lists))
     return taken
 
 
@@ -208,6 +245,18 @@ async def _insert_many(conn: Connection, into: str, rows: Sequence[tuple[object,
         await conn.execute(sql, values)
 
 
+@contextlib.contextmanager
+def _key_id_taken() -> Iterator[None]:
+    """A key ID's unique index (or, on PostgreSQL, the trigger that guards previous key
+    IDs) refusing a batch's keys, as ``KeyIdTaken``."""
+    try:
+        yield
+    except sqlite3.IntegrityError as exc:  # PostgreSQL's refusals too (IntegrityRefusal)
+        if "key_id_hash" in str(exc):
+            raise KeyIdTaken from None
+        raise
+
+
 def _as_expected(name: str, sql: str) -> bool:
     words = " ".join(sql.split())
     return words == f"CREATE TRIGGER {name} {_BULK_TRIGGERS[name]}"
@@ -235,20 +284,23 @@ async def insert_batch(
 ) -> None:
     """The batch's keys (all of ``organization_id``, whose places end at ``last_seq``),
     their roles, details and importIds: a few statements a table, the row triggers'
-    work one statement each."""
+    work one statement each. ``KeyIdTaken`` if a key's key ID is another's already."""
     bulk = await _stand_aside(conn)
     if bulk:
         for sql in STAGING:
             await conn.execute(sql)
         await _insert_many(conn, STAGE_KEYS, key_rows)
         await _insert_many(conn, STAGE_KEY_ROLES, role_rows)
-        for sql in STAGED:
+        with _key_id_taken():
+            await conn.execute(STAGED[0])  # the keys
+        for sql in STAGED[1:]:
             await conn.execute(sql)
         await _insert_many(conn, INSERT_DETAILS_MANY, detail_rows)
         await _insert_many(conn, INSERT_IMPORTS_MANY, import_rows)
     else:
         await conn.execute(NEW_KEYS_ON)
-        await conn.executemany(key_sql.INSERT_KEY, key_rows)
+        with _key_id_taken():
+            await conn.executemany(key_sql.INSERT_KEY, key_rows)
         if role_rows:
             await conn.executemany(key_sql.INSERT_KEY_ROLE, role_rows)
         await conn.execute(NEW_KEYS_OFF)

@@ -225,15 +225,45 @@ async def write_batch(
     are inside the transaction, written in it. Its activity is recorded at ``clock()``
     then, not at the batch's planning: the CLI plans ahead, and an import may wait for
     its turn, while other writes of the organization are recorded (rt60 F7)."""
-    organization_id, caller, result = batch.organization_id, batch.caller, batch.result
-    planned = batch.planned
+    # A request's batch (a caller's) looks its key IDs up first; the operator's own
+    # import, whose batches are 10 times larger, first writes without (see _write).
+    if batch.caller is not None:
+        return await _write(store, batch, max_keys, actor, turns, clock, careful=True)
+    try:
+        return await _write(store, batch, max_keys, actor, turns, clock, careful=False)
+    except import_sql.KeyIdTaken:
+        # That transaction rolled back, nothing of it written: again, each key ID looked
+        # up first, so that the one taken is refused and the rest go in.
+        return await _write(store, batch, max_keys, actor, turns, clock, careful=True)
+
+
+async def _write(
+    store: Store,
+    batch: PlannedBatch,
+    max_keys: int,
+    actor: Actor,
+    turns: ImportTurns,
+    clock: Callable[[], datetime],
+    careful: bool,
+) -> ImportResult:
+    """``write_batch`` in one transaction. ``careful``: each record's key ID looked up
+    first in both of a key's indexes (current and previous key IDs), and one taken
+    refused. Not ``careful``: only the previous key IDs, which no index refuses, and a
+    current one taken is refused by its unique index at insert (``KeyIdTaken``); the
+    lookup was a tenth of SQLite's time in a 1,000,000-key ``keysvc import``. Not for
+    a request's batch: a taken key ID would have the writer do its inserts twice
+    (once rolled back, uncharged to the write budget)."""
+    organization_id, caller, planned = batch.organization_id, batch.caller, batch.planned
+    planning = batch.result  # the refusals of the planning, copied: a batch may be written twice
+    result = ImportResult(list(planning.imported), list(planning.skipped), list(planning.errors))
     async with turns.one_at_a_time(organization_id), store.transaction("import_keys") as conn:
         taken_ids = await import_sql.taken_import_ids(
             conn, organization_id, [p.import_id for p in planned]
         )
         fresh = [p for p in planned if p.import_id not in taken_ids]
         result.skipped.extend(p.position for p in planned if p.import_id in taken_ids)
-        taken = await import_sql.taken_key_id_hashes(conn, [p.key_id_hash for p in fresh])
+        lookup = import_sql.taken_key_id_hashes if careful else import_sql.taken_previous_hashes
+        taken = await lookup(conn, [p.key_id_hash for p in fresh])
         role_ids = list(dict.fromkeys(r for p in fresh for r in p.role_ids))
         granted = await import_sql.roles_now(conn, role_ids)
         count, last = await import_sql.counts(conn, organization_id)

@@ -16,7 +16,7 @@ import pytest
 
 from keysvc.config import Settings
 from tests.api.importing import import_keys, record
-from tests.handsql import hand_sql, hand_value
+from tests.handsql import audit_verdict, hand_sql, hand_value
 from tests.helpers import (
     Client,
     Creds,
@@ -253,3 +253,38 @@ async def test_a_trigger_not_as_expected_is_left_to_fire_for_each_row(
     assert result["imported"] == 3
     assert hand_value(settings, "pragma schema_version") == version
     assert _counts(settings, org) == (count + 3, last + 3, generation + 3)
+
+
+async def _import_activities(client: Client, admin: Creds) -> list[dict[str, Any]]:
+    page = await assert_ok(
+        await client.get(
+            f"/v1/organizations/{admin.organization_id}/activities?include=keysvc",
+            headers=admin.headers,
+        )
+    )
+    return [a for a in page if a["type"] == "key_import"]
+
+
+async def test_a_taken_key_id_among_others_is_refused_and_the_rest_go_in_once(
+    client: Client, admin: Creds, settings: Settings
+) -> None:
+    # A request's batch looks its key IDs up before it writes (the operator's, first
+    # written without: tests/system/test_import_cli.py); either way the taken one alone
+    # is refused, and the batch's one activity counts the rest.
+    token = secrets.token_urlsafe(24)
+    await import_keys(client, admin, [record("holder", token=token)])
+    count, last, _ = _counts(settings, admin.organization_id)
+    records = [record("a"), record("b", token=token), record("c")]
+    result = await import_keys(client, admin, records)
+    assert (result["imported"], result["skipped"]) == (2, 0)
+    assert result["errors"] == [
+        {"index": 1, "importId": "b", "error": "tokenHash: a key with this token already exists"}
+    ]
+    assert [k["importId"] for k in result["keys"]] == ["a", "c"]
+    assert _counts(settings, admin.organization_id)[:2] == (count + 2, last + 2)
+    assert _stored(settings, admin.organization_id) == (count + 2, last + 2)
+    assert [a["after"]["count"] for a in await _import_activities(client, admin)] == [1, 2]
+    assert audit_verdict(settings).problem is None
+    # The refused record's importId was not taken: with its own token it goes in.
+    again = await import_keys(client, admin, [record("b"), *records[::2]])
+    assert (again["imported"], again["skipped"]) == (1, 2)

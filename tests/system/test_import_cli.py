@@ -5,6 +5,7 @@ run importing nothing twice, the imported tokens verifying on a served instance 
 imports as public data (keys that open with nothing until rotated)."""
 
 import hashlib
+import io
 import json
 import os
 import secrets
@@ -14,8 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from keysvc.cli import porting
 from keysvc.config import build_settings
-from tests.handsql import hand_value
+from keysvc.db import imports as import_sql
+from tests.handsql import hand_sql, hand_value
 from tests.postgres import PEPPER
 from tests.server import Server, call, keysvc, status_of
 
@@ -194,3 +199,112 @@ def test_an_import_leaves_its_keys_in_the_database_file_not_the_log(tmp_path: Pa
         (count,) = conn.execute("select count(*) from key_imports").fetchone()
         (keys,) = conn.execute("select count(*) from api_keys").fetchone()
     assert count == 2500 and keys == 2501  # and the bootstrap's admin key
+
+
+def _bootstrapped(db: str) -> str:
+    done = keysvc("bootstrap", "--db", db, env=ENV)
+    assert done.returncode == 0, done.stderr
+    organization_id: str = json.loads(done.stdout)["organizationId"]
+    return organization_id
+
+
+def _written(path: Path, records: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+TAKEN = "tokenHash: a key with this token already exists"
+
+
+def test_a_taken_token_is_refused_by_its_line_and_the_rest_of_its_batch_goes_in_once(
+    db: str, tmp_path: Path
+) -> None:
+    # The operator's batches are first written without looking their key IDs up: the
+    # key-ID index refuses a taken one, that transaction is rolled back whole, and the
+    # batch is written again with each looked up. Nothing of the first attempt stays.
+    org = _bootstrapped(db)
+    tokens = [secrets.token_urlsafe(24) for _ in range(6)]
+    first = _written(tmp_path / "a.jsonl", [_record(n, t) for n, t in enumerate(tokens)])
+    assert _run("import", "--db", db, "--org", org, "--batch", "3", str(first)).returncode == 0
+    later = [{**_record(n, secrets.token_urlsafe(24)), "importId": f"later-{n}"} for n in range(6)]
+    later[1] = {**_record(1, tokens[1]), "importId": "later-1"}
+    later[4] = {**_record(4, tokens[4]), "importId": "later-4"}
+    second = _run(
+        "import",
+        "--db",
+        db,
+        "--org",
+        org,
+        "--batch",
+        "3",
+        str(_written(tmp_path / "b.jsonl", later)),
+    )
+    assert second.returncode == 1, second.stderr
+    summary = json.loads(second.stdout)
+    assert (summary["imported"], summary["skipped"], summary["refused"]) == (4, 0, 2)
+    assert second.stderr.splitlines() == [
+        f"keysvc: import: line 2: {TAKEN}",
+        f"keysvc: import: line 5: {TAKEN}",
+    ]
+    settings = build_settings({"db_path": db}, env=ENV)
+    counts = hand_sql(
+        settings,
+        "select after from activities where type = 'key_import' order by org_seq",
+    )
+    assert [json.loads(after)["count"] for (after,) in counts] == [3, 3, 2, 2]
+    assert hand_value(settings, "select count(*) from api_keys") == 1 + 6 + 4
+    assert hand_value(settings, "select key_count from organizations where id = ?", org) == 11
+    assert _run("audit", "verify", "--db", db).returncode == 0
+    # The refused records' importIds were not taken: with tokens of their own, they go in.
+    for n in (1, 4):
+        later[n] = {**_record(n, secrets.token_urlsafe(24)), "importId": f"later-{n}"}
+    third = _run("import", "--db", db, "--org", org, str(_written(tmp_path / "c.jsonl", later)))
+    assert json.loads(third.stdout)["imported"] == 2, third.stderr
+
+
+def _previous_of_a_key(db: str, tmp_path: Path) -> tuple[str, str]:
+    """A database whose one imported key answers to ``token`` as the key ID a rotation
+    replaced (as ``keysvc.keys.rotate_key`` leaves it, its new key ID another): the
+    organization and the token."""
+    org = _bootstrapped(db)
+    token = secrets.token_urlsafe(24)
+    first = _written(tmp_path / "a.jsonl", [_record(0, token)])
+    assert _run("import", "--db", db, "--org", org, str(first)).returncode == 0
+    hand_sql(
+        build_settings({"db_path": db}, env=ENV),
+        "update api_keys set previous_key_id_hash = key_id_hash, key_id_hash = ?"
+        " where name = 'legacy 0'",
+        secrets.token_bytes(32),
+    )
+    return org, token
+
+
+def _taking(token: str) -> list[dict[str, Any]]:
+    records = [{**_record(n, secrets.token_urlsafe(24)), "importId": f"new-{n}"} for n in range(3)]
+    records[1] = {**_record(1, token), "importId": "new-1"}
+    return records
+
+
+def test_a_key_id_a_rotation_replaced_is_refused_by_its_line(db: str, tmp_path: Path) -> None:
+    org, token = _previous_of_a_key(db, tmp_path)
+    source = _written(tmp_path / "b.jsonl", _taking(token))
+    done = _run("import", "--db", db, "--org", org, str(source))
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [f"keysvc: import: line 2: {TAKEN}"]
+    assert json.loads(done.stdout)["imported"] == 2
+
+
+def test_previous_key_ids_past_the_read_are_looked_up_in_their_index(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # More previous key IDs than PREVIOUS_READ: the batch's are looked up one by one in
+    # their index. The command run here, in this process (a batch: planned here too).
+    org, token = _previous_of_a_key(db, tmp_path)
+    monkeypatch.setattr(import_sql, "PREVIOUS_READ", 0)
+    source = _written(tmp_path / "b.jsonl", _taking(token))
+    errors = io.StringIO()
+    settings = build_settings({"db_path": db}, env=ENV)
+    with source.open("rb") as stream:
+        summary, code = porting.import_file(settings, org, stream, 10, errors)
+    assert (code, summary["imported"]) == (1, 2)
+    assert errors.getvalue().splitlines() == [f"keysvc: import: line 2: {TAKEN}"]
