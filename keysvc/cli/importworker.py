@@ -52,35 +52,45 @@ class Failed:
     reason: str
 
 
-# Batches between the collector's full collections (``collected_per_batch``).
+# The collector while an import runs (``collected_per_batch``): the young generation
+# collected every YOUNG allocations (Python's default is 700), the older ones only
+# between batches, everything every FULL_EVERY batches.
+YOUNG = 20_000
 FULL_EVERY = 16
+_NEVER = 1 << 30  # a threshold of the older generations: never reached by counting
 
 
 @contextlib.contextmanager
 def collected_per_batch() -> Iterator[Callable[[], None]]:
-    """Python's cycle collector run once a batch (by calling what this yields), not
-    every few hundred allocations. Both of the import's processes hold batches of some
-    hundred thousand objects that live until written, so the collector, counting
-    allocations, went through them again and again to find nothing: per 200,000 keys,
-    5.2 s of the planning process's CPU and 1.7 s of the command's (the latter holding
-    the GIL SQLite's thread needs), on a slow afternoon's machine. What is alive at the
-    start (modules, the store) is frozen out of the collections (``gc.freeze``); each
-    batch collects what is young, every FULL_EVERY batches everything, so a cycle is
-    never kept long. As it was after."""
-    enabled = gc.isenabled()
+    """Python's cycle collector, while the import's batches are planned or written: the
+    young collected as they pile up, the older generations between batches (by calling
+    what this yields), not every few hundred allocations. Both of the import's
+    processes hold batches of some hundred thousand objects that live until written,
+    and by Python's thresholds the collector went through them again and again,
+    finding nothing: per 200,000 keys, 5.2 s of the planning process's CPU and 1.7 s
+    of the command's (the latter holding the GIL SQLite's thread needs), on a slow
+    afternoon's machine. A young collection sees only what was made since the last,
+    so each object once; a refused record's cycles (marshmallow's errors, hundreds of
+    objects a line) are freed within YOUNG allocations, not at the batch's end (rt62
+    F1: 1.4 to 3.2 GB for a batch of such lines, with the collector off until then).
+    What is alive at the start (modules, the store) is frozen out of the collections
+    (``gc.freeze``). The collector's state is as it was after."""
+    enabled, thresholds = gc.isenabled(), gc.get_threshold()
     gc.freeze()
-    gc.disable()
+    gc.set_threshold(YOUNG, _NEVER, _NEVER)
+    gc.enable()
     batches = itertools.count(1)
 
     def collect() -> None:
-        gc.collect(0 if next(batches) % FULL_EVERY else 2)
+        gc.collect(1 if next(batches) % FULL_EVERY else 2)
 
     try:
         yield collect
     finally:
         gc.unfreeze()
-        if enabled:
-            gc.enable()
+        gc.set_threshold(*thresholds)
+        if not enabled:
+            gc.disable()
 
 
 def decoded(lines: Sequence[Line]) -> list[tuple[int, Any]]:
