@@ -34,19 +34,22 @@ def free_port() -> int:
         return port
 
 
-def keysvc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def keysvc(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "keysvc", *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         env={**os.environ, **(env or {})},
         check=False,
     )
 
 
-def bootstrap(db: Path, *extra: str) -> dict[str, Any]:
-    done = keysvc("bootstrap", "--db", str(db), *extra)
+def bootstrap(db: Path | str, *extra: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """``keysvc bootstrap`` of ``db`` (a file or a PostgreSQL URL): what it printed."""
+    done = keysvc("bootstrap", "--db", str(db), *extra, env=env)
     assert done.returncode == 0, done.stderr
     created: dict[str, Any] = json.loads(done.stdout)
     return created

@@ -23,17 +23,17 @@ from keysvc.models import Role
 TAKEN_IMPORT_IDS = with_json_list("""
     select import_id from key_imports where organization_id = ? and import_id in {json_list}
 """)
-# Those of a list of lookup hashes that some key's current or previous key ID has: such
-# a record would take another key's credentials. Two index seeks each; the list is
-# ``?`` placeholders (``_placeholders``), as many as the chunk's hashes.
-_TAKEN_KEY_ID_HASHES = """
-    select key_id_hash from api_keys where key_id_hash in ({marks})
-    union
-    select previous_key_id_hash from api_keys where previous_key_id_hash in ({marks})
-"""
+# Those of a list of lookup hashes that a key's previous key ID has (a rotation's),
+# and those that some key's current or previous key ID has: such a record would take
+# another key's credentials. One or two index seeks each; the list is ``?``
+# placeholders (``_placeholders``), as many as the chunk's hashes.
 _TAKEN_PREVIOUS_HASHES = """
     select previous_key_id_hash from api_keys where previous_key_id_hash in ({marks})
 """
+_TAKEN_KEY_ID_HASHES = (
+    "select key_id_hash from api_keys where key_id_hash in ({marks}) union"  # noqa: S608 - constants
+    + _TAKEN_PREVIOUS_HASHES
+)
 HASHES_PER_STATEMENT = 5000
 # The previous key IDs keys still answer to, all of them when there are at most
 # PREVIOUS_READ (a rotation's until its grace period ends: few), checked in Python;

@@ -22,7 +22,7 @@ from keysvc.config import build_settings
 from keysvc.db import imports as import_sql
 from tests.handsql import hand_sql, hand_value
 from tests.postgres import PEPPER
-from tests.server import Server, call, keysvc, status_of
+from tests.server import Server, bootstrap, call, keysvc, status_of
 
 ENV = {"KEYSVC_PEPPER": PEPPER.hex()}
 
@@ -54,9 +54,7 @@ def _imported(tmp_path: Path, count: int, *options: str) -> tuple[str, str, Path
     """A new SQLite database with ``count`` keys imported by ``keysvc import`` with
     ``options``: its path, the organization and the file."""
     db = str(tmp_path / "keysvc.db")
-    done = keysvc("bootstrap", "--db", db, env=ENV)
-    assert done.returncode == 0, done.stderr
-    org = json.loads(done.stdout)["organizationId"]
+    org = bootstrap(db, env=ENV)["organizationId"]
     source = tmp_path / "keys.jsonl"
     lines = [json.dumps(_record(n, secrets.token_urlsafe(24))) for n in range(count)]
     source.write_text("\n".join(lines) + "\n")
@@ -71,9 +69,7 @@ def test_the_default_batch_is_smaller_on_postgresql(db: str, tmp_path: Path) -> 
     """A batch holds the write lock every instance's writes take for as long as it is
     written (rt41 R5): on PostgreSQL the default is 1,000 records, on SQLite 10,000.
     Each batch is one key_import activity."""
-    done = keysvc("bootstrap", "--db", db, env=ENV)
-    assert done.returncode == 0, done.stderr
-    org = json.loads(done.stdout)["organizationId"]
+    org = bootstrap(db, env=ENV)["organizationId"]
     source = tmp_path / "keys.jsonl"
     lines = [json.dumps(_record(n, secrets.token_urlsafe(24))) for n in range(2_500)]
     source.write_text("\n".join(lines) + "\n")
@@ -87,9 +83,7 @@ def test_the_default_batch_is_smaller_on_postgresql(db: str, tmp_path: Path) -> 
 
 
 def test_import_then_serve_then_export_round_trip(db: str, tmp_path: Path) -> None:
-    done = keysvc("bootstrap", "--db", db, env=ENV)
-    assert done.returncode == 0, done.stderr
-    admin = json.loads(done.stdout)
+    admin = bootstrap(db, env=ENV)
     org = admin["organizationId"]
     tokens = [f"sk_live_{secrets.token_urlsafe(24)}" for _ in range(25)]
     lines = [json.dumps(_record(n, token)) for n, token in enumerate(tokens)]
@@ -136,9 +130,7 @@ def test_import_then_serve_then_export_round_trip(db: str, tmp_path: Path) -> No
 
     # Into another keysvc: as public data, the keys open with nothing until rotated.
     other = tmp_path / "other.db"
-    made = keysvc("bootstrap", "--db", str(other), env=ENV)
-    assert made.returncode == 0, made.stderr
-    other_admin = json.loads(made.stdout)
+    other_admin = bootstrap(other, env=ENV)
     moved = _run(
         "import", "--db", str(other), "--org", other_admin["organizationId"], "-", stdin=text
     )
@@ -153,7 +145,7 @@ def test_import_then_serve_then_export_round_trip(db: str, tmp_path: Path) -> No
 
 
 def test_import_refuses_an_unknown_organization(db: str, tmp_path: Path) -> None:
-    assert keysvc("bootstrap", "--db", db, env=ENV).returncode == 0
+    bootstrap(db, env=ENV)
     source = tmp_path / "keys.jsonl"
     source.write_text(json.dumps(_record(1, "t")) + "\n")
     done = _run("import", "--db", db, "--org", "00000000-0000-4000-8000-000000000000", str(source))
@@ -176,9 +168,7 @@ def test_the_default_batch_holds_ten_thousand_lines(tmp_path: Path) -> None:
     assert too_many.returncode != 0
     assert "--batch must be from 1 to 20000" in too_many.stderr
     other = str(tmp_path / "other.db")
-    done = keysvc("bootstrap", "--db", other, env=ENV)
-    assert done.returncode == 0, done.stderr
-    other_org = json.loads(done.stdout)["organizationId"]
+    other_org = bootstrap(other, env=ENV)["organizationId"]
     larger = {**ENV, "KEYSVC_MAX_KEYS_PER_ORG": "50000"}
     whole = keysvc(
         "import", "--db", other, "--org", other_org, "--batch", "20000", str(source), env=larger
@@ -201,13 +191,6 @@ def test_an_import_leaves_its_keys_in_the_database_file_not_the_log(tmp_path: Pa
     assert count == 2500 and keys == 2501  # and the bootstrap's admin key
 
 
-def _bootstrapped(db: str) -> str:
-    done = keysvc("bootstrap", "--db", db, env=ENV)
-    assert done.returncode == 0, done.stderr
-    organization_id: str = json.loads(done.stdout)["organizationId"]
-    return organization_id
-
-
 def _written(path: Path, records: list[dict[str, Any]]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
@@ -222,7 +205,7 @@ def test_a_taken_token_is_refused_by_its_line_and_the_rest_of_its_batch_goes_in_
     # The operator's batches are first written without looking their key IDs up: the
     # key-ID index refuses a taken one, that transaction is rolled back whole, and the
     # batch is written again with each looked up. Nothing of the first attempt stays.
-    org = _bootstrapped(db)
+    org = bootstrap(db, env=ENV)["organizationId"]
     tokens = [secrets.token_urlsafe(24) for _ in range(6)]
     first = _written(tmp_path / "a.jsonl", [_record(n, t) for n, t in enumerate(tokens)])
     assert _run("import", "--db", db, "--org", org, "--batch", "3", str(first)).returncode == 0
@@ -266,7 +249,7 @@ def _previous_of_a_key(db: str, tmp_path: Path) -> tuple[str, str]:
     """A database whose one imported key answers to ``token`` as the key ID a rotation
     replaced (as ``keysvc.keys.rotate_key`` leaves it, its new key ID another): the
     organization and the token."""
-    org = _bootstrapped(db)
+    org = bootstrap(db, env=ENV)["organizationId"]
     token = secrets.token_urlsafe(24)
     first = _written(tmp_path / "a.jsonl", [_record(0, token)])
     assert _run("import", "--db", db, "--org", org, str(first)).returncode == 0

@@ -22,7 +22,7 @@ from keysvc.cli.importworker import Line
 from keysvc.config import build_settings
 from tests.handsql import hand_value
 from tests.postgres import PEPPER
-from tests.server import keysvc
+from tests.server import bootstrap, keysvc
 
 ENV = {"KEYSVC_PEPPER": PEPPER.hex(), "KEYSVC_MAX_KEYS_PER_ORG": "50000"}
 LINES = 12_000
@@ -82,9 +82,7 @@ def _under_way(db: str, running: "subprocess.Popen[Any]") -> int:
 def test_the_planning_process_killed_stops_the_import_with_whole_batches(
     db: str, tmp_path: Path
 ) -> None:
-    done = keysvc("bootstrap", "--db", db, env=ENV)
-    assert done.returncode == 0, done.stderr
-    org = json.loads(done.stdout)["organizationId"]
+    org = bootstrap(db, env=ENV)["organizationId"]
     source = _file(tmp_path, LINES)
     command = [sys.executable, "-m", "keysvc", "import", "--db", db, "--org", org]
     running = subprocess.Popen(
@@ -107,14 +105,7 @@ def test_the_planning_process_killed_stops_the_import_with_whole_batches(
     written = _value(db, BATCHES)
     assert 2 <= written < LINES // BATCH
     assert keys == 1 + written * BATCH  # the bootstrap's admin key, then whole batches
-    again = subprocess.run(
-        [*command, str(source)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **ENV},
-        check=False,
-        timeout=120,
-    )
+    again = keysvc("import", "--db", db, "--org", org, str(source), env=ENV, timeout=120)
     assert again.returncode == 0, again.stderr
     summary = json.loads(again.stdout)
     assert (summary["imported"], summary["skipped"]) == (LINES - written * BATCH, written * BATCH)
@@ -144,18 +135,9 @@ def test_an_import_that_stops_ends_though_its_standard_input_goes_on(tmp_path: P
     # closed the input). The command ends then, with the reason: that thread is not
     # waited for.
     db = str(tmp_path / "keysvc.db")
-    done = keysvc("bootstrap", "--db", db, env=ENV)
-    assert done.returncode == 0, done.stderr
-    org = json.loads(done.stdout)["organizationId"]
+    org = bootstrap(db, env=ENV)["organizationId"]
     lines = _file(tmp_path, 3 * BATCH).read_bytes().splitlines(keepends=True)
-    command = [sys.executable, "-m", "keysvc", "import", "--db", db, "--org", org]
-    with subprocess.Popen(
-        [*command, "--batch", str(BATCH), "-"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, **ENV},
-    ) as running:
+    with _importing_from_stdin(db, org) as running:
         assert running.stdin is not None and running.stderr is not None
         try:
             # Two whole batches (the command plans apart from a second one on), then half
@@ -165,10 +147,7 @@ def test_an_import_that_stops_ends_though_its_standard_input_goes_on(tmp_path: P
             child = _under_way(db, running)
             os.kill(child, signal.SIGKILL)
             started = time.monotonic()
-            try:
-                running.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pytest.fail("the import went on waiting for its input")
+            _ends_within(running, 30, "the import went on waiting for its input")
             waited = time.monotonic() - started
         finally:
             running.kill()
@@ -178,6 +157,25 @@ def test_an_import_that_stops_ends_though_its_standard_input_goes_on(tmp_path: P
     assert "import: the planning process ended with exit code -9" in err
     assert waited < 10
     assert _value(db, "select count(*) from api_keys") == 1 + 2 * BATCH
+
+
+def _importing_from_stdin(db: str, org: str) -> "subprocess.Popen[bytes]":
+    """``keysvc import ... -`` in BATCH-line batches, its standard input a pipe to feed."""
+    command = [sys.executable, "-m", "keysvc", "import", "--db", db, "--org", org]
+    return subprocess.Popen(
+        [*command, "--batch", str(BATCH), "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **ENV},
+    )
+
+
+def _ends_within(running: "subprocess.Popen[Any]", seconds: float, failure: str) -> None:
+    try:
+        running.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        pytest.fail(failure)
 
 
 def _rss_of_import(command: list[str]) -> tuple[subprocess.CompletedProcess[str], int]:
@@ -207,9 +205,7 @@ def test_lines_of_a_mebibyte_cost_no_batch_of_them_in_memory(tmp_path: Path) -> 
     # with the largest batch: before, all 300 were held (200 such lines peaked at 241
     # MB, 400 at 440; with the cut, 148 and 166).
     db = str(tmp_path / "keysvc.db")
-    done = keysvc("bootstrap", "--db", db, env=ENV)
-    assert done.returncode == 0, done.stderr
-    org = json.loads(done.stdout)["organizationId"]
+    org = bootstrap(db, env=ENV)["organizationId"]
     source = tmp_path / "junk.jsonl"
     line = b"x" * (1024 * 1024 - 1) + b"\n"
     with source.open("wb") as out:
@@ -227,9 +223,7 @@ def test_a_stopped_planning_process_does_not_hold_ctrl_c(tmp_path: Path) -> None
     # rt60 F4: the planning process stopped (SIGSTOP) leaves the import waiting; Ctrl-C
     # must still end it, and the planning process with it.
     db = str(tmp_path / "keysvc.db")
-    done = keysvc("bootstrap", "--db", db, env=ENV)
-    assert done.returncode == 0, done.stderr
-    org = json.loads(done.stdout)["organizationId"]
+    org = bootstrap(db, env=ENV)["organizationId"]
     source = _file(tmp_path, LINES)
     command = [sys.executable, "-m", "keysvc", "import", "--db", db, "--org", org]
     with subprocess.Popen(
@@ -244,10 +238,9 @@ def test_a_stopped_planning_process_does_not_hold_ctrl_c(tmp_path: Path) -> None
             os.kill(child, signal.SIGSTOP)
             time.sleep(0.5)
             running.send_signal(signal.SIGINT)
-            try:
-                running.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                pytest.fail("Ctrl-C did not end an import whose planning process was stopped")
+            _ends_within(
+                running, 20, "Ctrl-C did not end an import whose planning process was stopped"
+            )
         finally:
             running.kill()
             if child is not None and Path(f"/proc/{child}").exists():
@@ -264,9 +257,7 @@ def test_a_line_the_api_would_refuse_is_refused_by_its_number(db: str, tmp_path:
     # it with a RecursionError, and an importId of printable ASCII then a NUL and a
     # newline went in. Each is now its line's refusal, in batches planned apart (2
     # lines) and in one batch planned here.
-    done = keysvc("bootstrap", "--db", db, env=ENV)
-    assert done.returncode == 0, done.stderr
-    org = json.loads(done.stdout)["organizationId"]
+    org = bootstrap(db, env=ENV)["organizationId"]
     good = [json.dumps({"importId": f"g-{n}", "name": f"good {n}", "roles": ["developer"]})
             for n in range(4)]  # fmt: skip
     bad = [
@@ -279,18 +270,13 @@ def test_a_line_the_api_would_refuse_is_refused_by_its_number(db: str, tmp_path:
     lines = [good[0], bad[0], good[1], bad[1], bad[2], good[2], bad[3], bad[4], good[3]]
     source = tmp_path / "keys.jsonl"
     source.write_text("\n".join(lines) + "\n")
-    command = [sys.executable, "-m", "keysvc", "import", "--db", db, "--org", org]
     # Planned apart (batches of 2), then in one batch planned here: the second run
     # skips what the first imported, and refuses the same lines alike.
     for batch, imported, skipped in (("2", 4, 0), ("100", 0, 4)):
-        ran = subprocess.run(
-            [*command, "--batch", batch, str(source)],
-            capture_output=True,
-            text=True,
-            env={**os.environ, **ENV},
-            check=False,
-            timeout=120,
-        )
+        ran = keysvc(
+            "import", "--db", db, "--org", org, "--batch", batch, str(source),
+            env=ENV, timeout=120,
+        )  # fmt: skip
         assert ran.returncode == 1, ran.stderr
         assert "Traceback" not in ran.stderr
         reasons = dict(
@@ -316,18 +302,9 @@ def test_ctrl_c_ends_an_import_still_reading_its_first_batches(tmp_path: Path) -
     # cancel of the loop's task) does not reach while it waits for input: with standard
     # input left open, one Ctrl-C did nothing, a second left the command hanging.
     db = str(tmp_path / "keysvc.db")
-    done = keysvc("bootstrap", "--db", db, env=ENV)
-    assert done.returncode == 0, done.stderr
-    org = json.loads(done.stdout)["organizationId"]
+    org = bootstrap(db, env=ENV)["organizationId"]
     half = _file(tmp_path, BATCH // 2).read_bytes()
-    command = [sys.executable, "-m", "keysvc", "import", "--db", db, "--org", org]
-    with subprocess.Popen(
-        [*command, "--batch", str(BATCH), "-"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, **ENV},
-    ) as running:
+    with _importing_from_stdin(db, org) as running:
         assert running.stdin is not None
         try:
             running.stdin.write(half)  # half a batch, and the input left open
@@ -335,10 +312,7 @@ def test_ctrl_c_ends_an_import_still_reading_its_first_batches(tmp_path: Path) -
             time.sleep(3)  # started, and waiting for the rest
             assert running.poll() is None
             running.send_signal(signal.SIGINT)
-            try:
-                running.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pytest.fail("one Ctrl-C did not end an import waiting for its input")
+            _ends_within(running, 10, "one Ctrl-C did not end an import waiting for its input")
         finally:
             running.kill()
             running.stdin.close()
@@ -350,9 +324,7 @@ def test_an_import_from_a_closed_standard_input_says_so(tmp_path: Path) -> None:
     # rt61 F4: with no standard input at all, `-` ended in an AttributeError's traceback
     # and exit code 1, the code of refused lines.
     db = str(tmp_path / "keysvc.db")
-    done = keysvc("bootstrap", "--db", db, env=ENV)
-    assert done.returncode == 0, done.stderr
-    org = json.loads(done.stdout)["organizationId"]
+    org = bootstrap(db, env=ENV)["organizationId"]
     ran = subprocess.run(
         [sys.executable, "-m", "keysvc", "import", "--db", db, "--org", org, "-"],
         capture_output=True,
