@@ -1,18 +1,24 @@
-"""Seed a keysvc database for the benchmark, fast, without HTTP.
+"""Seed a keysvc database for the benchmark, fast, without HTTP: with keysvc's import.
 
 ``keysvc bootstrap`` creates the database, its schema, pepper, organization and
-admin key through keysvc's own code; the benchmark keys are then inserted with
-sqlite3 in one transaction (``seed_postgres``: on PostgreSQL, the same keys
-through keysvc's own connection, ``keysvc.db.postgres.connection``), hashed with keysvc's
-own ``Hasher``, each holding the developer system role. The credentials of a
-random sample of them (all of them up to ``--rotate``) are written to ``keys.tsv``
+admin key; ``keysvc import`` (issue 37) then stores the benchmark keys, from JSON
+Lines records the seed writes to its standard input: each key's ID and secret as
+``hashData`` (their SHA-256s, which the import hashes with the pepper as a create
+does), the developer role and, for some of them, credits, a named limit or an
+externalId. So the bench's databases are made as a team moving in would make
+theirs, on SQLite and on PostgreSQL alike, and the import is run at the bench's
+sizes every time the bench runs. The keys' UUIDs are the import's own, read back
+from ``key_imports`` by importId. The credentials of a random sample of the keys
+(all of them up to ``--rotate``) are written to ``keys.tsv``
 (``uuid<TAB>keyId<TAB>secret``) and the organization and admin key to ``seed.json``,
 for the wrk scripts.
 
 ``--others N`` adds N more keys that never authenticate: the admin reads them
 (bench/scenarios.py, "get-other"). Their ``usedAt`` is set to this minute, as
 using the others once before measuring sets theirs, so that every key's JSON
-has the same size.
+has the same size. An import cannot say that, nor the identities' shared credits
+(an import makes a key's identity bare, as a create does): both are set by SQL
+once the import is done, in one transaction.
 
 Credentials come from a seeded ``random.Random``, not ``secrets``: they are
 throwaway benchmark data, and a million of them must take seconds, not minutes.
@@ -20,15 +26,16 @@ throwaway benchmark data, and a million of them must take seconds, not minutes.
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
-import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -38,48 +45,30 @@ from keysvc.credentials import (
     SECRET_PREFIX,
     SECRET_RANDOM_LENGTH,
     SUFFIX_LENGTH,
-    Hasher,
     checksum,
-    load_pepper,
     sha256_b64,
 )
 from keysvc.db.postgres.connection import connect_postgres
 from keysvc.timeutil import to_minute, to_text, utcnow
 
 DEVELOPER_ROLE = "0b5d3c8e-6c1a-4c59-9d8a-7a1f0e000002"
-BATCH = 20_000
-# org_seq: each key's place in the organization, after the admin key's 1.
-_INSERT_KEY = """
-    insert into api_keys (id, organization_id, name, state, key_id_hash, secret_hash,
-                          key_suffix, created_at, used_at, org_seq)
-    values (?, ?, ?, 'enabled', ?, ?, ?, ?, ?, ?)
-"""
-_INSERT_ROLE = "insert into key_roles (key_id, role_id) values (?, ?)"
+# Records a transaction of the seed's import: the CLI's largest, on either backend.
+# Nothing serves the database while it is seeded, so no other writer waits for a batch.
+IMPORT_BATCH = 20_000
 # Issue 29: the keys of the verify-credits scenario, with more credits than any run spends.
-_INSERT_CREDITS = (
-    "insert into key_details (key_id, credits_remaining, credits_base) values (?, ?, ?)"
-)
 CREDITS = 10**12
 # Issue 36: the keys of the verify-limited scenario, with one autoApply named limit
 # that no run reaches.
-_INSERT_LIMITS = "insert into key_details (key_id, ratelimits) values (?, ?)"
-LIMITS = json.dumps(
-    [{"name": "requests", "limit": 10**9, "windowSeconds": 60, "autoApply": True}],
-    separators=(",", ":"),
-)
+LIMITS = [{"name": "requests", "limit": 10**9, "windowSeconds": 60, "autoApply": True}]
 # Issue 36: the keys of the verify-identity scenario belong, KEYS_PER_IDENTITY to a
 # customer, to identities with shared credits that no run spends; those of
 # verify-identity-both have credits of their own as well, so a verify spends from both.
 KEYS_PER_IDENTITY = 4
-_INSERT_IDENTITY = """
-    insert into identities (id, organization_id, org_seq, external_id, credits_remaining,
-                            credits_base, created_at, updated_at)
-    values (?, ?, ?, ?, ?, ?, ?, ?)
-"""
-_INSERT_MEMBER = """
-    insert into key_details (key_id, external_id, credits_remaining, credits_base)
-    values (?, ?, ?, ?)
-"""
+_IMPORTED = "select import_id, key_id from key_imports where organization_id = ?"
+_USED = "update api_keys set used_at = ? where id = ?"
+_IDENTITY_CREDITS = (
+    "update identities set credits_remaining = ?, credits_base = ? where organization_id = ?"
+)
 
 
 @dataclass(frozen=True)
@@ -127,71 +116,39 @@ def bootstrap(db: Path | str, settings: dict[str, str] | None = None) -> tuple[s
 
 
 def _credentials(rng: random.Random, count: int) -> Iterator[Credential]:
+    """``count`` key IDs and secrets; their UUIDs ("") are the import's to make."""
     for _ in range(count):
         chars = "".join(rng.choices(BASE62, k=KEY_ID_LENGTH + SECRET_RANDOM_LENGTH))
         body = chars[KEY_ID_LENGTH:]
-        yield Credential(
-            str(uuid.UUID(int=rng.getrandbits(128), version=4)),
-            chars[:KEY_ID_LENGTH],
-            SECRET_PREFIX + body + checksum(body),
-        )
+        yield Credential("", chars[:KEY_ID_LENGTH], SECRET_PREFIX + body + checksum(body))
 
 
-KeyRow = tuple[str, str, str, bytes, bytes, str, str, str | None, int]
-RoleRow = tuple[str, str]
+def _name(index: int) -> str:
+    """The key's name and importId: one width, so that every answer has one size."""
+    return f"bench-{index:07d}"
 
 
 @dataclass
 class _Rows:
-    """The rows of ``keys`` developer keys and ``others`` more, made batch by batch;
-    ``sample`` and ``unused`` fill as the batches are taken."""
+    """The import records of ``keys`` developer keys and ``others`` more; the keys
+    the bench keeps fill ``kept`` as the records are taken, by their place."""
 
-    organization_id: str
-    hasher: Hasher
     keys: int
     rotate: int
     others: int
     seed_value: int
-    sample: list[Credential] = field(default_factory=list)
-    unused: list[str] = field(default_factory=list)
-    credited: list[Credential] = field(default_factory=list)
-    limited: list[Credential] = field(default_factory=list)
-    identified: list[Credential] = field(default_factory=list)
-    both: list[Credential] = field(default_factory=list)
-
-    def credit_rows(self) -> list[tuple[str, int, int]]:
-        """key_details rows giving the ``credited`` keys credits (taken after ``batches``)."""
-        return [(cred.id, CREDITS, CREDITS) for cred in self.credited]
-
-    def limit_rows(self) -> list[tuple[str, str]]:
-        """key_details rows giving the ``limited`` keys a named limit (after ``batches``)."""
-        return [(cred.id, LIMITS) for cred in self.limited]
+    kept: dict[int, Credential] = field(default_factory=dict)
+    sample: list[int] = field(default_factory=list)
+    credited: list[int] = field(default_factory=list)
+    limited: list[int] = field(default_factory=list)
+    identified: list[int] = field(default_factory=list)
+    both: list[int] = field(default_factory=list)
 
     def _external_id(self, place: int) -> str:
         return f"bench-customer-{place // KEYS_PER_IDENTITY:05d}"
 
-    def identity_rows(self) -> list[tuple[object, ...]]:
-        """The identities of the ``identified`` and ``both`` keys, with credits."""
-        now = to_text(utcnow())
-        rng = random.Random(self.seed_value)  # noqa: S311 - benchmark data, see the module
-        count = (len(self.identified) + len(self.both)) // KEYS_PER_IDENTITY
-        return [
-            (str(uuid.UUID(int=rng.getrandbits(128), version=4)), self.organization_id,
-             number + 1, self._external_id(number * KEYS_PER_IDENTITY), CREDITS, CREDITS,
-             now, now)
-            for number in range(count)
-        ]  # fmt: skip
-
-    def member_rows(self) -> list[tuple[str, str, int | None, int | None]]:
-        """key_details rows putting the ``identified`` keys (no credits of their own) and
-        then the ``both`` keys (credits of their own) in the identities."""
-        rows: list[tuple[str, str, int | None, int | None]] = []
-        for place, cred in enumerate([*self.identified, *self.both]):
-            own = CREDITS if place >= len(self.identified) else None
-            rows.append((cred.id, self._external_id(place), own, own))
-        return rows
-
-    def batches(self) -> Iterator[tuple[list[KeyRow], list[RoleRow]]]:
+    def records(self) -> Iterator[str]:
+        """The JSON Lines the import reads, a line at a time."""
         rng = random.Random(self.seed_value)  # noqa: S311 - benchmark data, see the module
         chosen = set(rng.sample(range(self.keys), min(self.rotate, self.keys)))
         # Keys with credits (issue 29's verify-credits): the last of the others, up to
@@ -205,55 +162,97 @@ class _Rows:
         span -= span % KEYS_PER_IDENTITY
         first_both = first_limited - span
         first_identified = first_both - span
-        created_at = to_text(utcnow())
-        used_at = to_text(to_minute(utcnow()))
-        key_rows: list[KeyRow] = []
-        role_rows: list[RoleRow] = []
         for index, cred in enumerate(_credentials(rng, self.keys + self.others)):
+            name = _name(index)
+            record: dict[str, object] = {
+                "importId": name,
+                "name": name,
+                "roles": ["developer"],
+                "hashData": {
+                    "keyIdHash": sha256_b64(cred.key_id),
+                    "keyIdSuffix": cred.key_id[-SUFFIX_LENGTH:],
+                    "keySecretHash": sha256_b64(cred.secret),
+                },
+            }
             if index in chosen:
-                self.sample.append(cred)
+                self.sample.append(index)
             if index >= first_credited:
-                self.credited.append(cred)
+                self.credited.append(index)
+                record["credits"] = {"remaining": CREDITS}
             elif index >= first_limited:
-                self.limited.append(cred)
+                self.limited.append(index)
+                record["ratelimits"] = LIMITS
             elif index >= first_both:
-                self.both.append(cred)
+                self.both.append(index)
+                record["externalId"] = self._external_id(index - first_identified)
+                record["credits"] = {"remaining": CREDITS}
             elif index >= first_identified:
-                self.identified.append(cred)
-            if index >= self.keys:
-                self.unused.append(cred.id)
-            key_rows.append(
-                (
-                    cred.id,
-                    self.organization_id,
-                    f"bench-{index:07d}",  # one width: every answer the same size
-                    self.hasher.keyed(sha256_b64(cred.key_id)),
-                    self.hasher.keyed(sha256_b64(cred.secret)),
-                    cred.key_id[-SUFFIX_LENGTH:],
-                    created_at,
-                    used_at if index >= self.keys else None,
-                    index + 2,
-                )
-            )
-            role_rows.append((cred.id, DEVELOPER_ROLE))
-            if len(key_rows) >= BATCH:
-                yield key_rows, role_rows
-                key_rows, role_rows = [], []
-        yield key_rows, role_rows
+                self.identified.append(index)
+                record["externalId"] = self._external_id(index - first_identified)
+            if index in chosen or index >= first_identified:
+                self.kept[index] = cred
+            yield json.dumps(record, separators=(",", ":")) + "\n"
 
-    def seeded(self, db: str, admin: Credential) -> Seeded:
+    def seeded(
+        self, db: str, organization_id: str, admin: Credential, ids: Mapping[int, str]
+    ) -> Seeded:
+        """What was seeded, the keys' UUIDs ``ids`` (by place) as the import made them."""
+
+        def creds(places: list[int]) -> list[Credential]:
+            return [
+                Credential(ids[place], self.kept[place].key_id, self.kept[place].secret)
+                for place in places
+            ]
+
         return Seeded(
             db,
-            self.organization_id,
+            organization_id,
             admin,
             self.keys,
-            self.sample,
-            self.unused,
-            self.credited,
-            self.limited,
-            self.identified,
-            self.both,
+            creds(self.sample),
+            [ids[place] for place in range(self.keys, self.keys + self.others)],
+            creds(self.credited),
+            creds(self.limited),
+            creds(self.identified),
+            creds(self.both),
         )
+
+
+def _import(db: str, organization_id: str, rows: _Rows, settings: dict[str, str]) -> None:
+    """``keysvc import`` of ``rows``' records, fed on its standard input; every one
+    must go in."""
+    command = [
+        sys.executable, "-m", "keysvc", "import", "--db", db, "--org", organization_id,
+        "--max-keys-per-org", str(rows.keys + rows.others + 1),
+        "--batch", str(IMPORT_BATCH), "-",
+    ]  # fmt: skip
+    # Its output goes to files: a pipe it filled while the seed writes would stop both.
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as errors:
+        importing = subprocess.Popen(  # noqa: S603 - keysvc from this interpreter, no shell
+            command,
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=errors,
+            text=True,
+            env={**keysvc_env(), **settings},
+        )
+        assert importing.stdin is not None
+        # A BrokenPipeError: it stopped early, and its return code and errors say why.
+        with contextlib.suppress(BrokenPipeError):
+            importing.stdin.writelines(rows.records())
+        with contextlib.suppress(BrokenPipeError):
+            importing.stdin.close()
+        code = importing.wait()
+        out.seek(0)
+        errors.seek(0)
+        summary, why = out.read(), errors.read()
+    if code != 0 or json.loads(summary)["imported"] != rows.keys + rows.others:
+        raise RuntimeError(f"keysvc import failed ({code}): {summary} {why[-2000:]}")
+
+
+def _places(imported: list[tuple[str, str]]) -> dict[int, str]:
+    """Each key's UUID by its place, from key_imports' (importId, UUID) rows."""
+    return {int(import_id.removeprefix("bench-")): key_id for import_id, key_id in imported}
 
 
 def seed(db: Path, keys: int, rotate: int = 1000, seed_value: int = 1, others: int = 0) -> Seeded:
@@ -262,54 +261,49 @@ def seed(db: Path, keys: int, rotate: int = 1000, seed_value: int = 1, others: i
     if db.exists():
         raise FileExistsError(f"{db} exists; seed a fresh path")
     organization_id, admin = bootstrap(db)
-    # The pepper file that keysvc serve will read: <db>.pepper (no KEYSVC_PEPPER is passed).
-    hasher = Hasher(load_pepper(None, db.with_name(db.name + ".pepper")))
-    rows = _Rows(organization_id, hasher, keys, rotate, others, seed_value)
+    rows = _Rows(keys, rotate, others, seed_value)
+    # The pepper is the one keysvc serve will read: <db>.pepper (no KEYSVC_PEPPER is passed).
+    _import(str(db), organization_id, rows, {})
     conn = sqlite3.connect(db, isolation_level=None)
     try:
-        # A throwaway benchmark database: durability while seeding buys nothing.
-        conn.execute("pragma synchronous = off")
-        conn.execute("pragma cache_size = -262144")
+        ids = _places(conn.execute(_IMPORTED, (organization_id,)).fetchall())
+        seeded = rows.seeded(str(db), organization_id, admin, ids)
         conn.execute("begin immediate")
-        for key_rows, role_rows in rows.batches():
-            conn.executemany(_INSERT_KEY, key_rows)
-            conn.executemany(_INSERT_ROLE, role_rows)
-        conn.executemany(_INSERT_CREDITS, rows.credit_rows())
-        conn.executemany(_INSERT_LIMITS, rows.limit_rows())
-        conn.executemany(_INSERT_IDENTITY, rows.identity_rows())
-        conn.executemany(_INSERT_MEMBER, rows.member_rows())
+        used_at = to_text(to_minute(utcnow()))
+        conn.executemany(_USED, [(used_at, uuid) for uuid in seeded.others])
+        conn.execute(_IDENTITY_CREDITS, (CREDITS, CREDITS, organization_id))
         conn.execute("commit")
         conn.execute("pragma wal_checkpoint(truncate)")
     finally:
         conn.close()
-    return rows.seeded(str(db), admin)
+    return seeded
 
 
 def seed_postgres(
     url: str, pepper: str, keys: int, rotate: int = 1000, seed_value: int = 1, others: int = 0
 ) -> Seeded:
     """``seed`` on the empty PostgreSQL database at ``url``, whose instances run with
-    KEYSVC_PEPPER ``pepper``: the same keys (the same ``seed_value``), bootstrapped by
-    keysvc and inserted in one transaction, its triggers counting them as on SQLite."""
-    organization_id, admin = bootstrap(url, {"KEYSVC_PEPPER": pepper})
-    rows = _Rows(organization_id, Hasher(pepper.encode()), keys, rotate, others, seed_value)
-    asyncio.run(_insert_postgres(url, rows))
-    return rows.seeded(url, admin)
+    KEYSVC_PEPPER ``pepper``: the same keys (the same ``seed_value``: the same key IDs
+    and secrets; the UUIDs are each import's own), bootstrapped and imported by keysvc."""
+    settings = {"KEYSVC_PEPPER": pepper}
+    organization_id, admin = bootstrap(url, settings)
+    rows = _Rows(keys, rotate, others, seed_value)
+    _import(url, organization_id, rows, settings)
+    return asyncio.run(_patch_postgres(url, organization_id, admin, rows))
 
 
-async def _insert_postgres(url: str, rows: _Rows) -> None:
+async def _patch_postgres(url: str, organization_id: str, admin: Credential, rows: _Rows) -> Seeded:
     conn = await connect_postgres(url)
     try:
+        ids = _places(await conn.execute_fetchall(_IMPORTED, (organization_id,)))
+        seeded = rows.seeded(url, organization_id, admin, ids)
+        used_at = to_text(to_minute(utcnow()))
         async with conn.raw.transaction():
-            for key_rows, role_rows in rows.batches():
-                await conn.executemany(_INSERT_KEY, key_rows)
-                await conn.executemany(_INSERT_ROLE, role_rows)
-            await conn.executemany(_INSERT_CREDITS, rows.credit_rows())
-            await conn.executemany(_INSERT_LIMITS, rows.limit_rows())
-            await conn.executemany(_INSERT_IDENTITY, rows.identity_rows())
-            await conn.executemany(_INSERT_MEMBER, rows.member_rows())
+            await conn.executemany(_USED, [(used_at, uuid) for uuid in seeded.others])
+            await conn.execute(_IDENTITY_CREDITS, (CREDITS, CREDITS, organization_id))
     finally:
         await conn.close()
+    return seeded
 
 
 def write(seeded: Seeded, out: Path) -> None:

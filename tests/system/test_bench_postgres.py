@@ -1,6 +1,6 @@
 """The bench's PostgreSQL path (C, bench/postgres.py and bench.seed.seed_postgres), on
-the throwaway cluster the bench starts itself: seeded with the keys SQLite's seeding
-makes from the same seed, served by a real `keysvc serve`, and a tiny run of
+the throwaway cluster the bench starts itself: seeded by keysvc's import with the keys
+SQLite's seeding makes from the same seed, served by a real `keysvc serve`, and a tiny run of
 bench.run with C writing the PostgreSQL section beside SQLite's."""
 
 import json
@@ -26,18 +26,28 @@ def test_postgres_is_seeded_with_sqlites_keys_and_serves_them(
     cluster: postgres.Cluster, tmp_path: Path
 ) -> None:
     with cluster:
-        on_pg = seed.seed_postgres(cluster.url, postgres.PEPPER, 3, rotate=3, others=2)
-        on_sqlite = seed.seed(tmp_path / "keysvc.db", 3, rotate=3, others=2)
-        assert on_pg.sample == on_sqlite.sample and on_pg.others == on_sqlite.others
+        on_pg = seed.seed_postgres(cluster.url, postgres.PEPPER, 3, rotate=8, others=40)
+        on_sqlite = seed.seed(tmp_path / "keysvc.db", 3, rotate=8, others=40)
+        # The same key IDs and secrets; the UUIDs are each import's own.
+        pairs = [(c.key_id, c.secret) for c in on_pg.sample]
+        assert pairs == [(c.key_id, c.secret) for c in on_sqlite.sample]
+        assert len(on_pg.others) == len(on_sqlite.others) == 40
+        for group in ("credited", "limited", "identified", "both"):
+            pairs = [(c.key_id, c.secret) for c in getattr(on_pg, group)]
+            assert pairs == [(c.key_id, c.secret) for c in getattr(on_sqlite, group)], group
         env = {"KEYSVC_PEPPER": postgres.PEPPER}
         with start_keysvc(on_pg.db, tmp_path / "keysvc.log", env) as server:
-            for name in ("get", "get-other", "verify", "list"):
-                line = scenarios.BY_NAME[name].lines(on_pg)[0]
-                assert scenarios.probe(server.base, line).status == 200, name
+            for scenario in scenarios.SCENARIOS:
+                line = scenario.lines(on_pg)[0]
+                assert scenarios.probe(server.base, line).status == 200, scenario.name
+            line = scenarios.BY_NAME["verify-identity-both"].lines(on_pg)[0]
+            spent = scenarios.probe(server.base, line).headers["X-Credits-Identity-Remaining"]
+            assert spent == str(seed.CREDITS - 2)
             listed = scenarios.probe(server.base, scenarios.BY_NAME["list"].lines(on_pg)[0])
             answer = json.loads(listed.body)
-            # The admin key too; the count is the one PostgreSQL's triggers kept.
-            assert (answer["totalCount"], len(answer["result"])) == (6, 6)
+            # The admin key and the create scenario's too; the count is the one
+            # PostgreSQL's triggers kept.
+            assert (answer["totalCount"], len(answer["result"])) == (45, 45)
 
 
 def test_a_tiny_run_writes_the_postgres_section(tmp_path: Path) -> None:
