@@ -246,7 +246,11 @@ def _import(db: str, organization_id: str, rows: _Rows, settings: dict[str, str]
         out.seek(0)
         errors.seek(0)
         summary, why = out.read(), errors.read()
-    if code != 0 or json.loads(summary)["imported"] != rows.keys + rows.others:
+    try:
+        imported = json.loads(summary)["imported"]
+    except (ValueError, KeyError, TypeError):
+        imported = None  # no summary: its errors say why
+    if code != 0 or imported != rows.keys + rows.others:
         raise RuntimeError(f"keysvc import failed ({code}): {summary} {why[-2000:]}")
 
 
