@@ -72,9 +72,12 @@ async def open_store(
             replicas=postgres.Replicas(
                 settings.pg_replicas, settings.pg_replica_max_lag, settings.pg_listen_url
             ),
+            # Only a served store is an instance that writers wait for (rt63 F2).
+            registered=serving,
         )
     except postgres.CONNECT_ERRORS as exc:
-        raise ConfigError(f"cannot use the PostgreSQL database: {exc}") from None
+        reason = str(exc) or type(exc).__name__
+        raise ConfigError(f"cannot use the PostgreSQL database: {reason}") from None
     try:
         await store.check_writable()
         await store.check_pepper(hasher.fingerprint())

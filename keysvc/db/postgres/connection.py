@@ -37,6 +37,9 @@ UNAVAILABLE = (
     asyncpg.CrashShutdownError,
     asyncpg.CannotConnectNowError,
     asyncpg.TooManyConnectionsError,
+    # A write transaction the server ended for idling (keysvc.db.postgres.store's
+    # IDLE_IN_WRITE_SECONDS: its process was stopped, or cut off), its session with it.
+    asyncpg.IdleInTransactionSessionTimeoutError,
     # A database closed to connections (ALTER DATABASE ... ALLOW_CONNECTIONS false).
     asyncpg.ObjectNotInPrerequisiteStateError,
     # A server that cannot take writes now: read-only (a standby promoted to, or

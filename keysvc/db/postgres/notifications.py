@@ -66,8 +66,16 @@ class Notifications:
     """``Freshness`` for PostgreSQL: a version that moves with every commit any
     instance announces, and the authorization generation as last announced."""
 
-    def __init__(self, url: str, peer_key: bytes, track_position: bool = False):
+    def __init__(
+        self, url: str, peer_key: bytes, track_position: bool = False, registered: bool = True
+    ):
         self._url = url
+        # Whether this is an instance that writers wait for (``peers.REGISTER``): a
+        # served one. A command's (``keysvc import``, its planning process, export, the
+        # operator's) listens to hear acknowledgements, and is never waited for: paused
+        # or busy, it delayed every tenant's authorization change 5 s (rt63 F2). So its
+        # caches are always cold: no writer waits for it to hear of a change.
+        self.registered = registered
         # Whether the change position is kept (``known_position``): replicas serve reads.
         self._track = track_position
         position = f", {POSITION}" if track_position else ", null"
@@ -121,7 +129,7 @@ class Notifications:
 
     def look(self) -> int:
         stale = time.monotonic() - self._read_at > FRESH_SECONDS
-        if self.deaf or stale or not self.listening.is_set():
+        if self.deaf or stale or not self.listening.is_set() or not self.registered:
             # Cold: nothing read before can be known current, nor anything read now.
             self._version += 1
             self.generation = object()
@@ -138,6 +146,8 @@ class Notifications:
         heard of; None while one is not covered yet by a position read, or while
         notifications are not heard (nothing is known then)."""
         if self.deaf or not self.listening.is_set() or self._covered != self._version:
+            return None
+        if not self.registered:
             return None
         return self._position
 
@@ -277,7 +287,8 @@ class Notifications:
             # Registered once listening, and before the generation is read: a writer
             # that finds this connection registered after its commit waits for this
             # instance, which hears of that commit or reads what it made.
-            await conn.execute(peers.REGISTER, self.instance)
+            if self.registered:
+                await conn.execute(peers.REGISTER, self.instance)
             await conn.execute(peers.FORGET_ENDED)
             # Listening before the generation is read: a move in between is heard.
             began = time.monotonic()

@@ -68,10 +68,20 @@ CONNECT_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 # that may CONNECT could hold).
 # Quiet for the transaction as well as the session (``pgschema.QUIET``): a pooler's
 # server connections carry no setting of keysvc's session.
+# And ended by the server once it idles between statements longer than
+# IDLE_IN_WRITE_SECONDS ($3, in ms): a writer that stopped talking inside it (a
+# ``keysvc import`` paused with Ctrl-Z, a frozen instance, a client cut off) held the
+# row, so every tenant's writes, for as long as it stayed stopped (rt63 F1). Rolled
+# back, the row let go; the writer's next statement finds its session ended.
 _WRITE_LOCK = (
-    "select set_config('keysvc.token', $2, true), set_config('keysvc.quiet', 'on', true)"
+    "select set_config('keysvc.token', $2, true), set_config('keysvc.quiet', 'on', true),"
+    " set_config('idle_in_transaction_session_timeout', $3, true)"
     " from keysvc_locks where name = $1 for update"
 )
+# Between a write transaction's statements there is only this process's own work (an
+# import batch's rows and activity: under a second for 20,000 keys): the bound is a
+# statement's, and below the 15 s another write waits for the row (WRITE_SECONDS).
+IDLE_IN_WRITE_SECONDS = STATEMENT_SECONDS
 # The longest a write waits before its first statement is answered, the in-process lock
 # included (docs/SECURITY.md's bounds): past it, a 503.
 WRITE_SECONDS = ACQUIRE_SECONDS + STATEMENT_SECONDS
@@ -180,8 +190,9 @@ class PgWriter:
                     async with self._committed_to_the_end(raw):
                         # The tables' triggers announce this transaction's changes with
                         # the same token as the writer (keysvc_data_changed).
+                        idle = str(int(IDLE_IN_WRITE_SECONDS * 1000))
                         await raw.execute(
-                            _WRITE_LOCK, "write", self._notifications.token,
+                            _WRITE_LOCK, "write", self._notifications.token, idle,
                             timeout=_left(deadline),
                         )  # fmt: skip
                         yield PgConnection(raw)
@@ -311,11 +322,15 @@ class PgStore(CoreFront):
         records: Records = NO_RECORDS,
         peer_key: bytes,
         replicas: Replicas = NO_REPLICAS,
+        registered: bool = True,
     ):
         self._pool = pool
         self._records = records
         self.notifications = Notifications(
-            replicas.listen_url or url, peer_key, track_position=bool(replicas.urls)
+            replicas.listen_url or url,
+            peer_key,
+            track_position=bool(replicas.urls),
+            registered=registered,
         )
         self._outage = Outage()
         # The primary's pool: the background tasks' reads, and every read without replicas.
@@ -348,17 +363,23 @@ class PgStore(CoreFront):
         records: Records = NO_RECORDS,
         peer_key: bytes,
         replicas: Replicas = NO_REPLICAS,
+        registered: bool = True,
     ) -> "PgStore":
         """``peer_key``: what the instances sign their acknowledgements with, derived
         from the pepper they share (``keysvc.credentials.PEER_ACKNOWLEDGEMENTS``);
         ``replicas``: the hot standbys that may answer reads, and the listening
-        connection's own URL (``Replicas``)."""
+        connection's own URL (``Replicas``); ``registered``: an instance that writers
+        wait for, a served one (``Notifications``)."""
         # Migrated on a connection of its own: a step may take longer than a statement's
         # bound on the pool.
         direct = replicas.listen_url or url
-        conn = await asyncpg.connect(
-            direct, timeout=START_CONNECT_SECONDS, server_settings=pgschema.QUIET
-        )
+        try:
+            conn = await asyncpg.connect(
+                direct, timeout=START_CONNECT_SECONDS, server_settings=pgschema.QUIET
+            )
+        except TimeoutError:
+            # Its own text is empty (rt63 F3): say what happened.
+            raise TimeoutError(f"no answer within {START_CONNECT_SECONDS:g} s") from None
         try:
             await pgschema.migrate(conn, create=create)
         finally:
@@ -382,6 +403,7 @@ class PgStore(CoreFront):
                 records=records,
                 peer_key=peer_key,
                 replicas=replicas,
+                registered=registered,
             )
             await store.notifications.start()
             if store.routed is not None:
