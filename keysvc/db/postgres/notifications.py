@@ -287,9 +287,9 @@ class Notifications:
             # Registered once listening, and before the generation is read: a writer
             # that finds this connection registered after its commit waits for this
             # instance, which hears of that commit or reads what it made.
-            if self.registered:
+            if self.registered:  # a command's store neither registers nor cleans up
                 await conn.execute(peers.REGISTER, self.instance)
-            await conn.execute(peers.FORGET_ENDED)
+                await conn.execute(peers.FORGET_ENDED)
             # Listening before the generation is read: a move in between is heard.
             began = time.monotonic()
             version = self._version

@@ -24,9 +24,13 @@ REGISTER = (
     " set pid = excluded.pid, backend_start = excluded.backend_start"
 )
 # The rows of server processes that have ended (or of a pid since given to another).
+# A process of another role shows a NULL backend_start to a role outside it and
+# pg_read_all_stats: that is "cannot tell", not "ended" (rt64 F2: such a role's
+# clean-up deleted every instance's row, and writers stopped waiting for them).
 FORGET_ENDED = (
     "delete from listeners l where not exists (select 1 from pg_stat_activity a"
-    " where a.pid = l.pid and a.backend_start = l.backend_start)"
+    " where a.pid = l.pid"
+    " and (a.backend_start = l.backend_start or a.backend_start is null))"
 )
 UNREGISTER = "delete from listeners where instance = $1"
 # The other instances listening now.
