@@ -10,6 +10,7 @@ import http.client
 import json
 import os
 import re
+import secrets
 import subprocess
 import threading
 from contextlib import suppress
@@ -21,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.api.importing import record
 from tests.components import require_command, require_file, start_listening, stop_group
 from tests.helpers import Creds
 from tests.server import free_port
@@ -267,6 +269,16 @@ def create_key(port: int, admin: Creds, **fields: Any) -> Creds:
     """A key made through keysvc's API on ``port`` by ``admin``, with ``fields``."""
     result = admin_api(port, admin, "POST", "/keys", {"name": "behind nginx", **fields})
     return Creds(admin.organization_id, result["key"]["id"], result["keyId"], result["keySecret"])
+
+
+def import_token(port: int, admin: Creds, token: str, **fields: Any) -> str:
+    """A key imported through keysvc's API on ``port`` by ``admin`` from ``token``'s
+    hash (``tests.api.importing.record``, with ``fields``); its UUID."""
+    made = record(secrets.token_hex(8), token=token, **fields)
+    result = admin_api(port, admin, "POST", "/keys/import", {"keys": [made]})
+    assert result["errors"] == [], result
+    key_id: str = result["keys"][0]["id"]
+    return key_id
 
 
 TWO_INSTANCES = Path(__file__).resolve().parents[1] / "docs" / "nginx-two-instances.conf"

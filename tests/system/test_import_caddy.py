@@ -3,7 +3,6 @@ processes: an imported token passes with its key's identity and never reaches th
 upstream, and an unknown one (or a Basic key's secret sent as a bearer token) is
 refused before the upstream, as an unknown Basic key is."""
 
-import hashlib
 import secrets
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -11,7 +10,7 @@ from contextlib import ExitStack
 import pytest
 
 from tests.caddy import ENV, Stack, start_stack
-from tests.nginx import CLIENT, Answer, call
+from tests.nginx import CLIENT, Answer, call, import_token
 
 
 @pytest.fixture(scope="module")
@@ -19,24 +18,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     env = {**ENV, "KEYSVC_API_TOKEN_IMPORT": "1"}
     with ExitStack() as resources:
         yield start_stack(resources, tmp_path_factory.mktemp("caddy-bearer"), env)
-
-
-def _imported(stack: Stack, token: str, state: str = "enabled") -> str:
-    record = {
-        "importId": secrets.token_hex(8),
-        "name": "imported behind caddy",
-        "state": state,
-        "roles": ["developer"],
-        "tokenHash": {
-            "algorithm": "sha256",
-            "encoding": "hex",
-            "value": hashlib.sha256(token.encode()).hexdigest(),
-        },
-    }
-    result = stack.api("POST", "/keys/import", {"keys": [record]})
-    assert result["errors"] == [], result
-    key_id: str = result["keys"][0]["id"]
-    return key_id
 
 
 def _bearer(stack: Stack, token: str) -> tuple[Answer, int]:
@@ -50,7 +31,7 @@ def _bearer(stack: Stack, token: str) -> tuple[Answer, int]:
 
 def test_an_imported_token_passes_with_its_identity(stack: Stack) -> None:
     token = "sk_live_" + secrets.token_urlsafe(32)
-    key_id = _imported(stack, token)
+    key_id = import_token(stack.keysvc.port, stack.admin, token)
     answer, hits = _bearer(stack, token)
     assert (answer.status, hits) == (200, 1), (answer.body, stack.caddy.log()[-2000:])
     headers = answer.json()["headers"]
@@ -68,6 +49,6 @@ def test_unknown_tokens_and_disabled_keys_are_refused_before_the_upstream(stack:
     assert (as_bearer.status, hits) == (401, 0), as_bearer.body
     assert as_bearer.json()["error"] == unknown.json()["error"]
     token = "sk_live_" + secrets.token_urlsafe(32)
-    _imported(stack, token, state="disabled")
+    import_token(stack.keysvc.port, stack.admin, token, state="disabled")
     disabled, hits = _bearer(stack, token)
     assert (disabled.status, hits) == (401, 0), disabled.body

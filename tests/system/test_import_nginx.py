@@ -3,33 +3,15 @@ all real processes: an imported token passes with its key's
 identity, an unknown one is refused before the upstream, and a reused answer is keyed
 on the whole Authorization header's digest, so one token's answer is never another's."""
 
-import hashlib
 import secrets
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.helpers import Creds
-from tests.nginx import CLIENT, Answer, admin_api, call
+from tests.nginx import CLIENT, Answer, call, import_token
 from tests.nginxstack import ENV, Stack, start_stack
-
-
-def _import(port: int, admin: Creds, token: str, **fields: Any) -> str:
-    digest = hashlib.sha256(token.encode()).hexdigest()
-    record = {
-        "importId": secrets.token_hex(8),
-        "name": "imported",
-        "roles": ["developer"],
-        "tokenHash": {"algorithm": "sha256", "encoding": "hex", "value": digest},
-        **fields,
-    }
-    result = admin_api(port, admin, "POST", "/keys/import", {"keys": [record]})
-    assert result["errors"] == [], result
-    key_id: str = result["keys"][0]["id"]
-    return key_id
 
 
 def bearer_get(stack: Stack, path: str, token: str) -> Answer:
@@ -47,7 +29,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def test_an_imported_token_passes_with_its_identity(stack: Stack) -> None:
     token = "sk_live_" + secrets.token_urlsafe(32)
-    key_id = _import(stack.keysvc.port, stack.admin, token)
+    key_id = import_token(stack.keysvc.port, stack.admin, token)
     answer = bearer_get(stack, "/orders/1", token)
     assert answer.status == 200, (answer.body, stack.nginx.log()[-2000:])
     headers = answer.json()["headers"]
@@ -65,7 +47,7 @@ def test_an_unknown_token_is_refused_before_the_upstream(stack: Stack) -> None:
 
 def test_a_reused_answer_is_never_another_tokens(stack: Stack) -> None:
     token = secrets.token_urlsafe(32)
-    _import(stack.keysvc.port, stack.admin, token)
+    import_token(stack.keysvc.port, stack.admin, token)
     assert bearer_get(stack, "/orders/2", token).status == 200  # kept for 5 s
     # Another token, however close: its own answer, not the kept one.
     for other in (token[:-1], token + "A", token.upper()):
@@ -73,7 +55,7 @@ def test_a_reused_answer_is_never_another_tokens(stack: Stack) -> None:
     # A token the key limits to one address answers for that address only: the
     # client's address is in the cache key too.
     limited = secrets.token_urlsafe(32)
-    _import(stack.keysvc.port, stack.admin, limited, ipAccessList=[{"source": "127.0.0.9/32"}])
+    import_token(stack.keysvc.port, stack.admin, limited, ipAccessList=[{"source": "127.0.0.9/32"}])
     assert bearer_get(stack, "/orders/3", limited).status == 403
 
 

@@ -12,21 +12,18 @@ import subprocess
 import sys
 import time
 
-import asyncpg
-
 from keysvc.config import Settings
 from keysvc.db.postgres.notifications import ACKNOWLEDGE_SECONDS
 from keysvc.http.app import create_app
 from tests.helpers import ClientFactory, assert_ok, bootstrap, create_creds, keys_url
 from tests.postgres import PEPPER, Postgres
 
-
-async def _listed(url: str) -> int:
-    conn = await asyncpg.connect(url)
-    try:
-        return int(await conn.fetchval("select count(*) from listeners"))
-    finally:
-        await conn.close()
+LISTED = "select count(*) from listeners"
+# Listening connections open on the database: the app's, and the import's once it is up.
+LISTENING = (
+    "select count(*) from pg_stat_activity"
+    " where datname = current_database() and application_name like 'keysvc-listen/%'"
+)
 
 
 async def test_a_paused_command_delays_no_tenants_disable(
@@ -37,7 +34,7 @@ async def test_a_paused_command_delays_no_tenants_disable(
     client = await aiohttp_client(create_app(settings))
     admin = await bootstrap(client.app)
     key = await create_creds(client, admin, {"name": "k", "roles": ["developer"]})
-    assert await _listed(url) == 1  # the served app
+    assert postgres.psql(pg_database, LISTED) == [["1"]]  # the served app
     env = {**os.environ, "KEYSVC_PEPPER": PEPPER.hex()}
     # An import from standard input: its store open, waiting for its first line.
     command = [sys.executable, "-m", "keysvc", "import", "--db", url, "--org",
@@ -47,10 +44,10 @@ async def test_a_paused_command_delays_no_tenants_disable(
     )
     try:
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not await _connected(url):
+        while time.monotonic() < deadline and postgres.psql(pg_database, LISTENING) != [["2"]]:
             await asyncio.sleep(0.1)
-        assert await _connected(url), importing.stderr
-        assert await _listed(url) == 1  # the import's store is not an instance
+        assert postgres.psql(pg_database, LISTENING) == [["2"]], importing.stderr
+        assert postgres.psql(pg_database, LISTED) == [["1"]]  # the import's is no instance
         os.kill(importing.pid, signal.SIGSTOP)
         try:
             started = time.monotonic()
@@ -65,16 +62,3 @@ async def test_a_paused_command_delays_no_tenants_disable(
     finally:
         importing.communicate(b"", timeout=60)
     assert importing.returncode == 0, importing.stderr
-
-
-async def _connected(url: str) -> bool:
-    """Whether the import's listening connection is up (its application_name)."""
-    conn = await asyncpg.connect(url)
-    try:
-        names = await conn.fetch(
-            "select application_name from pg_stat_activity where datname = current_database()"
-        )
-    finally:
-        await conn.close()
-    listening = [row[0] for row in names if row[0].startswith("keysvc-listen/")]
-    return len(listening) >= 2
