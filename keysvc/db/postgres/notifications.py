@@ -35,7 +35,7 @@ AUTH_CHANNEL = "keysvc_auth"
 SEEN_CHANNEL = "keysvc_seen"
 # Each listening connection's application_name: this prefix and its instance. It tells
 # an operator which connection is which; the instances go by ``peers.LISTENING``.
-LISTENER_PREFIX = "keysvc-listen/"
+LISTENER_PREFIX = peers.LISTENER_PREFIX
 # How often the listening connection is checked, and a lost one tried again: the
 # longest a dead connection can go unnoticed is about this plus PROBE_TIMEOUT.
 PROBE_SECONDS = 1.0
@@ -147,9 +147,7 @@ class Notifications:
         notifications are not heard (nothing is known then)."""
         if self.deaf or not self.listening.is_set() or self._covered != self._version:
             return None
-        if not self.registered:
-            return None
-        return self._position
+        return self._position if self.registered else None
 
     @property
     def position_column(self) -> str:

@@ -23,20 +23,28 @@ REGISTER = (
     " on conflict (instance) do update"
     " set pid = excluded.pid, backend_start = excluded.backend_start"
 )
+# The application_name of an instance's listening connection: this and its instance.
+LISTENER_PREFIX = "keysvc-listen/"
+# A listeners row whose server process is live, as pg_stat_activity ``a`` shows it: the
+# same pid and start. A role outside the process's role and pg_read_all_stats sees its
+# start as NULL; for it, the same pid and the instance's own application_name (which
+# every role sees) stand in. That is how a command run as another role, or an instance
+# behind a pooler that logs in as another role, finds the instances to wait for: it
+# found none, and a key it revoked was served on by another instance (rt65 F1); and
+# how such a role's clean-up tells a live row from an ended one (rt64 F2).
+_LIVE = (
+    "a.pid = l.pid and (a.backend_start = l.backend_start or (a.backend_start is null"
+    f" and a.application_name = '{LISTENER_PREFIX}' || l.instance))"
+)
 # The rows of server processes that have ended (or of a pid since given to another).
-# A process of another role shows a NULL backend_start to a role outside it and
-# pg_read_all_stats: that is "cannot tell", not "ended" (rt64 F2: such a role's
-# clean-up deleted every instance's row, and writers stopped waiting for them).
 FORGET_ENDED = (
-    "delete from listeners l where not exists (select 1 from pg_stat_activity a"
-    " where a.pid = l.pid"
-    " and (a.backend_start = l.backend_start or a.backend_start is null))"
+    "delete from listeners l where not exists"  # noqa: S608 - constants
+    f" (select 1 from pg_stat_activity a where {_LIVE})"
 )
 UNREGISTER = "delete from listeners where instance = $1"
 # The other instances listening now.
 LISTENING = (
-    "select l.instance from listeners l join pg_stat_activity a"
-    " on a.pid = l.pid and a.backend_start = l.backend_start"
+    f"select l.instance from listeners l join pg_stat_activity a on {_LIVE}"  # noqa: S608 - constants
     " where a.datname = current_database() and l.instance <> $1"
 )
 
